@@ -1,0 +1,799 @@
+//! Deterministic, file-based repository analysis. No network, no Docker, no
+//! model: the same tree always gives the same `context.json`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::EnvError;
+
+/// What belay learned about a repository, written as `context.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RepoContext {
+    pub repo_path: PathBuf,
+    pub repo_name: String,
+    /// Languages in planning order (the primary one first).
+    pub languages: Vec<Language>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rust: Option<RustFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub go: Option<GoFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub java: Option<JavaFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native: Option<NativeFacts>,
+    pub test_frameworks: Vec<String>,
+    /// Marker files found, relative to the repo root.
+    pub markers: Vec<String>,
+    /// Things the planner should know that it cannot fix.
+    pub warnings: Vec<String>,
+    /// Facts read from the real base image by the container preflight (build only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_notes: Option<crate::preflight::RuntimeNotes>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    Node,
+    Rust,
+    Go,
+    Java,
+}
+
+impl Language {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Node => "node",
+            Language::Rust => "rust",
+            Language::Go => "go",
+            Language::Java => "java",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PythonFacts {
+    pub project_name: Option<String>,
+    /// Importable top-level package, when it can be located.
+    pub import_name: Option<String>,
+    pub requires_python: Option<String>,
+    /// Version hints from .python-version, Pipfile, tox envlist, classifiers.
+    pub version_hints: Vec<String>,
+    pub installer: PythonInstaller,
+    pub installable: bool,
+    pub requirement_files: Vec<String>,
+    pub extras: Vec<String>,
+    pub test_extras: Vec<String>,
+    pub dependencies: Vec<String>,
+    pub needs_git: bool,
+    pub has_tox: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PythonInstaller {
+    #[default]
+    Pip,
+    Poetry,
+    Uv,
+    Pipenv,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NodeFacts {
+    pub package_manager: String,
+    pub lockfile: Option<String>,
+    pub engines_node: Option<String>,
+    pub required_major: Option<u32>,
+    pub test_script: Option<String>,
+    pub has_dependencies: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RustFacts {
+    pub toolchain: Option<String>,
+    pub rust_version: Option<String>,
+    pub workspace: bool,
+    pub has_dependencies: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct GoFacts {
+    pub module: Option<String>,
+    pub go_version: Option<String>,
+    pub has_dependencies: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct JavaFacts {
+    pub build_tool: String,
+    pub wrapper: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NativeFacts {
+    pub build_systems: Vec<String>,
+    pub primary: bool,
+}
+
+/// Analyse the repository at `repo`.
+pub fn analyze(repo: &Path) -> Result<RepoContext, EnvError> {
+    let meta = std::fs::metadata(repo).map_err(|e| EnvError::RepoMissing {
+        path: repo.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if !meta.is_dir() {
+        return Err(EnvError::RepoMissing {
+            path: repo.to_path_buf(),
+            reason: "it is not a directory".into(),
+        });
+    }
+    let repo = repo
+        .canonicalize()
+        .map_err(|e| EnvError::io("cannot resolve", repo, e))?;
+    let f = Files::new(&repo);
+    let mut ctx = RepoContext {
+        repo_name: repo
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "repo".into()),
+        repo_path: repo.clone(),
+        ..Default::default()
+    };
+    let mut frameworks = BTreeSet::new();
+
+    if let Some(py) = python(&f, &mut frameworks, &mut ctx.warnings) {
+        ctx.languages.push(Language::Python);
+        ctx.python = Some(py);
+    }
+    if let Some(n) = node(&f, &mut frameworks, &mut ctx.warnings)? {
+        ctx.languages.push(Language::Node);
+        ctx.node = Some(n);
+    }
+    if let Some(r) = rust(&f) {
+        frameworks.insert("cargo-test".to_string());
+        ctx.languages.push(Language::Rust);
+        ctx.rust = Some(r);
+    }
+    if let Some(g) = go(&f) {
+        frameworks.insert("go-test".to_string());
+        ctx.languages.push(Language::Go);
+        ctx.go = Some(g);
+    }
+    if let Some(j) = java(&f) {
+        frameworks.insert("junit".to_string());
+        ctx.languages.push(Language::Java);
+        ctx.java = Some(j);
+    }
+    let native = native(&f, ctx.languages.is_empty());
+    if let Some(n) = &native {
+        if n.primary {
+            if f.exists("CMakeLists.txt") {
+                frameworks.insert("ctest".to_string());
+            } else {
+                frameworks.insert("make-check".to_string());
+            }
+        }
+    }
+    ctx.native = native;
+    ctx.test_frameworks = frameworks.into_iter().collect();
+    ctx.markers = f.markers();
+    if ctx.languages.is_empty() && ctx.native.is_none() {
+        ctx.warnings.push(
+            "no known project manifest found (pyproject.toml, package.json, Cargo.toml, go.mod, pom.xml, CMakeLists.txt...); only system packages are planned".into(),
+        );
+    }
+    Ok(ctx)
+}
+
+/// Reads of the repository's top-level files.
+struct Files {
+    root: PathBuf,
+}
+
+const MARKERS: &[&str] = &[
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "requirements.txt",
+    "Pipfile",
+    "Pipfile.lock",
+    "poetry.lock",
+    "uv.lock",
+    "tox.ini",
+    ".python-version",
+    "package.json",
+    "package-lock.json",
+    "npm-shrinkwrap.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    ".nvmrc",
+    "Cargo.toml",
+    "Cargo.lock",
+    "rust-toolchain",
+    "rust-toolchain.toml",
+    "go.mod",
+    "go.sum",
+    "pom.xml",
+    "build.gradle",
+    "build.gradle.kts",
+    "gradlew",
+    "mvnw",
+    "CMakeLists.txt",
+    "Makefile",
+    "meson.build",
+    "configure",
+    "pytest.ini",
+    "conftest.py",
+];
+
+impl Files {
+    fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+        }
+    }
+    fn exists(&self, rel: &str) -> bool {
+        self.root.join(rel).exists()
+    }
+    fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.root.join(rel)).ok()
+    }
+    fn markers(&self) -> Vec<String> {
+        MARKERS
+            .iter()
+            .filter(|m| self.exists(m))
+            .map(|m| m.to_string())
+            .collect()
+    }
+    /// Top-level and one-level-deep file names matching `pred` (sorted).
+    fn find(&self, max_depth: usize, pred: &dyn Fn(&Path) -> bool) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![(self.root.clone(), 0usize)];
+        while let Some((dir, depth)) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') || SKIP_DIRS.contains(&name.as_str()) {
+                    continue;
+                }
+                let Ok(ft) = e.file_type() else { continue };
+                if ft.is_dir() {
+                    if depth < max_depth {
+                        stack.push((p, depth + 1));
+                    }
+                } else if pred(&p) {
+                    if let Ok(rel) = p.strip_prefix(&self.root) {
+                        out.push(rel.to_string_lossy().into_owned());
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+const SKIP_DIRS: &[&str] = &[
+    "node_modules",
+    "target",
+    "venv",
+    "build",
+    "dist",
+    "__pycache__",
+    "vendor",
+];
+
+/// The distribution name at the start of a PEP 508 requirement.
+pub fn requirement_name(req: &str) -> Option<String> {
+    let req = req.trim();
+    if req.is_empty() || req.starts_with('#') || req.starts_with('-') {
+        return None;
+    }
+    let name: String = req
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect();
+    (!name.is_empty()).then(|| name.to_ascii_lowercase().replace('_', "-"))
+}
+
+fn python(
+    f: &Files,
+    frameworks: &mut BTreeSet<String>,
+    warnings: &mut Vec<String>,
+) -> Option<PythonFacts> {
+    let pyproject = f.read("pyproject.toml");
+    let setup_py = f.read("setup.py");
+    let setup_cfg = f.read("setup.cfg");
+    let pipfile = f.read("Pipfile");
+    let mut req_files = f.find(1, &|p| {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parent_is_req = p
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|d| d == "requirements");
+        (name.starts_with("requirements") && (name.ends_with(".txt") || name.ends_with(".in")))
+            || (parent_is_req && name.ends_with(".txt"))
+    });
+    // A compiled .txt supersedes its .in.
+    let txts: BTreeSet<String> = req_files
+        .iter()
+        .filter(|r| r.ends_with(".txt"))
+        .cloned()
+        .collect();
+    req_files.retain(|r| !(r.ends_with(".in") && txts.contains(&r.replace(".in", ".txt"))));
+    if pyproject.is_none()
+        && setup_py.is_none()
+        && setup_cfg.is_none()
+        && pipfile.is_none()
+        && req_files.is_empty()
+    {
+        return None;
+    }
+    let mut py = PythonFacts::default();
+    let mut deps: Vec<String> = Vec::new();
+    let mut pytest_config = f.exists("pytest.ini") || f.exists("conftest.py");
+    if let Some(text) = &pyproject {
+        match text.parse::<toml::Table>() {
+            Ok(t) => {
+                let project = t.get("project").and_then(|p| p.as_table());
+                py.project_name = project
+                    .and_then(|p| p.get("name"))
+                    .and_then(|n| n.as_str())
+                    .map(String::from);
+                py.requires_python = project
+                    .and_then(|p| p.get("requires-python"))
+                    .and_then(|n| n.as_str())
+                    .map(String::from);
+                if let Some(list) = project
+                    .and_then(|p| p.get("dependencies"))
+                    .and_then(|d| d.as_array())
+                {
+                    deps.extend(list.iter().filter_map(|d| d.as_str()).map(String::from));
+                }
+                if let Some(extras) = project
+                    .and_then(|p| p.get("optional-dependencies"))
+                    .and_then(|d| d.as_table())
+                {
+                    for (k, v) in extras {
+                        py.extras.push(k.clone());
+                        if let Some(a) = v.as_array() {
+                            deps.extend(a.iter().filter_map(|d| d.as_str()).map(String::from));
+                        }
+                    }
+                }
+                let tool = t.get("tool").and_then(|x| x.as_table());
+                if let Some(poetry) = tool
+                    .and_then(|x| x.get("poetry"))
+                    .and_then(|x| x.as_table())
+                {
+                    if py.project_name.is_none() {
+                        py.project_name = poetry
+                            .get("name")
+                            .and_then(|n| n.as_str())
+                            .map(String::from);
+                    }
+                    for section in ["dependencies", "dev-dependencies"] {
+                        if let Some(d) = poetry.get(section).and_then(|d| d.as_table()) {
+                            deps.extend(d.keys().filter(|k| *k != "python").cloned());
+                            if let Some(v) = d.get("python").and_then(|v| v.as_str()) {
+                                py.version_hints.push(format!("poetry python {v}"));
+                            }
+                        }
+                    }
+                    if let Some(groups) = poetry.get("group").and_then(|g| g.as_table()) {
+                        for g in groups.values() {
+                            if let Some(d) = g.get("dependencies").and_then(|d| d.as_table()) {
+                                deps.extend(d.keys().cloned());
+                            }
+                        }
+                    }
+                    py.installer = PythonInstaller::Poetry;
+                }
+                if tool.is_some_and(|x| x.contains_key("pytest")) {
+                    pytest_config = true;
+                }
+                if tool.is_some_and(|x| x.contains_key("setuptools_scm") || x.contains_key("hatch"))
+                    && text.contains("vcs")
+                    || tool.is_some_and(|x| x.contains_key("setuptools_scm"))
+                {
+                    py.needs_git = true;
+                }
+                py.installable = t.contains_key("build-system")
+                    || project.is_some()
+                    || py.installer == PythonInstaller::Poetry;
+            }
+            Err(e) => warnings.push(format!(
+                "pyproject.toml is not valid TOML ({}); it is ignored",
+                e.message()
+            )),
+        }
+    }
+    if f.exists("uv.lock") {
+        py.installer = PythonInstaller::Uv;
+    } else if f.exists("poetry.lock") {
+        py.installer = PythonInstaller::Poetry;
+    } else if pipfile.is_some() && pyproject.is_none() && setup_py.is_none() {
+        py.installer = PythonInstaller::Pipenv;
+    }
+    if setup_py.is_some() || setup_cfg.is_some() {
+        py.installable = true;
+    }
+    let rx_python_requires = regex::Regex::new(r#"python_requires\s*=\s*['"]?([^'"\n,)]+)"#).ok();
+    for text in [&setup_py, &setup_cfg].into_iter().flatten() {
+        if py.requires_python.is_none() {
+            if let Some(c) = rx_python_requires.as_ref().and_then(|r| r.captures(text)) {
+                py.requires_python = Some(c[1].trim().to_string());
+            }
+        }
+        if text.contains("setuptools_scm") || text.contains("use_scm_version") {
+            py.needs_git = true;
+        }
+        if text.contains("pytest") {
+            pytest_config |= text.contains("[tool:pytest]");
+        }
+    }
+    if let Some(text) = &setup_cfg {
+        if let Some(extras) = text.split("[options.extras_require]").nth(1) {
+            for line in extras.lines().skip(1) {
+                if line.starts_with('[') {
+                    break;
+                }
+                if let Some((k, _)) = line.split_once('=') {
+                    if !line.starts_with(char::is_whitespace) && !k.trim().is_empty() {
+                        py.extras.push(k.trim().to_string());
+                    }
+                }
+            }
+        }
+    }
+    if let Some(v) = f.read(".python-version") {
+        if let Some(line) = v.lines().next() {
+            py.version_hints
+                .push(format!(".python-version {}", line.trim()));
+        }
+    }
+    if let Some(text) = &pipfile {
+        if let Some(c) = regex::Regex::new(r#"python_version\s*=\s*"([^"]+)""#)
+            .ok()
+            .and_then(|r| r.captures(text))
+        {
+            py.version_hints
+                .push(format!("Pipfile python_version {}", &c[1]));
+        }
+        for line in text.lines() {
+            if let Some((k, _)) = line.split_once('=') {
+                let k = k.trim().trim_matches('"');
+                if !k.is_empty()
+                    && !line.starts_with('[')
+                    && !matches!(k, "url" | "verify_ssl" | "name" | "python_version")
+                {
+                    deps.push(k.to_string());
+                }
+            }
+        }
+    }
+    if let Some(text) = f.read("tox.ini") {
+        py.has_tox = true;
+        if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("envlist")) {
+            py.version_hints.push(format!("tox {}", line.trim()));
+        }
+        pytest_config |= text.contains("[pytest]") || text.contains("pytest");
+    }
+    for rf in &req_files {
+        if let Some(text) = f.read(rf) {
+            for line in text.lines() {
+                let l = line.trim();
+                if l.contains("git+") {
+                    py.needs_git = true;
+                }
+                deps.push(l.to_string());
+            }
+        }
+    }
+    py.requirement_files = req_files
+        .into_iter()
+        .filter(|r| r.ends_with(".txt"))
+        .collect();
+    let mut names: BTreeSet<String> = deps.iter().filter_map(|d| requirement_name(d)).collect();
+    names.remove("python");
+    py.dependencies = names.into_iter().collect();
+    py.extras.sort();
+    py.extras.dedup();
+    py.test_extras = py
+        .extras
+        .iter()
+        .filter(|e| matches!(e.as_str(), "test" | "tests" | "testing" | "dev" | "develop"))
+        .cloned()
+        .collect();
+    let has_test_files = !f
+        .find(2, &|p| {
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (n.starts_with("test_") || n.ends_with("_test.py")) && n.ends_with(".py")
+        })
+        .is_empty();
+    if pytest_config || py.dependencies.iter().any(|d| d == "pytest") || has_test_files {
+        frameworks.insert("pytest".to_string());
+    }
+    // The importable package: src/<name>, <name>/ or <name>.py.
+    if let Some(name) = &py.project_name {
+        let module = name.to_ascii_lowercase().replace(['-', '.'], "_");
+        if f.exists(&format!("src/{module}/__init__.py"))
+            || f.exists(&format!("{module}/__init__.py"))
+            || f.exists(&format!("{module}.py"))
+        {
+            py.import_name = Some(module);
+        }
+    }
+    Some(py)
+}
+
+fn node(
+    f: &Files,
+    frameworks: &mut BTreeSet<String>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<NodeFacts>, EnvError> {
+    let Some(text) = f.read("package.json") else {
+        return Ok(None);
+    };
+    let pkg: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            return Err(EnvError::BadManifest {
+                path: f.root.join("package.json"),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })
+        }
+    };
+    let mut n = NodeFacts::default();
+    let (pm, lock) = if f.exists("pnpm-lock.yaml") {
+        ("pnpm", Some("pnpm-lock.yaml"))
+    } else if f.exists("yarn.lock") {
+        ("yarn", Some("yarn.lock"))
+    } else if f.exists("package-lock.json") {
+        ("npm", Some("package-lock.json"))
+    } else if f.exists("npm-shrinkwrap.json") {
+        ("npm", Some("npm-shrinkwrap.json"))
+    } else {
+        ("npm", None)
+    };
+    n.package_manager = pkg
+        .get("packageManager")
+        .and_then(|p| p.as_str())
+        .and_then(|p| p.split('@').next())
+        .filter(|p| matches!(*p, "npm" | "yarn" | "pnpm"))
+        .unwrap_or(pm)
+        .to_string();
+    n.lockfile = lock.map(String::from);
+    n.engines_node = pkg
+        .pointer("/engines/node")
+        .and_then(|v| v.as_str())
+        .map(String::from);
+    if n.engines_node.is_none() {
+        n.engines_node = f
+            .read(".nvmrc")
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+    }
+    n.required_major = n.engines_node.as_deref().and_then(min_major);
+    n.test_script = pkg
+        .pointer("/scripts/test")
+        .and_then(|v| v.as_str())
+        .filter(|s| !s.contains("no test specified"))
+        .map(String::from);
+    let mut all_deps = BTreeSet::new();
+    for section in ["dependencies", "devDependencies", "optionalDependencies"] {
+        if let Some(obj) = pkg.get(section).and_then(|d| d.as_object()) {
+            all_deps.extend(obj.keys().cloned());
+        }
+    }
+    n.has_dependencies = !all_deps.is_empty();
+    let script = n.test_script.clone().unwrap_or_default();
+    for (dep, fw) in [
+        ("jest", "jest"),
+        ("mocha", "mocha"),
+        ("vitest", "vitest"),
+        ("ava", "ava"),
+        ("tap", "tap"),
+    ] {
+        if all_deps.contains(dep) || script.split_whitespace().next() == Some(dep) {
+            frameworks.insert(fw.to_string());
+        }
+    }
+    if script.contains("node --test") {
+        frameworks.insert("node-test".to_string());
+    }
+    if n.has_dependencies && n.lockfile.is_none() {
+        warnings.push(
+            "package.json has dependencies but no lockfile: versions are resolved at build time"
+                .into(),
+        );
+    }
+    Ok(Some(n))
+}
+
+/// The smallest major version a simple engines range allows (">=18", "^20.1",
+/// "18.x", "v20"). Complex ranges give their first bound.
+pub fn min_major(range: &str) -> Option<u32> {
+    let r = regex::Regex::new(r"(\d+)").ok()?;
+    let first = range.split("||").next()?;
+    r.captures(first)?.get(1)?.as_str().parse().ok()
+}
+
+fn rust(f: &Files) -> Option<RustFacts> {
+    let text = f.read("Cargo.toml")?;
+    let mut r = RustFacts::default();
+    if let Ok(t) = text.parse::<toml::Table>() {
+        r.workspace = t.contains_key("workspace");
+        r.rust_version = t
+            .get("package")
+            .and_then(|p| p.get("rust-version"))
+            .and_then(|v| v.as_str())
+            .map(String::from);
+        r.has_dependencies = ["dependencies", "dev-dependencies", "build-dependencies"]
+            .iter()
+            .any(|s| {
+                t.get(*s)
+                    .and_then(|d| d.as_table())
+                    .is_some_and(|d| !d.is_empty())
+            })
+            || r.workspace;
+    }
+    r.toolchain = f
+        .read("rust-toolchain.toml")
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| {
+            t.get("toolchain")?
+                .get("channel")?
+                .as_str()
+                .map(String::from)
+        })
+        .or_else(|| f.read("rust-toolchain").map(|s| s.trim().to_string()));
+    Some(r)
+}
+
+fn go(f: &Files) -> Option<GoFacts> {
+    let text = f.read("go.mod")?;
+    let mut g = GoFacts::default();
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(m) = l.strip_prefix("module ") {
+            g.module = Some(m.trim().to_string());
+        } else if let Some(v) = l.strip_prefix("go ") {
+            g.go_version = Some(v.trim().to_string());
+        } else if l.starts_with("require") {
+            g.has_dependencies = true;
+        }
+    }
+    Some(g)
+}
+
+fn java(f: &Files) -> Option<JavaFacts> {
+    if f.exists("pom.xml") {
+        Some(JavaFacts {
+            build_tool: "maven".into(),
+            wrapper: f.exists("mvnw"),
+        })
+    } else if f.exists("build.gradle") || f.exists("build.gradle.kts") {
+        Some(JavaFacts {
+            build_tool: "gradle".into(),
+            wrapper: f.exists("gradlew"),
+        })
+    } else {
+        None
+    }
+}
+
+fn native(f: &Files, no_language: bool) -> Option<NativeFacts> {
+    let mut systems = Vec::new();
+    if f.exists("CMakeLists.txt") {
+        systems.push("cmake".to_string());
+    }
+    if f.exists("meson.build") {
+        systems.push("meson".to_string());
+    }
+    if f.exists("configure") {
+        systems.push("autotools".to_string());
+    }
+    if f.exists("Makefile") || f.exists("makefile") {
+        systems.push("make".to_string());
+    }
+    let has_c = !f
+        .find(2, &|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("c" | "cc" | "cpp" | "cxx" | "h" | "hpp")
+            )
+        })
+        .is_empty();
+    if systems.is_empty() && !has_c {
+        return None;
+    }
+    // A Makefile in a Python repo is usually a task runner, not a native build.
+    let primary = no_language && (has_c || systems.iter().any(|s| s != "make"));
+    if !primary && !has_c {
+        return None;
+    }
+    Some(NativeFacts {
+        build_systems: systems,
+        primary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn requirement_names() {
+        assert_eq!(
+            requirement_name("Django>=4 ; python_version>'3'").as_deref(),
+            Some("django")
+        );
+        assert_eq!(
+            requirement_name("typing_extensions").as_deref(),
+            Some("typing-extensions")
+        );
+        assert_eq!(requirement_name("-r base.txt"), None);
+        assert_eq!(requirement_name("# c"), None);
+    }
+
+    #[test]
+    fn engines_major() {
+        assert_eq!(min_major(">=18.0.0"), Some(18));
+        assert_eq!(min_major("^20.1 || ^22"), Some(20));
+        assert_eq!(min_major("v16"), Some(16));
+        assert_eq!(min_major("lts/*"), None);
+    }
+
+    #[test]
+    fn bad_package_json_names_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("package.json"),
+            "{\n  \"name\": \"x\",\n  oops\n}\n",
+        )
+        .unwrap();
+        let err = analyze(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("package.json:3:"), "{err}");
+    }
+
+    #[test]
+    fn missing_repo_is_a_clear_error() {
+        let err = analyze(Path::new("/definitely/not/here"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/definitely/not/here"), "{err}");
+    }
+
+    proptest! {
+        #[test]
+        fn manifest_parsing_never_panics(pyproject in ".{0,200}", pkg in ".{0,200}", gomod in ".{0,100}") {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("pyproject.toml"), pyproject).unwrap();
+            std::fs::write(dir.path().join("package.json"), pkg).unwrap();
+            std::fs::write(dir.path().join("go.mod"), gomod).unwrap();
+            let _ = analyze(dir.path());
+        }
+    }
+}

@@ -1,0 +1,68 @@
+use std::path::PathBuf;
+
+use belay_record::RecordError;
+use belay_sandbox::SandboxError;
+
+/// Errors of the environment builder. Each says what is wrong and how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("repository {path} cannot be used: {reason}. Pass --repo with the path of a project directory")]
+    RepoMissing { path: PathBuf, reason: String },
+    #[error("{}:{line}:{column}: {message}. Fix the file and rerun", path.display())]
+    BadManifest {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("cannot plan: {0}")]
+    Plan(String),
+    #[error("state directory {path} is not usable: {reason}. Pass --state-dir with a writable directory")]
+    StateDir { path: PathBuf, reason: String },
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    BadState { path: PathBuf, message: String },
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+}
+
+impl EnvError {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        EnvError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True when the container engine, not the project, failed.
+    pub fn is_infra(&self) -> bool {
+        matches!(self, EnvError::Sandbox(e) if e.is_infra())
+    }
+
+    /// True for errors in what the user gave belay (flags, paths, files).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            EnvError::RepoMissing { .. }
+                | EnvError::BadManifest { .. }
+                | EnvError::StateDir { .. }
+                | EnvError::Usage(_)
+                | EnvError::Sandbox(SandboxError::ImageMissing { .. })
+        )
+    }
+}

@@ -1,0 +1,16 @@
+//! The environment builder: analyse a repository, plan setup blocks, run them in
+//! a container with a checkpoint image after each, and write scripts, a
+//! manifest and a Dockerfile that rebuilds the result.
+
+pub mod analyze;
+pub mod build;
+pub mod dockerfile;
+mod error;
+pub mod manifest;
+pub mod oracle;
+pub mod plan;
+pub mod preflight;
+pub mod progress;
+pub mod rundir;
+
+pub use error::EnvError;

@@ -1,0 +1,136 @@
+//! `manifest.json` and `executions.jsonl` records (FORMATS.md §1), plus a few
+//! fields of belay's own (status, timings, engine, base image).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Block;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProgressControl {
+    pub forward_granularity: String,
+    pub recovery_granularity: String,
+    pub local_repair: bool,
+    pub patch_back: bool,
+    pub checkpoint_rollback: bool,
+    pub final_clean_replay: bool,
+}
+
+impl ProgressControl {
+    /// What this build of belay does: block-level forward execution, stop at
+    /// the first failing block.
+    pub fn forward_only() -> Self {
+        ProgressControl {
+            forward_granularity: "block".into(),
+            recovery_granularity: "none".into(),
+            local_repair: false,
+            patch_back: false,
+            checkpoint_rollback: false,
+            final_clean_replay: false,
+        }
+    }
+}
+
+/// Model usage of a run. Zero for the rules planner.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LlmUsage {
+    pub planner: String,
+    pub model: Option<String>,
+    pub requests: u64,
+    pub retries: u64,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub latency_s: f64,
+    pub cost_usd: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Checkpoint {
+    pub id: String,
+    pub image_ref: String,
+    pub block_id: String,
+    pub parent_image_ref: Option<String>,
+    pub kind: String,
+    #[serde(default)]
+    pub image_id: String,
+    #[serde(default)]
+    pub created_at: String,
+}
+
+/// One record per Docker build, block, validation, finalization or oracle command.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Execution {
+    pub block_id: String,
+    pub phase: String,
+    pub attempt: u32,
+    pub exit_code: Option<i64>,
+    pub timed_out: bool,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    pub checkpoint_before: Option<String>,
+    pub checkpoint_after: Option<String>,
+    pub repair_command: Option<String>,
+    pub duration_s: f64,
+    pub command: String,
+    pub log_path: Option<PathBuf>,
+    #[serde(default)]
+    pub started_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OracleCommandResult {
+    pub oracle_id: String,
+    pub command: String,
+    pub exit_code: Option<i64>,
+    pub timed_out: bool,
+    pub ok: bool,
+    pub duration_s: f64,
+    pub log_path: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OracleReport {
+    pub oracle_file: PathBuf,
+    pub ok: bool,
+    pub commands: Vec<OracleCommandResult>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub ok: bool,
+    /// running | succeeded | failed
+    pub status: String,
+    pub run_id: String,
+    pub repo_path: PathBuf,
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub scripts_dir: PathBuf,
+    pub manifest_path: PathBuf,
+    pub llm_usage_path: PathBuf,
+    pub dockerfile_path: Option<PathBuf>,
+    pub base_image: Option<String>,
+    pub final_image: Option<String>,
+    pub error: Option<String>,
+    pub llm_usage: LlmUsage,
+    pub ablation_mode: String,
+    pub progress_control: ProgressControl,
+    pub final_clean_replay_enabled: bool,
+    pub final_clean_replay_ok: Option<bool>,
+    pub final_clean_replay_image: Option<String>,
+    pub final_clean_replay_failure_stage: Option<String>,
+    pub oracle: Option<OracleReport>,
+    pub blocks: Vec<Block>,
+    pub checkpoints: Vec<Checkpoint>,
+    pub executions: Vec<Execution>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub duration_s: f64,
+    /// How many times this run was started (1 + resumes).
+    pub starts: u32,
+    pub belay_version: String,
+    pub engine_api_version: Option<String>,
+    pub host_trust: bool,
+}

@@ -1,0 +1,636 @@
+//! The rules planner: ordered setup blocks, each a shell script with a
+//! validation command, from the repository context and the runtime notes.
+//!
+//! Block ids follow the seed (FORMATS.md §1): `00-preflight`,
+//! `10-system-packages`, `20-<lang>-runtime`, `30-<lang>-deps`,
+//! `40-native-build-config`, `50-test-tooling`; a second language takes `21-`
+//! and `31-`; three or more share `20-runtime-toolchain` and
+//! `30-project-dependencies`.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analyze::{Language, PythonInstaller, RepoContext};
+use crate::preflight::RuntimeNotes;
+use crate::EnvError;
+
+/// Where the repository lives inside build containers.
+pub const REPO_DIR: &str = "/workspace/repo";
+/// Where block scripts are put inside build containers.
+pub const SCRIPTS_DIR: &str = "/belay/scripts";
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockStatus {
+    Planned,
+    Running,
+    Succeeded,
+    Failed,
+    Repaired,
+    Skipped,
+}
+
+/// Time spent on a block, for the harness-overhead figure.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct BlockTiming {
+    /// Wall time from block start to its checkpoint being committed.
+    pub total_s: f64,
+    /// The block script's own run time.
+    pub script_s: f64,
+    /// The validation command's own run time.
+    pub validation_s: f64,
+    /// Committing the checkpoint.
+    pub checkpoint_s: f64,
+}
+
+/// One setup block, as written to `blocks/<id>.json` and listed in the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Block {
+    pub id: String,
+    pub title: String,
+    pub goal: String,
+    pub script: String,
+    pub order: u32,
+    pub validation_command: String,
+    pub status: BlockStatus,
+    pub last_error: Option<String>,
+    pub baseline_checkpoint: Option<String>,
+    pub success_checkpoint: Option<String>,
+    pub repair_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<BlockTiming>,
+}
+
+impl Block {
+    fn new(id: &str, title: &str, goal: &str, body: &[String], validation: &str) -> Self {
+        Block {
+            id: id.to_string(),
+            title: title.to_string(),
+            goal: goal.to_string(),
+            script: render_script(id, title, goal, body),
+            order: 0,
+            validation_command: validation.to_string(),
+            status: BlockStatus::Planned,
+            last_error: None,
+            baseline_checkpoint: None,
+            success_checkpoint: None,
+            repair_attempts: 0,
+            timing: None,
+        }
+    }
+
+    /// Path of this block's script inside the container.
+    pub fn container_script_path(&self) -> String {
+        format!("{SCRIPTS_DIR}/{}.sh", self.id)
+    }
+}
+
+/// The text of a block script.
+pub fn render_script(id: &str, title: &str, goal: &str, body: &[String]) -> String {
+    let mut s = format!(
+        "#!/usr/bin/env bash\n# belay block {id}: {title}\n# Goal: {goal}\nset -euo pipefail\nexport DEBIAN_FRONTEND=noninteractive\ncd {REPO_DIR}\n\n"
+    );
+    for line in body {
+        s.push_str(line);
+        s.push('\n');
+    }
+    s
+}
+
+/// What one language contributes to the plan.
+#[derive(Default)]
+struct Part {
+    lang: &'static str,
+    runtime: Vec<String>,
+    runtime_validation: Vec<String>,
+    deps: Vec<String>,
+    deps_validation: Vec<String>,
+    test: Vec<String>,
+    test_validation: Vec<String>,
+}
+
+/// Native packages that Python distributions commonly build against when no
+/// wheel fits. A starting table; the repair rules carry the full error-text map.
+const PY_NATIVE_HINTS: &[(&str, &[&str])] = &[
+    ("psycopg2", &["libpq-dev", "python3-dev", "build-essential"]),
+    (
+        "mysqlclient",
+        &[
+            "default-libmysqlclient-dev",
+            "pkg-config",
+            "python3-dev",
+            "build-essential",
+        ],
+    ),
+    (
+        "python-ldap",
+        &[
+            "libldap2-dev",
+            "libsasl2-dev",
+            "python3-dev",
+            "build-essential",
+        ],
+    ),
+    (
+        "pycairo",
+        &[
+            "libcairo2-dev",
+            "pkg-config",
+            "python3-dev",
+            "build-essential",
+        ],
+    ),
+    (
+        "pygobject",
+        &[
+            "libgirepository1.0-dev",
+            "libcairo2-dev",
+            "pkg-config",
+            "python3-dev",
+            "build-essential",
+        ],
+    ),
+    (
+        "dbus-python",
+        &[
+            "libdbus-1-dev",
+            "libglib2.0-dev",
+            "pkg-config",
+            "python3-dev",
+            "build-essential",
+        ],
+    ),
+    (
+        "pyaudio",
+        &["portaudio19-dev", "python3-dev", "build-essential"],
+    ),
+    ("gssapi", &["libkrb5-dev", "python3-dev", "build-essential"]),
+];
+
+fn q(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./=:@+,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn apt_install(pkgs: &BTreeSet<String>) -> String {
+    let list: Vec<&str> = pkgs.iter().map(String::as_str).collect();
+    format!(
+        "apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0 {}",
+        list.join(" ")
+    )
+}
+
+/// Plan blocks for `ctx` on an image described by `notes`.
+pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>, EnvError> {
+    if let Some(pm) = &notes.package_manager {
+        if pm != "apt" {
+            return Err(EnvError::Plan(format!(
+                "the base image ({}) uses {pm}; the rules planner writes apt-based setup. \
+                 Use a Debian or Ubuntu base image (the default `belay image bootstrap` image works)",
+                notes.os_pretty
+            )));
+        }
+    } else {
+        return Err(EnvError::Plan(format!(
+            "the base image ({}) has no package manager belay knows (apt-get). \
+             Use a Debian or Ubuntu base image",
+            notes.os_pretty
+        )));
+    }
+    let mut system: BTreeSet<String> = BTreeSet::new();
+    let mut parts: Vec<Part> = Vec::new();
+    for lang in &ctx.languages {
+        let part = match lang {
+            Language::Python => python_part(ctx, notes, &mut system),
+            Language::Node => node_part(ctx, notes),
+            Language::Rust => rust_part(ctx, notes),
+            Language::Go => go_part(ctx, notes),
+            Language::Java => java_part(ctx, notes),
+        };
+        parts.push(part);
+    }
+    let mut blocks = vec![Block::new(
+        "00-preflight",
+        "Preflight",
+        "Check the workspace is present and writable and that there is room to build",
+        &[
+            "test -d . || { echo 'the repository was not copied to /workspace/repo'; exit 1; }".into(),
+            "mkdir -p /belay".into(),
+            "free_kb=$(df -Pk . | awk 'NR==2 {print $4}')".into(),
+            "echo \"free disk under /workspace: $((free_kb / 1024)) MiB\"".into(),
+            "if [ \"${free_kb:-0}\" -lt 1048576 ]; then echo 'less than 1 GiB free in the container: free disk on the Docker host (docker system df)'; exit 1; fi".into(),
+        ],
+        "test -w /workspace/repo",
+    )];
+
+    // Native build systems.
+    let native_primary = ctx.native.as_ref().filter(|n| n.primary);
+    if let Some(n) = &ctx.native {
+        system.insert("build-essential".into());
+        for s in &n.build_systems {
+            match s.as_str() {
+                "cmake" => {
+                    system.insert("cmake".into());
+                }
+                "meson" => {
+                    system.extend(["meson".to_string(), "ninja-build".to_string()]);
+                }
+                "autotools" => {
+                    system.extend([
+                        "autoconf".to_string(),
+                        "automake".to_string(),
+                        "libtool".to_string(),
+                    ]);
+                }
+                _ => {}
+            }
+        }
+        system.insert("pkg-config".into());
+    }
+
+    let mut sys_body = vec!["apt-get update -q".to_string()];
+    let validation = if system.is_empty() {
+        sys_body.push("# No system packages beyond the language runtimes are needed.".into());
+        "apt-cache policy bash | grep -q Candidate".to_string()
+    } else {
+        sys_body.push(apt_install(&system));
+        let list: Vec<&str> = system.iter().map(String::as_str).collect();
+        format!("dpkg -s {} >/dev/null", list.join(" "))
+    };
+    blocks.push(Block::new(
+        "10-system-packages",
+        "System packages",
+        "Refresh the package index and install the system packages the project needs",
+        &sys_body,
+        &validation,
+    ));
+
+    let and = |v: &[String]| v.join(" && ");
+    match parts.len() {
+        0 => {}
+        1 | 2 => {
+            for (i, p) in parts.iter().enumerate() {
+                blocks.push(Block::new(
+                    &format!("{}-{}-runtime", 20 + i, p.lang),
+                    &format!("{} runtime", title_case(p.lang)),
+                    &format!("Install the {} toolchain", p.lang),
+                    &p.runtime,
+                    &and(&p.runtime_validation),
+                ));
+            }
+            for (i, p) in parts.iter().enumerate() {
+                if p.deps.is_empty() {
+                    continue;
+                }
+                blocks.push(Block::new(
+                    &format!("{}-{}-deps", 30 + i, p.lang),
+                    &format!("{} dependencies", title_case(p.lang)),
+                    &format!("Install the project's {} dependencies", p.lang),
+                    &p.deps,
+                    &and(&p.deps_validation),
+                ));
+            }
+        }
+        _ => {
+            let merge = |f: &dyn Fn(&Part) -> &Vec<String>| -> Vec<String> {
+                parts
+                    .iter()
+                    .filter(|p| !f(p).is_empty())
+                    .flat_map(|p| {
+                        std::iter::once(format!("# --- {} ---", p.lang)).chain(f(p).iter().cloned())
+                    })
+                    .collect()
+            };
+            let mergev = |f: &dyn Fn(&Part) -> &Vec<String>| -> String {
+                parts
+                    .iter()
+                    .flat_map(|p| f(p).iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(" && ")
+            };
+            blocks.push(Block::new(
+                "20-runtime-toolchain",
+                "Runtime toolchains",
+                "Install every language toolchain the project uses",
+                &merge(&|p| &p.runtime),
+                &mergev(&|p| &p.runtime_validation),
+            ));
+            blocks.push(Block::new(
+                "30-project-dependencies",
+                "Project dependencies",
+                "Install the project's dependencies for every language",
+                &merge(&|p| &p.deps),
+                &mergev(&|p| &p.deps_validation),
+            ));
+        }
+    }
+
+    if let Some(n) = native_primary {
+        let (body, val): (Vec<String>, &str) = if n.build_systems.iter().any(|s| s == "cmake") {
+            (
+                vec!["cmake -S . -B build".into()],
+                "cmake --build build -j\"$(nproc)\"",
+            )
+        } else if n.build_systems.iter().any(|s| s == "meson") {
+            (vec!["meson setup build".into()], "meson compile -C build")
+        } else if n.build_systems.iter().any(|s| s == "autotools") {
+            (vec!["./configure".into()], "make -n >/dev/null")
+        } else {
+            (vec!["make -n >/dev/null".into()], "make -n >/dev/null")
+        };
+        blocks.push(Block::new(
+            "40-native-build-config",
+            "Native build configuration",
+            "Configure the native build",
+            &body,
+            val,
+        ));
+    }
+
+    let tests: Vec<&Part> = parts.iter().filter(|p| !p.test.is_empty()).collect();
+    if !tests.is_empty() {
+        let body: Vec<String> = tests.iter().flat_map(|p| p.test.iter().cloned()).collect();
+        let val: Vec<String> = tests
+            .iter()
+            .flat_map(|p| p.test_validation.iter().cloned())
+            .collect();
+        blocks.push(Block::new(
+            "50-test-tooling",
+            "Test tooling",
+            "Make the project's test runner available and able to collect the tests",
+            &body,
+            &val.join(" && "),
+        ));
+    }
+    for (i, b) in blocks.iter_mut().enumerate() {
+        b.order = i as u32;
+    }
+    Ok(blocks)
+}
+
+fn title_case(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+const VENV_PY: &str = ".venv/bin/python";
+
+fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<String>) -> Part {
+    let Some(py) = &ctx.python else {
+        return Part::default();
+    };
+    let mut p = Part {
+        lang: "python",
+        ..Default::default()
+    };
+    let mut apt: BTreeSet<String> = BTreeSet::new();
+    if !notes.has("python3") || !notes.python_venv {
+        apt.extend(["python3".to_string(), "python3-venv".to_string()]);
+    }
+    for dep in &py.dependencies {
+        if let Some((_, pkgs)) = PY_NATIVE_HINTS.iter().find(|(d, _)| d == dep) {
+            system.extend(pkgs.iter().map(|s| s.to_string()));
+        }
+    }
+    if ctx.native.is_some() {
+        system.insert("python3-dev".into());
+    }
+    if py.needs_git {
+        system.insert("git".into());
+    }
+    if !apt.is_empty() {
+        p.runtime.push(apt_install(&apt));
+    }
+    p.runtime.push(format!(
+        "if [ ! -x {VENV_PY} ]; then python3 -m venv .venv; fi"
+    ));
+    p.runtime.push(format!("{VENV_PY} --version"));
+    p.runtime_validation.push(format!("test -x {VENV_PY}"));
+
+    let pip = format!("{VENV_PY} -m pip install --disable-pip-version-check");
+    let tool = |name: &str, pkg: &str| -> Vec<String> {
+        vec![
+            format!("# {name} runs from its own virtualenv so that it never lands in the project's."),
+            format!("if [ ! -x /opt/belay/{name}/bin/{name} ]; then python3 -m venv /opt/belay/{name} && /opt/belay/{name}/bin/pip install --disable-pip-version-check -q {pkg}; fi"),
+        ]
+    };
+    match py.installer {
+        PythonInstaller::Poetry => {
+            p.deps.extend(tool("poetry", "poetry"));
+            p.deps.push(format!(
+                "VIRTUAL_ENV={REPO_DIR}/.venv POETRY_VIRTUALENVS_CREATE=false /opt/belay/poetry/bin/poetry install --no-interaction"
+            ));
+        }
+        PythonInstaller::Uv => {
+            p.deps.extend(tool("uv", "uv"));
+            p.deps.push(format!(
+                "UV_PROJECT_ENVIRONMENT={REPO_DIR}/.venv UV_PYTHON_DOWNLOADS=never /opt/belay/uv/bin/uv sync --frozen --all-extras --python {REPO_DIR}/{VENV_PY}"
+            ));
+        }
+        PythonInstaller::Pipenv => {
+            p.deps.extend(tool("pipenv", "pipenv"));
+            p.deps.push(format!(
+                "PIPENV_VENV_IN_PROJECT=1 PIPENV_IGNORE_VIRTUALENVS=1 /opt/belay/pipenv/bin/pipenv install --dev --python {REPO_DIR}/{VENV_PY}"
+            ));
+        }
+        PythonInstaller::Pip => {
+            // The plain requirements file first, then the rest in name order.
+            let mut files = py.requirement_files.clone();
+            files.sort_by_key(|f| (f != "requirements.txt", f.clone()));
+            for f in &files {
+                p.deps.push(format!("{pip} -r {}", q(f)));
+            }
+            if py.installable {
+                let target = if py.test_extras.is_empty() {
+                    ".".to_string()
+                } else {
+                    format!(".[{}]", py.test_extras.join(","))
+                };
+                p.deps.push(format!("{pip} -e {}", q(&target)));
+            }
+        }
+    }
+    p.deps_validation.push(match &py.import_name {
+        Some(m) => format!("{VENV_PY} -c 'import {m}'"),
+        None => format!("{VENV_PY} -m pip check"),
+    });
+    if ctx.test_frameworks.iter().any(|f| f == "pytest") {
+        p.test.push(format!(
+            "if ! {VENV_PY} -m pytest --version >/dev/null 2>&1; then {pip} pytest; fi"
+        ));
+        p.test_validation.push(format!(
+            "{{ {VENV_PY} -m pytest --collect-only -q; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }}"
+        ));
+    }
+    p
+}
+
+fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
+    let Some(n) = &ctx.node else {
+        return Part::default();
+    };
+    let mut p = Part {
+        lang: "node",
+        ..Default::default()
+    };
+    if !notes.has("node") || !notes.has("npm") {
+        p.runtime.push(apt_install(
+            &["nodejs".to_string(), "npm".to_string()].into(),
+        ));
+    }
+    match n.package_manager.as_str() {
+        "yarn" => p.runtime.push(
+            "command -v yarn >/dev/null || npm install -g --no-audit --no-fund yarn@1".into(),
+        ),
+        "pnpm" => p
+            .runtime
+            .push("command -v pnpm >/dev/null || npm install -g --no-audit --no-fund pnpm".into()),
+        _ => {}
+    }
+    p.runtime
+        .push("echo \"node $(node --version), npm $(npm --version)\"".into());
+    p.runtime_validation.push("node --version".into());
+    if n.package_manager != "npm" {
+        p.runtime_validation
+            .push(format!("{} --version", n.package_manager));
+    }
+    if let Some(major) = n.required_major {
+        let range = n.engines_node.clone().unwrap_or_default();
+        p.runtime_validation.push(format!(
+            "{{ [ \"$(node -p 'process.versions.node.split(\".\")[0]')\" -ge {major} ] || {{ echo \"node $(node --version) is older than the project's engines.node {range}\"; false; }}; }}"
+        ));
+    }
+    if n.has_dependencies || n.lockfile.is_some() {
+        let install = match (n.package_manager.as_str(), n.lockfile.is_some()) {
+            ("yarn", true) => "yarn install --frozen-lockfile --non-interactive",
+            ("yarn", false) => "yarn install --non-interactive",
+            ("pnpm", true) => "pnpm install --frozen-lockfile",
+            ("pnpm", false) => "pnpm install",
+            (_, true) => "npm ci --no-audit --no-fund",
+            (_, false) => "npm install --no-audit --no-fund",
+        };
+        p.deps.push(install.to_string());
+        p.deps_validation.push(if n.package_manager == "npm" {
+            "npm ls --depth=0 >/dev/null".into()
+        } else {
+            "test -d node_modules".into()
+        });
+    }
+    for runner in ["jest", "mocha", "vitest", "ava"] {
+        if ctx.test_frameworks.iter().any(|f| f == runner) {
+            p.test.push(format!("node_modules/.bin/{runner} --version"));
+            p.test_validation
+                .push(format!("test -x node_modules/.bin/{runner}"));
+        }
+    }
+    p
+}
+
+fn rust_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
+    let Some(r) = &ctx.rust else {
+        return Part::default();
+    };
+    let mut p = Part {
+        lang: "rust",
+        ..Default::default()
+    };
+    if !notes.has("cargo") {
+        p.runtime.push(apt_install(&["cargo".to_string()].into()));
+    }
+    p.runtime.push("cargo --version && rustc --version".into());
+    p.runtime_validation.push("cargo --version".into());
+    if r.has_dependencies {
+        // The sparse protocol reaches crates.io through plain HTTPS (and proxies).
+        p.deps
+            .push("export CARGO_REGISTRIES_CRATES_IO_PROTOCOL=sparse".into());
+    }
+    p.deps.push("cargo fetch".into());
+    p.deps_validation
+        .push("{ cargo test --no-run || cargo check; }".into());
+    p
+}
+
+fn go_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
+    let Some(g) = &ctx.go else {
+        return Part::default();
+    };
+    let mut p = Part {
+        lang: "go",
+        ..Default::default()
+    };
+    if !notes.has("go") {
+        p.runtime
+            .push(apt_install(&["golang-go".to_string()].into()));
+    }
+    p.runtime.push(
+        "# Never download another toolchain; without a C compiler, build without cgo.".into(),
+    );
+    p.runtime
+        .push("go env -w GOTOOLCHAIN=local 2>/dev/null || true".into());
+    p.runtime
+        .push("command -v gcc >/dev/null || go env -w CGO_ENABLED=0".into());
+    p.runtime.push("go version".into());
+    p.runtime_validation.push("go version".into());
+    if g.has_dependencies {
+        p.deps.push("go mod download".into());
+    } else {
+        p.deps
+            .push("# go.mod requires no modules: nothing to download.".into());
+        p.deps.push("go mod verify".into());
+    }
+    p.deps_validation.push("go list -mod=mod ./...".into());
+    p
+}
+
+fn java_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
+    let Some(j) = &ctx.java else {
+        return Part::default();
+    };
+    let mut p = Part {
+        lang: "java",
+        ..Default::default()
+    };
+    let mut apt: BTreeSet<String> = BTreeSet::new();
+    if !notes.has("javac") {
+        apt.insert("default-jdk-headless".into());
+    }
+    let maven = j.build_tool == "maven";
+    if maven && !j.wrapper && !notes.has("mvn") {
+        apt.insert("maven".into());
+    }
+    if !maven && !j.wrapper && !notes.has("gradle") {
+        apt.insert("gradle".into());
+    }
+    if !apt.is_empty() {
+        p.runtime.push(apt_install(&apt));
+    }
+    let tool = match (maven, j.wrapper) {
+        (true, true) => "./mvnw",
+        (true, false) => "mvn",
+        (false, true) => "./gradlew",
+        (false, false) => "gradle",
+    };
+    if j.wrapper {
+        p.runtime.push(format!("chmod +x {tool}"));
+    }
+    p.runtime.push("java -version".into());
+    p.runtime_validation.push("java -version".into());
+    if maven {
+        p.deps.push(format!("{tool} -B -q dependency:go-offline"));
+        p.deps_validation.push(format!("{tool} -B -q -o compile"));
+    } else {
+        p.deps.push(format!("{tool} --no-daemon dependencies"));
+        p.deps_validation
+            .push(format!("{tool} --no-daemon --offline compileJava"));
+    }
+    p
+}

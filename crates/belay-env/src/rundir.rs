@@ -1,0 +1,88 @@
+//! The layout of `<state-dir>/runs/<run-id>/`.
+
+use std::path::{Path, PathBuf};
+
+use crate::EnvError;
+
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    pub state_dir: PathBuf,
+    pub run_id: String,
+    pub root: PathBuf,
+}
+
+impl RunDir {
+    pub fn new(state_dir: &Path, run_id: &str) -> Self {
+        Self {
+            state_dir: state_dir.to_path_buf(),
+            run_id: run_id.to_string(),
+            root: state_dir.join("runs").join(run_id),
+        }
+    }
+
+    /// Create the directory tree, failing with a clear message when the state
+    /// directory cannot be written.
+    pub fn create(&self) -> Result<(), EnvError> {
+        for d in [
+            self.root.clone(),
+            self.blocks_dir(),
+            self.scripts_dir(),
+            self.logs_dir(),
+        ] {
+            std::fs::create_dir_all(&d).map_err(|e| EnvError::StateDir {
+                path: self.state_dir.clone(),
+                reason: format!("cannot create {}: {e}", d.display()),
+            })?;
+        }
+        let probe = self.root.join(".write-test");
+        std::fs::write(&probe, b"ok").map_err(|e| EnvError::StateDir {
+            path: self.state_dir.clone(),
+            reason: format!("cannot write in {}: {e}", self.root.display()),
+        })?;
+        let _ = std::fs::remove_file(probe);
+        Ok(())
+    }
+
+    pub fn exists(&self) -> bool {
+        self.root.is_dir()
+    }
+    pub fn context(&self) -> PathBuf {
+        self.root.join("context.json")
+    }
+    pub fn blocks_dir(&self) -> PathBuf {
+        self.root.join("blocks")
+    }
+    pub fn scripts_dir(&self) -> PathBuf {
+        self.root.join("scripts")
+    }
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+    pub fn executions(&self) -> PathBuf {
+        self.root.join("executions.jsonl")
+    }
+    pub fn containers(&self) -> PathBuf {
+        self.root.join("containers.jsonl")
+    }
+    pub fn llm_usage(&self) -> PathBuf {
+        self.root.join("llm-usage.json")
+    }
+    pub fn manifest(&self) -> PathBuf {
+        self.root.join("manifest.json")
+    }
+    pub fn dockerfile(&self) -> PathBuf {
+        self.root.join("Dockerfile")
+    }
+    pub fn ca_bundle(&self) -> PathBuf {
+        self.root.join("belay-ca.crt")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("run.lock")
+    }
+    /// `logs/<block>/<phase>-attempt-N.log`
+    pub fn log_path(&self, block: &str, phase: &str, attempt: u32) -> PathBuf {
+        self.logs_dir()
+            .join(block)
+            .join(format!("{phase}-attempt-{attempt}.log"))
+    }
+}

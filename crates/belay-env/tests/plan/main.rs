@@ -1,0 +1,121 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Snapshot tests of the rules planner: for every fixture repository, the
+//! analysed context and the planned blocks (ids, validations, full scripts).
+
+use std::path::PathBuf;
+
+use belay_env::analyze::analyze;
+use belay_env::plan::plan_rules;
+use belay_env::preflight::RuntimeNotes;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn render(name: &str) -> String {
+    let ctx = analyze(&fixtures().join(name)).unwrap();
+    let blocks = plan_rules(&ctx, &RuntimeNotes::assumed_debian()).unwrap();
+    let mut ctx_json = serde_json::to_value(&ctx).unwrap();
+    ctx_json["repo_path"] = serde_json::Value::String("<repo>".into());
+    let mut out = format!(
+        "context:\n{}\n",
+        serde_json::to_string_pretty(&ctx_json).unwrap()
+    );
+    for b in &blocks {
+        out.push_str(&format!(
+            "\n=== {} (order {}) — {}\nvalidation: {}\n{}",
+            b.id, b.order, b.title, b.validation_command, b.script
+        ));
+    }
+    out
+}
+
+macro_rules! plan_snapshot {
+    ($test:ident, $fixture:literal) => {
+        #[test]
+        fn $test() {
+            insta::assert_snapshot!($fixture, render($fixture));
+        }
+    };
+}
+
+plan_snapshot!(python_pyproject, "py-pyproject");
+plan_snapshot!(python_poetry, "py-poetry");
+plan_snapshot!(python_requirements_native, "py-requirements-native");
+plan_snapshot!(node_npm, "node-npm");
+plan_snapshot!(node_yarn_jest, "node-yarn-jest");
+plan_snapshot!(rust_crate, "rust-crate");
+plan_snapshot!(go_module, "go-module");
+plan_snapshot!(java_maven, "java-maven");
+plan_snapshot!(cmake_c, "cmake-c");
+plan_snapshot!(two_languages, "multi-py-node");
+plan_snapshot!(three_languages, "polyglot");
+plan_snapshot!(no_manifest, "empty-repo");
+
+#[test]
+fn every_fixture_has_a_snapshot_test() {
+    let src = include_str!("main.rs");
+    for entry in std::fs::read_dir(fixtures()).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            src.contains(&format!("\"{name}\")")),
+            "fixture {name} has no plan snapshot test"
+        );
+    }
+}
+
+#[test]
+fn block_ids_follow_the_seed_numbering() {
+    let ctx = analyze(&fixtures().join("multi-py-node")).unwrap();
+    let ids: Vec<String> = plan_rules(&ctx, &RuntimeNotes::assumed_debian())
+        .unwrap()
+        .into_iter()
+        .map(|b| b.id)
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "00-preflight",
+            "10-system-packages",
+            "20-python-runtime",
+            "21-node-runtime",
+            "30-python-deps",
+            "31-node-deps",
+            "50-test-tooling"
+        ]
+    );
+    let ctx = analyze(&fixtures().join("polyglot")).unwrap();
+    let ids: Vec<String> = plan_rules(&ctx, &RuntimeNotes::assumed_debian())
+        .unwrap()
+        .into_iter()
+        .map(|b| b.id)
+        .collect();
+    assert!(
+        ids.contains(&"20-runtime-toolchain".to_string())
+            && ids.contains(&"30-project-dependencies".to_string()),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn runtime_notes_change_the_plan() {
+    // An image that already has python3 with venv support needs no apt install for it.
+    let ctx = analyze(&fixtures().join("py-pyproject")).unwrap();
+    let mut notes = RuntimeNotes::assumed_debian();
+    notes
+        .tools
+        .insert("python3".into(), "/usr/bin/python3".into());
+    notes.python_venv = true;
+    let blocks = plan_rules(&ctx, &notes).unwrap();
+    let runtime = blocks.iter().find(|b| b.id == "20-python-runtime").unwrap();
+    assert!(
+        !runtime.script.contains("apt-get install"),
+        "{}",
+        runtime.script
+    );
+    // A non-apt image is refused with a clear reason.
+    notes.package_manager = Some("apk".into());
+    notes.os_pretty = "Alpine Linux v3.20".into();
+    let err = plan_rules(&ctx, &notes).unwrap_err().to_string();
+    assert!(err.contains("Alpine") && err.contains("Debian"), "{err}");
+}

@@ -1,0 +1,80 @@
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::RecordError;
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory is
+/// written and fsynced, renamed over `path`, and the directory is fsynced. Readers
+/// (and a resume after `kill -9`) see the old content or the new, never a mix.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "state".to_string());
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| RecordError::io("cannot create", &tmp, e))?;
+        f.write_all(bytes)
+            .map_err(|e| RecordError::io("cannot write", &tmp, e))?;
+        f.sync_all()
+            .map_err(|e| RecordError::io("cannot sync", &tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| RecordError::io("cannot replace", path, e))?;
+        // Make the rename itself durable. Not every filesystem allows fsync on a
+        // directory; the rename is still atomic there, so that error is ignored.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Serialise `value` as pretty JSON (with a trailing newline) and write it atomically.
+pub fn write_json_atomic<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), RecordError> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| RecordError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    atomic_write(path, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_content_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.json");
+        atomic_write(&p, b"one").unwrap();
+        atomic_write(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "temp files left behind: {names:?}");
+    }
+
+    #[test]
+    fn error_names_the_path() {
+        let err = atomic_write(Path::new("/nonexistent-dir/x/state.json"), b"x").unwrap_err();
+        assert!(err.to_string().contains("/nonexistent-dir/x/"), "{err}");
+    }
+}

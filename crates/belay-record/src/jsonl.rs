@@ -1,0 +1,80 @@
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::{RecordError, Redactor};
+
+/// An append-only JSON Lines file. Each record is serialised whole, redacted, and
+/// written with a single `write_all` of one line, so a crash can at worst lose the
+/// last line; it never interleaves or tears earlier ones. Records are appended,
+/// never rewritten: the file grows linearly with the run.
+#[derive(Debug)]
+pub struct JsonlAppender {
+    path: PathBuf,
+    file: File,
+}
+
+impl JsonlAppender {
+    pub fn open(path: &Path) -> Result<Self, RecordError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| RecordError::io("cannot open", path, e))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn append<T: Serialize>(
+        &mut self,
+        record: &T,
+        redactor: &Redactor,
+    ) -> Result<(), RecordError> {
+        let line = serde_json::to_string(record).map_err(|source| RecordError::Json {
+            path: self.path.clone(),
+            source,
+        })?;
+        let mut line = redactor.redact(&line).into_owned();
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(|e| RecordError::io("cannot append to", &self.path, e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| RecordError::io("cannot sync", &self.path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_whole_lines_and_redacts() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events.jsonl");
+        let red = Redactor::new([("TOKEN".to_string(), "s3cr3t-value".to_string())]);
+        let mut w = JsonlAppender::open(&p).unwrap();
+        w.append(
+            &serde_json::json!({"a": 1, "msg": "uses s3cr3t-value"}),
+            &red,
+        )
+        .unwrap();
+        drop(w);
+        let mut w = JsonlAppender::open(&p).unwrap();
+        w.append(&serde_json::json!({"a": 2}), &red).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(!text.contains("s3cr3t-value"));
+        assert!(lines[0].contains("[REDACTED:TOKEN]"));
+    }
+}

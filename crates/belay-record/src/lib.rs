@@ -1,0 +1,30 @@
+//! Records: the one module that writes run state.
+//!
+//! Everything belay persists about a run goes through here, so that resume, audit
+//! and the progress display all read one truth:
+//!
+//! * [`atomic_write`] / [`write_json_atomic`]: write-to-temp, fsync, rename, fsync dir.
+//!   A crash leaves either the old file or the new one, never a torn one.
+//! * [`JsonlAppender`]: append-only event and execution logs, one whole line per write.
+//! * [`RunLock`]: an advisory lock that refuses a second concurrent run.
+//! * [`Redactor`]: scrubs secret values from everything written.
+//! * [`ProcessIdentity`]: pid + start time + boot id, the only evidence the reaper
+//!   trusts when it decides that an owner process is gone.
+//! * [`run_id`]: run id generation and validation.
+
+mod atomic;
+mod error;
+mod identity;
+mod jsonl;
+mod lock;
+mod redact;
+pub mod run_id;
+mod time;
+
+pub use atomic::{atomic_write, write_json_atomic};
+pub use error::RecordError;
+pub use identity::ProcessIdentity;
+pub use jsonl::JsonlAppender;
+pub use lock::RunLock;
+pub use redact::Redactor;
+pub use time::{now_rfc3339, unix_millis};

@@ -1,0 +1,801 @@
+//! The Docker Engine API backend.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use belay_record::{ProcessIdentity, Redactor};
+use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
+use bollard::query_parameters as qp;
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio_util::io::ReaderStream;
+
+use crate::infra::{classify_api_error, classify_exit, Sticky};
+use crate::logsink::LogSink;
+use crate::runtime::*;
+use crate::tarstream::{tar_dir_stream, tar_files};
+use crate::{
+    labels, split_image_ref, ExecObserver, InfraFailure, SandboxError, StreamKind, TarFilter,
+};
+
+/// How long belay waits for the daemon to answer the first request.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// After killing a timed-out command, how long to wait for its streams to close.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// A [`ContainerRuntime`] over the Docker Engine API.
+#[derive(Clone)]
+pub struct DockerRuntime {
+    docker: Docker,
+    sticky: Arc<Sticky>,
+    owner: BTreeMap<String, String>,
+    negotiated: String,
+}
+
+impl std::fmt::Debug for DockerRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerRuntime")
+            .field("negotiated", &self.negotiated)
+            .finish()
+    }
+}
+
+impl DockerRuntime {
+    /// Connect (honouring `DOCKER_HOST`) and negotiate the API version, so that
+    /// older daemons (20.10, API 1.41) are spoken to in their own version.
+    pub async fn connect() -> Result<Self, SandboxError> {
+        let docker =
+            Docker::connect_with_local_defaults().map_err(|e| InfraFailure::DaemonGone {
+                detail: e.to_string(),
+            })?;
+        let docker = match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => {
+                return Err(InfraFailure::DaemonGone {
+                    detail: e.to_string(),
+                }
+                .into())
+            }
+            Err(_) => {
+                return Err(InfraFailure::DaemonGone {
+                    detail: format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+                }
+                .into())
+            }
+        };
+        let negotiated = docker.client_version().to_string();
+        let mut owner = BTreeMap::new();
+        if let Some(me) = ProcessIdentity::current() {
+            owner.insert(labels::OWNER_PID.to_string(), me.pid.to_string());
+            owner.insert(labels::OWNER_START.to_string(), me.start_ticks.to_string());
+            owner.insert(labels::OWNER_BOOT.to_string(), me.boot_id);
+        }
+        owner.insert(labels::OWNER_MACHINE.to_string(), labels::machine_id());
+        Ok(Self {
+            docker,
+            sticky: Arc::new(Sticky::default()),
+            owner,
+            negotiated,
+        })
+    }
+
+    /// The API version in use after negotiation.
+    pub fn api_version(&self) -> &str {
+        &self.negotiated
+    }
+
+    /// Map an API error: infra failures become sticky, others keep their context.
+    fn api_err(&self, op: &'static str, e: bollard::errors::Error) -> SandboxError {
+        match classify_api_error(&e) {
+            Some(f) => SandboxError::Infra(self.sticky.raise(f)),
+            None => SandboxError::Docker {
+                op,
+                message: docker_message(&e),
+            },
+        }
+    }
+
+    fn check(&self) -> Result<(), SandboxError> {
+        self.sticky.check().map_err(SandboxError::Infra)
+    }
+
+    async fn kill_group(&self, container: &str, pidfile: &str) {
+        let script = format!(
+            "p=$(cat {pidfile} 2>/dev/null) && [ -n \"$p\" ] && (kill -KILL -- -\"$p\" 2>/dev/null || kill -KILL \"$p\")"
+        );
+        let cfg = bollard::exec::CreateExecOptions::<String> {
+            cmd: Some(vec!["/bin/sh".into(), "-c".into(), script]),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            ..Default::default()
+        };
+        if let Ok(ex) = self.docker.create_exec(container, cfg).await {
+            let _ = self
+                .docker
+                .start_exec(
+                    &ex.id,
+                    Some(bollard::exec::StartExecOptions {
+                        detach: true,
+                        ..Default::default()
+                    }),
+                )
+                .await;
+        }
+    }
+}
+
+fn docker_message(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            message,
+            status_code,
+        } => {
+            format!("{message} (HTTP {status_code})")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn to_hash(m: &BTreeMap<String, String>) -> HashMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn label_filter(filters: &[String]) -> Option<HashMap<String, Vec<String>>> {
+    let mut f = HashMap::new();
+    f.insert("label".to_string(), filters.to_vec());
+    Some(f)
+}
+
+static EXEC_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[async_trait]
+impl ContainerRuntime for DockerRuntime {
+    async fn info(&self) -> Result<EngineInfo, SandboxError> {
+        self.check()?;
+        let v = self
+            .docker
+            .version()
+            .await
+            .map_err(|e| self.api_err("version", e))?;
+        let storage = match self.docker.info().await {
+            Ok(i) => i.driver.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        Ok(EngineInfo {
+            server_version: v.version.unwrap_or_default(),
+            api_version: v.api_version.unwrap_or_default(),
+            negotiated_api_version: self.negotiated.clone(),
+            os: format!(
+                "{}/{}",
+                v.os.unwrap_or_default(),
+                v.arch.unwrap_or_default()
+            ),
+            storage_driver: storage,
+        })
+    }
+
+    async fn image_exists(&self, image: &str) -> Result<bool, SandboxError> {
+        Ok(self.image(image).await?.is_some())
+    }
+
+    async fn image(&self, image: &str) -> Result<Option<ImageInfo>, SandboxError> {
+        self.check()?;
+        match self.docker.inspect_image(image).await {
+            Ok(i) => Ok(Some(ImageInfo {
+                id: i.id.unwrap_or_default(),
+                tags: i.repo_tags.unwrap_or_default(),
+                labels: i
+                    .config
+                    .and_then(|c| c.labels)
+                    .map(|l| l.into_iter().collect())
+                    .unwrap_or_default(),
+                created: 0,
+                size: i.size.unwrap_or(0),
+            })),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(self.api_err("inspect image", e)),
+        }
+    }
+
+    async fn list_images(&self, label_filters: &[String]) -> Result<Vec<ImageInfo>, SandboxError> {
+        self.check()?;
+        let opts = qp::ListImagesOptions {
+            all: false,
+            filters: label_filter(label_filters),
+            ..Default::default()
+        };
+        let list = self
+            .docker
+            .list_images(Some(opts))
+            .await
+            .map_err(|e| self.api_err("list images", e))?;
+        Ok(list
+            .into_iter()
+            .map(|i| ImageInfo {
+                id: i.id,
+                tags: i.repo_tags,
+                labels: i.labels.into_iter().collect(),
+                created: i.created,
+                size: i.size,
+            })
+            .collect())
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<(), SandboxError> {
+        self.check()?;
+        match self
+            .docker
+            .remove_image(
+                image,
+                Some(qp::RemoveImageOptions {
+                    force: false,
+                    noprune: false,
+                    platforms: None,
+                }),
+                None,
+            )
+            .await
+        {
+            Ok(_)
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(self.api_err("remove image", e)),
+        }
+    }
+
+    async fn tag_image(&self, image: &str, new_ref: &str) -> Result<(), SandboxError> {
+        self.check()?;
+        let (repo, tag) = split_image_ref(new_ref);
+        self.docker
+            .tag_image(
+                image,
+                Some(qp::TagImageOptions {
+                    repo: Some(repo.to_string()),
+                    tag: Some(tag.to_string()),
+                }),
+            )
+            .await
+            .map_err(|e| self.api_err("tag image", e))
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError> {
+        self.check()?;
+        let mut lbl = spec.labels.clone();
+        lbl.insert(labels::BELAY.into(), "true".into());
+        lbl.insert(labels::RUN.into(), spec.run_id.clone());
+        lbl.insert(labels::KIND.into(), spec.kind.clone());
+        lbl.extend(self.owner.clone());
+        let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mounts: Vec<String> = spec
+            .mounts
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}:{}",
+                    m.host.display(),
+                    m.container,
+                    if m.read_only { "ro" } else { "rw" }
+                )
+            })
+            .collect();
+        let host = HostConfig {
+            network_mode: Some(spec.network.as_docker().to_string()),
+            binds: if mounts.is_empty() {
+                None
+            } else {
+                Some(mounts)
+            },
+            readonly_rootfs: spec.read_only_rootfs.then_some(true),
+            cap_drop: spec.drop_capabilities.then(|| vec!["ALL".to_string()]),
+            security_opt: spec
+                .drop_capabilities
+                .then(|| vec!["no-new-privileges".to_string()]),
+            memory: spec.memory_bytes,
+            nano_cpus: spec.nano_cpus,
+            init: Some(true),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            entrypoint: Some(vec![]),
+            env: Some(env),
+            labels: Some(to_hash(&lbl)),
+            working_dir: spec.working_dir.clone(),
+            host_config: Some(host),
+            network_disabled: (spec.network == Network::None).then_some(true),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(None::<qp::CreateContainerOptions>, body)
+            .await
+            .map_err(|e| match &e {
+                bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => {
+                    SandboxError::ImageMissing {
+                        image: spec.image.clone(),
+                        hint: "Build it (`belay image bootstrap`) or pass an image that exists (`docker images`).".into(),
+                    }
+                }
+                _ => self.api_err("create container", e),
+            })?;
+        if let Err(e) = self
+            .docker
+            .start_container(&created.id, None::<qp::StartContainerOptions>)
+            .await
+        {
+            let _ = self.remove(&created.id).await;
+            return Err(self.api_err("start container", e));
+        }
+        Ok(created.id)
+    }
+
+    async fn remove(&self, container: &str) -> Result<(), SandboxError> {
+        // Removal runs even after a sticky failure: cleaning up is always worth trying.
+        match self
+            .docker
+            .remove_container(
+                container,
+                Some(qp::RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    link: false,
+                }),
+            )
+            .await
+        {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            // "removal already in progress"
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(()),
+            Err(e) => Err(self.api_err("remove container", e)),
+        }
+    }
+
+    async fn list_containers(
+        &self,
+        label_filters: &[String],
+    ) -> Result<Vec<ContainerInfo>, SandboxError> {
+        self.check()?;
+        let list = self
+            .docker
+            .list_containers(Some(qp::ListContainersOptions {
+                all: true,
+                filters: label_filter(label_filters),
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| self.api_err("list containers", e))?;
+        Ok(list
+            .into_iter()
+            .map(|c| ContainerInfo {
+                id: c.id.unwrap_or_default(),
+                names: c.names.unwrap_or_default(),
+                image: c.image.unwrap_or_default(),
+                labels: c.labels.unwrap_or_default().into_iter().collect(),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn copy_dir_in(
+        &self,
+        container: &str,
+        host_dir: &Path,
+        dest: &str,
+        filter: &TarFilter,
+    ) -> Result<u64, SandboxError> {
+        self.check()?;
+        let (rx, handle) = tar_dir_stream(host_dir, dest, filter);
+        let stream = tokio_stream_from(rx);
+        let upload = self.docker.upload_to_container(
+            container,
+            Some(qp::UploadToContainerOptions {
+                path: "/".to_string(),
+                ..Default::default()
+            }),
+            bollard::body_try_stream(stream),
+        );
+        let up = upload.await;
+        let count = handle.await.map_err(|e| SandboxError::Docker {
+            op: "archive",
+            message: e.to_string(),
+        })??;
+        up.map_err(|e| self.api_err("copy into container", e))?;
+        Ok(count)
+    }
+
+    async fn put_files(
+        &self,
+        container: &str,
+        files: &[(String, Vec<u8>, u32)],
+    ) -> Result<(), SandboxError> {
+        self.check()?;
+        let tar = tar_files(files).map_err(|e| SandboxError::Docker {
+            op: "archive files",
+            message: e.to_string(),
+        })?;
+        self.docker
+            .upload_to_container(
+                container,
+                Some(qp::UploadToContainerOptions {
+                    path: "/".to_string(),
+                    ..Default::default()
+                }),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(|e| self.api_err("copy files into container", e))
+    }
+
+    async fn exec(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+        redactor: &Redactor,
+        observer: &dyn ExecObserver,
+    ) -> Result<ExecOutcome, SandboxError> {
+        self.check()?;
+        let started = Instant::now();
+        let seq = EXEC_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pidfile = format!("/tmp/.belay-exec-{}-{seq}.pid", std::process::id());
+        // The command runs as the leader of a new process group (setsid), whose
+        // id is written to a pidfile, so that a timeout can kill the whole tree.
+        let inner = format!("echo $$ > {pidfile}; \"$@\"; rc=$?; rm -f {pidfile}; exit $rc");
+        let wrapper = format!(
+            "if command -v setsid >/dev/null 2>&1; then exec setsid -w /bin/sh -c '{inner}' belay-exec \"$@\"; \
+             else exec /bin/sh -c '{inner}' belay-exec \"$@\"; fi"
+        );
+        let mut cmd = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            wrapper,
+            "belay-exec".to_string(),
+        ];
+        cmd.extend(spec.argv.iter().cloned());
+        let cfg = bollard::exec::CreateExecOptions::<String> {
+            cmd: Some(cmd),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(false),
+            tty: Some(false),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: spec.working_dir.clone(),
+            ..Default::default()
+        };
+        let exec = self
+            .docker
+            .create_exec(container, cfg)
+            .await
+            .map_err(|e| self.api_err("create exec", e))?;
+        let mut sink = LogSink::create(&spec.log_path, redactor, observer)?;
+        let started_exec = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| self.api_err("start exec", e))?;
+        let mut timed_out = false;
+        if let bollard::exec::StartExecResults::Attached { mut output, .. } = started_exec {
+            let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
+            let mut killed_at: Option<tokio::time::Instant> = None;
+            loop {
+                let next = match (deadline, killed_at) {
+                    (_, Some(k)) => {
+                        match tokio::time::timeout_at(k + KILL_GRACE, output.next()).await {
+                            Ok(n) => n,
+                            Err(_) => break,
+                        }
+                    }
+                    (Some(d), None) => match tokio::time::timeout_at(d, output.next()).await {
+                        Ok(n) => n,
+                        Err(_) => {
+                            timed_out = true;
+                            sink.note(&format!(
+                                "\n[belay] command exceeded its timeout of {} s; killing its process group",
+                                spec.timeout.map(|t| t.as_secs()).unwrap_or(0)
+                            ))?;
+                            self.kill_group(container, &pidfile).await;
+                            killed_at = Some(tokio::time::Instant::now());
+                            continue;
+                        }
+                    },
+                    (None, None) => output.next().await,
+                };
+                match next {
+                    None => break,
+                    Some(Ok(bollard::container::LogOutput::StdOut { message })) => {
+                        sink.push(StreamKind::Stdout, &message)?
+                    }
+                    Some(Ok(bollard::container::LogOutput::StdErr { message })) => {
+                        sink.push(StreamKind::Stderr, &message)?
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        let _ = sink.finish();
+                        return Err(self.api_err("read exec output", e));
+                    }
+                }
+            }
+        }
+        let (stdout_tail, stderr_tail, log_bytes) = sink.finish()?;
+        let inspect = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| self.api_err("inspect exec", e))?;
+        let exit_code = match inspect.exit_code {
+            Some(c) => c,
+            None if timed_out => 137,
+            None => -1,
+        };
+        if !timed_out {
+            let tail = format!("{stdout_tail}\n{stderr_tail}");
+            if let Some(f) = classify_exit(exit_code, &tail) {
+                return Err(SandboxError::Infra(self.sticky.raise(f)));
+            }
+        }
+        Ok(ExecOutcome {
+            exit_code,
+            timed_out,
+            duration: started.elapsed(),
+            stdout_tail,
+            stderr_tail,
+            log_bytes,
+        })
+    }
+
+    async fn commit(
+        &self,
+        container: &str,
+        image_ref: &str,
+        lbls: &BTreeMap<String, String>,
+    ) -> Result<String, SandboxError> {
+        self.check()?;
+        let (repo, tag) = split_image_ref(image_ref);
+        let mut all = lbls.clone();
+        all.insert(labels::BELAY.into(), "true".into());
+        // Blank the owner labels: only belay's own containers are ever "owned".
+        for k in labels::OWNER_LABELS {
+            all.insert(k.to_string(), String::new());
+        }
+        let config = ContainerConfig {
+            labels: Some(to_hash(&all)),
+            ..Default::default()
+        };
+        let opts = qp::CommitContainerOptions {
+            container: Some(container.to_string()),
+            repo: Some(repo.to_string()),
+            tag: Some(tag.to_string()),
+            comment: Some("belay checkpoint".to_string()),
+            author: Some("belay".to_string()),
+            pause: false,
+            changes: None,
+        };
+        let id = self
+            .docker
+            .commit_container(opts, config)
+            .await
+            .map_err(|e| self.api_err("commit", e))?;
+        Ok(id.id)
+    }
+
+    async fn build(&self, req: &BuildRequest, redactor: &Redactor) -> Result<String, SandboxError> {
+        self.check()?;
+        let rel = req
+            .dockerfile
+            .strip_prefix(&req.context_dir)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "Dockerfile".to_string());
+        let mut tmp_ctx = None;
+        let (context, dockerfile_name) = if req.dockerfile.starts_with(&req.context_dir) {
+            (req.context_dir.clone(), rel)
+        } else {
+            // A Dockerfile outside its context: send it alongside under a private name.
+            let dir = std::env::temp_dir().join(format!("belay-build-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| SandboxError::io("cannot create", &dir, e))?;
+            tmp_ctx = Some(dir);
+            (req.context_dir.clone(), ".belay.Dockerfile".to_string())
+        };
+        let mut sink = LogSink::create(&req.log_path, redactor, &crate::NoopObserver)?;
+        sink.note(&format!(
+            "[belay] docker build -f {} {}",
+            req.dockerfile.display(),
+            context.display()
+        ))?;
+        let extra: Vec<(String, Vec<u8>, u32)> = if tmp_ctx.is_some() {
+            let content = std::fs::read(&req.dockerfile)
+                .map_err(|e| SandboxError::io("cannot read", &req.dockerfile, e))?;
+            vec![(dockerfile_name.clone(), content, 0o644)]
+        } else {
+            vec![]
+        };
+        let (rx, handle) = build_context_stream(&context, extra);
+        let opts = qp::BuildImageOptions {
+            dockerfile: dockerfile_name,
+            t: Some(req.tag.clone()),
+            rm: true,
+            forcerm: true,
+            labels: Some(to_hash(&req.labels)),
+            networkmode: Some(req.network.as_docker().to_string()),
+            ..Default::default()
+        };
+        let stream = self.docker.build_image(
+            opts,
+            None,
+            Some(bollard::body_try_stream(tokio_stream_from(rx))),
+        );
+        tokio::pin!(stream);
+        let timeout = tokio::time::sleep(req.timeout);
+        tokio::pin!(timeout);
+        let mut image_id = None;
+        loop {
+            tokio::select! {
+                _ = &mut timeout => {
+                    let log = req.log_path.clone();
+                    let _ = sink.finish();
+                    return Err(SandboxError::BuildTimeout { dockerfile: req.dockerfile.clone(), secs: req.timeout.as_secs(), log });
+                }
+                item = stream.next() => match item {
+                    None => break,
+                    Some(Ok(info)) => {
+                        if let Some(s) = info.stream { sink.push(StreamKind::Stdout, s.as_bytes())?; }
+                        if let Some(s) = info.status { sink.push(StreamKind::Stdout, format!("{s}\n").as_bytes())?; }
+                        if let Some(aux) = info.aux { image_id = aux.id; }
+                        if let Some(err) = info.error_detail.and_then(|d| d.message) {
+                            sink.push(StreamKind::Stderr, err.as_bytes())?;
+                            let _ = sink.finish();
+                            return Err(SandboxError::BuildFailed { dockerfile: req.dockerfile.clone(), message: err, log: req.log_path.clone() });
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let msg = docker_message(&e);
+                        sink.push(StreamKind::Stderr, msg.as_bytes())?;
+                        let _ = sink.finish();
+                        if let Some(f) = classify_api_error(&e) {
+                            if !matches!(e, bollard::errors::Error::DockerStreamError { .. }) {
+                                return Err(SandboxError::Infra(self.sticky.raise(f)));
+                            }
+                        }
+                        return Err(SandboxError::BuildFailed { dockerfile: req.dockerfile.clone(), message: msg, log: req.log_path.clone() });
+                    }
+                }
+            }
+        }
+        let _ = handle.await;
+        sink.finish()?;
+        if let Some(dir) = tmp_ctx {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        match image_id {
+            Some(id) => Ok(id),
+            None => Ok(self
+                .image(&req.tag)
+                .await?
+                .map(|i| i.id)
+                .unwrap_or_default()),
+        }
+    }
+}
+
+/// A build context: the directory as tar, plus extra in-memory files.
+fn build_context_stream(
+    dir: &Path,
+    extra: Vec<(String, Vec<u8>, u32)>,
+) -> crate::tarstream::TarStream {
+    if extra.is_empty() {
+        return tar_dir_stream(dir, "", &TarFilter::default());
+    }
+    // Small case (a Dockerfile sent from outside its context): stage a copy list.
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let dir = dir.to_path_buf();
+    let handle = tokio::task::spawn_blocking(move || {
+        let mut b = tar::Builder::new(Vec::new());
+        b.follow_symlinks(false);
+        let res = (|| -> std::io::Result<u64> {
+            b.append_dir_all(".", &dir)?;
+            for (path, content, mode) in &extra {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(content.len() as u64);
+                h.set_mode(*mode);
+                h.set_entry_type(tar::EntryType::Regular);
+                b.append_data(&mut h, path, content.as_slice())?;
+            }
+            Ok(0)
+        })();
+        match res.and_then(|_| b.into_inner()) {
+            Ok(bytes) => {
+                let _ = tx.blocking_send(Ok(bytes::Bytes::from(bytes)));
+                Ok(0)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let _ = tx.blocking_send(Err(e));
+                Err(SandboxError::Docker {
+                    op: "build context",
+                    message: msg,
+                })
+            }
+        }
+    });
+    (rx, handle)
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+impl DockerRuntime {
+    /// Import a root filesystem directory as an image (`docker import`), streaming
+    /// `tar -C DIR -c .` (which keeps device nodes, hard links and ownership)
+    /// straight into the Engine API.
+    pub async fn import_rootfs(
+        &self,
+        rootfs: &Path,
+        image_ref: &str,
+        changes: Vec<String>,
+    ) -> Result<String, SandboxError> {
+        self.check()?;
+        let mut child = tokio::process::Command::new("tar")
+            .arg("-C")
+            .arg(rootfs)
+            .args(["--numeric-owner", "-c", "."])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| SandboxError::io("cannot run tar on", rootfs, e))?;
+        let stdout = child.stdout.take().ok_or_else(|| SandboxError::Docker {
+            op: "import",
+            message: "tar has no stdout".into(),
+        })?;
+        let (repo, tag) = split_image_ref(image_ref);
+        let opts = qp::CreateImageOptions {
+            from_src: Some("-".to_string()),
+            repo: Some(repo.to_string()),
+            tag: Some(tag.to_string()),
+            changes,
+            ..Default::default()
+        };
+        let body = bollard::body_try_stream(ReaderStream::with_capacity(stdout, 256 * 1024));
+        let mut stream = self.docker.create_image(Some(opts), Some(body), None);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                let _ = child.kill().await;
+                return Err(self.api_err("import", e));
+            }
+        }
+        let out = child
+            .wait_with_output()
+            .await
+            .map_err(|e| SandboxError::io("cannot run tar on", rootfs, e))?;
+        if !out.status.success() {
+            return Err(SandboxError::Bootstrap(format!(
+                "tar of {} failed: {}",
+                rootfs.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(self
+            .image(image_ref)
+            .await?
+            .map(|i| i.id)
+            .unwrap_or_default())
+    }
+}

@@ -1,0 +1,55 @@
+use std::path::PathBuf;
+
+use crate::InfraFailure;
+
+/// Errors from the sandbox service.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The engine itself is broken. Sticky: once raised, every later call on the
+    /// same runtime returns it again, and the run stops without retries.
+    #[error("{0}")]
+    Infra(#[from] InfraFailure),
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("image {image} is not present on the Docker engine. {hint}")]
+    ImageMissing { image: String, hint: String },
+    #[error("docker build of {dockerfile} failed: {message} (full log: {log})")]
+    BuildFailed {
+        dockerfile: PathBuf,
+        message: String,
+        log: PathBuf,
+    },
+    #[error("docker build of {dockerfile} did not finish within {secs} s; raise --docker-build-timeout (full log: {log})")]
+    BuildTimeout {
+        dockerfile: PathBuf,
+        secs: u64,
+        log: PathBuf,
+    },
+    #[error("{0}")]
+    Bootstrap(String),
+    #[error("docker {op} failed: {message}")]
+    Docker { op: &'static str, message: String },
+}
+
+impl SandboxError {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        SandboxError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn is_infra(&self) -> bool {
+        matches!(self, SandboxError::Infra(_))
+    }
+}

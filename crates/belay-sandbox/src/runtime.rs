@@ -1,0 +1,173 @@
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use belay_record::Redactor;
+
+use crate::{ExecObserver, SandboxError, TarFilter};
+
+/// Container network mode. `None` is the default everywhere belay runs commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    #[default]
+    None,
+    Bridge,
+}
+
+impl Network {
+    pub fn as_docker(&self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Bridge => "bridge",
+        }
+    }
+}
+
+/// A bind mount from the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub host: PathBuf,
+    pub container: String,
+    pub read_only: bool,
+}
+
+/// What a container is created with.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSpec {
+    pub image: String,
+    pub run_id: String,
+    /// What the container is for, recorded as the `belay.kind` label.
+    pub kind: String,
+    pub network: Network,
+    pub env: Vec<(String, String)>,
+    pub labels: BTreeMap<String, String>,
+    pub working_dir: Option<String>,
+    pub mounts: Vec<Mount>,
+    pub read_only_rootfs: bool,
+    pub drop_capabilities: bool,
+    pub memory_bytes: Option<i64>,
+    pub nano_cpus: Option<i64>,
+}
+
+/// One command to execute in a running container.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    pub argv: Vec<String>,
+    pub working_dir: Option<String>,
+    pub env: Vec<(String, String)>,
+    /// Hard limit; on expiry the whole process group of the command is killed.
+    pub timeout: Option<Duration>,
+    /// Full stdout and stderr go here, streamed, redacted.
+    pub log_path: PathBuf,
+}
+
+/// How an exec ended. Tails are bounded and redacted.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutcome {
+    pub exit_code: i64,
+    pub timed_out: bool,
+    pub duration: Duration,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    pub log_bytes: u64,
+}
+
+impl ExecOutcome {
+    pub fn success(&self) -> bool {
+        self.exit_code == 0 && !self.timed_out
+    }
+}
+
+/// A `docker build` request.
+#[derive(Debug, Clone)]
+pub struct BuildRequest {
+    pub dockerfile: PathBuf,
+    pub context_dir: PathBuf,
+    pub tag: String,
+    pub labels: BTreeMap<String, String>,
+    pub timeout: Duration,
+    pub log_path: PathBuf,
+    pub network: Network,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EngineInfo {
+    pub server_version: String,
+    pub api_version: String,
+    pub negotiated_api_version: String,
+    pub os: String,
+    pub storage_driver: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ImageInfo {
+    pub id: String,
+    pub tags: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub created: i64,
+    pub size: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub names: Vec<String>,
+    pub image: String,
+    pub labels: BTreeMap<String, String>,
+    pub state: String,
+}
+
+/// The operations belay's engines need from a container engine.
+#[async_trait]
+pub trait ContainerRuntime: Send + Sync {
+    async fn info(&self) -> Result<EngineInfo, SandboxError>;
+    async fn image_exists(&self, image: &str) -> Result<bool, SandboxError>;
+    async fn image(&self, image: &str) -> Result<Option<ImageInfo>, SandboxError>;
+    async fn list_images(&self, label_filters: &[String]) -> Result<Vec<ImageInfo>, SandboxError>;
+    async fn remove_image(&self, image: &str) -> Result<(), SandboxError>;
+    async fn tag_image(&self, image: &str, new_ref: &str) -> Result<(), SandboxError>;
+
+    /// Create and start a container that idles until commands are exec'd into it.
+    /// It carries `belay=true`, `belay.run` and the owner labels.
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError>;
+    async fn remove(&self, container: &str) -> Result<(), SandboxError>;
+    async fn list_containers(
+        &self,
+        label_filters: &[String],
+    ) -> Result<Vec<ContainerInfo>, SandboxError>;
+
+    /// Copy a host directory to `dest` in the container, streamed as tar.
+    async fn copy_dir_in(
+        &self,
+        container: &str,
+        host_dir: &Path,
+        dest: &str,
+        filter: &TarFilter,
+    ) -> Result<u64, SandboxError>;
+    /// Write files (path in container -> content, mode) into the container.
+    async fn put_files(
+        &self,
+        container: &str,
+        files: &[(String, Vec<u8>, u32)],
+    ) -> Result<(), SandboxError>;
+
+    async fn exec(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+        redactor: &Redactor,
+        observer: &dyn ExecObserver,
+    ) -> Result<ExecOutcome, SandboxError>;
+
+    /// Commit the container to `image_ref` with labels; returns the image id.
+    async fn commit(
+        &self,
+        container: &str,
+        image_ref: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<String, SandboxError>;
+
+    async fn build(&self, req: &BuildRequest, redactor: &Redactor) -> Result<String, SandboxError>;
+}

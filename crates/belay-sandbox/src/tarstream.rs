@@ -1,0 +1,141 @@
+//! Directories streamed into containers as tar, built on a blocking thread and
+//! handed over in chunks: the archive is never held whole in memory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::SandboxError;
+
+/// Which paths of a directory are copied.
+#[derive(Debug, Clone, Default)]
+pub struct TarFilter {
+    /// Paths relative to the copied directory that are left out, with everything below them.
+    pub exclude: Vec<PathBuf>,
+}
+
+impl TarFilter {
+    fn excluded(&self, rel: &Path) -> bool {
+        self.exclude.iter().any(|e| rel.starts_with(e))
+    }
+}
+
+/// A `Write` that sends fixed-size chunks down a channel.
+struct ChannelWriter {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+}
+
+const CHUNK: usize = 256 * 1024;
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "tar consumer went away")
+        })
+    }
+}
+
+/// A tar stream being produced: chunks, and the producer's result (entry count).
+pub type TarStream = (
+    mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    tokio::task::JoinHandle<Result<u64, SandboxError>>,
+);
+
+/// Stream `dir` as a tar archive whose entries are rooted at `prefix`
+/// (e.g. `workspace/repo`). Symlinks are archived as symlinks, never followed.
+pub fn tar_dir_stream(dir: &Path, prefix: &str, filter: &TarFilter) -> TarStream {
+    let (tx, rx) = mpsc::channel(8);
+    let dir = dir.to_path_buf();
+    let prefix = prefix.trim_matches('/').to_string();
+    let filter = filter.clone();
+    let handle = tokio::task::spawn_blocking(move || {
+        let err_tx = tx.clone();
+        let writer = ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+        };
+        let result = write_tar(&dir, &prefix, &filter, writer);
+        if let Err(e) = &result {
+            let _ = err_tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+        }
+        result
+    });
+    (rx, handle)
+}
+
+fn write_tar(
+    dir: &Path,
+    prefix: &str,
+    filter: &TarFilter,
+    writer: ChannelWriter,
+) -> Result<u64, SandboxError> {
+    let mut builder = tar::Builder::new(writer);
+    builder.follow_symlinks(false);
+    builder.mode(tar::HeaderMode::Complete);
+    let mut count = 0u64;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let abs = dir.join(&rel);
+        let name = if rel.as_os_str().is_empty() {
+            PathBuf::from(prefix)
+        } else {
+            Path::new(prefix).join(&rel)
+        };
+        let meta = std::fs::symlink_metadata(&abs)
+            .map_err(|e| SandboxError::io("cannot read", &abs, e))?;
+        builder
+            .append_path_with_name(&abs, &name)
+            .map_err(|e| SandboxError::io("cannot archive", &abs, e))?;
+        count += 1;
+        if meta.is_dir() {
+            let mut entries: Vec<_> = std::fs::read_dir(&abs)
+                .map_err(|e| SandboxError::io("cannot list", &abs, e))?
+                .filter_map(|e| e.ok())
+                .map(|e| rel.join(e.file_name()))
+                .filter(|r| !filter.excluded(r))
+                .collect();
+            entries.sort();
+            entries.reverse();
+            stack.extend(entries);
+        }
+    }
+    let mut w = builder
+        .into_inner()
+        .map_err(|e| SandboxError::io("cannot finish archive of", dir, e))?;
+    w.flush()
+        .map_err(|e| SandboxError::io("cannot stream archive of", dir, e))?;
+    Ok(count)
+}
+
+/// A small in-memory tar of files: (path, content, mode).
+pub fn tar_files(files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>, std::io::Error> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, content, mode) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(*mode);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder.append_data(
+            &mut header,
+            path.trim_start_matches('/'),
+            content.as_slice(),
+        )?;
+    }
+    builder.into_inner()
+}

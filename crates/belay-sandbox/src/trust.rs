@@ -1,0 +1,144 @@
+//! Host trust: CA bundle and proxy settings inherited into build containers.
+//!
+//! Behind a TLS-inspecting or corporate proxy, nothing that speaks HTTPS installs
+//! in a container until it trusts the host's CA bundle. belay keeps the host
+//! bundle at a path it owns ([`CONTAINER_CA_PATH`]), so a later
+//! `update-ca-certificates` inside the container (triggered by any package that
+//! pulls in `ca-certificates`) cannot drop it, and points the CA variables that
+//! pip, requests, node, npm, cargo, git and curl read at that path.
+
+use std::path::PathBuf;
+
+use belay_record::Redactor;
+
+/// Where the host CA bundle lives inside containers.
+pub const CONTAINER_CA_PATH: &str = "/etc/belay/ca-certificates.crt";
+
+/// Variables pointed at [`CONTAINER_CA_PATH`].
+pub const CA_VARS: [&str; 8] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "NPM_CONFIG_CAFILE",
+    "CARGO_HTTP_CAINFO",
+    "GIT_SSL_CAINFO",
+    "CURL_CA_BUNDLE",
+];
+
+/// Proxy variables passed through (both spellings are read by different tools).
+pub const PROXY_VARS: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+];
+
+/// Candidate host bundles, in order (after `SSL_CERT_FILE`).
+const HOST_BUNDLES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+#[derive(Debug, Clone, Default)]
+pub struct HostTrust {
+    pub ca_source: Option<PathBuf>,
+    pub ca_bundle: Option<Vec<u8>>,
+    pub proxy_env: Vec<(String, String)>,
+}
+
+impl HostTrust {
+    /// No inheritance (`--no-host-trust`).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Read the host's CA bundle and proxy settings.
+    pub fn detect() -> Self {
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(p) = std::env::var_os("SSL_CERT_FILE") {
+            candidates.push(PathBuf::from(p));
+        }
+        candidates.extend(HOST_BUNDLES.iter().map(PathBuf::from));
+        let mut t = Self::default();
+        for c in candidates {
+            if let Ok(bytes) = std::fs::read(&c) {
+                if !bytes.is_empty() {
+                    t.ca_source = Some(c);
+                    t.ca_bundle = Some(bytes);
+                    break;
+                }
+            }
+        }
+        for v in PROXY_VARS {
+            if let Ok(val) = std::env::var(v) {
+                if !val.is_empty() {
+                    t.proxy_env.push((v.to_string(), val));
+                }
+            }
+        }
+        t
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.ca_bundle.is_some() || !self.proxy_env.is_empty()
+    }
+
+    /// Environment for containers.
+    pub fn container_env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        if self.ca_bundle.is_some() {
+            env.extend(
+                CA_VARS
+                    .iter()
+                    .map(|v| (v.to_string(), CONTAINER_CA_PATH.to_string())),
+            );
+        }
+        env.extend(self.proxy_env.iter().cloned());
+        env
+    }
+
+    /// Files to put into containers.
+    pub fn container_files(&self) -> Vec<(String, Vec<u8>, u32)> {
+        match &self.ca_bundle {
+            Some(b) => vec![(CONTAINER_CA_PATH.to_string(), b.clone(), 0o644)],
+            None => vec![],
+        }
+    }
+
+    /// Proxy URLs may carry credentials: scrub them from everything belay writes.
+    pub fn register_secrets(&self, redactor: &mut Redactor) {
+        for (k, v) in &self.proxy_env {
+            redactor.add_url_credentials(k, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_points_every_ca_variable_at_the_owned_path() {
+        let t = HostTrust {
+            ca_source: Some("/x".into()),
+            ca_bundle: Some(b"PEM".to_vec()),
+            proxy_env: vec![("HTTPS_PROXY".into(), "http://u:pw12345@p:3128".into())],
+        };
+        let env = t.container_env();
+        for v in CA_VARS {
+            assert!(
+                env.contains(&(v.to_string(), CONTAINER_CA_PATH.to_string())),
+                "{v}"
+            );
+        }
+        assert!(env.iter().any(|(k, _)| k == "HTTPS_PROXY"));
+        let mut r = Redactor::default();
+        t.register_secrets(&mut r);
+        assert!(!r.redact("http://u:pw12345@p:3128").contains("pw12345"));
+        assert!(HostTrust::none().container_env().is_empty());
+    }
+}

@@ -1,0 +1,182 @@
+//! The command-line surface (clap types only; behaviour lives in the commands).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "belay",
+    version,
+    about = "Run AI coding agents safely and unattended: plan, sandbox, gate, checkpoint.",
+    long_about = "belay plans work, runs it in a sandbox, checks every step with a gate, and \
+                  checkpoints progress so that a run can roll back, resume after a crash, and be \
+                  audited afterwards.\n\nExit codes: 0 success, 1 the run failed, 2 bad input or \
+                  configuration, 3 the container engine failed."
+)]
+pub struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check that this machine can run belay: Docker, base image, git, disk.
+    Doctor(DoctorArgs),
+    /// Base images.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// The environment builder: plan and build a validated image for a repository.
+    #[command(subcommand)]
+    Env(EnvCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The base image to look for.
+    #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
+    pub base_image: String,
+    /// Where state will be written (its free disk is checked).
+    #[arg(long, default_value = ".")]
+    pub state_dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build a Debian base image offline from the host's apt mirror (debootstrap + import).
+    Bootstrap(BootstrapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    /// Debian suite.
+    #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_SUITE)]
+    pub suite: String,
+    /// Image tag to create (default: belay-base:<suite>).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Mirror URL (default: read from the host's apt sources).
+    #[arg(long)]
+    pub mirror: Option<String>,
+    /// Rebuild even if the tag already exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnvCommand {
+    /// Analyse a repository and write the planned setup blocks, without Docker.
+    Plan(PlanArgs),
+    /// Build a validated environment image for a repository, block by block.
+    Build(Box<BuildArgs>),
+    /// Open a shell (or run a command) in a run's final image.
+    Shell(ShellArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Planner {
+    /// Deterministic, file-based rules.
+    Rules,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum NetworkArg {
+    None,
+    Bridge,
+}
+
+impl From<NetworkArg> for belay_sandbox::Network {
+    fn from(n: NetworkArg) -> Self {
+        match n {
+            NetworkArg::None => belay_sandbox::Network::None,
+            NetworkArg::Bridge => belay_sandbox::Network::Bridge,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The repository to analyse.
+    #[arg(long)]
+    pub repo: PathBuf,
+    #[arg(long, value_enum, default_value = "rules")]
+    pub planner: Planner,
+    /// Where to write context.json, blocks/ and scripts/ (default: <repo>/.belay/plan).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the plan as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The repository to build an environment for.
+    #[arg(long)]
+    pub repo: PathBuf,
+    /// Dockerfile of the base image, built through the Engine API.
+    #[arg(long, conflicts_with = "base_image")]
+    pub base_dockerfile: Option<PathBuf>,
+    /// Base image (default: belay-base:bookworm, made by `belay image bootstrap`).
+    #[arg(long)]
+    pub base_image: Option<String>,
+    #[arg(long, value_enum, default_value = "rules")]
+    pub planner: Planner,
+    /// State directory (default: <repo>/.belay).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Run id; reusing one resumes that run.
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Repository name for checkpoint images.
+    #[arg(long, default_value = "belay")]
+    pub image_prefix: String,
+    /// Seconds each block or validation command may run.
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
+    pub command_timeout: u64,
+    /// Seconds the base image build may take.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub docker_build_timeout: u64,
+    /// Keep the build container afterwards.
+    #[arg(long)]
+    pub keep_container: bool,
+    /// Show command output live.
+    #[arg(long)]
+    pub stream_logs: bool,
+    /// Oracle file: commands that must pass on the final image.
+    #[arg(long)]
+    pub oracle_file: Option<PathBuf>,
+    /// Seconds each oracle command may run.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub oracle_timeout: u64,
+    /// Resume from this checkpoint image.
+    #[arg(long)]
+    pub resume_from: Option<String>,
+    /// Block to start at when resuming (inferred from the image tag when omitted).
+    #[arg(long, requires = "resume_from")]
+    pub start_at_block: Option<String>,
+    /// Network of the build container.
+    #[arg(long, value_enum, default_value = "bridge")]
+    pub network: NetworkArg,
+    /// Do not inherit the host's CA bundle and proxy settings into the container.
+    #[arg(long)]
+    pub no_host_trust: bool,
+    /// Print the manifest path and result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    /// The run whose final image to use.
+    pub run_id: String,
+    /// Network of the shell container.
+    #[arg(long, value_enum, default_value = "none")]
+    pub network: NetworkArg,
+    /// Command to run instead of an interactive shell.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
