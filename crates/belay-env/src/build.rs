@@ -36,6 +36,9 @@ use crate::progress::{BlockOutput, BuildEvent, BuildObserver};
 use crate::rundir::RunDir;
 use crate::{dockerfile, oracle, EnvError};
 
+/// Label on checkpoint images: the base image the run started from.
+pub const BASE_LABEL: &str = "belay.base";
+
 /// Where the base image comes from.
 #[derive(Debug, Clone)]
 pub enum BaseSpec {
@@ -194,7 +197,7 @@ pub async fn build(
         repo,
         excluded: Vec::new(),
     };
-    let result = run.drive(ctx, prev_blocks, previous).await;
+    let result = run.drive(ctx, prev_blocks).await;
     let finish = run.finish(result).await;
     if let Some(c) = run.retiring.take() {
         let _ = rt.remove(&c).await;
@@ -536,6 +539,9 @@ impl Run<'_> {
         lbl.insert(labels::RUN.to_string(), self.dir.run_id.clone());
         lbl.insert(labels::KIND.to_string(), "checkpoint".to_string());
         lbl.insert(labels::BLOCK.to_string(), block.to_string());
+        if let Some(base) = &self.manifest.base_image {
+            lbl.insert(BASE_LABEL.to_string(), base.clone());
+        }
         let image_id = self.rt.commit(&container, &image_ref, &lbl).await?;
         let cp = Checkpoint {
             id: format!("{seq:03}-{block}"),
@@ -590,7 +596,6 @@ impl Run<'_> {
         &mut self,
         mut ctx: RepoContext,
         prev_blocks: Option<Vec<Block>>,
-        previous: Option<Manifest>,
     ) -> Result<(), EnvError> {
         self.manifest.host_trust = self.trust.enabled();
         if self.trust.enabled() {
@@ -615,16 +620,31 @@ impl Run<'_> {
 
         let (mut blocks, start_index, mut current) = match resume {
             Some((image, done_block)) => {
+                if self.manifest.base_image.is_none() {
+                    // A checkpoint records the base image it grew from.
+                    let recorded = self
+                        .rt
+                        .image(&image)
+                        .await?
+                        .and_then(|i| i.labels.get(BASE_LABEL).cloned())
+                        .filter(|b| !b.is_empty());
+                    self.manifest.base_image = Some(recorded.unwrap_or_else(|| image.clone()));
+                }
+                self.start_container(&image).await?;
+                let notes = match read_context(&self.dir).and_then(|c| c.runtime_notes) {
+                    Some(n) => n,
+                    None => {
+                        let n = self.preflight().await?;
+                        ctx.runtime_notes = Some(n.clone());
+                        write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
+                        n
+                    }
+                };
+                // The same run id reuses its blocks; another run's checkpoint is
+                // planned for from what the image really has.
                 let mut blocks = match prev_blocks {
                     Some(b) => b,
-                    None => {
-                        // Resuming from an image of another run: plan for this repo.
-                        let notes = previous
-                            .as_ref()
-                            .and_then(|_| read_context(&self.dir).and_then(|c| c.runtime_notes))
-                            .unwrap_or_else(RuntimeNotes::assumed_debian);
-                        plan_rules(&ctx, &notes)?
-                    }
+                    None => plan_rules(&ctx, &notes)?,
                 };
                 let start = match (&self.opts.start_at_block, done_block) {
                     (Some(id), _) => blocks.iter().position(|b| &b.id == id).ok_or_else(|| {
@@ -648,7 +668,6 @@ impl Run<'_> {
                         )))
                     }
                 };
-                self.manifest.base_image = self.manifest.base_image.clone().or(Some(image.clone()));
                 self.phase(
                     "resume",
                     format!(
@@ -659,14 +678,6 @@ impl Run<'_> {
                             .unwrap_or("(finalize)")
                     ),
                 );
-                self.start_container(&image).await?;
-                if read_context(&self.dir)
-                    .and_then(|c| c.runtime_notes)
-                    .is_none()
-                {
-                    ctx.runtime_notes = Some(self.preflight().await?);
-                    write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
-                }
                 for (i, b) in blocks.iter_mut().enumerate() {
                     if i < start {
                         if !matches!(b.status, BlockStatus::Succeeded | BlockStatus::Repaired) {

@@ -104,7 +104,7 @@ impl DockerRuntime {
 
     async fn kill_group(&self, container: &str, pidfile: &str) {
         let script = format!(
-            "p=$(cat {pidfile} 2>/dev/null) && [ -n \"$p\" ] && (kill -KILL -- -\"$p\" 2>/dev/null || kill -KILL \"$p\")"
+            "p=$(cat {pidfile} 2>/dev/null) && [ -n \"$p\" ] && (kill -KILL -\"$p\" 2>/dev/null || kill -KILL \"$p\")"
         );
         let cfg = bollard::exec::CreateExecOptions::<String> {
             cmd: Some(vec!["/bin/sh".into(), "-c".into(), script]),
@@ -591,36 +591,26 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn build(&self, req: &BuildRequest, redactor: &Redactor) -> Result<String, SandboxError> {
         self.check()?;
-        let rel = req
+        let context = req.context_dir.clone();
+        let dockerfile_name = req
             .dockerfile
-            .strip_prefix(&req.context_dir)
+            .strip_prefix(&context)
             .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "Dockerfile".to_string());
-        let mut tmp_ctx = None;
-        let (context, dockerfile_name) = if req.dockerfile.starts_with(&req.context_dir) {
-            (req.context_dir.clone(), rel)
-        } else {
-            // A Dockerfile outside its context: send it alongside under a private name.
-            let dir = std::env::temp_dir().join(format!("belay-build-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| SandboxError::io("cannot create", &dir, e))?;
-            tmp_ctx = Some(dir);
-            (req.context_dir.clone(), ".belay.Dockerfile".to_string())
-        };
+            .map_err(|_| SandboxError::Docker {
+                op: "build",
+                message: format!(
+                    "the Dockerfile {} must be inside its build context {}",
+                    req.dockerfile.display(),
+                    context.display()
+                ),
+            })?;
         let mut sink = LogSink::create(&req.log_path, redactor, &crate::NoopObserver)?;
         sink.note(&format!(
             "[belay] docker build -f {} {}",
             req.dockerfile.display(),
             context.display()
         ))?;
-        let extra: Vec<(String, Vec<u8>, u32)> = if tmp_ctx.is_some() {
-            let content = std::fs::read(&req.dockerfile)
-                .map_err(|e| SandboxError::io("cannot read", &req.dockerfile, e))?;
-            vec![(dockerfile_name.clone(), content, 0o644)]
-        } else {
-            vec![]
-        };
-        let (rx, handle) = build_context_stream(&context, extra);
+        let (rx, mut handle) = tar_dir_stream(&context, "", &TarFilter::default());
         let opts = qp::BuildImageOptions {
             dockerfile: dockerfile_name,
             t: Some(req.tag.clone()),
@@ -659,6 +649,14 @@ impl ContainerRuntime for DockerRuntime {
                         }
                     }
                     Some(Err(e)) => {
+                        // A failure to read the context is reported as itself, not as
+                        // the broken request it caused.
+                        if handle.is_finished() {
+                            if let Ok(Err(ctx_err)) = (&mut handle).await {
+                                let _ = sink.finish();
+                                return Err(ctx_err);
+                            }
+                        }
                         let msg = docker_message(&e);
                         sink.push(StreamKind::Stderr, msg.as_bytes())?;
                         let _ = sink.finish();
@@ -674,9 +672,6 @@ impl ContainerRuntime for DockerRuntime {
         }
         let _ = handle.await;
         sink.finish()?;
-        if let Some(dir) = tmp_ctx {
-            let _ = std::fs::remove_dir_all(dir);
-        }
         match image_id {
             Some(id) => Ok(id),
             None => Ok(self
@@ -686,49 +681,6 @@ impl ContainerRuntime for DockerRuntime {
                 .unwrap_or_default()),
         }
     }
-}
-
-/// A build context: the directory as tar, plus extra in-memory files.
-fn build_context_stream(
-    dir: &Path,
-    extra: Vec<(String, Vec<u8>, u32)>,
-) -> crate::tarstream::TarStream {
-    if extra.is_empty() {
-        return tar_dir_stream(dir, "", &TarFilter::default());
-    }
-    // Small case (a Dockerfile sent from outside its context): stage a copy list.
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let dir = dir.to_path_buf();
-    let handle = tokio::task::spawn_blocking(move || {
-        let mut b = tar::Builder::new(Vec::new());
-        b.follow_symlinks(false);
-        let res = (|| -> std::io::Result<u64> {
-            b.append_dir_all(".", &dir)?;
-            for (path, content, mode) in &extra {
-                let mut h = tar::Header::new_gnu();
-                h.set_size(content.len() as u64);
-                h.set_mode(*mode);
-                h.set_entry_type(tar::EntryType::Regular);
-                b.append_data(&mut h, path, content.as_slice())?;
-            }
-            Ok(0)
-        })();
-        match res.and_then(|_| b.into_inner()) {
-            Ok(bytes) => {
-                let _ = tx.blocking_send(Ok(bytes::Bytes::from(bytes)));
-                Ok(0)
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                let _ = tx.blocking_send(Err(e));
-                Err(SandboxError::Docker {
-                    op: "build context",
-                    message: msg,
-                })
-            }
-        }
-    });
-    (rx, handle)
 }
 
 fn tokio_stream_from(

@@ -7,7 +7,7 @@ use crate::InfraFailure;
 pub enum SandboxError {
     /// The engine itself is broken. Sticky: once raised, every later call on the
     /// same runtime returns it again, and the run stops without retries.
-    #[error("{0}")]
+    #[error(transparent)]
     Infra(#[from] InfraFailure),
     #[error("{action} {path}: {source}")]
     Io {

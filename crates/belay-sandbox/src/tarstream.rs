@@ -98,10 +98,13 @@ fn write_tar(
         };
         let meta = std::fs::symlink_metadata(&abs)
             .map_err(|e| SandboxError::io("cannot read", &abs, e))?;
-        builder
-            .append_path_with_name(&abs, &name)
-            .map_err(|e| SandboxError::io("cannot archive", &abs, e))?;
-        count += 1;
+        // With an empty prefix (a build context) the root itself has no entry.
+        if !name.as_os_str().is_empty() {
+            builder
+                .append_path_with_name(&abs, &name)
+                .map_err(|e| SandboxError::io("cannot archive", &abs, e))?;
+            count += 1;
+        }
         if meta.is_dir() {
             let mut entries: Vec<_> = std::fs::read_dir(&abs)
                 .map_err(|e| SandboxError::io("cannot list", &abs, e))?

@@ -302,6 +302,9 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
             )));
         }
     }
+    if let Some(id) = &a.run_id {
+        belay_record::run_id::validate(id)?;
+    }
     let rt = connect().await?;
     let mut opts = BuildOptions::new(&a.repo);
     opts.state_dir = a.state_dir.clone();

@@ -1,0 +1,383 @@
+//! The four fixture builds: each succeeds, and the project's own tests pass
+//! inside the final image.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// Build `fixture` with its own run id and state dir; returns the manifest.
+fn build(fixture_name: &str, run: &str, state: &Path) -> Value {
+    build_with(fixture_name, run, state, &[])
+}
+
+fn build_with(fixture_name: &str, run: &str, state: &Path, extra: &[&str]) -> Value {
+    require_engine();
+    let a = belay()
+        .args(["env", "build", "--repo"])
+        .arg(fixture(fixture_name))
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--run-id", run, "--command-timeout", "900"])
+        .args(extra)
+        .assert();
+    let out = a.get_output();
+    let m = manifest(state, run);
+    assert!(
+        out.status.success() && m["ok"] == true,
+        "build of {fixture_name} failed: {}\n{}\nmanifest error: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        m["error"]
+    );
+    m
+}
+
+/// Run the project's tests in the final image, without network.
+fn project_tests_pass(m: &Value, cmd: &str, expect: &str) {
+    let image = m["final_image"].as_str().unwrap();
+    let (ok, out, err) = docker(&["run", "--rm", "--network", "none", image, "bash", "-c", cmd]);
+    assert!(ok, "`{cmd}` failed in {image}:\n{out}\n{err}");
+    assert!(
+        out.contains(expect) || err.contains(expect),
+        "`{cmd}` output lacks {expect:?}:\n{out}\n{err}"
+    );
+}
+
+fn all_blocks_succeeded(m: &Value) {
+    for b in m["blocks"].as_array().unwrap() {
+        assert_eq!(
+            b["status"], "succeeded",
+            "block {} is {}",
+            b["id"], b["status"]
+        );
+    }
+}
+
+#[test]
+fn python_fixture_builds_and_its_tests_pass() {
+    let run = run_id("py");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("py-pyproject", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
+    check_run_records(state.path(), &run, &m);
+    check_shell(&run);
+    check_dockerfile_rebuilds(state.path(), &run);
+    assert!(
+        run_containers(&run).is_empty(),
+        "containers left behind: {:?}",
+        run_containers(&run)
+    );
+    check_resume_from(state.path(), &run);
+}
+
+/// `--resume-from IMAGE` without `--start-at-block` infers the block from the tag
+/// and runs only the blocks after it.
+fn check_resume_from(state: &Path, run: &str) {
+    let resumed = format!("{run}-r");
+    let _guard = RunGuard(resumed.clone());
+    let image = format!("belay:{run}-003-20-python-runtime-success");
+    let m = build_with("py-pyproject", &resumed, state, &["--resume-from", &image]);
+    let ran: Vec<&str> = m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == "block")
+        .map(|e| e["block_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, ["30-python-deps", "50-test-tooling"]);
+    let statuses: Vec<&str> = m["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["skipped", "skipped", "skipped", "succeeded", "succeeded"]
+    );
+    // The Dockerfile still starts from the true base, recorded on the checkpoint.
+    assert_eq!(m["base_image"], BASE_IMAGE);
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
+}
+
+#[test]
+fn node_fixture_builds_and_its_tests_pass() {
+    let run = run_id("node");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-npm", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, "npm test", "# pass 2");
+    project_tests_pass(
+        &m,
+        "test -f node_modules/is-number/package.json && echo dep-installed",
+        "dep-installed",
+    );
+}
+
+#[test]
+fn rust_fixture_builds_and_its_tests_pass() {
+    let run = run_id("rust");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("rust-crate", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, "cargo test --offline 2>&1", "test result: ok. 1 passed");
+}
+
+#[test]
+fn go_fixture_builds_and_its_tests_pass() {
+    let run = run_id("go");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    // The base comes from a Dockerfile, built through the Engine API.
+    let df_dir = tempfile::tempdir().unwrap();
+    let df = df_dir.path().join("Dockerfile");
+    std::fs::write(
+        &df,
+        format!("FROM {BASE_IMAGE}\nRUN echo custom-base > /etc/belay-test-marker\n"),
+    )
+    .unwrap();
+    let m = build_with(
+        "go-module",
+        &run,
+        state.path(),
+        &["--base-dockerfile", df.to_str().unwrap()],
+    );
+    all_blocks_succeeded(&m);
+    assert_eq!(m["base_image"], format!("belay:{run}-base").as_str());
+    assert!(m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["phase"] == "docker_build" && e["exit_code"] == 0));
+    project_tests_pass(&m, "cat /etc/belay-test-marker", "custom-base");
+    project_tests_pass(&m, "go test ./... 2>&1", "ok  \texample.com/calc");
+}
+
+/// manifest.json, executions.jsonl, logs and scripts are as FORMATS.md §1 says.
+fn check_run_records(state: &Path, run: &str, m: &Value) {
+    let dir = state.join("runs").join(run);
+    for k in [
+        "ok",
+        "run_id",
+        "state_dir",
+        "scripts_dir",
+        "manifest_path",
+        "llm_usage_path",
+        "final_image",
+        "error",
+        "llm_usage",
+        "ablation_mode",
+        "progress_control",
+        "final_clean_replay_enabled",
+        "final_clean_replay_ok",
+        "final_clean_replay_image",
+        "final_clean_replay_failure_stage",
+        "blocks",
+        "checkpoints",
+        "executions",
+    ] {
+        assert!(m.get(k).is_some(), "manifest lacks {k}");
+    }
+    for k in [
+        "forward_granularity",
+        "recovery_granularity",
+        "local_repair",
+        "patch_back",
+        "checkpoint_rollback",
+        "final_clean_replay",
+    ] {
+        assert!(
+            m["progress_control"].get(k).is_some(),
+            "progress_control lacks {k}"
+        );
+    }
+    assert_eq!(m["run_id"], run);
+    assert_eq!(
+        Path::new(m["manifest_path"].as_str().unwrap()),
+        dir.join("manifest.json")
+    );
+    let blocks = m["blocks"].as_array().unwrap();
+    let ids: Vec<&str> = blocks.iter().map(|b| b["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "00-preflight",
+            "10-system-packages",
+            "20-python-runtime",
+            "30-python-deps",
+            "50-test-tooling"
+        ]
+    );
+    for (i, b) in blocks.iter().enumerate() {
+        for k in [
+            "id",
+            "title",
+            "goal",
+            "script",
+            "order",
+            "validation_command",
+            "status",
+            "last_error",
+            "baseline_checkpoint",
+            "success_checkpoint",
+            "repair_attempts",
+        ] {
+            assert!(b.get(k).is_some(), "block lacks {k}");
+        }
+        let id = b["id"].as_str().unwrap();
+        let tag = format!("belay:{run}-{:03}-{id}-success", i + 1);
+        assert_eq!(b["success_checkpoint"], tag.as_str());
+        let (ok, _, _) = docker(&["image", "inspect", &tag]);
+        assert!(ok, "checkpoint image {tag} is missing");
+        let script = std::fs::read_to_string(dir.join("scripts").join(format!("{id}.sh"))).unwrap();
+        assert_eq!(
+            script,
+            b["script"].as_str().unwrap(),
+            "scripts/{id}.sh differs from the manifest"
+        );
+        let block_file = read_json(&dir.join("blocks").join(format!("{id}.json")));
+        assert_eq!(block_file["status"], "succeeded");
+    }
+    // Each block's baseline is the previous checkpoint.
+    assert_eq!(
+        blocks[1]["baseline_checkpoint"],
+        blocks[0]["success_checkpoint"]
+    );
+    let cps = m["checkpoints"].as_array().unwrap();
+    assert_eq!(
+        cps.len(),
+        blocks.len() + 1,
+        "a workspace checkpoint plus one per block"
+    );
+    assert_eq!(
+        cps[0]["image_ref"],
+        format!("belay:{run}-000-workspace-success").as_str()
+    );
+    for c in cps {
+        for k in ["id", "image_ref", "block_id", "parent_image_ref", "kind"] {
+            assert!(c.get(k).is_some(), "checkpoint lacks {k}");
+        }
+    }
+    // executions.jsonl: one record per command, each pointing at its full log.
+    let text = std::fs::read_to_string(dir.join("executions.jsonl")).unwrap();
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), m["executions"].as_array().unwrap().len());
+    let phases: std::collections::BTreeSet<&str> = records
+        .iter()
+        .map(|r| r["phase"].as_str().unwrap())
+        .collect();
+    for p in ["container_preflight", "block", "validation", "finalize"] {
+        assert!(phases.contains(p), "no {p} execution recorded");
+    }
+    for r in &records {
+        for k in [
+            "block_id",
+            "phase",
+            "attempt",
+            "exit_code",
+            "timed_out",
+            "stdout_tail",
+            "stderr_tail",
+            "checkpoint_before",
+            "checkpoint_after",
+            "repair_command",
+            "duration_s",
+            "command",
+            "log_path",
+        ] {
+            assert!(r.get(k).is_some(), "execution lacks {k}: {r}");
+        }
+        if let Some(log) = r["log_path"].as_str() {
+            let expected = dir
+                .join("logs")
+                .join(r["block_id"].as_str().unwrap())
+                .join(format!(
+                    "{}-attempt-{}.log",
+                    r["phase"].as_str().unwrap(),
+                    r["attempt"]
+                ));
+            assert_eq!(Path::new(log), expected);
+            assert!(Path::new(log).is_file(), "log {log} missing");
+        }
+    }
+    let deps_log =
+        std::fs::read_to_string(dir.join("logs/30-python-deps/block-attempt-1.log")).unwrap();
+    assert!(
+        deps_log.contains("Successfully installed"),
+        "full pip output is in the log:\n{deps_log}"
+    );
+    let ctx = read_json(&dir.join("context.json"));
+    assert_eq!(ctx["runtime_notes"]["observed"], true);
+    assert_eq!(ctx["runtime_notes"]["os_id"], "debian");
+    assert!(dir.join("llm-usage.json").is_file());
+}
+
+fn check_shell(run: &str) {
+    let a = belay()
+        .args([
+            "env",
+            "shell",
+            run,
+            "--",
+            ".venv/bin/python",
+            "-c",
+            "import calc; print(calc.add(20, 22))",
+        ])
+        .assert()
+        .success();
+    assert_eq!(String::from_utf8_lossy(&a.get_output().stdout).trim(), "42");
+    // The exit code of the command is passed through.
+    belay()
+        .args(["env", "shell", run, "--", "bash", "-c", "exit 7"])
+        .assert()
+        .code(7);
+}
+
+/// The written Dockerfile rebuilds an equivalent image with plain `docker build`.
+fn check_dockerfile_rebuilds(state: &Path, run: &str) {
+    let ctx = tempfile::tempdir().unwrap();
+    let copy = |from: &Path, to: &Path| {
+        let ok = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    };
+    copy(&fixture("py-pyproject").join("."), ctx.path());
+    copy(&state.join("runs").join(run), &ctx.path().join("belay-run"));
+    let tag = format!("belay-test-rebuild:{run}");
+    let out = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &tag, "-f", "belay-run/Dockerfile", "."])
+        .current_dir(ctx.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker build of the written Dockerfile failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, o, e) = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        &tag,
+        "bash",
+        "-c",
+        ".venv/bin/python -m pytest -q",
+    ]);
+    docker(&["rmi", "-f", &tag]);
+    assert!(ok && o.contains("2 passed"), "{o}\n{e}");
+}

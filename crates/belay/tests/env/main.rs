@@ -1,0 +1,11 @@
+//! `belay env` end to end, against a real Docker engine, real git and real
+//! package registries. Requires the engine to be running and the default base
+//! image (`belay image bootstrap`) to be present: `.ci/run` sets both up.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod builds;
+mod cli;
+mod common;
+mod errors;
+mod reaper;
+mod resume;

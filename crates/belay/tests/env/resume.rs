@@ -1,0 +1,110 @@
+//! `kill -9` mid-build, then the same command with the same run id finishes the
+//! build from the last checkpoint, and no belay container is left afterwards.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+#[test]
+fn kill_9_mid_build_then_rerun_completes() {
+    require_engine();
+    let run = run_id("kill");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let args = |c: &mut std::process::Command| {
+        c.args(["env", "build", "--repo"])
+            .arg(fixture("py-pyproject"))
+            .arg("--state-dir")
+            .arg(state.path())
+            .args(["--run-id", &run]);
+    };
+    let mut cmd = std::process::Command::new(belay_path());
+    args(&mut cmd);
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let manifest_path = state.path().join("runs").join(&run).join("manifest.json");
+    // Wait until two blocks are checkpointed and a third is running.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the build never reached its third block"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("belay exited ({status}) before it could be killed");
+        }
+        if let Ok(text) = std::fs::read_to_string(&manifest_path) {
+            if let Ok(m) = serde_json::from_str::<serde_json::Value>(&text) {
+                let blocks = m["blocks"].as_array().cloned().unwrap_or_default();
+                let done = blocks.iter().filter(|b| b["status"] == "succeeded").count();
+                if done >= 2 && blocks.iter().any(|b| b["status"] == "running") {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        !run_containers(&run).is_empty(),
+        "the killed run should have left its container behind"
+    );
+    let killed = manifest(state.path(), &run);
+    assert_eq!(
+        killed["status"], "running",
+        "the manifest of a killed run still says running"
+    );
+
+    let mut again = belay();
+    again
+        .args(["env", "build", "--repo"])
+        .arg(fixture("py-pyproject"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .args(["--run-id", &run]);
+    let a = again.assert();
+    let out = a.get_output();
+    assert!(
+        out.status.success(),
+        "rerun failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = manifest(state.path(), &run);
+    assert_eq!(m["ok"], true, "{}", m["error"]);
+    assert_eq!(m["starts"], 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("resuming from checkpoint"), "{stderr}");
+    assert!(
+        stderr.contains("reaper: removed"),
+        "the rerun should reap the killed run's container:\n{stderr}"
+    );
+    // Checkpointed blocks were not run again.
+    let preflight_runs = m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["block_id"] == "00-preflight" && e["phase"] == "block")
+        .count();
+    assert_eq!(preflight_runs, 1, "00-preflight ran again after resume");
+    assert!(
+        run_containers(&run).is_empty(),
+        "containers left: {:?}",
+        run_containers(&run)
+    );
+    let (ok, o, e) = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        m["final_image"].as_str().unwrap(),
+        "bash",
+        "-c",
+        ".venv/bin/python -m pytest -q",
+    ]);
+    assert!(ok && o.contains("2 passed"), "{o}\n{e}");
+}
