@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// Tools whose presence the preflight records.
 const TOOLS: &[&str] = &[
+    "sh",
     "apt-get",
     "apk",
     "dnf",
@@ -69,7 +70,7 @@ pub fn script() -> String {
          command -v go >/dev/null && echo \"version.go=$(go version 2>/dev/null | cut -d' ' -f3 | sed 's/^go//')\"\n\
          command -v java >/dev/null && echo \"version.java=$(java -version 2>&1 | head -n1 | cut -d'\"' -f2)\"\n\
          command -v gcc >/dev/null && echo \"version.gcc=$(gcc -dumpfullversion 2>/dev/null)\"\n\
-         if command -v apt-cache >/dev/null; then for p in python3 nodejs cargo golang-go default-jdk-headless; do v=$(apt-cache policy \"$p\" 2>/dev/null | awk '/Candidate:/ {print $2}'); [ -n \"$v\" ] && [ \"$v\" != \"(none)\" ] && echo \"apt_candidate.$p=$v\"; done; fi\n\
+         if command -v apt-cache >/dev/null && [ -n \"$(ls /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)\" ]; then apt-cache policy python3 nodejs cargo golang-go default-jdk-headless 2>/dev/null | awk '/^[^ ]/ {p=$1; sub(\":$\", \"\", p)} /Candidate:/ && $2 != \"(none)\" {print \"apt_candidate.\" p \"=\" $2}'; fi\n\
          exit 0\n",
     );
     s
@@ -177,6 +178,34 @@ pub fn parse_major_minor(v: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The script is plain POSIX sh that only reads: run it on this host.
+    #[test]
+    fn script_runs_under_sh_and_parses() {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let n = RuntimeNotes::parse(&text);
+        assert!(!n.os_id.is_empty() && n.os_id != "unknown", "{text}");
+        assert!(!n.arch.is_empty());
+        assert!(n.has("sh") || n.has("bash"), "{text}");
+        let has_lists = std::fs::read_dir("/var/lib/apt/lists")
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
+            })
+            .unwrap_or(false);
+        if has_lists && n.has("apt-get") {
+            assert!(
+                !n.apt_candidates.is_empty(),
+                "apt candidates missing:\n{text}"
+            );
+        }
+    }
 
     #[test]
     fn parses_preflight_output() {
