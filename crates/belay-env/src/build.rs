@@ -36,6 +36,10 @@ use crate::progress::{BlockOutput, BuildEvent, BuildObserver};
 use crate::rundir::RunDir;
 use crate::{dockerfile, oracle, EnvError};
 
+/// A commit faster than this means the container's writable layer is small
+/// enough to keep using it (about what starting a fresh container costs).
+const KEEP_CONTAINER_BELOW: Duration = Duration::from_millis(250);
+
 /// Label on checkpoint images: the base image the run started from.
 pub const BASE_LABEL: &str = "belay.base";
 
@@ -191,7 +195,8 @@ pub async fn build(
         trust,
         exec_log: JsonlAppender::open(&dir.executions())?,
         container: None,
-        retiring: None,
+        retired: Vec::new(),
+        removals: Vec::new(),
         manifest: new_manifest(&dir, &repo, previous.as_ref()),
         started,
         repo,
@@ -199,8 +204,11 @@ pub async fn build(
     };
     let result = run.drive(ctx, prev_blocks).await;
     let finish = run.finish(result).await;
-    if let Some(c) = run.retiring.take() {
-        let _ = rt.remove(&c).await;
+    for c in run.retired.drain(..) {
+        run.removals.push(rt.remove_detached(&c));
+    }
+    for h in run.removals.drain(..) {
+        let _ = h.await;
     }
     if let Some(c) = run.container.take() {
         if !opts.keep_container {
@@ -309,8 +317,11 @@ struct Run<'a> {
     trust: HostTrust,
     exec_log: JsonlAppender,
     container: Option<String>,
-    /// A container whose work is checkpointed, removed while the next one starts.
-    retiring: Option<String>,
+    /// Retired containers, removed in the background once the next container
+    /// has started (so that removal never competes with the start).
+    retired: Vec<String>,
+    /// Removals of retired containers, running in the background.
+    removals: Vec<tokio::task::JoinHandle<()>>,
     manifest: Manifest,
     started: Instant,
     repo: PathBuf,
@@ -503,14 +514,10 @@ impl Run<'_> {
             working_dir: Some(REPO_DIR.to_string()),
             ..Default::default()
         };
-        let retiring = self.retiring.take();
-        let remove_old = async {
-            if let Some(old) = &retiring {
-                let _ = self.rt.remove(old).await;
-            }
-        };
-        let (id, ()) = tokio::join!(self.rt.create(&spec), remove_old);
-        let id = id?;
+        let id = self.rt.create(&spec).await?;
+        for old in self.retired.drain(..) {
+            self.removals.push(self.rt.remove_detached(&old));
+        }
         let mut log = JsonlAppender::open(&self.dir.containers())?;
         log.append(
             &serde_json::json!({"container": id, "image": image, "created_at": belay_record::now_rfc3339(), "pid": std::process::id()}),
@@ -721,8 +728,9 @@ impl Run<'_> {
                             .unwrap_or(&RuntimeNotes::assumed_debian()),
                     )?,
                 };
+                let cp_t0 = Instant::now();
                 let cp = self.commit("workspace", 0, "success", Some(base)).await?;
-                self.retiring = self.container.take();
+                self.after_checkpoint(cp_t0.elapsed());
                 (blocks, 0, Some(cp.image_ref))
             }
         };
@@ -739,9 +747,6 @@ impl Run<'_> {
         let total = blocks.len();
         for i in start_index..total {
             let t0 = Instant::now();
-            // Each block runs in a fresh container from the previous checkpoint (as
-            // `docker build` runs each step), so a commit holds only that block's
-            // own changes instead of everything since the first block.
             if self.container.is_none() {
                 let image = current
                     .clone()
@@ -780,7 +785,7 @@ impl Run<'_> {
                     let cp = self
                         .commit(&blocks[i].id, i as u32 + 1, "success", current.clone())
                         .await?;
-                    self.retiring = self.container.take();
+                    self.after_checkpoint(cp_t0.elapsed());
                     let mut timing = timing;
                     timing.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
                     timing.total_s = round3(t0.elapsed().as_secs_f64());
@@ -804,6 +809,28 @@ impl Run<'_> {
             }
         }
         self.finalize(&blocks, current).await
+    }
+
+    /// Decide whether the next block continues in this container.
+    ///
+    /// `docker commit` archives the container's whole writable layer, i.e.
+    /// everything since the container started. While that layer is small (the
+    /// last commit was cheaper than starting a container), the next block
+    /// continues here; once it is large, the next block starts in a fresh
+    /// container from the checkpoint just made (as `docker build` runs each
+    /// step), so commits stay proportional to one block's own changes. The
+    /// retired container is removed in the background.
+    fn after_checkpoint(&mut self, commit_took: Duration) {
+        tracing::debug!(
+            commit_ms = commit_took.as_millis() as u64,
+            keep = commit_took <= KEEP_CONTAINER_BELOW,
+            "checkpoint committed"
+        );
+        if commit_took > KEEP_CONTAINER_BELOW {
+            if let Some(c) = self.container.take() {
+                self.retired.push(c);
+            }
+        }
     }
 
     async fn preflight(&mut self) -> Result<RuntimeNotes, EnvError> {

@@ -312,6 +312,7 @@ impl ContainerRuntime for DockerRuntime {
             network_disabled: (spec.network == Network::None).then_some(true),
             ..Default::default()
         };
+        let t0 = Instant::now();
         let created = self
             .docker
             .create_container(None::<qp::CreateContainerOptions>, body)
@@ -333,6 +334,7 @@ impl ContainerRuntime for DockerRuntime {
             let _ = self.remove(&created.id).await;
             return Err(self.api_err("start container", e));
         }
+        tracing::debug!(image = %spec.image, took_ms = t0.elapsed().as_millis() as u64, "container created and started");
         Ok(created.id)
     }
 
@@ -360,6 +362,16 @@ impl ContainerRuntime for DockerRuntime {
             }) => Ok(()),
             Err(e) => Err(self.api_err("remove container", e)),
         }
+    }
+
+    fn remove_detached(&self, container: &str) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        let id = container.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = me.remove(&id).await {
+                tracing::warn!(container = %id, "cannot remove container: {e}");
+            }
+        })
     }
 
     async fn list_containers(

@@ -133,6 +133,8 @@ pub trait ContainerRuntime: Send + Sync {
     /// It carries `belay=true`, `belay.run` and the owner labels.
     async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError>;
     async fn remove(&self, container: &str) -> Result<(), SandboxError>;
+    /// Remove a container in the background; await the handle before exiting.
+    fn remove_detached(&self, container: &str) -> tokio::task::JoinHandle<()>;
     async fn list_containers(
         &self,
         label_filters: &[String],
