@@ -2,8 +2,10 @@
 //! a container with a checkpoint image after each, and write scripts, a
 //! manifest and a Dockerfile that rebuilds the result.
 
+pub mod ablation;
 pub mod analyze;
 pub mod build;
+pub mod cache;
 pub mod dockerfile;
 mod error;
 pub mod manifest;
@@ -11,6 +13,9 @@ pub mod oracle;
 pub mod plan;
 pub mod preflight;
 pub mod progress;
+pub mod repair;
 pub mod rundir;
+pub mod safety;
+pub mod script;
 
 pub use error::EnvError;

@@ -47,6 +47,13 @@ pub struct LlmUsage {
     pub cost_usd: f64,
 }
 
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CacheStats {
+    pub enabled: bool,
+    pub hits: u32,
+    pub misses: u32,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Checkpoint {
     pub id: String,
@@ -58,6 +65,9 @@ pub struct Checkpoint {
     pub image_id: String,
     #[serde(default)]
     pub created_at: String,
+    /// Set when this checkpoint is a cache hit: the checkpoint it reuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_from: Option<String>,
 }
 
 /// One record per Docker build, block, validation, finalization or oracle command.
@@ -89,6 +99,9 @@ pub struct OracleCommandResult {
     pub ok: bool,
     pub duration_s: f64,
     pub log_path: PathBuf,
+    /// The command as written in the oracle file, when `--oracle-collect-only` rewrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewritten_from: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -121,7 +134,15 @@ pub struct Manifest {
     pub final_clean_replay_ok: Option<bool>,
     pub final_clean_replay_image: Option<String>,
     pub final_clean_replay_failure_stage: Option<String>,
+    /// Why the clean replay did not run, or what it proved.
+    #[serde(default)]
+    pub final_clean_replay_note: Option<String>,
     pub oracle: Option<OracleReport>,
+    #[serde(default)]
+    pub cache: CacheStats,
+    /// Repairs applied in this run (local fixes and blamed rollbacks).
+    #[serde(default)]
+    pub repairs: u32,
     pub blocks: Vec<Block>,
     pub checkpoints: Vec<Checkpoint>,
     pub executions: Vec<Execution>,

@@ -60,6 +60,9 @@ pub struct Block {
     pub repair_attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<BlockTiming>,
+    /// The block's checkpoint came from the cache; the block did not run.
+    #[serde(default)]
+    pub cached: bool,
 }
 
 impl Block {
@@ -77,6 +80,7 @@ impl Block {
             success_checkpoint: None,
             repair_attempts: 0,
             timing: None,
+            cached: false,
         }
     }
 

@@ -28,6 +28,8 @@ pub enum BuildEvent {
     BlockFinished {
         id: String,
         ok: bool,
+        /// The block did not run: its checkpoint came from the cache.
+        cached: bool,
         duration: Duration,
         detail: String,
     },

@@ -167,6 +167,38 @@ pub struct BuildArgs {
     /// Print the manifest path and result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// Repair, cache and ablation settings, shared by `build` and `build-projects`.
+#[derive(Debug, Clone, Args)]
+pub struct ControlArgs {
+    /// Progress-control ablation: full, without-local-repair,
+    /// without-checkpoint-rollback, without-final-clean-replay,
+    /// single-command-forward, single-command-recovery, whole-script-forward,
+    /// whole-script-recovery.
+    #[arg(long, default_value = "full", value_parser = parse_ablation)]
+    pub ablation: belay_env::ablation::Ablation,
+    /// Repair rounds per failed block.
+    #[arg(long, default_value_t = 2)]
+    pub max_repair_attempts: u32,
+    /// Read-only probes that may fail during repair before probing stops.
+    #[arg(long, default_value_t = 5)]
+    pub max_probe_failures: u32,
+    /// Do not reuse checkpoints of earlier builds.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Replay the final scripts from the base image even when no repair changed them.
+    #[arg(long)]
+    pub force_clean_replay: bool,
+    /// Rewrite pytest oracle commands to --collect-only (exit 5 passes).
+    #[arg(long)]
+    pub oracle_collect_only: bool,
+}
+
+fn parse_ablation(s: &str) -> Result<belay_env::ablation::Ablation, String> {
+    s.parse()
 }
 
 #[derive(Debug, Args)]

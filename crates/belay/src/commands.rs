@@ -324,6 +324,7 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
     opts.start_at_block = a.start_at_block.clone();
     opts.network = a.network.into();
     opts.host_trust = !a.no_host_trust;
+    apply_control(&mut opts, &a.control);
     let printer = Printer::new(a.stream_logs);
     let outcome = build(&rt, &opts, &printer).await?;
     let m = &outcome.manifest;
@@ -349,6 +350,15 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
         }
     }
     Ok(if m.ok { 0 } else { EXIT_FAILED })
+}
+
+pub(crate) fn apply_control(opts: &mut BuildOptions, c: &ControlArgs) {
+    opts.ablation = c.ablation;
+    opts.max_repair_attempts = c.max_repair_attempts;
+    opts.max_probe_failures = c.max_probe_failures;
+    opts.cache = !c.no_cache;
+    opts.force_clean_replay = c.force_clean_replay;
+    opts.oracle_collect_only = c.oracle_collect_only;
 }
 
 // ---------------------------------------------------------------- env shell

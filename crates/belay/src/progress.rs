@@ -96,6 +96,7 @@ impl BuildObserver for Printer {
             BuildEvent::BlockFinished {
                 id,
                 ok,
+                cached,
                 duration,
                 detail,
             } => {
@@ -103,7 +104,11 @@ impl BuildObserver for Printer {
                     s.partial.remove(id);
                     s.bars.remove(id)
                 });
-                let msg = if *ok {
+                let msg = if *cached {
+                    format!("cached ({detail})")
+                } else if *ok && !detail.is_empty() {
+                    format!("ok in {}, {detail}", secs(*duration))
+                } else if *ok {
                     format!("ok in {}", secs(*duration))
                 } else {
                     format!("FAILED after {}: {detail}", secs(*duration))

@@ -51,6 +51,8 @@ plan_snapshot!(cmake_c, "cmake-c");
 plan_snapshot!(two_languages, "multi-py-node");
 plan_snapshot!(three_languages, "polyglot");
 plan_snapshot!(no_manifest, "empty-repo");
+plan_snapshot!(python_vendored_native_dependency, "py-native-ffi");
+plan_snapshot!(python_broken_tests, "py-broken-tests");
 
 #[test]
 fn every_fixture_has_a_snapshot_test() {

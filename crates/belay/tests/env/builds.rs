@@ -19,7 +19,9 @@ fn build_with(fixture_name: &str, run: &str, state: &Path, extra: &[&str]) -> Va
         .arg(fixture(fixture_name))
         .arg("--state-dir")
         .arg(state)
-        .args(["--run-id", run, "--command-timeout", "900"])
+        // Real builds: a CI machine keeps images between runs, and these tests
+        // are about building, so the cache is off here (tests/env/cache.rs tests it).
+        .args(["--run-id", run, "--command-timeout", "900", "--no-cache"])
         .args(extra)
         .assert();
     let out = a.get_output();
@@ -72,6 +74,46 @@ fn python_fixture_builds_and_its_tests_pass() {
         run_containers(&run)
     );
     check_resume_from(state.path(), &run);
+    check_oracles(state.path(), &run);
+}
+
+/// Oracles run on the final image; the build is ok only if they pass. The same
+/// run id reuses the finished build, so each oracle run is quick.
+fn check_oracles(state: &Path, run: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let pass = dir.path().join("pass.oracle.json");
+    std::fs::write(&pass, r#"{"fixed_test_commands": [{"command": ".venv/bin/python -m pytest -q", "oracle_id": "pytest-run", "source": "generic", "oracle_priority": 1}]}"#).unwrap();
+    let fail = dir.path().join("fail.oracle.json");
+    std::fs::write(&fail, r#"{"fixed_test_commands": [{"commands": ["true", "test -f /no/such/oracle-file"], "oracle_id": "must-fail"}]}"#).unwrap();
+
+    let m = build_with("py-pyproject", run, state, &["--oracle-file", pass.to_str().unwrap()]);
+    assert_eq!(m["oracle"]["ok"], true);
+    let cmd = &m["oracle"]["commands"][0];
+    assert_eq!(cmd["command"], ".venv/bin/python -m pytest -q", "a full test-suite command is run as written");
+    assert!(cmd["rewritten_from"].is_null());
+
+    let a = belay()
+        .args(["env", "build", "--no-cache", "--repo"])
+        .arg(fixture("py-pyproject"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--run-id", run, "--oracle-file", fail.to_str().unwrap()])
+        .assert()
+        .code(1);
+    let m = manifest(state, run);
+    assert_eq!(m["ok"], false, "{}", String::from_utf8_lossy(&a.get_output().stderr));
+    assert_eq!(m["oracle"]["ok"], false);
+    let cmds = m["oracle"]["commands"].as_array().unwrap();
+    assert_eq!(cmds.len(), 2);
+    assert_eq!(cmds[0]["ok"], true);
+    assert_eq!(cmds[1]["ok"], false);
+    assert!(m["error"].as_str().unwrap().contains("oracle"), "{}", m["error"]);
+
+    // Rewriting to collect-only is an explicit flag, and recorded.
+    let m = build_with("py-pyproject", run, state, &["--oracle-file", pass.to_str().unwrap(), "--oracle-collect-only"]);
+    let cmd = &m["oracle"]["commands"][0];
+    assert!(cmd["command"].as_str().unwrap().contains("--collect-only"), "{cmd}");
+    assert_eq!(cmd["rewritten_from"], ".venv/bin/python -m pytest -q");
 }
 
 /// `--resume-from IMAGE` without `--start-at-block` infers the block from the tag

@@ -3,9 +3,13 @@
 //! image (`belay image bootstrap`) to be present: `.ci/run` sets both up.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod ablation;
 mod builds;
+mod cache;
 mod cli;
 mod common;
+mod custom;
 mod errors;
 mod reaper;
+mod repair;
 mod resume;

@@ -1,0 +1,277 @@
+//! Local repair of a failed block.
+//!
+//! For up to `--max-repair-attempts` rounds: read the failure, ask the rules
+//! ([`crate::repair`]) for fixes, drop those the safety filter refuses and those
+//! a read-only probe shows are not needed, then restore the block's baseline
+//! checkpoint (unless the ablation mode says otherwise), run the fix, and
+//! replay the block and its validation. A fix that works is patched into the
+//! block script and committed as a `repaired` checkpoint. A fix that belongs to
+//! an earlier block (the error points at that block's output) is patched there
+//! instead, and the build rolls back to it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::ablation::Granularity;
+use crate::plan::{Block, BlockStatus, SCRIPTS_DIR};
+use crate::repair::{self, Proposal};
+use crate::{cache, safety, script, EnvError};
+
+use super::{failure, round3, Failure, Run};
+
+/// How a recovery ended.
+pub(crate) enum Recovery {
+    /// The block now passes: its `repaired` checkpoint.
+    Repaired(String),
+    /// A fix was patched into an earlier block: continue from that block.
+    RollBack(usize),
+    /// Nothing worked: why.
+    Failed(String),
+}
+
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Run<'_> {
+    pub(crate) async fn recover(
+        &mut self,
+        blocks: &mut [Block],
+        i: usize,
+        baseline: &str,
+        first: Failure,
+        rollbacks: &mut Vec<(usize, usize)>,
+    ) -> Result<Recovery, EnvError> {
+        let mut failure_now = first;
+        let mut tried: Vec<String> = Vec::new();
+        let mut probe_failures = 0u32;
+        let mut history: Vec<String> = Vec::new();
+        let original_script = blocks[i].script.clone();
+        for attempt in 1..=self.opts.max_repair_attempts {
+            let text = repair::failure_text(&failure_now.log, &failure_now.stdout_tail, &failure_now.stderr_tail);
+            let proposals = repair::propose(&text, &self.ctx, &tried);
+            let Some(p) = self.choose(&blocks[i].id, proposals, &mut tried, &mut probe_failures).await? else {
+                let mut why = format!("{}; no repair rule matches this failure", failure_now.summary);
+                if !history.is_empty() {
+                    why.push_str(&format!(" (tried: {})", history.join("; ")));
+                }
+                return Ok(Recovery::Failed(why));
+            };
+            tried.push(p.fix.clone());
+            history.push(p.rule_id.clone());
+            self.phase(
+                "repair",
+                format!("{} attempt {attempt}: {} ({})", blocks[i].id, p.rule_id, p.hint),
+            );
+
+            // The error points at an earlier block's output: fix it there.
+            if let Some(blamed) = &p.blame {
+                if let Some(j) = blocks.iter().position(|b| &b.id == blamed) {
+                    if j < i && self.opts.ablation.checkpoint_rollback() && !rollbacks.contains(&(i, j)) {
+                        rollbacks.push((i, j));
+                        let note = format!("{} (for {} failing: {})", p.rule_id, blocks[i].id, p.hint);
+                        blocks[j].script = script::patch_script(&blocks[j].script, &p.fix, &note);
+                        blocks[j].repair_attempts += 1;
+                        self.manifest.repairs += 1;
+                        self.save_block_and_script(&blocks[j])?;
+                        self.record_note(&blocks[i].id, &format!("blame {}: roll back and patch `{}` into it", blocks[j].id, p.fix), baseline)?;
+                        return Ok(Recovery::RollBack(j));
+                    }
+                }
+            }
+
+            blocks[i].repair_attempts = attempt;
+            let outcome = match self.opts.ablation.recovery() {
+                Granularity::WholeScript => self.repair_whole_script(blocks, i, &p).await?,
+                Granularity::Command => self.repair_commands(&blocks[i].clone(), &p).await?,
+                Granularity::Block => self.repair_block(&blocks[i].clone(), baseline, &p).await?,
+            };
+            match outcome {
+                Err(f) => failure_now = f,
+                Ok(()) => {
+                    self.manifest.repairs += 1;
+                    let note = format!("{} (attempt {attempt}): {}", p.rule_id, p.hint);
+                    blocks[i].script = script::patch_script(&blocks[i].script, &p.fix, &note);
+                    blocks[i].status = BlockStatus::Repaired;
+                    blocks[i].last_error = None;
+                    let mut extra = BTreeMap::new();
+                    // A later run that plans the same original script on the same
+                    // parent finds this checkpoint, and adopts the patched script.
+                    let parent_id = self.image_id(baseline).await?;
+                    extra.insert(
+                        cache::ALT_LABEL.to_string(),
+                        cache::block_key(&parent_id, &blocks[i].id, &original_script, &blocks[i].validation_command, &self.env_fingerprint),
+                    );
+                    extra.insert(
+                        cache::KEY_LABEL.to_string(),
+                        cache::block_key(&parent_id, &blocks[i].id, &blocks[i].script, &blocks[i].validation_command, &self.env_fingerprint),
+                    );
+                    extra.insert(cache::SCRIPT_LABEL.to_string(), hex::encode(&blocks[i].script));
+                    let cp_t0 = std::time::Instant::now();
+                    let cp = self
+                        .commit(&blocks[i].id.clone(), i as u32 + 1, "repaired", Some(baseline.to_string()), extra)
+                        .await?;
+                    let mut t = blocks[i].timing.clone().unwrap_or_default();
+                    t.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
+                    blocks[i].timing = Some(t);
+                    self.after_checkpoint(cp_t0.elapsed());
+                    self.set_last_checkpoint_after(&cp.image_ref);
+                    blocks[i].success_checkpoint = Some(cp.image_ref.clone());
+                    return Ok(Recovery::Repaired(cp.image_ref));
+                }
+            }
+        }
+        Ok(Recovery::Failed(format!(
+            "{}; still failing after {} repair attempt(s) ({})",
+            failure_now.summary,
+            self.opts.max_repair_attempts,
+            history.join("; ")
+        )))
+    }
+
+    /// The first proposal that the safety filter allows and that a probe does
+    /// not show to be unnecessary.
+    async fn choose(
+        &mut self,
+        block: &str,
+        proposals: Vec<Proposal>,
+        tried: &mut Vec<String>,
+        probe_failures: &mut u32,
+    ) -> Result<Option<Proposal>, EnvError> {
+        for p in proposals {
+            if let Some(why) = safety::check_repair(&p.fix) {
+                self.phase("repair", why);
+                tried.push(p.fix.clone());
+                continue;
+            }
+            if let Some(probe) = &p.probe {
+                if *probe_failures < self.opts.max_probe_failures && self.container.is_some() {
+                    if let Some(why) = safety::check_probe(probe) {
+                        self.phase("repair", why);
+                    } else {
+                        let (out, _) = self
+                            .exec(block, "probe", vec!["bash".into(), "-c".into(), probe.clone()], probe, PROBE_TIMEOUT, None)
+                            .await?;
+                        if out.success() {
+                            // What the fix would provide is already there.
+                            tried.push(p.fix.clone());
+                            continue;
+                        }
+                        *probe_failures += 1;
+                    }
+                }
+            }
+            return Ok(Some(p));
+        }
+        Ok(None)
+    }
+
+    /// Run a fix in the current container, recorded as a `repair` execution.
+    async fn run_fix(&mut self, block: &str, fix: &str) -> Result<Result<(), Failure>, EnvError> {
+        let (out, log) = self
+            .exec(
+                block,
+                "repair",
+                vec!["bash".into(), "-c".into(), format!("set -eo pipefail\ncd /workspace/repo\n{fix}")],
+                fix,
+                self.opts.command_timeout,
+                Some(fix.to_string()),
+            )
+            .await?;
+        Ok(if out.success() {
+            Ok(())
+        } else {
+            Err(failure("the repair command", &out, log, self.opts.command_timeout))
+        })
+    }
+
+    /// Block recovery: restore the baseline (unless rollback is off), run the
+    /// fix, replay the block and its validation.
+    async fn repair_block(&mut self, block: &Block, baseline: &str, p: &Proposal) -> Result<Result<(), Failure>, EnvError> {
+        if self.opts.ablation.checkpoint_rollback() {
+            self.retire_container();
+            self.start_container(baseline).await?;
+            self.record_note(&block.id, &format!("repair_prep: recreate the container from {baseline}"), baseline)?;
+        } else {
+            // The fix runs on top of the failed attempt's leftovers.
+            self.diverged = true;
+        }
+        if let Err(f) = self.run_fix(&block.id, &p.fix).await? {
+            return Ok(Err(f));
+        }
+        if let Err(f) = self.run_script(block, "block").await? {
+            return Ok(Err(f));
+        }
+        Ok(self.run_validation(block, "validation").await?.map(|_| ()))
+    }
+
+    /// Command recovery: in the live container, run the fix, then the block's
+    /// commands one by one, then the validation.
+    async fn repair_commands(&mut self, block: &Block, p: &Proposal) -> Result<Result<(), Failure>, EnvError> {
+        self.diverged = true;
+        if let Err(f) = self.run_fix(&block.id, &p.fix).await? {
+            return Ok(Err(f));
+        }
+        if let Err(f) = self.run_commands(block, "command_recovery").await? {
+            return Ok(Err(f));
+        }
+        Ok(self.run_validation(block, "validation").await?.map(|_| ()))
+    }
+
+    /// Whole-script recovery: from the workspace checkpoint, run the fix, then
+    /// every block up to the failed one as one script, then its validation.
+    async fn repair_whole_script(&mut self, blocks: &[Block], i: usize, p: &Proposal) -> Result<Result<(), Failure>, EnvError> {
+        let workspace = self
+            .manifest
+            .checkpoints
+            .iter()
+            .find(|c| c.block_id == "workspace")
+            .map(|c| c.image_ref.clone())
+            .ok_or_else(|| EnvError::Usage("whole-script recovery needs the workspace checkpoint of this run".into()))?;
+        self.retire_container();
+        self.start_container(&workspace).await?;
+        self.record_note(&blocks[i].id, &format!("repair_prep: recreate the container from {workspace}"), &workspace)?;
+        if let Err(f) = self.run_fix(&blocks[i].id, &p.fix).await? {
+            return Ok(Err(f));
+        }
+        let text = script::whole_script(blocks[..=i].iter().map(|b| (b.id.as_str(), b.script.as_str())));
+        let path = format!("{SCRIPTS_DIR}/whole-script-recovery.sh");
+        let container = self.container.clone().unwrap_or_default();
+        self.rt
+            .put_files(&container, &[(path.clone(), self.redactor.redact(&text).into_owned().into_bytes(), 0o755)])
+            .await?;
+        let (out, log) = self
+            .exec(
+                &blocks[i].id,
+                "whole_script_recovery",
+                vec!["bash".into(), path.clone()],
+                &format!("bash {path}"),
+                self.opts.command_timeout,
+                None,
+            )
+            .await?;
+        if !out.success() {
+            return Ok(Err(failure("the whole script", &out, log, self.opts.command_timeout)));
+        }
+        Ok(self.run_validation(&blocks[i], "validation").await?.map(|_| ()))
+    }
+
+    /// A bookkeeping record (no command ran in the container).
+    fn record_note(&mut self, block: &str, what: &str, checkpoint: &str) -> Result<(), EnvError> {
+        let attempt = self.next_attempt(block, "repair_prep");
+        self.record(crate::manifest::Execution {
+            block_id: block.to_string(),
+            phase: "repair_prep".into(),
+            attempt,
+            exit_code: Some(0),
+            timed_out: false,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            checkpoint_before: Some(checkpoint.to_string()),
+            checkpoint_after: None,
+            repair_command: None,
+            duration_s: 0.0,
+            command: what.to_string(),
+            log_path: None,
+            started_at: belay_record::now_rfc3339(),
+        })
+    }
+}

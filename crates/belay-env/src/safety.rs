@@ -1,0 +1,207 @@
+//! The safety filter for repair commands and probes.
+//!
+//! A repair may install packages and set up the environment; it may not touch
+//! the container engine, push anything, make filesystems, delete broadly, or
+//! edit the repository's own source. Probes are stricter: one line, read-only,
+//! no installs, no network.
+
+use regex::Regex;
+use std::sync::OnceLock;
+
+/// Why a command is refused, or `None` when it may run as a repair.
+pub fn check_repair(cmd: &str) -> Option<String> {
+    for (re, why) in repair_rules() {
+        if re.is_match(cmd) {
+            return Some(format!("refused `{}`: {why}", one_line(cmd)));
+        }
+    }
+    if let Some(path) = repo_write_target(cmd) {
+        return Some(format!(
+            "refused `{}`: it writes {path}, part of the repository's own source (repairs change the environment, not the project)",
+            one_line(cmd)
+        ));
+    }
+    None
+}
+
+/// Directories under the repository that are build environments, not source.
+const REPO_ENV_DIRS: [&str; 4] = [".venv/", "node_modules/", "build/", "target/"];
+
+/// A file under /workspace/repo that `cmd` writes (redirection, tee, cp, mv,
+/// install), other than the build environments belay owns there.
+fn repo_write_target(cmd: &str) -> Option<String> {
+    static REDIRECT: OnceLock<Option<Regex>> = OnceLock::new();
+    let redirect = REDIRECT.get_or_init(|| Regex::new(r">>?\s*(\S+)").ok());
+    let in_repo_source = |p: &str| {
+        let p = p.trim_matches(|c| c == '"' || c == '\'');
+        p.strip_prefix("/workspace/repo/")
+            .is_some_and(|rest| !rest.is_empty() && !REPO_ENV_DIRS.iter().any(|d| rest.starts_with(d)))
+    };
+    for segment in cmd.split(['\n', ';', '&', '|']) {
+        if let Some(re) = redirect {
+            for c in re.captures_iter(segment) {
+                if in_repo_source(&c[1]) {
+                    return Some(c[1].to_string());
+                }
+            }
+        }
+        let words: Vec<&str> = segment.split_whitespace().collect();
+        let Some(pos) = words.iter().position(|w| matches!(*w, "tee" | "cp" | "mv" | "install")) else {
+            continue;
+        };
+        let args: Vec<&str> = words[pos + 1..].iter().copied().filter(|w| !w.starts_with('-')).collect();
+        let targets: Vec<&str> = if words[pos] == "tee" { args } else { args.last().copied().into_iter().collect() };
+        if let Some(t) = targets.into_iter().find(|t| in_repo_source(t)) {
+            return Some(t.to_string());
+        }
+    }
+    None
+}
+
+/// Why a command is refused as a probe, or `None` when it is an acceptable probe.
+pub fn check_probe(cmd: &str) -> Option<String> {
+    if cmd.contains('\n') || cmd.trim().is_empty() {
+        return Some("a probe is a single non-empty line".into());
+    }
+    if let Some(why) = check_repair(cmd) {
+        return Some(why);
+    }
+    // Discarding output is fine; writing it anywhere else is not.
+    let stripped = cmd
+        .replace("2>/dev/null", "")
+        .replace(">/dev/null", "")
+        .replace("> /dev/null", "")
+        .replace("2>&1", "");
+    for (re, why) in probe_rules() {
+        if re.is_match(&stripped) {
+            return Some(format!("refused probe `{cmd}`: {why}"));
+        }
+    }
+    None
+}
+
+fn one_line(cmd: &str) -> String {
+    let l: String = cmd.lines().next().unwrap_or("").chars().take(120).collect();
+    if cmd.lines().count() > 1 {
+        format!("{l} ...")
+    } else {
+        l
+    }
+}
+
+fn compile(rules: &[(&str, &'static str)]) -> Vec<(Regex, &'static str)> {
+    rules
+        .iter()
+        .filter_map(|(p, why)| Regex::new(p).ok().map(|r| (r, *why)))
+        .collect()
+}
+
+fn repair_rules() -> &'static [(Regex, &'static str)] {
+    static R: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
+    R.get_or_init(|| {
+        compile(&[
+            (r"(^|[\s;&|(`])(sudo\s+)?(docker|podman|nerdctl|ctr|crictl)(\s|$)", "container engines are off limits inside the sandbox"),
+            (r"/var/run/docker\.sock|/run/docker\.sock", "the Docker socket is off limits"),
+            (r"\bgit\s+(-c\s+\S+\s+)*push\b", "pushing is the commit point's job, never a repair's"),
+            (r"\bmkfs(\.\w+)?\b|\bmke2fs\b|\bwipefs\b|\bfdisk\b|\bparted\b", "making or changing filesystems is refused"),
+            (r"\bdd\s+[^\n]*\bof=/dev/", "writing to devices is refused"),
+            (
+                r"\brm\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*[rR][a-zA-Z]*\s+(-[a-zA-Z]*\s+)*(/|/\*|~|~/|\$HOME|/workspace/?|/workspace/repo/?|/usr/?|/etc/?|/var/?|/root/?|/home/?|\.|\./|\*|/opt/?|/bin/?|/lib/?)(\s|$|;|&)",
+                "broad recursive deletion is refused",
+            ),
+            (r"\b(shutdown|reboot|halt|poweroff)\b|\bkill\s+-9\s+-1\b", "stopping the machine is refused"),
+            // Edits to the repository's own source: in-place edits, redirections,
+            // copies and moves onto files under /workspace/repo, except the build
+            // environments belay owns there (.venv, node_modules, build, target).
+            (
+                r"(sed|perl)\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*i[a-zA-Z.]*\s+[^\n]*(/workspace/repo/|\s)(\w[\w./-]*\.(py|js|ts|rs|go|java|c|h|cc|cpp|toml|cfg|json|txt|yaml|yml|lock|ini|in|md|sh))\b",
+                "editing the repository's own source is refused (repairs change the environment, not the project)",
+            ),
+            (r"\bgit\s+(-C\s+\S+\s+)?(checkout|reset|clean|stash|apply|am|rebase|merge|commit)\b", "changing the repository through git is refused"),
+        ])
+    })
+}
+
+fn probe_rules() -> &'static [(Regex, &'static str)] {
+    static R: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
+    R.get_or_init(|| {
+        compile(&[
+            (r"\b(apt-get|apt|aptitude|dpkg\s+-i|apk|dnf|yum)\s+(install|add|upgrade|update|remove|purge)\b", "probes do not install"),
+            (r"\b(pip3?|python3?\s+-m\s+pip|uv|poetry|pipenv|npm|yarn|pnpm|cargo|go|gem|mvn|gradle)\s+(install|add|ci|sync|get|fetch|download|update|upgrade|build)\b", "probes do not install or fetch"),
+            (r"\b(curl|wget|nc|ncat|telnet|ssh|scp|rsync|ftp)\b|/dev/tcp/", "probes use no network"),
+            (r">\s*[^&\s]|\btee\b|\b(rm|mv|cp|mkdir|touch|chmod|chown|ln|sed\s+-i)\b", "probes are read-only"),
+        ])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repairs_that_are_refused() {
+        for cmd in [
+            "docker run --rm -v /:/host debian",
+            "sudo podman build .",
+            "curl --unix-socket /var/run/docker.sock http://x/containers/json",
+            "git push origin HEAD",
+            "git -c user.name=x push --force",
+            "mkfs.ext4 /dev/sda1",
+            "dd if=/dev/zero of=/dev/sda bs=1M",
+            "rm -rf /",
+            "rm -rf /*",
+            "rm -fr ~",
+            "rm -rf /workspace/repo",
+            "rm -r -f /usr",
+            "cd /workspace/repo && rm -rf .",
+            "sed -i 's/==1.2/>=1.2/' requirements.txt",
+            "sed -i.bak 's/x/y/' /workspace/repo/setup.py",
+            "echo 'import os' >> /workspace/repo/src/pkg/__init__.py",
+            "cp /tmp/patched.py /workspace/repo/src/app.py",
+            "cat x | tee -a /workspace/repo/setup.cfg",
+            "git checkout -- .",
+            "git -C /workspace/repo reset --hard",
+        ] {
+            assert!(check_repair(cmd).is_some(), "should refuse: {cmd}");
+        }
+    }
+
+    #[test]
+    fn repairs_that_are_allowed() {
+        for cmd in [
+            "apt-get install -y --no-install-recommends libffi-dev",
+            "python3 -m venv /workspace/repo/.venv",
+            "/workspace/repo/.venv/bin/python -m pip install pyyaml",
+            "rm -rf /workspace/repo/.venv",
+            "rm -rf /tmp/build-cache",
+            "echo 'export PATH=/usr/local/bin:$PATH' > /etc/profile.d/belay.sh",
+            "echo '[global]' > /workspace/repo/.venv/pip.conf",
+            "cp /workspace/repo/requirements.txt /tmp/req.txt",
+            "sed -E 's/==.*//' requirements.txt > /tmp/belay-relaxed.txt",
+            "chmod +x gradlew",
+            "npm install -g node@20",
+            "dockerize-thing --help",
+        ] {
+            assert_eq!(check_repair(cmd), None, "should allow: {cmd}");
+        }
+    }
+
+    #[test]
+    fn probes() {
+        for ok in ["dpkg -s libffi-dev", "command -v gcc", "python3 -c 'import ssl'", "ls /usr/include/ffi.h", "pkg-config --exists libpq 2>/dev/null"] {
+            assert_eq!(check_probe(ok), None, "{ok}");
+        }
+        for bad in [
+            "apt-get install -y gcc",
+            "pip install requests",
+            "python -m pip install x",
+            "curl http://example.invalid",
+            "echo x > /etc/passwd",
+            "rm /tmp/x",
+            "ls\nrm -rf /",
+            "",
+        ] {
+            assert!(check_probe(bad).is_some(), "{bad:?}");
+        }
+    }
+}

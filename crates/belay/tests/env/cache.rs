@@ -1,0 +1,63 @@
+//! The checkpoint cache: an unchanged rebuild reuses every checkpoint; a
+//! changed block reruns itself and everything after it; --no-cache runs all.
+
+use crate::common::*;
+use crate::custom::*;
+
+const BLOCKS: &[(&str, &str, &str)] = &[
+    ("00-a", "echo a > /tmp/state", "test -f /tmp/state"),
+    ("10-b", "echo b >> /tmp/state", "grep -q b /tmp/state"),
+    ("20-c", "cat /tmp/state", "true"),
+];
+
+fn ran(m: &serde_json::Value) -> Vec<String> {
+    phases(m, "block").iter().map(|e| e["block_id"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn unchanged_rebuild_hits_every_checkpoint_and_a_change_reruns_from_there() {
+    let c = Custom::new();
+    let runs: Vec<String> = (1..=4).map(|i| run_id(&format!("cache{i}"))).collect();
+    let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
+
+    c.blocks(&runs[0], BLOCKS);
+    let (code, m1) = c.build(&runs[0], &[]);
+    assert_eq!(code, 0, "{}", m1["error"]);
+    assert_eq!(m1["cache"]["hits"], 0);
+    assert_eq!(ran(&m1), ["00-a", "10-b", "20-c"]);
+
+    // Same plan, new run: every checkpoint (the workspace too) comes from the cache.
+    c.copy_blocks(&runs[0], &runs[1]);
+    let (code, m2) = c.build(&runs[1], &[]);
+    assert_eq!(code, 0, "{}", m2["error"]);
+    assert_eq!(m2["cache"]["hits"], 4, "{}", m2["cache"]);
+    assert_eq!(m2["cache"]["misses"], 0);
+    assert!(ran(&m2).is_empty(), "blocks ran despite the cache: {:?}", ran(&m2));
+    for id in ["00-a", "10-b", "20-c"] {
+        assert_eq!(block(&m2, id)["cached"], true);
+        assert_eq!(block(&m2, id)["status"], "succeeded");
+    }
+    assert!(m2["checkpoints"].as_array().unwrap().iter().all(|cp| cp["cached_from"].is_string()));
+    let (ok, out, _) = docker(&["run", "--rm", m2["final_image"].as_str().unwrap(), "cat", "/tmp/state"]);
+    assert!(ok && out == "a\nb\n", "{out:?}");
+
+    // A changed block reruns itself and everything after it.
+    c.copy_blocks(&runs[0], &runs[2]);
+    let p = c.run_dir(&runs[2]).join("blocks/10-b.json");
+    let mut b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    b["script"] = serde_json::json!(b["script"].as_str().unwrap().replace("echo b >> /tmp/state", "echo b >> /tmp/state\necho changed"));
+    std::fs::write(&p, b.to_string()).unwrap();
+    let (code, m3) = c.build(&runs[2], &[]);
+    assert_eq!(code, 0, "{}", m3["error"]);
+    assert_eq!(ran(&m3), ["10-b", "20-c"]);
+    assert_eq!(block(&m3, "00-a")["cached"], true);
+    assert_eq!(block(&m3, "10-b")["cached"], false);
+    assert_eq!(m3["cache"]["hits"], 2);
+
+    // --no-cache runs everything.
+    c.copy_blocks(&runs[0], &runs[3]);
+    let (code, m4) = c.build(&runs[3], &["--no-cache"]);
+    assert_eq!(code, 0);
+    assert_eq!(m4["cache"]["enabled"], false);
+    assert_eq!(ran(&m4), ["00-a", "10-b", "20-c"]);
+}
