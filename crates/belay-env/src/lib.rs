@@ -4,9 +4,11 @@
 
 pub mod ablation;
 pub mod analyze;
+pub mod batch;
 pub mod build;
 pub mod cache;
 pub mod dockerfile;
+pub mod gc;
 mod error;
 pub mod manifest;
 pub mod oracle;

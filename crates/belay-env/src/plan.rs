@@ -548,7 +548,14 @@ fn rust_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         ..Default::default()
     };
     if !notes.has("cargo") {
-        p.runtime.push(apt_install(&["cargo".to_string()].into()));
+        // Debian's security updates carry a current toolchain as cargo-web /
+        // rustc-web; plain `cargo` in bookworm is 1.63, too old for the sparse
+        // registry protocol and for most crates' rust-version.
+        p.runtime.push(format!(
+            "if apt-cache show cargo-web >/dev/null 2>&1; then {}; else {}; fi",
+            apt_install(&["cargo-web".to_string()].into()),
+            apt_install(&["cargo".to_string()].into())
+        ));
     }
     p.runtime.push("cargo --version && rustc --version".into());
     p.runtime_validation.push("cargo --version".into());

@@ -74,6 +74,89 @@ pub enum EnvCommand {
     Build(Box<BuildArgs>),
     /// Open a shell (or run a command) in a run's final image.
     Shell(ShellArgs),
+    /// Build many projects from a projects file, each in its own run.
+    BuildProjects(Box<BuildProjectsArgs>),
+    /// Remove the checkpoint images and containers of old runs.
+    Gc(GcArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BuildProjectsArgs {
+    /// One project per line: `owner/repo [ref]`, a git URL `[ref]`, or a local path.
+    #[arg(long)]
+    pub projects_file: PathBuf,
+    /// Where projects are checked out (and failed-projects.log and the summary go).
+    #[arg(long)]
+    pub projects_dir: PathBuf,
+    /// Where `.github` of each project is quarantined; `<name>.oracle.json` here is its oracle.
+    #[arg(long)]
+    pub oracles_dir: Option<PathBuf>,
+    /// Base URL that `owner/repo` lines are cloned from (`<url>/<owner>/<repo>.git`).
+    #[arg(long, env = "BELAY_GIT_BASE_URL")]
+    pub git_base_url: Option<String>,
+    /// Projects built at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub jobs: u64,
+    /// Build at most N projects.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Skip the first N projects.
+    #[arg(long, default_value_t = 0)]
+    pub start: usize,
+    /// Only these projects (by name or source; repeatable).
+    #[arg(long)]
+    pub only: Vec<String>,
+    /// Stop starting new projects after the first failure.
+    #[arg(long)]
+    pub stop_on_failure: bool,
+    /// Skip projects whose last run succeeded in the same ablation mode.
+    #[arg(long)]
+    pub skip_existing_success: bool,
+    /// Prefix of each project's run id.
+    #[arg(long, default_value = "batch")]
+    pub run_id_prefix: String,
+    /// State directory for all runs (default: <projects-dir>/state).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Image repository prefix; each project gets `<prefix>-<name>`.
+    #[arg(long, default_value = "belay")]
+    pub image_prefix: String,
+    #[arg(long, conflicts_with = "base_image")]
+    pub base_dockerfile: Option<PathBuf>,
+    #[arg(long)]
+    pub base_image: Option<String>,
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
+    pub command_timeout: u64,
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub docker_build_timeout: u64,
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub oracle_timeout: u64,
+    #[arg(long, value_enum, default_value = "bridge")]
+    pub network: NetworkArg,
+    #[arg(long)]
+    pub no_host_trust: bool,
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Only runs whose images are at least this old (30m, 12h, 7d).
+    #[arg(long, default_value = "0", value_parser = parse_age)]
+    pub older_than: std::time::Duration,
+    /// Only this run (repeatable).
+    #[arg(long = "run")]
+    pub runs: Vec<String>,
+    /// Remove final images too.
+    #[arg(long)]
+    pub include_final: bool,
+    /// Show what would be removed.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    belay_env::gc::parse_duration(s)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]

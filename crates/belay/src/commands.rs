@@ -24,17 +24,19 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Env(EnvCommand::Plan(a)) => env_plan(a),
         Command::Env(EnvCommand::Build(a)) => env_build(*a).await,
         Command::Env(EnvCommand::Shell(a)) => env_shell(a).await,
+        Command::Env(EnvCommand::BuildProjects(a)) => crate::batch::build_projects(*a).await,
+        Command::Env(EnvCommand::Gc(a)) => env_gc(a).await,
     }
 }
 
-fn usage(msg: impl Into<String>) -> Failure {
+pub(crate) fn usage(msg: impl Into<String>) -> Failure {
     Failure {
         code: EXIT_USAGE,
         error: anyhow!(msg.into()),
     }
 }
 
-async fn connect() -> Result<DockerRuntime, Failure> {
+pub(crate) async fn connect() -> Result<DockerRuntime, Failure> {
     DockerRuntime::connect().await.map_err(|e| Failure {
         code: EXIT_INFRA,
         error: e.into(),
@@ -361,6 +363,37 @@ pub(crate) fn apply_control(opts: &mut BuildOptions, c: &ControlArgs) {
     opts.oracle_collect_only = c.oracle_collect_only;
 }
 
+// ---------------------------------------------------------------- env gc
+
+async fn env_gc(a: GcArgs) -> Result<u8, Failure> {
+    let rt = connect().await?;
+    let opts = belay_env::gc::GcOptions {
+        older_than: a.older_than,
+        runs: a.runs,
+        include_final: a.include_final,
+        dry_run: a.dry_run,
+    };
+    let r = belay_env::gc::gc(&rt, &opts).await?;
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    for t in &r.removed_images {
+        println!("{verb} image {t}");
+    }
+    for c in &r.removed_containers {
+        println!("{verb} container {c}");
+    }
+    for s in &r.skipped {
+        println!("skipped {s}");
+    }
+    println!(
+        "{verb} {} image tag(s) and {} container(s); kept {} final image(s){}",
+        r.removed_images.len(),
+        r.removed_containers.len(),
+        r.kept_final.len(),
+        if r.kept_final.is_empty() { "" } else { " (--include-final removes them)" }
+    );
+    Ok(0)
+}
+
 // ---------------------------------------------------------------- env shell
 
 struct Passthrough;
@@ -379,12 +412,12 @@ async fn env_shell(a: ShellArgs) -> Result<u8, Failure> {
     belay_record::run_id::validate(&a.run_id)?;
     let rt = connect().await?;
     let images = rt
-        .list_images(&[format!("{}={}", belay_sandbox::labels::RUN, a.run_id)])
+        .list_images(&[format!("{}=true", belay_sandbox::labels::BELAY)])
         .await?;
     let image = images
         .iter()
         .flat_map(|i| i.tags.iter())
-        .find(|t| t.ends_with(&format!("{}-final", a.run_id)))
+        .find(|t| t.ends_with(&format!(":{}-final", a.run_id)))
         .cloned()
         .ok_or_else(|| usage(format!(
             "run {} has no final image on this Docker engine (did its build succeed? `docker images --filter label=belay.run={}` lists its checkpoints)",

@@ -1,6 +1,7 @@
 //! belay: the binary. clap types live in `cli`, rendering in `progress`;
 //! behaviour is in the library crates.
 
+mod batch;
 mod cli;
 mod commands;
 mod progress;

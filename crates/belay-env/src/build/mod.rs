@@ -1067,15 +1067,13 @@ impl Run<'_> {
                 let base = self.resolve_base().await?;
                 self.manifest.base_image = Some(base.clone());
                 let base_id = self.image_id(&base).await?;
-                let ws_key = if self.opts.cache {
-                    let tree = cache::tree_hash(&self.repo, &self.excluded)?;
-                    Some(cache::workspace_key(&base_id, &tree, &self.env_fingerprint))
-                } else {
-                    None
-                };
+                // Keys are always recorded, so that later builds can reuse these
+                // checkpoints; `--no-cache` only turns off the lookup.
+                let tree = cache::tree_hash(&self.repo, &self.excluded)?;
+                let ws_key = Some(cache::workspace_key(&base_id, &tree, &self.env_fingerprint));
                 let hit = match &ws_key {
-                    Some(k) => self.cache_lookup(k).await?,
-                    None => None,
+                    Some(k) if self.opts.cache => self.cache_lookup(k).await?,
+                    _ => None,
                 };
                 let current = match hit {
                     Some(hit) => {
@@ -1090,7 +1088,9 @@ impl Run<'_> {
                         let mut extra = BTreeMap::new();
                         if let Some(k) = &ws_key {
                             extra.insert(cache::KEY_LABEL.to_string(), k.clone());
-                            self.manifest.cache.misses += 1;
+                            if self.opts.cache {
+                                self.manifest.cache.misses += 1;
+                            }
                         }
                         // Preflight before the commit, so that a container exists.
                         let notes = self.runtime_notes(&base_id).await?;
@@ -1148,12 +1148,8 @@ impl Run<'_> {
             let t0 = Instant::now();
             let seq = i as u32 + 1;
             blocks[i].baseline_checkpoint = Some(current.clone());
-            let key = if self.opts.cache {
-                Some(self.block_key(&blocks[i], &current).await?)
-            } else {
-                None
-            };
-            if let Some(k) = &key {
+            let key = Some(self.block_key(&blocks[i], &current).await?);
+            if let (Some(k), true) = (&key, self.opts.cache) {
                 if let Some(hit) = self.cache_lookup(k).await? {
                     let adopted_script = hit
                         .labels

@@ -4,12 +4,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ablation;
+mod batch;
 mod builds;
 mod cache;
 mod cli;
 mod common;
 mod custom;
 mod errors;
+mod gc;
 mod reaper;
 mod repair;
 mod resume;

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""belay env build-projects over a corpus of real open-source projects.
+
+Fetches each project of corpus.txt (PyPI source archives with `pip download`,
+crates with `cargo fetch`, so no registry address is written here), writes a
+projects file and an oracle per project, then:
+
+  1. a cold batch build (no cache reuse), --jobs N, rules planner, full mode;
+  2. the same batch again with the cache (every checkpoint should be reused);
+  3. `docker build --no-cache` of each successful project's written Dockerfile,
+     N at a time, for the overhead ratio.
+
+Prints success rate, median and p90 time per project, repairs, failures by
+class, second-run time and cache-hit rate, and the ratio against docker build.
+
+Usage: bench/env/corpus.py [--jobs 2] [--limit N] [--belay PATH] [--work DIR] [--skip-docker]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def read_corpus(limit):
+    items = []
+    for line in open(os.path.join(HERE, "corpus.txt")):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        kind, name, version, *tags = line.split()
+        items.append({"kind": kind, "name": name, "version": version, "native": "native" in tags})
+    return items[:limit] if limit else items
+
+
+def fetch_pypi(item, dest, cache):
+    d = os.path.join(cache, "pypi")
+    os.makedirs(d, exist_ok=True)
+    spec = f"{item['name']}=={item['version']}"
+    archives = [f for f in os.listdir(d) if f.lower().replace("_", "-").startswith(f"{item['name']}-{item['version']}".lower().replace("_", "-"))]
+    if not archives:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", spec, "-d", d], check=True)
+        archives = [f for f in os.listdir(d) if f.lower().replace("_", "-").startswith(f"{item['name']}-{item['version']}".lower().replace("_", "-"))]
+    with tarfile.open(os.path.join(d, archives[0])) as t:
+        top = t.getnames()[0].split("/")[0]
+        t.extractall(os.path.dirname(dest), filter="tar")
+    os.rename(os.path.join(os.path.dirname(dest), top), dest)
+
+
+def fetch_crate(item, dest, cache):
+    proj = os.path.join(cache, f"crate-{item['name']}-{item['version']}")
+    if not os.path.isdir(proj):
+        os.makedirs(os.path.join(proj, "src"), exist_ok=True)
+        with open(os.path.join(proj, "Cargo.toml"), "w") as f:
+            f.write(f'[package]\nname = "fetcher"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\n{item["name"]} = "={item["version"]}"\n')
+        open(os.path.join(proj, "src", "lib.rs"), "w").close()
+    out = subprocess.run(["cargo", "metadata", "--format-version", "1", "--manifest-path", os.path.join(proj, "Cargo.toml")],
+                         capture_output=True, text=True, check=True)
+    for p in json.loads(out.stdout)["packages"]:
+        if p["name"] == item["name"] and p["version"] == item["version"]:
+            shutil.copytree(os.path.dirname(p["manifest_path"]), dest)
+            return
+    raise SystemExit(f"crate {item['name']} {item['version']} not found")
+
+
+def oracle_for(item):
+    if item["kind"] == "crate":
+        cmd = "cargo test --offline 2>&1"
+    else:
+        cmd = "{ .venv/bin/python -m pytest --collect-only -q; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }"
+    return {"fixed_test_commands": [{"command": cmd, "oracle_id": f"{item['kind']}-tests", "source": "bench", "oracle_priority": 1}]}
+
+
+CLASSES = [
+    ("test collection needs packages the project does not declare", r"No module named|ModuleNotFoundError|ImportError"),
+    ("a native build dependency the rules do not know", r"fatal error: .*\.h|pg_config|not found in the pkg-config|Could not find"),
+    ("toolchain too old or too new", r"requires.*(rustc|python|go)|edition20|lock file version|requires a different Python|is older than"),
+    ("network or registry", r"Temporary failure|Could not resolve|timed out|HTTP error|503"),
+    ("the project's own tests or build are broken", r"SyntaxError|error\[E|error: could not compile|FAILED"),
+]
+
+
+def classify(err):
+    for name, pat in CLASSES:
+        if re.search(pat, err or ""):
+            return name
+    return "other"
+
+
+def pct(values, q):
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    k = max(0, min(len(v) - 1, int(round(q * (len(v) - 1)))))
+    return v[k]
+
+
+def run_batch(belay, projects, pdir, odir, prefix, jobs, extra):
+    t0 = time.monotonic()
+    cmd = [belay, "env", "build-projects", "--projects-file", projects, "--projects-dir", pdir, "--oracles-dir", odir,
+           "--jobs", str(jobs), "--run-id-prefix", prefix, "--command-timeout", "1200", *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if p.returncode not in (0, 1):
+        sys.exit(f"build-projects failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return wall, json.load(open(os.path.join(pdir, "build-projects-summary.json"))), p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--belay", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "belay"))
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "belay-corpus"))
+    ap.add_argument("--cache", default=os.path.expanduser("~/.cache/belay-bench"))
+    ap.add_argument("--skip-docker", action="store_true")
+    args = ap.parse_args()
+    if not os.path.exists(args.belay):
+        sys.exit(f"{args.belay} not found: cargo build --release -p belay")
+
+    items = read_corpus(args.limit)
+    shutil.rmtree(args.work, ignore_errors=True)
+    src, odir = os.path.join(args.work, "src"), os.path.join(args.work, "oracles")
+    os.makedirs(src)
+    os.makedirs(odir)
+    lines = []
+    for it in items:
+        name = f"{it['name']}-{it['version']}".lower()
+        dest = os.path.join(src, name)
+        (fetch_crate if it["kind"] == "crate" else fetch_pypi)(it, dest, args.cache)
+        with open(os.path.join(odir, f"{name}.oracle.json"), "w") as f:
+            json.dump(oracle_for(it), f)
+        lines.append(f"./src/{name}")
+        it["project"] = name
+    projects = os.path.join(args.work, "projects.txt")
+    with open(projects, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    stamp = time.strftime("%H%M%S")
+
+    print(f"corpus: {len(items)} projects ({sum(i['kind'] == 'pypi' for i in items)} PyPI, {sum(i['kind'] == 'crate' for i in items)} crates, {sum(i['native'] for i in items)} native); jobs {args.jobs}", flush=True)
+    cold_wall, cold, _ = run_batch(args.belay, projects, os.path.join(args.work, "cold"), odir, f"corpus-{stamp}", args.jobs, ["--no-cache"])
+    ok = [p for p in cold["projects"] if p["status"] == "ok"]
+    times = [p["duration_s"] for p in cold["projects"]]
+    print(f"\ncold run: {cold['ok']}/{cold['total']} ok = {100.0 * cold['ok'] / cold['total']:.0f}% success, batch wall {cold_wall:.0f} s")
+    print(f"time per project: median {statistics.median(times):.1f} s, p90 {pct(times, 0.9):.1f} s")
+    print(f"repairs used: {sum(p['repairs'] for p in cold['projects'])} in {sum(1 for p in cold['projects'] if p['repairs'])} projects "
+          f"({', '.join(p['name'] for p in cold['projects'] if p['repairs'])})")
+    failed = [p for p in cold["projects"] if p["status"] != "ok"]
+    if failed:
+        print("failed projects by class:")
+        by = {}
+        for p in failed:
+            by.setdefault(classify(p.get("error")), []).append(p)
+        for cls, ps in by.items():
+            print(f"  {cls}: " + "; ".join(f"{p['name']} ({(p.get('error') or '')[:140]})" for p in ps))
+
+    warm_wall, warm, _ = run_batch(args.belay, projects, os.path.join(args.work, "warm"), odir, f"corpus-{stamp}-warm", args.jobs, [])
+    hits = sum(p["cache_hits"] for p in warm["projects"])
+    misses = sum(p["cache_misses"] for p in warm["projects"])
+    print(f"\nsecond run (cache): batch wall {warm_wall:.1f} s = {100.0 * warm_wall / cold_wall:.1f}% of the cold run; "
+          f"cache hits {hits}/{hits + misses} = {100.0 * hits / max(1, hits + misses):.0f}%; {warm['ok']}/{warm['total']} ok")
+
+    if not args.skip_docker and ok:
+        def docker_build(p):
+            m = json.load(open(p["manifest"]))
+            tag = f"belay-corpus-docker:{p['name']}"
+            # The state dir is outside the checkout: the Dockerfile expects the
+            # run directory at ./belay-run of its context (its header says so).
+            run_copy = os.path.join(m["repo_path"], "belay-run")
+            shutil.rmtree(run_copy, ignore_errors=True)
+            shutil.copytree(m["run_dir"], run_copy, ignore=shutil.ignore_patterns("logs"))
+            t0 = time.monotonic()
+            r = subprocess.run(["docker", "build", "--no-cache", "-q", "-t", tag, "-f", m["dockerfile_path"], m["repo_path"]], capture_output=True, text=True)
+            wall = time.monotonic() - t0
+            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+            return p, wall, r.returncode == 0
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
+            results = list(ex.map(docker_build, ok))
+        docker_wall = time.monotonic() - t0
+        built = [(p, w) for p, w, good in results if good]
+        belay_sum = sum(p["duration_s"] for p, _ in built)
+        docker_sum = sum(w for _, w in built)
+        ratios = [p["duration_s"] / w for p, w in built]
+        print(f"\ndocker build --no-cache of the written Dockerfiles: {len(built)}/{len(ok)} built, batch wall {docker_wall:.0f} s")
+        print(f"overhead belay / docker build: {belay_sum / docker_sum:.3f} (sum of per-project times), "
+              f"median per-project ratio {statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,614 @@
+//! `belay env build-projects`: many repositories, each in its own run.
+//!
+//! Lines of the projects file are `owner/repo [ref]` (cloned from a git base
+//! URL), a full git URL `[ref]`, or a local path. Each project is checked out
+//! under the projects dir (hooks never run), its `.github` is quarantined into
+//! the oracles dir, and it is built with its own run id and image prefix, up
+//! to `--jobs` at a time. One project's failure never stops the others unless
+//! asked. Failures go to `failed-projects.log`; the summary to
+//! `build-projects-summary.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use belay_record::{JsonlAppender, Redactor};
+use belay_sandbox::ContainerRuntime;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde::{Deserialize, Serialize};
+
+use crate::build::{build, BuildOptions};
+use crate::manifest::Manifest;
+use crate::progress::{BuildEvent, BuildObserver};
+use crate::EnvError;
+
+/// Where a project comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// `owner/repo`, cloned from the git base URL.
+    Slug(String),
+    GitUrl(String),
+    Local(PathBuf),
+}
+
+/// One line of the projects file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectSpec {
+    pub line: usize,
+    pub name: String,
+    pub source: Source,
+    pub reference: Option<String>,
+}
+
+impl ProjectSpec {
+    /// The first column of `failed-projects.log`.
+    pub fn display_source(&self) -> String {
+        match &self.source {
+            Source::Slug(s) | Source::GitUrl(s) => s.clone(),
+            Source::Local(p) => p.display().to_string(),
+        }
+    }
+}
+
+fn bad(path: &Path, line: usize, message: String) -> EnvError {
+    EnvError::BadManifest {
+        path: path.to_path_buf(),
+        line,
+        column: 1,
+        message,
+    }
+}
+
+fn is_git_url(s: &str) -> bool {
+    s.contains("://") || (s.starts_with("git@") && s.contains(':'))
+}
+
+/// Project names double as run-id and image-name parts.
+fn project_name(raw: &str) -> String {
+    let n: String = raw
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c.to_ascii_lowercase() } else { '_' })
+        .collect();
+    let n = n.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string();
+    let mut n: String = n.chars().take(40).collect();
+    if n.is_empty() {
+        n.push_str("project");
+    }
+    n
+}
+
+/// Parse a projects file. Relative local paths are relative to the file.
+pub fn parse_projects(text: &str, path: &Path) -> Result<Vec<ProjectSpec>, EnvError> {
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut out: Vec<ProjectSpec> = Vec::new();
+    for (idx, raw) in text.lines().enumerate() {
+        let line = idx + 1;
+        let content = raw.split(" #").next().unwrap_or(raw).trim();
+        if content.is_empty() || content.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = content.split_whitespace().collect();
+        if words.len() > 2 {
+            return Err(bad(path, line, format!("expected `owner/repo ref`, a git URL or a local path (with an optional ref), got {} fields: {content:?}", words.len())));
+        }
+        let (first, reference) = (words[0], words.get(1).map(|s| s.to_string()));
+        if let Some(r) = &reference {
+            if r.starts_with('-') || r.contains("..") || r.chars().any(|c| c.is_control() || c == ' ' || c == '~' || c == '^' || c == ':') {
+                return Err(bad(path, line, format!("{r:?} is not a valid git ref or commit")));
+            }
+        }
+        let (source, name) = if is_git_url(first) {
+            let tail = first.trim_end_matches('/').rsplit(['/', ':']).next().unwrap_or(first);
+            (Source::GitUrl(first.to_string()), project_name(tail.trim_end_matches(".git")))
+        } else if first.starts_with('/') || first.starts_with("./") || first.starts_with("../") || first.starts_with('~') {
+            let p = if let Some(rest) = first.strip_prefix("~/") {
+                std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(rest)
+            } else if first.starts_with('/') {
+                PathBuf::from(first)
+            } else {
+                base.join(first)
+            };
+            if !p.is_dir() {
+                return Err(bad(path, line, format!("local project {} is not a directory", p.display())));
+            }
+            let name = p
+                .canonicalize()
+                .ok()
+                .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| first.to_string());
+            (Source::Local(p), project_name(&name))
+        } else {
+            let parts: Vec<&str> = first.split('/').collect();
+            if parts.len() != 2 || parts.iter().any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))) {
+                return Err(bad(path, line, format!("{first:?} is neither owner/repo, a git URL nor a local path (local paths start with / or ./)")));
+            }
+            (Source::Slug(first.to_string()), project_name(&format!("{}__{}", parts[0], parts[1])))
+        };
+        if let Some(prev) = out.iter().find(|p| p.name == name) {
+            return Err(bad(path, line, format!("project name {name} is already used on line {}", prev.line)));
+        }
+        out.push(ProjectSpec {
+            line,
+            name,
+            source,
+            reference,
+        });
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone)]
+pub struct BatchOptions {
+    pub projects_file: PathBuf,
+    pub projects_dir: PathBuf,
+    pub oracles_dir: Option<PathBuf>,
+    /// Base URL for `owner/repo` lines (`<base>/<owner>/<repo>.git`).
+    pub git_base_url: Option<String>,
+    pub jobs: usize,
+    pub limit: Option<usize>,
+    pub start: usize,
+    pub only: Vec<String>,
+    pub stop_on_failure: bool,
+    pub skip_existing_success: bool,
+    pub run_id_prefix: String,
+    pub state_dir: Option<PathBuf>,
+    /// Settings every project build starts from (repo, run id, image prefix,
+    /// state dir and oracle file are set per project).
+    pub build: BuildOptions,
+    pub git_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProjectResult {
+    pub name: String,
+    pub line: usize,
+    pub source: String,
+    pub reference: Option<String>,
+    /// ok | failed | skipped
+    pub status: String,
+    /// prepare_failed | build_failed, for failures.
+    pub stage: Option<String>,
+    pub checkout_dir: PathBuf,
+    pub run_id: String,
+    pub image_prefix: String,
+    pub duration_s: f64,
+    pub repairs: u32,
+    pub cache_hits: u32,
+    pub cache_misses: u32,
+    pub blocks: usize,
+    pub final_image: Option<String>,
+    pub manifest: Option<PathBuf>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BatchSummary {
+    pub projects_file: PathBuf,
+    pub ablation_mode: String,
+    pub jobs: usize,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_s: f64,
+    pub total: usize,
+    pub ok: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub projects: Vec<ProjectResult>,
+}
+
+/// What the batch reports while it runs.
+pub trait BatchObserver: Send + Sync {
+    fn project_started(&self, name: &str);
+    fn project_event(&self, name: &str, event: &BuildEvent);
+    fn project_finished(&self, result: &ProjectResult);
+}
+
+struct ProjectObserver<'a> {
+    name: &'a str,
+    inner: &'a dyn BatchObserver,
+}
+
+impl BuildObserver for ProjectObserver<'_> {
+    fn event(&self, event: &BuildEvent) {
+        self.inner.project_event(self.name, event);
+    }
+    fn output(&self, _block: &str, _stream: belay_sandbox::StreamKind, _bytes: &[u8]) {}
+}
+
+pub const SUMMARY_FILE: &str = "build-projects-summary.json";
+pub const FAILED_LOG: &str = "failed-projects.log";
+
+/// Run the batch.
+pub async fn build_projects(
+    rt: &dyn ContainerRuntime,
+    opts: &BatchOptions,
+    obs: &dyn BatchObserver,
+) -> Result<BatchSummary, EnvError> {
+    let text = std::fs::read_to_string(&opts.projects_file).map_err(|e| {
+        EnvError::Usage(format!(
+            "cannot read the projects file {}: {e}. Pass --projects-file with one project per line",
+            opts.projects_file.display()
+        ))
+    })?;
+    let all = parse_projects(&text, &opts.projects_file)?;
+    if all.iter().any(|p| matches!(p.source, Source::Slug(_))) && opts.git_base_url.is_none() {
+        let line = all.iter().find(|p| matches!(p.source, Source::Slug(_))).map(|p| p.line).unwrap_or(1);
+        return Err(bad(
+            &opts.projects_file,
+            line,
+            "owner/repo lines need a git base URL: pass --git-base-url URL (or set BELAY_GIT_BASE_URL); full git URLs and local paths need none".into(),
+        ));
+    }
+    for o in &opts.only {
+        if !all.iter().any(|p| &p.name == o || p.display_source() == *o) {
+            return Err(EnvError::Usage(format!(
+                "--only {o}: no such project in {}; names are: {}",
+                opts.projects_file.display(),
+                all.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    let selected: Vec<ProjectSpec> = all
+        .into_iter()
+        .filter(|p| opts.only.is_empty() || opts.only.iter().any(|o| *o == p.name || *o == p.display_source()))
+        .skip(opts.start)
+        .take(opts.limit.unwrap_or(usize::MAX))
+        .collect();
+
+    std::fs::create_dir_all(&opts.projects_dir).map_err(|e| EnvError::StateDir {
+        path: opts.projects_dir.clone(),
+        reason: e.to_string(),
+    })?;
+    let failed_log = opts.projects_dir.join(FAILED_LOG);
+    belay_record::atomic_write(&failed_log, b"")?;
+    let mut failed_out = JsonlLines::open(&failed_log)?;
+    let mut usage_log = JsonlAppender::open(&opts.projects_dir.join("llm-usage-projects.jsonl"))?;
+    let started = Instant::now();
+    let started_at = belay_record::now_rfc3339();
+
+    let mut results: Vec<ProjectResult> = Vec::new();
+    let mut queue = selected.into_iter();
+    let mut running = FuturesUnordered::new();
+    let mut stop = false;
+    loop {
+        while !stop && running.len() < opts.jobs.max(1) {
+            let Some(p) = queue.next() else { break };
+            running.push(run_project(rt, opts, p, obs));
+        }
+        let Some(result) = running.next().await else { break };
+        obs.project_finished(&result);
+        if result.status == "failed" {
+            failed_out.line(&format!(
+                "{}\t{}\t{}\t{}\t{}",
+                result.source,
+                result.reference.clone().unwrap_or_default(),
+                result.checkout_dir.display(),
+                result.checkout_dir.display(),
+                result.stage.clone().unwrap_or_default()
+            ))?;
+            if opts.stop_on_failure {
+                stop = true;
+            }
+        }
+        if let Some(m) = &result.manifest {
+            if let Ok(t) = std::fs::read_to_string(m) {
+                if let Ok(man) = serde_json::from_str::<Manifest>(&t) {
+                    usage_log.append(
+                        &serde_json::json!({"project": result.name, "run_id": result.run_id, "ablation_mode": man.ablation_mode, "ok": man.ok, "llm_usage": man.llm_usage}),
+                        &Redactor::default(),
+                    )?;
+                }
+            }
+        }
+        results.push(result);
+    }
+    results.sort_by_key(|r| r.line);
+    let summary = BatchSummary {
+        projects_file: opts.projects_file.clone(),
+        ablation_mode: opts.build.ablation.as_str().into(),
+        jobs: opts.jobs,
+        started_at,
+        finished_at: belay_record::now_rfc3339(),
+        duration_s: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+        total: results.len(),
+        ok: results.iter().filter(|r| r.status == "ok").count(),
+        failed: results.iter().filter(|r| r.status == "failed").count(),
+        skipped: results.iter().filter(|r| r.status == "skipped").count(),
+        projects: results,
+    };
+    belay_record::write_json_atomic(&opts.projects_dir.join(SUMMARY_FILE), &summary)?;
+    Ok(summary)
+}
+
+/// Appends whole lines to a text log.
+struct JsonlLines {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl JsonlLines {
+    fn open(path: &Path) -> Result<Self, EnvError> {
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(|e| EnvError::io("cannot open", path, e))?;
+        Ok(Self { path: path.to_path_buf(), file })
+    }
+    fn line(&mut self, text: &str) -> Result<(), EnvError> {
+        use std::io::Write;
+        self.file
+            .write_all(format!("{text}\n").as_bytes())
+            .map_err(|e| EnvError::io("cannot append to", &self.path, e))
+    }
+}
+
+async fn run_project(
+    rt: &dyn ContainerRuntime,
+    opts: &BatchOptions,
+    p: ProjectSpec,
+    obs: &dyn BatchObserver,
+) -> ProjectResult {
+    let t0 = Instant::now();
+    let checkout = opts.projects_dir.join(&p.name);
+    let run_id = belay_record::run_id::sanitize(&format!("{}-{}", opts.run_id_prefix, p.name));
+    let image_prefix = format!("{}-{}", opts.build.image_prefix, p.name)
+        .to_ascii_lowercase()
+        .replace('_', "-");
+    let state_dir = opts.state_dir.clone().unwrap_or_else(|| opts.projects_dir.join("state"));
+    let mut result = ProjectResult {
+        name: p.name.clone(),
+        line: p.line,
+        source: p.display_source(),
+        reference: p.reference.clone(),
+        status: "failed".into(),
+        stage: None,
+        checkout_dir: checkout.clone(),
+        run_id: run_id.clone(),
+        image_prefix: image_prefix.clone(),
+        duration_s: 0.0,
+        repairs: 0,
+        cache_hits: 0,
+        cache_misses: 0,
+        blocks: 0,
+        final_image: None,
+        manifest: None,
+        error: None,
+    };
+    let manifest_path = state_dir.join("runs").join(&run_id).join("manifest.json");
+    if opts.skip_existing_success {
+        if let Ok(t) = std::fs::read_to_string(&manifest_path) {
+            if let Ok(m) = serde_json::from_str::<Manifest>(&t) {
+                // Only a success of the same ablation mode counts.
+                if m.ok && m.ablation_mode == opts.build.ablation.as_str() {
+                    result.status = "skipped".into();
+                    result.final_image = m.final_image;
+                    result.manifest = Some(manifest_path);
+                    return result;
+                }
+            }
+        }
+    }
+    obs.project_started(&p.name);
+    if let Err(e) = prepare(opts, &p, &checkout).await {
+        result.stage = Some("prepare_failed".into());
+        result.error = Some(e);
+        result.duration_s = secs(t0);
+        return result;
+    }
+    let mut b = opts.build.clone();
+    b.repo = checkout.clone();
+    b.run_id = Some(run_id);
+    b.image_prefix = image_prefix;
+    b.state_dir = Some(state_dir);
+    b.resume_from = None;
+    b.start_at_block = None;
+    if let Some(o) = &opts.oracles_dir {
+        let f = o.join(format!("{}.oracle.json", p.name));
+        if f.is_file() {
+            b.oracle_file = Some(f);
+        }
+    }
+    let pobs = ProjectObserver {
+        name: &p.name,
+        inner: obs,
+    };
+    match build(rt, &b, &pobs).await {
+        Ok(out) => {
+            let m = out.manifest;
+            result.status = if m.ok { "ok" } else { "failed" }.into();
+            if !m.ok {
+                result.stage = Some("build_failed".into());
+            }
+            result.repairs = m.repairs;
+            result.cache_hits = m.cache.hits;
+            result.cache_misses = m.cache.misses;
+            result.blocks = m.blocks.len();
+            result.final_image = m.final_image.clone();
+            result.error = m.error.clone();
+            result.manifest = Some(m.manifest_path.clone());
+        }
+        Err(e) => {
+            result.stage = Some("build_failed".into());
+            result.error = Some(e.to_string());
+            if manifest_path.is_file() {
+                result.manifest = Some(manifest_path);
+            }
+        }
+    }
+    result.duration_s = secs(t0);
+    result
+}
+
+fn secs(t0: Instant) -> f64 {
+    (t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// Check the project out under `dir`; quarantine `.github`.
+async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(), String> {
+    match &p.source {
+        Source::Local(src) => {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+            }
+            let status = tokio::process::Command::new("cp")
+                .arg("-a")
+                .arg(src)
+                .arg(dir)
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .stdin(std::process::Stdio::null())
+                .status()
+                .await
+                .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+            if !status.success() {
+                return Err(format!("copying {} to {} failed ({status})", src.display(), dir.display()));
+            }
+            if let Some(r) = &p.reference {
+                if dir.join(".git").exists() {
+                    git(dir, &["checkout", "--quiet", r], opts.git_timeout).await?;
+                }
+            }
+        }
+        Source::Slug(slug) => {
+            let base = opts.git_base_url.clone().unwrap_or_default();
+            let url = format!("{}/{slug}.git", base.trim_end_matches('/'));
+            checkout_git(dir, &url, p.reference.as_deref(), opts.git_timeout).await?;
+        }
+        Source::GitUrl(url) => checkout_git(dir, url, p.reference.as_deref(), opts.git_timeout).await?,
+    }
+    let github = dir.join(".github");
+    if github.exists() {
+        if let Some(o) = &opts.oracles_dir {
+            let target = o.join(&p.name).join(".github");
+            if target.exists() {
+                std::fs::remove_dir_all(&target).map_err(|e| format!("cannot clear {}: {e}", target.display()))?;
+            }
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            }
+            std::fs::rename(&github, &target)
+                .map_err(|e| format!("cannot quarantine {} into {}: {e}", github.display(), target.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Fetch `reference` (a branch, tag or full or short commit) of `url` into `dir`.
+async fn checkout_git(dir: &Path, url: &str, reference: Option<&str>, timeout: Duration) -> Result<(), String> {
+    if dir.join(".git").is_dir() {
+        // Reuse an earlier checkout when it is already at the requested commit.
+        if let Some(r) = reference {
+            if let Ok(head) = git(dir, &["rev-parse", "HEAD"], timeout).await {
+                if head.trim().starts_with(r) {
+                    return Ok(());
+                }
+            }
+        }
+        std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+    } else if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    git(dir, &["init", "--quiet"], timeout).await?;
+    git(dir, &["remote", "add", "origin", url], timeout).await?;
+    let wanted = reference.unwrap_or("HEAD");
+    if git(dir, &["fetch", "--quiet", "--depth", "1", "origin", wanted], timeout).await.is_ok() {
+        git(dir, &["checkout", "--quiet", "FETCH_HEAD"], timeout).await?;
+        return Ok(());
+    }
+    // A short commit cannot be fetched by name: fetch heads and tags (without
+    // blobs), resolve it locally, then check it out.
+    git(
+        dir,
+        &["fetch", "--quiet", "--filter=blob:none", "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"],
+        timeout,
+    )
+    .await?;
+    let sha = git(dir, &["rev-parse", "--verify", "--quiet", &format!("{wanted}^{{commit}}")], timeout)
+        .await
+        .map_err(|_| format!("{wanted} is not a branch, tag or commit of {url}"))?;
+    git(dir, &["checkout", "--quiet", sha.trim()], timeout).await?;
+    Ok(())
+}
+
+/// Run git with hooks disabled, no prompts, and an explicit environment.
+async fn git(dir: &Path, args: &[&str], timeout: Duration) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("-c")
+        .arg("core.hooksPath=/dev/null")
+        .arg("-c")
+        .arg("advice.detachedHead=false")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+        .env("HOME", std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .process_group(0);
+    for v in belay_sandbox::trust::PROXY_VARS.iter().chain(["GIT_SSL_CAINFO", "SSL_CERT_FILE"].iter()) {
+        if let Some(val) = std::env::var_os(v) {
+            cmd.env(v, val);
+        }
+    }
+    let out = tokio::time::timeout(timeout, cmd.output())
+        .await
+        .map_err(|_| format!("git {} timed out after {} s", args.join(" "), timeout.as_secs()))?
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_line_form() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("local")).unwrap();
+        let f = dir.path().join("projects.txt");
+        let text = "# benchmark list\n\nowner/repo a1b2c3\nhttps://git.example.invalid/x/tool.git v1.2\n./local\n  owner/other   # trailing comment\n";
+        let p = parse_projects(text, &f).unwrap();
+        assert_eq!(p.len(), 4);
+        assert_eq!(p[0].source, Source::Slug("owner/repo".into()));
+        assert_eq!(p[0].reference.as_deref(), Some("a1b2c3"));
+        assert_eq!(p[0].line, 3);
+        assert_eq!(p[0].name, "owner__repo");
+        assert_eq!(p[1].name, "tool");
+        assert!(matches!(p[2].source, Source::Local(_)));
+        assert_eq!(p[3].reference, None);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let f = Path::new("/tmp/projects.txt");
+        for (text, line) in [
+            ("owner/repo abc\nnot a valid line here\n", 2),
+            ("a/b/c main\n", 1),
+            ("ok/one x\nok/one y\n", 2),
+            ("\n\n./does-not-exist-anywhere\n", 3),
+            ("owner/repo --upload-pack=evil\n", 1),
+        ] {
+            let e = parse_projects(text, f).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("/tmp/projects.txt:{line}:")), "{text:?}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(text in "(.{0,40}\n){0,6}") {
+            let _ = parse_projects(&text, Path::new("/tmp/p.txt"));
+        }
+    }
+}

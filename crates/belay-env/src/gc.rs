@@ -1,0 +1,145 @@
+//! `belay env gc`: remove the checkpoint images and containers of old runs.
+//!
+//! Only what belay made is considered: images and containers labelled
+//! `belay=true` that belong to a run (a `belay.run` label, or a tag of the
+//! form `<run>-<NNN>-<block>-<kind>` / `<run>-final` / `<run>-base`). Base
+//! images made by `belay image bootstrap` belong to no run and are never
+//! removed; final images are kept unless asked. Images are removed by tag
+//! (`docker rmi` without force), so a layer another image still needs stays.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use belay_sandbox::{labels, reaper, ContainerRuntime};
+use serde::Serialize;
+
+use crate::build::parse_checkpoint_tag;
+use crate::EnvError;
+
+#[derive(Debug, Clone, Default)]
+pub struct GcOptions {
+    /// Only runs whose images are at least this old.
+    pub older_than: Duration,
+    /// Only these runs (all runs when empty).
+    pub runs: Vec<String>,
+    /// Remove `-final` images too.
+    pub include_final: bool,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    pub removed_images: Vec<String>,
+    pub kept_final: Vec<String>,
+    pub removed_containers: Vec<String>,
+    pub skipped: Vec<String>,
+    pub dry_run: bool,
+}
+
+/// The run a tag belongs to, and whether it is a final image.
+pub fn run_of_tag(tag: &str) -> Option<(String, bool)> {
+    let t = tag.rsplit_once(':').map(|(_, t)| t).unwrap_or(tag);
+    if let Some(run) = t.strip_suffix("-final") {
+        return Some((run.to_string(), true));
+    }
+    if let Some(run) = t.strip_suffix("-base") {
+        return Some((run.to_string(), false));
+    }
+    parse_checkpoint_tag(t).map(|(run, _, _)| (run, false))
+}
+
+/// Parse `30s`, `15m`, `12h`, `7d` (or plain seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 30m, 12h or 7d"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        "w" => 7 * 86400,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}; use s, m, h, d or w")),
+    };
+    Ok(Duration::from_secs(n * mult))
+}
+
+pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport, EnvError> {
+    let mut report = GcReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let wanted = |run: &str| opts.runs.is_empty() || opts.runs.iter().any(|r| r == run);
+    // Containers first: orphans of dead owners, and stopped containers of runs.
+    if !opts.dry_run {
+        let reaped = reaper::reap_orphans(rt).await?;
+        report.removed_containers.extend(reaped.removed);
+    }
+    for c in rt.list_containers(&[format!("{}=true", labels::BELAY)]).await? {
+        let Some(run) = c.labels.get(labels::RUN) else { continue };
+        if c.state == "running" || !wanted(run) {
+            continue;
+        }
+        if !opts.dry_run {
+            rt.remove(&c.id).await?;
+        }
+        report.removed_containers.push(c.id);
+    }
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    for img in rt.list_images(&[format!("{}=true", labels::BELAY)]).await? {
+        // Checkpoints, and base images built for a run; never a bootstrap base.
+        let kind = img.labels.get(labels::KIND).map(String::as_str);
+        let has_run = img.labels.get(labels::RUN).is_some_and(|r| !r.is_empty());
+        if !(kind == Some("checkpoint") || (kind == Some("base") && has_run)) {
+            continue;
+        }
+        let age = Duration::from_secs((now - img.created).max(0) as u64);
+        if age < opts.older_than {
+            continue;
+        }
+        for tag in &img.tags {
+            if tag.contains("<none>") {
+                continue;
+            }
+            let Some((run, is_final)) = run_of_tag(tag) else { continue };
+            if !wanted(&run) {
+                continue;
+            }
+            if is_final && !opts.include_final {
+                report.kept_final.push(tag.clone());
+                continue;
+            }
+            if opts.dry_run {
+                report.removed_images.push(tag.clone());
+                continue;
+            }
+            match rt.remove_image(tag).await {
+                Ok(()) => report.removed_images.push(tag.clone()),
+                Err(e) if e.is_infra() => return Err(e.into()),
+                Err(e) => report.skipped.push(format!("{tag}: {e}")),
+            }
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_to_runs() {
+        assert_eq!(run_of_tag("belay:r1-003-30-python-deps-success"), Some(("r1".into(), false)));
+        assert_eq!(run_of_tag("belay:r1-final"), Some(("r1".into(), true)));
+        assert_eq!(run_of_tag("belay:r1-base"), Some(("r1".into(), false)));
+        assert_eq!(run_of_tag("belay-base:bookworm"), None);
+        assert_eq!(run_of_tag("debian:latest"), None);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert!(parse_duration("7 days").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+}

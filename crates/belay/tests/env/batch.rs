@@ -1,0 +1,145 @@
+//! `belay env build-projects`: three projects, two at a time, one failing: git
+//! checkout of a short commit with `.github` quarantined, local paths, the
+//! summary, and failed-projects.log.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=belay-test", "-c", "user.email=test@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn three_projects_two_jobs_one_failing() {
+    require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = run_id("batch");
+    // A git project, referenced by a short commit, with CI files to quarantine.
+    let gp = tmp.path().join("gitproj");
+    std::fs::create_dir_all(gp.join(".github/workflows")).unwrap();
+    std::fs::write(gp.join("README.md"), "git project\n").unwrap();
+    std::fs::write(gp.join(".github/workflows/ci.yml"), "on: push\n").unwrap();
+    git(&gp, &["init", "-q"]);
+    git(&gp, &["add", "-A"]);
+    git(&gp, &["commit", "-q", "-m", "init"]);
+    let short = git(&gp, &["rev-parse", "--short=7", "HEAD"]);
+    std::fs::write(gp.join("later.txt"), "a later commit that must not be checked out\n").unwrap();
+    git(&gp, &["add", "-A"]);
+    git(&gp, &["commit", "-q", "-m", "later"]);
+    // A local project that builds, and one whose dependency does not exist.
+    std::fs::create_dir_all(tmp.path().join("local-ok")).unwrap();
+    std::fs::write(tmp.path().join("local-ok/README.md"), "ok\n").unwrap();
+    std::fs::create_dir_all(tmp.path().join("local-bad")).unwrap();
+    std::fs::write(tmp.path().join("local-bad/requirements.txt"), "belay-no-such-package-xyz==1.0.0\n").unwrap();
+
+    let projects = tmp.path().join("projects.txt");
+    std::fs::write(
+        &projects,
+        format!("# three projects\n\nfile://{} {short}\n./local-ok\n./local-bad  # fails: no such package\n", gp.display()),
+    )
+    .unwrap();
+    let pdir = tmp.path().join("projects");
+    let odir = tmp.path().join("oracles");
+    let runs: Vec<String> = ["gitproj", "local-ok", "local-bad"].iter().map(|n| format!("{prefix}-{n}")).collect();
+    let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
+
+    let a = belay()
+        .args(["env", "build-projects", "--jobs", "2", "--no-cache", "--run-id-prefix", &prefix, "--projects-file"])
+        .arg(&projects)
+        .arg("--projects-dir")
+        .arg(&pdir)
+        .arg("--oracles-dir")
+        .arg(&odir)
+        .assert()
+        .code(1);
+    let stdout = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(stdout.contains("2 ok, 1 failed, 0 skipped of 3"), "{stdout}");
+
+    let s: Value = read_json(&pdir.join("build-projects-summary.json"));
+    assert_eq!((s["total"].as_u64(), s["ok"].as_u64(), s["failed"].as_u64()), (Some(3), Some(2), Some(1)));
+    let by_name = |n: &str| s["projects"].as_array().unwrap().iter().find(|p| p["name"] == n).cloned().unwrap();
+    assert_eq!(by_name("gitproj")["status"], "ok");
+    assert_eq!(by_name("local-ok")["status"], "ok");
+    let bad = by_name("local-bad");
+    assert_eq!(bad["status"], "failed");
+    assert_eq!(bad["stage"], "build_failed");
+    assert!(bad["error"].as_str().unwrap().contains("30-python-deps"), "{}", bad["error"]);
+    // Each project has its own run id and image prefix.
+    let ids: std::collections::BTreeSet<&str> = s["projects"].as_array().unwrap().iter().map(|p| p["run_id"].as_str().unwrap()).collect();
+    let prefixes: std::collections::BTreeSet<&str> = s["projects"].as_array().unwrap().iter().map(|p| p["image_prefix"].as_str().unwrap()).collect();
+    assert_eq!((ids.len(), prefixes.len()), (3, 3));
+    assert!(by_name("gitproj")["final_image"].as_str().unwrap().starts_with("belay-gitproj:"));
+
+    // failed-projects.log: tab-separated source, ref, checkout dir, repo path, stage.
+    let log = std::fs::read_to_string(pdir.join("failed-projects.log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    let fields: Vec<&str> = lines[0].split('\t').collect();
+    assert_eq!(fields.len(), 5, "{:?}", lines[0]);
+    assert!(fields[0].ends_with("local-bad") && fields[4] == "build_failed", "{fields:?}");
+
+    // The short commit was resolved and checked out; .github went to the oracles dir.
+    assert_eq!(git(&pdir.join("gitproj"), &["rev-parse", "--short=7", "HEAD"]), short);
+    assert!(!pdir.join("gitproj/later.txt").exists());
+    assert!(!pdir.join("gitproj/.github").exists());
+    assert!(odir.join("gitproj/.github/workflows/ci.yml").is_file());
+
+    // --skip-existing-success skips what succeeded in the same ablation mode only.
+    let a = belay()
+        .args(["env", "build-projects", "--no-cache", "--skip-existing-success", "--only", "local-ok", "--run-id-prefix", &prefix, "--projects-file"])
+        .arg(&projects)
+        .arg("--projects-dir")
+        .arg(&pdir)
+        .assert()
+        .success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("0 ok, 0 failed, 1 skipped of 1"));
+}
+
+#[test]
+fn projects_file_errors_name_the_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("projects.txt");
+    std::fs::write(&p, "# fine\nowner/repo abc123\nthis line is wrong\n").unwrap();
+    let a = belay()
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .args(["env", "build-projects", "--projects-file"])
+        .arg(&p)
+        .arg("--projects-dir")
+        .arg(tmp.path().join("d"))
+        .assert()
+        .code(3);
+    // No daemon: the engine error comes first; with a daemon the file is checked.
+    let err = String::from_utf8_lossy(&a.get_output().stderr).into_owned();
+    assert!(err.contains("Docker daemon"), "{err}");
+    require_engine();
+    let a = belay()
+        .args(["env", "build-projects", "--projects-file"])
+        .arg(&p)
+        .arg("--projects-dir")
+        .arg(tmp.path().join("d"))
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&a.get_output().stderr).into_owned();
+    assert!(err.contains("projects.txt:3:"), "{err}");
+    // owner/repo lines need a base URL.
+    std::fs::write(&p, "owner/repo abc123\n").unwrap();
+    let a = belay()
+        .env_remove("BELAY_GIT_BASE_URL")
+        .args(["env", "build-projects", "--projects-file"])
+        .arg(&p)
+        .arg("--projects-dir")
+        .arg(tmp.path().join("d"))
+        .assert()
+        .code(2);
+    assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("--git-base-url"));
+}
