@@ -82,6 +82,8 @@ def oracle_for(item):
 
 
 CLASSES = [
+    ("the test suite needs an older pytest", r"PytestRemovedIn|PluginValidationError|hookimpl"),
+    ("a C extension was not built (its library is missing)", r"No module named '?\w+\._\w+"),
     ("test collection needs packages the project does not declare", r"No module named|ModuleNotFoundError|ImportError"),
     ("a native build dependency the rules do not know", r"fatal error: .*\.h|pg_config|not found in the pkg-config|Could not find"),
     ("toolchain too old or too new", r"requires.*(rustc|python|go)|edition20|lock file version|requires a different Python|is older than"),
@@ -90,9 +92,23 @@ CLASSES = [
 ]
 
 
-def classify(err):
+def failure_text(p):
+    """The summary plus the tail of the failed command's full log."""
+    text = p.get("error") or ""
+    try:
+        m = json.load(open(p["manifest"]))
+        failed = [e for e in m["executions"] if e.get("exit_code") not in (0, None) and e.get("log_path")]
+        if failed:
+            with open(failed[-1]["log_path"], errors="replace") as f:
+                text += "\n" + f.read()[-8000:]
+    except (OSError, KeyError, TypeError, ValueError):
+        pass
+    return text
+
+
+def classify(text):
     for name, pat in CLASSES:
-        if re.search(pat, err or ""):
+        if re.search(pat, text or ""):
             return name
     return "other"
 
@@ -160,15 +176,21 @@ def main():
         print("failed projects by class:")
         by = {}
         for p in failed:
-            by.setdefault(classify(p.get("error")), []).append(p)
+            by.setdefault(classify(failure_text(p)), []).append(p)
         for cls, ps in by.items():
-            print(f"  {cls}: " + "; ".join(f"{p['name']} ({(p.get('error') or '')[:140]})" for p in ps))
+            print(f"  {cls}: " + ", ".join(p["name"] for p in ps))
 
     warm_wall, warm, _ = run_batch(args.belay, projects, os.path.join(args.work, "warm"), odir, f"corpus-{stamp}-warm", args.jobs, [])
     hits = sum(p["cache_hits"] for p in warm["projects"])
     misses = sum(p["cache_misses"] for p in warm["projects"])
     print(f"\nsecond run (cache): batch wall {warm_wall:.1f} s = {100.0 * warm_wall / cold_wall:.1f}% of the cold run; "
           f"cache hits {hits}/{hits + misses} = {100.0 * hits / max(1, hits + misses):.0f}%; {warm['ok']}/{warm['total']} ok")
+    cold_ok = {p["name"]: p["duration_s"] for p in ok}
+    warm_ok = [p["duration_s"] for p in warm["projects"] if p["name"] in cold_ok]
+    if warm_ok:
+        print(f"  projects that built: second run {sum(warm_ok):.1f} s vs {sum(cold_ok.values()):.1f} s cold = "
+              f"{100.0 * sum(warm_ok) / sum(cold_ok.values()):.1f}% (median {statistics.median(warm_ok):.2f} s per project); "
+              f"the failed ones retry their failing block")
 
     if not args.skip_docker and ok:
         def docker_build(p):

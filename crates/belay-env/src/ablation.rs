@@ -90,7 +90,10 @@ impl Ablation {
     }
 
     pub fn checkpoint_rollback(&self) -> bool {
-        !matches!(self, Ablation::WithoutCheckpointRollback | Ablation::SingleCommandRecovery)
+        !matches!(
+            self,
+            Ablation::WithoutCheckpointRollback | Ablation::SingleCommandRecovery
+        )
     }
 
     pub fn final_clean_replay(&self) -> bool {
@@ -100,7 +103,11 @@ impl Ablation {
     pub fn progress_control(&self) -> ProgressControl {
         ProgressControl {
             forward_granularity: self.forward().as_str().into(),
-            recovery_granularity: if self.local_repair() { self.recovery().as_str().into() } else { "none".into() },
+            recovery_granularity: if self.local_repair() {
+                self.recovery().as_str().into()
+            } else {
+                "none".into()
+            },
             local_repair: self.local_repair(),
             patch_back: self.local_repair(),
             checkpoint_rollback: self.checkpoint_rollback(),
@@ -118,12 +125,18 @@ impl fmt::Display for Ablation {
 impl FromStr for Ablation {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ALL.iter().copied().find(|a| a.as_str() == s).ok_or_else(|| {
-            format!(
-                "unknown ablation mode {s:?}; one of: {}",
-                ALL.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ")
-            )
-        })
+        ALL.iter()
+            .copied()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown ablation mode {s:?}; one of: {}",
+                    ALL.iter()
+                        .map(|a| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
     }
 }
 
@@ -139,11 +152,35 @@ mod tests {
         assert!(Ablation::Full.progress_control().final_clean_replay);
         let pc = Ablation::WithoutLocalRepair.progress_control();
         assert!(!pc.local_repair && !pc.patch_back && pc.recovery_granularity == "none");
-        assert!(!Ablation::WithoutCheckpointRollback.progress_control().checkpoint_rollback);
-        assert_eq!(Ablation::SingleCommandForward.progress_control().forward_granularity, "command");
-        assert_eq!(Ablation::SingleCommandRecovery.progress_control().recovery_granularity, "command");
-        assert_eq!(Ablation::WholeScriptForward.progress_control().forward_granularity, "whole_script");
-        assert_eq!(Ablation::WholeScriptRecovery.progress_control().recovery_granularity, "whole_script");
+        assert!(
+            !Ablation::WithoutCheckpointRollback
+                .progress_control()
+                .checkpoint_rollback
+        );
+        assert_eq!(
+            Ablation::SingleCommandForward
+                .progress_control()
+                .forward_granularity,
+            "command"
+        );
+        assert_eq!(
+            Ablation::SingleCommandRecovery
+                .progress_control()
+                .recovery_granularity,
+            "command"
+        );
+        assert_eq!(
+            Ablation::WholeScriptForward
+                .progress_control()
+                .forward_granularity,
+            "whole_script"
+        );
+        assert_eq!(
+            Ablation::WholeScriptRecovery
+                .progress_control()
+                .recovery_granularity,
+            "whole_script"
+        );
         assert!("nope".parse::<Ablation>().unwrap_err().contains("full"));
     }
 }

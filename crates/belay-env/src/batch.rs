@@ -67,9 +67,17 @@ fn is_git_url(s: &str) -> bool {
 fn project_name(raw: &str) -> String {
     let n: String = raw
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .collect();
-    let n = n.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string();
+    let n = n
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string();
     let mut n: String = n.chars().take(40).collect();
     if n.is_empty() {
         n.push_str("project");
@@ -92,24 +100,57 @@ pub fn parse_projects(text: &str, path: &Path) -> Result<Vec<ProjectSpec>, EnvEr
             return Err(bad(path, line, format!("expected `owner/repo ref`, a git URL or a local path (with an optional ref), got {} fields: {content:?}", words.len())));
         }
         let (first, reference) = (words[0], words.get(1).map(|s| s.to_string()));
+        if first.starts_with('-') {
+            return Err(bad(
+                path,
+                line,
+                format!("{first:?} looks like an option, not a project"),
+            ));
+        }
         if let Some(r) = &reference {
-            if r.starts_with('-') || r.contains("..") || r.chars().any(|c| c.is_control() || c == ' ' || c == '~' || c == '^' || c == ':') {
-                return Err(bad(path, line, format!("{r:?} is not a valid git ref or commit")));
+            if r.starts_with('-')
+                || r.contains("..")
+                || r.chars()
+                    .any(|c| c.is_control() || c == ' ' || c == '~' || c == '^' || c == ':')
+            {
+                return Err(bad(
+                    path,
+                    line,
+                    format!("{r:?} is not a valid git ref or commit"),
+                ));
             }
         }
         let (source, name) = if is_git_url(first) {
-            let tail = first.trim_end_matches('/').rsplit(['/', ':']).next().unwrap_or(first);
-            (Source::GitUrl(first.to_string()), project_name(tail.trim_end_matches(".git")))
-        } else if first.starts_with('/') || first.starts_with("./") || first.starts_with("../") || first.starts_with('~') {
+            let tail = first
+                .trim_end_matches('/')
+                .rsplit(['/', ':'])
+                .next()
+                .unwrap_or(first);
+            (
+                Source::GitUrl(first.to_string()),
+                project_name(tail.trim_end_matches(".git")),
+            )
+        } else if first.starts_with('/')
+            || first.starts_with("./")
+            || first.starts_with("../")
+            || first.starts_with('~')
+        {
             let p = if let Some(rest) = first.strip_prefix("~/") {
-                std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(rest)
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .unwrap_or_default()
+                    .join(rest)
             } else if first.starts_with('/') {
                 PathBuf::from(first)
             } else {
                 base.join(first)
             };
             if !p.is_dir() {
-                return Err(bad(path, line, format!("local project {} is not a directory", p.display())));
+                return Err(bad(
+                    path,
+                    line,
+                    format!("local project {} is not a directory", p.display()),
+                ));
             }
             let name = p
                 .canonicalize()
@@ -119,13 +160,27 @@ pub fn parse_projects(text: &str, path: &Path) -> Result<Vec<ProjectSpec>, EnvEr
             (Source::Local(p), project_name(&name))
         } else {
             let parts: Vec<&str> = first.split('/').collect();
-            if parts.len() != 2 || parts.iter().any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))) {
+            if parts.len() != 2
+                || parts.iter().any(|p| {
+                    p.is_empty()
+                        || !p
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                })
+            {
                 return Err(bad(path, line, format!("{first:?} is neither owner/repo, a git URL nor a local path (local paths start with / or ./)")));
             }
-            (Source::Slug(first.to_string()), project_name(&format!("{}__{}", parts[0], parts[1])))
+            (
+                Source::Slug(first.to_string()),
+                project_name(&format!("{}__{}", parts[0], parts[1])),
+            )
         };
         if let Some(prev) = out.iter().find(|p| p.name == name) {
-            return Err(bad(path, line, format!("project name {name} is already used on line {}", prev.line)));
+            return Err(bad(
+                path,
+                line,
+                format!("project name {name} is already used on line {}", prev.line),
+            ));
         }
         out.push(ProjectSpec {
             line,
@@ -232,7 +287,11 @@ pub async fn build_projects(
     })?;
     let all = parse_projects(&text, &opts.projects_file)?;
     if all.iter().any(|p| matches!(p.source, Source::Slug(_))) && opts.git_base_url.is_none() {
-        let line = all.iter().find(|p| matches!(p.source, Source::Slug(_))).map(|p| p.line).unwrap_or(1);
+        let line = all
+            .iter()
+            .find(|p| matches!(p.source, Source::Slug(_)))
+            .map(|p| p.line)
+            .unwrap_or(1);
         return Err(bad(
             &opts.projects_file,
             line,
@@ -244,13 +303,22 @@ pub async fn build_projects(
             return Err(EnvError::Usage(format!(
                 "--only {o}: no such project in {}; names are: {}",
                 opts.projects_file.display(),
-                all.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                all.iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
     }
     let selected: Vec<ProjectSpec> = all
         .into_iter()
-        .filter(|p| opts.only.is_empty() || opts.only.iter().any(|o| *o == p.name || *o == p.display_source()))
+        .filter(|p| {
+            opts.only.is_empty()
+                || opts
+                    .only
+                    .iter()
+                    .any(|o| *o == p.name || *o == p.display_source())
+        })
         .skip(opts.start)
         .take(opts.limit.unwrap_or(usize::MAX))
         .collect();
@@ -275,7 +343,9 @@ pub async fn build_projects(
             let Some(p) = queue.next() else { break };
             running.push(run_project(rt, opts, p, obs));
         }
-        let Some(result) = running.next().await else { break };
+        let Some(result) = running.next().await else {
+            break;
+        };
         obs.project_finished(&result);
         if result.status == "failed" {
             failed_out.line(&format!(
@@ -333,7 +403,10 @@ impl JsonlLines {
             .create(true)
             .open(path)
             .map_err(|e| EnvError::io("cannot open", path, e))?;
-        Ok(Self { path: path.to_path_buf(), file })
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+        })
     }
     fn line(&mut self, text: &str) -> Result<(), EnvError> {
         use std::io::Write;
@@ -351,11 +424,11 @@ async fn run_project(
 ) -> ProjectResult {
     let t0 = Instant::now();
     let checkout = opts.projects_dir.join(&p.name);
-    let run_id = belay_record::run_id::sanitize(&format!("{}-{}", opts.run_id_prefix, p.name));
+    let run_id = run_id_for(&opts.run_id_prefix, &p.name);
     let image_prefix = format!("{}-{}", opts.build.image_prefix, p.name)
         .to_ascii_lowercase()
         .replace('_', "-");
-    let state_dir = opts.state_dir.clone().unwrap_or_else(|| opts.projects_dir.join("state"));
+    let state_dir = default_state_dir(opts);
     let mut result = ProjectResult {
         name: p.name.clone(),
         line: p.line,
@@ -440,17 +513,89 @@ async fn run_project(
     result
 }
 
+/// `<prefix>-<name>`, unique per project: names are unique, and an id too
+/// long for a run id keeps a hash of the whole instead of being cut short.
+pub fn run_id_for(prefix: &str, name: &str) -> String {
+    let full = format!("{}-{name}", belay_record::run_id::sanitize(prefix));
+    if full.len() <= belay_record::run_id::MAX_LEN {
+        return full;
+    }
+    use sha2::Digest;
+    let h = hex::encode(sha2::Sha256::digest(full.as_bytes()));
+    let head = full[..belay_record::run_id::MAX_LEN - 9].trim_end_matches(['-', '_', '.']);
+    format!("{head}-{}", &h[..8])
+}
+
+/// Runs' state defaults to a hidden directory of the projects dir, which no
+/// project name can collide with (names never start with '.').
+fn default_state_dir(opts: &BatchOptions) -> PathBuf {
+    opts.state_dir
+        .clone()
+        .unwrap_or_else(|| opts.projects_dir.join(".belay-state"))
+}
+
+/// Marks a checkout belay made, so that only those are ever replaced.
+fn marker(projects_dir: &Path, name: &str) -> PathBuf {
+    projects_dir.join(".belay-checkouts").join(name)
+}
+
+/// Remove `dir` only if belay made it (its marker exists); refuse otherwise.
+fn clear_checkout(projects_dir: &Path, name: &str, dir: &Path) -> Result<(), String> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    if !marker(projects_dir, name).exists() {
+        return Err(format!(
+            "{} exists and was not checked out by belay; move it away or pick another --projects-dir",
+            dir.display()
+        ));
+    }
+    std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))
+}
+
 fn secs(t0: Instant) -> f64 {
     (t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
 }
 
 /// Check the project out under `dir`; quarantine `.github`.
 async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(), String> {
+    let pd = &opts.projects_dir;
+    // Never copy a project onto itself or into itself, nor replace it.
+    if let Source::Local(src) = &p.source {
+        let s = src
+            .canonicalize()
+            .map_err(|e| format!("cannot resolve {}: {e}", src.display()))?;
+        let d = pd
+            .canonicalize()
+            .unwrap_or_else(|_| pd.clone())
+            .join(&p.name);
+        if s == d || d.starts_with(&s) || s.starts_with(&d) {
+            return Err(format!(
+                "the checkout dir {} overlaps the project itself ({}); pick a --projects-dir outside it",
+                d.display(),
+                s.display()
+            ));
+        }
+    }
+    clear_checkout(pd, &p.name, dir)?;
+    let mark = marker(pd, &p.name);
+    if let Some(parent) = mark.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    std::fs::write(&mark, p.display_source())
+        .map_err(|e| format!("cannot write {}: {e}", mark.display()))?;
     match &p.source {
+        Source::Local(src) if p.reference.is_some() => {
+            // A ref of a local repository: clone it (a copied .git would bring
+            // its config, whose filters and fsmonitor could run programs).
+            let url = format!(
+                "file://{}",
+                src.canonicalize().unwrap_or_else(|_| src.clone()).display()
+            );
+            checkout_git(dir, &url, p.reference.as_deref(), opts.git_timeout).await?;
+        }
         Source::Local(src) => {
-            if dir.exists() {
-                std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
-            }
             let status = tokio::process::Command::new("cp")
                 .arg("-a")
                 .arg(src)
@@ -462,12 +607,11 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
                 .await
                 .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
             if !status.success() {
-                return Err(format!("copying {} to {} failed ({status})", src.display(), dir.display()));
-            }
-            if let Some(r) = &p.reference {
-                if dir.join(".git").exists() {
-                    git(dir, &["checkout", "--quiet", r], opts.git_timeout).await?;
-                }
+                return Err(format!(
+                    "copying {} to {} failed ({status})",
+                    src.display(),
+                    dir.display()
+                ));
             }
         }
         Source::Slug(slug) => {
@@ -475,45 +619,53 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
             let url = format!("{}/{slug}.git", base.trim_end_matches('/'));
             checkout_git(dir, &url, p.reference.as_deref(), opts.git_timeout).await?;
         }
-        Source::GitUrl(url) => checkout_git(dir, url, p.reference.as_deref(), opts.git_timeout).await?,
+        Source::GitUrl(url) => {
+            checkout_git(dir, url, p.reference.as_deref(), opts.git_timeout).await?
+        }
     }
     let github = dir.join(".github");
     if github.exists() {
         if let Some(o) = &opts.oracles_dir {
             let target = o.join(&p.name).join(".github");
             if target.exists() {
-                std::fs::remove_dir_all(&target).map_err(|e| format!("cannot clear {}: {e}", target.display()))?;
+                std::fs::remove_dir_all(&target)
+                    .map_err(|e| format!("cannot clear {}: {e}", target.display()))?;
             }
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
             }
-            std::fs::rename(&github, &target)
-                .map_err(|e| format!("cannot quarantine {} into {}: {e}", github.display(), target.display()))?;
+            std::fs::rename(&github, &target).map_err(|e| {
+                format!(
+                    "cannot quarantine {} into {}: {e}",
+                    github.display(),
+                    target.display()
+                )
+            })?;
         }
     }
     Ok(())
 }
 
 /// Fetch `reference` (a branch, tag or full or short commit) of `url` into `dir`.
-async fn checkout_git(dir: &Path, url: &str, reference: Option<&str>, timeout: Duration) -> Result<(), String> {
-    if dir.join(".git").is_dir() {
-        // Reuse an earlier checkout when it is already at the requested commit.
-        if let Some(r) = reference {
-            if let Ok(head) = git(dir, &["rev-parse", "HEAD"], timeout).await {
-                if head.trim().starts_with(r) {
-                    return Ok(());
-                }
-            }
-        }
-        std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
-    } else if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
-    }
+async fn checkout_git(
+    dir: &Path,
+    url: &str,
+    reference: Option<&str>,
+    timeout: Duration,
+) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     git(dir, &["init", "--quiet"], timeout).await?;
-    git(dir, &["remote", "add", "origin", url], timeout).await?;
+    git(dir, &["remote", "add", "origin", "--", url], timeout).await?;
     let wanted = reference.unwrap_or("HEAD");
-    if git(dir, &["fetch", "--quiet", "--depth", "1", "origin", wanted], timeout).await.is_ok() {
+    if git(
+        dir,
+        &["fetch", "--quiet", "--depth", "1", "origin", wanted],
+        timeout,
+    )
+    .await
+    .is_ok()
+    {
         git(dir, &["checkout", "--quiet", "FETCH_HEAD"], timeout).await?;
         return Ok(());
     }
@@ -521,13 +673,29 @@ async fn checkout_git(dir: &Path, url: &str, reference: Option<&str>, timeout: D
     // blobs), resolve it locally, then check it out.
     git(
         dir,
-        &["fetch", "--quiet", "--filter=blob:none", "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"],
+        &[
+            "fetch",
+            "--quiet",
+            "--filter=blob:none",
+            "origin",
+            "+refs/heads/*:refs/remotes/origin/*",
+            "+refs/tags/*:refs/tags/*",
+        ],
         timeout,
     )
     .await?;
-    let sha = git(dir, &["rev-parse", "--verify", "--quiet", &format!("{wanted}^{{commit}}")], timeout)
-        .await
-        .map_err(|_| format!("{wanted} is not a branch, tag or commit of {url}"))?;
+    let sha = git(
+        dir,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{wanted}^{{commit}}"),
+        ],
+        timeout,
+    )
+    .await
+    .map_err(|_| format!("{wanted} is not a branch, tag or commit of {url}"))?;
     git(dir, &["checkout", "--quiet", sha.trim()], timeout).await?;
     Ok(())
 }
@@ -538,26 +706,55 @@ async fn git(dir: &Path, args: &[&str], timeout: Duration) -> Result<String, Str
     cmd.arg("-c")
         .arg("core.hooksPath=/dev/null")
         .arg("-c")
+        .arg("core.fsmonitor=false")
+        .arg("-c")
+        .arg("protocol.ext.allow=never")
+        .arg("-c")
         .arg("advice.detachedHead=false")
         .args(args)
         .current_dir(dir)
         .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+        .env(
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+        )
+        .env(
+            "HOME",
+            std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
+        )
         .env("GIT_TERMINAL_PROMPT", "0")
+        // ssh must fail, not ask (host keys, passwords).
+        .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .process_group(0);
-    for v in belay_sandbox::trust::PROXY_VARS.iter().chain(["GIT_SSL_CAINFO", "SSL_CERT_FILE"].iter()) {
+    for v in belay_sandbox::trust::PROXY_VARS
+        .iter()
+        .chain(["GIT_SSL_CAINFO", "SSL_CERT_FILE"].iter())
+    {
         if let Some(val) = std::env::var_os(v) {
             cmd.env(v, val);
         }
     }
-    let out = tokio::time::timeout(timeout, cmd.output())
-        .await
-        .map_err(|_| format!("git {} timed out after {} s", args.join(" "), timeout.as_secs()))?
-        .map_err(|e| format!("cannot run git: {e}"))?;
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().map_err(|e| format!("cannot run git: {e}"))?;
+    let pid = child.id();
+    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(r) => r.map_err(|e| format!("cannot run git: {e}"))?,
+        Err(_) => {
+            // git is the leader of its own group: kill its helpers with it.
+            if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+            return Err(format!(
+                "git {} timed out after {} s",
+                args.join(" "),
+                timeout.as_secs()
+            ));
+        }
+    };
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -599,10 +796,31 @@ mod tests {
             ("ok/one x\nok/one y\n", 2),
             ("\n\n./does-not-exist-anywhere\n", 3),
             ("owner/repo --upload-pack=evil\n", 1),
+            ("--upload-pack=evil://x main\n", 1),
         ] {
             let e = parse_projects(text, f).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("/tmp/projects.txt:{line}:")), "{text:?}: {e}");
+            assert!(
+                e.starts_with(&format!("/tmp/projects.txt:{line}:")),
+                "{text:?}: {e}"
+            );
         }
+    }
+
+    #[test]
+    fn run_ids_stay_unique_and_valid() {
+        let a = run_id_for(
+            "batch",
+            "googlecloudplatform__python-storage-with-a-long-name",
+        );
+        let b = run_id_for(
+            "batch",
+            "googlecloudplatform__python-pubsub-with-a-long-name",
+        );
+        assert_ne!(a, b);
+        for id in [&a, &b] {
+            belay_record::run_id::validate(id).unwrap();
+        }
+        assert_eq!(run_id_for("batch", "six-1.16.0"), "batch-six-1.16.0");
     }
 
     proptest::proptest! {

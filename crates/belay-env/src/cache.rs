@@ -32,7 +32,13 @@ fn digest(parts: &[&str]) -> String {
     hex::encode(h.finalize())
 }
 
-pub fn block_key(parent_image_id: &str, block_id: &str, script: &str, validation: &str, env: &str) -> String {
+pub fn block_key(
+    parent_image_id: &str,
+    block_id: &str,
+    script: &str,
+    validation: &str,
+    env: &str,
+) -> String {
     digest(&["block", parent_image_id, block_id, script, validation, env])
 }
 
@@ -41,7 +47,11 @@ pub fn workspace_key(base_image_id: &str, tree: &str, env: &str) -> String {
 }
 
 /// What the container sees besides the image: trust files, proxies, network.
-pub fn env_fingerprint(env: &[(String, String)], files: &[(String, Vec<u8>, u32)], network: &str) -> String {
+pub fn env_fingerprint(
+    env: &[(String, String)],
+    files: &[(String, Vec<u8>, u32)],
+    network: &str,
+) -> String {
     let mut h = Sha256::new();
     for (k, v) in env {
         h.update(k.as_bytes());
@@ -66,7 +76,8 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
     let mut buf = vec![0u8; 64 * 1024];
     while let Some(rel) = stack.pop() {
         let abs = root.join(&rel);
-        let meta = std::fs::symlink_metadata(&abs).map_err(|e| EnvError::io("cannot read", &abs, e))?;
+        let meta =
+            std::fs::symlink_metadata(&abs).map_err(|e| EnvError::io("cannot read", &abs, e))?;
         h.update(rel.to_string_lossy().as_bytes());
         h.update([0]);
         #[cfg(unix)]
@@ -75,7 +86,8 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
             h.update(meta.permissions().mode().to_le_bytes());
         }
         if meta.file_type().is_symlink() {
-            let t = std::fs::read_link(&abs).map_err(|e| EnvError::io("cannot read link", &abs, e))?;
+            let t =
+                std::fs::read_link(&abs).map_err(|e| EnvError::io("cannot read link", &abs, e))?;
             h.update(t.to_string_lossy().as_bytes());
         } else if meta.is_dir() {
             let mut entries: Vec<PathBuf> = std::fs::read_dir(&abs)
@@ -88,9 +100,12 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
             entries.reverse();
             stack.extend(entries);
         } else if meta.is_file() {
-            let mut f = std::fs::File::open(&abs).map_err(|e| EnvError::io("cannot read", &abs, e))?;
+            let mut f =
+                std::fs::File::open(&abs).map_err(|e| EnvError::io("cannot read", &abs, e))?;
             loop {
-                let n = f.read(&mut buf).map_err(|e| EnvError::io("cannot read", &abs, e))?;
+                let n = f
+                    .read(&mut buf)
+                    .map_err(|e| EnvError::io("cannot read", &abs, e))?;
                 if n == 0 {
                     break;
                 }
@@ -132,12 +147,20 @@ mod tests {
         let ex = vec![".belay".to_string()];
         let h1 = tree_hash(d.path(), &ex).unwrap();
         std::fs::write(d.path().join(".belay/runs/log"), "noise").unwrap();
-        assert_eq!(h1, tree_hash(d.path(), &ex).unwrap(), "excluded paths must not matter");
+        assert_eq!(
+            h1,
+            tree_hash(d.path(), &ex).unwrap(),
+            "excluded paths must not matter"
+        );
         std::fs::write(d.path().join("src/a.py"), "x = 2\n").unwrap();
         let h2 = tree_hash(d.path(), &ex).unwrap();
         assert_ne!(h1, h2);
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(d.path().join("src/a.py"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            d.path().join("src/a.py"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         assert_ne!(h2, tree_hash(d.path(), &ex).unwrap());
     }
 }

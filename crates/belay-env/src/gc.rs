@@ -51,7 +51,9 @@ pub fn run_of_tag(tag: &str) -> Option<(String, bool)> {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 30m, 12h or 7d"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30m, 12h or 7d"))?;
     let mult = match unit {
         "" | "s" => 1,
         "m" => 60,
@@ -74,8 +76,13 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
         let reaped = reaper::reap_orphans(rt).await?;
         report.removed_containers.extend(reaped.removed);
     }
-    for c in rt.list_containers(&[format!("{}=true", labels::BELAY)]).await? {
-        let Some(run) = c.labels.get(labels::RUN) else { continue };
+    for c in rt
+        .list_containers(&[format!("{}=true", labels::BELAY)])
+        .await?
+    {
+        let Some(run) = c.labels.get(labels::RUN) else {
+            continue;
+        };
         if c.state == "running" || !wanted(run) {
             continue;
         }
@@ -84,24 +91,62 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
         }
         report.removed_containers.push(c.id);
     }
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    for img in rt.list_images(&[format!("{}=true", labels::BELAY)]).await? {
-        // Checkpoints, and base images built for a run; never a bootstrap base.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let images = rt.list_images(&[format!("{}=true", labels::BELAY)]).await?;
+    // Checkpoints, and base images built for a run; never a bootstrap base.
+    let removable = |img: &belay_sandbox::ImageInfo| {
         let kind = img.labels.get(labels::KIND).map(String::as_str);
         let has_run = img.labels.get(labels::RUN).is_some_and(|r| !r.is_empty());
-        if !(kind == Some("checkpoint") || (kind == Some("base") && has_run)) {
-            continue;
+        kind == Some("checkpoint") || (kind == Some("base") && has_run)
+    };
+    let tags_of = |img: &belay_sandbox::ImageInfo| -> Vec<String> {
+        img.tags
+            .iter()
+            .filter(|t| !t.contains("<none>"))
+            .cloned()
+            .collect()
+    };
+    // A run's age is that of its newest image: a cache hit tags an old image
+    // for a new run, which must not make the new run look old.
+    let mut newest: std::collections::HashMap<String, i64> = Default::default();
+    for img in images.iter().filter(|i| removable(i)) {
+        for tag in tags_of(img) {
+            if let Some((run, _)) = run_of_tag(&tag) {
+                let e = newest.entry(run).or_insert(img.created);
+                *e = (*e).max(img.created);
+            }
         }
-        let age = Duration::from_secs((now - img.created).max(0) as u64);
-        if age < opts.older_than {
-            continue;
-        }
-        for tag in &img.tags {
-            if tag.contains("<none>") {
+    }
+    let old_enough =
+        |created: i64| Duration::from_secs((now - created).max(0) as u64) >= opts.older_than;
+    for img in images.iter().filter(|i| removable(i)) {
+        let tags = tags_of(img);
+        if tags.is_empty() {
+            // Untagged: left behind when a checkpoint tag was committed again
+            // (a rollback, a resume). It belongs to the run in its label.
+            let run = img.labels.get(labels::RUN).cloned().unwrap_or_default();
+            if run.is_empty() || !wanted(&run) || !old_enough(img.created) {
                 continue;
             }
-            let Some((run, is_final)) = run_of_tag(tag) else { continue };
-            if !wanted(&run) {
+            if opts.dry_run {
+                report.removed_images.push(img.id.clone());
+                continue;
+            }
+            match rt.remove_image(&img.id).await {
+                Ok(()) => report.removed_images.push(img.id.clone()),
+                Err(e) if e.is_infra() => return Err(e.into()),
+                Err(e) => report.skipped.push(format!("{}: {e}", img.id)),
+            }
+            continue;
+        }
+        for tag in tags {
+            let Some((run, is_final)) = run_of_tag(&tag) else {
+                continue;
+            };
+            if !wanted(&run) || !old_enough(newest.get(&run).copied().unwrap_or(img.created)) {
                 continue;
             }
             if is_final && !opts.include_final {
@@ -112,7 +157,7 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
                 report.removed_images.push(tag.clone());
                 continue;
             }
-            match rt.remove_image(tag).await {
+            match rt.remove_image(&tag).await {
                 Ok(()) => report.removed_images.push(tag.clone()),
                 Err(e) if e.is_infra() => return Err(e.into()),
                 Err(e) => report.skipped.push(format!("{tag}: {e}")),
@@ -128,7 +173,10 @@ mod tests {
 
     #[test]
     fn tags_to_runs() {
-        assert_eq!(run_of_tag("belay:r1-003-30-python-deps-success"), Some(("r1".into(), false)));
+        assert_eq!(
+            run_of_tag("belay:r1-003-30-python-deps-success"),
+            Some(("r1".into(), false))
+        );
         assert_eq!(run_of_tag("belay:r1-final"), Some(("r1".into(), true)));
         assert_eq!(run_of_tag("belay:r1-base"), Some(("r1".into(), false)));
         assert_eq!(run_of_tag("belay-base:bookworm"), None);
@@ -137,7 +185,10 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("7 days").is_err());
         assert!(parse_duration("x").is_err());

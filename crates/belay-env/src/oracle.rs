@@ -91,12 +91,17 @@ pub fn collect_only(command: &str) -> Option<String> {
         return None;
     }
     let words: Vec<&str> = command.split_whitespace().collect();
-    let at = words.iter().position(|w| *w == "pytest" || w.ends_with("/pytest") || *w == "py.test")?;
+    let at = words
+        .iter()
+        .position(|w| *w == "pytest" || w.ends_with("/pytest") || *w == "py.test")?;
     let mut out: Vec<String> = words[..=at].iter().map(|s| s.to_string()).collect();
     out.push("--collect-only".into());
     out.push("-q".into());
     out.extend(words[at + 1..].iter().map(|s| s.to_string()));
-    Some(format!("{{ {}; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }}", out.join(" ")))
+    Some(format!(
+        "{{ {}; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }}",
+        out.join(" ")
+    ))
 }
 
 #[cfg(test)]
@@ -104,7 +109,10 @@ mod tests {
     #[test]
     fn collect_only_rewrites_pytest_only() {
         let r = collect_only("python -m pytest tests -x").unwrap();
-        assert!(r.contains("python -m pytest --collect-only -q tests -x"), "{r}");
+        assert!(
+            r.contains("python -m pytest --collect-only -q tests -x"),
+            "{r}"
+        );
         assert!(collect_only("npm test").is_none());
         assert!(collect_only("pytest --collect-only -q").is_none());
     }

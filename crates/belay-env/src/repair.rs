@@ -22,7 +22,9 @@ pub struct Rule {
     pub fix: &'static str,
     /// Read-only probe: exit 0 means the fix is *not* needed (already present).
     pub probe: Option<&'static str>,
-    /// The earlier block whose output the error points at.
+    /// The role of the earlier block whose output the error points at
+    /// (`python-runtime` names `20-python-runtime`, `21-python-runtime` or the
+    /// shared `20-runtime-toolchain`).
     pub blame: Option<&'static str>,
     pub hint: &'static str,
 }
@@ -167,7 +169,7 @@ pub const RULES: &[Rule] = &[
         pattern: r"\.venv/bin/python3?: (No such file or directory|not found|cannot execute)|bad interpreter: .*\.venv/bin/python",
         fix: "rm -rf /workspace/repo/.venv",
         probe: None,
-        blame: Some("20-python-runtime"),
+        blame: Some("python-runtime"),
         hint: "the virtualenv made by the runtime block is broken: recreate it there",
     },
     Rule {
@@ -175,8 +177,24 @@ pub const RULES: &[Rule] = &[
         pattern: r"node_modules/\.bin/[\w.-]+: (No such file or directory|not found)|Cannot find module '([\w@/.-]+)'",
         fix: "rm -rf /workspace/repo/node_modules",
         probe: None,
-        blame: Some("30-node-deps"),
+        blame: Some("node-deps"),
         hint: "node_modules from the dependency block is incomplete: reinstall there",
+    },
+    Rule {
+        id: "python-extension-not-built",
+        pattern: r"No module named '?([A-Za-z_]\w*)\._\w+'?",
+        fix: "{apt} {ext:1} && {pip} --no-deps --force-reinstall --no-build-isolation -e /workspace/repo || {pip} --no-deps --force-reinstall -e /workspace/repo",
+        probe: None,
+        blame: None,
+        hint: "a package's C extension was not built because its library was missing: install the library and rebuild",
+    },
+    Rule {
+        id: "pytest-hook-removed",
+        pattern: r"are declared in the hookimpl but can not be found in the hookspec",
+        fix: "{pip} 'pytest<8'",
+        probe: None,
+        blame: None,
+        hint: "the test suite's conftest uses hook arguments newer pytest removed: pin pytest 7",
     },
     Rule {
         id: "local-module-not-installed",
@@ -193,6 +211,14 @@ pub const RULES: &[Rule] = &[
         probe: None,
         blame: None,
         hint: "a Python module is missing from the venv",
+    },
+    Rule {
+        id: "pytest-too-new",
+        pattern: r"PytestRemovedIn(\d+)Warning",
+        fix: "{pip} 'pytest<{dec:1}'",
+        probe: None,
+        blame: None,
+        hint: "the test suite uses pytest behaviour that the installed pytest turned into errors: pin the last pytest that allows it",
     },
     Rule {
         id: "command-not-found",
@@ -337,6 +363,20 @@ const PC_PKG: &[(&str, &str)] = &[
     ("libsodium", "libsodium-dev"),
 ];
 
+/// Packages whose C extension (`pkg._ext`) needs a system library to be built.
+const EXT_PKG: &[(&str, &str)] = &[
+    ("yaml", "libyaml-dev"),
+    ("lxml", "libxml2-dev libxslt1-dev"),
+    ("psycopg2", "libpq-dev"),
+    ("cffi", "libffi-dev"),
+    ("_cffi_backend", "libffi-dev"),
+    ("zmq", "libzmq3-dev"),
+    ("snappy", "libsnappy-dev"),
+    ("ldap", "libldap2-dev libsasl2-dev"),
+    ("gssapi", "libkrb5-dev"),
+    ("cairo", "libcairo2-dev"),
+];
+
 /// Python import names -> distributions (others install under their own name).
 const MODULE_DIST: &[(&str, &str)] = &[
     ("yaml", "PyYAML"),
@@ -368,6 +408,12 @@ const MODULE_DIST: &[(&str, &str)] = &[
     ("Levenshtein", "python-Levenshtein"),
     ("lxml", "lxml"),
     ("pytest", "pytest"),
+    ("railroad", "railroad-diagrams"),
+    ("hypothesis", "hypothesis"),
+    ("mock", "mock"),
+    ("nose", "pynose"),
+    ("freezegun", "freezegun"),
+    ("tomllib", "tomli"),
 ];
 
 /// A proposed repair.
@@ -386,7 +432,11 @@ fn compiled() -> &'static [(usize, Regex)] {
         RULES
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| Regex::new(&format!("(?m){}", r.pattern)).ok().map(|re| (i, re)))
+            .filter_map(|(i, r)| {
+                Regex::new(&format!("(?m){}", r.pattern))
+                    .ok()
+                    .map(|re| (i, re))
+            })
             .collect()
     })
 }
@@ -395,7 +445,10 @@ const APT: &str = "{ ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get
 const PIP: &str = "{ [ -x /workspace/repo/.venv/bin/python ] || python3 -m venv /workspace/repo/.venv; } && /workspace/repo/.venv/bin/python -m pip install --disable-pip-version-check";
 
 fn lookup(table: &[(&str, &str)], key: &str) -> Option<String> {
-    table.iter().find(|(k, _)| *k == key).map(|(_, v)| v.to_string())
+    table
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.to_string())
 }
 
 /// Whether `module` is the project's own package (installing it from PyPI
@@ -405,13 +458,25 @@ fn is_local_module(ctx: &RepoContext, module: &str) -> bool {
         return true;
     }
     let root = &ctx.repo_path;
-    root.join(module).join("__init__.py").is_file()
-        || root.join("src").join(module).join("__init__.py").is_file()
-        || root.join(format!("{module}.py")).is_file()
+    ["", "src", "lib", "lib3", "python"].iter().any(|d| {
+        let base = if d.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(d)
+        };
+        base.join(module).join("__init__.py").is_file()
+            || base.join(format!("{module}.py")).is_file()
+    })
 }
 
 /// Render a template; `None` when a placeholder cannot be filled.
-fn render(rule: &Rule, template: &str, caps: &Captures, ctx: &RepoContext) -> Option<String> {
+fn render(
+    rule: &Rule,
+    template: &str,
+    caps: &Captures,
+    ctx: &RepoContext,
+    all_missing: &[String],
+) -> Option<String> {
     let cap1 = caps
         .iter()
         .skip(1)
@@ -438,7 +503,8 @@ fn render(rule: &Rule, template: &str, caps: &Captures, ctx: &RepoContext) -> Op
     }
     if out.contains("{pc:1}") {
         let c = cap1.clone()?;
-        let pkg = lookup(PC_PKG, &c).unwrap_or_else(|| format!("lib{}-dev", c.trim_start_matches("lib")));
+        let pkg =
+            lookup(PC_PKG, &c).unwrap_or_else(|| format!("lib{}-dev", c.trim_start_matches("lib")));
         out = out.replace("{pc:1}", &pkg);
     }
     let module = cap1.clone();
@@ -454,10 +520,28 @@ fn render(rule: &Rule, template: &str, caps: &Captures, ctx: &RepoContext) -> Op
             if is_local_module(ctx, &m) || matches!(m.as_str(), "venv" | "ensurepip") {
                 return None;
             }
-            let dist = lookup(MODULE_DIST, &m).unwrap_or_else(|| m.replace('_', "-"));
-            out = out.replace("{module:1}", &dist);
+            // Every missing module the output names, so that one round installs them all.
+            let mut dists: Vec<String> = Vec::new();
+            for m in all_missing
+                .iter()
+                .filter(|m| !is_local_module(ctx, m) && !matches!(m.as_str(), "venv" | "ensurepip"))
+            {
+                let d = lookup(MODULE_DIST, m).unwrap_or_else(|| m.replace('_', "-"));
+                if !dists.contains(&d) {
+                    dists.push(d);
+                }
+            }
+            out = out.replace("{module:1}", &dists.join(" "));
         }
         _ => {}
+    }
+    if out.contains("{ext:1}") {
+        let pkg = lookup(EXT_PKG, cap1.as_deref()?)?;
+        out = out.replace("{ext:1}", &pkg);
+    }
+    if out.contains("{dec:1}") {
+        let n: u32 = cap1.clone()?.parse().ok()?;
+        out = out.replace("{dec:1}", &n.checked_sub(1)?.to_string());
     }
     if let Some(c) = &cap1 {
         out = out.replace("{1}", c);
@@ -471,20 +555,45 @@ pub fn propose(text: &str, ctx: &RepoContext, tried: &[String]) -> Vec<Proposal>
     for (i, re) in compiled() {
         let rule = &RULES[*i];
         // The last match is the one nearest the failure.
-        let Some(caps) = re.captures_iter(text).last() else { continue };
-        let Some(fix) = render(rule, rule.fix, &caps, ctx) else { continue };
+        let Some(caps) = re.captures_iter(text).last() else {
+            continue;
+        };
+        let all: Vec<String> = re
+            .captures_iter(text)
+            .filter_map(|c| c.get(1).map(|m| m.as_str().to_string()))
+            .collect();
+        let Some(fix) = render(rule, rule.fix, &caps, ctx, &all) else {
+            continue;
+        };
         if tried.contains(&fix) || out.iter().any(|p| p.fix == fix) {
             continue;
         }
         out.push(Proposal {
             rule_id: rule.id.to_string(),
-            probe: rule.probe.and_then(|p| render(rule, p, &caps, ctx)),
+            probe: rule.probe.and_then(|p| render(rule, p, &caps, ctx, &all)),
             blame: rule.blame.map(String::from),
             hint: rule.hint.to_string(),
             fix,
         });
     }
     out
+}
+
+/// The block that plays `role` in a plan: `<NN>-<role>`, or the shared block
+/// of a plan with three or more languages.
+pub fn block_for_role<'a>(ids: impl Iterator<Item = &'a str>, role: &str) -> Option<usize> {
+    let ids: Vec<&str> = ids.collect();
+    let shared = if role.ends_with("-runtime") {
+        "runtime-toolchain"
+    } else {
+        "project-dependencies"
+    };
+    ids.iter()
+        .position(|id| id.split_once('-').is_some_and(|(_, r)| r == role))
+        .or_else(|| {
+            ids.iter()
+                .position(|id| id.split_once('-').is_some_and(|(_, r)| r == shared))
+        })
 }
 
 /// The tail of a log file that repair reads (bounded).
@@ -548,6 +657,10 @@ mod tests {
         ("E   ModuleNotFoundError: No module named 'calc'", "local-module-not-installed", "-e /workspace/repo"),
         ("ImportError while importing test module '/workspace/repo/tests/test_x.py'.\nE   ModuleNotFoundError: No module named 'yaml'", "python-module-missing", "PyYAML"),
         ("/belay/scripts/30.sh: line 9: tree: command not found", "command-not-found", "tree"),
+        ("E   ModuleNotFoundError: No module named 'yaml._yaml'", "python-extension-not-built", "libyaml-dev"),
+        ("pluggy._manager.PluginValidationError: Plugin '/workspace/repo/tests/conftest.py' for hook 'pytest_pycollect_makemodule'\nhookimpl definition: pytest_pycollect_makemodule(path, parent)\nArgument(s) {'path'} are declared in the hookimpl but can not be found in the hookspec", "pytest-hook-removed", "pytest<8"),
+        ("E   pytest.PytestRemovedIn10Warning: Passing a non-Collection iterable to parametrize is deprecated.", "pytest-too-new", "pytest<9"),
+        ("E   ModuleNotFoundError: No module named 'railroad'\nE   ModuleNotFoundError: No module named 'jinja2'", "python-module-missing", "railroad-diagrams jinja2"),
         ("bash: line 1: cmake: command not found", "command-not-found", "cmake"),
         ("/bin/sh: 1: javac: not found", "command-not-found", "default-jdk-headless"),
     ];
@@ -555,8 +668,16 @@ mod tests {
     #[test]
     fn every_rule_has_real_error_text() {
         for r in RULES {
-            assert!(CASES.iter().any(|(_, id, _)| *id == r.id), "rule {} has no test case", r.id);
-            assert!(Regex::new(r.pattern).is_ok(), "rule {} has a bad pattern", r.id);
+            assert!(
+                CASES.iter().any(|(_, id, _)| *id == r.id),
+                "rule {} has no test case",
+                r.id
+            );
+            assert!(
+                Regex::new(r.pattern).is_ok(),
+                "rule {} has a bad pattern",
+                r.id
+            );
         }
     }
 
@@ -565,14 +686,63 @@ mod tests {
         let c = ctx();
         for (text, id, fragment) in CASES {
             let p = propose(text, &c, &[]);
-            let first = p.first().unwrap_or_else(|| panic!("no proposal for {id}: {text}"));
+            let first = p
+                .first()
+                .unwrap_or_else(|| panic!("no proposal for {id}: {text}"));
             assert_eq!(first.rule_id, *id, "for text: {text}\nproposals: {p:#?}");
-            assert!(first.fix.contains(fragment), "{id}: {} lacks {fragment}", first.fix);
-            assert!(crate::safety::check_repair(&first.fix).is_none(), "{id}: fix refused by the safety filter: {}", first.fix);
+            assert!(
+                first.fix.contains(fragment),
+                "{id}: {} lacks {fragment}",
+                first.fix
+            );
+            assert!(
+                crate::safety::check_repair(&first.fix).is_none(),
+                "{id}: fix refused by the safety filter: {}",
+                first.fix
+            );
             if let Some(probe) = &first.probe {
-                assert!(crate::safety::check_probe(probe).is_none(), "{id}: bad probe {probe}");
+                assert!(
+                    crate::safety::check_probe(probe).is_none(),
+                    "{id}: bad probe {probe}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn blame_roles_find_their_block_in_any_plan() {
+        let one = [
+            "00-preflight",
+            "10-system-packages",
+            "20-python-runtime",
+            "30-python-deps",
+        ];
+        assert_eq!(
+            block_for_role(one.iter().copied(), "python-runtime"),
+            Some(2)
+        );
+        let two = [
+            "00-preflight",
+            "20-node-runtime",
+            "21-python-runtime",
+            "30-node-deps",
+            "31-python-deps",
+        ];
+        assert_eq!(
+            block_for_role(two.iter().copied(), "python-runtime"),
+            Some(2)
+        );
+        assert_eq!(block_for_role(two.iter().copied(), "node-deps"), Some(3));
+        let many = [
+            "00-preflight",
+            "20-runtime-toolchain",
+            "30-project-dependencies",
+        ];
+        assert_eq!(block_for_role(many.iter().copied(), "node-deps"), Some(2));
+        assert_eq!(
+            block_for_role(["00-preflight"].iter().copied(), "node-deps"),
+            None
+        );
     }
 
     #[test]
@@ -586,6 +756,11 @@ mod tests {
     #[test]
     fn unknown_failures_get_no_proposal() {
         assert!(propose("AssertionError: expected 3, got 4", &ctx(), &[]).is_empty());
-        assert!(propose("fatal error: somethingobscure.h: No such file or directory", &ctx(), &[]).is_empty());
+        assert!(propose(
+            "fatal error: somethingobscure.h: No such file or directory",
+            &ctx(),
+            &[]
+        )
+        .is_empty());
     }
 }

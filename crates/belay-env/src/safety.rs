@@ -15,6 +15,12 @@ pub fn check_repair(cmd: &str) -> Option<String> {
             return Some(format!("refused `{}`: {why}", one_line(cmd)));
         }
     }
+    if let Some(target) = broad_rm(cmd) {
+        return Some(format!(
+            "refused `{}`: recursive deletion of {target} is refused (only build environments such as .venv, node_modules, build and target under the repository, or paths outside it, may go)",
+            one_line(cmd)
+        ));
+    }
     if let Some(path) = repo_write_target(cmd) {
         return Some(format!(
             "refused `{}`: it writes {path}, part of the repository's own source (repairs change the environment, not the project)",
@@ -27,17 +33,108 @@ pub fn check_repair(cmd: &str) -> Option<String> {
 /// Directories under the repository that are build environments, not source.
 const REPO_ENV_DIRS: [&str; 4] = [".venv/", "node_modules/", "build/", "target/"];
 
+/// Fixes run in /workspace/repo: a relative path is a path of the repository.
+fn absolute(p: &str) -> String {
+    let p = p.trim_matches(|c| c == '"' || c == '\'');
+    if p.starts_with('/') || p.starts_with('~') || p.starts_with('$') {
+        p.to_string()
+    } else if p == "." || p == "./" {
+        "/workspace/repo".to_string()
+    } else {
+        format!("/workspace/repo/{}", p.trim_start_matches("./"))
+    }
+}
+
+/// Whether an absolute path is part of the repository's own source.
+fn in_repo_source(p: &str) -> bool {
+    let p = p.trim_end_matches('/');
+    p == "/workspace/repo"
+        || p.strip_prefix("/workspace/repo/").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest != "."
+                && !REPO_ENV_DIRS
+                    .iter()
+                    .any(|d| format!("{rest}/").starts_with(d))
+        })
+}
+
+/// The target of a recursive `rm` that is refused: a broad system path, or
+/// the repository's own source.
+fn broad_rm(cmd: &str) -> Option<String> {
+    const BROAD: &[&str] = &[
+        "/",
+        "/*",
+        "~",
+        "~/",
+        "$HOME",
+        "*",
+        "/workspace",
+        "/usr",
+        "/etc",
+        "/var",
+        "/root",
+        "/home",
+        "/opt",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib64",
+        "/boot",
+        "/sys",
+        "/proc",
+        "/dev",
+        "/srv",
+        "/belay",
+    ];
+    for segment in cmd.split(['\n', ';', '&', '|', '(', ')', '{', '}']) {
+        let words: Vec<&str> = segment.split_whitespace().collect();
+        let pos = usize::from(words.first() == Some(&"sudo"));
+        if !words
+            .get(pos)
+            .is_some_and(|w| *w == "rm" || w.ends_with("/rm"))
+        {
+            continue;
+        }
+        let mut recursive = false;
+        let mut targets = Vec::new();
+        let mut options_done = false;
+        for w in &words[pos + 1..] {
+            if !options_done && *w == "--" {
+                options_done = true;
+            } else if !options_done && w.starts_with("--") {
+                recursive |= *w == "--recursive";
+            } else if !options_done && w.starts_with('-') && w.len() > 1 {
+                recursive |= w.contains('r') || w.contains('R');
+            } else {
+                targets.push(*w);
+            }
+        }
+        if !recursive {
+            continue;
+        }
+        for t in targets {
+            let t = t.trim_matches(|c| c == '"' || c == '\'');
+            let abs = absolute(t);
+            let trimmed = abs.trim_end_matches('/');
+            if BROAD.contains(&t)
+                || BROAD.contains(&trimmed)
+                || trimmed.is_empty()
+                || in_repo_source(&abs)
+            {
+                return Some(t.to_string());
+            }
+        }
+    }
+    None
+}
+
 /// A file under /workspace/repo that `cmd` writes (redirection, tee, cp, mv,
 /// install), other than the build environments belay owns there.
 fn repo_write_target(cmd: &str) -> Option<String> {
     static REDIRECT: OnceLock<Option<Regex>> = OnceLock::new();
-    let redirect = REDIRECT.get_or_init(|| Regex::new(r">>?\s*(\S+)").ok());
-    let in_repo_source = |p: &str| {
-        let p = p.trim_matches(|c| c == '"' || c == '\'');
-        p.strip_prefix("/workspace/repo/")
-            .is_some_and(|rest| !rest.is_empty() && !REPO_ENV_DIRS.iter().any(|d| rest.starts_with(d)))
-    };
-    for segment in cmd.split(['\n', ';', '&', '|']) {
+    let redirect = REDIRECT.get_or_init(|| Regex::new(r">>?\s*([^&\s]\S*)").ok());
+    let in_repo_source = |p: &str| in_repo_source(&absolute(p));
+    for segment in cmd.split(['\n', ';', '&', '|', '(', ')', '{', '}']) {
         if let Some(re) = redirect {
             for c in re.captures_iter(segment) {
                 if in_repo_source(&c[1]) {
@@ -46,11 +143,25 @@ fn repo_write_target(cmd: &str) -> Option<String> {
             }
         }
         let words: Vec<&str> = segment.split_whitespace().collect();
-        let Some(pos) = words.iter().position(|w| matches!(*w, "tee" | "cp" | "mv" | "install")) else {
+        // The command word itself (after sudo), not an argument such as the
+        // `install` of `apt-get install`.
+        let pos = usize::from(words.first() == Some(&"sudo"));
+        if !words
+            .get(pos)
+            .is_some_and(|w| matches!(*w, "tee" | "cp" | "mv" | "install"))
+        {
             continue;
+        }
+        let args: Vec<&str> = words[pos + 1..]
+            .iter()
+            .copied()
+            .filter(|w| !w.starts_with('-'))
+            .collect();
+        let targets: Vec<&str> = if words[pos] == "tee" {
+            args
+        } else {
+            args.last().copied().into_iter().collect()
         };
-        let args: Vec<&str> = words[pos + 1..].iter().copied().filter(|w| !w.starts_with('-')).collect();
-        let targets: Vec<&str> = if words[pos] == "tee" { args } else { args.last().copied().into_iter().collect() };
         if let Some(t) = targets.into_iter().find(|t| in_repo_source(t)) {
             return Some(t.to_string());
         }
@@ -100,15 +211,11 @@ fn repair_rules() -> &'static [(Regex, &'static str)] {
     static R: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
     R.get_or_init(|| {
         compile(&[
-            (r"(^|[\s;&|(`])(sudo\s+)?(docker|podman|nerdctl|ctr|crictl)(\s|$)", "container engines are off limits inside the sandbox"),
+            (r"(^|[\s;&|(`])(sudo\s+)?(\S*/)?(docker|podman|nerdctl|ctr|crictl)(\s|$)", "container engines are off limits inside the sandbox"),
             (r"/var/run/docker\.sock|/run/docker\.sock", "the Docker socket is off limits"),
-            (r"\bgit\s+(-c\s+\S+\s+)*push\b", "pushing is the commit point's job, never a repair's"),
+            (r"\bgit\b[^;&|\n]*\spush\b", "pushing is the commit point's job, never a repair's"),
             (r"\bmkfs(\.\w+)?\b|\bmke2fs\b|\bwipefs\b|\bfdisk\b|\bparted\b", "making or changing filesystems is refused"),
             (r"\bdd\s+[^\n]*\bof=/dev/", "writing to devices is refused"),
-            (
-                r"\brm\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*[rR][a-zA-Z]*\s+(-[a-zA-Z]*\s+)*(/|/\*|~|~/|\$HOME|/workspace/?|/workspace/repo/?|/usr/?|/etc/?|/var/?|/root/?|/home/?|\.|\./|\*|/opt/?|/bin/?|/lib/?)(\s|$|;|&)",
-                "broad recursive deletion is refused",
-            ),
             (r"\b(shutdown|reboot|halt|poweroff)\b|\bkill\s+-9\s+-1\b", "stopping the machine is refused"),
             // Edits to the repository's own source: in-place edits, redirections,
             // copies and moves onto files under /workspace/repo, except the build
@@ -117,7 +224,7 @@ fn repair_rules() -> &'static [(Regex, &'static str)] {
                 r"(sed|perl)\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*i[a-zA-Z.]*\s+[^\n]*(/workspace/repo/|\s)(\w[\w./-]*\.(py|js|ts|rs|go|java|c|h|cc|cpp|toml|cfg|json|txt|yaml|yml|lock|ini|in|md|sh))\b",
                 "editing the repository's own source is refused (repairs change the environment, not the project)",
             ),
-            (r"\bgit\s+(-C\s+\S+\s+)?(checkout|reset|clean|stash|apply|am|rebase|merge|commit)\b", "changing the repository through git is refused"),
+            (r"\bgit\b[^;&|\n]*\s(checkout|reset|clean|stash|apply|am|rebase|merge|commit|restore|switch)\b", "changing the repository through git is refused"),
         ])
     })
 }
@@ -148,6 +255,16 @@ mod tests {
             "git -c user.name=x push --force",
             "mkfs.ext4 /dev/sda1",
             "dd if=/dev/zero of=/dev/sda bs=1M",
+            "rm -rf -- /",
+            "rm --recursive --force /",
+            "rm -rf /workspace/repo/src",
+            "rm -rf src",
+            "/usr/bin/docker ps",
+            "git -C /workspace/repo push",
+            "git --git-dir=/workspace/repo/.git reset --hard",
+            "echo x > setup.py",
+            "cp /tmp/a.py src/x.py",
+            "{ true; } && { cp /tmp/a.py src/x.py; }",
             "rm -rf /",
             "rm -rf /*",
             "rm -fr ~",
@@ -174,6 +291,9 @@ mod tests {
             "/workspace/repo/.venv/bin/python -m pip install pyyaml",
             "rm -rf /workspace/repo/.venv",
             "rm -rf /tmp/build-cache",
+            "rm -rf .venv node_modules",
+            "make 2>&1 > /tmp/make.log",
+            "pip install x 2>/dev/null",
             "echo 'export PATH=/usr/local/bin:$PATH' > /etc/profile.d/belay.sh",
             "echo '[global]' > /workspace/repo/.venv/pip.conf",
             "cp /workspace/repo/requirements.txt /tmp/req.txt",
@@ -188,7 +308,13 @@ mod tests {
 
     #[test]
     fn probes() {
-        for ok in ["dpkg -s libffi-dev", "command -v gcc", "python3 -c 'import ssl'", "ls /usr/include/ffi.h", "pkg-config --exists libpq 2>/dev/null"] {
+        for ok in [
+            "dpkg -s libffi-dev",
+            "command -v gcc",
+            "python3 -c 'import ssl'",
+            "ls /usr/include/ffi.h",
+            "pkg-config --exists libpq 2>/dev/null",
+        ] {
             assert_eq!(check_probe(ok), None, "{ok}");
         }
         for bad in [

@@ -5,7 +5,10 @@
 /// front of each command when a block runs command by command.
 fn is_prelude(line: &str) -> bool {
     let l = line.trim();
-    l.starts_with("#!") || l.starts_with("set -") || l.starts_with("export ") || l.starts_with("cd ")
+    l.starts_with("#!")
+        || l.starts_with("set -")
+        || l.starts_with("export ")
+        || l.starts_with("cd ")
 }
 
 /// Split a block script into its prelude and its top-level commands. A line
@@ -63,6 +66,10 @@ fn nesting(line: &str) -> i32 {
 
 /// Prepend a repair to a block script, right after its prelude, with a note.
 pub fn patch_script(script: &str, fix: &str, note: &str) -> String {
+    // Idempotent: a fix already patched in (say, before a crash) is not added twice.
+    if script.lines().any(|l| l == fix) {
+        return script.to_string();
+    }
     let mut out = String::new();
     let mut inserted = false;
     let mut lines = script.lines().peekable();
@@ -72,7 +79,10 @@ pub fn patch_script(script: &str, fix: &str, note: &str) -> String {
         let t = line.trim();
         let next_is_header = lines
             .peek()
-            .map(|n| is_prelude(n) || n.trim().starts_with('#') && !n.trim().starts_with("# belay repair"))
+            .map(|n| {
+                is_prelude(n)
+                    || n.trim().starts_with('#') && !n.trim().starts_with("# belay repair")
+            })
             .unwrap_or(false);
         if !inserted && (is_prelude(t) || t.starts_with('#')) && !next_is_header {
             out.push_str(&format!("\n# belay repair: {note}\n{fix}\n"));
@@ -88,7 +98,9 @@ pub fn patch_script(script: &str, fix: &str, note: &str) -> String {
 /// All blocks' scripts as one script: each block in a subshell, so that one
 /// block's `cd` or `export` cannot leak into the next (as with separate runs).
 pub fn whole_script<'a>(scripts: impl Iterator<Item = (&'a str, &'a str)>) -> String {
-    let mut s = String::from("#!/usr/bin/env bash\n# belay: the planned setup as one whole script\nset -euo pipefail\n");
+    let mut s = String::from(
+        "#!/usr/bin/env bash\n# belay: the planned setup as one whole script\nset -euo pipefail\n",
+    );
     for (id, body) in scripts {
         s.push_str(&format!(
             "\necho '[belay] == {id}'\nbash -euo pipefail <<'BELAY_BLOCK_{n}'\n{body}\nBELAY_BLOCK_{n}\n",
@@ -117,7 +129,11 @@ mod tests {
 
     #[test]
     fn patches_after_the_prelude() {
-        let p = patch_script(S, "apt-get install -y libffi-dev", "missing-c-header (attempt 1)");
+        let p = patch_script(
+            S,
+            "apt-get install -y libffi-dev",
+            "missing-c-header (attempt 1)",
+        );
         let idx_cd = p.find("cd /workspace/repo").unwrap();
         let idx_fix = p.find("apt-get install -y libffi-dev").unwrap();
         let idx_body = p.find("apt-get update -q").unwrap();
@@ -125,21 +141,42 @@ mod tests {
         assert!(p.contains("# belay repair: missing-c-header (attempt 1)"));
         // A second patch goes in front of the first.
         let p2 = patch_script(&p, "echo second", "second");
-        assert!(p2.find("echo second").unwrap() < p2.find("libffi-dev").unwrap(), "{p2}");
+        assert!(
+            p2.find("echo second").unwrap() < p2.find("libffi-dev").unwrap(),
+            "{p2}"
+        );
         let (_, cmds) = split_commands(&p2);
         assert_eq!(cmds[0], "echo second");
+        assert_eq!(
+            patch_script(&p2, "echo second", "again"),
+            p2,
+            "patching is idempotent"
+        );
     }
 
     #[test]
     fn whole_script_keeps_blocks_apart() {
         let w = whole_script([("00-a", "cd /tmp\necho a"), ("10-b", "pwd")].into_iter());
-        let out = std::process::Command::new("bash").arg("-c").arg(&w).current_dir("/").output().unwrap();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&w)
+            .current_dir("/")
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{text}");
-        assert_eq!(text.lines().last(), Some("/"), "a block's cd leaked into the next: {text}");
+        assert_eq!(
+            text.lines().last(),
+            Some("/"),
+            "a block's cd leaked into the next: {text}"
+        );
         // A failing block fails the whole script.
         let w = whole_script([("00-a", "false"), ("10-b", "echo never")].into_iter());
-        let out = std::process::Command::new("bash").arg("-c").arg(&w).output().unwrap();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&w)
+            .output()
+            .unwrap();
         assert!(!out.status.success());
         assert!(!String::from_utf8_lossy(&out.stdout).contains("never"));
     }

@@ -270,7 +270,9 @@ impl ContainerRuntime for DockerRuntime {
         lbl.insert(labels::BELAY.into(), "true".into());
         lbl.insert(labels::RUN.into(), spec.run_id.clone());
         lbl.insert(labels::KIND.into(), spec.kind.clone());
-        lbl.extend(self.owner.clone());
+        if !spec.unowned {
+            lbl.extend(self.owner.clone());
+        }
         let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let mounts: Vec<String> = spec
             .mounts
@@ -622,7 +624,12 @@ impl ContainerRuntime for DockerRuntime {
             req.dockerfile.display(),
             context.display()
         ))?;
-        let (rx, mut handle) = tar_dir_stream(&context, "", &TarFilter::default());
+        // The CLI applies .dockerignore on the client side; so must we.
+        let filter = TarFilter {
+            ignore: crate::tarstream::DockerIgnore::read(&context),
+            ..Default::default()
+        };
+        let (rx, mut handle) = tar_dir_stream(&context, "", &filter);
         let opts = qp::BuildImageOptions {
             dockerfile: dockerfile_name,
             t: Some(req.tag.clone()),

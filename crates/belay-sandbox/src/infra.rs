@@ -46,7 +46,9 @@ pub fn classify_exit(exit_code: i64, output_tail: &str) -> Option<InfraFailure> 
             .collect::<String>()
     };
     match exit_code {
-        125 => Some(InfraFailure::EngineExit125 {
+        // Through the Engine API, 125 is the engine's own code only when the
+        // engine says so; a command may exit 125 itself (xargs, env, nohup).
+        125 if is_engine_error_text(output_tail) => Some(InfraFailure::EngineExit125 {
             detail: first_line(output_tail),
         }),
         126 if is_io_error_text(output_tail) => Some(InfraFailure::ExecIoError {
@@ -54,6 +56,20 @@ pub fn classify_exit(exit_code: i64, output_tail: &str) -> Option<InfraFailure> 
         }),
         _ => None,
     }
+}
+
+fn is_engine_error_text(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "error response from daemon",
+        "oci runtime",
+        "failed to create shim",
+        "runc create failed",
+        "cannot exec in a stopped state",
+        "container is not running",
+    ]
+    .iter()
+    .any(|p| t.contains(p))
 }
 
 fn is_io_error_text(text: &str) -> bool {

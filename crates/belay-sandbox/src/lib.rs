@@ -31,7 +31,7 @@ pub use runtime::{
     BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, ExecOutcome,
     ExecSpec, ImageInfo, Mount, Network,
 };
-pub use tarstream::TarFilter;
+pub use tarstream::{DockerIgnore, TarFilter};
 
 /// Split `repo:tag` (the tag is after the last ':' that follows the last '/').
 pub fn split_image_ref(image: &str) -> (&str, &str) {

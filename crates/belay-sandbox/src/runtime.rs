@@ -49,6 +49,9 @@ pub struct ContainerSpec {
     pub drop_capabilities: bool,
     pub memory_bytes: Option<i64>,
     pub nano_cpus: Option<i64>,
+    /// Leave the owner labels blank: a container kept for the user, which the
+    /// reaper must not remove when this process is gone.
+    pub unowned: bool,
 }
 
 /// One command to execute in a running container.

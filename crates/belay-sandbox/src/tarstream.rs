@@ -14,12 +14,88 @@ use crate::SandboxError;
 pub struct TarFilter {
     /// Paths relative to the copied directory that are left out, with everything below them.
     pub exclude: Vec<PathBuf>,
+    /// `.dockerignore` rules of a build context.
+    pub ignore: Option<DockerIgnore>,
 }
 
 impl TarFilter {
     fn excluded(&self, rel: &Path) -> bool {
         self.exclude.iter().any(|e| rel.starts_with(e))
+            || self.ignore.as_ref().is_some_and(|i| i.ignored(rel))
     }
+}
+
+/// `.dockerignore` rules: glob patterns (`*`, `?`, `**`) relative to the
+/// context root, later rules winning, `!` re-including. A directory that is
+/// ignored is left out with everything below it.
+#[derive(Debug, Clone, Default)]
+pub struct DockerIgnore {
+    rules: Vec<(regex::Regex, bool)>,
+}
+
+impl DockerIgnore {
+    /// Read `<context>/.dockerignore`, if there is one.
+    pub fn read(context: &Path) -> Option<Self> {
+        let text = std::fs::read_to_string(context.join(".dockerignore")).ok()?;
+        Some(Self::parse(&text))
+    }
+
+    pub fn parse(text: &str) -> Self {
+        let mut rules = Vec::new();
+        for line in text.lines() {
+            let l = line.trim();
+            if l.is_empty() || l.starts_with('#') {
+                continue;
+            }
+            let (negate, pat) = match l.strip_prefix('!') {
+                Some(p) => (true, p.trim()),
+                None => (false, l),
+            };
+            let pat = pat
+                .trim_start_matches("./")
+                .trim_start_matches('/')
+                .trim_end_matches('/');
+            if let Ok(re) = regex::Regex::new(&glob_to_regex(pat)) {
+                rules.push((re, negate));
+            }
+        }
+        Self { rules }
+    }
+
+    pub fn ignored(&self, rel: &Path) -> bool {
+        let p = rel.to_string_lossy();
+        let mut ignored = false;
+        for (re, negate) in &self.rules {
+            if re.is_match(&p) {
+                ignored = !negate;
+            }
+        }
+        ignored
+    }
+}
+
+fn glob_to_regex(glob: &str) -> String {
+    let mut re = String::from("^");
+    let chars: Vec<char> = glob.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '*' if chars.get(i + 1) == Some(&'*') => {
+                re.push_str(".*");
+                i += 1;
+                if chars.get(i + 1) == Some(&'/') {
+                    i += 1;
+                    re.push_str("/?");
+                }
+            }
+            '*' => re.push_str("[^/]*"),
+            '?' => re.push_str("[^/]"),
+            c => re.push_str(&regex::escape(&c.to_string())),
+        }
+        i += 1;
+    }
+    re.push_str("(/.*)?$");
+    re
 }
 
 /// A `Write` that sends fixed-size chunks down a channel.
@@ -141,4 +217,21 @@ pub fn tar_files(files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>, std::io::E
         )?;
     }
     builder.into_inner()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dockerignore_rules() {
+        let d = DockerIgnore::parse("# comment\n.env\n*.log\nsecrets/\n**/tmp\n!keep.log\n");
+        assert!(d.ignored(Path::new(".env")));
+        assert!(d.ignored(Path::new("build.log")));
+        assert!(!d.ignored(Path::new("keep.log")));
+        assert!(d.ignored(Path::new("secrets/key.pem")));
+        assert!(d.ignored(Path::new("a/b/tmp/x")));
+        assert!(!d.ignored(Path::new("src/main.rs")));
+        assert!(!d.ignored(Path::new(".envrc")));
+    }
 }

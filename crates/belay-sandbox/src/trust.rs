@@ -87,7 +87,20 @@ impl HostTrust {
         self.ca_bundle.is_some() || !self.proxy_env.is_empty()
     }
 
-    /// Environment for containers.
+    /// CA variables for containers: safe to keep in committed images (paths only).
+    pub fn ca_env(&self) -> Vec<(String, String)> {
+        match &self.ca_bundle {
+            Some(_) => CA_VARS
+                .iter()
+                .map(|v| (v.to_string(), CONTAINER_CA_PATH.to_string()))
+                .collect(),
+            None => vec![],
+        }
+    }
+
+    /// Everything for one command: CA variables and proxy settings. Proxies may
+    /// carry credentials, so they go to each exec, never into a container's
+    /// config, where `docker commit` would bake them into every image.
     pub fn container_env(&self) -> Vec<(String, String)> {
         let mut env = Vec::new();
         if self.ca_bundle.is_some() {

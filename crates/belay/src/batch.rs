@@ -7,12 +7,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use belay_env::batch::{BatchObserver, BatchOptions, ProjectResult};
-use belay_env::build::{BaseSpec, BuildOptions};
 use belay_env::progress::BuildEvent;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::BuildProjectsArgs;
-use crate::commands::{apply_control, connect, usage};
+use crate::commands::{build_options, connect, usage};
 use crate::{Failure, EXIT_FAILED};
 
 struct LiveView {
@@ -62,9 +61,18 @@ impl BatchObserver for LiveView {
 
     fn project_event(&self, name: &str, event: &BuildEvent) {
         let msg = match event {
-            BuildEvent::BlockStarted { id, index, total, .. } => format!("[{}/{}] {id}", index + 1, total),
-            BuildEvent::BlockFinished { id, ok: false, detail, .. } => format!("{id} failed: {detail}"),
-            BuildEvent::BlockFinished { id, cached: true, .. } => format!("{id} cached"),
+            BuildEvent::BlockStarted {
+                id, index, total, ..
+            } => format!("[{}/{}] {id}", index + 1, total),
+            BuildEvent::BlockFinished {
+                id,
+                ok: false,
+                detail,
+                ..
+            } => format!("{id} failed: {detail}"),
+            BuildEvent::BlockFinished {
+                id, cached: true, ..
+            } => format!("{id} cached"),
             BuildEvent::Phase { name, detail } if name != "plan" => format!("{name}: {detail}"),
             _ => return,
         };
@@ -92,7 +100,10 @@ impl BatchObserver for LiveView {
         match &self.mp {
             Some(_) => {
                 if let Some(pb) = self.bars.lock().ok().and_then(|mut b| b.remove(&r.name)) {
-                    pb.set_style(ProgressStyle::with_template("  {prefix:<30} {wide_msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+                    pb.set_style(
+                        ProgressStyle::with_template("  {prefix:<30} {wide_msg}")
+                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                    );
                     pb.finish_with_message(text);
                 } else {
                     self.line(&format!("{}: {text}", r.name));
@@ -111,19 +122,7 @@ pub async fn build_projects(a: BuildProjectsArgs) -> Result<u8, Failure> {
         )));
     }
     let rt = connect().await?;
-    let mut b = BuildOptions::new(".");
-    b.image_prefix = a.image_prefix.clone();
-    b.base = match (&a.base_image, &a.base_dockerfile) {
-        (Some(i), _) => BaseSpec::Image(i.clone()),
-        (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),
-        (None, None) => BaseSpec::Default,
-    };
-    b.command_timeout = Duration::from_secs(a.command_timeout);
-    b.docker_build_timeout = Duration::from_secs(a.docker_build_timeout);
-    b.oracle_timeout = Duration::from_secs(a.oracle_timeout);
-    b.network = a.network.into();
-    b.host_trust = !a.no_host_trust;
-    apply_control(&mut b, &a.control);
+    let b = build_options(std::path::Path::new("."), &a.common);
     let opts = BatchOptions {
         projects_file: a.projects_file.clone(),
         projects_dir: a.projects_dir.clone(),
@@ -143,8 +142,8 @@ pub async fn build_projects(a: BuildProjectsArgs) -> Result<u8, Failure> {
     let view = LiveView::new();
     let summary = belay_env::batch::build_projects(&rt, &opts, &view).await?;
     println!(
-        "{:<32} {:<8} {:>8} {:>7} {:>6}  {}",
-        "project", "status", "time", "repairs", "cached", "detail"
+        "{:<32} {:<8} {:>8} {:>7} {:>6}  detail",
+        "project", "status", "time", "repairs", "cached"
     );
     for p in &summary.projects {
         let detail = match p.status.as_str() {
@@ -152,7 +151,12 @@ pub async fn build_projects(a: BuildProjectsArgs) -> Result<u8, Failure> {
             _ => format!(
                 "{}: {}",
                 p.stage.as_deref().unwrap_or(""),
-                p.error.as_deref().unwrap_or("").chars().take(100).collect::<String>()
+                p.error
+                    .as_deref()
+                    .unwrap_or("")
+                    .chars()
+                    .take(100)
+                    .collect::<String>()
             ),
         };
         println!(
@@ -167,7 +171,9 @@ pub async fn build_projects(a: BuildProjectsArgs) -> Result<u8, Failure> {
         summary.skipped,
         summary.total,
         summary.duration_s,
-        a.projects_dir.join(belay_env::batch::SUMMARY_FILE).display()
+        a.projects_dir
+            .join(belay_env::batch::SUMMARY_FILE)
+            .display()
     );
     Ok(if summary.failed == 0 { 0 } else { EXIT_FAILED })
 }

@@ -118,25 +118,8 @@ pub struct BuildProjectsArgs {
     /// State directory for all runs (default: <projects-dir>/state).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
-    /// Image repository prefix; each project gets `<prefix>-<name>`.
-    #[arg(long, default_value = "belay")]
-    pub image_prefix: String,
-    #[arg(long, conflicts_with = "base_image")]
-    pub base_dockerfile: Option<PathBuf>,
-    #[arg(long)]
-    pub base_image: Option<String>,
-    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
-    pub command_timeout: u64,
-    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
-    pub docker_build_timeout: u64,
-    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
-    pub oracle_timeout: u64,
-    #[arg(long, value_enum, default_value = "bridge")]
-    pub network: NetworkArg,
-    #[arg(long)]
-    pub no_host_trust: bool,
     #[command(flatten)]
-    pub control: ControlArgs,
+    pub common: CommonBuildArgs,
 }
 
 #[derive(Debug, Args)]
@@ -200,12 +183,6 @@ pub struct BuildArgs {
     /// The repository to build an environment for.
     #[arg(long)]
     pub repo: PathBuf,
-    /// Dockerfile of the base image, built through the Engine API.
-    #[arg(long, conflicts_with = "base_image")]
-    pub base_dockerfile: Option<PathBuf>,
-    /// Base image (default: belay-base:bookworm, made by `belay image bootstrap`).
-    #[arg(long)]
-    pub base_image: Option<String>,
     #[arg(long, value_enum, default_value = "rules")]
     pub planner: Planner,
     /// State directory (default: <repo>/.belay).
@@ -214,15 +191,6 @@ pub struct BuildArgs {
     /// Run id; reusing one resumes that run.
     #[arg(long)]
     pub run_id: Option<String>,
-    /// Repository name for checkpoint images.
-    #[arg(long, default_value = "belay")]
-    pub image_prefix: String,
-    /// Seconds each block or validation command may run.
-    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
-    pub command_timeout: u64,
-    /// Seconds the base image build may take.
-    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
-    pub docker_build_timeout: u64,
     /// Keep the build container afterwards.
     #[arg(long)]
     pub keep_container: bool,
@@ -232,24 +200,46 @@ pub struct BuildArgs {
     /// Oracle file: commands that must pass on the final image.
     #[arg(long)]
     pub oracle_file: Option<PathBuf>,
-    /// Seconds each oracle command may run.
-    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
-    pub oracle_timeout: u64,
     /// Resume from this checkpoint image.
     #[arg(long)]
     pub resume_from: Option<String>,
     /// Block to start at when resuming (inferred from the image tag when omitted).
     #[arg(long, requires = "resume_from")]
     pub start_at_block: Option<String>,
+    /// Print the manifest path and result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub common: CommonBuildArgs,
+}
+
+/// Build settings shared by `build` and `build-projects`.
+#[derive(Debug, Clone, Args)]
+pub struct CommonBuildArgs {
+    /// Repository name for checkpoint images (build-projects: `<prefix>-<project>`).
+    #[arg(long, default_value = "belay")]
+    pub image_prefix: String,
+    /// Dockerfile of the base image, built through the Engine API.
+    #[arg(long, conflicts_with = "base_image")]
+    pub base_dockerfile: Option<PathBuf>,
+    /// Base image (default: belay-base:bookworm, made by `belay image bootstrap`).
+    #[arg(long)]
+    pub base_image: Option<String>,
+    /// Seconds each block or validation command may run.
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
+    pub command_timeout: u64,
+    /// Seconds the base image build may take.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub docker_build_timeout: u64,
+    /// Seconds each oracle command may run.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub oracle_timeout: u64,
     /// Network of the build container.
     #[arg(long, value_enum, default_value = "bridge")]
     pub network: NetworkArg,
     /// Do not inherit the host's CA bundle and proxy settings into the container.
     #[arg(long)]
     pub no_host_trust: bool,
-    /// Print the manifest path and result as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
     #[command(flatten)]
     pub control: ControlArgs,
 }

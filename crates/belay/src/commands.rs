@@ -296,7 +296,7 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
         }
         belay_env::oracle::load(f)?;
     }
-    if let Some(df) = &a.base_dockerfile {
+    if let Some(df) = &a.common.base_dockerfile {
         if !df.is_file() {
             return Err(usage(format!(
                 "--base-dockerfile {} does not exist. Pass the path of a Dockerfile",
@@ -308,25 +308,13 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
         belay_record::run_id::validate(id)?;
     }
     let rt = connect().await?;
-    let mut opts = BuildOptions::new(&a.repo);
+    let mut opts = build_options(&a.repo, &a.common);
     opts.state_dir = a.state_dir.clone();
     opts.run_id = a.run_id.clone();
-    opts.image_prefix = a.image_prefix.clone();
-    opts.base = match (&a.base_image, &a.base_dockerfile) {
-        (Some(i), _) => BaseSpec::Image(i.clone()),
-        (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),
-        (None, None) => BaseSpec::Default,
-    };
-    opts.command_timeout = Duration::from_secs(a.command_timeout);
-    opts.docker_build_timeout = Duration::from_secs(a.docker_build_timeout);
     opts.keep_container = a.keep_container;
     opts.oracle_file = a.oracle_file.clone();
-    opts.oracle_timeout = Duration::from_secs(a.oracle_timeout);
     opts.resume_from = a.resume_from.clone();
     opts.start_at_block = a.start_at_block.clone();
-    opts.network = a.network.into();
-    opts.host_trust = !a.no_host_trust;
-    apply_control(&mut opts, &a.control);
     let printer = Printer::new(a.stream_logs);
     let outcome = build(&rt, &opts, &printer).await?;
     let m = &outcome.manifest;
@@ -354,13 +342,27 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
     Ok(if m.ok { 0 } else { EXIT_FAILED })
 }
 
-pub(crate) fn apply_control(opts: &mut BuildOptions, c: &ControlArgs) {
-    opts.ablation = c.ablation;
-    opts.max_repair_attempts = c.max_repair_attempts;
-    opts.max_probe_failures = c.max_probe_failures;
-    opts.cache = !c.no_cache;
-    opts.force_clean_replay = c.force_clean_replay;
-    opts.oracle_collect_only = c.oracle_collect_only;
+/// Build options from the flags `build` and `build-projects` share.
+pub(crate) fn build_options(repo: &Path, c: &CommonBuildArgs) -> BuildOptions {
+    let mut opts = BuildOptions::new(repo);
+    opts.image_prefix = c.image_prefix.clone();
+    opts.base = match (&c.base_image, &c.base_dockerfile) {
+        (Some(i), _) => BaseSpec::Image(i.clone()),
+        (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),
+        (None, None) => BaseSpec::Default,
+    };
+    opts.command_timeout = Duration::from_secs(c.command_timeout);
+    opts.docker_build_timeout = Duration::from_secs(c.docker_build_timeout);
+    opts.oracle_timeout = Duration::from_secs(c.oracle_timeout);
+    opts.network = c.network.into();
+    opts.host_trust = !c.no_host_trust;
+    opts.ablation = c.control.ablation;
+    opts.max_repair_attempts = c.control.max_repair_attempts;
+    opts.max_probe_failures = c.control.max_probe_failures;
+    opts.cache = !c.control.no_cache;
+    opts.force_clean_replay = c.control.force_clean_replay;
+    opts.oracle_collect_only = c.control.oracle_collect_only;
+    opts
 }
 
 // ---------------------------------------------------------------- env gc
@@ -389,7 +391,11 @@ async fn env_gc(a: GcArgs) -> Result<u8, Failure> {
         r.removed_images.len(),
         r.removed_containers.len(),
         r.kept_final.len(),
-        if r.kept_final.is_empty() { "" } else { " (--include-final removes them)" }
+        if r.kept_final.is_empty() {
+            ""
+        } else {
+            " (--include-final removes them)"
+        }
     );
     Ok(0)
 }

@@ -233,15 +233,42 @@ pub async fn build(
         diverged: false,
         current_checkpoint: None,
     };
+    // Attempt numbers continue across starts, so that no earlier log is overwritten.
+    if let Some(prev) = &previous {
+        for e in &prev.executions {
+            let n = run
+                .attempts
+                .entry((e.block_id.clone(), e.phase.clone()))
+                .or_insert(0);
+            *n = (*n).max(e.attempt);
+        }
+    }
     let result = run.drive(ctx, prev_blocks).await;
     let finish = run.finish(result).await;
     for c in run.retired.drain(..) {
         run.removals.push(rt.remove_detached(&c));
     }
-    if let Some(c) = run.container.take() {
-        if !opts.keep_container {
+    if opts.keep_container {
+        // Keep a container with the final state (or the failed block's state).
+        if run.container.is_none() {
+            if let Some(img) = run.manifest.final_image.clone() {
+                let _ = run.start_container(&img).await;
+            }
+        }
+        if let Some(c) = &run.container {
+            obs.event(&BuildEvent::Phase {
+                name: "container".into(),
+                detail: format!(
+                    "kept {} (remove it with `docker rm -f`)",
+                    &c[..c.len().min(12)]
+                ),
+            });
+        }
+        for c in run.retired.drain(..) {
             run.removals.push(rt.remove_detached(&c));
         }
+    } else if let Some(c) = run.container.take() {
+        run.removals.push(rt.remove_detached(&c));
     }
     for h in run.removals.drain(..) {
         let _ = h.await;
@@ -256,10 +283,12 @@ pub async fn build(
 fn read_manifest(dir: &RunDir) -> Result<Option<Manifest>, EnvError> {
     let p = dir.manifest();
     match std::fs::read_to_string(&p) {
-        Ok(t) => serde_json::from_str(&t).map(Some).map_err(|e| EnvError::BadState {
-            path: p,
-            message: format!("{e}; move the run directory away or pick another --run-id"),
-        }),
+        Ok(t) => serde_json::from_str(&t)
+            .map(Some)
+            .map_err(|e| EnvError::BadState {
+                path: p,
+                message: format!("{e}; move the run directory away or pick another --run-id"),
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(EnvError::io("cannot read", p, e)),
     }
@@ -454,7 +483,7 @@ impl Run<'_> {
         let spec = ExecSpec {
             argv,
             working_dir: Some(REPO_DIR.to_string()),
-            env: vec![],
+            env: self.trust.proxy_env.clone(),
             timeout: Some(timeout),
             log_path: log_path.clone(),
         };
@@ -499,7 +528,10 @@ impl Run<'_> {
                 &container,
                 &[(
                     path.clone(),
-                    self.redactor.redact(&block.script).into_owned().into_bytes(),
+                    self.redactor
+                        .redact(&block.script)
+                        .into_owned()
+                        .into_bytes(),
                     0o755,
                 )],
             )
@@ -517,7 +549,12 @@ impl Run<'_> {
         Ok(if out.success() {
             Ok(out.duration.as_secs_f64())
         } else {
-            Err(failure("the block script", &out, log, self.opts.command_timeout))
+            Err(failure(
+                "the block script",
+                &out,
+                log,
+                self.opts.command_timeout,
+            ))
         })
     }
 
@@ -685,8 +722,10 @@ impl Run<'_> {
         }
     }
 
+    /// The environment containers are created with (and checkpoints keep):
+    /// CA variables and HOME, never proxy credentials (see [`HostTrust::container_env`]).
     pub(crate) fn container_env(&self) -> Vec<(String, String)> {
-        let mut env = self.trust.container_env();
+        let mut env = self.trust.ca_env();
         env.push(("HOME".into(), "/root".into()));
         env
     }
@@ -702,6 +741,8 @@ impl Run<'_> {
             network: self.opts.network,
             env: self.container_env(),
             working_dir: Some(REPO_DIR.to_string()),
+            // Kept containers are the user's: the reaper must leave them alone.
+            unowned: self.opts.keep_container,
             ..Default::default()
         };
         let id = self.rt.create(&spec).await?;
@@ -727,6 +768,7 @@ impl Run<'_> {
         }
         let filter = TarFilter {
             exclude: self.excluded.iter().map(PathBuf::from).collect(),
+            ignore: None,
         };
         self.rt
             .copy_dir_in(&container, &self.repo, REPO_DIR, &filter)
@@ -782,7 +824,15 @@ impl Run<'_> {
             .clone()
             .ok_or_else(|| EnvError::Usage("no build container".into()))?;
         let image_ref = checkpoint_ref(&self.opts.image_prefix, &self.dir.run_id, seq, block, kind);
-        let mut lbl = extra_labels;
+        // `docker commit` keeps the parent image's labels unless they are set:
+        // every cache label is set (empty when it does not apply), so that a
+        // checkpoint never answers to its parent's keys.
+        let mut lbl: BTreeMap<String, String> =
+            [cache::KEY_LABEL, cache::ALT_LABEL, cache::SCRIPT_LABEL]
+                .iter()
+                .map(|k| (k.to_string(), String::new()))
+                .collect();
+        lbl.extend(extra_labels);
         lbl.insert(labels::RUN.to_string(), self.dir.run_id.clone());
         lbl.insert(labels::KIND.to_string(), "checkpoint".to_string());
         lbl.insert(labels::BLOCK.to_string(), block.to_string());
@@ -849,16 +899,26 @@ impl Run<'_> {
     async fn cache_lookup(
         &mut self,
         key: &str,
+        block: &str,
     ) -> Result<Option<belay_sandbox::ImageInfo>, EnvError> {
-        let mut found = self
+        let of_block = |i: &belay_sandbox::ImageInfo| {
+            i.labels.get(labels::BLOCK).map(String::as_str) == Some(block)
+        };
+        let mut found: Vec<_> = self
             .rt
             .list_images(&[format!("{}={key}", cache::KEY_LABEL)])
-            .await?;
+            .await?
+            .into_iter()
+            .filter(of_block)
+            .collect();
         if found.is_empty() {
             found = self
                 .rt
                 .list_images(&[format!("{}={key}", cache::ALT_LABEL)])
-                .await?;
+                .await?
+                .into_iter()
+                .filter(of_block)
+                .collect();
         }
         found.sort_by_key(|i| std::cmp::Reverse(i.created));
         Ok(found.into_iter().next())
@@ -877,7 +937,8 @@ impl Run<'_> {
             .get(CHECKPOINT_KIND_LABEL)
             .cloned()
             .unwrap_or_else(|| "success".into());
-        let image_ref = checkpoint_ref(&self.opts.image_prefix, &self.dir.run_id, seq, block, &kind);
+        let image_ref =
+            checkpoint_ref(&self.opts.image_prefix, &self.dir.run_id, seq, block, &kind);
         self.rt.tag_image(&hit.id, &image_ref).await?;
         self.image_ids.insert(image_ref.clone(), hit.id.clone());
         let cp = Checkpoint {
@@ -938,14 +999,18 @@ impl Run<'_> {
 
     /// The runtime notes of the base image: from this run, from the preflight
     /// cache of the base image, or from a fresh preflight in the current container.
-    async fn runtime_notes(&mut self, base_id: &str) -> Result<RuntimeNotes, EnvError> {
+    /// The runtime notes of the base image: from this run, from the preflight
+    /// cache (keyed by the base image's id, so shared by every run on this
+    /// machine), or from a fresh preflight in a container of `image`.
+    async fn runtime_notes(
+        &mut self,
+        base_id: &str,
+        image: &str,
+    ) -> Result<RuntimeNotes, EnvError> {
         if let Some(n) = read_context(&self.dir).and_then(|c| c.runtime_notes) {
             return Ok(n);
         }
-        let cache_file = self
-            .dir
-            .state_dir
-            .join("cache")
+        let cache_file = preflight_cache_dir(&self.dir.state_dir)
             .join(format!("preflight-{}.json", base_id.replace(':', "-")));
         if self.opts.cache {
             if let Ok(t) = std::fs::read_to_string(&cache_file) {
@@ -954,6 +1019,7 @@ impl Run<'_> {
                 }
             }
         }
+        self.ensure_container(image).await?;
         let n = self.preflight().await?;
         if let Some(d) = cache_file.parent() {
             if std::fs::create_dir_all(d).is_ok() {
@@ -1043,12 +1109,29 @@ impl Run<'_> {
                     Some(b) => b,
                     None => plan_rules(&ctx, &notes)?,
                 };
-                let start = start_index_for(&blocks, self.opts.start_at_block.as_deref(), done_block.as_deref(), &image)?;
+                if self.opts.resume_from.is_none() {
+                    self.warn_if_repo_changed().await;
+                }
+                // Starting from another run's checkpoint (or at a chosen block),
+                // the forward run is not a run of these scripts from the base
+                // image: the final scripts must be replayed to be proven.
+                if self.opts.resume_from.is_some() || self.opts.start_at_block.is_some() {
+                    self.diverged = true;
+                }
+                let start = start_index_for(
+                    &blocks,
+                    self.opts.start_at_block.as_deref(),
+                    done_block.as_deref(),
+                    &image,
+                )?;
                 self.phase(
                     "resume",
                     format!(
                         "from {image}, at block {}",
-                        blocks.get(start).map(|b| b.id.as_str()).unwrap_or("(finalize)")
+                        blocks
+                            .get(start)
+                            .map(|b| b.id.as_str())
+                            .unwrap_or("(finalize)")
                     ),
                 );
                 for (i, b) in blocks.iter_mut().enumerate() {
@@ -1069,16 +1152,23 @@ impl Run<'_> {
                 let base_id = self.image_id(&base).await?;
                 // Keys are always recorded, so that later builds can reuse these
                 // checkpoints; `--no-cache` only turns off the lookup.
-                let tree = cache::tree_hash(&self.repo, &self.excluded)?;
+                let (repo, excluded) = (self.repo.clone(), self.excluded.clone());
+                let tree = tokio::task::spawn_blocking(move || cache::tree_hash(&repo, &excluded))
+                    .await
+                    .map_err(|e| {
+                        EnvError::Usage(format!("hashing the repository failed: {e}"))
+                    })??;
                 let ws_key = Some(cache::workspace_key(&base_id, &tree, &self.env_fingerprint));
                 let hit = match &ws_key {
-                    Some(k) if self.opts.cache => self.cache_lookup(k).await?,
+                    Some(k) if self.opts.cache => self.cache_lookup(k, "workspace").await?,
                     _ => None,
                 };
                 let current = match hit {
                     Some(hit) => {
                         self.phase("cache", "workspace checkpoint reused");
-                        let cp = self.adopt_cached(hit, "workspace", 0, Some(base.clone())).await?;
+                        let cp = self
+                            .adopt_cached(hit, "workspace", 0, Some(base.clone()))
+                            .await?;
                         cp.image_ref
                     }
                     None => {
@@ -1093,21 +1183,18 @@ impl Run<'_> {
                             }
                         }
                         // Preflight before the commit, so that a container exists.
-                        let notes = self.runtime_notes(&base_id).await?;
+                        let notes = self.runtime_notes(&base_id, &base).await?;
                         ctx.runtime_notes = Some(notes);
                         let cp_t0 = Instant::now();
-                        let cp = self.commit("workspace", 0, "success", Some(base.clone()), extra).await?;
+                        let cp = self
+                            .commit("workspace", 0, "success", Some(base.clone()), extra)
+                            .await?;
                         self.after_checkpoint(cp_t0.elapsed());
                         cp.image_ref
                     }
                 };
                 if ctx.runtime_notes.is_none() {
-                    if self.container.is_none()
-                        && read_context(&self.dir).and_then(|c| c.runtime_notes).is_none()
-                    {
-                        self.start_container(&current).await?;
-                    }
-                    ctx.runtime_notes = Some(self.runtime_notes(&base_id).await?);
+                    ctx.runtime_notes = Some(self.runtime_notes(&base_id, &current).await?);
                 }
                 write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
                 let blocks = match prev_blocks {
@@ -1117,7 +1204,9 @@ impl Run<'_> {
                     }
                     None => plan_rules(
                         &ctx,
-                        ctx.runtime_notes.as_ref().unwrap_or(&RuntimeNotes::assumed_debian()),
+                        ctx.runtime_notes
+                            .as_ref()
+                            .unwrap_or(&RuntimeNotes::assumed_debian()),
                     )?,
                 };
                 (blocks, 0, current)
@@ -1125,7 +1214,10 @@ impl Run<'_> {
         };
         self.ctx = ctx;
         self.obs.event(&BuildEvent::Plan {
-            blocks: blocks.iter().map(|b| (b.id.clone(), b.title.clone())).collect(),
+            blocks: blocks
+                .iter()
+                .map(|b| (b.id.clone(), b.title.clone()))
+                .collect(),
         });
         for b in &blocks {
             self.save_block_and_script(b)?;
@@ -1148,41 +1240,36 @@ impl Run<'_> {
             let t0 = Instant::now();
             let seq = i as u32 + 1;
             blocks[i].baseline_checkpoint = Some(current.clone());
-            let key = Some(self.block_key(&blocks[i], &current).await?);
-            if let (Some(k), true) = (&key, self.opts.cache) {
-                if let Some(hit) = self.cache_lookup(k).await? {
+            let key = self.block_key(&blocks[i], &current).await?;
+            if self.opts.cache {
+                if let Some(hit) = self.cache_lookup(&key, &blocks[i].id.clone()).await? {
                     let adopted_script = hit
                         .labels
                         .get(cache::SCRIPT_LABEL)
                         .and_then(|h| hex::decode(h).ok())
                         .and_then(|b| String::from_utf8(b).ok());
-                    let cp = self.adopt_cached(hit, &blocks[i].id.clone(), seq, Some(current.clone())).await?;
+                    let cp = self
+                        .adopt_cached(hit, &blocks[i].id.clone(), seq, Some(current.clone()))
+                        .await?;
                     // The cached checkpoint is not in the current container.
                     self.retire_container();
                     let b = &mut blocks[i];
                     if let Some(s) = adopted_script {
                         b.script = s;
                     }
-                    b.status = if cp.kind == "repaired" { BlockStatus::Repaired } else { BlockStatus::Succeeded };
+                    b.status = if cp.kind == "repaired" {
+                        BlockStatus::Repaired
+                    } else {
+                        BlockStatus::Succeeded
+                    };
                     b.cached = true;
                     b.last_error = None;
-                    b.success_checkpoint = Some(cp.image_ref.clone());
                     b.timing = Some(BlockTiming {
                         total_s: round3(t0.elapsed().as_secs_f64()),
                         ..Default::default()
                     });
-                    self.save_block_and_script(&blocks[i])?;
-                    self.manifest.blocks = blocks.clone();
-                    self.save()?;
-                    self.obs.event(&BuildEvent::BlockFinished {
-                        id: blocks[i].id.clone(),
-                        ok: true,
-                        cached: true,
-                        duration: t0.elapsed(),
-                        detail: format!("from {}", cp.cached_from.unwrap_or_default()),
-                    });
-                    current = cp.image_ref;
-                    self.current_checkpoint = Some(current.clone());
+                    let detail = format!("from {}", cp.cached_from.unwrap_or_default());
+                    current = self.block_done(&mut blocks, i, cp.image_ref, true, t0, detail)?;
                     i += 1;
                     continue;
                 }
@@ -1203,69 +1290,64 @@ impl Run<'_> {
             match step {
                 Ok(()) => {
                     let cp_t0 = Instant::now();
-                    let mut extra = BTreeMap::new();
-                    if let Some(k) = key {
-                        extra.insert(cache::KEY_LABEL.to_string(), k);
-                    }
+                    let extra = BTreeMap::from([(cache::KEY_LABEL.to_string(), key)]);
                     let cp = self
-                        .commit(&blocks[i].id.clone(), seq, "success", Some(current.clone()), extra)
+                        .commit(
+                            &blocks[i].id.clone(),
+                            seq,
+                            "success",
+                            Some(current.clone()),
+                            extra,
+                        )
                         .await?;
                     self.after_checkpoint(cp_t0.elapsed());
                     timing.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
                     timing.total_s = round3(t0.elapsed().as_secs_f64());
                     self.set_last_checkpoint_after(&cp.image_ref);
-                    let b = &mut blocks[i];
-                    b.status = BlockStatus::Succeeded;
-                    b.last_error = None;
-                    b.success_checkpoint = Some(cp.image_ref.clone());
-                    b.timing = Some(timing);
-                    current = cp.image_ref;
-                    self.current_checkpoint = Some(current.clone());
-                    self.save_block(&blocks[i])?;
-                    self.manifest.blocks = blocks.clone();
-                    self.save()?;
-                    self.obs.event(&BuildEvent::BlockFinished {
-                        id: blocks[i].id.clone(),
-                        ok: true,
-                        cached: false,
-                        duration: t0.elapsed(),
-                        detail: String::new(),
-                    });
+                    blocks[i].status = BlockStatus::Succeeded;
+                    blocks[i].last_error = None;
+                    blocks[i].timing = Some(timing);
+                    current =
+                        self.block_done(&mut blocks, i, cp.image_ref, false, t0, String::new())?;
                     i += 1;
                 }
                 Err(fail) => {
                     let outcome = if self.opts.ablation.local_repair() {
-                        self.recover(&mut blocks, i, &current, fail, &mut rollbacks).await?
+                        self.recover(&mut blocks, i, &current, fail, &mut rollbacks)
+                            .await?
                     } else {
-                        recover::Recovery::Failed(format!("{} (local repair is off in this ablation mode)", fail.summary))
+                        recover::Recovery::Failed(format!(
+                            "{} (local repair is off in this ablation mode)",
+                            fail.summary
+                        ))
                     };
                     match outcome {
                         recover::Recovery::Repaired(cp) => {
-                            let b = &mut blocks[i];
-                            let mut t = b.timing.clone().unwrap_or_default();
+                            let mut t = blocks[i].timing.clone().unwrap_or_default();
                             t.total_s = round3(t0.elapsed().as_secs_f64());
-                            b.timing = Some(t);
-                            current = cp;
-                            self.current_checkpoint = Some(current.clone());
-                            self.save_block_and_script(&blocks[i])?;
-                            self.manifest.blocks = blocks.clone();
-                            self.save()?;
-                            self.obs.event(&BuildEvent::BlockFinished {
-                                id: blocks[i].id.clone(),
-                                ok: true,
-                                cached: false,
-                                duration: t0.elapsed(),
-                                detail: format!("repaired after {} attempt(s)", blocks[i].repair_attempts),
-                            });
+                            blocks[i].timing = Some(t);
+                            let detail =
+                                format!("repaired after {} attempt(s)", blocks[i].repair_attempts);
+                            current = self.block_done(&mut blocks, i, cp, false, t0, detail)?;
                             i += 1;
                         }
                         recover::Recovery::RollBack(j) => {
-                            current = blocks[j]
-                                .baseline_checkpoint
-                                .clone()
-                                .ok_or_else(|| EnvError::Usage(format!("block {} has no baseline checkpoint to roll back to", blocks[j].id)))?;
+                            current = blocks[j].baseline_checkpoint.clone().ok_or_else(|| {
+                                EnvError::Usage(format!(
+                                    "block {} has no baseline checkpoint to roll back to",
+                                    blocks[j].id
+                                ))
+                            })?;
                             self.current_checkpoint = Some(current.clone());
                             self.retire_container();
+                            // Checkpoints from block j on are stale: a resume must not
+                            // pick them over the patched block.
+                            let first_stale = j as u32 + 1;
+                            self.manifest.checkpoints.retain(|c| {
+                                c.id.get(..3)
+                                    .and_then(|n| n.parse::<u32>().ok())
+                                    .is_none_or(|n| n < first_stale)
+                            });
                             for b in blocks.iter_mut().take(i + 1).skip(j) {
                                 b.status = BlockStatus::Planned;
                                 b.cached = false;
@@ -1289,7 +1371,8 @@ impl Run<'_> {
                                 duration: t0.elapsed(),
                                 detail: err.clone(),
                             });
-                            self.manifest.error = Some(format!("block {} failed: {err}", blocks[i].id));
+                            self.manifest.error =
+                                Some(format!("block {} failed: {err}", blocks[i].id));
                             return Ok(());
                         }
                     }
@@ -1297,6 +1380,122 @@ impl Run<'_> {
             }
         }
         self.finalize(&blocks, current).await
+    }
+
+    /// Resuming a run continues with the repository copy it made. When the
+    /// repository has changed since, say so: a new run id builds the new tree.
+    async fn warn_if_repo_changed(&mut self) {
+        let Some(ws) = self
+            .manifest
+            .checkpoints
+            .iter()
+            .find(|c| c.block_id == "workspace")
+            .cloned()
+        else {
+            return;
+        };
+        let (Some(base), Ok(Some(img))) = (
+            self.manifest.base_image.clone(),
+            self.rt.image(&ws.image_ref).await,
+        ) else {
+            return;
+        };
+        let Some(recorded) = img
+            .labels
+            .get(cache::KEY_LABEL)
+            .filter(|k| !k.is_empty())
+            .cloned()
+        else {
+            return;
+        };
+        let Ok(base_id) = self.image_id(&base).await else {
+            return;
+        };
+        let (repo, excluded) = (self.repo.clone(), self.excluded.clone());
+        let Ok(Ok(tree)) =
+            tokio::task::spawn_blocking(move || cache::tree_hash(&repo, &excluded)).await
+        else {
+            return;
+        };
+        if cache::workspace_key(&base_id, &tree, &self.env_fingerprint) != recorded {
+            self.phase(
+                "warning",
+                format!(
+                    "{} changed since run {} copied it; resuming with that copy (use a new --run-id to build the current tree)",
+                    self.repo.display(),
+                    self.dir.run_id
+                ),
+            );
+        }
+    }
+
+    /// Record a finished block (its status and timing already set): its
+    /// checkpoint, block file and script, the manifest, and the event. Returns
+    /// the checkpoint, which the next block starts from.
+    fn block_done(
+        &mut self,
+        blocks: &mut [Block],
+        i: usize,
+        checkpoint: String,
+        cached: bool,
+        t0: Instant,
+        detail: String,
+    ) -> Result<String, EnvError> {
+        blocks[i].success_checkpoint = Some(checkpoint.clone());
+        self.current_checkpoint = Some(checkpoint.clone());
+        self.save_block_and_script(&blocks[i])?;
+        self.manifest.blocks = blocks.to_vec();
+        self.save()?;
+        self.obs.event(&BuildEvent::BlockFinished {
+            id: blocks[i].id.clone(),
+            ok: true,
+            cached,
+            duration: t0.elapsed(),
+            detail,
+        });
+        Ok(checkpoint)
+    }
+
+    /// Put `text` into the container as `name` and run it: the whole-script forms.
+    async fn run_whole_script(
+        &mut self,
+        block: &str,
+        phase: &str,
+        name: &str,
+        text: &str,
+    ) -> Result<Result<(), Failure>, EnvError> {
+        let path = format!("{SCRIPTS_DIR}/{name}");
+        let container = self.container.clone().unwrap_or_default();
+        self.rt
+            .put_files(
+                &container,
+                &[(
+                    path.clone(),
+                    self.redactor.redact(text).into_owned().into_bytes(),
+                    0o755,
+                )],
+            )
+            .await?;
+        let (out, log) = self
+            .exec(
+                block,
+                phase,
+                vec!["bash".into(), path.clone()],
+                &format!("bash {path}"),
+                self.opts.command_timeout,
+                None,
+            )
+            .await?;
+        Ok(if out.success() {
+            Ok(())
+        } else {
+            Err(failure(
+                "the whole script",
+                &out,
+                log,
+                self.opts.command_timeout,
+            ))
+        })
     }
 
     /// Point the last execution record at the checkpoint it led to.
@@ -1316,35 +1515,46 @@ impl Run<'_> {
         let t0 = Instant::now();
         self.ensure_container(current).await?;
         let text = script::whole_script(blocks.iter().map(|b| (b.id.as_str(), b.script.as_str())));
-        let path = format!("{SCRIPTS_DIR}/whole-script.sh");
-        let container = self.container.clone().unwrap_or_default();
-        self.rt
-            .put_files(&container, &[(path.clone(), self.redactor.redact(&text).into_owned().into_bytes(), 0o755)])
-            .await?;
-        self.phase("whole script", format!("{} blocks as one script", blocks.len()));
-        let (out, _) = self
-            .exec(
-                "whole-script",
-                "whole_script",
-                vec!["bash".into(), path.clone()],
-                &format!("bash {path}"),
-                self.opts.command_timeout,
-                None,
-            )
-            .await?;
-        if !out.success() {
-            self.phase("whole script", "failed: falling back to block-level execution with recovery");
+        self.phase(
+            "whole script",
+            format!("{} blocks as one script", blocks.len()),
+        );
+        if let Err(f) = self
+            .run_whole_script("whole-script", "whole_script", "whole-script.sh", &text)
+            .await?
+        {
+            self.phase(
+                "whole script",
+                format!(
+                    "{}: falling back to block-level execution with recovery",
+                    f.summary
+                ),
+            );
             return Ok(None);
         }
         for b in blocks.iter() {
             if let Err(f) = self.run_validation(b, "validation").await? {
-                self.phase("whole script", format!("validation of {} failed ({}): falling back to block-level execution", b.id, f.summary));
+                self.phase(
+                    "whole script",
+                    format!(
+                        "validation of {} failed ({}): falling back to block-level execution",
+                        b.id, f.summary
+                    ),
+                );
                 return Ok(None);
             }
         }
         let last = blocks.len() as u32;
         let last_id = blocks.last().map(|b| b.id.clone()).unwrap_or_default();
-        let cp = self.commit(&last_id, last, "success", Some(current.to_string()), BTreeMap::new()).await?;
+        let cp = self
+            .commit(
+                &last_id,
+                last,
+                "success",
+                Some(current.to_string()),
+                BTreeMap::new(),
+            )
+            .await?;
         for b in blocks.iter_mut() {
             b.status = BlockStatus::Succeeded;
             b.baseline_checkpoint = Some(current.to_string());
@@ -1362,7 +1572,8 @@ impl Run<'_> {
 
     async fn finalize(&mut self, blocks: &[Block], current: String) -> Result<(), EnvError> {
         let mut final_source = current;
-        let repaired = blocks.iter().any(|b| b.status == BlockStatus::Repaired) || self.manifest.repairs > 0;
+        let repaired =
+            blocks.iter().any(|b| b.status == BlockStatus::Repaired) || self.manifest.repairs > 0;
         if self.opts.ablation.final_clean_replay() {
             if repaired || self.diverged || self.opts.force_clean_replay {
                 match self.clean_replay(blocks).await? {
@@ -1377,7 +1588,8 @@ impl Run<'_> {
                 );
             }
         } else {
-            self.manifest.final_clean_replay_note = Some(format!("disabled by --ablation {}", self.opts.ablation));
+            self.manifest.final_clean_replay_note =
+                Some(format!("disabled by --ablation {}", self.opts.ablation));
         }
         let t0 = Instant::now();
         let final_ref = format!("{}:{}-final", self.opts.image_prefix, self.dir.run_id);
@@ -1399,7 +1611,12 @@ impl Run<'_> {
             started_at: belay_record::now_rfc3339(),
         })?;
         self.manifest.final_image = Some(final_ref.clone());
-        let run_rel = self.dir.root.strip_prefix(&self.repo).ok().map(Path::to_path_buf);
+        let run_rel = self
+            .dir
+            .root
+            .strip_prefix(&self.repo)
+            .ok()
+            .map(Path::to_path_buf);
         let base = self
             .manifest
             .base_image
@@ -1413,14 +1630,20 @@ impl Run<'_> {
             run_rel.as_deref(),
             &self.excluded,
         );
-        belay_record::atomic_write(&self.dir.dockerfile(), self.redactor.redact(&text).as_bytes())?;
+        belay_record::atomic_write(
+            &self.dir.dockerfile(),
+            self.redactor.redact(&text).as_bytes(),
+        )?;
         self.manifest.dockerfile_path = Some(self.dir.dockerfile());
         if let Some(file) = self.opts.oracle_file.clone() {
             let report = self.run_oracle(&file, &final_ref).await?;
             let ok = report.ok;
             self.manifest.oracle = Some(report);
             if !ok {
-                self.manifest.error = Some(format!("the oracle {} failed on {final_ref}", file.display()));
+                self.manifest.error = Some(format!(
+                    "the oracle {} failed on {final_ref}",
+                    file.display()
+                ));
                 return Ok(());
             }
         }
@@ -1430,7 +1653,10 @@ impl Run<'_> {
 
     async fn run_oracle(&mut self, file: &Path, image: &str) -> Result<OracleReport, EnvError> {
         let commands = oracle::load(file)?;
-        self.phase("oracle", format!("{} command(s) from {}", commands.len(), file.display()));
+        self.phase(
+            "oracle",
+            format!("{} command(s) from {}", commands.len(), file.display()),
+        );
         let mut results = Vec::new();
         for (i, c) in commands.iter().enumerate() {
             let (command, rewritten_from) = if self.opts.oracle_collect_only {
@@ -1441,6 +1667,23 @@ impl Run<'_> {
             } else {
                 (c.command.clone(), None)
             };
+            // A command that passed on this very image before is not run again
+            // (the image id pins every byte); --no-cache runs it regardless.
+            let image_id = self.image_id(image).await?;
+            let pass_file = oracle_cache_file(&self.dir.state_dir, &image_id, &command);
+            if self.opts.cache && pass_file.is_file() {
+                results.push(OracleCommandResult {
+                    oracle_id: c.oracle_id.clone(),
+                    command,
+                    exit_code: Some(0),
+                    timed_out: false,
+                    ok: true,
+                    duration_s: 0.0,
+                    log_path: pass_file,
+                    rewritten_from,
+                });
+                continue;
+            }
             // Each command gets a fresh container from the final image, without network.
             let spec = ContainerSpec {
                 image: image.to_string(),
@@ -1460,7 +1703,10 @@ impl Run<'_> {
                 timeout: Some(self.opts.oracle_timeout),
                 log_path: log_path.clone(),
             };
-            let res = self.rt.exec(&cid, &exec, &self.redactor, &NoopObserver).await;
+            let res = self
+                .rt
+                .exec(&cid, &exec, &self.redactor, &NoopObserver)
+                .await;
             self.removals.push(self.rt.remove_detached(&cid));
             let out = res?;
             self.record(Execution {
@@ -1479,6 +1725,16 @@ impl Run<'_> {
                 log_path: Some(log_path.clone()),
                 started_at: belay_record::now_rfc3339(),
             })?;
+            if out.success() {
+                if let Some(d) = pass_file.parent() {
+                    if std::fs::create_dir_all(d).is_ok() {
+                        let _ = belay_record::atomic_write(
+                            &pass_file,
+                            format!("{}\n", log_path.display()).as_bytes(),
+                        );
+                    }
+                }
+            }
             results.push(OracleCommandResult {
                 oracle_id: c.oracle_id.clone(),
                 command,
@@ -1503,9 +1759,18 @@ impl Run<'_> {
             self.manifest.error = Some(e.to_string());
             self.manifest.ok = false;
         }
-        self.manifest.status = if self.manifest.ok { "succeeded" } else { "failed" }.into();
+        self.manifest.status = if self.manifest.ok {
+            "succeeded"
+        } else {
+            "failed"
+        }
+        .into();
         self.manifest.finished_at = Some(belay_record::now_rfc3339());
-        write_redacted_json(&self.dir.llm_usage(), &self.manifest.llm_usage, &self.redactor)?;
+        write_redacted_json(
+            &self.dir.llm_usage(),
+            &self.manifest.llm_usage,
+            &self.redactor,
+        )?;
         self.save()?;
         self.obs.event(&BuildEvent::Finished {
             ok: self.manifest.ok,
@@ -1545,6 +1810,32 @@ fn start_index_for(
             "cannot infer the completed block from the tag of {image}; pass --start-at-block BLOCK"
         ))),
     }
+}
+
+/// Where preflight results are cached: `$BELAY_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/belay`, else `~/.cache/belay`, else `<state-dir>/cache`.
+fn preflight_cache_dir(state_dir: &Path) -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("BELAY_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("belay")))
+        .or_else(|| env("HOME").map(|h| h.join(".cache").join("belay")))
+        .unwrap_or_else(|| state_dir.join("cache"))
+}
+
+/// Where a passed oracle command is remembered: keyed by the image id and the
+/// command, next to the preflight cache.
+fn oracle_cache_file(state_dir: &Path, image_id: &str, command: &str) -> PathBuf {
+    use sha2::Digest;
+    let key = hex::encode(sha2::Sha256::digest(
+        format!("{image_id}\n{command}").as_bytes(),
+    ));
+    preflight_cache_dir(state_dir)
+        .join("oracle")
+        .join(format!("{key}.passed"))
 }
 
 fn read_context(dir: &RunDir) -> Option<RepoContext> {
@@ -1642,7 +1933,11 @@ mod tests {
         );
         assert_eq!(
             parse_checkpoint_tag("r-20261129-104400-ab12-002-10-system-packages-repaired"),
-            Some(("r-20261129-104400-ab12".into(), 2, "10-system-packages".into()))
+            Some((
+                "r-20261129-104400-ab12".into(),
+                2,
+                "10-system-packages".into()
+            ))
         );
         assert_eq!(
             parse_checkpoint_tag("run-123-x-006-50-test-tooling-clean-replay"),

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::ablation::Granularity;
-use crate::plan::{Block, BlockStatus, SCRIPTS_DIR};
+use crate::plan::{Block, BlockStatus};
 use crate::repair::{self, Proposal};
 use crate::{cache, safety, script, EnvError};
 
@@ -46,10 +46,20 @@ impl Run<'_> {
         let mut history: Vec<String> = Vec::new();
         let original_script = blocks[i].script.clone();
         for attempt in 1..=self.opts.max_repair_attempts {
-            let text = repair::failure_text(&failure_now.log, &failure_now.stdout_tail, &failure_now.stderr_tail);
+            let text = repair::failure_text(
+                &failure_now.log,
+                &failure_now.stdout_tail,
+                &failure_now.stderr_tail,
+            );
             let proposals = repair::propose(&text, &self.ctx, &tried);
-            let Some(p) = self.choose(&blocks[i].id, proposals, &mut tried, &mut probe_failures).await? else {
-                let mut why = format!("{}; no repair rule matches this failure", failure_now.summary);
+            let Some(p) = self
+                .choose(&blocks[i].id, proposals, &mut tried, &mut probe_failures)
+                .await?
+            else {
+                let mut why = format!(
+                    "{}; no repair rule matches this failure",
+                    failure_now.summary
+                );
                 if !history.is_empty() {
                     why.push_str(&format!(" (tried: {})", history.join("; ")));
                 }
@@ -59,20 +69,36 @@ impl Run<'_> {
             history.push(p.rule_id.clone());
             self.phase(
                 "repair",
-                format!("{} attempt {attempt}: {} ({})", blocks[i].id, p.rule_id, p.hint),
+                format!(
+                    "{} attempt {attempt}: {} ({})",
+                    blocks[i].id, p.rule_id, p.hint
+                ),
             );
 
             // The error points at an earlier block's output: fix it there.
-            if let Some(blamed) = &p.blame {
-                if let Some(j) = blocks.iter().position(|b| &b.id == blamed) {
-                    if j < i && self.opts.ablation.checkpoint_rollback() && !rollbacks.contains(&(i, j)) {
+            if let Some(role) = &p.blame {
+                if let Some(j) = repair::block_for_role(blocks.iter().map(|b| b.id.as_str()), role)
+                {
+                    if j < i
+                        && blocks[j].baseline_checkpoint.is_some()
+                        && self.opts.ablation.checkpoint_rollback()
+                        && !rollbacks.contains(&(i, j))
+                    {
                         rollbacks.push((i, j));
-                        let note = format!("{} (for {} failing: {})", p.rule_id, blocks[i].id, p.hint);
+                        let note =
+                            format!("{} (for {} failing: {})", p.rule_id, blocks[i].id, p.hint);
                         blocks[j].script = script::patch_script(&blocks[j].script, &p.fix, &note);
                         blocks[j].repair_attempts += 1;
                         self.manifest.repairs += 1;
                         self.save_block_and_script(&blocks[j])?;
-                        self.record_note(&blocks[i].id, &format!("blame {}: roll back and patch `{}` into it", blocks[j].id, p.fix), baseline)?;
+                        self.record_note(
+                            &blocks[i].id,
+                            &format!(
+                                "blame {}: roll back and patch `{}` into it",
+                                blocks[j].id, p.fix
+                            ),
+                            baseline,
+                        )?;
                         return Ok(Recovery::RollBack(j));
                     }
                 }
@@ -98,16 +124,37 @@ impl Run<'_> {
                     let parent_id = self.image_id(baseline).await?;
                     extra.insert(
                         cache::ALT_LABEL.to_string(),
-                        cache::block_key(&parent_id, &blocks[i].id, &original_script, &blocks[i].validation_command, &self.env_fingerprint),
+                        cache::block_key(
+                            &parent_id,
+                            &blocks[i].id,
+                            &original_script,
+                            &blocks[i].validation_command,
+                            &self.env_fingerprint,
+                        ),
                     );
                     extra.insert(
                         cache::KEY_LABEL.to_string(),
-                        cache::block_key(&parent_id, &blocks[i].id, &blocks[i].script, &blocks[i].validation_command, &self.env_fingerprint),
+                        cache::block_key(
+                            &parent_id,
+                            &blocks[i].id,
+                            &blocks[i].script,
+                            &blocks[i].validation_command,
+                            &self.env_fingerprint,
+                        ),
                     );
-                    extra.insert(cache::SCRIPT_LABEL.to_string(), hex::encode(&blocks[i].script));
+                    extra.insert(
+                        cache::SCRIPT_LABEL.to_string(),
+                        hex::encode(&blocks[i].script),
+                    );
                     let cp_t0 = std::time::Instant::now();
                     let cp = self
-                        .commit(&blocks[i].id.clone(), i as u32 + 1, "repaired", Some(baseline.to_string()), extra)
+                        .commit(
+                            &blocks[i].id.clone(),
+                            i as u32 + 1,
+                            "repaired",
+                            Some(baseline.to_string()),
+                            extra,
+                        )
                         .await?;
                     let mut t = blocks[i].timing.clone().unwrap_or_default();
                     t.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
@@ -148,7 +195,14 @@ impl Run<'_> {
                         self.phase("repair", why);
                     } else {
                         let (out, _) = self
-                            .exec(block, "probe", vec!["bash".into(), "-c".into(), probe.clone()], probe, PROBE_TIMEOUT, None)
+                            .exec(
+                                block,
+                                "probe",
+                                vec!["bash".into(), "-c".into(), probe.clone()],
+                                probe,
+                                PROBE_TIMEOUT,
+                                None,
+                            )
                             .await?;
                         if out.success() {
                             // What the fix would provide is already there.
@@ -170,7 +224,11 @@ impl Run<'_> {
             .exec(
                 block,
                 "repair",
-                vec!["bash".into(), "-c".into(), format!("set -eo pipefail\ncd /workspace/repo\n{fix}")],
+                vec![
+                    "bash".into(),
+                    "-c".into(),
+                    format!("set -eo pipefail\ncd /workspace/repo\n{fix}"),
+                ],
                 fix,
                 self.opts.command_timeout,
                 Some(fix.to_string()),
@@ -179,17 +237,31 @@ impl Run<'_> {
         Ok(if out.success() {
             Ok(())
         } else {
-            Err(failure("the repair command", &out, log, self.opts.command_timeout))
+            Err(failure(
+                "the repair command",
+                &out,
+                log,
+                self.opts.command_timeout,
+            ))
         })
     }
 
     /// Block recovery: restore the baseline (unless rollback is off), run the
     /// fix, replay the block and its validation.
-    async fn repair_block(&mut self, block: &Block, baseline: &str, p: &Proposal) -> Result<Result<(), Failure>, EnvError> {
+    async fn repair_block(
+        &mut self,
+        block: &Block,
+        baseline: &str,
+        p: &Proposal,
+    ) -> Result<Result<(), Failure>, EnvError> {
         if self.opts.ablation.checkpoint_rollback() {
             self.retire_container();
             self.start_container(baseline).await?;
-            self.record_note(&block.id, &format!("repair_prep: recreate the container from {baseline}"), baseline)?;
+            self.record_note(
+                &block.id,
+                &format!("repair_prep: recreate the container from {baseline}"),
+                baseline,
+            )?;
         } else {
             // The fix runs on top of the failed attempt's leftovers.
             self.diverged = true;
@@ -205,7 +277,11 @@ impl Run<'_> {
 
     /// Command recovery: in the live container, run the fix, then the block's
     /// commands one by one, then the validation.
-    async fn repair_commands(&mut self, block: &Block, p: &Proposal) -> Result<Result<(), Failure>, EnvError> {
+    async fn repair_commands(
+        &mut self,
+        block: &Block,
+        p: &Proposal,
+    ) -> Result<Result<(), Failure>, EnvError> {
         self.diverged = true;
         if let Err(f) = self.run_fix(&block.id, &p.fix).await? {
             return Ok(Err(f));
@@ -218,40 +294,53 @@ impl Run<'_> {
 
     /// Whole-script recovery: from the workspace checkpoint, run the fix, then
     /// every block up to the failed one as one script, then its validation.
-    async fn repair_whole_script(&mut self, blocks: &[Block], i: usize, p: &Proposal) -> Result<Result<(), Failure>, EnvError> {
+    async fn repair_whole_script(
+        &mut self,
+        blocks: &[Block],
+        i: usize,
+        p: &Proposal,
+    ) -> Result<Result<(), Failure>, EnvError> {
         let workspace = self
             .manifest
             .checkpoints
             .iter()
             .find(|c| c.block_id == "workspace")
             .map(|c| c.image_ref.clone())
-            .ok_or_else(|| EnvError::Usage("whole-script recovery needs the workspace checkpoint of this run".into()))?;
+            .ok_or_else(|| {
+                EnvError::Usage(
+                    "whole-script recovery needs the workspace checkpoint of this run".into(),
+                )
+            })?;
         self.retire_container();
         self.start_container(&workspace).await?;
-        self.record_note(&blocks[i].id, &format!("repair_prep: recreate the container from {workspace}"), &workspace)?;
+        self.record_note(
+            &blocks[i].id,
+            &format!("repair_prep: recreate the container from {workspace}"),
+            &workspace,
+        )?;
         if let Err(f) = self.run_fix(&blocks[i].id, &p.fix).await? {
             return Ok(Err(f));
         }
-        let text = script::whole_script(blocks[..=i].iter().map(|b| (b.id.as_str(), b.script.as_str())));
-        let path = format!("{SCRIPTS_DIR}/whole-script-recovery.sh");
-        let container = self.container.clone().unwrap_or_default();
-        self.rt
-            .put_files(&container, &[(path.clone(), self.redactor.redact(&text).into_owned().into_bytes(), 0o755)])
-            .await?;
-        let (out, log) = self
-            .exec(
+        let text = script::whole_script(
+            blocks[..=i]
+                .iter()
+                .map(|b| (b.id.as_str(), b.script.as_str())),
+        );
+        if let Err(f) = self
+            .run_whole_script(
                 &blocks[i].id,
                 "whole_script_recovery",
-                vec!["bash".into(), path.clone()],
-                &format!("bash {path}"),
-                self.opts.command_timeout,
-                None,
+                "whole-script-recovery.sh",
+                &text,
             )
-            .await?;
-        if !out.success() {
-            return Ok(Err(failure("the whole script", &out, log, self.opts.command_timeout)));
+            .await?
+        {
+            return Ok(Err(f));
         }
-        Ok(self.run_validation(&blocks[i], "validation").await?.map(|_| ()))
+        Ok(self
+            .run_validation(&blocks[i], "validation")
+            .await?
+            .map(|_| ()))
     }
 
     /// A bookkeeping record (no command ran in the container).

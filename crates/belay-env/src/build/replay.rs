@@ -11,13 +11,18 @@ use super::Run;
 
 impl Run<'_> {
     /// Returns the replay's image, or `None` when it failed (the manifest says where).
-    pub(crate) async fn clean_replay(&mut self, blocks: &[Block]) -> Result<Option<String>, EnvError> {
-        let base = self
-            .manifest
-            .base_image
-            .clone()
-            .ok_or_else(|| EnvError::Usage("the clean replay needs the run's base image".into()))?;
-        self.phase("clean replay", format!("{} final scripts from {base}", blocks.len()));
+    pub(crate) async fn clean_replay(
+        &mut self,
+        blocks: &[Block],
+    ) -> Result<Option<String>, EnvError> {
+        let base =
+            self.manifest.base_image.clone().ok_or_else(|| {
+                EnvError::Usage("the clean replay needs the run's base image".into())
+            })?;
+        self.phase(
+            "clean replay",
+            format!("{} final scripts from {base}", blocks.len()),
+        );
         self.retire_container();
         self.start_workspace_container(&base).await?;
         self.current_checkpoint = Some(base.clone());
@@ -26,17 +31,28 @@ impl Run<'_> {
                 return self.replay_failed(&format!("clean_replay:{}", b.id), &f.summary);
             }
             if let Err(f) = self.run_validation(b, "clean_replay_validation").await? {
-                return self.replay_failed(&format!("clean_replay_validation:{}", b.id), &f.summary);
+                return self
+                    .replay_failed(&format!("clean_replay_validation:{}", b.id), &f.summary);
             }
         }
-        let last = blocks.last().map(|b| b.id.clone()).unwrap_or_else(|| "workspace".into());
+        let last = blocks
+            .last()
+            .map(|b| b.id.clone())
+            .unwrap_or_else(|| "workspace".into());
         let cp = self
-            .commit(&last, blocks.len() as u32 + 1, "clean-replay", Some(base), BTreeMap::new())
+            .commit(
+                &last,
+                blocks.len() as u32 + 1,
+                "clean-replay",
+                Some(base),
+                BTreeMap::new(),
+            )
             .await?;
         self.retire_container();
         self.manifest.final_clean_replay_ok = Some(true);
         self.manifest.final_clean_replay_image = Some(cp.image_ref.clone());
-        self.manifest.final_clean_replay_note = Some("replayed the final scripts in a fresh container from the base image".into());
+        self.manifest.final_clean_replay_note =
+            Some("replayed the final scripts in a fresh container from the base image".into());
         Ok(Some(cp.image_ref))
     }
 

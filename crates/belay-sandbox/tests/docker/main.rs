@@ -152,6 +152,7 @@ async fn copy_dir_in_streams_a_tree_with_exclusions_and_symlinks() {
     std::fs::write(src.path().join("big.bin"), &big).unwrap();
     let filter = TarFilter {
         exclude: vec![".belay".into()],
+        ..Default::default()
     };
     rt.copy_dir_in(&c.id, src.path(), "/workspace/repo", &filter)
         .await

@@ -27,8 +27,14 @@ fn build(mode: &str) -> (i32, Value, String) {
 fn repaired(m: &Value) {
     assert_eq!(m["ok"], true, "{}", m["error"]);
     assert_eq!(block(m, "20-tool")["status"], "repaired");
-    assert!(block(m, "20-tool")["script"].as_str().unwrap().contains("tree"));
-    assert!(phases(m, "repair").iter().any(|e| e["repair_command"].as_str().unwrap().contains("apt-get install")));
+    assert!(block(m, "20-tool")["script"]
+        .as_str()
+        .unwrap()
+        .contains("tree"));
+    assert!(phases(m, "repair").iter().any(|e| e["repair_command"]
+        .as_str()
+        .unwrap()
+        .contains("apt-get install")));
 }
 
 #[test]
@@ -37,10 +43,18 @@ fn full() {
     assert_eq!(code, 0);
     repaired(&m);
     let pc = &m["progress_control"];
-    for k in ["local_repair", "patch_back", "checkpoint_rollback", "final_clean_replay"] {
+    for k in [
+        "local_repair",
+        "patch_back",
+        "checkpoint_rollback",
+        "final_clean_replay",
+    ] {
         assert_eq!(pc[k], true, "{k}");
     }
-    assert!(!phases(&m, "repair_prep").is_empty(), "no rollback to the baseline");
+    assert!(
+        !phases(&m, "repair_prep").is_empty(),
+        "no rollback to the baseline"
+    );
     assert!(!phases(&m, "clean_replay").is_empty(), "no clean replay");
     assert_eq!(m["final_clean_replay_ok"], true);
 }
@@ -53,7 +67,11 @@ fn without_local_repair() {
     assert_eq!(m["progress_control"]["patch_back"], false);
     assert!(phases(&m, "repair").is_empty());
     assert_eq!(block(&m, "20-tool")["status"], "failed");
-    assert!(m["error"].as_str().unwrap().contains("local repair is off"), "{}", m["error"]);
+    assert!(
+        m["error"].as_str().unwrap().contains("local repair is off"),
+        "{}",
+        m["error"]
+    );
 }
 
 #[test]
@@ -62,7 +80,10 @@ fn without_checkpoint_rollback() {
     assert_eq!(code, 0);
     repaired(&m);
     assert_eq!(m["progress_control"]["checkpoint_rollback"], false);
-    assert!(phases(&m, "repair_prep").is_empty(), "the baseline was restored");
+    assert!(
+        phases(&m, "repair_prep").is_empty(),
+        "the baseline was restored"
+    );
     // The repair ran on top of the failed attempt, so the final scripts are replayed.
     assert!(!phases(&m, "clean_replay").is_empty());
 }
@@ -83,10 +104,18 @@ fn single_command_forward() {
     assert_eq!(code, 0);
     repaired(&m);
     assert_eq!(m["progress_control"]["forward_granularity"], "command");
-    let cmds: Vec<&str> = phases(&m, "command_forward").iter().map(|e| e["command"].as_str().unwrap()).collect();
-    assert!(cmds.contains(&"echo start") && cmds.contains(&"tree --version"), "{cmds:?}");
+    let cmds: Vec<&str> = phases(&m, "command_forward")
+        .iter()
+        .map(|e| e["command"].as_str().unwrap())
+        .collect();
+    assert!(
+        cmds.contains(&"echo start") && cmds.contains(&"tree --version"),
+        "{cmds:?}"
+    );
     // Forward never ran a whole block script; recovery (block level) did.
-    assert!(phases(&m, "block").iter().all(|e| e["block_id"] == "20-tool"));
+    assert!(phases(&m, "block")
+        .iter()
+        .all(|e| e["block_id"] == "20-tool"));
 }
 
 #[test]
@@ -95,9 +124,15 @@ fn single_command_recovery() {
     assert_eq!(code, 0);
     repaired(&m);
     assert_eq!(m["progress_control"]["recovery_granularity"], "command");
-    let rec: Vec<&str> = phases(&m, "command_recovery").iter().map(|e| e["command"].as_str().unwrap()).collect();
+    let rec: Vec<&str> = phases(&m, "command_recovery")
+        .iter()
+        .map(|e| e["command"].as_str().unwrap())
+        .collect();
     assert!(rec.contains(&"tree --version"), "{rec:?}");
-    assert!(phases(&m, "repair_prep").is_empty(), "recovery must stay in the live container");
+    assert!(
+        phases(&m, "repair_prep").is_empty(),
+        "recovery must stay in the live container"
+    );
 }
 
 #[test]
@@ -107,7 +142,10 @@ fn whole_script_forward() {
     assert_eq!(m["progress_control"]["forward_granularity"], "whole_script");
     let whole = phases(&m, "whole_script");
     assert_eq!(whole.len(), 1);
-    assert_ne!(whole[0]["exit_code"], 0, "the whole script should have failed at tree");
+    assert_ne!(
+        whole[0]["exit_code"], 0,
+        "the whole script should have failed at tree"
+    );
     // It fell back to block-level execution with recovery.
     repaired(&m);
 }
@@ -117,7 +155,10 @@ fn whole_script_recovery() {
     let (code, m, _) = build("whole-script-recovery");
     assert_eq!(code, 0);
     repaired(&m);
-    assert_eq!(m["progress_control"]["recovery_granularity"], "whole_script");
+    assert_eq!(
+        m["progress_control"]["recovery_granularity"],
+        "whole_script"
+    );
     let rec = phases(&m, "whole_script_recovery");
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0]["exit_code"], 0);

@@ -10,12 +10,21 @@ use crate::common::*;
 
 fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new("git")
-        .args(["-c", "user.name=belay-test", "-c", "user.email=test@example.invalid"])
+        .args([
+            "-c",
+            "user.name=belay-test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -33,14 +42,22 @@ fn three_projects_two_jobs_one_failing() {
     git(&gp, &["add", "-A"]);
     git(&gp, &["commit", "-q", "-m", "init"]);
     let short = git(&gp, &["rev-parse", "--short=7", "HEAD"]);
-    std::fs::write(gp.join("later.txt"), "a later commit that must not be checked out\n").unwrap();
+    std::fs::write(
+        gp.join("later.txt"),
+        "a later commit that must not be checked out\n",
+    )
+    .unwrap();
     git(&gp, &["add", "-A"]);
     git(&gp, &["commit", "-q", "-m", "later"]);
     // A local project that builds, and one whose dependency does not exist.
     std::fs::create_dir_all(tmp.path().join("local-ok")).unwrap();
     std::fs::write(tmp.path().join("local-ok/README.md"), "ok\n").unwrap();
     std::fs::create_dir_all(tmp.path().join("local-bad")).unwrap();
-    std::fs::write(tmp.path().join("local-bad/requirements.txt"), "belay-no-such-package-xyz==1.0.0\n").unwrap();
+    std::fs::write(
+        tmp.path().join("local-bad/requirements.txt"),
+        "belay-no-such-package-xyz==1.0.0\n",
+    )
+    .unwrap();
 
     let projects = tmp.path().join("projects.txt");
     std::fs::write(
@@ -50,11 +67,23 @@ fn three_projects_two_jobs_one_failing() {
     .unwrap();
     let pdir = tmp.path().join("projects");
     let odir = tmp.path().join("oracles");
-    let runs: Vec<String> = ["gitproj", "local-ok", "local-bad"].iter().map(|n| format!("{prefix}-{n}")).collect();
+    let runs: Vec<String> = ["gitproj", "local-ok", "local-bad"]
+        .iter()
+        .map(|n| format!("{prefix}-{n}"))
+        .collect();
     let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
 
     let a = belay()
-        .args(["env", "build-projects", "--jobs", "2", "--no-cache", "--run-id-prefix", &prefix, "--projects-file"])
+        .args([
+            "env",
+            "build-projects",
+            "--jobs",
+            "2",
+            "--no-cache",
+            "--run-id-prefix",
+            &prefix,
+            "--projects-file",
+        ])
         .arg(&projects)
         .arg("--projects-dir")
         .arg(&pdir)
@@ -63,22 +92,53 @@ fn three_projects_two_jobs_one_failing() {
         .assert()
         .code(1);
     let stdout = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(stdout.contains("2 ok, 1 failed, 0 skipped of 3"), "{stdout}");
+    assert!(
+        stdout.contains("2 ok, 1 failed, 0 skipped of 3"),
+        "{stdout}"
+    );
 
     let s: Value = read_json(&pdir.join("build-projects-summary.json"));
-    assert_eq!((s["total"].as_u64(), s["ok"].as_u64(), s["failed"].as_u64()), (Some(3), Some(2), Some(1)));
-    let by_name = |n: &str| s["projects"].as_array().unwrap().iter().find(|p| p["name"] == n).cloned().unwrap();
+    assert_eq!(
+        (s["total"].as_u64(), s["ok"].as_u64(), s["failed"].as_u64()),
+        (Some(3), Some(2), Some(1))
+    );
+    let by_name = |n: &str| {
+        s["projects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == n)
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(by_name("gitproj")["status"], "ok");
     assert_eq!(by_name("local-ok")["status"], "ok");
     let bad = by_name("local-bad");
     assert_eq!(bad["status"], "failed");
     assert_eq!(bad["stage"], "build_failed");
-    assert!(bad["error"].as_str().unwrap().contains("30-python-deps"), "{}", bad["error"]);
+    assert!(
+        bad["error"].as_str().unwrap().contains("30-python-deps"),
+        "{}",
+        bad["error"]
+    );
     // Each project has its own run id and image prefix.
-    let ids: std::collections::BTreeSet<&str> = s["projects"].as_array().unwrap().iter().map(|p| p["run_id"].as_str().unwrap()).collect();
-    let prefixes: std::collections::BTreeSet<&str> = s["projects"].as_array().unwrap().iter().map(|p| p["image_prefix"].as_str().unwrap()).collect();
+    let ids: std::collections::BTreeSet<&str> = s["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["run_id"].as_str().unwrap())
+        .collect();
+    let prefixes: std::collections::BTreeSet<&str> = s["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["image_prefix"].as_str().unwrap())
+        .collect();
     assert_eq!((ids.len(), prefixes.len()), (3, 3));
-    assert!(by_name("gitproj")["final_image"].as_str().unwrap().starts_with("belay-gitproj:"));
+    assert!(by_name("gitproj")["final_image"]
+        .as_str()
+        .unwrap()
+        .starts_with("belay-gitproj:"));
 
     // failed-projects.log: tab-separated source, ref, checkout dir, repo path, stage.
     let log = std::fs::read_to_string(pdir.join("failed-projects.log")).unwrap();
@@ -86,23 +146,41 @@ fn three_projects_two_jobs_one_failing() {
     assert_eq!(lines.len(), 1, "{log}");
     let fields: Vec<&str> = lines[0].split('\t').collect();
     assert_eq!(fields.len(), 5, "{:?}", lines[0]);
-    assert!(fields[0].ends_with("local-bad") && fields[4] == "build_failed", "{fields:?}");
+    assert!(
+        fields[0].ends_with("local-bad") && fields[4] == "build_failed",
+        "{fields:?}"
+    );
 
     // The short commit was resolved and checked out; .github went to the oracles dir.
-    assert_eq!(git(&pdir.join("gitproj"), &["rev-parse", "--short=7", "HEAD"]), short);
+    assert_eq!(
+        git(&pdir.join("gitproj"), &["rev-parse", "--short=7", "HEAD"]),
+        short
+    );
     assert!(!pdir.join("gitproj/later.txt").exists());
     assert!(!pdir.join("gitproj/.github").exists());
     assert!(odir.join("gitproj/.github/workflows/ci.yml").is_file());
 
     // --skip-existing-success skips what succeeded in the same ablation mode only.
     let a = belay()
-        .args(["env", "build-projects", "--no-cache", "--skip-existing-success", "--only", "local-ok", "--run-id-prefix", &prefix, "--projects-file"])
+        .args([
+            "env",
+            "build-projects",
+            "--no-cache",
+            "--skip-existing-success",
+            "--only",
+            "local-ok",
+            "--run-id-prefix",
+            &prefix,
+            "--projects-file",
+        ])
         .arg(&projects)
         .arg("--projects-dir")
         .arg(&pdir)
         .assert()
         .success();
-    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("0 ok, 0 failed, 1 skipped of 1"));
+    assert!(
+        String::from_utf8_lossy(&a.get_output().stdout).contains("0 ok, 0 failed, 1 skipped of 1")
+    );
 }
 
 #[test]

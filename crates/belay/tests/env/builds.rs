@@ -86,10 +86,18 @@ fn check_oracles(state: &Path, run: &str) {
     let fail = dir.path().join("fail.oracle.json");
     std::fs::write(&fail, r#"{"fixed_test_commands": [{"commands": ["true", "test -f /no/such/oracle-file"], "oracle_id": "must-fail"}]}"#).unwrap();
 
-    let m = build_with("py-pyproject", run, state, &["--oracle-file", pass.to_str().unwrap()]);
+    let m = build_with(
+        "py-pyproject",
+        run,
+        state,
+        &["--oracle-file", pass.to_str().unwrap()],
+    );
     assert_eq!(m["oracle"]["ok"], true);
     let cmd = &m["oracle"]["commands"][0];
-    assert_eq!(cmd["command"], ".venv/bin/python -m pytest -q", "a full test-suite command is run as written");
+    assert_eq!(
+        cmd["command"], ".venv/bin/python -m pytest -q",
+        "a full test-suite command is run as written"
+    );
     assert!(cmd["rewritten_from"].is_null());
 
     let a = belay()
@@ -101,18 +109,39 @@ fn check_oracles(state: &Path, run: &str) {
         .assert()
         .code(1);
     let m = manifest(state, run);
-    assert_eq!(m["ok"], false, "{}", String::from_utf8_lossy(&a.get_output().stderr));
+    assert_eq!(
+        m["ok"],
+        false,
+        "{}",
+        String::from_utf8_lossy(&a.get_output().stderr)
+    );
     assert_eq!(m["oracle"]["ok"], false);
     let cmds = m["oracle"]["commands"].as_array().unwrap();
     assert_eq!(cmds.len(), 2);
     assert_eq!(cmds[0]["ok"], true);
     assert_eq!(cmds[1]["ok"], false);
-    assert!(m["error"].as_str().unwrap().contains("oracle"), "{}", m["error"]);
+    assert!(
+        m["error"].as_str().unwrap().contains("oracle"),
+        "{}",
+        m["error"]
+    );
 
     // Rewriting to collect-only is an explicit flag, and recorded.
-    let m = build_with("py-pyproject", run, state, &["--oracle-file", pass.to_str().unwrap(), "--oracle-collect-only"]);
+    let m = build_with(
+        "py-pyproject",
+        run,
+        state,
+        &[
+            "--oracle-file",
+            pass.to_str().unwrap(),
+            "--oracle-collect-only",
+        ],
+    );
     let cmd = &m["oracle"]["commands"][0];
-    assert!(cmd["command"].as_str().unwrap().contains("--collect-only"), "{cmd}");
+    assert!(
+        cmd["command"].as_str().unwrap().contains("--collect-only"),
+        "{cmd}"
+    );
     assert_eq!(cmd["rewritten_from"], ".venv/bin/python -m pytest -q");
 }
 

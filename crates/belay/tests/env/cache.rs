@@ -11,7 +11,10 @@ const BLOCKS: &[(&str, &str, &str)] = &[
 ];
 
 fn ran(m: &serde_json::Value) -> Vec<String> {
-    phases(m, "block").iter().map(|e| e["block_id"].as_str().unwrap().to_string()).collect()
+    phases(m, "block")
+        .iter()
+        .map(|e| e["block_id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -32,20 +35,38 @@ fn unchanged_rebuild_hits_every_checkpoint_and_a_change_reruns_from_there() {
     assert_eq!(code, 0, "{}", m2["error"]);
     assert_eq!(m2["cache"]["hits"], 4, "{}", m2["cache"]);
     assert_eq!(m2["cache"]["misses"], 0);
-    assert!(ran(&m2).is_empty(), "blocks ran despite the cache: {:?}", ran(&m2));
+    assert!(
+        ran(&m2).is_empty(),
+        "blocks ran despite the cache: {:?}",
+        ran(&m2)
+    );
     for id in ["00-a", "10-b", "20-c"] {
         assert_eq!(block(&m2, id)["cached"], true);
         assert_eq!(block(&m2, id)["status"], "succeeded");
     }
-    assert!(m2["checkpoints"].as_array().unwrap().iter().all(|cp| cp["cached_from"].is_string()));
-    let (ok, out, _) = docker(&["run", "--rm", m2["final_image"].as_str().unwrap(), "cat", "/tmp/state"]);
+    assert!(m2["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|cp| cp["cached_from"].is_string()));
+    let (ok, out, _) = docker(&[
+        "run",
+        "--rm",
+        m2["final_image"].as_str().unwrap(),
+        "cat",
+        "/tmp/state",
+    ]);
     assert!(ok && out == "a\nb\n", "{out:?}");
 
     // A changed block reruns itself and everything after it.
     c.copy_blocks(&runs[0], &runs[2]);
     let p = c.run_dir(&runs[2]).join("blocks/10-b.json");
-    let mut b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    b["script"] = serde_json::json!(b["script"].as_str().unwrap().replace("echo b >> /tmp/state", "echo b >> /tmp/state\necho changed"));
+    let mut b: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    b["script"] = serde_json::json!(b["script"]
+        .as_str()
+        .unwrap()
+        .replace("echo b >> /tmp/state", "echo b >> /tmp/state\necho changed"));
     std::fs::write(&p, b.to_string()).unwrap();
     let (code, m3) = c.build(&runs[2], &[]);
     assert_eq!(code, 0, "{}", m3["error"]);
@@ -60,4 +81,29 @@ fn unchanged_rebuild_hits_every_checkpoint_and_a_change_reruns_from_there() {
     assert_eq!(code, 0);
     assert_eq!(m4["cache"]["enabled"], false);
     assert_eq!(ran(&m4), ["00-a", "10-b", "20-c"]);
+}
+
+#[test]
+fn keep_container_keeps_the_final_state_and_the_reaper_leaves_it() {
+    let c = Custom::new();
+    let run = run_id("keep");
+    let _guard = RunGuard(run.clone());
+    c.blocks(&run, &[("00-a", "echo kept-state > /tmp/kept", "true")]);
+    let (code, m) = c.build(&run, &["--no-cache", "--keep-container"]);
+    assert_eq!(code, 0, "{}", m["error"]);
+    let kept = run_containers(&run);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let (ok, out, _) = docker(&["exec", &kept[0], "cat", "/tmp/kept"]);
+    assert!(ok && out.trim() == "kept-state", "{out}");
+    // Another build starts (and reaps): the kept container is the user's, not an orphan.
+    let other = Custom::new();
+    let run2 = run_id("keep2");
+    let _guard2 = RunGuard(run2.clone());
+    other.blocks(&run2, &[("00-a", "true", "true")]);
+    let (code, _) = other.build(&run2, &["--no-cache"]);
+    assert_eq!(code, 0);
+    assert!(
+        docker(&["inspect", &kept[0]]).0,
+        "the reaper removed a kept container"
+    );
 }

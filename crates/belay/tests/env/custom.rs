@@ -17,7 +17,11 @@ impl Custom {
     pub fn new() -> Self {
         let repo = tempfile::tempdir().unwrap();
         // A unique file, so that no other test's checkpoints match this workspace.
-        std::fs::write(repo.path().join("nonce.txt"), format!("{:?} {}", std::time::SystemTime::now(), std::process::id())).unwrap();
+        std::fs::write(
+            repo.path().join("nonce.txt"),
+            format!("{:?} {}", std::time::SystemTime::now(), std::process::id()),
+        )
+        .unwrap();
         std::fs::write(repo.path().join("README.md"), "a belay test repository\n").unwrap();
         Self {
             repo,
@@ -42,7 +46,11 @@ impl Custom {
                 "validation_command": validation, "status": "planned", "last_error": null,
                 "baseline_checkpoint": null, "success_checkpoint": null, "repair_attempts": 0
             });
-            std::fs::write(dir.join(format!("{id}.json")), serde_json::to_string_pretty(&b).unwrap()).unwrap();
+            std::fs::write(
+                dir.join(format!("{id}.json")),
+                serde_json::to_string_pretty(&b).unwrap(),
+            )
+            .unwrap();
         }
     }
 
@@ -55,7 +63,11 @@ impl Custom {
             let p = e.unwrap().path();
             let mut b: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
             b["status"] = json!("planned");
-            std::fs::write(dst.join(p.file_name().unwrap()), serde_json::to_string_pretty(&b).unwrap()).unwrap();
+            std::fs::write(
+                dst.join(p.file_name().unwrap()),
+                serde_json::to_string_pretty(&b).unwrap(),
+            )
+            .unwrap();
         }
     }
 
@@ -72,15 +84,29 @@ impl Custom {
             .assert();
         let code = a.get_output().status.code().unwrap_or(-1);
         let path = self.run_dir(run).join("manifest.json");
-        assert!(Path::new(&path).is_file(), "no manifest: {}", String::from_utf8_lossy(&a.get_output().stderr));
+        assert!(
+            Path::new(&path).is_file(),
+            "no manifest: {}",
+            String::from_utf8_lossy(&a.get_output().stderr)
+        );
         (code, read_json(&path))
     }
 }
 
 pub fn phases<'a>(m: &'a Value, phase: &str) -> Vec<&'a Value> {
-    m["executions"].as_array().unwrap().iter().filter(|e| e["phase"] == phase).collect()
+    m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == phase)
+        .collect()
 }
 
 pub fn block<'a>(m: &'a Value, id: &str) -> &'a Value {
-    m["blocks"].as_array().unwrap().iter().find(|b| b["id"] == id).unwrap()
+    m["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == id)
+        .unwrap()
 }

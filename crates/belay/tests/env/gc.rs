@@ -9,7 +9,13 @@ fn gc_removes_checkpoints_keeps_finals_and_foreign_images() {
     let c = Custom::new();
     let run = run_id("gc");
     let _guard = RunGuard(run.clone());
-    c.blocks(&run, &[("00-a", "echo a > /tmp/a", "true"), ("10-b", "echo b", "true")]);
+    c.blocks(
+        &run,
+        &[
+            ("00-a", "echo a > /tmp/a", "true"),
+            ("10-b", "echo b", "true"),
+        ],
+    );
     let (code, m) = c.build(&run, &["--no-cache"]);
     assert_eq!(code, 0, "{}", m["error"]);
     let final_ref = m["final_image"].as_str().unwrap().to_string();
@@ -26,19 +32,34 @@ fn gc_removes_checkpoints_keeps_finals_and_foreign_images() {
     assert!(docker(&["tag", "belay-base:bookworm", &base_alias]).0);
     let exists = |r: &str| docker(&["image", "inspect", r]).0;
 
-    let a = belay().args(["env", "gc", "--dry-run", "--run", &run]).assert().success();
+    let a = belay()
+        .args(["env", "gc", "--dry-run", "--run", &run])
+        .assert()
+        .success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     assert!(out.contains(&format!("would remove image {cp}")), "{out}");
     assert!(exists(&cp), "a dry run removed something");
 
-    belay().args(["env", "gc", "--run", &run]).assert().success();
+    belay()
+        .args(["env", "gc", "--run", &run])
+        .assert()
+        .success();
     assert!(!exists(&cp), "checkpoint survived gc");
-    assert!(exists(&final_ref), "gc removed the final image without --include-final");
+    assert!(
+        exists(&final_ref),
+        "gc removed the final image without --include-final"
+    );
     assert!(exists("belay-base:bookworm"), "gc removed the base image");
     // The base image carries belay=true, but it and its tag belong to no belay run.
-    belay().args(["env", "gc", "--run", &run, "--include-final"]).assert().success();
+    belay()
+        .args(["env", "gc", "--run", &run, "--include-final"])
+        .assert()
+        .success();
     assert!(!exists(&final_ref));
     assert!(exists("belay-base:bookworm"));
-    assert!(exists(&foreign) && exists(&base_alias), "gc touched an image belay did not make");
+    assert!(
+        exists(&foreign) && exists(&base_alias),
+        "gc touched an image belay did not make"
+    );
     docker(&["rmi", &foreign, &base_alias]);
 }

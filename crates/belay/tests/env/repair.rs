@@ -7,7 +7,12 @@ use serde_json::Value;
 use crate::common::*;
 
 fn executions<'a>(m: &'a Value, phase: &str) -> Vec<&'a Value> {
-    m["executions"].as_array().unwrap().iter().filter(|e| e["phase"] == phase).collect()
+    m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == phase)
+        .collect()
 }
 
 #[test]
@@ -24,32 +29,81 @@ fn missing_system_library_is_repaired_patched_back_and_replayed() {
         .args(["--run-id", &run])
         .assert();
     let m = manifest(state.path(), &run);
-    assert!(a.get_output().status.success(), "{}\n{}", String::from_utf8_lossy(&a.get_output().stderr), m["error"]);
+    assert!(
+        a.get_output().status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&a.get_output().stderr),
+        m["error"]
+    );
     assert_eq!(m["ok"], true);
-    let deps = m["blocks"].as_array().unwrap().iter().find(|b| b["id"] == "30-python-deps").unwrap();
+    let deps = m["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == "30-python-deps")
+        .unwrap();
     assert_eq!(deps["status"], "repaired");
     assert_eq!(deps["repair_attempts"], 1);
     // The failure was the real compiler error, and the fix installed libffi-dev.
-    let first = executions(&m, "block").into_iter().find(|e| e["block_id"] == "30-python-deps").unwrap();
+    let first = executions(&m, "block")
+        .into_iter()
+        .find(|e| e["block_id"] == "30-python-deps")
+        .unwrap();
     assert_ne!(first["exit_code"], 0);
     let log = std::fs::read_to_string(first["log_path"].as_str().unwrap()).unwrap();
     assert!(log.contains("ffi.h: No such file or directory"), "{log}");
     let repair = executions(&m, "repair");
     assert_eq!(repair.len(), 1);
-    assert!(repair[0]["repair_command"].as_str().unwrap().contains("libffi-dev"));
+    assert!(repair[0]["repair_command"]
+        .as_str()
+        .unwrap()
+        .contains("libffi-dev"));
     // Rollback: the container was recreated from the block's baseline first.
-    assert!(executions(&m, "repair_prep").iter().any(|e| e["command"].as_str().unwrap().contains("003-20-python-runtime-success")));
+    assert!(executions(&m, "repair_prep").iter().any(|e| e["command"]
+        .as_str()
+        .unwrap()
+        .contains("003-20-python-runtime-success")));
     // Patch-back: the fix is in the final script, and in the block file.
-    let script = std::fs::read_to_string(state.path().join("runs").join(&run).join("scripts/30-python-deps.sh")).unwrap();
-    assert!(script.contains("# belay repair: missing-c-header") && script.contains("libffi-dev"), "{script}");
-    assert!(deps["success_checkpoint"].as_str().unwrap().ends_with("-004-30-python-deps-repaired"));
+    let script = std::fs::read_to_string(
+        state
+            .path()
+            .join("runs")
+            .join(&run)
+            .join("scripts/30-python-deps.sh"),
+    )
+    .unwrap();
+    assert!(
+        script.contains("# belay repair: missing-c-header") && script.contains("libffi-dev"),
+        "{script}"
+    );
+    assert!(deps["success_checkpoint"]
+        .as_str()
+        .unwrap()
+        .ends_with("-004-30-python-deps-repaired"));
     // The clean replay ran the final scripts from the base image and passed.
     assert_eq!(m["final_clean_replay_ok"], true);
-    assert!(m["final_clean_replay_image"].as_str().unwrap().ends_with("-clean-replay"));
-    assert!(!executions(&m, "clean_replay").is_empty() && !executions(&m, "clean_replay_validation").is_empty());
-    assert!(executions(&m, "clean_replay").iter().all(|e| e["exit_code"] == 0));
+    assert!(m["final_clean_replay_image"]
+        .as_str()
+        .unwrap()
+        .ends_with("-clean-replay"));
+    assert!(
+        !executions(&m, "clean_replay").is_empty()
+            && !executions(&m, "clean_replay_validation").is_empty()
+    );
+    assert!(executions(&m, "clean_replay")
+        .iter()
+        .all(|e| e["exit_code"] == 0));
     // And the final image (the replay's) really has the library linked in.
-    let (ok, out, err) = docker(&["run", "--rm", "--network", "none", m["final_image"].as_str().unwrap(), "bash", "-c", ".venv/bin/python -m pytest -q"]);
+    let (ok, out, err) = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        m["final_image"].as_str().unwrap(),
+        "bash",
+        "-c",
+        ".venv/bin/python -m pytest -q",
+    ]);
     assert!(ok && out.contains("1 passed"), "{out}\n{err}");
     assert!(run_containers(&run).is_empty());
 }
@@ -73,15 +127,30 @@ fn unrepairable_repo_fails_cleanly() {
     let m = manifest(state.path(), &run);
     assert_eq!(m["ok"], false);
     assert_eq!(m["status"], "failed");
-    let block = m["blocks"].as_array().unwrap().iter().find(|b| b["id"] == "50-test-tooling").unwrap();
+    let block = m["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == "50-test-tooling")
+        .unwrap();
     assert_eq!(block["status"], "failed");
     let last_error = block["last_error"].as_str().unwrap();
-    assert!(last_error.contains("validation") && last_error.contains("no repair rule matches"), "{last_error}");
+    assert!(
+        last_error.contains("validation") && last_error.contains("no repair rule matches"),
+        "{last_error}"
+    );
     assert!(m["error"].as_str().unwrap().contains("50-test-tooling"));
     // The full log of the failing command is there.
-    let v = executions(&m, "validation").into_iter().find(|e| e["block_id"] == "50-test-tooling").unwrap();
+    let v = executions(&m, "validation")
+        .into_iter()
+        .find(|e| e["block_id"] == "50-test-tooling")
+        .unwrap();
     let log = std::fs::read_to_string(v["log_path"].as_str().unwrap()).unwrap();
     assert!(log.contains("SyntaxError"), "{log}");
     assert!(m["final_image"].is_null());
-    assert!(run_containers(&run).is_empty(), "containers left: {:?}", run_containers(&run));
+    assert!(
+        run_containers(&run).is_empty(),
+        "containers left: {:?}",
+        run_containers(&run)
+    );
 }
