@@ -1093,18 +1093,37 @@ impl Run<'_> {
                         .filter(|b| !b.is_empty());
                     self.manifest.base_image = Some(recorded.unwrap_or_else(|| image.clone()));
                 }
-                self.start_container(&image).await?;
                 let notes = match read_context(&self.dir).and_then(|c| c.runtime_notes) {
                     Some(n) => n,
                     None => {
-                        let n = self.preflight().await?;
+                        // Plan for the base image the checkpoint grew from, not for
+                        // the checkpoint: the final scripts must rebuild from the base.
+                        let base = self
+                            .manifest
+                            .base_image
+                            .clone()
+                            .unwrap_or_else(|| image.clone());
+                        let n = match self.image_id(&base).await {
+                            Ok(base_id) => self.runtime_notes(&base_id, &base).await?,
+                            Err(_) => {
+                                self.phase(
+                                    "warning",
+                                    format!("the base image {base} is gone: planning from the checkpoint instead"),
+                                );
+                                let id = self.image_id(&image).await?;
+                                self.runtime_notes(&id, &image).await?
+                            }
+                        };
                         ctx.runtime_notes = Some(n.clone());
                         write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
                         n
                     }
                 };
-                // The same run id reuses its blocks; another run's checkpoint is
-                // planned for from what the image really has.
+                // The preflight may have used a container of the base image.
+                self.retire_container();
+                self.start_container(&image).await?;
+                // The same run id reuses its blocks; another run's checkpoint gets
+                // the plan for its base image.
                 let mut blocks = match prev_blocks {
                     Some(b) => b,
                     None => plan_rules(&ctx, &notes)?,
