@@ -132,6 +132,22 @@ def run_batch(belay, projects, pdir, odir, prefix, jobs, extra):
     return wall, json.load(open(os.path.join(pdir, "build-projects-summary.json"))), p.stdout
 
 
+def report_warm(args, projects, odir, cold, cold_wall, stamp):
+    ok = [p for p in cold["projects"] if p["status"] == "ok"]
+    warm_wall, warm, _ = run_batch(args.belay, projects, os.path.join(args.work, "warm"), odir, f"corpus-{stamp}-warm", args.jobs, [])
+    hits = sum(p["cache_hits"] for p in warm["projects"])
+    misses = sum(p["cache_misses"] for p in warm["projects"])
+    print(f"\nsecond run (cache): batch wall {warm_wall:.1f} s = {100.0 * warm_wall / cold_wall:.1f}% of the cold run; "
+          f"cache hits {hits}/{hits + misses} = {100.0 * hits / max(1, hits + misses):.0f}%; {warm['ok']}/{warm['total']} ok")
+    cold_ok = {p["name"]: p["duration_s"] for p in ok}
+    warm_ok = [p["duration_s"] for p in warm["projects"] if p["name"] in cold_ok]
+    if warm_ok:
+        print(f"  projects that built: second run {sum(warm_ok):.1f} s vs {sum(cold_ok.values()):.1f} s cold = "
+              f"{100.0 * sum(warm_ok) / sum(cold_ok.values()):.1f}% (median {statistics.median(warm_ok):.2f} s per project); "
+              f"the failed ones retry their failing block")
+
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=2)
@@ -140,11 +156,19 @@ def main():
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "belay-corpus"))
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/belay-bench"))
     ap.add_argument("--skip-docker", action="store_true")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="reuse the cold run in --work (its images are on the engine) and only measure the cache run")
     args = ap.parse_args()
     if not os.path.exists(args.belay):
         sys.exit(f"{args.belay} not found: cargo build --release -p belay")
 
     items = read_corpus(args.limit)
+    if args.warm_only:
+        cold = json.load(open(os.path.join(args.work, "cold", "build-projects-summary.json")))
+        projects, odir = os.path.join(args.work, "projects.txt"), os.path.join(args.work, "oracles")
+        shutil.rmtree(os.path.join(args.work, "warm"), ignore_errors=True)
+        report_warm(args, projects, odir, cold, cold["duration_s"], time.strftime("%H%M%S"))
+        return
     shutil.rmtree(args.work, ignore_errors=True)
     src, odir = os.path.join(args.work, "src"), os.path.join(args.work, "oracles")
     os.makedirs(src)
@@ -180,17 +204,7 @@ def main():
         for cls, ps in by.items():
             print(f"  {cls}: " + ", ".join(p["name"] for p in ps))
 
-    warm_wall, warm, _ = run_batch(args.belay, projects, os.path.join(args.work, "warm"), odir, f"corpus-{stamp}-warm", args.jobs, [])
-    hits = sum(p["cache_hits"] for p in warm["projects"])
-    misses = sum(p["cache_misses"] for p in warm["projects"])
-    print(f"\nsecond run (cache): batch wall {warm_wall:.1f} s = {100.0 * warm_wall / cold_wall:.1f}% of the cold run; "
-          f"cache hits {hits}/{hits + misses} = {100.0 * hits / max(1, hits + misses):.0f}%; {warm['ok']}/{warm['total']} ok")
-    cold_ok = {p["name"]: p["duration_s"] for p in ok}
-    warm_ok = [p["duration_s"] for p in warm["projects"] if p["name"] in cold_ok]
-    if warm_ok:
-        print(f"  projects that built: second run {sum(warm_ok):.1f} s vs {sum(cold_ok.values()):.1f} s cold = "
-              f"{100.0 * sum(warm_ok) / sum(cold_ok.values()):.1f}% (median {statistics.median(warm_ok):.2f} s per project); "
-              f"the failed ones retry their failing block")
+    report_warm(args, projects, odir, cold, cold_wall, stamp)
 
     if not args.skip_docker and ok:
         def docker_build(p):

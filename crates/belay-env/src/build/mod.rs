@@ -1265,7 +1265,10 @@ impl Run<'_> {
                     let adopted_script = hit
                         .labels
                         .get(cache::SCRIPT_LABEL)
+                        // Checkpoints that were not repaired carry it empty.
+                        .filter(|h| !h.is_empty())
                         .and_then(|h| hex::decode(h).ok())
+                        .filter(|b| !b.is_empty())
                         .and_then(|b| String::from_utf8(b).ok());
                     let cp = self
                         .adopt_cached(hit, &blocks[i].id.clone(), seq, Some(current.clone()))

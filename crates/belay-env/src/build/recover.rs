@@ -30,6 +30,8 @@ pub(crate) enum Recovery {
 }
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How a failure of the fix itself (rather than of the replay) is named.
+const FIX_FAILED: &str = "the repair command";
 
 impl Run<'_> {
     pub(crate) async fn recover(
@@ -44,6 +46,7 @@ impl Run<'_> {
         let mut tried: Vec<String> = Vec::new();
         let mut probe_failures = 0u32;
         let mut history: Vec<String> = Vec::new();
+        let mut applied: Vec<(String, String)> = Vec::new();
         let original_script = blocks[i].script.clone();
         for attempt in 1..=self.opts.max_repair_attempts {
             let text = repair::failure_text(
@@ -105,17 +108,46 @@ impl Run<'_> {
             }
 
             blocks[i].repair_attempts = attempt;
+            // Each round restores the baseline, so the fixes of earlier rounds
+            // that ran cleanly run again first: a fix that made progress (the
+            // next failure is a different one) is kept, not lost.
+            let note = format!("{} (attempt {attempt}): {}", p.rule_id, p.hint);
+            let mut fixes: Vec<&str> = applied
+                .iter()
+                .map(|(f, _): &(String, String)| f.as_str())
+                .collect();
+            fixes.push(&p.fix);
+            let this_round = Proposal {
+                fix: fixes.join("\n"),
+                ..p.clone()
+            };
             let outcome = match self.opts.ablation.recovery() {
-                Granularity::WholeScript => self.repair_whole_script(blocks, i, &p).await?,
-                Granularity::Command => self.repair_commands(&blocks[i].clone(), &p).await?,
-                Granularity::Block => self.repair_block(&blocks[i].clone(), baseline, &p).await?,
+                Granularity::WholeScript => {
+                    self.repair_whole_script(blocks, i, &this_round).await?
+                }
+                Granularity::Command => {
+                    self.repair_commands(&blocks[i].clone(), &this_round)
+                        .await?
+                }
+                Granularity::Block => {
+                    self.repair_block(&blocks[i].clone(), baseline, &this_round)
+                        .await?
+                }
             };
             match outcome {
-                Err(f) => failure_now = f,
+                Err(f) => {
+                    if !f.summary.starts_with(FIX_FAILED) {
+                        applied.push((p.fix.clone(), note));
+                    }
+                    failure_now = f
+                }
                 Ok(()) => {
                     self.manifest.repairs += 1;
-                    let note = format!("{} (attempt {attempt}): {}", p.rule_id, p.hint);
-                    blocks[i].script = script::patch_script(&blocks[i].script, &p.fix, &note);
+                    applied.push((p.fix.clone(), note));
+                    // Patched in reverse, so that the script runs them in order.
+                    for (fix, note) in applied.iter().rev() {
+                        blocks[i].script = script::patch_script(&blocks[i].script, fix, note);
+                    }
                     blocks[i].status = BlockStatus::Repaired;
                     blocks[i].last_error = None;
                     let mut extra = BTreeMap::new();
@@ -237,12 +269,7 @@ impl Run<'_> {
         Ok(if out.success() {
             Ok(())
         } else {
-            Err(failure(
-                "the repair command",
-                &out,
-                log,
-                self.opts.command_timeout,
-            ))
+            Err(failure(FIX_FAILED, &out, log, self.opts.command_timeout))
         })
     }
 

@@ -163,3 +163,46 @@ fn whole_script_recovery() {
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0]["exit_code"], 0);
 }
+
+/// A block that needs two fixes, one revealed after the other: the second round
+/// runs the first round's fix again (after the rollback) plus its own, and both
+/// are patched back, in order.
+#[test]
+fn repair_rounds_accumulate_fixes() {
+    let c = Custom::new();
+    let run = run_id("accumulate");
+    let _guard = RunGuard(run.clone());
+    c.blocks(
+        &run,
+        &[(
+            "20-tools",
+            "tree --version\njq --version",
+            "command -v tree && command -v jq",
+        )],
+    );
+    let (code, m) = c.build(
+        &run,
+        &["--no-cache", "--ablation", "without-final-clean-replay"],
+    );
+    assert_eq!(code, 0, "{}", m["error"]);
+    let b = block(&m, "20-tools");
+    assert_eq!(b["status"], "repaired");
+    assert_eq!(b["repair_attempts"], 2);
+    let script = b["script"].as_str().unwrap();
+    let (t, j) = (
+        script.find("install").and_then(|_| script.find(" tree")),
+        script.find(" jq"),
+    );
+    assert!(
+        t.is_some() && j.is_some() && t < j,
+        "both fixes, in order:\n{script}"
+    );
+    let last = phases(&m, "repair").last().unwrap()["repair_command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        last.contains("tree") && last.contains("jq"),
+        "the second round must rerun the first fix: {last}"
+    );
+}

@@ -107,3 +107,40 @@ fn keep_container_keeps_the_final_state_and_the_reaper_leaves_it() {
         "the reaper removed a kept container"
     );
 }
+
+/// A rebuild that hits a repaired chain adopts the patched script for the
+/// repaired block, keeps every other block's script, and its clean replay of
+/// those scripts passes.
+#[test]
+fn cached_repaired_chain_keeps_every_script_and_replays() {
+    let c = Custom::new();
+    let runs = [run_id("cache-rep1"), run_id("cache-rep2")];
+    let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
+    let plan: &[(&str, &str, &str)] = &[
+        ("00-a", "echo a > /tmp/a", "test -f /tmp/a"),
+        ("10-tool", "tree --version", "command -v tree"),
+        ("20-c", "cat /tmp/a", "true"),
+    ];
+    c.blocks(&runs[0], plan);
+    let (code, m1) = c.build(&runs[0], &[]);
+    assert_eq!(code, 0, "{}", m1["error"]);
+    assert_eq!(block(&m1, "10-tool")["status"], "repaired");
+    // The same original plan, as a new run would make it.
+    c.blocks(&runs[1], plan);
+    let (code, m2) = c.build(&runs[1], &[]);
+    assert_eq!(code, 0, "{}", m2["error"]);
+    assert!(
+        phases(&m2, "block").is_empty(),
+        "every block should come from the cache"
+    );
+    for id in ["00-a", "10-tool", "20-c"] {
+        assert_eq!(block(&m2, id)["cached"], true, "{id}");
+        assert_eq!(
+            block(&m2, id)["script"],
+            block(&m1, id)["script"],
+            "{id}'s script changed on a cache hit"
+        );
+    }
+    assert_eq!(block(&m2, "10-tool")["status"], "repaired");
+    assert_eq!(m2["final_clean_replay_ok"], true, "{}", m2["error"]);
+}
