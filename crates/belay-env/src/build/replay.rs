@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::plan::Block;
-use crate::EnvError;
+use crate::{cache, EnvError};
 
 use super::Run;
 
@@ -19,6 +19,51 @@ impl Run<'_> {
             self.manifest.base_image.clone().ok_or_else(|| {
                 EnvError::Usage("the clean replay needs the run's base image".into())
             })?;
+        // The replay is determined by the workspace checkpoint (base image,
+        // repository, environment) and the final scripts: an identical one
+        // made before is reused.
+        let last = blocks
+            .last()
+            .map(|b| b.id.clone())
+            .unwrap_or_else(|| "workspace".into());
+        let key = self
+            .manifest
+            .checkpoints
+            .iter()
+            .find(|c| c.block_id == "workspace")
+            .map(|c| c.image_id.clone())
+            .filter(|id| !id.is_empty())
+            .map(|ws| {
+                let scripts: String = blocks
+                    .iter()
+                    .map(|b| format!("{}\n{}\n", b.id, b.script))
+                    .collect();
+                let validations: String = blocks
+                    .iter()
+                    .map(|b| format!("{}\n", b.validation_command))
+                    .collect();
+                cache::block_key(
+                    &ws,
+                    "clean-replay",
+                    &scripts,
+                    &validations,
+                    &self.env_fingerprint,
+                )
+            });
+        if let (Some(k), true) = (&key, self.opts.cache) {
+            if let Some(hit) = self.cache_lookup(k, &last).await? {
+                let cp = self
+                    .adopt_cached(hit, &last, blocks.len() as u32 + 1, Some(base.clone()))
+                    .await?;
+                self.manifest.final_clean_replay_ok = Some(true);
+                self.manifest.final_clean_replay_image = Some(cp.image_ref.clone());
+                self.manifest.final_clean_replay_note = Some(format!(
+                    "reused the clean replay of identical final scripts from {}",
+                    cp.cached_from.unwrap_or_default()
+                ));
+                return Ok(Some(cp.image_ref));
+            }
+        }
         self.phase(
             "clean replay",
             format!("{} final scripts from {base}", blocks.len()),
@@ -35,17 +80,16 @@ impl Run<'_> {
                     .replay_failed(&format!("clean_replay_validation:{}", b.id), &f.summary);
             }
         }
-        let last = blocks
-            .last()
-            .map(|b| b.id.clone())
-            .unwrap_or_else(|| "workspace".into());
+        let extra: BTreeMap<String, String> = key
+            .map(|k| BTreeMap::from([(cache::KEY_LABEL.to_string(), k)]))
+            .unwrap_or_default();
         let cp = self
             .commit(
                 &last,
                 blocks.len() as u32 + 1,
                 "clean-replay",
                 Some(base),
-                BTreeMap::new(),
+                extra,
             )
             .await?;
         self.retire_container();

@@ -143,4 +143,13 @@ fn cached_repaired_chain_keeps_every_script_and_replays() {
     }
     assert_eq!(block(&m2, "10-tool")["status"], "repaired");
     assert_eq!(m2["final_clean_replay_ok"], true, "{}", m2["error"]);
+    // The identical replay is reused, not run again.
+    assert!(
+        phases(&m2, "clean_replay").is_empty(),
+        "the clean replay ran again"
+    );
+    assert!(m2["final_clean_replay_note"]
+        .as_str()
+        .unwrap()
+        .contains("reused"));
 }
