@@ -329,7 +329,7 @@ pub async fn build_projects(
     })?;
     let failed_log = opts.projects_dir.join(FAILED_LOG);
     belay_record::atomic_write(&failed_log, b"")?;
-    let mut failed_out = JsonlLines::open(&failed_log)?;
+    let mut failed_out = LineLog::open(&failed_log)?;
     let mut usage_log = JsonlAppender::open(&opts.projects_dir.join("llm-usage-projects.jsonl"))?;
     let started = Instant::now();
     let started_at = belay_record::now_rfc3339();
@@ -391,12 +391,12 @@ pub async fn build_projects(
 }
 
 /// Appends whole lines to a text log.
-struct JsonlLines {
+struct LineLog {
     path: PathBuf,
     file: std::fs::File,
 }
 
-impl JsonlLines {
+impl LineLog {
     fn open(path: &Path) -> Result<Self, EnvError> {
         let file = std::fs::OpenOptions::new()
             .append(true)

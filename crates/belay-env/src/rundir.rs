@@ -43,9 +43,6 @@ impl RunDir {
         Ok(())
     }
 
-    pub fn exists(&self) -> bool {
-        self.root.is_dir()
-    }
     pub fn context(&self) -> PathBuf {
         self.root.join("context.json")
     }

@@ -29,10 +29,6 @@ impl JsonlAppender {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     pub fn append<T: Serialize>(
         &mut self,
         record: &T,

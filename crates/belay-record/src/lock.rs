@@ -1,5 +1,5 @@
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::RecordError;
 
@@ -7,7 +7,6 @@ use crate::RecordError;
 /// dies, so a `kill -9` never leaves a stale lock behind.
 #[derive(Debug)]
 pub struct RunLock {
-    path: PathBuf,
     _file: File,
 }
 
@@ -21,19 +20,12 @@ impl RunLock {
             .open(path)
             .map_err(|e| RecordError::io("cannot open lock file", path, e))?;
         match file.try_lock() {
-            Ok(()) => Ok(Self {
-                path: path.to_path_buf(),
-                _file: file,
-            }),
+            Ok(()) => Ok(Self { _file: file }),
             Err(TryLockError::WouldBlock) => Err(RecordError::Locked {
                 path: path.to_path_buf(),
             }),
             Err(TryLockError::Error(e)) => Err(RecordError::io("cannot lock", path, e)),
         }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

@@ -50,12 +50,6 @@ impl Redactor {
         self.secrets.is_empty()
     }
 
-    /// The longest secret, in bytes: a streaming redactor must hold back this
-    /// many bytes minus one to catch a secret split across two chunks.
-    pub fn max_len(&self) -> usize {
-        self.secrets.first().map(|(_, v)| v.len()).unwrap_or(0)
-    }
-
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for (name, value) in &self.secrets {

@@ -36,17 +36,6 @@ fn build_with(fixture_name: &str, run: &str, state: &Path, extra: &[&str]) -> Va
     m
 }
 
-/// Run the project's tests in the final image, without network.
-fn project_tests_pass(m: &Value, cmd: &str, expect: &str) {
-    let image = m["final_image"].as_str().unwrap();
-    let (ok, out, err) = docker(&["run", "--rm", "--network", "none", image, "bash", "-c", cmd]);
-    assert!(ok, "`{cmd}` failed in {image}:\n{out}\n{err}");
-    assert!(
-        out.contains(expect) || err.contains(expect),
-        "`{cmd}` output lacks {expect:?}:\n{out}\n{err}"
-    );
-}
-
 fn all_blocks_succeeded(m: &Value) {
     for b in m["blocks"].as_array().unwrap() {
         assert_eq!(

@@ -97,3 +97,51 @@ impl Drop for RunGuard {
         cleanup_run(&self.0);
     }
 }
+
+/// Execution records of one phase.
+pub fn phases<'a>(m: &'a Value, phase: &str) -> Vec<&'a Value> {
+    m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] == phase)
+        .collect()
+}
+
+pub fn block<'a>(m: &'a Value, id: &str) -> &'a Value {
+    m["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == id)
+        .unwrap()
+}
+
+/// Run the project's tests in the final image, without network.
+pub fn project_tests_pass(m: &Value, cmd: &str, expect: &str) {
+    let image = m["final_image"].as_str().unwrap();
+    let (ok, out, err) = docker(&["run", "--rm", "--network", "none", image, "bash", "-c", cmd]);
+    assert!(ok, "`{cmd}` failed in {image}:\n{out}\n{err}");
+    assert!(
+        out.contains(expect) || err.contains(expect),
+        "`{cmd}` output lacks {expect:?}:\n{out}\n{err}"
+    );
+}
+
+/// An env build that reaps orphans at start and then stops at a missing base
+/// image (exit 2): the quickest way to run the reaper for real.
+pub fn build_with_missing_base(state: &Path) -> assert_cmd::assert::Assert {
+    belay()
+        .args([
+            "env",
+            "build",
+            "--base-image",
+            "belay-test-missing:nope",
+            "--repo",
+        ])
+        .arg(fixture("go-module"))
+        .arg("--state-dir")
+        .arg(state)
+        .assert()
+        .code(2)
+}

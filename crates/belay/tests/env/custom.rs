@@ -92,21 +92,3 @@ impl Custom {
         (code, read_json(&path))
     }
 }
-
-pub fn phases<'a>(m: &'a Value, phase: &str) -> Vec<&'a Value> {
-    m["executions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["phase"] == phase)
-        .collect()
-}
-
-pub fn block<'a>(m: &'a Value, id: &str) -> &'a Value {
-    m["blocks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["id"] == id)
-        .unwrap()
-}

@@ -1,6 +1,6 @@
 //! Each bad input gets one clear message and a non-zero exit code, never a panic.
 
-use crate::common::{belay, fixture, require_engine};
+use crate::common::{belay, build_with_missing_base, fixture, require_engine};
 
 fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8_lossy(&a.get_output().stderr).into_owned()
@@ -55,19 +55,7 @@ fn missing_repo() {
 fn missing_base_image() {
     require_engine();
     let state = tempfile::tempdir().unwrap();
-    let a = belay()
-        .args([
-            "env",
-            "build",
-            "--base-image",
-            "belay-test-missing:nope",
-            "--repo",
-        ])
-        .arg(fixture("go-module"))
-        .arg("--state-dir")
-        .arg(state.path())
-        .assert()
-        .code(2);
+    let a = build_with_missing_base(state.path());
     let err = stderr_of(&a);
     no_panic(&err);
     assert!(

@@ -75,19 +75,7 @@ fn reaper_removes_orphans_and_spares_live_owners() {
 
     let state = tempfile::tempdir().unwrap();
     // Any env build reaps at start; this one then stops at the missing base image.
-    let a = belay()
-        .args([
-            "env",
-            "build",
-            "--base-image",
-            "belay-test-missing:nope",
-            "--repo",
-        ])
-        .arg(fixture("go-module"))
-        .arg("--state-dir")
-        .arg(state.path())
-        .assert()
-        .code(2);
+    let a = build_with_missing_base(state.path());
     let err = String::from_utf8_lossy(&a.get_output().stderr).into_owned();
     assert!(
         exists(&live),
@@ -102,19 +90,7 @@ fn reaper_removes_orphans_and_spares_live_owners() {
     owner.kill().unwrap();
     owner.wait().unwrap();
     // Now its owner is gone: the next start reaps it.
-    belay()
-        .args([
-            "env",
-            "build",
-            "--base-image",
-            "belay-test-missing:nope",
-            "--repo",
-        ])
-        .arg(fixture("go-module"))
-        .arg("--state-dir")
-        .arg(state.path())
-        .assert()
-        .code(2);
+    build_with_missing_base(state.path());
     assert!(!exists(&live), "the container of a dead owner survived");
     assert!(exists(&blank));
 }

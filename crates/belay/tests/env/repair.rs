@@ -2,18 +2,7 @@
 //! patched back, and the clean replay passes; an unrepairable repo fails
 //! cleanly with its error, full logs, and no container left.
 
-use serde_json::Value;
-
 use crate::common::*;
-
-fn executions<'a>(m: &'a Value, phase: &str) -> Vec<&'a Value> {
-    m["executions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["phase"] == phase)
-        .collect()
-}
 
 #[test]
 fn missing_system_library_is_repaired_patched_back_and_replayed() {
@@ -45,21 +34,21 @@ fn missing_system_library_is_repaired_patched_back_and_replayed() {
     assert_eq!(deps["status"], "repaired");
     assert_eq!(deps["repair_attempts"], 1);
     // The failure was the real compiler error, and the fix installed libffi-dev.
-    let first = executions(&m, "block")
+    let first = phases(&m, "block")
         .into_iter()
         .find(|e| e["block_id"] == "30-python-deps")
         .unwrap();
     assert_ne!(first["exit_code"], 0);
     let log = std::fs::read_to_string(first["log_path"].as_str().unwrap()).unwrap();
     assert!(log.contains("ffi.h: No such file or directory"), "{log}");
-    let repair = executions(&m, "repair");
+    let repair = phases(&m, "repair");
     assert_eq!(repair.len(), 1);
     assert!(repair[0]["repair_command"]
         .as_str()
         .unwrap()
         .contains("libffi-dev"));
     // Rollback: the container was recreated from the block's baseline first.
-    assert!(executions(&m, "repair_prep").iter().any(|e| e["command"]
+    assert!(phases(&m, "repair_prep").iter().any(|e| e["command"]
         .as_str()
         .unwrap()
         .contains("003-20-python-runtime-success")));
@@ -87,24 +76,13 @@ fn missing_system_library_is_repaired_patched_back_and_replayed() {
         .unwrap()
         .ends_with("-clean-replay"));
     assert!(
-        !executions(&m, "clean_replay").is_empty()
-            && !executions(&m, "clean_replay_validation").is_empty()
+        !phases(&m, "clean_replay").is_empty() && !phases(&m, "clean_replay_validation").is_empty()
     );
-    assert!(executions(&m, "clean_replay")
+    assert!(phases(&m, "clean_replay")
         .iter()
         .all(|e| e["exit_code"] == 0));
     // And the final image (the replay's) really has the library linked in.
-    let (ok, out, err) = docker(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        m["final_image"].as_str().unwrap(),
-        "bash",
-        "-c",
-        ".venv/bin/python -m pytest -q",
-    ]);
-    assert!(ok && out.contains("1 passed"), "{out}\n{err}");
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "1 passed");
     assert!(run_containers(&run).is_empty());
 }
 
@@ -141,7 +119,7 @@ fn unrepairable_repo_fails_cleanly() {
     );
     assert!(m["error"].as_str().unwrap().contains("50-test-tooling"));
     // The full log of the failing command is there.
-    let v = executions(&m, "validation")
+    let v = phases(&m, "validation")
         .into_iter()
         .find(|e| e["block_id"] == "50-test-tooling")
         .unwrap();

@@ -96,15 +96,5 @@ fn kill_9_mid_build_then_rerun_completes() {
         "containers left: {:?}",
         run_containers(&run)
     );
-    let (ok, o, e) = docker(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        m["final_image"].as_str().unwrap(),
-        "bash",
-        "-c",
-        ".venv/bin/python -m pytest -q",
-    ]);
-    assert!(ok && o.contains("2 passed"), "{o}\n{e}");
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
 }
