@@ -1,0 +1,331 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use crate::dialect::{self, StreamState};
+use crate::error::ModelError;
+use crate::keys::Secret;
+use crate::sse::SseParser;
+use crate::types::{Api, Request, Response};
+use crate::usage::{CallRecord, UsageLedger};
+
+/// How to reach a model.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub api: Api,
+    /// `https://api.openai.com/v1`, `http://127.0.0.1:8081/v1`...
+    pub base_url: String,
+    pub model: String,
+    pub key: Option<Secret>,
+    /// Stream replies over SSE.
+    pub stream: bool,
+    /// Further attempts after the first (`--llm-retries`).
+    pub retries: u32,
+    /// The first backoff (`--llm-retry-delay`); doubled each retry, with jitter.
+    pub retry_delay: Duration,
+    /// Give up on a stream (or a reply body) that sends nothing for this long.
+    pub idle_timeout: Duration,
+    /// The whole call, retries included (`--llm-timeout`). None: no limit.
+    pub timeout: Option<Duration>,
+}
+
+impl ClientConfig {
+    pub fn new(api: Api, base_url: &str, model: &str) -> Self {
+        ClientConfig {
+            api,
+            base_url: base_url.to_string(),
+            model: model.to_string(),
+            key: None,
+            stream: true,
+            retries: 3,
+            retry_delay: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(120),
+            timeout: None,
+        }
+    }
+
+    /// The public endpoint of a dialect.
+    pub fn default_base_url(api: Api) -> &'static str {
+        match api {
+            Api::Anthropic => "https://api.anthropic.com",
+            _ => "https://api.openai.com/v1",
+        }
+    }
+}
+
+/// The longest backoff, whatever `Retry-After` or doubling says.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How much of an error body is kept in the error.
+const ERROR_BODY_MAX: usize = 2048;
+
+/// A model client: one dialect, one endpoint, shared usage ledger.
+#[derive(Debug, Clone)]
+pub struct ModelClient {
+    cfg: ClientConfig,
+    url: String,
+    http: reqwest::Client,
+    ledger: Arc<UsageLedger>,
+}
+
+fn is_loopback(url: &str) -> bool {
+    let host = url
+        .split_once("://")
+        .map(|(_, r)| r)
+        .unwrap_or(url)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or("");
+    let host = host.rsplit_once('@').map(|(_, h)| h).unwrap_or(host);
+    host.starts_with("127.") || host.starts_with("localhost") || host.starts_with("[::1]")
+}
+
+impl ModelClient {
+    pub fn new(cfg: ClientConfig, ledger: Arc<UsageLedger>) -> Result<Self, ModelError> {
+        crate::init_tls();
+        if !cfg.base_url.starts_with("http://") && !cfg.base_url.starts_with("https://") {
+            return Err(ModelError::Config(format!(
+                "the model base URL `{}` must start with http:// or https://",
+                cfg.base_url
+            )));
+        }
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .read_timeout(cfg.idle_timeout)
+            .user_agent(concat!("belay/", env!("CARGO_PKG_VERSION")));
+        if is_loopback(&cfg.base_url) {
+            b = b.no_proxy();
+        }
+        let http = b
+            .build()
+            .map_err(|e| ModelError::Config(format!("cannot set up HTTP: {e}")))?;
+        Ok(ModelClient {
+            url: dialect::endpoint(cfg.api, &cfg.base_url),
+            cfg,
+            http,
+            ledger,
+        })
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    pub fn ledger(&self) -> &Arc<UsageLedger> {
+        &self.ledger
+    }
+
+    /// One model call, retried on 429, 5xx, connection errors and dropped or
+    /// stalled streams. Every call (and its failure) goes into the ledger.
+    pub async fn complete(&self, req: &Request, purpose: &str) -> Result<Response, ModelError> {
+        let t0 = Instant::now();
+        let mut attempts = 0u32;
+        let work = async {
+            loop {
+                attempts += 1;
+                match self.once(req).await {
+                    Ok(r) => return Ok(r),
+                    Err(e) if e.retryable() && attempts <= self.cfg.retries => {
+                        let wait = self.backoff(attempts, e.retry_after());
+                        tracing::warn!(
+                            "model call failed ({e}); retry {attempts}/{} in {:.1}s",
+                            self.cfg.retries,
+                            wait.as_secs_f64()
+                        );
+                        tokio::time::sleep(wait).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let result = match self.cfg.timeout {
+            Some(limit) => tokio::time::timeout(limit, work)
+                .await
+                .unwrap_or(Err(ModelError::Timeout(limit))),
+            None => work.await,
+        };
+        let (usage, error) = match &result {
+            Ok(r) => (r.usage, None),
+            Err(e) => (Default::default(), Some(self.scrub(&e.to_string()))),
+        };
+        let rec = CallRecord {
+            at: belay_record::now_rfc3339(),
+            purpose: purpose.to_string(),
+            ok: result.is_ok(),
+            attempts,
+            latency_ms: (t0.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+            usage,
+            error,
+        };
+        if let Err(e) = self.ledger.record(rec) {
+            tracing::warn!("cannot write the model usage file: {e}");
+        }
+        result
+    }
+
+    /// The wait before retry number `n` (1-based): `Retry-After` when the
+    /// server sent one, else `retry_delay * 2^(n-1)` with ±25% jitter.
+    pub fn backoff(&self, n: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(ra) = retry_after {
+            return ra.min(MAX_BACKOFF);
+        }
+        let base = self
+            .cfg
+            .retry_delay
+            .saturating_mul(1u32 << (n.saturating_sub(1)).min(16));
+        let jitter = 0.75 + fastrand::f64() * 0.5;
+        base.mul_f64(jitter).min(MAX_BACKOFF)
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        match &self.cfg.key {
+            Some(k) if k.expose().len() >= 4 => text.replace(k.expose(), "***"),
+            _ => text.to_string(),
+        }
+    }
+
+    async fn once(&self, req: &Request) -> Result<Response, ModelError> {
+        let body = dialect::body(self.cfg.api, req, &self.cfg.model, self.cfg.stream);
+        let mut rb = self.http.post(&self.url).json(&body);
+        match (self.cfg.api, &self.cfg.key) {
+            (Api::Anthropic, key) => {
+                rb = rb.header("anthropic-version", "2023-06-01");
+                if let Some(k) = key {
+                    rb = rb.header("x-api-key", k.expose());
+                }
+            }
+            (_, Some(k)) => rb = rb.bearer_auth(k.expose()),
+            (_, None) => {}
+        }
+        if self.cfg.stream {
+            rb = rb.header("accept", "text/event-stream");
+        }
+        let url = self.url.clone();
+        let resp = rb.send().await.map_err(|e| ModelError::Connect {
+            url: url.clone(),
+            message: self.scrub(&error_chain(&e)),
+        })?;
+        let status = resp.status();
+        if !status.is_success() {
+            let retry_after = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64);
+            let text = resp.text().await.unwrap_or_default();
+            let msg = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| dialect::error_message(&v))
+                .unwrap_or(text);
+            let mut msg = self.scrub(&msg);
+            if msg.len() > ERROR_BODY_MAX {
+                let mut cut = ERROR_BODY_MAX;
+                while !msg.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                msg.truncate(cut);
+            }
+            return Err(ModelError::Http {
+                url,
+                status: status.as_u16(),
+                body: msg,
+                retry_after,
+            });
+        }
+        if !self.cfg.stream {
+            let bytes = resp.bytes().await.map_err(|e| {
+                if e.is_timeout() {
+                    ModelError::Idle {
+                        url: url.clone(),
+                        idle: self.cfg.idle_timeout,
+                    }
+                } else {
+                    ModelError::Stream {
+                        url: url.clone(),
+                        message: error_chain(&e),
+                    }
+                }
+            })?;
+            let v: Value = serde_json::from_slice(&bytes).map_err(|e| ModelError::Decode {
+                url: url.clone(),
+                message: format!("the reply is not JSON ({e})"),
+            })?;
+            return dialect::parse(self.cfg.api, &v)
+                .map_err(|message| ModelError::Decode { url, message });
+        }
+        let mut state = StreamState::new(self.cfg.api);
+        let mut parser = SseParser::new();
+        let mut events = Vec::new();
+        let mut stream = resp.bytes_stream();
+        loop {
+            let next = tokio::time::timeout(self.cfg.idle_timeout, stream.next()).await;
+            let chunk = match next {
+                Err(_) => {
+                    return Err(ModelError::Idle {
+                        url,
+                        idle: self.cfg.idle_timeout,
+                    })
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) if e.is_timeout() => {
+                    return Err(ModelError::Idle {
+                        url,
+                        idle: self.cfg.idle_timeout,
+                    })
+                }
+                Ok(Some(Err(e))) => {
+                    return Err(ModelError::Stream {
+                        url,
+                        message: error_chain(&e),
+                    })
+                }
+                Ok(Some(Ok(c))) => c,
+            };
+            parser
+                .feed(&chunk, &mut events)
+                .map_err(|e| ModelError::Decode {
+                    url: url.clone(),
+                    message: e.to_string(),
+                })?;
+            for ev in events.drain(..) {
+                match state.on_event(&ev) {
+                    Ok(true) => return Ok(state.into_response()),
+                    Ok(false) => {}
+                    Err(message) => {
+                        return Err(ModelError::Decode {
+                            url,
+                            message: self.scrub(&message),
+                        })
+                    }
+                }
+            }
+        }
+        let _ = parser.finish(&mut events);
+        for ev in events.drain(..) {
+            if let Ok(true) = state.on_event(&ev) {
+                return Ok(state.into_response());
+            }
+        }
+        if state.usable_without_end() {
+            return Ok(state.into_response());
+        }
+        Err(ModelError::Stream {
+            url,
+            message: "the connection closed before the completion event".into(),
+        })
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}

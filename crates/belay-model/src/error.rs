@@ -1,0 +1,49 @@
+use std::time::Duration;
+
+/// A failed model call. [`ModelError::retryable`] decides whether the client
+/// tries again.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("model endpoint {url} answered HTTP {status}: {body}")]
+    Http {
+        url: String,
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("cannot reach the model endpoint {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("the model stream from {url} ended early: {message}")]
+    Stream { url: String, message: String },
+    #[error("the model stream from {url} was idle for {}s (--llm-idle-timeout)", .idle.as_secs())]
+    Idle { url: String, idle: Duration },
+    #[error("the model call did not finish within {}s (--llm-timeout)", .0.as_secs())]
+    Timeout(Duration),
+    #[error("cannot read the model's reply from {url}: {message}")]
+    Decode { url: String, message: String },
+    #[error("no API key: set {var} in the environment or in ./.env (or point --openai-base-url at a server that needs none)")]
+    NoKey { var: String },
+    #[error("model configuration: {0}")]
+    Config(String),
+}
+
+impl ModelError {
+    /// 429, 5xx, connection errors and dropped or stalled streams are worth another try.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ModelError::Http { status, .. } => *status == 429 || *status >= 500,
+            ModelError::Connect { .. } | ModelError::Stream { .. } | ModelError::Idle { .. } => {
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The server's `Retry-After`, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ModelError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}

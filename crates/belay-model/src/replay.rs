@@ -1,0 +1,641 @@
+//! The scripted model server (`belay model replay`).
+//!
+//! It answers OpenAI Responses, Chat Completions and Anthropic Messages
+//! requests, streamed or not, from a script of turns, and appends every request
+//! it receives to a JSONL log. Tests use it in place of the remote model; users
+//! use it to rehearse a pipeline without spending tokens. The script format is
+//! documented in `docs/models-and-agents.md`.
+//!
+//! Matching: each request takes the first unused turn, in script order, whose
+//! `match` (if any) holds. A turn is used once unless it says `repeat: true`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::IntoResponse;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::dialect::{anthropic, chat, responses};
+use crate::types::{Api, Response, ToolCall, Usage};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("cannot read the replay script {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot open the request log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A replay script.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// The model name replies carry (default: the one the request asked for).
+    #[serde(default)]
+    pub model: Option<String>,
+    pub turns: Vec<Turn>,
+}
+
+/// One scripted answer.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    /// A label, written to the request log.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Conditions the request must meet to take this turn.
+    #[serde(default, rename = "match")]
+    pub matcher: Option<Matcher>,
+    #[serde(default)]
+    pub reply: Option<Reply>,
+    /// Answer with an HTTP error instead (429 and 5xx make clients retry).
+    #[serde(default)]
+    pub error: Option<ErrorReply>,
+    /// Token counts to report (default: estimated from the text sizes).
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Stay available after use (a default answer).
+    #[serde(default)]
+    pub repeat: bool,
+    /// Wait before answering.
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// Streaming: close the connection after this many events (a dropped stream).
+    #[serde(default)]
+    pub drop_after: Option<usize>,
+    /// Streaming: after this many events, go silent for `stall_ms`.
+    #[serde(default)]
+    pub stall_after: Option<usize>,
+    #[serde(default)]
+    pub stall_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Matcher {
+    /// Every string must occur in the request body.
+    #[serde(default)]
+    pub contains: OneOrMany,
+    /// No string may occur in the request body.
+    #[serde(default)]
+    pub not_contains: OneOrMany,
+    #[serde(default)]
+    pub api: Option<Api>,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn items(&self) -> &[String] {
+        match self {
+            OneOrMany::None => &[],
+            OneOrMany::One(s) => std::slice::from_ref(s),
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reply {
+    #[serde(default)]
+    pub text: Option<String>,
+    /// A JSON value, sent as the message text.
+    #[serde(default)]
+    pub json: Option<Value>,
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptCall>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptCall {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub name: String,
+    /// An object, or a string sent as is (to script malformed arguments).
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorReply {
+    pub status: u16,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Seconds, sent as `Retry-After`.
+    #[serde(default)]
+    pub retry_after: Option<f64>,
+}
+
+/// Parse a script (YAML or JSON); `origin` names it in errors.
+pub fn parse_script(text: &str, origin: &str) -> Result<Script, ReplayError> {
+    let script: Script = serde_saphyr::from_str(text).map_err(|e| ReplayError::Invalid {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })?;
+    for (i, t) in script.turns.iter().enumerate() {
+        let bad = |m: String| ReplayError::Invalid {
+            origin: origin.to_string(),
+            message: format!(
+                "turn {} ({}): {m}",
+                i + 1,
+                t.name.as_deref().unwrap_or("unnamed")
+            ),
+        };
+        match (&t.reply, &t.error) {
+            (Some(_), Some(_)) => return Err(bad("has both `reply` and `error`; keep one".into())),
+            (None, None) => return Err(bad("needs a `reply` or an `error`".into())),
+            (Some(r), None) if r.text.is_some() && r.json.is_some() => {
+                return Err(bad("`reply` has both `text` and `json`; keep one".into()))
+            }
+            (_, Some(e)) if !(400..=599).contains(&e.status) => {
+                return Err(bad(format!("error status {} is not 4xx or 5xx", e.status)))
+            }
+            _ => {}
+        }
+    }
+    Ok(script)
+}
+
+pub fn load_script(path: &Path) -> Result<Script, ReplayError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_script(&text, &path.display().to_string())
+}
+
+/// One line of the request log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoggedRequest {
+    pub seq: u64,
+    pub at: String,
+    pub method: String,
+    pub path: String,
+    pub api: Option<Api>,
+    pub model: Option<String>,
+    pub stream: bool,
+    /// Index (0-based) of the turn that answered, if one did.
+    pub turn: Option<usize>,
+    pub turn_name: Option<String>,
+    pub status: u16,
+    pub body: Value,
+}
+
+/// Read a request log.
+pub fn read_log(path: &Path) -> Result<Vec<LoggedRequest>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+struct Inner {
+    script: Script,
+    used: Vec<bool>,
+    seq: u64,
+    log: Option<(PathBuf, std::fs::File)>,
+}
+
+type Shared = Arc<Mutex<Inner>>;
+
+/// A running replay server.
+pub struct ReplayServer {
+    addr: SocketAddr,
+    state: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReplayServer {
+    /// Bind and serve in the background.
+    pub async fn start(
+        script: Script,
+        addr: SocketAddr,
+        log: Option<PathBuf>,
+    ) -> Result<ReplayServer, ReplayError> {
+        let log = match log {
+            Some(p) => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&p)
+                    .map_err(|source| ReplayError::Log {
+                        path: p.clone(),
+                        source,
+                    })?;
+                Some((p, f))
+            }
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ReplayError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| ReplayError::Bind { addr, source })?;
+        let state: Shared = Arc::new(Mutex::new(Inner {
+            used: vec![false; script.turns.len()],
+            script,
+            seq: 0,
+            log,
+        }));
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(state.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("replay server stopped: {e}");
+            }
+        });
+        Ok(ReplayServer { addr, state, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`: the Anthropic base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: the OpenAI base URL.
+    pub fn openai_base(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> u64 {
+        self.state.lock().map(|s| s.seq).unwrap_or(0)
+    }
+
+    /// Scripted turns not used yet (repeating turns excluded).
+    pub fn remaining(&self) -> usize {
+        self.state
+            .lock()
+            .map(|s| {
+                s.script
+                    .turns
+                    .iter()
+                    .zip(&s.used)
+                    .filter(|(t, u)| !t.repeat && !**u)
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Wait until the server task ends (it runs until the process stops).
+    pub async fn wait(mut self) {
+        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
+        let _ = task.await;
+    }
+}
+
+impl Drop for ReplayServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn api_of(path: &str) -> Option<Api> {
+    if path.ends_with("/responses") {
+        Some(Api::Responses)
+    } else if path.ends_with("/chat/completions") {
+        Some(Api::ChatCompletions)
+    } else if path.ends_with("/messages") {
+        Some(Api::Anthropic)
+    } else {
+        None
+    }
+}
+
+fn matches(t: &Turn, api: Api, model: Option<&str>, body: &str) -> bool {
+    let Some(m) = &t.matcher else {
+        return true;
+    };
+    m.api.is_none_or(|a| a == api)
+        && m.model.as_deref().is_none_or(|x| Some(x) == model)
+        && m.contains.items().iter().all(|s| body.contains(s.as_str()))
+        && !m
+            .not_contains
+            .items()
+            .iter()
+            .any(|s| body.contains(s.as_str()))
+}
+
+fn error_body(api: Option<Api>, status: u16, message: &str) -> Value {
+    match api {
+        Some(Api::Anthropic) => {
+            json!({"type": "error", "error": {"type": if status == 429 {"rate_limit_error"} else {"api_error"}, "message": message}})
+        }
+        _ => {
+            json!({"error": {"message": message, "type": if status == 429 {"rate_limit_exceeded"} else {"server_error"}, "code": status}})
+        }
+    }
+}
+
+fn sse_frame(event: &str, data: &str) -> Bytes {
+    if event.is_empty() {
+        Bytes::from(format!("data: {data}\n\n"))
+    } else {
+        Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+    }
+}
+
+fn scripted_response(turn: &Turn, seq: u64, body_len: usize) -> Response {
+    let reply = turn.reply.clone().unwrap_or_default();
+    let text = match (&reply.text, &reply.json) {
+        (Some(t), _) => t.clone(),
+        (None, Some(j)) => j.to_string(),
+        (None, None) => String::new(),
+    };
+    let tool_calls: Vec<ToolCall> = reply
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ToolCall {
+            id: c.id.clone().unwrap_or_else(|| format!("call_{seq}_{i}")),
+            name: c.name.clone(),
+            arguments: match &c.arguments {
+                Value::String(s) => s.clone(),
+                Value::Null => "{}".into(),
+                v => v.to_string(),
+            },
+        })
+        .collect();
+    let out_chars = text.len()
+        + tool_calls
+            .iter()
+            .map(|c| c.arguments.len() + c.name.len())
+            .sum::<usize>();
+    let usage = turn.usage.unwrap_or(Usage {
+        input_tokens: (body_len / 4) as u64,
+        cached_tokens: 0,
+        output_tokens: (out_chars / 4) as u64 + 1,
+        reasoning_tokens: 0,
+    });
+    Response {
+        text,
+        tool_calls,
+        usage,
+        ..Default::default()
+    }
+}
+
+async fn handle(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    _headers: HeaderMap,
+    body: Bytes,
+) -> axum::response::Response {
+    let path = uri.path().to_string();
+    let body_text = String::from_utf8_lossy(&body);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let model = parsed
+        .get("model")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let stream = parsed
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let api = api_of(&path).filter(|_| method == Method::POST);
+
+    // Pick the turn under the lock; answer outside it.
+    let (seq, picked) = {
+        let Ok(mut s) = state.lock() else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "replay state poisoned").into_response();
+        };
+        s.seq += 1;
+        let seq = s.seq;
+        let picked = api.and_then(|api| {
+            let i = (0..s.script.turns.len()).find(|&i| {
+                !s.used[i] && matches(&s.script.turns[i], api, model.as_deref(), &body_text)
+            })?;
+            if !s.script.turns[i].repeat {
+                s.used[i] = true;
+            }
+            Some((i, s.script.turns[i].clone(), s.script.model.clone()))
+        });
+        (seq, picked)
+    };
+
+    let (status, resp) = match (api, &picked) {
+        (None, _) if method == Method::GET && path.ends_with("/models") => (
+            200,
+            axum::Json(json!({"object": "list", "data": [{"id": model.clone().unwrap_or_else(|| "replay".into()), "object": "model", "owned_by": "belay-replay"}]}))
+                .into_response(),
+        ),
+        (None, _) if path.ends_with("/messages/count_tokens") => (
+            200,
+            axum::Json(json!({"input_tokens": body.len() / 4})).into_response(),
+        ),
+        (None, _) => {
+            let msg = format!("belay replay: no such endpoint {method} {path}");
+            (404, (StatusCode::NOT_FOUND, axum::Json(error_body(None, 404, &msg))).into_response())
+        }
+        (Some(api), None) => {
+            let msg = format!(
+                "belay replay: no scripted turn left for request #{seq} ({method} {path}); every turn that matches is used"
+            );
+            tracing::warn!("{msg}");
+            (400, (StatusCode::BAD_REQUEST, axum::Json(error_body(Some(api), 400, &msg))).into_response())
+        }
+        (Some(api), Some((_, turn, script_model))) => {
+            if turn.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(turn.delay_ms)).await;
+            }
+            answer(api, turn, seq, model.as_deref(), script_model.as_deref(), stream, &parsed, body.len())
+        }
+    };
+
+    let record = LoggedRequest {
+        seq,
+        at: belay_record::now_rfc3339(),
+        method: method.to_string(),
+        path,
+        api,
+        model,
+        stream,
+        turn: picked.as_ref().map(|p| p.0),
+        turn_name: picked.as_ref().and_then(|p| p.1.name.clone()),
+        status,
+        body: parsed,
+    };
+    if let Ok(mut s) = state.lock() {
+        if let Some((p, f)) = &mut s.log {
+            if let Ok(mut line) = serde_json::to_string(&record) {
+                line.push('\n');
+                use std::io::Write;
+                if let Err(e) = f.write_all(line.as_bytes()) {
+                    tracing::error!("cannot append to {}: {e}", p.display());
+                }
+            }
+        }
+    }
+    resp
+}
+
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    api: Api,
+    turn: &Turn,
+    seq: u64,
+    req_model: Option<&str>,
+    script_model: Option<&str>,
+    stream: bool,
+    req: &Value,
+    body_len: usize,
+) -> (u16, axum::response::Response) {
+    if let Some(e) = &turn.error {
+        let msg = e
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("scripted error {}", e.status));
+        let mut r = (
+            StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            axum::Json(error_body(Some(api), e.status, &msg)),
+        )
+            .into_response();
+        if let Some(ra) = e.retry_after {
+            if let Ok(v) = ra.to_string().parse() {
+                r.headers_mut().insert("retry-after", v);
+            }
+        }
+        return (e.status, r);
+    }
+    let model = script_model.or(req_model).unwrap_or("replay");
+    let resp = scripted_response(turn, seq, body_len);
+    let id = format!("replay_{seq}");
+    if !stream {
+        let v = match api {
+            Api::Responses => responses::reply(&resp, &id, model),
+            Api::ChatCompletions => chat::reply(&resp, &id, model),
+            Api::Anthropic => anthropic::reply(&resp, &id, model),
+        };
+        return (200, axum::Json(v).into_response());
+    }
+    let events = match api {
+        Api::Responses => responses::reply_events(&resp, &id, model),
+        Api::ChatCompletions => {
+            let include = req
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            chat::reply_events(&resp, &id, model, include)
+        }
+        Api::Anthropic => anthropic::reply_events(&resp, &id, model),
+    };
+    let frames: Vec<Bytes> = events.iter().map(|(e, d)| sse_frame(e, d)).collect();
+    let drop_after = turn.drop_after;
+    let stall = turn
+        .stall_after
+        .map(|n| (n, Duration::from_millis(turn.stall_ms)));
+    let s = futures_util::stream::unfold(0usize, move |i| {
+        let frames = frames.clone();
+        async move {
+            if let Some((n, d)) = stall {
+                if i == n {
+                    tokio::time::sleep(d).await;
+                }
+            }
+            if drop_after == Some(i) {
+                return Some((
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "scripted drop",
+                    )),
+                    usize::MAX,
+                ));
+            }
+            let f = frames.get(i)?.clone();
+            Some((Ok::<Bytes, std::io::Error>(f), i + 1))
+        }
+    });
+    let mut r = Body::from_stream(s).into_response();
+    r.headers_mut().insert(
+        "content-type",
+        axum::http::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        "cache-control",
+        axum::http::HeaderValue::from_static("no-cache"),
+    );
+    (200, r)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn script_errors_name_the_turn_and_the_line() {
+        let e = parse_script(
+            "turns:\n  - name: a\n    reply: {text: hi}\n    error: {status: 429}\n",
+            "s.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("turn 1 (a)") && e.contains("both"), "{e}");
+        let e = parse_script("turns:\n  - reply: {txt: hi}\n", "s.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("s.yaml: ") && e.contains("txt") && e.contains("line 2"),
+            "{e}"
+        );
+        let e = parse_script("turns:\n  - error: {status: 200}\n", "s.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not 4xx"), "{e}");
+    }
+
+    #[test]
+    fn json_scripts_parse_too() {
+        let s = parse_script(
+            r#"{"turns":[{"reply":{"json":{"a":[1,2]}},"repeat":true}]}"#,
+            "s.json",
+        )
+        .unwrap();
+        assert!(s.turns[0].repeat);
+        let r = scripted_response(&s.turns[0], 1, 40);
+        assert_eq!(r.text, r#"{"a":[1,2]}"#);
+        assert_eq!(r.usage.input_tokens, 10);
+    }
+}
