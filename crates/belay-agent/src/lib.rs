@@ -1,1 +1,34 @@
-//! Agents.
+//! Agents: what proposes work.
+//!
+//! * [`cli`]: adapters for agent CLIs (claude stream-json, codex `exec --json`,
+//!   gemini stream-json, and plain prompt-argument commands). Each builds the
+//!   argv, runs the child with an explicit env in its own process group, parses
+//!   its event stream incrementally into [`AgentEvent`]s, and enforces belay's
+//!   own limits (turns, cost, wall time, idle time after the final result).
+//! * [`builtin`]: a tool-calling loop over the model clients, whose tools run in
+//!   a sandbox ([`workspace::Workspace`]).
+
+pub mod builtin;
+pub mod cli;
+mod event;
+pub mod parse;
+pub mod workspace;
+
+pub use event::{AgentEvent, AgentReport, Limits, StopReason};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot start the agent `{program}`: {source} (is it installed and on PATH?)")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("agent I/O: {0}")]
+    Io(String),
+    #[error(transparent)]
+    Model(#[from] belay_model::ModelError),
+    #[error(transparent)]
+    Record(#[from] belay_record::RecordError),
+    #[error("agent configuration: {0}")]
+    Config(String),
+}

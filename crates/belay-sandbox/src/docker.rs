@@ -452,6 +452,67 @@ impl ContainerRuntime for DockerRuntime {
             .map_err(|e| self.api_err("copy files into container", e))
     }
 
+    async fn read_file(
+        &self,
+        container: &str,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        self.check()?;
+        let mut stream = self.docker.download_from_container(
+            container,
+            Some(qp::DownloadFromContainerOptions {
+                path: path.to_string(),
+            }),
+        );
+        // The archive of one file: its header blocks, the content, padding.
+        let limit = max_bytes.saturating_add(64 * 1024);
+        let mut archive: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => return Ok(None),
+                Err(e) => return Err(self.api_err("read a file from the container", e)),
+            };
+            archive.extend_from_slice(&chunk);
+            if archive.len() as u64 > limit {
+                return Err(SandboxError::Docker {
+                    op: "read a file from the container",
+                    message: format!("{path} is larger than {max_bytes} bytes"),
+                });
+            }
+        }
+        let mut ar = tar::Archive::new(archive.as_slice());
+        let entries = ar.entries().map_err(|e| SandboxError::Docker {
+            op: "read a file from the container",
+            message: e.to_string(),
+        })?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| SandboxError::Docker {
+                op: "read a file from the container",
+                message: e.to_string(),
+            })?;
+            if !entry.header().entry_type().is_file() {
+                continue;
+            }
+            if entry.size() > max_bytes {
+                return Err(SandboxError::Docker {
+                    op: "read a file from the container",
+                    message: format!("{path} is larger than {max_bytes} bytes"),
+                });
+            }
+            let mut out = Vec::with_capacity(entry.size() as usize);
+            std::io::Read::read_to_end(&mut entry, &mut out).map_err(|e| SandboxError::Docker {
+                op: "read a file from the container",
+                message: e.to_string(),
+            })?;
+            return Ok(Some(out));
+        }
+        Ok(None)
+    }
+
     async fn exec(
         &self,
         container: &str,

@@ -157,6 +157,14 @@ pub trait ContainerRuntime: Send + Sync {
         container: &str,
         files: &[(String, Vec<u8>, u32)],
     ) -> Result<(), SandboxError>;
+    /// Read one regular file out of the container (at most `max_bytes`; a
+    /// larger file is an error). `Ok(None)` when there is no such file.
+    async fn read_file(
+        &self,
+        container: &str,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, SandboxError>;
 
     async fn exec(
         &self,

@@ -32,6 +32,32 @@ pub enum Command {
     /// The environment builder: plan and build a validated image for a repository.
     #[command(subcommand)]
     Env(EnvCommand),
+    /// Models: the scripted model server.
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Serve OpenAI Responses, Chat Completions and Anthropic Messages from a
+    /// script of turns, and log every request (rehearse without spending tokens).
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The script (YAML or JSON; see docs/models-and-agents.md).
+    #[arg(long)]
+    pub script: PathBuf,
+    /// Port to listen on (0: any free port; the address is printed).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Append every request received to this JSONL file (default: <script>.requests.jsonl).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -26,6 +26,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Env(EnvCommand::Shell(a)) => env_shell(a).await,
         Command::Env(EnvCommand::BuildProjects(a)) => crate::batch::build_projects(*a).await,
         Command::Env(EnvCommand::Gc(a)) => env_gc(a).await,
+        Command::Model(ModelCommand::Replay(a)) => crate::model_cmd::replay(a).await,
     }
 }
 

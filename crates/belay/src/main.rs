@@ -4,6 +4,7 @@
 mod batch;
 mod cli;
 mod commands;
+mod model_cmd;
 mod progress;
 
 use std::process::ExitCode;

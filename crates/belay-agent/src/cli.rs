@@ -1,0 +1,567 @@
+//! Agent CLI adapters and the runner that watches them.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use belay_model::{Prices, Secret};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::event::Tally;
+use crate::parse::{ClaudeParser, CodexParser, GeminiParser, PlainParser, StreamParser};
+use crate::{AgentError, AgentEvent, AgentReport, Limits, StopReason};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CliKind {
+    Claude,
+    Codex,
+    Gemini,
+    /// Any command with the prompt as an argument (aider, grok, agy...): stdout is the answer.
+    Plain,
+}
+
+impl std::str::FromStr for CliKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "claude" => Ok(CliKind::Claude),
+            "codex" => Ok(CliKind::Codex),
+            "gemini" => Ok(CliKind::Gemini),
+            "plain" => Ok(CliKind::Plain),
+            o => Err(format!(
+                "unknown agent CLI `{o}`: use claude, codex, gemini or plain"
+            )),
+        }
+    }
+}
+
+/// Where a CLI should send its model requests (instead of its vendor's default).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub base_url: String,
+    pub key: Option<Secret>,
+}
+
+/// What to run for one prompt.
+#[derive(Debug, Clone)]
+pub struct CliCommand {
+    /// The program first.
+    pub argv: Vec<String>,
+    pub stdin: Option<String>,
+    /// Additions to the scrubbed environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// An agent CLI and how to call it.
+#[derive(Debug, Clone)]
+pub struct CliAgent {
+    pub kind: CliKind,
+    /// The executable: a name on PATH or a path.
+    pub program: String,
+    pub model: Option<String>,
+    /// Plain CLIs: the arguments, with `{prompt}` where the prompt goes
+    /// (e.g. `["--message", "{prompt}"]`). Without `{prompt}`, it goes on stdin.
+    pub template: Vec<String>,
+    /// Send the prompt on stdin instead of as an argument (long prompts).
+    pub prompt_on_stdin: bool,
+    /// Let the CLI run tools without asking. An explicit opt-in: off by default.
+    pub auto_approve: bool,
+    pub endpoint: Option<Endpoint>,
+    /// The CLI's own turn limit flag, where it has one (belay enforces its own anyway).
+    pub max_turns: Option<u32>,
+    pub extra_args: Vec<String>,
+}
+
+impl CliAgent {
+    pub fn new(kind: CliKind) -> Self {
+        CliAgent {
+            kind,
+            program: match kind {
+                CliKind::Claude => "claude",
+                CliKind::Codex => "codex",
+                CliKind::Gemini => "gemini",
+                CliKind::Plain => "",
+            }
+            .to_string(),
+            model: None,
+            template: Vec::new(),
+            prompt_on_stdin: false,
+            auto_approve: false,
+            endpoint: None,
+            max_turns: None,
+            extra_args: Vec::new(),
+        }
+    }
+
+    pub fn parser(&self) -> Box<dyn StreamParser> {
+        match self.kind {
+            CliKind::Claude => Box::new(ClaudeParser::default()),
+            CliKind::Codex => Box::new(CodexParser::default()),
+            CliKind::Gemini => Box::new(GeminiParser::default()),
+            CliKind::Plain => Box::new(PlainParser::default()),
+        }
+    }
+
+    /// The argv (program first), stdin and the env additions for one prompt.
+    pub fn command(&self, prompt: &str) -> Result<CliCommand, AgentError> {
+        if self.program.is_empty() {
+            return Err(AgentError::Config(
+                "the agent CLI has no program to run".into(),
+            ));
+        }
+        let mut argv = vec![self.program.clone()];
+        let mut env = Vec::new();
+        let stdin = self.prompt_on_stdin.then(|| prompt.to_string());
+        let prompt_arg = |on_stdin: &str| {
+            if stdin.is_some() {
+                on_stdin.to_string()
+            } else {
+                prompt.to_string()
+            }
+        };
+        match self.kind {
+            CliKind::Claude => {
+                argv.extend(["-p".into(), prompt_arg("")]);
+                if stdin.is_some() {
+                    argv.pop();
+                }
+                argv.extend(["--output-format", "stream-json", "--verbose"].map(String::from));
+                if let Some(m) = &self.model {
+                    argv.extend(["--model".into(), m.clone()]);
+                }
+                if let Some(n) = self.max_turns {
+                    argv.extend(["--max-turns".into(), n.to_string()]);
+                }
+                if self.auto_approve {
+                    argv.push("--dangerously-skip-permissions".into());
+                }
+                if let Some(e) = &self.endpoint {
+                    env.push(("ANTHROPIC_BASE_URL".into(), e.base_url.clone()));
+                    if let Some(k) = &e.key {
+                        env.push(("ANTHROPIC_API_KEY".into(), k.expose().to_string()));
+                    }
+                }
+            }
+            CliKind::Codex => {
+                argv.extend(["exec", "--json", "--skip-git-repo-check"].map(String::from));
+                if self.auto_approve {
+                    argv.push("--dangerously-bypass-approvals-and-sandbox".into());
+                } else {
+                    argv.extend(["--sandbox".into(), "workspace-write".into()]);
+                }
+                if let Some(m) = &self.model {
+                    argv.extend(["-m".into(), m.clone()]);
+                }
+                if let Some(e) = &self.endpoint {
+                    let mut cfg = vec![
+                        "model_provider=belay".to_string(),
+                        "model_providers.belay.name=\"belay\"".to_string(),
+                        format!("model_providers.belay.base_url={}", toml_str(&e.base_url)),
+                        "model_providers.belay.wire_api=\"responses\"".to_string(),
+                    ];
+                    if let Some(k) = &e.key {
+                        cfg.push("model_providers.belay.env_key=\"BELAY_AGENT_API_KEY\"".into());
+                        env.push(("BELAY_AGENT_API_KEY".into(), k.expose().to_string()));
+                    }
+                    for c in cfg {
+                        argv.extend(["-c".into(), c]);
+                    }
+                }
+                argv.extend(self.extra_args.iter().cloned());
+                argv.push(prompt_arg("-"));
+                return Ok(CliCommand { argv, stdin, env });
+            }
+            CliKind::Gemini => {
+                argv.extend(["-p".into(), prompt_arg("")]);
+                argv.extend(["--output-format", "stream-json"].map(String::from));
+                if let Some(m) = &self.model {
+                    argv.extend(["-m".into(), m.clone()]);
+                }
+                if self.auto_approve {
+                    argv.push("--yolo".into());
+                }
+                if let Some(e) = &self.endpoint {
+                    env.push(("GOOGLE_GEMINI_BASE_URL".into(), e.base_url.clone()));
+                    if let Some(k) = &e.key {
+                        env.push(("GEMINI_API_KEY".into(), k.expose().to_string()));
+                    }
+                }
+            }
+            CliKind::Plain => {
+                let has_slot = self.template.iter().any(|a| a.contains("{prompt}"));
+                for a in &self.template {
+                    let a = a.replace("{model}", self.model.as_deref().unwrap_or(""));
+                    argv.push(if stdin.is_none() {
+                        a.replace("{prompt}", prompt)
+                    } else {
+                        a.replace("{prompt}", "")
+                    });
+                }
+                argv.extend(self.extra_args.iter().cloned());
+                let stdin = if has_slot {
+                    stdin
+                } else {
+                    Some(prompt.to_string())
+                };
+                return Ok(CliCommand { argv, stdin, env });
+            }
+        }
+        argv.extend(self.extra_args.iter().cloned());
+        Ok(CliCommand { argv, stdin, env })
+    }
+}
+
+fn toml_str(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The host environment a CLI child starts from: only these variables pass
+/// (everything else, secrets included, is scrubbed); callers add what the
+/// agent needs.
+pub const PASS_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "SHELL",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "CODEX_HOME",
+    "CLAUDE_CONFIG_DIR",
+    "GEMINI_CLI_HOME",
+];
+
+pub fn scrubbed_env() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = PASS_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    env.push(("TERM".into(), "dumb".into()));
+    env.push(("NO_COLOR".into(), "1".into()));
+    env.push(("CI".into(), "1".into()));
+    env
+}
+
+/// A process to run.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub stdin: Option<String>,
+    /// The complete environment (nothing is inherited).
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+}
+
+impl Launch {
+    /// A CLI agent's launch in `cwd`: scrubbed env, then the agent's additions.
+    pub fn for_agent(
+        agent: &CliAgent,
+        prompt: &str,
+        cwd: PathBuf,
+        extra_env: &[(String, String)],
+    ) -> Result<Self, AgentError> {
+        let CliCommand {
+            argv,
+            stdin,
+            env: add,
+        } = agent.command(prompt)?;
+        let mut env = scrubbed_env();
+        for (k, v) in add.into_iter().chain(extra_env.iter().cloned()) {
+            env.retain(|(x, _)| *x != k);
+            env.push((k, v));
+        }
+        Ok(Launch {
+            argv,
+            stdin,
+            env,
+            cwd,
+        })
+    }
+}
+
+/// The longest line taken from a CLI; longer lines are cut (and reported).
+pub const MAX_LINE: usize = 32 * 1024 * 1024;
+const STDERR_KEEP: usize = 8 * 1024;
+
+/// Read one line into `line` (bounded). Cancel-safe: bytes move from the
+/// reader's buffer into `line` in one step. Returns false at end of stream.
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+    cut: &mut bool,
+) -> std::io::Result<bool> {
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(!line.is_empty());
+        }
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, Some(i + 1)),
+            None => (buf.len(), None),
+        };
+        let room = MAX_LINE.saturating_sub(line.len());
+        if take > room {
+            *cut = true;
+        }
+        line.extend_from_slice(&buf[..take.min(room)]);
+        match done {
+            Some(n) => {
+                r.consume(n);
+                return Ok(true);
+            }
+            None => {
+                let n = buf.len();
+                r.consume(n);
+            }
+        }
+    }
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Run a CLI to completion or to one of belay's limits. `on_event` sees every
+/// event as it is parsed (to record the trajectory).
+pub async fn run(
+    launch: &Launch,
+    parser: &mut dyn StreamParser,
+    limits: &Limits,
+    prices: Option<Prices>,
+    on_event: &mut (dyn FnMut(&AgentEvent) + Send),
+) -> Result<AgentReport, AgentError> {
+    let t0 = Instant::now();
+    let program = launch.argv.first().cloned().unwrap_or_default();
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&launch.argv[1..])
+        .env_clear()
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&launch.cwd)
+        .process_group(0)
+        .stdin(if launch.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|source| AgentError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let pid = child.id();
+    if let (Some(text), Some(mut stdin)) = (launch.stdin.clone(), child.stdin.take()) {
+        tokio::spawn(async move {
+            let _ = stdin.write_all(text.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    let stderr_task = child.stderr.take().map(|mut e| {
+        tokio::spawn(async move {
+            let mut keep: Vec<u8> = Vec::new();
+            let mut buf = vec![0u8; 8192];
+            while let Ok(n) = e.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                keep.extend_from_slice(&buf[..n]);
+                if keep.len() > 2 * STDERR_KEEP {
+                    keep.drain(..keep.len() - STDERR_KEEP);
+                }
+            }
+            let s = String::from_utf8_lossy(&keep[keep.len().saturating_sub(STDERR_KEEP)..])
+                .into_owned();
+            s
+        })
+    });
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| AgentError::Io("no stdout pipe".into()))?;
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+
+    let mut tally = Tally::default();
+    let mut stop: Option<StopReason> = None;
+    let mut line = Vec::with_capacity(4096);
+    let mut cut = false;
+    let mut events = Vec::new();
+    let wall_deadline = limits.wall_time.map(|w| tokio::time::Instant::now() + w);
+    let mut idle_deadline = limits.idle.map(|i| tokio::time::Instant::now() + i);
+    let mut grace_deadline: Option<tokio::time::Instant> = None;
+    let mut killed_after_result = false;
+    let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+
+    loop {
+        let deadline = [wall_deadline, idle_deadline, grace_deadline]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(far);
+        tokio::select! {
+            r = next_line(&mut reader, &mut line, &mut cut) => {
+                match r {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => break,
+                }
+                if let Some(i) = limits.idle {
+                    idle_deadline = Some(tokio::time::Instant::now() + i);
+                }
+                if cut {
+                    events.push(AgentEvent::Error { message: format!("an output line longer than {MAX_LINE} bytes was cut"), fatal: false });
+                    cut = false;
+                }
+                if !line.iter().all(u8::is_ascii_whitespace) {
+                    parser.line(&line, &mut events);
+                }
+                line.clear();
+                for ev in events.drain(..) {
+                    tally.take(&ev);
+                    on_event(&ev);
+                    if matches!(ev, AgentEvent::Final { .. }) && grace_deadline.is_none() {
+                        grace_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
+                    }
+                }
+                if let Some(max) = limits.max_turns {
+                    if tally.turns > max {
+                        stop = Some(StopReason::TurnLimit { limit: max });
+                    }
+                }
+                if let Some(max) = limits.max_cost_usd {
+                    if cost(&tally, prices) > max {
+                        stop = Some(StopReason::CostLimit { limit_usd: max });
+                    }
+                }
+                if stop.is_some() {
+                    break;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                let now = tokio::time::Instant::now();
+                if grace_deadline.is_some_and(|g| now >= g) {
+                    killed_after_result = true;
+                } else if wall_deadline.is_some_and(|w| now >= w) {
+                    stop = Some(StopReason::WallTime { limit_s: limits.wall_time.map(|d| d.as_secs_f64()).unwrap_or(0.0) });
+                } else {
+                    stop = Some(StopReason::Idle { limit_s: limits.idle.map(|d| d.as_secs_f64()).unwrap_or(0.0) });
+                }
+                break;
+            }
+        }
+    }
+
+    // Stopped by a limit, or hanging after its result: kill the whole group.
+    let status = if stop.is_some() || killed_after_result {
+        kill_group(pid);
+        tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    } else {
+        // End of output: the process should exit now; it gets the grace time
+        // (its children may hold the pipe or linger).
+        match tokio::time::timeout(limits.final_grace, child.wait()).await {
+            Ok(s) => {
+                kill_group(pid); // leftover grandchildren
+                s.ok()
+            }
+            Err(_) => {
+                if tally.final_event.is_some() {
+                    killed_after_result = true;
+                }
+                kill_group(pid);
+                tokio::time::timeout(Duration::from_secs(10), child.wait())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+        }
+    };
+    let exit_code = status.and_then(|s| s.code());
+    if stop.is_none() {
+        parser.finish(&mut events, exit_code);
+        for ev in events.drain(..) {
+            tally.take(&ev);
+            on_event(&ev);
+        }
+    }
+    let stderr_tail = match stderr_task {
+        Some(t) => tokio::time::timeout(Duration::from_secs(2), t)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+
+    let (stop, final_text, interim) = match stop {
+        Some(s) => {
+            let why = s.describe();
+            (s, tally.interim_report(&why), true)
+        }
+        None => match &tally.final_event {
+            Some((text, false, _)) if tally.fatal_error.is_none() => {
+                (StopReason::Completed, text.clone(), false)
+            }
+            Some((text, _, sub)) => {
+                let message = tally
+                    .fatal_error
+                    .clone()
+                    .or_else(|| sub.clone())
+                    .unwrap_or_else(|| "the agent reported an error".into());
+                (StopReason::Failed { message }, text.clone(), false)
+            }
+            None => {
+                let message = match exit_code {
+                    Some(c) => format!("exited with code {c} without a final result"),
+                    None => "ended without a final result".into(),
+                };
+                let message = match &tally.fatal_error {
+                    Some(e) => format!("{message}: {e}"),
+                    None => message,
+                };
+                let text = tally.interim_report(&message);
+                (StopReason::Failed { message }, text, true)
+            }
+        },
+    };
+    Ok(AgentReport {
+        final_text,
+        stop,
+        interim,
+        session_id: tally.session_id.clone(),
+        turns: tally.turns,
+        usage: tally.total_usage(),
+        cost_usd: cost(&tally, prices),
+        exit_code,
+        killed_after_result,
+        events: tally.events,
+        commands: tally.commands.clone(),
+        files_changed: tally.files.clone(),
+        stderr_tail,
+        duration_s: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Cost: what belay computes from the tokens, or what the CLI reported if more.
+fn cost(t: &Tally, prices: Option<Prices>) -> f64 {
+    let computed = prices.map(|p| p.cost(&t.total_usage())).unwrap_or(0.0);
+    computed.max(t.reported_cost.unwrap_or(0.0))
+}
