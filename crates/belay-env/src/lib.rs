@@ -10,6 +10,7 @@ pub mod cache;
 pub mod dockerfile;
 mod error;
 pub mod gc;
+pub mod llm;
 pub mod manifest;
 pub mod oracle;
 pub mod plan;

@@ -45,6 +45,9 @@ pub struct LlmUsage {
     pub reasoning_tokens: u64,
     pub latency_s: f64,
     pub cost_usd: f64,
+    /// Each time the model failed and the rules answered instead, and why.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

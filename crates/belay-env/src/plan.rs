@@ -66,6 +66,11 @@ pub struct Block {
 }
 
 impl Block {
+    /// A planned block from its parts (the script is rendered with the standard header).
+    pub fn planned(id: &str, title: &str, goal: &str, body: &[String], validation: &str) -> Self {
+        Self::new(id, title, goal, body, validation)
+    }
+
     fn new(id: &str, title: &str, goal: &str, body: &[String], validation: &str) -> Self {
         Block {
             id: id.to_string(),

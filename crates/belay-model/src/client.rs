@@ -329,3 +329,28 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+/// Everything needed to make clients for a run: where, which model, prices.
+/// The ledger (and so `llm-usage.json`) is made per run, where its path is known.
+#[derive(Debug, Clone)]
+pub struct ModelSetup {
+    pub config: ClientConfig,
+    pub prices: crate::PriceTable,
+}
+
+impl ModelSetup {
+    /// A client whose usage goes to `usage_path` (None: memory only).
+    pub fn client(
+        &self,
+        usage_path: Option<std::path::PathBuf>,
+    ) -> Result<ModelClient, ModelError> {
+        let ledger = Arc::new(UsageLedger::new(
+            usage_path,
+            self.config.api,
+            &self.config.model,
+            &self.config.base_url,
+            &self.prices,
+        ));
+        ModelClient::new(self.config.clone(), ledger)
+    }
+}

@@ -20,7 +20,7 @@ pub mod sse;
 mod types;
 mod usage;
 
-pub use client::{ClientConfig, ModelClient};
+pub use client::{ClientConfig, ModelClient, ModelSetup};
 pub use error::ModelError;
 pub use keys::Secret;
 pub use types::{Api, Message, Request, Response, ToolCall, ToolSpec, Usage};

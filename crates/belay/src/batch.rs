@@ -122,7 +122,7 @@ pub async fn build_projects(a: BuildProjectsArgs) -> Result<u8, Failure> {
         )));
     }
     let rt = connect().await?;
-    let b = build_options(std::path::Path::new("."), &a.common);
+    let b = build_options(std::path::Path::new("."), &a.common)?;
     let opts = BatchOptions {
         projects_file: a.projects_file.clone(),
         projects_dir: a.projects_dir.clone(),

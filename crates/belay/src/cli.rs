@@ -170,8 +170,83 @@ fn parse_age(s: &str) -> Result<std::time::Duration, String> {
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Planner {
+    /// The model when a key or a base URL is configured, else the rules.
+    Auto,
+    /// A model (the rules answer when it fails, and the reason is logged).
+    Llm,
     /// Deterministic, file-based rules.
     Rules,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LlmApi {
+    Responses,
+    ChatCompletions,
+    Anthropic,
+}
+
+impl From<LlmApi> for belay_model::Api {
+    fn from(a: LlmApi) -> Self {
+        match a {
+            LlmApi::Responses => belay_model::Api::Responses,
+            LlmApi::ChatCompletions => belay_model::Api::ChatCompletions,
+            LlmApi::Anthropic => belay_model::Api::Anthropic,
+        }
+    }
+}
+
+fn parse_secs(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    if let Some(ms) = s.strip_suffix("ms") {
+        return ms
+            .parse::<u64>()
+            .map(std::time::Duration::from_millis)
+            .map_err(|_| format!("{s:?} is not a duration like 500ms, 2s or 5m"));
+    }
+    if let Ok(f) = s.parse::<f64>() {
+        if f.is_finite() && f >= 0.0 {
+            return Ok(std::time::Duration::from_secs_f64(f));
+        }
+    }
+    belay_env::gc::parse_duration(s)
+}
+
+/// Model settings. Keys come only from the environment (or ./.env, which never
+/// overrides the environment): never from a flag, never written anywhere.
+#[derive(Debug, Clone, Args)]
+pub struct LlmArgs {
+    #[arg(long, value_enum, default_value = "auto")]
+    pub planner: Planner,
+    /// Model name (default: $BELAY_MODEL).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Model endpoint, e.g. http://127.0.0.1:8081/v1 (default: $OPENAI_BASE_URL, else the vendor's).
+    #[arg(long)]
+    pub openai_base_url: Option<String>,
+    /// Wire dialect of the endpoint.
+    #[arg(long, value_enum, default_value = "responses")]
+    pub llm_api: LlmApi,
+    /// The environment variable that holds the API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub llm_key_env: String,
+    /// Retries on 429, 5xx, connection errors and dropped streams.
+    #[arg(long, default_value_t = 3)]
+    pub llm_retries: u32,
+    /// First retry delay (doubled per retry, with jitter; Retry-After wins).
+    #[arg(long, default_value = "1s", value_parser = parse_secs)]
+    pub llm_retry_delay: std::time::Duration,
+    /// Limit for a whole model call, retries included (default: none).
+    #[arg(long, value_parser = parse_secs)]
+    pub llm_timeout: Option<std::time::Duration>,
+    /// Give up on a model stream that sends nothing for this long.
+    #[arg(long, default_value = "120s", value_parser = parse_secs)]
+    pub llm_idle_timeout: std::time::Duration,
+    /// Price table (TOML, USD per million tokens) for the cost in llm-usage.json.
+    #[arg(long)]
+    pub llm_prices: Option<PathBuf>,
+    /// Ask for whole replies instead of SSE streams.
+    #[arg(long)]
+    pub llm_no_stream: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -194,8 +269,8 @@ pub struct PlanArgs {
     /// The repository to analyse.
     #[arg(long)]
     pub repo: PathBuf,
-    #[arg(long, value_enum, default_value = "rules")]
-    pub planner: Planner,
+    #[command(flatten)]
+    pub llm: LlmArgs,
     /// Where to write context.json, blocks/ and scripts/ (default: <repo>/.belay/plan).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -209,8 +284,6 @@ pub struct BuildArgs {
     /// The repository to build an environment for.
     #[arg(long)]
     pub repo: PathBuf,
-    #[arg(long, value_enum, default_value = "rules")]
-    pub planner: Planner,
     /// State directory (default: <repo>/.belay).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
@@ -242,6 +315,8 @@ pub struct BuildArgs {
 /// Build settings shared by `build` and `build-projects`.
 #[derive(Debug, Clone, Args)]
 pub struct CommonBuildArgs {
+    #[command(flatten)]
+    pub llm: LlmArgs,
     /// Repository name for checkpoint images (build-projects: `<prefix>-<project>`).
     #[arg(long, default_value = "belay")]
     pub image_prefix: String,

@@ -21,7 +21,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Doctor(a) => doctor(a).await,
         Command::Image(ImageCommand::Bootstrap(a)) => image_bootstrap(a).await,
-        Command::Env(EnvCommand::Plan(a)) => env_plan(a),
+        Command::Env(EnvCommand::Plan(a)) => env_plan(a).await,
         Command::Env(EnvCommand::Build(a)) => env_build(*a).await,
         Command::Env(EnvCommand::Shell(a)) => env_shell(a).await,
         Command::Env(EnvCommand::BuildProjects(a)) => crate::batch::build_projects(*a).await,
@@ -221,12 +221,11 @@ async fn image_bootstrap(a: BootstrapArgs) -> Result<u8, Failure> {
 
 // ---------------------------------------------------------------- env plan
 
-fn env_plan(a: PlanArgs) -> Result<u8, Failure> {
-    let Planner::Rules = a.planner;
+async fn env_plan(a: PlanArgs) -> Result<u8, Failure> {
+    let setup = crate::model_cmd::model_setup(&a.llm)?;
     let mut ctx = belay_env::analyze::analyze(&a.repo)?;
     let notes = RuntimeNotes::assumed_debian();
-    let blocks = plan_rules(&ctx, &notes)?;
-    ctx.runtime_notes = Some(notes);
+    let mut blocks = plan_rules(&ctx, &notes)?;
     let out = a
         .out
         .clone()
@@ -239,6 +238,29 @@ fn env_plan(a: PlanArgs) -> Result<u8, Failure> {
             ))
         })?;
     }
+    let mut planner = "rules";
+    if let Some((setup, _key)) = &setup {
+        let client = setup
+            .client(Some(out.join("llm-usage.json")))
+            .map_err(|e| usage(e.to_string()))?;
+        let mut said = Vec::new();
+        match belay_env::llm::plan(&client, &ctx, &notes, &blocks, &mut |m| said.push(m)).await {
+            Ok(b) => {
+                blocks = b;
+                planner = "llm";
+            }
+            Err(why) => {
+                said.push(format!(
+                    "the model planner failed ({why}); falling back to the rules planner"
+                ));
+                planner = "rules (llm fallback)";
+            }
+        }
+        for m in said {
+            eprintln!("[belay] plan: {m}");
+        }
+    }
+    ctx.runtime_notes = Some(notes);
     belay_record::write_json_atomic(&out.join("context.json"), &ctx)?;
     for b in &blocks {
         belay_record::write_json_atomic(&out.join("blocks").join(format!("{}.json", b.id)), b)?;
@@ -248,7 +270,8 @@ fn env_plan(a: PlanArgs) -> Result<u8, Failure> {
         )?;
     }
     if a.json {
-        let v = serde_json::json!({"out": out, "context": ctx, "blocks": blocks});
+        let v =
+            serde_json::json!({"out": out, "planner": planner, "context": ctx, "blocks": blocks});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(0);
     }
@@ -274,6 +297,7 @@ fn env_plan(a: PlanArgs) -> Result<u8, Failure> {
             b.id, b.title, b.validation_command
         );
     }
+    println!("planner: {planner}");
     println!("written to {}", out.display());
     Ok(0)
 }
@@ -281,7 +305,6 @@ fn env_plan(a: PlanArgs) -> Result<u8, Failure> {
 // ---------------------------------------------------------------- env build
 
 async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
-    let Planner::Rules = a.planner;
     if !a.repo.is_dir() {
         return Err(usage(format!(
             "repository {} does not exist or is not a directory. Pass --repo with the path of a project directory",
@@ -309,7 +332,7 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
         belay_record::run_id::validate(id)?;
     }
     let rt = connect().await?;
-    let mut opts = build_options(&a.repo, &a.common);
+    let mut opts = build_options(&a.repo, &a.common)?;
     opts.state_dir = a.state_dir.clone();
     opts.run_id = a.run_id.clone();
     opts.keep_container = a.keep_container;
@@ -344,8 +367,14 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
 }
 
 /// Build options from the flags `build` and `build-projects` share.
-pub(crate) fn build_options(repo: &Path, c: &CommonBuildArgs) -> BuildOptions {
+pub(crate) fn build_options(repo: &Path, c: &CommonBuildArgs) -> Result<BuildOptions, Failure> {
     let mut opts = BuildOptions::new(repo);
+    if let Some((setup, key)) = crate::model_cmd::model_setup(&c.llm)? {
+        if let Some((name, k)) = key {
+            opts.redactor.add(name, k.expose());
+        }
+        opts.llm = Some(setup);
+    }
     opts.image_prefix = c.image_prefix.clone();
     opts.base = match (&c.base_image, &c.base_dockerfile) {
         (Some(i), _) => BaseSpec::Image(i.clone()),
@@ -363,7 +392,7 @@ pub(crate) fn build_options(repo: &Path, c: &CommonBuildArgs) -> BuildOptions {
     opts.cache = !c.control.no_cache;
     opts.force_clean_replay = c.control.force_clean_replay;
     opts.oracle_collect_only = c.control.oracle_collect_only;
-    opts
+    Ok(opts)
 }
 
 // ---------------------------------------------------------------- env gc

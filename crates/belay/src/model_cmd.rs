@@ -51,3 +51,73 @@ pub async fn replay(a: ReplayArgs) -> Result<u8, Failure> {
     }
     Ok(0)
 }
+
+/// The model to plan and repair with, from the flags, the environment and
+/// ./.env; `None` when the rules plan. Also the key, for the redactor.
+pub fn model_setup(
+    a: &crate::cli::LlmArgs,
+) -> Result<
+    Option<(
+        belay_model::ModelSetup,
+        Option<(String, belay_model::Secret)>,
+    )>,
+    Failure,
+> {
+    use crate::cli::Planner;
+    use belay_model::{Api, ClientConfig, ModelSetup, PriceTable};
+    if a.planner == Planner::Rules {
+        return Ok(None);
+    }
+    let settings = match std::env::current_dir() {
+        Ok(d) => belay_model::keys::Settings::load(&d),
+        Err(_) => belay_model::keys::Settings::env_only(),
+    };
+    let api: Api = a.llm_api.into();
+    let key_env = if api == Api::Anthropic && a.llm_key_env == "OPENAI_API_KEY" {
+        "ANTHROPIC_API_KEY".to_string()
+    } else {
+        a.llm_key_env.clone()
+    };
+    let key = settings.secret(&key_env);
+    let base_env = if api == Api::Anthropic {
+        "ANTHROPIC_BASE_URL"
+    } else {
+        "OPENAI_BASE_URL"
+    };
+    let base = a.openai_base_url.clone().or_else(|| settings.var(base_env));
+    if key.is_none() && base.is_none() {
+        if a.planner == Planner::Llm {
+            return Err(usage(format!(
+                "--planner llm needs a model: set {key_env} (in the environment or ./.env), or pass --openai-base-url (or set {base_env}) for a server that needs no key"
+            )));
+        }
+        return Ok(None);
+    }
+    let model = a
+        .model
+        .clone()
+        .or_else(|| settings.var("BELAY_MODEL"))
+        .unwrap_or_else(|| {
+            match api {
+                Api::Anthropic => "claude-sonnet-4-5",
+                _ => "gpt-5-mini",
+            }
+            .to_string()
+        });
+    let base = base.unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
+    let mut config = ClientConfig::new(api, &base, &model);
+    config.key = key.clone();
+    config.stream = !a.llm_no_stream;
+    config.retries = a.llm_retries;
+    config.retry_delay = a.llm_retry_delay;
+    config.timeout = a.llm_timeout;
+    config.idle_timeout = a.llm_idle_timeout;
+    let prices = match &a.llm_prices {
+        Some(p) => PriceTable::load(p).map_err(usage)?,
+        None => PriceTable::builtin(),
+    };
+    Ok(Some((
+        ModelSetup { config, prices },
+        key.map(|k| (key_env, k)),
+    )))
+}

@@ -92,6 +92,8 @@ pub struct BuildOptions {
     pub cache: bool,
     /// Replay the final scripts even when the forward run already was one.
     pub force_clean_replay: bool,
+    /// Plan and repair with this model (the rules stay the fallback).
+    pub llm: Option<belay_model::ModelSetup>,
 }
 
 impl BuildOptions {
@@ -118,6 +120,7 @@ impl BuildOptions {
             max_probe_failures: 5,
             cache: true,
             force_clean_replay: false,
+            llm: None,
         }
     }
 }
@@ -211,6 +214,14 @@ pub async fn build(
 
     let previous = read_manifest(&dir)?;
     let prev_blocks = read_blocks(&dir)?;
+    let llm = match &opts.llm {
+        Some(setup) => Some(
+            setup
+                .client(Some(dir.llm_usage()))
+                .map_err(|e| EnvError::Usage(e.to_string()))?,
+        ),
+        None => None,
+    };
     let mut run = Run {
         rt,
         dir: dir.clone(),
@@ -232,6 +243,7 @@ pub async fn build(
         image_ids: HashMap::new(),
         diverged: false,
         current_checkpoint: None,
+        llm,
     };
     // Attempt numbers continue across starts, so that no earlier log is overwritten.
     if let Some(prev) = &previous {
@@ -411,9 +423,114 @@ pub(crate) struct Run<'a> {
     pub(crate) diverged: bool,
     /// The checkpoint the current container started from (for records).
     pub(crate) current_checkpoint: Option<String>,
+    /// The model client, when planning and repair use a model.
+    pub(crate) llm: Option<belay_model::ModelClient>,
 }
 
 impl Run<'_> {
+    /// The plan: the model's when a model is configured and answers well,
+    /// else the rules' (the reason is logged and kept in the manifest).
+    pub(crate) async fn plan_blocks(
+        &mut self,
+        ctx: &RepoContext,
+        notes: &RuntimeNotes,
+    ) -> Result<Vec<Block>, EnvError> {
+        let rules = plan_rules(ctx, notes)?;
+        let Some(client) = self.llm.clone() else {
+            return Ok(rules);
+        };
+        self.manifest.llm_usage.planner = "llm".into();
+        self.manifest.llm_usage.model = Some(client.config().model.clone());
+        let mut said = Vec::new();
+        let t0 = Instant::now();
+        let answer = crate::llm::plan(&client, ctx, notes, &rules, &mut |m| said.push(m)).await;
+        for m in said {
+            self.phase("plan", m);
+        }
+        let (blocks, what, ok) = match answer {
+            Ok(b) => {
+                let what = format!(
+                    "model plan ({}): {}",
+                    client.config().model,
+                    b.iter()
+                        .map(|b| b.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                (b, what, true)
+            }
+            Err(why) => {
+                let what =
+                    format!("the model planner failed ({why}); falling back to the rules planner");
+                self.manifest
+                    .llm_usage
+                    .fallbacks
+                    .push(format!("plan: {why}"));
+                (rules, what, false)
+            }
+        };
+        self.phase("plan", what.clone());
+        self.record_phase("plan", "llm_plan", &what, ok, t0.elapsed())?;
+        Ok(blocks)
+    }
+
+    /// A bookkeeping record of a phase that ran no container command.
+    pub(crate) fn record_phase(
+        &mut self,
+        block: &str,
+        phase: &str,
+        what: &str,
+        ok: bool,
+        took: Duration,
+    ) -> Result<(), EnvError> {
+        let attempt = self.next_attempt(block, phase);
+        self.record(crate::manifest::Execution {
+            block_id: block.to_string(),
+            phase: phase.to_string(),
+            attempt,
+            exit_code: Some(if ok { 0 } else { 1 }),
+            timed_out: false,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            checkpoint_before: self.current_checkpoint.clone(),
+            checkpoint_after: None,
+            repair_command: None,
+            duration_s: round3(took.as_secs_f64()),
+            command: what.to_string(),
+            log_path: None,
+            started_at: belay_record::now_rfc3339(),
+        })
+    }
+
+    /// `llm-usage.json`: the model ledger's full report (when a model was
+    /// used) with the planner and fallbacks; the manifest gets the totals.
+    fn write_llm_usage(&mut self) -> Result<(), EnvError> {
+        let Some(client) = &self.llm else {
+            return write_redacted_json(
+                &self.dir.llm_usage(),
+                &self.manifest.llm_usage,
+                &self.redactor,
+            );
+        };
+        let r = client.ledger().report();
+        let u = &mut self.manifest.llm_usage;
+        u.model = Some(r.model.clone());
+        u.requests = r.requests;
+        u.retries = r.retries;
+        u.input_tokens = r.input_tokens;
+        u.cached_input_tokens = r.cached_tokens;
+        u.output_tokens = r.output_tokens;
+        u.reasoning_tokens = r.reasoning_tokens;
+        u.latency_s = round3(r.latency_s_total);
+        u.cost_usd = r.cost_usd;
+        let mut v = serde_json::to_value(&r).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("planner".into(), serde_json::json!(u.planner));
+            o.insert("fallbacks".into(), serde_json::json!(u.fallbacks));
+        }
+        write_redacted_json(&self.dir.llm_usage(), &v, &self.redactor)
+    }
+
     pub(crate) fn save(&mut self) -> Result<(), EnvError> {
         self.manifest.duration_s = round3(self.started.elapsed().as_secs_f64());
         write_redacted_json(&self.dir.manifest(), &self.manifest, &self.redactor)?;
@@ -1126,7 +1243,7 @@ impl Run<'_> {
                 // the plan for its base image.
                 let mut blocks = match prev_blocks {
                     Some(b) => b,
-                    None => plan_rules(&ctx, &notes)?,
+                    None => self.plan_blocks(&ctx, &notes).await?,
                 };
                 if self.opts.resume_from.is_none() {
                     self.warn_if_repo_changed().await;
@@ -1221,12 +1338,13 @@ impl Run<'_> {
                         self.phase("plan", "reusing blocks/*.json of this run id");
                         b
                     }
-                    None => plan_rules(
-                        &ctx,
-                        ctx.runtime_notes
-                            .as_ref()
-                            .unwrap_or(&RuntimeNotes::assumed_debian()),
-                    )?,
+                    None => {
+                        let notes = ctx
+                            .runtime_notes
+                            .clone()
+                            .unwrap_or_else(RuntimeNotes::assumed_debian);
+                        self.plan_blocks(&ctx, &notes).await?
+                    }
                 };
                 (blocks, 0, current)
             }
@@ -1788,11 +1906,7 @@ impl Run<'_> {
         }
         .into();
         self.manifest.finished_at = Some(belay_record::now_rfc3339());
-        write_redacted_json(
-            &self.dir.llm_usage(),
-            &self.manifest.llm_usage,
-            &self.redactor,
-        )?;
+        self.write_llm_usage()?;
         self.save()?;
         self.obs.event(&BuildEvent::Finished {
             ok: self.manifest.ok,

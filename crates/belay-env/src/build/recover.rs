@@ -54,7 +54,13 @@ impl Run<'_> {
                 &failure_now.stdout_tail,
                 &failure_now.stderr_tail,
             );
-            let proposals = repair::propose(&text, &self.ctx, &tried);
+            let mut proposals = repair::propose(&text, &self.ctx, &tried);
+            if let Some(p) = self
+                .llm_proposal(blocks, i, &text, &proposals, &tried)
+                .await?
+            {
+                proposals.insert(0, p);
+            }
             let Some(p) = self
                 .choose(&blocks[i].id, proposals, &mut tried, &mut probe_failures)
                 .await?
@@ -204,6 +210,114 @@ impl Run<'_> {
             self.opts.max_repair_attempts,
             history.join("; ")
         )))
+    }
+
+    /// Ask the model for a fix (when a model is configured). It may first ask
+    /// for read-only probes, which run here (validated) as `llm_probe`. Any
+    /// failure is logged and the rules answer instead.
+    async fn llm_proposal(
+        &mut self,
+        blocks: &[Block],
+        i: usize,
+        failure_text: &str,
+        rules: &[Proposal],
+        tried: &[String],
+    ) -> Result<Option<Proposal>, EnvError> {
+        let Some(client) = self.llm.clone() else {
+            return Ok(None);
+        };
+        let block = &blocks[i];
+        let notes = self.ctx.runtime_notes.clone();
+        let input = crate::llm::RepairInput {
+            block,
+            failure: failure_text,
+            notes: notes.as_ref(),
+            hints: rules
+                .iter()
+                .map(|p| (p.rule_id.clone(), p.hint.clone(), p.fix.clone()))
+                .collect(),
+            tried,
+            earlier: blocks[..i].iter().map(|b| b.id.clone()).collect(),
+        };
+        let t0 = std::time::Instant::now();
+        let mut said = Vec::new();
+        let mut answer = crate::llm::repair(&client, &input, &[], &mut |m| said.push(m)).await;
+        if let Ok(a) = &answer {
+            if a.fix.is_none() && !a.probes.is_empty() {
+                let mut results = Vec::new();
+                for probe in a.probes.clone() {
+                    let (out, log) = self
+                        .exec(
+                            &block.id,
+                            "llm_probe",
+                            vec!["bash".into(), "-c".into(), probe.clone()],
+                            &probe,
+                            PROBE_TIMEOUT,
+                            None,
+                        )
+                        .await?;
+                    let mut text = repair::failure_text(&log, &out.stdout_tail, &out.stderr_tail);
+                    if text.len() > 2048 {
+                        let mut cut = text.len() - 2048;
+                        while !text.is_char_boundary(cut) {
+                            cut += 1;
+                        }
+                        text.replace_range(..cut, "");
+                    }
+                    results.push((probe, out.exit_code, text));
+                }
+                answer = crate::llm::repair(&client, &input, &results, &mut |m| said.push(m)).await;
+            }
+        }
+        for m in said {
+            self.phase("repair", m);
+        }
+        match answer {
+            Ok(a) => {
+                let Some(fix) = a.fix.clone() else {
+                    return Ok(None);
+                };
+                if tried.contains(&fix) {
+                    self.phase(
+                        "repair",
+                        "the model proposed a fix already tried; using the rules",
+                    );
+                    return Ok(None);
+                }
+                let what = format!(
+                    "model repair: {} -> `{}`",
+                    a.diagnosis,
+                    fix.replace('\n', "; ")
+                );
+                self.record_phase(&block.id, "llm_repair", &what, true, t0.elapsed())?;
+                Ok(Some(Proposal {
+                    rule_id: "llm".into(),
+                    fix,
+                    probe: None,
+                    blame: a
+                        .blame
+                        .as_deref()
+                        .and_then(|b| b.split_once('-'))
+                        .map(|(_, role)| role.to_string()),
+                    hint: if a.diagnosis.is_empty() {
+                        "the model's fix".into()
+                    } else {
+                        a.diagnosis
+                    },
+                }))
+            }
+            Err(why) => {
+                let what =
+                    format!("the model repair failed ({why}); falling back to the repair rules");
+                self.phase("repair", what.clone());
+                self.manifest
+                    .llm_usage
+                    .fallbacks
+                    .push(format!("repair {}: {why}", block.id));
+                self.record_phase(&block.id, "llm_repair", &what, false, t0.elapsed())?;
+                Ok(None)
+            }
+        }
     }
 
     /// The first proposal that the safety filter allows and that a probe does

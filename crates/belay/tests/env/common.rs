@@ -8,8 +8,20 @@ pub const BASE_IMAGE: &str = "belay-base:bookworm";
 pub fn belay() -> assert_cmd::Command {
     let mut c = assert_cmd::cargo::cargo_bin_cmd!("belay");
     c.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    // Planning is `auto`: keep a developer's model settings out of the tests.
+    for v in MODEL_VARS {
+        c.env_remove(v);
+    }
     c
 }
+
+pub const MODEL_VARS: [&str; 5] = [
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "BELAY_MODEL",
+];
 
 pub fn belay_path() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_belay"))

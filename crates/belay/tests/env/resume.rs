@@ -16,7 +16,7 @@ fn kill_9_mid_build_then_rerun_completes() {
             .arg(fixture("py-pyproject"))
             .arg("--state-dir")
             .arg(state.path())
-            .args(["--run-id", &run, "--no-cache"]);
+            .args(["--run-id", &run, "--no-cache", "--planner", "rules"]);
     };
     let mut cmd = std::process::Command::new(belay_path());
     args(&mut cmd);
