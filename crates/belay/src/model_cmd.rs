@@ -54,15 +54,13 @@ pub async fn replay(a: ReplayArgs) -> Result<u8, Failure> {
 
 /// The model to plan and repair with, from the flags, the environment and
 /// ./.env; `None` when the rules plan. Also the key, for the redactor.
-pub fn model_setup(
-    a: &crate::cli::LlmArgs,
-) -> Result<
-    Option<(
-        belay_model::ModelSetup,
-        Option<(String, belay_model::Secret)>,
-    )>,
-    Failure,
-> {
+/// A model setup, and the key's variable name and value (for the redactor).
+pub type ModelChoice = (
+    belay_model::ModelSetup,
+    Option<(String, belay_model::Secret)>,
+);
+
+pub fn model_setup(a: &crate::cli::LlmArgs) -> Result<Option<ModelChoice>, Failure> {
     use crate::cli::Planner;
     use belay_model::{Api, ClientConfig, ModelSetup, PriceTable};
     if a.planner == Planner::Rules {
