@@ -136,6 +136,9 @@ impl CliAgent {
                 }
                 if self.auto_approve {
                     argv.push("--dangerously-skip-permissions".into());
+                    // Claude Code refuses that flag as root unless told it runs
+                    // in a sandbox, which is where belay runs agents.
+                    env.push(("IS_SANDBOX".into(), "1".into()));
                 }
                 if let Some(e) = &self.endpoint {
                     env.push(("ANTHROPIC_BASE_URL".into(), e.base_url.clone()));
