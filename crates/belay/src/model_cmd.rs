@@ -24,23 +24,19 @@ pub async fn replay(a: ReplayArgs) -> Result<u8, Failure> {
     )
     .await
     .map_err(|e| usage(e.to_string()))?;
-    // The first line is the address, for scripts and tests to read.
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "belay replay: listening on {} ({turns} turns; requests appended to {})",
+    // The first line is the address, for scripts and tests to read. One
+    // write; a closed stdout does not stop the server.
+    let banner = format!(
+        "belay replay: listening on {} ({turns} turns; requests appended to {})\n  OpenAI base URL: {}   Anthropic base URL: {}\n",
         server.url(),
-        log.display()
-    )
-    .context("cannot write to stdout")?;
-    writeln!(
-        out,
-        "  OpenAI base URL: {}   Anthropic base URL: {}",
+        log.display(),
         server.openai_base(),
         server.url()
-    )
-    .context("cannot write to stdout")?;
-    out.flush().context("cannot write to stdout")?;
+    );
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(banner.as_bytes()).and_then(|_| out.flush()) {
+        tracing::warn!("cannot write to stdout: {e}");
+    }
     drop(out);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot watch for SIGTERM")?;

@@ -22,13 +22,20 @@ struct Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("docker").args(["rm", "-f", &self.id]).output();
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.id])
+            .output();
     }
 }
 
 async fn sandbox(name: &str) -> Sandbox {
-    let rt = DockerRuntime::connect().await.expect("these tests need a running Docker engine (.ci/run starts one)");
-    assert!(rt.image_exists(BASE).await.unwrap(), "these tests need {BASE}: run `belay image bootstrap`");
+    let rt = DockerRuntime::connect()
+        .await
+        .expect("these tests need a running Docker engine (.ci/run starts one)");
+    assert!(
+        rt.image_exists(BASE).await.unwrap(),
+        "these tests need {BASE}: run `belay image bootstrap`"
+    );
     let id = rt
         .create(&ContainerSpec {
             image: BASE.into(),
@@ -39,24 +46,68 @@ async fn sandbox(name: &str) -> Sandbox {
         })
         .await
         .unwrap();
-    rt.put_files(&id, &[("/work/app.py".into(), b"def f():\n    x = 1\n    return x\n\ndef g():\n    x = 1\n    return x\n".to_vec(), 0o644)])
-        .await
-        .unwrap();
-    Sandbox { rt: Arc::new(rt), id }
+    rt.put_files(
+        &id,
+        &[(
+            "/work/app.py".into(),
+            b"def f():\n    x = 1\n    return x\n\ndef g():\n    x = 1\n    return x\n".to_vec(),
+            0o644,
+        )],
+    )
+    .await
+    .unwrap();
+    Sandbox {
+        rt: Arc::new(rt),
+        id,
+    }
 }
 
-async fn agent_run(sb: &Sandbox, script: &str, api: Api, config: BuiltinConfig, dir: &std::path::Path) -> (belay_agent::AgentReport, Vec<AgentEvent>, ReplayServer) {
-    let srv = ReplayServer::start(parse_script(script, "script").unwrap(), "127.0.0.1:0".parse().unwrap(), Some(dir.join("requests.jsonl")))
-        .await
-        .unwrap();
-    let base = if api == Api::Anthropic { srv.url() } else { srv.openai_base() };
-    let ledger = Arc::new(UsageLedger::new(Some(dir.join("llm-usage.json")), api, "m", &base, &PriceTable::builtin()));
+async fn agent_run(
+    sb: &Sandbox,
+    script: &str,
+    api: Api,
+    config: BuiltinConfig,
+    dir: &std::path::Path,
+) -> (belay_agent::AgentReport, Vec<AgentEvent>, ReplayServer) {
+    let srv = ReplayServer::start(
+        parse_script(script, "script").unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+        Some(dir.join("requests.jsonl")),
+    )
+    .await
+    .unwrap();
+    let base = if api == Api::Anthropic {
+        srv.url()
+    } else {
+        srv.openai_base()
+    };
+    let ledger = Arc::new(UsageLedger::new(
+        Some(dir.join("llm-usage.json")),
+        api,
+        "m",
+        &base,
+        &PriceTable::builtin(),
+    ));
     let client = ModelClient::new(ClientConfig::new(api, &base, "m"), ledger).unwrap();
     let rt: Arc<dyn ContainerRuntime> = sb.rt.clone();
-    let ws = ContainerWorkspace::new(rt, &sb.id, "/work", dir.join("tool-logs"), Redactor::default(), vec![]);
-    let agent = BuiltinAgent { client: &client, workspace: &ws, config };
+    let ws = ContainerWorkspace::new(
+        rt,
+        &sb.id,
+        "/work",
+        dir.join("tool-logs"),
+        Redactor::default(),
+        vec![],
+    );
+    let agent = BuiltinAgent {
+        client: &client,
+        workspace: &ws,
+        config,
+    };
     let mut events = Vec::new();
-    let report = agent.run("Make g return 2.", &mut |e| events.push(e.clone())).await.unwrap();
+    let report = agent
+        .run("Make g return 2.", &mut |e| events.push(e.clone()))
+        .await
+        .unwrap();
     (report, events, srv)
 }
 
@@ -87,31 +138,70 @@ async fn the_builtin_agent_edits_files_in_a_container() {
     for api in [Api::Responses, Api::ChatCompletions, Api::Anthropic] {
         let dir = tempfile::tempdir().unwrap();
         let sb = sandbox(&format!("edit-{api}")).await;
-        let (r, events, _srv) = agent_run(&sb, EDIT_TASK, api, BuiltinConfig::default(), dir.path()).await;
+        let (r, events, _srv) =
+            agent_run(&sb, EDIT_TASK, api, BuiltinConfig::default(), dir.path()).await;
         assert_eq!(r.stop, StopReason::Completed, "{api}: {r:#?}");
         assert_eq!(r.final_text, "g now returns 2");
-        let app = String::from_utf8(sb.rt.read_file(&sb.id, "/work/app.py", 1 << 20).await.unwrap().unwrap()).unwrap();
-        assert_eq!(app, "def f():\n    x = 1\n    return x\n\ndef g():\n    x = 2\n    return x\n", "{api}");
-        let done = sb.rt.read_file(&sb.id, "/work/notes/done.txt", 1024).await.unwrap().unwrap();
+        let app = String::from_utf8(
+            sb.rt
+                .read_file(&sb.id, "/work/app.py", 1 << 20)
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            app, "def f():\n    x = 1\n    return x\n\ndef g():\n    x = 2\n    return x\n",
+            "{api}"
+        );
+        let done = sb
+            .rt
+            .read_file(&sb.id, "/work/notes/done.txt", 1024)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(done, b"g returns 2\n");
-        assert!(r.files_changed.contains(&"app.py".to_string()) && r.files_changed.contains(&"notes/done.txt".to_string()), "{:?}", r.files_changed);
+        assert!(
+            r.files_changed.contains(&"app.py".to_string())
+                && r.files_changed.contains(&"notes/done.txt".to_string()),
+            "{:?}",
+            r.files_changed
+        );
         // Mistakes go back to the model as tool errors, and it sees them.
         let errors: Vec<&str> = events
             .iter()
             .filter_map(|e| match e {
-                AgentEvent::ToolResult { output, is_error: true, .. } => Some(output.as_str()),
+                AgentEvent::ToolResult {
+                    output,
+                    is_error: true,
+                    ..
+                } => Some(output.as_str()),
                 _ => None,
             })
             .collect();
-        assert!(errors.iter().any(|e| e.contains("invalid arguments for `read_file`")), "{errors:?}");
-        assert!(errors.iter().any(|e| e.contains("occurs 2 times")), "{errors:?}");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("invalid arguments for `read_file`")),
+            "{errors:?}"
+        );
+        assert!(
+            errors.iter().any(|e| e.contains("occurs 2 times")),
+            "{errors:?}"
+        );
         assert!(events.iter().any(|e| matches!(e, AgentEvent::Command { exit_code: Some(0), output, .. } if output.trim() == "1")));
         let log = read_log(&dir.path().join("requests.jsonl")).unwrap();
         assert_eq!(log.len(), 7);
         assert!(log[4].body.to_string().contains("occurs 2 times"));
         // The listing showed the file.
-        assert!(log[1].body.to_string().contains("./app.py"), "{}", log[1].body);
-        let usage: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("llm-usage.json")).unwrap()).unwrap();
+        assert!(
+            log[1].body.to_string().contains("./app.py"),
+            "{}",
+            log[1].body
+        );
+        let usage: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("llm-usage.json")).unwrap())
+                .unwrap();
         assert_eq!(usage["requests"], 7);
         assert_eq!(r.turns, 8);
     }
@@ -129,8 +219,16 @@ async fn the_builtin_agent_stops_on_a_loop() {
         dir.path(),
     )
     .await;
-    assert!(matches!(&r.stop, StopReason::Stuck { pattern } if pattern.contains("3 times")), "{:?}", r.stop);
-    assert!(r.interim && r.final_text.contains("stuck"), "{}", r.final_text);
+    assert!(
+        matches!(&r.stop, StopReason::Stuck { pattern } if pattern.contains("3 times")),
+        "{:?}",
+        r.stop
+    );
+    assert!(
+        r.interim && r.final_text.contains("stuck"),
+        "{}",
+        r.final_text
+    );
     assert_eq!(srv.requests(), 3);
 
     let dir = tempfile::tempdir().unwrap();
@@ -142,12 +240,19 @@ async fn the_builtin_agent_stops_on_a_loop() {
         dir.path(),
     )
     .await;
-    assert!(matches!(&r.stop, StopReason::Stuck { pattern } if pattern.contains("alternating")), "{:?}", r.stop);
+    assert!(
+        matches!(&r.stop, StopReason::Stuck { pattern } if pattern.contains("alternating")),
+        "{:?}",
+        r.stop
+    );
     assert_eq!(srv.requests(), 6);
 
     // Progress (new output each time) is not a loop; the iteration limit ends it.
     let dir = tempfile::tempdir().unwrap();
-    let config = BuiltinConfig { max_iterations: 4, ..BuiltinConfig::default() };
+    let config = BuiltinConfig {
+        max_iterations: 4,
+        ..BuiltinConfig::default()
+    };
     let (r, _, srv) = agent_run(
         &sb,
         "turns:\n  - reply:\n      tool_calls: [{name: terminal, arguments: {command: \"date +%s%N\"}}]\n    repeat: true\n",

@@ -13,23 +13,42 @@ use belay_model::replay::{parse_script, read_log, ReplayServer};
 
 /// Where the agent CLIs are: $BELAY_AGENT_BIN_DIR, else where setup-host.sh puts them.
 fn agent_bin(name: &str) -> String {
-    let dir = std::env::var("BELAY_AGENT_BIN_DIR").unwrap_or_else(|_| "/opt/belay-agents/node_modules/.bin".into());
+    let dir = std::env::var("BELAY_AGENT_BIN_DIR")
+        .unwrap_or_else(|_| "/opt/belay-agents/node_modules/.bin".into());
     let p = Path::new(&dir).join(name);
-    assert!(p.exists(), "{} is missing: run ./scripts/setup-host.sh (it installs the pinned agent CLIs there)", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run ./scripts/setup-host.sh (it installs the pinned agent CLIs there)",
+        p.display()
+    );
     p.display().to_string()
 }
 
 async fn replay(script: &str, dir: &Path) -> ReplayServer {
-    ReplayServer::start(parse_script(script, "script").unwrap(), "127.0.0.1:0".parse().unwrap(), Some(dir.join("requests.jsonl")))
-        .await
-        .unwrap()
+    ReplayServer::start(
+        parse_script(script, "script").unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+        Some(dir.join("requests.jsonl")),
+    )
+    .await
+    .unwrap()
 }
 
-async fn run(agent: &CliAgent, prompt: &str, cwd: &Path, extra: &[(String, String)], limits: &Limits) -> (AgentReport, Vec<AgentEvent>) {
+async fn run(
+    agent: &CliAgent,
+    prompt: &str,
+    cwd: &Path,
+    extra: &[(String, String)],
+    limits: &Limits,
+) -> (AgentReport, Vec<AgentEvent>) {
     let launch = Launch::for_agent(agent, prompt, cwd.to_path_buf(), extra).unwrap();
     let mut events = Vec::new();
     let mut parser = agent.parser();
-    let report = cli::run(&launch, parser.as_mut(), limits, None, &mut |e| events.push(e.clone())).await.unwrap();
+    let report = cli::run(&launch, parser.as_mut(), limits, None, &mut |e| {
+        events.push(e.clone())
+    })
+    .await
+    .unwrap();
     (report, events)
 }
 
@@ -37,7 +56,10 @@ fn codex(srv: &ReplayServer) -> CliAgent {
     let mut a = CliAgent::new(CliKind::Codex);
     a.program = agent_bin("codex");
     a.model = Some("replay-model".into());
-    a.endpoint = Some(Endpoint { base_url: srv.openai_base(), key: None });
+    a.endpoint = Some(Endpoint {
+        base_url: srv.openai_base(),
+        key: None,
+    });
     a
 }
 
@@ -71,19 +93,44 @@ async fn codex_completes_a_scripted_task() {
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     let srv = replay(CODEX_TASK, dir.path()).await;
-    let (r, events) = run(&codex(&srv), "write the files", &work, &codex_home(dir.path()), &Limits::default()).await;
+    let (r, events) = run(
+        &codex(&srv),
+        "write the files",
+        &work,
+        &codex_home(dir.path()),
+        &Limits::default(),
+    )
+    .await;
     assert_eq!(r.stop, StopReason::Completed, "{r:#?}");
     assert_eq!(r.final_text, "Done: note.txt and hello.txt are written.");
     assert!(!r.interim);
     assert_eq!(r.turns, 2, "one command and one file change");
-    assert!(r.commands.iter().any(|c| c.contains("belay-was-here")), "{:?}", r.commands);
-    assert!(r.files_changed.iter().any(|f| f.ends_with("hello.txt")), "{:?}", r.files_changed);
-    assert!(r.usage.input_tokens > 0 && r.usage.output_tokens > 0, "{:?}", r.usage);
+    assert!(
+        r.commands.iter().any(|c| c.contains("belay-was-here")),
+        "{:?}",
+        r.commands
+    );
+    assert!(
+        r.files_changed.iter().any(|f| f.ends_with("hello.txt")),
+        "{:?}",
+        r.files_changed
+    );
+    assert!(
+        r.usage.input_tokens > 0 && r.usage.output_tokens > 0,
+        "{:?}",
+        r.usage
+    );
     assert!(r.session_id.is_some());
     assert_eq!(r.exit_code, Some(0));
     assert!(events.iter().any(|e| matches!(e, AgentEvent::Command { exit_code: Some(0), output, .. } if output.contains("belay-was-here"))));
-    assert_eq!(std::fs::read_to_string(work.join("hello.txt")).unwrap(), "hello from codex\n");
-    assert_eq!(read_log(&dir.path().join("requests.jsonl")).unwrap().len(), 3);
+    assert_eq!(
+        std::fs::read_to_string(work.join("hello.txt")).unwrap(),
+        "hello from codex\n"
+    );
+    assert_eq!(
+        read_log(&dir.path().join("requests.jsonl")).unwrap().len(),
+        3
+    );
     assert_eq!(srv.remaining(), 0);
 }
 
@@ -100,14 +147,32 @@ async fn a_turn_limit_stops_an_overrunning_codex() {
     }
     script.push_str("  - reply: {text: finished}\n");
     let srv = replay(&script, dir.path()).await;
-    let limits = Limits { max_turns: Some(2), ..Limits::default() };
+    let limits = Limits {
+        max_turns: Some(2),
+        ..Limits::default()
+    };
     let t0 = Instant::now();
-    let (r, _) = run(&codex(&srv), "do eight steps", &work, &codex_home(dir.path()), &limits).await;
+    let (r, _) = run(
+        &codex(&srv),
+        "do eight steps",
+        &work,
+        &codex_home(dir.path()),
+        &limits,
+    )
+    .await;
     assert_eq!(r.stop, StopReason::TurnLimit { limit: 2 }, "{r:#?}");
     assert!(r.interim);
-    assert!(r.final_text.contains("turn limit") && r.final_text.contains("step-1"), "{}", r.final_text);
+    assert!(
+        r.final_text.contains("turn limit") && r.final_text.contains("step-1"),
+        "{}",
+        r.final_text
+    );
     assert_eq!(r.turns, 3, "stopped at the first action past the limit");
-    assert!(srv.remaining() >= 5, "codex was not stopped: {} turns left", srv.remaining());
+    assert!(
+        srv.remaining() >= 5,
+        "codex was not stopped: {} turns left",
+        srv.remaining()
+    );
     assert!(t0.elapsed() < Duration::from_secs(30));
 }
 
@@ -141,16 +206,33 @@ turns:
     a.program = agent_bin("claude");
     a.model = Some("claude-sonnet-4-5".into());
     a.auto_approve = true;
-    a.endpoint = Some(Endpoint { base_url: srv.url(), key: Some(belay_model::Secret::new("sk-ant-replay")) });
+    a.endpoint = Some(Endpoint {
+        base_url: srv.url(),
+        key: Some(belay_model::Secret::new("sk-ant-replay")),
+    });
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let (r, events) = run(&a, "make the file", &work, &[("HOME".into(), home.display().to_string())], &Limits::default()).await;
+    let (r, events) = run(
+        &a,
+        "make the file",
+        &work,
+        &[("HOME".into(), home.display().to_string())],
+        &Limits::default(),
+    )
+    .await;
     assert_eq!(r.stop, StopReason::Completed, "{r:#?}");
     assert_eq!(r.final_text, "Done: made.txt holds the greeting.");
-    assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolCall { name, .. } if name == "Bash")));
-    assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolResult { output, .. } if output.contains("claude-ran-this"))));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolCall { name, .. } if name == "Bash")));
+    assert!(events.iter().any(
+        |e| matches!(e, AgentEvent::ToolResult { output, .. } if output.contains("claude-ran-this"))
+    ));
     assert!(r.cost_usd > 0.0, "Claude Code reports a cost");
-    assert_eq!(std::fs::read_to_string(work.join("made.txt")).unwrap(), "claude-ran-this\n");
+    assert_eq!(
+        std::fs::read_to_string(work.join("made.txt")).unwrap(),
+        "claude-ran-this\n"
+    );
 }
 
 fn fake_cli(dir: &Path, name: &str, body: &str) -> String {
@@ -175,10 +257,20 @@ async fn a_cli_hanging_after_its_result_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let fixture = format!("{}/tests/fixtures/claude.jsonl", env!("CARGO_MANIFEST_DIR"));
     let pidfile = dir.path().join("grandchild.pid");
-    let prog = fake_cli(dir.path(), "claude-hangs", &format!("cat {fixture}\nsleep 300 &\necho $! > {}\nsleep 300", pidfile.display()));
+    let prog = fake_cli(
+        dir.path(),
+        "claude-hangs",
+        &format!(
+            "cat {fixture}\nsleep 300 &\necho $! > {}\nsleep 300",
+            pidfile.display()
+        ),
+    );
     let mut a = CliAgent::new(CliKind::Claude);
     a.program = prog;
-    let limits = Limits { final_grace: Duration::from_secs(1), ..Limits::default() };
+    let limits = Limits {
+        final_grace: Duration::from_secs(1),
+        ..Limits::default()
+    };
     let t0 = Instant::now();
     let (r, _) = run(&a, "x", dir.path(), &[], &limits).await;
     let took = t0.elapsed();
@@ -186,7 +278,11 @@ async fn a_cli_hanging_after_its_result_is_killed() {
     assert!(r.killed_after_result);
     assert_eq!(r.final_text, "Done: made.txt holds the greeting.");
     assert!(took < Duration::from_secs(4), "took {took:?}");
-    let gc: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let gc: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     assert!(!alive(gc), "the grandchild {gc} survived");
 }
@@ -197,11 +293,19 @@ async fn a_cli_hanging_after_its_result_is_killed() {
 async fn a_cli_without_a_result_fails_with_an_interim_report() {
     let dir = tempfile::tempdir().unwrap();
     let fixture = format!("{}/tests/fixtures/codex.jsonl", env!("CARGO_MANIFEST_DIR"));
-    let prog = fake_cli(dir.path(), "codex-dies", &format!("head -n 6 {fixture}\necho 'panic: lost' >&2\nexit 3"));
+    let prog = fake_cli(
+        dir.path(),
+        "codex-dies",
+        &format!("head -n 6 {fixture}\necho 'panic: lost' >&2\nexit 3"),
+    );
     let mut a = CliAgent::new(CliKind::Codex);
     a.program = prog;
     let (r, _) = run(&a, "x", dir.path(), &[], &Limits::default()).await;
-    assert!(matches!(&r.stop, StopReason::Failed { message } if message.contains("code 3")), "{:?}", r.stop);
+    assert!(
+        matches!(&r.stop, StopReason::Failed { message } if message.contains("code 3")),
+        "{:?}",
+        r.stop
+    );
     assert!(r.interim);
     assert!(r.final_text.contains("Commands run"), "{}", r.final_text);
     assert!(r.stderr_tail.contains("panic: lost"));
@@ -216,10 +320,23 @@ async fn the_child_env_is_scrubbed_then_added_to() {
     let mut a = CliAgent::new(CliKind::Plain);
     a.program = "/bin/sh".into();
     a.template = vec!["-c".into(), "env; echo PROMPT={prompt}".into()];
-    let (r, _) = run(&a, "hi", dir.path(), &[("ADDED".into(), "yes".into())], &Limits::default()).await;
+    let (r, _) = run(
+        &a,
+        "hi",
+        dir.path(),
+        &[("ADDED".into(), "yes".into())],
+        &Limits::default(),
+    )
+    .await;
     assert_eq!(r.stop, StopReason::Completed);
     assert!(!r.final_text.contains("host-secret-canary"));
-    assert!(r.final_text.contains("ADDED=yes") && r.final_text.contains("PATH=") && r.final_text.contains("PROMPT=hi"), "{}", r.final_text);
+    assert!(
+        r.final_text.contains("ADDED=yes")
+            && r.final_text.contains("PATH=")
+            && r.final_text.contains("PROMPT=hi"),
+        "{}",
+        r.final_text
+    );
 }
 
 /// Wall time and a prompt on stdin.
@@ -229,10 +346,17 @@ async fn wall_time_and_stdin_prompts() {
     let mut a = CliAgent::new(CliKind::Plain);
     a.program = "/bin/sh".into();
     a.template = vec!["-c".into(), "cat; sleep 30".into()];
-    let limits = Limits { wall_time: Some(Duration::from_millis(800)), ..Limits::default() };
+    let limits = Limits {
+        wall_time: Some(Duration::from_millis(800)),
+        ..Limits::default()
+    };
     let t0 = Instant::now();
     let (r, _) = run(&a, "a long prompt on stdin", dir.path(), &[], &limits).await;
-    assert!(matches!(r.stop, StopReason::WallTime { .. }), "{:?}", r.stop);
+    assert!(
+        matches!(r.stop, StopReason::WallTime { .. }),
+        "{:?}",
+        r.stop
+    );
     assert!(t0.elapsed() < Duration::from_secs(4));
     let mut b = CliAgent::new(CliKind::Plain);
     b.program = "/bin/cat".into();
@@ -252,13 +376,19 @@ fn argv_and_opt_in_auto_approval() {
     c.auto_approve = true;
     c.prompt_on_stdin = true;
     let cmd = c.command("do it").unwrap();
-    assert!(cmd.argv.iter().any(|a| a == "--dangerously-bypass-approvals-and-sandbox"));
+    assert!(cmd
+        .argv
+        .iter()
+        .any(|a| a == "--dangerously-bypass-approvals-and-sandbox"));
     assert_eq!(cmd.argv.last().unwrap(), "-");
     assert_eq!(cmd.stdin.as_deref(), Some("do it"));
     let mut g = CliAgent::new(CliKind::Gemini);
     g.max_turns = Some(3);
     let cmd = g.command("p").unwrap();
-    assert_eq!(&cmd.argv[..5], &["gemini", "-p", "p", "--output-format", "stream-json"]);
+    assert_eq!(
+        &cmd.argv[..5],
+        &["gemini", "-p", "p", "--output-format", "stream-json"]
+    );
     assert!(!cmd.argv.iter().any(|a| a == "--yolo"));
     let mut cl = CliAgent::new(CliKind::Claude);
     cl.max_turns = Some(4);

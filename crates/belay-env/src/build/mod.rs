@@ -435,43 +435,47 @@ impl Run<'_> {
         ctx: &RepoContext,
         notes: &RuntimeNotes,
     ) -> Result<Vec<Block>, EnvError> {
-        let rules = plan_rules(ctx, notes)?;
+        let rules = plan_rules(ctx, notes);
         let Some(client) = self.llm.clone() else {
-            return Ok(rules);
+            return rules;
         };
         self.manifest.llm_usage.planner = "llm".into();
         self.manifest.llm_usage.model = Some(client.config().model.clone());
         let mut said = Vec::new();
         let t0 = Instant::now();
-        let answer = crate::llm::plan(&client, ctx, notes, &rules, &mut |m| said.push(m)).await;
+        let baseline = rules.as_deref().unwrap_or(&[]);
+        let answer = crate::llm::plan(&client, ctx, notes, baseline, &mut |m| said.push(m)).await;
         for m in said {
             self.phase("plan", m);
         }
-        let (blocks, what, ok) = match answer {
-            Ok(b) => {
+        match answer {
+            Ok(blocks) => {
                 let what = format!(
                     "model plan ({}): {}",
                     client.config().model,
-                    b.iter()
+                    blocks
+                        .iter()
                         .map(|b| b.id.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
-                (b, what, true)
+                self.phase("plan", what.clone());
+                self.record_phase("plan", "llm_plan", &what, true, t0.elapsed())?;
+                Ok(blocks)
             }
             Err(why) => {
                 let what =
                     format!("the model planner failed ({why}); falling back to the rules planner");
+                self.manifest.llm_usage.planner = "rules (llm fallback)".into();
                 self.manifest
                     .llm_usage
                     .fallbacks
                     .push(format!("plan: {why}"));
-                (rules, what, false)
+                self.phase("plan", what.clone());
+                self.record_phase("plan", "llm_plan", &what, false, t0.elapsed())?;
+                rules
             }
-        };
-        self.phase("plan", what.clone());
-        self.record_phase("plan", "llm_plan", &what, ok, t0.elapsed())?;
-        Ok(blocks)
+        }
     }
 
     /// A bookkeeping record of a phase that ran no container command.

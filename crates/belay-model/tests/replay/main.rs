@@ -15,9 +15,13 @@ use belay_model::{
 
 async fn server(script: &str, dir: &std::path::Path) -> ReplayServer {
     let s = parse_script(script, "test script").unwrap();
-    ReplayServer::start(s, "127.0.0.1:0".parse().unwrap(), Some(dir.join("requests.jsonl")))
-        .await
-        .unwrap()
+    ReplayServer::start(
+        s,
+        "127.0.0.1:0".parse().unwrap(),
+        Some(dir.join("requests.jsonl")),
+    )
+    .await
+    .unwrap()
 }
 
 fn client(srv: &ReplayServer, api: Api, stream: bool, dir: &std::path::Path) -> ModelClient {
@@ -81,18 +85,25 @@ async fn every_dialect_streamed_and_whole() {
             assert_eq!(r1.text, "Let me look.", "{api} stream={stream}");
             assert_eq!(r1.tool_calls.len(), 1);
             assert_eq!(r1.tool_calls[0].name, "terminal");
-            let args: serde_json::Value = serde_json::from_str(&r1.tool_calls[0].arguments).unwrap();
+            let args: serde_json::Value =
+                serde_json::from_str(&r1.tool_calls[0].arguments).unwrap();
             assert_eq!(args["command"], "ls -la");
             assert_eq!(r1.usage.output_tokens, 30, "{api} stream={stream}");
             assert_eq!(r1.usage.cached_tokens, 20, "{api} stream={stream}");
-            req.messages.push(Message::Assistant { content: r1.text.clone(), tool_calls: r1.tool_calls.clone() });
+            req.messages.push(Message::Assistant {
+                content: r1.text.clone(),
+                tool_calls: r1.tool_calls.clone(),
+            });
             req.messages.push(Message::Tool {
                 call_id: r1.tool_calls[0].id.clone(),
                 name: "terminal".into(),
                 content: "README.md\nsrc".into(),
             });
             let r2 = c.complete(&req, "test").await.unwrap();
-            assert_eq!(r2.text, "There is a README.md — ünïcode survives chunking.", "{api} stream={stream}");
+            assert_eq!(
+                r2.text, "There is a README.md — ünïcode survives chunking.",
+                "{api} stream={stream}"
+            );
             assert!(r2.tool_calls.is_empty());
 
             let log = read_log(&dir.path().join("requests.jsonl")).unwrap();
@@ -109,10 +120,14 @@ async fn every_dialect_streamed_and_whole() {
             };
             assert!(body.contains(marker), "{api}: {body}");
             let text = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();
-            assert!(!text.contains("sk-canary"), "the key reached the request log");
+            assert!(
+                !text.contains("sk-canary"),
+                "the key reached the request log"
+            );
 
             let usage: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(dir.path().join("llm-usage.json")).unwrap()).unwrap();
+                serde_json::from_slice(&std::fs::read(dir.path().join("llm-usage.json")).unwrap())
+                    .unwrap();
             assert_eq!(usage["requests"], 2);
             assert_eq!(usage["retries"], 0);
             assert!(usage["input_tokens"].as_u64().unwrap() >= 120);
@@ -134,7 +149,11 @@ async fn retry_after_429_is_honoured() {
     let t0 = Instant::now();
     let r = c.complete(&tool_request(), "test").await.unwrap();
     assert_eq!(r.text, "ok");
-    assert!(t0.elapsed() >= Duration::from_millis(600), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
     let rep = c.ledger().report();
     assert_eq!((rep.requests, rep.retries), (1, 1));
     assert_eq!(srv.requests(), 2);
@@ -173,7 +192,10 @@ async fn client_errors_are_not_retried_and_limits_hold() {
     let c = client(&srv, Api::Responses, false, dir.path());
     let e = c.complete(&tool_request(), "test").await.unwrap_err();
     assert!(matches!(e, ModelError::Http { status: 400, .. }), "{e}");
-    assert!(e.to_string().contains("bad request shape") && e.to_string().contains("/v1/responses"), "{e}");
+    assert!(
+        e.to_string().contains("bad request shape") && e.to_string().contains("/v1/responses"),
+        "{e}"
+    );
     let e = c.complete(&tool_request(), "test").await.unwrap_err();
     assert!(matches!(e, ModelError::Http { status: 503, .. }), "{e}");
     assert_eq!(srv.requests(), 1 + 3);
@@ -205,7 +227,8 @@ turns:
     let c = client(&srv, Api::ChatCompletions, true, dir.path());
     let mut req = tool_request();
     assert_eq!(c.complete(&req, "t").await.unwrap().text, "first");
-    req.messages.push(Message::user("Previous attempt feedback: the test failed"));
+    req.messages
+        .push(Message::user("Previous attempt feedback: the test failed"));
     assert_eq!(c.complete(&req, "t").await.unwrap().text, "fixed");
     let e = c.complete(&req, "t").await.unwrap_err();
     assert!(e.to_string().contains("no scripted turn left"), "{e}");
@@ -220,7 +243,11 @@ turns:
 #[tokio::test]
 async fn overall_timeout_bounds_the_call() {
     let dir = tempfile::tempdir().unwrap();
-    let srv = server("turns:\n  - reply: {text: late}\n    delay_ms: 3000\n", dir.path()).await;
+    let srv = server(
+        "turns:\n  - reply: {text: late}\n    delay_ms: 3000\n",
+        dir.path(),
+    )
+    .await;
     let c = client(&srv, Api::Responses, true, dir.path());
     let mut cfg = c.config().clone();
     cfg.timeout = Some(Duration::from_millis(400));
@@ -249,7 +276,13 @@ async fn local_server_quirks_are_tolerated() {
     });
     let mut cfg = ClientConfig::new(Api::ChatCompletions, &format!("http://{addr}/v1"), "local");
     cfg.retries = 0;
-    let ledger = Arc::new(UsageLedger::new(None, Api::ChatCompletions, "local", "x", &PriceTable::default()));
+    let ledger = Arc::new(UsageLedger::new(
+        None,
+        Api::ChatCompletions,
+        "local",
+        "x",
+        &PriceTable::default(),
+    ));
     let c = ModelClient::new(cfg, ledger).unwrap();
     let r = c.complete(&tool_request(), "t").await.unwrap();
     assert_eq!(r.text, "hi there");

@@ -12,6 +12,7 @@ mod common;
 mod custom;
 mod errors;
 mod gc;
+mod llm;
 mod reaper;
 mod repair;
 mod resume;
