@@ -245,7 +245,7 @@ fn fake_cli(dir: &Path, name: &str, body: &str) -> String {
 fn alive(pid: u32) -> bool {
     // A zombie has exited; only a live process counts.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.split_whitespace().nth(2).is_some_and(|st| st == "Z"))
+        .map(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
         .unwrap_or(false)
 }
 
