@@ -26,6 +26,9 @@ pub struct BuiltinConfig {
     /// How many identical call+result pairs in a row count as stuck.
     pub stuck_repeats: usize,
     pub max_cost_usd: Option<f64>,
+    /// The whole run (checked before each model call; each call is bounded by
+    /// the client's own timeouts).
+    pub wall_time: Option<Duration>,
 }
 
 impl Default for BuiltinConfig {
@@ -36,6 +39,7 @@ impl Default for BuiltinConfig {
             instructions: None,
             stuck_repeats: 3,
             max_cost_usd: None,
+            wall_time: None,
         }
     }
 }
@@ -325,6 +329,14 @@ impl BuiltinAgent<'_> {
         let mut stop: Option<StopReason> = None;
         let mut final_text = String::new();
         'iterations: for _ in 0..self.config.max_iterations {
+            if let Some(w) = self.config.wall_time {
+                if t0.elapsed() >= w {
+                    stop = Some(StopReason::WallTime {
+                        limit_s: w.as_secs_f64(),
+                    });
+                    break;
+                }
+            }
             let req = Request {
                 instructions: Some(instructions.clone()),
                 messages: messages.clone(),

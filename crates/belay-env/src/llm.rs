@@ -20,6 +20,9 @@ const CONTEXT_MAX: usize = 24 * 1024;
 const LOG_MAX: usize = 8 * 1024;
 pub const MAX_BLOCKS: usize = 12;
 pub const MAX_PROBES: usize = 3;
+/// Output cap of a plan or repair answer (room for reasoning models to think);
+/// `--llm-max-output-tokens` lowers it.
+pub const MAX_OUTPUT_TOKENS: u32 = 16_000;
 
 pub const PLAN_SYSTEM: &str = "You plan the setup of a software repository's development environment \
 in a Debian container, as ordered blocks of shell commands. The repository is at /workspace/repo and \
@@ -228,6 +231,7 @@ async fn ask<T>(
             instructions: Some(system.to_string()),
             messages: messages.clone(),
             json_output: true,
+            max_output_tokens: Some(MAX_OUTPUT_TOKENS),
             ..Default::default()
         };
         let resp = client

@@ -29,6 +29,8 @@ pub struct ClientConfig {
     pub idle_timeout: Duration,
     /// The whole call, retries included (`--llm-timeout`). None: no limit.
     pub timeout: Option<Duration>,
+    /// A cap on output tokens for every request (`--llm-max-output-tokens`).
+    pub max_output_tokens: Option<u32>,
 }
 
 impl ClientConfig {
@@ -43,6 +45,7 @@ impl ClientConfig {
             retry_delay: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(120),
             timeout: None,
+            max_output_tokens: None,
         }
     }
 
@@ -145,6 +148,25 @@ impl ModelClient {
                 .unwrap_or(Err(ModelError::Timeout(limit))),
             None => work.await,
         };
+        let mut result = result;
+        if let Ok(r) = &mut result {
+            // Some local servers send no usage (llama.cpp when streaming):
+            // estimate it (4 bytes a token) rather than count the call as free.
+            if r.usage.input_tokens == 0 && r.usage.output_tokens == 0 {
+                let sent = serde_json::to_string(&req.messages)
+                    .map(|s| s.len())
+                    .unwrap_or(0)
+                    + req.instructions.as_ref().map(String::len).unwrap_or(0);
+                let got = r.text.len()
+                    + r.tool_calls
+                        .iter()
+                        .map(|c| c.arguments.len() + c.name.len())
+                        .sum::<usize>();
+                r.usage.input_tokens = (sent / 4) as u64;
+                r.usage.output_tokens = (got / 4).max(1) as u64;
+                r.usage_estimated = true;
+            }
+        }
         let (usage, error) = match &result {
             Ok(r) => (r.usage, None),
             Err(e) => (Default::default(), Some(self.scrub(&e.to_string()))),
@@ -152,6 +174,7 @@ impl ModelClient {
         let rec = CallRecord {
             at: belay_record::now_rfc3339(),
             purpose: purpose.to_string(),
+            usage_estimated: result.as_ref().is_ok_and(|r| r.usage_estimated),
             ok: result.is_ok(),
             attempts,
             latency_ms: (t0.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
@@ -186,6 +209,18 @@ impl ModelClient {
     }
 
     async fn once(&self, req: &Request) -> Result<Response, ModelError> {
+        let capped;
+        let req = match (req.max_output_tokens, self.cfg.max_output_tokens) {
+            (_, None) => req,
+            (Some(r), Some(c)) if r <= c => req,
+            (_, Some(c)) => {
+                capped = Request {
+                    max_output_tokens: Some(c),
+                    ..req.clone()
+                };
+                &capped
+            }
+        };
         let body = dialect::body(self.cfg.api, req, &self.cfg.model, self.cfg.stream);
         let mut rb = self.http.post(&self.url).json(&body);
         match (self.cfg.api, &self.cfg.key) {

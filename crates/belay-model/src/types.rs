@@ -133,4 +133,7 @@ pub struct Response {
     pub finish_reason: Option<String>,
     pub id: Option<String>,
     pub model: Option<String>,
+    /// The server sent no token counts; `usage` is an estimate.
+    #[serde(default)]
+    pub usage_estimated: bool,
 }

@@ -120,6 +120,9 @@ pub struct CallRecord {
     pub latency_ms: f64,
     #[serde(flatten)]
     pub usage: Usage,
+    /// The server sent no token counts: these are estimated (4 bytes a token).
+    #[serde(default)]
+    pub usage_estimated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -138,6 +141,9 @@ pub struct UsageReport {
     pub requests: u64,
     pub failed_requests: u64,
     pub retries: u64,
+    /// Calls whose token counts are estimates (the server sent none).
+    #[serde(default)]
+    pub estimated_usage_calls: u64,
     pub input_tokens: u64,
     pub cached_tokens: u64,
     pub output_tokens: u64,
@@ -208,6 +214,9 @@ impl UsageLedger {
             r.failed_requests += 1;
         }
         r.retries += u64::from(call.attempts.saturating_sub(1));
+        if call.usage_estimated {
+            r.estimated_usage_calls += 1;
+        }
         r.input_tokens += call.usage.input_tokens;
         r.cached_tokens += call.usage.cached_tokens;
         r.output_tokens += call.usage.output_tokens;
@@ -286,6 +295,7 @@ mod tests {
                     output_tokens: 1,
                     ..Default::default()
                 },
+                usage_estimated: i % 3 == 0,
                 error: None,
             })
             .unwrap();
@@ -295,6 +305,7 @@ mod tests {
         assert_eq!(r.retries, r.requests);
         assert_eq!(r.input_tokens, 10 * r.requests);
         assert_eq!(r.recent_calls.len(), RECENT_CALLS);
+        assert_eq!(r.estimated_usage_calls, (0..(RECENT_CALLS + 5)).filter(|i| i % 3 == 0).count() as u64);
         assert_eq!(r.base_url, "https://h/v1");
         assert!(r.cost_usd > 0.0);
     }

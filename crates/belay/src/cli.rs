@@ -35,6 +35,78 @@ pub enum Command {
     /// Models: the scripted model server.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Agents: run one task with the built-in agent or an agent CLI.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Run one task. The built-in agent works in a container made from --image,
+    /// with a copy of --repo; its trajectory goes to <out>/events.jsonl.
+    Run(Box<AgentRunArgs>),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum AgentKind {
+    /// belay's tool-calling agent over the configured model.
+    Builtin,
+    Codex,
+    Claude,
+    Gemini,
+    /// Any prompt-argument CLI (--program and --arg with {prompt}).
+    Plain,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentRunArgs {
+    /// The task.
+    #[arg(long)]
+    pub prompt: String,
+    #[arg(long, value_enum, default_value = "builtin")]
+    pub agent: AgentKind,
+    /// The project the agent works on (copied into the container for the built-in agent).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Image of the built-in agent's container (an image from `belay env build` works).
+    #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
+    pub image: String,
+    /// Give the built-in agent's container a network (default: none).
+    #[arg(long)]
+    pub network: bool,
+    /// Where events.jsonl and report.json go (default: <repo>/.belay/agent/<run-id>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Built-in agent: model round trips; CLIs: agent actions (tool calls, commands, edits).
+    #[arg(long, default_value_t = 30)]
+    pub max_turns: u32,
+    /// Stop when the cost (computed from tokens, or as the CLI reports it) passes this.
+    #[arg(long)]
+    pub max_cost: Option<f64>,
+    /// Stop after this long (e.g. 30m).
+    #[arg(long, value_parser = parse_secs)]
+    pub wall_time: Option<std::time::Duration>,
+    /// CLIs: after the final result, kill the CLI if it has not exited within this.
+    #[arg(long, default_value = "10s", value_parser = parse_secs)]
+    pub final_grace: std::time::Duration,
+    /// CLIs: the executable (default: the CLI's name on PATH).
+    #[arg(long)]
+    pub program: Option<String>,
+    /// Plain CLIs: arguments, `{prompt}` where the prompt goes (repeat the flag).
+    #[arg(long = "arg", allow_hyphen_values = true)]
+    pub args: Vec<String>,
+    /// CLIs: let the agent run tools without asking (explicit opt-in).
+    #[arg(long)]
+    pub auto_approve: bool,
+    /// CLIs run on this machine, in --repo, only with this explicit opt-out of
+    /// the sandbox (pipelines run them in the step's container).
+    #[arg(long)]
+    pub on_host: bool,
+    /// Keep the built-in agent's container afterwards.
+    #[arg(long)]
+    pub keep_container: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -217,6 +289,13 @@ fn parse_secs(s: &str) -> Result<std::time::Duration, String> {
 pub struct LlmArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub planner: Planner,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Where the model is and how to call it.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
     /// Model name (default: $BELAY_MODEL).
     #[arg(long)]
     pub model: Option<String>,
@@ -247,6 +326,9 @@ pub struct LlmArgs {
     /// Ask for whole replies instead of SSE streams.
     #[arg(long)]
     pub llm_no_stream: bool,
+    /// A cap on output tokens per model call.
+    #[arg(long)]
+    pub llm_max_output_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! belay: the binary. clap types live in `cli`, rendering in `progress`;
 //! behaviour is in the library crates.
 
+mod agent_cmd;
 mod batch;
 mod cli;
 mod commands;
@@ -46,6 +47,14 @@ fn classify(e: &anyhow::Error) -> u8 {
             return EXIT_INFRA;
         }
         if matches!(s, belay_sandbox::SandboxError::ImageMissing { .. }) {
+            return EXIT_USAGE;
+        }
+    }
+    if let Some(a) = e.downcast_ref::<belay_agent::AgentError>() {
+        if matches!(
+            a,
+            belay_agent::AgentError::Spawn { .. } | belay_agent::AgentError::Config(_)
+        ) {
             return EXIT_USAGE;
         }
     }

@@ -58,10 +58,21 @@ pub type ModelChoice = (
 
 pub fn model_setup(a: &crate::cli::LlmArgs) -> Result<Option<ModelChoice>, Failure> {
     use crate::cli::Planner;
-    use belay_model::{Api, ClientConfig, ModelSetup, PriceTable};
-    if a.planner == Planner::Rules {
-        return Ok(None);
+    match a.planner {
+        Planner::Rules => Ok(None),
+        Planner::Auto => resolve_model(&a.model, false),
+        Planner::Llm => resolve_model(&a.model, true)
+            .map_err(|f| usage(format!("--planner llm needs a model: {:#}", f.error))),
     }
+}
+
+/// The model from the flags, the environment and ./.env. `required`: no
+/// endpoint is an error (else `None`).
+pub fn resolve_model(
+    a: &crate::cli::ModelArgs,
+    required: bool,
+) -> Result<Option<ModelChoice>, Failure> {
+    use belay_model::{Api, ClientConfig, ModelSetup, PriceTable};
     let settings = match std::env::current_dir() {
         Ok(d) => belay_model::keys::Settings::load(&d),
         Err(_) => belay_model::keys::Settings::env_only(),
@@ -80,9 +91,9 @@ pub fn model_setup(a: &crate::cli::LlmArgs) -> Result<Option<ModelChoice>, Failu
     };
     let base = a.openai_base_url.clone().or_else(|| settings.var(base_env));
     if key.is_none() && base.is_none() {
-        if a.planner == Planner::Llm {
+        if required {
             return Err(usage(format!(
-                "--planner llm needs a model: set {key_env} (in the environment or ./.env), or pass --openai-base-url (or set {base_env}) for a server that needs no key"
+                "set {key_env} (in the environment or ./.env), or pass --openai-base-url (or set {base_env}) for a server that needs no key"
             )));
         }
         return Ok(None);
@@ -106,6 +117,7 @@ pub fn model_setup(a: &crate::cli::LlmArgs) -> Result<Option<ModelChoice>, Failu
     config.retry_delay = a.llm_retry_delay;
     config.timeout = a.llm_timeout;
     config.idle_timeout = a.llm_idle_timeout;
+    config.max_output_tokens = a.llm_max_output_tokens;
     let prices = match &a.llm_prices {
         Some(p) => PriceTable::load(p).map_err(usage)?,
         None => PriceTable::builtin(),

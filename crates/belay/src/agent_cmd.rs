@@ -1,0 +1,191 @@
+//! `belay agent run`: one task, with the built-in agent in a container or an
+//! agent CLI (on the host only with --on-host).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use belay_agent::builtin::{BuiltinAgent, BuiltinConfig};
+use belay_agent::cli::{CliAgent, CliKind, Endpoint, Launch};
+use belay_agent::workspace::ContainerWorkspace;
+use belay_agent::{AgentEvent, AgentReport, Limits};
+use belay_record::{JsonlAppender, Redactor};
+use belay_sandbox::{ContainerRuntime, ContainerSpec, Network, TarFilter};
+use serde::Serialize;
+
+use crate::cli::{AgentKind, AgentRunArgs};
+use crate::commands::{connect, usage};
+use crate::model_cmd::resolve_model;
+use crate::{Failure, EXIT_FAILED};
+
+#[derive(Serialize)]
+struct EventLine<'a> {
+    at: String,
+    #[serde(flatten)]
+    event: &'a AgentEvent,
+}
+
+const WORKDIR: &str = "/workspace/repo";
+
+pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
+    let repo = std::fs::canonicalize(&a.repo).map_err(|e| {
+        usage(format!(
+            "--repo {}: {e}. Pass an existing directory",
+            a.repo.display()
+        ))
+    })?;
+    let run_id = belay_record::run_id::generate("agent");
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| repo.join(".belay").join("agent").join(&run_id));
+    std::fs::create_dir_all(&out).map_err(|e| {
+        usage(format!(
+            "cannot create {}: {e}. Pass --out with a writable directory",
+            out.display()
+        ))
+    })?;
+    let model = resolve_model(&a.model, a.agent == AgentKind::Builtin)?;
+    let mut redactor = Redactor::default();
+    if let Some((_, Some((name, key)))) = &model {
+        redactor.add(name.clone(), key.expose());
+    }
+    let mut events = JsonlAppender::open(&out.join("events.jsonl"))?;
+    let mut write_err: Option<String> = None;
+    let mut on_event = |e: &AgentEvent| {
+        let line = EventLine {
+            at: belay_record::now_rfc3339(),
+            event: e,
+        };
+        if let Err(err) = events.append(&line, &redactor) {
+            write_err.get_or_insert(err.to_string());
+        }
+    };
+
+    let report: AgentReport = if a.agent == AgentKind::Builtin {
+        let Some((setup, _)) = &model else {
+            return Err(usage("the built-in agent needs a model"));
+        };
+        let client = setup
+            .client(Some(out.join("llm-usage.json")))
+            .map_err(|e| usage(e.to_string()))?;
+        let rt = connect().await?;
+        if !rt.image_exists(&a.image).await? {
+            return Err(usage(format!(
+                "image {} is not on this Docker engine: run `belay image bootstrap`, or pass --image (an image from `belay env build` works)",
+                a.image
+            )));
+        }
+        let container = rt
+            .create(&ContainerSpec {
+                image: a.image.clone(),
+                run_id: run_id.clone(),
+                kind: "agent".into(),
+                network: if a.network {
+                    Network::Bridge
+                } else {
+                    Network::None
+                },
+                working_dir: Some(WORKDIR.into()),
+                unowned: a.keep_container,
+                ..Default::default()
+            })
+            .await?;
+        let filter = TarFilter {
+            exclude: vec![".belay".into(), ".git".into()],
+            ignore: None,
+        };
+        let rt: Arc<dyn ContainerRuntime> = Arc::new(rt);
+        let result = async {
+            rt.copy_dir_in(&container, &repo, WORKDIR, &filter).await?;
+            let ws = ContainerWorkspace::new(
+                rt.clone(),
+                &container,
+                WORKDIR,
+                out.join("tool-logs"),
+                redactor.clone(),
+                vec![],
+            );
+            let agent = BuiltinAgent {
+                client: &client,
+                workspace: &ws,
+                config: BuiltinConfig {
+                    max_iterations: a.max_turns,
+                    max_cost_usd: a.max_cost,
+                    wall_time: a.wall_time,
+                    ..BuiltinConfig::default()
+                },
+            };
+            anyhow::Ok(agent.run(&a.prompt, &mut on_event).await?)
+        }
+        .await;
+        if a.keep_container {
+            eprintln!("[belay] kept container {container} (docker exec -it {container} bash)");
+        } else {
+            let _ = rt.remove(&container).await;
+        }
+        result?
+    } else {
+        if !a.on_host {
+            return Err(usage(
+                "agent CLIs run in a pipeline step's container; to run one here, on this machine, in --repo, pass --on-host (an explicit opt-out of the sandbox)",
+            ));
+        }
+        let kind = match a.agent {
+            AgentKind::Codex => CliKind::Codex,
+            AgentKind::Claude => CliKind::Claude,
+            AgentKind::Gemini => CliKind::Gemini,
+            _ => CliKind::Plain,
+        };
+        let mut agent = CliAgent::new(kind);
+        if let Some(p) = &a.program {
+            agent.program = p.clone();
+        }
+        if kind == CliKind::Plain && (a.program.is_none() || a.args.is_empty()) {
+            return Err(usage(
+                "--agent plain needs --program and --arg (with {prompt} where the prompt goes)",
+            ));
+        }
+        agent.template = a.args.clone();
+        agent.auto_approve = a.auto_approve;
+        agent.model = a.model.model.clone();
+        let prices = model
+            .as_ref()
+            .and_then(|(s, _)| s.prices.lookup(&s.config.model));
+        if let Some((setup, key)) = &model {
+            let base = &setup.config.base_url;
+            if a.model.openai_base_url.is_some() || !base.contains("api.openai.com") {
+                agent.endpoint = Some(Endpoint {
+                    base_url: base.clone(),
+                    key: key.as_ref().map(|(_, k)| k.clone()),
+                });
+            }
+        }
+        let launch = Launch::for_agent(&agent, &a.prompt, repo.clone(), &[])?;
+        let limits = Limits {
+            max_turns: Some(a.max_turns),
+            max_cost_usd: a.max_cost,
+            wall_time: a.wall_time,
+            final_grace: a.final_grace,
+            ..Limits::default()
+        };
+        let mut parser = agent.parser();
+        belay_agent::cli::run(&launch, parser.as_mut(), &limits, prices, &mut on_event).await?
+    };
+    if let Some(e) = write_err {
+        eprintln!("[belay] warning: {e}");
+    }
+    let text = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
+    belay_record::atomic_write(&out.join("report.json"), redactor.redact(&text).as_bytes())?;
+    println!("{}", redactor.redact(&report.final_text));
+    eprintln!(
+        "[belay] agent {}: {} turn(s), {} in / {} out tokens, ${:.4}, {:.1}s; events in {}",
+        report.stop.describe(),
+        report.turns,
+        report.usage.input_tokens,
+        report.usage.output_tokens,
+        report.cost_usd,
+        report.duration_s,
+        out.join("events.jsonl").display()
+    );
+    Ok(if report.ok() { 0 } else { EXIT_FAILED })
+}
