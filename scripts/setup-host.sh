@@ -2,7 +2,10 @@
 # Set up a Debian machine to run belay and its tests. Idempotent: every step
 # checks before it acts, so running it again is cheap.
 #
-#  - installs the Docker engine (docker.io), debootstrap and git if missing;
+#  - installs the Docker engine (docker.io), debootstrap, git, Node.js/npm and
+#    a C toolchain if missing;
+#  - installs the pinned agent CLIs (codex, Claude Code, gemini) from npm into
+#    /opt/belay-agents (the adapter tests run the real ones);
 #  - starts dockerd if it is not answering (systemd when there is one);
 #  - builds belay (release);
 #  - builds the default base image offline with `belay image bootstrap` if missing.
@@ -20,6 +23,10 @@ command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v git >/dev/null || missing+=(git)
 command -v tar >/dev/null || missing+=(tar)
+command -v curl >/dev/null || missing+=(curl)
+command -v npm >/dev/null || missing+=(nodejs npm)
+command -v g++ >/dev/null || missing+=(build-essential)
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -42,6 +49,25 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || die "dockerd did not come up within 60 s; see /var/log/dockerd.log"
 fi
 log "docker $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+
+# The agent CLIs, pinned (the versions the adapters are tested against).
+AGENTS_DIR=${BELAY_AGENTS_DIR:-/opt/belay-agents}
+AGENT_PKGS=(@openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332 @google/gemini-cli@0.61.0)
+agents_ok=1
+for p in "${AGENT_PKGS[@]}"; do
+  name=${p%@*}; want=${p##*@}
+  have=$(node -e "try{console.log(require('$AGENTS_DIR/node_modules/$name/package.json').version)}catch(e){}" 2>/dev/null || true)
+  [ "$have" = "$want" ] || agents_ok=0
+done
+if [ "$agents_ok" -eq 0 ]; then
+  log "installing agent CLIs into $AGENTS_DIR: ${AGENT_PKGS[*]}"
+  mkdir -p "$AGENTS_DIR"
+  npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error "${AGENT_PKGS[@]}" >/dev/null
+fi
+for b in codex claude gemini; do
+  "$AGENTS_DIR/node_modules/.bin/$b" --version >/dev/null 2>&1 || die "$AGENTS_DIR/node_modules/.bin/$b does not run"
+done
+log "agent CLIs: $("$AGENTS_DIR/node_modules/.bin/codex" --version), claude $("$AGENTS_DIR/node_modules/.bin/claude" --version | cut -d' ' -f1), gemini $("$AGENTS_DIR/node_modules/.bin/gemini" --version)"
 
 log "building belay"
 cargo build --release --locked -q -p belay

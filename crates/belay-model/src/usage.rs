@@ -305,7 +305,10 @@ mod tests {
         assert_eq!(r.retries, r.requests);
         assert_eq!(r.input_tokens, 10 * r.requests);
         assert_eq!(r.recent_calls.len(), RECENT_CALLS);
-        assert_eq!(r.estimated_usage_calls, (0..(RECENT_CALLS + 5)).filter(|i| i % 3 == 0).count() as u64);
+        assert_eq!(
+            r.estimated_usage_calls,
+            (0..(RECENT_CALLS + 5)).filter(|i| i % 3 == 0).count() as u64
+        );
         assert_eq!(r.base_url, "https://h/v1");
         assert!(r.cost_usd > 0.0);
     }
