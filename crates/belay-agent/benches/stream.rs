@@ -6,6 +6,8 @@
 //!
 //! Prints one JSON line of figures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::time::Instant;
 

@@ -7,6 +7,8 @@
 //!
 //! Prints one JSON line of figures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Instant;
 
