@@ -126,6 +126,23 @@ fn parse<'a, T: Deserialize<'a>>(call: &'a ToolCall) -> Result<T, String> {
     })
 }
 
+/// How often `needle` occurs in `hay`, overlapping occurrences included
+/// (`aa` occurs twice in `aaa`: replacing "the" one would be a guess).
+fn occurrences(hay: &str, needle: &str) -> usize {
+    let mut n = 0;
+    let mut from = 0;
+    while let Some(i) = hay[from..].find(needle) {
+        n += 1;
+        let start = from + i;
+        // Continue one character after this match's start.
+        from = start + hay[start..].chars().next().map(char::len_utf8).unwrap_or(1);
+        if from >= hay.len() {
+            break;
+        }
+    }
+    n
+}
+
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
@@ -180,6 +197,8 @@ pub struct BuiltinAgent<'a> {
     pub client: &'a ModelClient,
     pub workspace: &'a dyn Workspace,
     pub config: BuiltinConfig,
+    /// When the wall time runs out (set by `run`; commands get no longer).
+    pub deadline: Option<Instant>,
 }
 
 enum Outcome {
@@ -187,14 +206,17 @@ enum Outcome {
     Finish(String),
 }
 
-impl BuiltinAgent<'_> {
+impl<'a> BuiltinAgent<'a> {
     async fn tool(&self, call: &ToolCall, emit: &mut (dyn FnMut(AgentEvent) + Send)) -> Outcome {
         let ws = self.workspace;
         let r = match call.name.as_str() {
             "terminal" => match parse::<TerminalArgs>(call) {
                 Err(e) => e,
                 Ok(a) => {
-                    let t = a.timeout_s.map(Duration::from_secs).unwrap_or(self.config.command_timeout).min(self.config.command_timeout);
+                    let mut t = a.timeout_s.map(Duration::from_secs).unwrap_or(self.config.command_timeout).min(self.config.command_timeout);
+                    if let Some(left) = self.deadline.and_then(|d| d.checked_duration_since(Instant::now())) {
+                        t = t.min(left.max(Duration::from_secs(1)));
+                    }
                     match ws.run(&a.command, t).await {
                         Err(e) => format!("error: the command could not run: {e}"),
                         Ok(o) => {
@@ -278,7 +300,7 @@ impl BuiltinAgent<'_> {
         let Ok(text) = String::from_utf8(bytes) else {
             return format!("error: {} is not UTF-8 text", a.path);
         };
-        match text.matches(a.old.as_str()).count() {
+        match occurrences(&text, &a.old) {
             0 => format!("error: `old` does not occur in {}; read the file and copy the text exactly", a.path),
             1 => {
                 let new = text.replacen(a.old.as_str(), &a.new, 1);
@@ -295,12 +317,26 @@ impl BuiltinAgent<'_> {
     }
 
     /// Run a task. Every event goes to `on_event` as it happens (the trajectory).
+    pub fn new(
+        client: &'a ModelClient,
+        workspace: &'a dyn Workspace,
+        config: BuiltinConfig,
+    ) -> Self {
+        BuiltinAgent {
+            client,
+            workspace,
+            config,
+            deadline: None,
+        }
+    }
+
     pub async fn run(
-        &self,
+        &mut self,
         task: &str,
         on_event: &mut (dyn FnMut(&AgentEvent) + Send),
     ) -> Result<AgentReport, AgentError> {
         let t0 = Instant::now();
+        self.deadline = self.config.wall_time.map(|w| t0 + w);
         let mut tally = Tally::default();
         let mut instructions = SYSTEM_PROMPT.to_string();
         if let Some(extra) = &self.config.instructions {
@@ -343,7 +379,21 @@ impl BuiltinAgent<'_> {
                 tools: tools.clone(),
                 ..Default::default()
             };
-            let resp = match self.client.complete(&req, "agent").await {
+            // The wall-time budget bounds the model call too.
+            let call = self.client.complete(&req, "agent");
+            let answer = match self.config.wall_time {
+                Some(w) => match tokio::time::timeout(w.saturating_sub(t0.elapsed()), call).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        stop = Some(StopReason::WallTime {
+                            limit_s: w.as_secs_f64(),
+                        });
+                        break;
+                    }
+                },
+                None => call.await,
+            };
+            let resp = match answer {
                 Ok(r) => r,
                 Err(e) => {
                     let msg = e.to_string();
@@ -484,6 +534,14 @@ mod tests {
             name: name.into(),
             arguments: args.into(),
         }
+    }
+
+    #[test]
+    fn overlapping_matches_are_not_unique() {
+        assert_eq!(occurrences("aaa", "aa"), 2);
+        assert_eq!(occurrences("x = 1\ny = 1", "= 1"), 2);
+        assert_eq!(occurrences("héllo wörld", "wörld"), 1);
+        assert_eq!(occurrences("abc", "d"), 0);
     }
 
     #[test]

@@ -41,6 +41,9 @@ impl std::str::FromStr for CliKind {
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub base_url: String,
+    /// The dialect it speaks: codex takes responses or chat-completions;
+    /// Claude Code only anthropic; gemini none of belay's (it speaks Google's API).
+    pub api: belay_model::Api,
     pub key: Option<Secret>,
 }
 
@@ -141,6 +144,12 @@ impl CliAgent {
                     env.push(("IS_SANDBOX".into(), "1".into()));
                 }
                 if let Some(e) = &self.endpoint {
+                    if e.api != belay_model::Api::Anthropic {
+                        return Err(AgentError::Config(format!(
+                            "Claude Code speaks the Anthropic Messages API, not {}: point it at an anthropic endpoint",
+                            e.api
+                        )));
+                    }
                     env.push(("ANTHROPIC_BASE_URL".into(), e.base_url.clone()));
                     if let Some(k) = &e.key {
                         env.push(("ANTHROPIC_API_KEY".into(), k.expose().to_string()));
@@ -158,11 +167,20 @@ impl CliAgent {
                     argv.extend(["-m".into(), m.clone()]);
                 }
                 if let Some(e) = &self.endpoint {
+                    let wire = match e.api {
+                        belay_model::Api::Responses => "responses",
+                        belay_model::Api::ChatCompletions => "chat",
+                        belay_model::Api::Anthropic => {
+                            return Err(AgentError::Config(
+                                "codex speaks the OpenAI Responses or Chat Completions API, not anthropic".into(),
+                            ))
+                        }
+                    };
                     let mut cfg = vec![
                         "model_provider=belay".to_string(),
                         "model_providers.belay.name=\"belay\"".to_string(),
                         format!("model_providers.belay.base_url={}", toml_str(&e.base_url)),
-                        "model_providers.belay.wire_api=\"responses\"".to_string(),
+                        format!("model_providers.belay.wire_api=\"{wire}\""),
                     ];
                     if let Some(k) = &e.key {
                         cfg.push("model_providers.belay.env_key=\"BELAY_AGENT_API_KEY\"".into());
@@ -186,6 +204,7 @@ impl CliAgent {
                     argv.push("--yolo".into());
                 }
                 if let Some(e) = &self.endpoint {
+                    // Gemini CLI speaks Google's own API at this address.
                     env.push(("GOOGLE_GEMINI_BASE_URL".into(), e.base_url.clone()));
                     if let Some(k) = &e.key {
                         env.push(("GEMINI_API_KEY".into(), k.expose().to_string()));
@@ -307,12 +326,14 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
     r: &mut R,
     line: &mut Vec<u8>,
     cut: &mut bool,
+    activity: &std::sync::atomic::AtomicU64,
 ) -> std::io::Result<bool> {
     loop {
         let buf = r.fill_buf().await?;
         if buf.is_empty() {
             return Ok(!line.is_empty());
         }
+        activity.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (take, done) = match buf.iter().position(|&b| b == b'\n') {
             Some(i) => (i, Some(i + 1)),
             None => (buf.len(), None),
@@ -335,6 +356,15 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
+/// Kills a process group when dropped.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
 fn kill_group(pid: Option<u32>) {
     if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
@@ -351,9 +381,14 @@ pub async fn run(
     on_event: &mut (dyn FnMut(&AgentEvent) + Send),
 ) -> Result<AgentReport, AgentError> {
     let t0 = Instant::now();
-    let program = launch.argv.first().cloned().unwrap_or_default();
+    let Some((program, args)) = launch.argv.split_first() else {
+        return Err(AgentError::Config(
+            "nothing to run: the argv is empty".into(),
+        ));
+    };
+    let program = program.clone();
     let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(&launch.argv[1..])
+    cmd.args(args)
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&launch.cwd)
@@ -371,12 +406,16 @@ pub async fn run(
         source,
     })?;
     let pid = child.id();
+    // Whatever ends this function (a return, a dropped future), the group dies.
+    let _group = GroupGuard(pid);
+    let activity = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     if let (Some(text), Some(mut stdin)) = (launch.stdin.clone(), child.stdin.take()) {
         tokio::spawn(async move {
             let _ = stdin.write_all(text.as_bytes()).await;
             let _ = stdin.shutdown().await;
         });
     }
+    let stderr_activity = activity.clone();
     let stderr_task = child.stderr.take().map(|mut e| {
         tokio::spawn(async move {
             let mut keep: Vec<u8> = Vec::new();
@@ -385,6 +424,7 @@ pub async fn run(
                 if n == 0 {
                     break;
                 }
+                stderr_activity.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 keep.extend_from_slice(&buf[..n]);
                 if keep.len() > 2 * STDERR_KEEP {
                     keep.drain(..keep.len() - STDERR_KEEP);
@@ -410,6 +450,7 @@ pub async fn run(
     let mut idle_deadline = limits.idle.map(|i| tokio::time::Instant::now() + i);
     let mut grace_deadline: Option<tokio::time::Instant> = None;
     let mut killed_after_result = false;
+    let mut activity_seen = 0u64;
     let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
 
     loop {
@@ -419,7 +460,7 @@ pub async fn run(
             .min()
             .unwrap_or(far);
         tokio::select! {
-            r = next_line(&mut reader, &mut line, &mut cut) => {
+            r = next_line(&mut reader, &mut line, &mut cut, &activity) => {
                 match r {
                     Ok(true) => {}
                     Ok(false) | Err(_) => break,
@@ -427,6 +468,7 @@ pub async fn run(
                 if let Some(i) = limits.idle {
                     idle_deadline = Some(tokio::time::Instant::now() + i);
                 }
+                activity_seen = activity.load(std::sync::atomic::Ordering::Relaxed);
                 if cut {
                     events.push(AgentEvent::Error { message: format!("an output line longer than {MAX_LINE} bytes was cut"), fatal: false });
                     cut = false;
@@ -458,6 +500,16 @@ pub async fn run(
             }
             _ = tokio::time::sleep_until(deadline) => {
                 let now = tokio::time::Instant::now();
+                // Output without a newline (progress bars) or on stderr is not idleness.
+                let seen = activity.load(std::sync::atomic::Ordering::Relaxed);
+                let idle_due = idle_deadline.is_some_and(|d| now >= d)
+                    && grace_deadline.is_none_or(|g| now < g)
+                    && wall_deadline.is_none_or(|w| now < w);
+                if idle_due && seen != activity_seen {
+                    activity_seen = seen;
+                    idle_deadline = limits.idle.map(|i| now + i);
+                    continue;
+                }
                 if grace_deadline.is_some_and(|g| now >= g) {
                     killed_after_result = true;
                 } else if wall_deadline.is_some_and(|w| now >= w) {

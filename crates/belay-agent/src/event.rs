@@ -195,7 +195,15 @@ pub struct Tally {
 
 const KEEP: usize = 200;
 
-fn push_bounded(v: &mut Vec<String>, s: String) {
+fn push_bounded(v: &mut Vec<String>, mut s: String) {
+    if s.len() > 2048 {
+        let mut cut = 2048;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
     if v.len() == KEEP {
         v.remove(0);
     }
@@ -210,7 +218,8 @@ impl Tally {
         match ev {
             AgentEvent::Session { id, .. } => self.session_id = Some(id.clone()),
             AgentEvent::Message { text } if !text.trim().is_empty() => {
-                self.last_message = Some(text.clone())
+                // The last message, bounded (its tail).
+                self.last_message = Some(crate::parse::tail(text.clone()))
             }
             AgentEvent::ToolCall { .. } => self.turns += 1,
             AgentEvent::Command { command, .. } => {

@@ -62,6 +62,44 @@ impl ClientConfig {
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How much of an error body is kept in the error.
 const ERROR_BODY_MAX: usize = 2048;
+/// The largest whole (non-streamed) reply accepted.
+const MAX_REPLY: u64 = 64 * 1024 * 1024;
+
+/// Read at most `max` bytes of a body (the rest is dropped unread).
+async fn read_capped(resp: reqwest::Response, max: usize) -> String {
+    let mut out: Vec<u8> = Vec::new();
+    let mut s = resp.bytes_stream();
+    while let Some(Ok(c)) = s.next().await {
+        let room = max.saturating_sub(out.len());
+        out.extend_from_slice(&c[..c.len().min(room)]);
+        if out.len() >= max {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `scheme://user:pass@host` -> `scheme://***@host`, anywhere in a text.
+pub(crate) fn strip_url_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace() || c == '"')
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                rest = &tail[at..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
 
 /// A model client: one dialect, one endpoint, shared usage ledger.
 #[derive(Debug, Clone)]
@@ -193,18 +231,19 @@ impl ModelClient {
         if let Some(ra) = retry_after {
             return ra.min(MAX_BACKOFF);
         }
-        let base = self
-            .cfg
-            .retry_delay
-            .saturating_mul(1u32 << (n.saturating_sub(1)).min(16));
+        let doubled =
+            self.cfg.retry_delay.as_secs_f64() * f64::from(1u32 << n.saturating_sub(1).min(16));
         let jitter = 0.75 + fastrand::f64() * 0.5;
-        base.mul_f64(jitter).min(MAX_BACKOFF)
+        let secs = (doubled * jitter).min(MAX_BACKOFF.as_secs_f64());
+        Duration::try_from_secs_f64(secs).unwrap_or(MAX_BACKOFF)
     }
 
+    /// The key and any URL credentials out of a text that may be recorded.
     fn scrub(&self, text: &str) -> String {
+        let text = strip_url_credentials(text);
         match &self.cfg.key {
             Some(k) if k.expose().len() >= 4 => text.replace(k.expose(), "***"),
-            _ => text.to_string(),
+            _ => text,
         }
     }
 
@@ -221,7 +260,16 @@ impl ModelClient {
                 &capped
             }
         };
-        let body = dialect::body(self.cfg.api, req, &self.cfg.model, self.cfg.stream);
+        let mut body = dialect::body(self.cfg.api, req, &self.cfg.model, self.cfg.stream);
+        // OpenAI's own Chat Completions refuses `max_tokens` for reasoning
+        // models; local servers know only `max_tokens`.
+        if self.cfg.api == Api::ChatCompletions && self.cfg.base_url.contains("api.openai.com") {
+            if let Some(o) = body.as_object_mut() {
+                if let Some(v) = o.remove("max_tokens") {
+                    o.insert("max_completion_tokens".into(), v);
+                }
+            }
+        }
         let mut rb = self.http.post(&self.url).json(&body);
         match (self.cfg.api, &self.cfg.key) {
             (Api::Anthropic, key) => {
@@ -249,8 +297,8 @@ impl ModelClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|s| s.trim().parse::<f64>().ok())
                 .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64);
-            let text = resp.text().await.unwrap_or_default();
+                .and_then(|s| Duration::try_from_secs_f64(s.min(MAX_BACKOFF.as_secs_f64())).ok());
+            let text = read_capped(resp, ERROR_BODY_MAX * 8).await;
             let msg = serde_json::from_str::<Value>(&text)
                 .ok()
                 .and_then(|v| dialect::error_message(&v))
@@ -271,6 +319,12 @@ impl ModelClient {
             });
         }
         if !self.cfg.stream {
+            if resp.content_length().is_some_and(|n| n > MAX_REPLY) {
+                return Err(ModelError::Decode {
+                    url,
+                    message: format!("the reply is larger than {MAX_REPLY} bytes"),
+                });
+            }
             let bytes = resp.bytes().await.map_err(|e| {
                 if e.is_timeout() {
                     ModelError::Idle {
@@ -284,6 +338,12 @@ impl ModelClient {
                     }
                 }
             })?;
+            if bytes.len() as u64 > MAX_REPLY {
+                return Err(ModelError::Decode {
+                    url,
+                    message: format!("the reply is larger than {MAX_REPLY} bytes"),
+                });
+            }
             let v: Value = serde_json::from_slice(&bytes).map_err(|e| ModelError::Decode {
                 url: url.clone(),
                 message: format!("the reply is not JSON ({e})"),
@@ -329,8 +389,10 @@ impl ModelClient {
                 match state.on_event(&ev) {
                     Ok(true) => return Ok(state.into_response()),
                     Ok(false) => {}
+                    // An error event inside the stream (overloaded, rate
+                    // limited, a server error) or a broken event: retried.
                     Err(message) => {
-                        return Err(ModelError::Decode {
+                        return Err(ModelError::Stream {
                             url,
                             message: self.scrub(&message),
                         })

@@ -48,11 +48,13 @@ pub fn parse_dotenv(text: &str) -> Vec<(String, String)> {
             continue;
         }
         let v = v.trim();
-        let v = if v.len() >= 2
-            && ((v.starts_with('"') && v.ends_with('"'))
-                || (v.starts_with('\'') && v.ends_with('\'')))
-        {
-            &v[1..v.len() - 1]
+        let quoted = v
+            .chars()
+            .next()
+            .filter(|q| *q == '"' || *q == '\'')
+            .and_then(|q| v[1..].find(q).map(|end| &v[1..1 + end]));
+        let v = if let Some(inner) = quoted {
+            inner
         } else {
             // An unquoted value ends at an inline comment.
             v.split(" #").next().unwrap_or(v).trim_end()
@@ -110,7 +112,7 @@ mod tests {
     #[test]
     fn dotenv_forms() {
         let v = parse_dotenv(
-            "# c\nA=1\nexport B=\"two words\"\nC='x=y'\nD=plain # note\nbad line\n=x\nE=\n",
+            "# c\nA=1\nexport B=\"two words\" # note\nC='x=y'\nD=plain # note\nbad line\n=x\nE=\n",
         );
         assert_eq!(
             v,

@@ -273,8 +273,10 @@ impl ReplayServer {
             seq: 0,
             log,
         }));
+        // Agent conversations grow past axum's 2 MB default; cap at 256 MiB.
         let app = axum::Router::new()
             .fallback(handle)
+            .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
             .with_state(state.clone());
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
@@ -343,18 +345,29 @@ fn api_of(path: &str) -> Option<Api> {
     }
 }
 
-fn matches(t: &Turn, api: Api, model: Option<&str>, body: &str) -> bool {
+/// Every string value in a JSON document, joined by newlines: what `match`
+/// compares with (so that quotes, newlines and non-ASCII match as written).
+fn decoded_strings(v: &Value, out: &mut String) {
+    match v {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        Value::Array(a) => a.iter().for_each(|x| decoded_strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| decoded_strings(x, out)),
+        _ => {}
+    }
+}
+
+fn matches(t: &Turn, api: Api, model: Option<&str>, raw: &str, decoded: &str) -> bool {
     let Some(m) = &t.matcher else {
         return true;
     };
+    let has = |s: &String| decoded.contains(s.as_str()) || raw.contains(s.as_str());
     m.api.is_none_or(|a| a == api)
         && m.model.as_deref().is_none_or(|x| Some(x) == model)
-        && m.contains.items().iter().all(|s| body.contains(s.as_str()))
-        && !m
-            .not_contains
-            .items()
-            .iter()
-            .any(|s| body.contains(s.as_str()))
+        && m.contains.items().iter().all(has)
+        && !m.not_contains.items().iter().any(has)
 }
 
 fn error_body(api: Option<Api>, status: u16, message: &str) -> Value {
@@ -435,6 +448,8 @@ async fn handle(
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let api = api_of(&path).filter(|_| method == Method::POST);
+    let mut decoded = String::new();
+    decoded_strings(&parsed, &mut decoded);
 
     // Pick the turn under the lock; answer outside it.
     let (seq, picked) = {
@@ -445,7 +460,14 @@ async fn handle(
         let seq = s.seq;
         let picked = api.and_then(|api| {
             let i = (0..s.script.turns.len()).find(|&i| {
-                !s.used[i] && matches(&s.script.turns[i], api, model.as_deref(), &body_text)
+                !s.used[i]
+                    && matches(
+                        &s.script.turns[i],
+                        api,
+                        model.as_deref(),
+                        &body_text,
+                        &decoded,
+                    )
             })?;
             if !s.script.turns[i].repeat {
                 s.used[i] = true;
@@ -455,47 +477,27 @@ async fn handle(
         (seq, picked)
     };
 
-    let (status, resp) = match (api, &picked) {
-        (None, _) if method == Method::GET && path.ends_with("/models") => (
-            200,
-            axum::Json(json!({"object": "list", "data": [{"id": model.clone().unwrap_or_else(|| "replay".into()), "object": "model", "owned_by": "belay-replay"}]}))
-                .into_response(),
-        ),
-        (None, _) if path.ends_with("/messages/count_tokens") => (
-            200,
-            axum::Json(json!({"input_tokens": body.len() / 4})).into_response(),
-        ),
-        (None, _) => {
-            let msg = format!("belay replay: no such endpoint {method} {path}");
-            (404, (StatusCode::NOT_FOUND, axum::Json(error_body(None, 404, &msg))).into_response())
-        }
-        (Some(api), None) => {
-            let msg = format!(
-                "belay replay: no scripted turn left for request #{seq} ({method} {path}); every turn that matches is used"
-            );
-            tracing::warn!("{msg}");
-            (400, (StatusCode::BAD_REQUEST, axum::Json(error_body(Some(api), 400, &msg))).into_response())
-        }
-        (Some(api), Some((_, turn, script_model))) => {
-            if turn.delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(turn.delay_ms)).await;
-            }
-            answer(api, turn, seq, model.as_deref(), script_model.as_deref(), stream, &parsed, body.len())
-        }
+    // Logged before answering: a client that hangs up mid-answer is still on record.
+    let is_models = method == Method::GET && path.ends_with("/models");
+    let is_count = path.ends_with("/messages/count_tokens");
+    let status: u16 = match (api, &picked) {
+        (None, _) if is_models || is_count => 200,
+        (None, _) => 404,
+        (Some(_), None) => 400,
+        (Some(_), Some((_, t, _))) => t.error.as_ref().map(|e| e.status).unwrap_or(200),
     };
-
     let record = LoggedRequest {
         seq,
         at: belay_record::now_rfc3339(),
         method: method.to_string(),
-        path,
+        path: path.clone(),
         api,
-        model,
+        model: model.clone(),
         stream,
         turn: picked.as_ref().map(|p| p.0),
         turn_name: picked.as_ref().and_then(|p| p.1.name.clone()),
         status,
-        body: parsed,
+        body: parsed.clone(),
     };
     if let Ok(mut s) = state.lock() {
         if let Some((p, f)) = &mut s.log {
@@ -508,7 +510,30 @@ async fn handle(
             }
         }
     }
-    resp
+    drop(record);
+
+    match (api, &picked) {
+        (None, _) if is_models => axum::Json(json!({"object": "list", "data": [{"id": model.clone().unwrap_or_else(|| "replay".into()), "object": "model", "owned_by": "belay-replay"}]}))
+            .into_response(),
+        (None, _) if is_count => axum::Json(json!({"input_tokens": body.len() / 4})).into_response(),
+        (None, _) => {
+            let msg = format!("belay replay: no such endpoint {method} {path}");
+            (StatusCode::NOT_FOUND, axum::Json(error_body(None, 404, &msg))).into_response()
+        }
+        (Some(api), None) => {
+            let msg = format!(
+                "belay replay: no scripted turn left for request #{seq} ({method} {path}); every turn that matches is used"
+            );
+            tracing::warn!("{msg}");
+            (StatusCode::BAD_REQUEST, axum::Json(error_body(Some(api), 400, &msg))).into_response()
+        }
+        (Some(api), Some((_, turn, script_model))) => {
+            if turn.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(turn.delay_ms)).await;
+            }
+            answer(api, turn, seq, model.as_deref(), script_model.as_deref(), stream, &parsed, body.len()).1
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

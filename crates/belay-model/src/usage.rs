@@ -185,17 +185,26 @@ impl UsageLedger {
         prices: &PriceTable,
     ) -> Self {
         let p = prices.lookup(model);
+        // A resumed run continues its own counts.
+        let previous: Option<UsageReport> = path
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let latencies: Vec<f64> = previous
+            .as_ref()
+            .map(|r| r.recent_calls.iter().map(|c| c.latency_ms).collect())
+            .unwrap_or_default();
         let report = UsageReport {
             api: api.to_string(),
             model: model.to_string(),
             base_url: strip_credentials(base_url),
             price_known: p.is_some(),
             prices: p,
-            ..Default::default()
+            ..previous.unwrap_or_default()
         };
         UsageLedger {
             path,
-            inner: Mutex::new((report, Vec::new())),
+            inner: Mutex::new((report, latencies)),
         }
     }
 

@@ -26,6 +26,20 @@ struct EventLine<'a> {
 
 const WORKDIR: &str = "/workspace/repo";
 
+/// Run `fut` unless Ctrl-C or SIGTERM comes first (then the future is dropped,
+/// which kills an agent CLI's process group, and the caller cleans up).
+async fn interruptible<T>(
+    fut: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot watch for SIGTERM")?;
+    tokio::select! {
+        r = fut => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C): the agent was stopped")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated (SIGTERM): the agent was stopped")),
+    }
+}
+
 pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
     let repo = std::fs::canonicalize(&a.repo).map_err(|e| {
         usage(format!(
@@ -95,7 +109,7 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
             ignore: None,
         };
         let rt: Arc<dyn ContainerRuntime> = Arc::new(rt);
-        let result = async {
+        let result = interruptible(async {
             rt.copy_dir_in(&container, &repo, WORKDIR, &filter).await?;
             let ws = ContainerWorkspace::new(
                 rt.clone(),
@@ -105,18 +119,18 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
                 redactor.clone(),
                 vec![],
             );
-            let agent = BuiltinAgent {
-                client: &client,
-                workspace: &ws,
-                config: BuiltinConfig {
+            let mut agent = BuiltinAgent::new(
+                &client,
+                &ws,
+                BuiltinConfig {
                     max_iterations: a.max_turns,
                     max_cost_usd: a.max_cost,
                     wall_time: a.wall_time,
                     ..BuiltinConfig::default()
                 },
-            };
+            );
             anyhow::Ok(agent.run(&a.prompt, &mut on_event).await?)
-        }
+        })
         .await;
         if a.keep_container {
             eprintln!("[belay] kept container {container} (docker exec -it {container} bash)");
@@ -148,14 +162,24 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
         agent.template = a.args.clone();
         agent.auto_approve = a.auto_approve;
         agent.model = a.model.model.clone();
-        let prices = model
-            .as_ref()
-            .and_then(|(s, _)| s.prices.lookup(&s.config.model));
+        // Cost is priced by the model the CLI runs (--model); Claude Code
+        // reports its own cost, the others do not.
+        let table = match &a.model.llm_prices {
+            Some(p) => belay_model::PriceTable::load(p).map_err(usage)?,
+            None => belay_model::PriceTable::builtin(),
+        };
+        let prices = a.model.model.as_deref().and_then(|m| table.lookup(m));
+        if a.max_cost.is_some() && prices.is_none() && kind != CliKind::Claude {
+            return Err(usage(
+                "--max-cost needs a price for this CLI's model: pass --model with a priced model, or --llm-prices with its price",
+            ));
+        }
         if let Some((setup, key)) = &model {
             let base = &setup.config.base_url;
             if a.model.openai_base_url.is_some() || !base.contains("api.openai.com") {
                 agent.endpoint = Some(Endpoint {
                     base_url: base.clone(),
+                    api: setup.config.api,
                     key: key.as_ref().map(|(_, k)| k.clone()),
                 });
             }
@@ -169,14 +193,26 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
             ..Limits::default()
         };
         let mut parser = agent.parser();
-        belay_agent::cli::run(&launch, parser.as_mut(), &limits, prices, &mut on_event).await?
+        // Interrupted, the run is dropped and its process group killed.
+        interruptible(async {
+            Ok(
+                belay_agent::cli::run(&launch, parser.as_mut(), &limits, prices, &mut on_event)
+                    .await?,
+            )
+        })
+        .await?
     };
     if let Some(e) = write_err {
         eprintln!("[belay] warning: {e}");
     }
     let text = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
     belay_record::atomic_write(&out.join("report.json"), redactor.redact(&text).as_bytes())?;
-    println!("{}", redactor.redact(&report.final_text));
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (piped into head) is not an error of the run.
+        let _ = writeln!(out, "{}", redactor.redact(&report.final_text));
+    }
     eprintln!(
         "[belay] agent {}: {} turn(s), {} in / {} out tokens, ${:.4}, {:.1}s; events in {}",
         report.stop.describe(),

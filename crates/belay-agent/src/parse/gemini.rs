@@ -86,6 +86,10 @@ impl StreamParser for GeminiParser {
                 let c = l.content.unwrap_or_default();
                 if l.delta.unwrap_or(false) {
                     self.pending.push_str(&c);
+                    // A message is kept as its tail: bounded however long it streams.
+                    if self.pending.len() > 2 * super::OUTPUT_KEEP * 4 {
+                        self.pending = super::tail(std::mem::take(&mut self.pending));
+                    }
                 } else {
                     self.flush(out);
                     self.pending = c;

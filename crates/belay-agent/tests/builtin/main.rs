@@ -98,11 +98,7 @@ async fn agent_run(
         Redactor::default(),
         vec![],
     );
-    let agent = BuiltinAgent {
-        client: &client,
-        workspace: &ws,
-        config,
-    };
+    let mut agent = BuiltinAgent::new(&client, &ws, config);
     let mut events = Vec::new();
     let report = agent
         .run("Make g return 2.", &mut |e| events.push(e.clone()))

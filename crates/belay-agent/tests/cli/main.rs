@@ -58,6 +58,7 @@ fn codex(srv: &ReplayServer) -> CliAgent {
     a.model = Some("replay-model".into());
     a.endpoint = Some(Endpoint {
         base_url: srv.openai_base(),
+        api: belay_model::Api::Responses,
         key: None,
     });
     a
@@ -208,6 +209,7 @@ turns:
     a.auto_approve = true;
     a.endpoint = Some(Endpoint {
         base_url: srv.url(),
+        api: belay_model::Api::Anthropic,
         key: Some(belay_model::Secret::new("sk-ant-replay")),
     });
     let home = dir.path().join("home");

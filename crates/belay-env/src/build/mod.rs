@@ -351,10 +351,13 @@ fn new_manifest(
         base_image: previous.and_then(|p| p.base_image.clone()),
         final_image: None,
         error: None,
-        llm_usage: LlmUsage {
-            planner: "rules".into(),
-            ..Default::default()
-        },
+        llm_usage: previous
+            .map(|p| p.llm_usage.clone())
+            .filter(|u| !u.planner.is_empty())
+            .unwrap_or_else(|| LlmUsage {
+                planner: "rules".into(),
+                ..Default::default()
+            }),
         ablation_mode: opts.ablation.as_str().into(),
         progress_control: opts.ablation.progress_control(),
         final_clean_replay_enabled: opts.ablation.final_clean_replay(),

@@ -30,6 +30,10 @@ pub fn body(req: &Request, model: &str, stream: bool) -> Value {
                         json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
                     );
                 }
+                // Anthropic refuses an empty assistant turn.
+                if parts.is_empty() {
+                    parts.push(json!({"type": "text", "text": "(no answer)"}));
+                }
                 messages.push(json!({"role": "assistant", "content": parts}));
             }
             Message::Tool {
