@@ -295,9 +295,22 @@ impl ContainerRuntime for DockerRuntime {
             },
             readonly_rootfs: spec.read_only_rootfs.then_some(true),
             cap_drop: spec.drop_capabilities.then(|| vec!["ALL".to_string()]),
-            security_opt: spec
-                .drop_capabilities
-                .then(|| vec!["no-new-privileges".to_string()]),
+            security_opt: {
+                let mut o = Vec::new();
+                if spec.drop_capabilities {
+                    o.push("no-new-privileges".to_string());
+                }
+                if let Some(p) = &spec.seccomp_profile {
+                    o.push(format!("seccomp={p}"));
+                }
+                (!o.is_empty()).then_some(o)
+            },
+            tmpfs: (!spec.tmpfs.is_empty()).then(|| {
+                spec.tmpfs
+                    .iter()
+                    .map(|p| (p.clone(), "rw,nosuid,size=1g".to_string()))
+                    .collect()
+            }),
             memory: spec.memory_bytes,
             nano_cpus: spec.nano_cpus,
             init: Some(true),

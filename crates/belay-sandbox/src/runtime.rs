@@ -52,6 +52,10 @@ pub struct ContainerSpec {
     /// Leave the owner labels blank: a container kept for the user, which the
     /// reaper must not remove when this process is gone.
     pub unowned: bool,
+    /// Writable tmpfs mounts (needed with a read-only root filesystem).
+    pub tmpfs: Vec<String>,
+    /// A seccomp profile (the JSON text) instead of the engine's default.
+    pub seccomp_profile: Option<String>,
 }
 
 /// One command to execute in a running container.

@@ -38,6 +38,39 @@ pub enum Command {
     /// Agents: run one task with the built-in agent or an agent CLI.
     #[command(subcommand)]
     Agent(AgentCommand),
+    /// Run a pipeline: sandboxed steps, gated routing, crash-safe state, one commit.
+    ///
+    /// Agent, command and action steps run in containers with their own
+    /// policy; gates and verdicts route the run; state is written after every
+    /// transition; one commit ends it. Exit codes: 0 success, 1 the pipeline
+    /// failed, 2 configuration error, 3 the container engine failed.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The pipeline file.
+    pub pipeline: PathBuf,
+    /// Print the resolved plan (steps, routing, sandbox policy, secret refs)
+    /// and exit: no Docker, no model, no state.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Continue this run at the step it stopped at.
+    #[arg(long)]
+    pub resume: Option<String>,
+    /// Override the pipeline's max_attempts.
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Re-run every step's `setup:` (ignore the provision stamps).
+    #[arg(long)]
+    pub refresh: bool,
+    /// Delete the provision stamps and exit.
+    #[arg(long)]
+    pub clean_stamps: bool,
+    /// Where runs are kept (default: the file's state_dir, else
+    /// ~/.local/state/belay/pipelines/<name>-<hash>).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -28,6 +28,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Env(EnvCommand::Gc(a)) => env_gc(a).await,
         Command::Model(ModelCommand::Replay(a)) => crate::model_cmd::replay(a).await,
         Command::Agent(AgentCommand::Run(a)) => crate::agent_cmd::agent_run(*a).await,
+        Command::Run(a) => crate::run_cmd::run(a).await,
     }
 }
 

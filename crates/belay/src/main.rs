@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod model_cmd;
 mod progress;
+mod run_cmd;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,21 @@ fn classify(e: &anyhow::Error) -> u8 {
         if matches!(s, belay_sandbox::SandboxError::ImageMissing { .. }) {
             return EXIT_USAGE;
         }
+    }
+    if let Some(p) = e.downcast_ref::<belay_pipeline::PipelineError>() {
+        if let belay_pipeline::PipelineError::Sandbox(s) = p {
+            if s.is_infra() {
+                return EXIT_INFRA;
+            }
+        }
+        return if p.is_config() {
+            EXIT_USAGE
+        } else {
+            EXIT_FAILED
+        };
+    }
+    if e.downcast_ref::<belay_pipeline::LoadError>().is_some() {
+        return EXIT_USAGE;
     }
     if let Some(a) = e.downcast_ref::<belay_agent::AgentError>() {
         if matches!(

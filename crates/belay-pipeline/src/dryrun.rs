@@ -1,0 +1,152 @@
+//! `belay run --dry-run`: the resolved plan, from the file alone (no Docker,
+//! no model, no state).
+
+use std::fmt::Write;
+
+use crate::engine::{state_dir_for, DEFAULT_IMAGE, WORKDIR};
+use crate::schema::{Access, DepsPolicy, Pipeline, StepKind};
+
+pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
+    let mut s = String::new();
+    let image = p
+        .isolation
+        .image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.into());
+    let _ = writeln!(s, "pipeline {} ({})", p.name, p.path.display());
+    let _ = writeln!(s, "max attempts: {}", p.max_attempts);
+    let _ = writeln!(s, "state dir: {}", state_dir_for(p, state_dir).display());
+    match &p.llm {
+        Some(l) => {
+            let key = l
+                .api_key_env
+                .clone()
+                .unwrap_or_else(|| "OPENAI_API_KEY".into());
+            let _ = writeln!(
+                s,
+                "model: {} via {} ({}), key from ${key}",
+                l.model,
+                l.base_url.as_deref().unwrap_or("the vendor's endpoint"),
+                l.api
+                    .map(|a| a.to_string())
+                    .unwrap_or_else(|| "responses".into())
+            );
+        }
+        None => {
+            let _ = writeln!(s, "model: none");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "dependency policy: {}{}",
+        match p.deps_policy {
+            DepsPolicy::Locked => "locked",
+            DepsPolicy::Open => "open",
+        },
+        if p.lockfiles.is_empty() {
+            String::new()
+        } else {
+            format!(" (lockfiles: {})", p.lockfiles.join(", "))
+        }
+    );
+    let _ = writeln!(
+        s,
+        "sandbox: image {image}, root filesystem read-only, capabilities dropped, no-new-privileges, /tmp tmpfs{}{}{}{}",
+        p.isolation.memory.as_ref().map(|m| format!(", memory {m}")).unwrap_or_default(),
+        p.isolation.cpus.map(|c| format!(", cpus {c}")).unwrap_or_default(),
+        if p.isolation.allow_git_mutations { ", git mutations ALLOWED" } else { ", .git read-only" },
+        p.isolation.seccomp_profile.as_ref().map(|f| format!(", seccomp {f}")).unwrap_or_default(),
+    );
+    if !p.caches.is_empty() {
+        let _ = writeln!(
+            s,
+            "caches (rw, never synced back): {}",
+            p.caches
+                .iter()
+                .map(|c| c.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !p.secrets.is_empty() {
+        let _ = writeln!(s, "secrets (refs only):");
+        for (name, r) in &p.secrets {
+            let users: Vec<&str> = p
+                .steps
+                .iter()
+                .filter(|st| st.secrets.contains(name))
+                .map(|st| st.name.as_str())
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {name}: from {} key {} -> steps {}",
+                r.from,
+                r.key,
+                if users.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    users.join(", ")
+                }
+            );
+        }
+    }
+    let _ = writeln!(s, "steps:");
+    for (i, st) in p.steps.iter().enumerate() {
+        let what = match &st.kind {
+            StepKind::Agent { agent } => format!("agent {agent}"),
+            StepKind::Command { command } => format!("command `{command}`"),
+            StepKind::Action { action } if action == "commit" => {
+                "action commit (host side, hooks off)".to_string()
+            }
+            StepKind::Action { action } => format!("action {action} (script in the sandbox)"),
+        };
+        let _ = writeln!(s, "  {}. {} [{what}]", i + 1, st.name);
+        if !matches!(&st.kind, StepKind::Action { action } if action == "commit") {
+            let _ = writeln!(
+                s,
+                "     sandbox: network {}, workspace {} at {WORKDIR}{}{}",
+                if st.network { "bridge" } else { "none" },
+                match st.workspace {
+                    Access::Rw => "rw",
+                    Access::Ro => "ro",
+                },
+                st.timeout_s
+                    .map(|t| format!(", timeout {t}s"))
+                    .unwrap_or_default(),
+                if st.secrets.is_empty() {
+                    String::new()
+                } else {
+                    format!(", secrets {}", st.secrets.join(", "))
+                },
+            );
+        }
+        if let Some(setup) = &st.setup {
+            let _ = writeln!(s, "     setup (network on, stamp-cached): {setup}");
+        }
+        if let (Some(a), Some(v)) = (&st.artifact, &st.verdicts) {
+            let _ = writeln!(
+                s,
+                "     gate: VERDICT in {a}: pass {} / fail {}{}",
+                v.pass,
+                v.fail,
+                v.unverifiable
+                    .as_ref()
+                    .map(|u| format!(" / unverifiable {u}"))
+                    .unwrap_or_default()
+            );
+        } else if matches!(st.kind, StepKind::Command { .. } | StepKind::Action { .. }) {
+            let _ = writeln!(s, "     gate: exit code");
+        }
+        if !st.produces.is_empty() {
+            let _ = writeln!(s, "     produces: {}", st.produces.join(", "));
+        }
+        let _ = writeln!(
+            s,
+            "     on pass -> {}; on fail -> {}; unverifiable -> {}",
+            st.on_pass.describe(),
+            st.on_fail.describe(),
+            st.on_unverifiable.describe()
+        );
+    }
+    s
+}

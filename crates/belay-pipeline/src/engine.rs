@@ -1,0 +1,1217 @@
+//! The executor: steps in sandbox containers, gates, routing, state after
+//! every transition, resume, and the one commit point.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use belay_agent::builtin::{BuiltinAgent, BuiltinConfig};
+use belay_agent::workspace::ContainerWorkspace;
+use belay_agent::AgentEvent;
+use belay_model::{Api, ClientConfig, ModelClient, ModelSetup, PriceTable};
+use belay_record::{JsonlAppender, Redactor, RunLock};
+use belay_sandbox::{
+    ContainerRuntime, ContainerSpec, ExecSpec, Mount, Network, NoopObserver, SandboxError,
+};
+use belay_vcs::Git;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::schema::{Access, DepsPolicy, Pipeline, Route, Step, StepKind};
+use crate::state::{RunFiles, RunState, Status};
+use crate::verdict::{self, Verdict};
+
+/// Where the workspace is inside step containers.
+pub const WORKDIR: &str = "/workspace/repo";
+/// The default image of step containers.
+pub const DEFAULT_IMAGE: &str = "belay-base:bookworm";
+/// How much of a failing gate's output becomes feedback.
+const FEEDBACK_MAX: usize = 8 * 1024;
+/// How much of a shared file goes into an agent's context.
+const SHARED_MAX: usize = 32 * 1024;
+const ALLOWED_ENV_FILES: [&str; 3] = [".env.example", ".env.template", ".env.sample"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Bad configuration or input: exit 2.
+    #[error("{0}")]
+    Config(String),
+    /// The container engine failed: exit 3.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Record(#[from] belay_record::RecordError),
+    #[error(transparent)]
+    Vcs(#[from] belay_vcs::VcsError),
+}
+
+impl PipelineError {
+    pub fn is_config(&self) -> bool {
+        matches!(self, PipelineError::Config(_) | PipelineError::Vcs(_))
+            || matches!(
+                self,
+                PipelineError::Record(belay_record::RecordError::Locked { .. })
+            )
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub resume: Option<String>,
+    pub max_attempts: Option<u32>,
+    /// Re-run every `setup:` (ignore the stamps).
+    pub refresh: bool,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub run_id: String,
+    pub status: Status,
+    pub commit: Option<String>,
+    pub failure: Option<String>,
+    pub run_dir: PathBuf,
+    pub attempts: u32,
+    pub step_runs: u64,
+    pub duration_s: f64,
+}
+
+/// The state directory of a pipeline: `--state-dir`, the file's `state_dir`,
+/// or `~/.local/state/belay/pipelines/<name>-<hash>` (outside the workspace, so
+/// that no step can touch it).
+pub fn state_dir_for(p: &Pipeline, cli: Option<&Path>) -> PathBuf {
+    if let Some(d) = cli {
+        return d.to_path_buf();
+    }
+    if let Some(d) = &p.state_dir {
+        return p.dir.join(d);
+    }
+    let canon = std::fs::canonicalize(&p.path).unwrap_or_else(|_| p.path.clone());
+    let h = hex::encode(Sha256::digest(canon.to_string_lossy().as_bytes()));
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/var/lib"));
+    base.join("belay/pipelines")
+        .join(format!("{}-{}", sanitize(&p.name), &h[..12]))
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// Resolve the secret refs host-side. Every ref a step lists must resolve; the
+/// error names the ref, the step and the variable.
+pub fn resolve_secrets(p: &Pipeline) -> Result<BTreeMap<String, String>, PipelineError> {
+    let mut out = BTreeMap::new();
+    for s in &p.steps {
+        for r in &s.secrets {
+            if out.contains_key(r) {
+                continue;
+            }
+            let Some(def) = p.secrets.get(r) else {
+                return Err(PipelineError::Config(format!(
+                    "step `{}` lists secret `{r}`, which is not declared",
+                    s.name
+                )));
+            };
+            match std::env::var(&def.key) {
+                Ok(v) if !v.is_empty() => {
+                    out.insert(r.clone(), v);
+                }
+                _ => {
+                    return Err(PipelineError::Config(format!(
+                        "secret `{r}` (used by step `{}`) is missing: set the environment variable {} (provider `{}`)",
+                        s.name, def.key, def.from
+                    )))
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The workspace's tooling, relative to the git root: the pipeline file,
+/// `agents_dir` and `additional_files`.
+pub fn tooling_paths(p: &Pipeline, git_root: &Path) -> Vec<String> {
+    let rel = |x: &Path| -> Option<String> {
+        let abs = std::fs::canonicalize(x).unwrap_or_else(|_| x.to_path_buf());
+        abs.strip_prefix(git_root)
+            .ok()
+            .map(|r| r.to_string_lossy().into_owned())
+    };
+    let mut v = Vec::new();
+    v.extend(rel(&p.path));
+    if let Some(a) = &p.agents_dir {
+        v.extend(rel(&p.dir.join(a)));
+    }
+    for f in &p.additional_files {
+        v.extend(rel(&p.dir.join(f)));
+    }
+    v.retain(|s| !s.is_empty());
+    v
+}
+
+/// The `.env*` ban: such files in the workspace root refuse the run.
+pub fn env_files(root: &Path) -> Vec<String> {
+    let mut hits: Vec<String> = std::fs::read_dir(root)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().map(String::from))
+                .filter(|n| n.starts_with(".env") && !ALLOWED_ENV_FILES.contains(&n.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    hits.sort();
+    hits
+}
+
+fn hash_file(path: &Path) -> Result<String, PipelineError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| PipelineError::Config(format!("cannot read {}: {e}", path.display())))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+/// A relative path inside the workspace, or an error.
+fn workspace_path(root: &Path, rel: &str) -> Result<PathBuf, PipelineError> {
+    let p = Path::new(rel);
+    if p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(PipelineError::Config(format!(
+            "`{rel}` must be a path inside the workspace"
+        )));
+    }
+    Ok(root.join(p))
+}
+
+fn parse_memory(s: &str) -> Option<i64> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mult) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1i64 << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s.as_str(), 1),
+    };
+    num.trim()
+        .parse::<f64>()
+        .ok()
+        .map(|n| (n * mult as f64) as i64)
+}
+
+fn tail(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = s.len() - max;
+    while !s.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("[…]\n{}", &s[cut..])
+}
+
+#[derive(Serialize)]
+struct Event<'a> {
+    at: String,
+    run_id: &'a str,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a str>,
+    #[serde(flatten)]
+    data: serde_json::Value,
+}
+
+/// The result of one step execution.
+struct StepResult {
+    verdict: Verdict,
+    /// What a failing gate said (feedback for the next attempt).
+    detail: String,
+    exit_code: Option<i64>,
+    /// An agent's `## Missing dependencies` pins (locked policy).
+    missing_deps: Vec<String>,
+}
+
+pub struct Engine<'a> {
+    p: &'a Pipeline,
+    rt: Arc<dyn ContainerRuntime>,
+    git: Git,
+    files: RunFiles,
+    state: RunState,
+    events: JsonlAppender,
+    redactor: Redactor,
+    secrets: BTreeMap<String, String>,
+    containers: HashMap<(bool, Access), String>,
+    model: Option<ModelClient>,
+    image: String,
+    state_dir: PathBuf,
+    refresh: bool,
+    _lock: RunLock,
+    t0: Instant,
+}
+
+/// Load-time checks that need the host: git state of the tooling, the `.env`
+/// ban, the secrets. Returns the git handle, whether the worktree was clean,
+/// and the resolved secrets.
+fn host_checks(
+    p: &Pipeline,
+    state_dir: &Path,
+) -> Result<(Git, bool, BTreeMap<String, String>), PipelineError> {
+    let git = Git::open(&p.dir, &state_dir.join("no-hooks"))?;
+    let root = git.root().to_path_buf();
+    if let Ok(sd) = std::fs::canonicalize(state_dir) {
+        if sd.starts_with(&root) {
+            return Err(PipelineError::Config(format!(
+                "the state directory {} is inside the workspace {}, where steps could change it: set `state_dir` (or --state-dir) outside",
+                sd.display(),
+                root.display()
+            )));
+        }
+    }
+    let tooling = tooling_paths(p, &root);
+    let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
+    let dirty = git.dirty(&refs)?;
+    if !dirty.is_empty() {
+        return Err(PipelineError::Config(format!(
+            "the pipeline's tooling must be committed before a run; these files differ from HEAD: {}. Commit them (git add + git commit) and rerun",
+            dirty.join(", ")
+        )));
+    }
+    let envs = env_files(&root);
+    if !envs.is_empty() {
+        return Err(PipelineError::Config(format!(
+            "the workspace holds {}: secrets belong in the host environment and `secrets:` refs, not in files steps can read. Move them out of {} (.env.example, .env.template and .env.sample are allowed)",
+            envs.join(", "),
+            root.display()
+        )));
+    }
+    let clean = git.dirty(&[])?.is_empty();
+    let secrets = resolve_secrets(p)?;
+    Ok((git, clean, secrets))
+}
+
+/// The pipeline's model client, and its key (name, value) for the redactor.
+type ModelAndKey = (Option<ModelClient>, Option<(String, String)>);
+
+fn model_client(
+    p: &Pipeline,
+    path: PathBuf,
+) -> Result<ModelAndKey, PipelineError> {
+    let Some(llm) = &p.llm else {
+        return Ok((None, None));
+    };
+    let api = llm.api.unwrap_or(Api::Responses);
+    let key_env = llm.api_key_env.clone().unwrap_or_else(|| {
+        if api == Api::Anthropic {
+            "ANTHROPIC_API_KEY"
+        } else {
+            "OPENAI_API_KEY"
+        }
+        .to_string()
+    });
+    let key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
+    if key.is_none() && llm.base_url.is_none() {
+        return Err(PipelineError::Config(format!(
+            "the pipeline's llm needs its key: set {key_env} (named by llm.api_key_env), or give llm.base_url for a server that needs none"
+        )));
+    }
+    let base = llm
+        .base_url
+        .clone()
+        .unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
+    let mut cfg = ClientConfig::new(api, &base, &llm.model);
+    cfg.key = key.clone().map(belay_model::Secret::new);
+    cfg.timeout = llm.timeout.map(Duration::from_secs);
+    let setup = ModelSetup {
+        config: cfg,
+        prices: PriceTable::builtin(),
+    };
+    let client = setup
+        .client(Some(path))
+        .map_err(|e| PipelineError::Config(e.to_string()))?;
+    Ok((Some(client), key.map(|k| (key_env, k))))
+}
+
+impl<'a> Engine<'a> {
+    /// Check the host, take the lock, and create (or reopen, for a resume) the run.
+    pub async fn start(
+        p: &'a Pipeline,
+        rt: Arc<dyn ContainerRuntime>,
+        opts: &RunOptions,
+    ) -> Result<Engine<'a>, PipelineError> {
+        if p.agents.values().any(|a| a.runner != "builtin") {
+            return Err(PipelineError::Config(
+                "agent files with `runner: codex|claude|gemini` are not supported in pipelines yet: use the built-in agent (runner: builtin) with the pipeline's `llm`".into(),
+            ));
+        }
+        if !p.egress.presets.is_empty() {
+            return Err(PipelineError::Config(
+                "`egress.presets` (the allowlisting proxy) is not supported yet: remove it; `network: true` gives a step the bridge network".into(),
+            ));
+        }
+        let state_dir = state_dir_for(p, opts.state_dir.as_deref());
+        std::fs::create_dir_all(&state_dir).map_err(|e| {
+            PipelineError::Config(format!(
+                "cannot create the state directory {}: {e}",
+                state_dir.display()
+            ))
+        })?;
+        let lock = RunLock::acquire(&state_dir.join("pipeline.lock")).map_err(|e| match e {
+            belay_record::RecordError::Locked { .. } => PipelineError::Config(format!(
+                "another belay run of this pipeline is in progress (lock {}); wait for it to finish",
+                state_dir.join("pipeline.lock").display()
+            )),
+            other => other.into(),
+        })?;
+        let (git, clean, secrets) = host_checks(p, &state_dir)?;
+        let pipeline_hash = hash_file(&p.path)?;
+        let now = belay_record::now_rfc3339();
+        let (files, state) = match &opts.resume {
+            Some(id) => {
+                belay_record::run_id::validate(id)
+                    .map_err(|e| PipelineError::Config(e.to_string()))?;
+                let files = RunFiles::new(&state_dir, id);
+                let text = std::fs::read(files.state()).map_err(|e| {
+                    PipelineError::Config(format!(
+                        "no run {id} to resume ({}: {e}); list runs in {}",
+                        files.state().display(),
+                        state_dir.join("runs").display()
+                    ))
+                })?;
+                let mut st: RunState = serde_json::from_slice(&text).map_err(|e| {
+                    PipelineError::Config(format!(
+                        "{}: not a run state: {e}",
+                        files.state().display()
+                    ))
+                })?;
+                if st.pipeline_hash != pipeline_hash {
+                    return Err(PipelineError::Config(format!(
+                        "run {id} was started with a different {}: resume needs the same pipeline file (start a new run instead)",
+                        p.path.display()
+                    )));
+                }
+                if st.status != Status::Running {
+                    return Err(PipelineError::Config(format!(
+                        "run {id} already ended ({:?}); nothing to resume",
+                        st.status
+                    )));
+                }
+                if let Some(n) = opts.max_attempts {
+                    st.max_attempts = n;
+                }
+                (files, st)
+            }
+            None => {
+                let id = belay_record::run_id::generate(&sanitize(&p.name));
+                let files = RunFiles::new(&state_dir, &id);
+                let st = RunState {
+                    version: 1,
+                    run_id: id,
+                    pipeline: p.path.clone(),
+                    pipeline_hash,
+                    status: Status::Running,
+                    current: p.steps.first().map(|s| s.name.clone()),
+                    attempt: 1,
+                    max_attempts: opts.max_attempts.unwrap_or(p.max_attempts),
+                    step_runs: 0,
+                    feedback: None,
+                    verdicts: BTreeMap::new(),
+                    clean_at_start: clean,
+                    head_at_start: git.head().unwrap_or_default(),
+                    commit: None,
+                    failure: None,
+                    started_at: now.clone(),
+                    updated_at: now,
+                };
+                (files, st)
+            }
+        };
+        std::fs::create_dir_all(files.logs()).map_err(|e| {
+            PipelineError::Config(format!("cannot create {}: {e}", files.logs().display()))
+        })?;
+        let (model, key) = model_client(p, files.llm_usage())?;
+        let mut redactor = Redactor::default();
+        for (name, v) in &secrets {
+            redactor.add(name.clone(), v.clone());
+        }
+        if let Some((name, k)) = key {
+            redactor.add(name, k);
+        }
+        let events = JsonlAppender::open(&files.events())?;
+        // Containers a killed run left behind.
+        let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
+        let image = p
+            .isolation
+            .image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_IMAGE.into());
+        if !rt.image_exists(&image).await? {
+            return Err(PipelineError::Config(format!(
+                "isolation.image {image} is not on this Docker engine: build it (`belay env build` prints one) or run `belay image bootstrap` for {DEFAULT_IMAGE}"
+            )));
+        }
+        let mut e = Engine {
+            p,
+            rt,
+            git,
+            files,
+            state,
+            events,
+            redactor,
+            secrets,
+            containers: HashMap::new(),
+            model,
+            image,
+            state_dir,
+            refresh: opts.refresh,
+            _lock: lock,
+            t0: Instant::now(),
+        };
+        let kind = if opts.resume.is_some() {
+            "run_resumed"
+        } else {
+            "run_started"
+        };
+        let data = serde_json::json!({"pipeline": p.path, "attempt": e.state.attempt, "max_attempts": e.state.max_attempts,
+            "current": e.state.current, "clean_at_start": e.state.clean_at_start});
+        e.event(kind, None, data)?;
+        e.save()?;
+        Ok(e)
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.state.run_id
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.files.root
+    }
+
+    fn save(&mut self) -> Result<(), PipelineError> {
+        self.state.updated_at = belay_record::now_rfc3339();
+        let text = serde_json::to_string_pretty(&self.state)
+            .map_err(|e| PipelineError::Config(e.to_string()))?;
+        belay_record::atomic_write(&self.files.state(), self.redactor.redact(&text).as_bytes())?;
+        Ok(())
+    }
+
+    fn event(
+        &mut self,
+        kind: &str,
+        step: Option<&str>,
+        data: serde_json::Value,
+    ) -> Result<(), PipelineError> {
+        let ev = Event {
+            at: belay_record::now_rfc3339(),
+            run_id: &self.state.run_id,
+            kind,
+            step,
+            data,
+        };
+        self.events.append(&ev, &self.redactor)?;
+        Ok(())
+    }
+
+    /// Run until success or failure.
+    pub async fn run(mut self) -> Result<Outcome, PipelineError> {
+        let result = self.drive().await;
+        for (_, c) in self.containers.drain() {
+            let _ = self.rt.remove(&c).await;
+        }
+        if let Err(e) = &result {
+            // A config or engine error mid-run: the run can be resumed.
+            let _ = self.event(
+                "run_interrupted",
+                None,
+                serde_json::json!({"error": e.to_string()}),
+            );
+        }
+        result?;
+        let outcome = Outcome {
+            run_id: self.state.run_id.clone(),
+            status: self.state.status,
+            commit: self.state.commit.clone(),
+            failure: self.state.failure.clone(),
+            run_dir: self.files.root.clone(),
+            attempts: self.state.attempt,
+            step_runs: self.state.step_runs,
+            duration_s: self.t0.elapsed().as_secs_f64(),
+        };
+        let text = serde_json::to_string_pretty(&outcome)
+            .map_err(|e| PipelineError::Config(e.to_string()))?;
+        belay_record::atomic_write(
+            &self.files.summary(),
+            self.redactor.redact(&text).as_bytes(),
+        )?;
+        Ok(outcome)
+    }
+
+    async fn drive(&mut self) -> Result<(), PipelineError> {
+        // A routing cycle without retries must still end.
+        let cap = (self.p.steps.len() as u64 + 1) * u64::from(self.state.max_attempts) * 4 + 16;
+        while let Some(name) = self.state.current.clone() {
+            if self.state.step_runs >= cap {
+                return self.finish(Status::Failed, Some(format!("stopped after {cap} step runs: the routing loops without consuming attempts")));
+            }
+            let step = self.p.step(&name).cloned().ok_or_else(|| {
+                PipelineError::Config(format!(
+                    "the state names step `{name}`, which the pipeline does not have"
+                ))
+            })?;
+            self.state.step_runs += 1;
+            self.save()?;
+            let n = self.state.step_runs;
+            self.event(
+                "step_start",
+                Some(&name),
+                serde_json::json!({"n": n, "attempt": self.state.attempt, "kind": &step.kind}),
+            )?;
+            let t = Instant::now();
+            let r = self.run_step(&step, n).await?;
+            let took = t.elapsed().as_secs_f64();
+            self.event("step_end", Some(&name), serde_json::json!({"n": n, "verdict": r.verdict, "exit_code": r.exit_code, "duration_s": (took * 1000.0).round() / 1000.0}))?;
+            if !r.missing_deps.is_empty() {
+                let lock = self.p.lockfiles.join(", ");
+                return self.finish(Status::Failed, Some(format!("step `{name}` needs dependencies the lockfile does not have. Extend {lock} with these pins and re-run: {}", r.missing_deps.join(", "))));
+            }
+            if matches!(step.kind, StepKind::Command { .. }) || step.artifact.is_some() {
+                self.state.verdicts.insert(name.clone(), r.verdict);
+            }
+            let route = match r.verdict {
+                Verdict::Pass => step.on_pass.clone(),
+                Verdict::Fail | Verdict::Retry => step.on_fail.clone(),
+                Verdict::Unverifiable => step.on_unverifiable.clone(),
+            };
+            if r.verdict != Verdict::Pass {
+                let fb = format!(
+                    "Step `{name}` did not pass (verdict: {:?}{}).\n{}",
+                    r.verdict,
+                    r.exit_code
+                        .map(|c| format!(", exit code {c}"))
+                        .unwrap_or_default(),
+                    tail(&r.detail, FEEDBACK_MAX)
+                );
+                self.state.feedback = Some(self.redactor.redact(&fb).into_owned());
+            } else if matches!(step.kind, StepKind::Agent { .. }) && step.artifact.is_none() {
+                // The agent that saw the feedback has acted on it.
+                self.state.feedback = None;
+            }
+            self.event(
+                "route",
+                Some(&name),
+                serde_json::json!({"verdict": r.verdict, "to": route.describe()}),
+            )?;
+            match route {
+                Route::Success => return self.finish(Status::Succeeded, None),
+                Route::Failure => {
+                    let why = format!("step `{name}` routed to failure ({:?})", r.verdict);
+                    return self.finish(Status::Failed, Some(why));
+                }
+                Route::Step { step: next, retry } => {
+                    if retry {
+                        if self.state.attempt >= self.state.max_attempts {
+                            let why = format!(
+                                "all {} attempts used; the last failing gate was `{name}`",
+                                self.state.max_attempts
+                            );
+                            return self.finish(Status::Failed, Some(why));
+                        }
+                        self.state.attempt += 1;
+                        self.state.verdicts.clear();
+                        let a = self.state.attempt;
+                        self.event("attempt", None, serde_json::json!({"attempt": a, "max_attempts": self.state.max_attempts}))?;
+                    }
+                    self.state.current = Some(next);
+                    self.save()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, status: Status, failure: Option<String>) -> Result<(), PipelineError> {
+        self.state.status = status;
+        self.state.current = None;
+        self.state.failure = failure.clone();
+        self.save()?;
+        let commit = self.state.commit.clone();
+        self.event("run_end", None, serde_json::json!({"status": status, "failure": failure, "commit": commit, "attempts": self.state.attempt, "step_runs": self.state.step_runs}))
+    }
+
+    /// Delete a step's declared outputs before an attempt (stale artifacts never decide).
+    fn hygiene(&mut self, step: &Step) -> Result<(), PipelineError> {
+        let root = self.git.root().to_path_buf();
+        for rel in step.produces.iter().chain(step.artifact.iter()) {
+            let path = workspace_path(&root, rel)?;
+            if path.exists() {
+                std::fs::remove_file(&path).map_err(|e| {
+                    PipelineError::Config(format!(
+                        "cannot delete the stale {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                self.event(
+                    "artifact_deleted",
+                    Some(&step.name),
+                    serde_json::json!({"path": rel}),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn container(&mut self, network: bool, access: Access) -> Result<String, PipelineError> {
+        if let Some(c) = self.containers.get(&(network, access)) {
+            return Ok(c.clone());
+        }
+        let root = self.git.root().to_path_buf();
+        let mut mounts = vec![Mount {
+            host: root.clone(),
+            container: WORKDIR.into(),
+            read_only: access == Access::Ro,
+        }];
+        if !self.p.isolation.allow_git_mutations && root.join(".git").exists() {
+            // Agents read history; they cannot change it.
+            mounts.push(Mount {
+                host: root.join(".git"),
+                container: format!("{WORKDIR}/.git"),
+                read_only: true,
+            });
+        }
+        for c in &self.p.caches {
+            let name = c
+                .name
+                .clone()
+                .unwrap_or_else(|| sanitize(c.path.trim_start_matches('/')));
+            let host = self.state_dir.join("caches").join(name);
+            std::fs::create_dir_all(&host).map_err(|e| {
+                PipelineError::Config(format!("cannot create the cache {}: {e}", host.display()))
+            })?;
+            mounts.push(Mount {
+                host,
+                container: c.path.clone(),
+                read_only: false,
+            });
+        }
+        let trust = belay_sandbox::trust::HostTrust::detect();
+        let mut env = vec![
+            ("HOME".to_string(), "/tmp".to_string()),
+            ("LANG".into(), "C.UTF-8".into()),
+        ];
+        if let Some(src) = &trust.ca_source {
+            mounts.push(Mount {
+                host: src.clone(),
+                container: "/etc/belay/ca-certificates.crt".into(),
+                read_only: true,
+            });
+            env.extend(trust.ca_env());
+        }
+        if network {
+            env.extend(trust.proxy_env.iter().cloned());
+        }
+        let seccomp = match &self.p.isolation.seccomp_profile {
+            Some(f) => Some(std::fs::read_to_string(self.p.dir.join(f)).map_err(|e| {
+                PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}"))
+            })?),
+            None => None,
+        };
+        let spec = ContainerSpec {
+            image: self.image.clone(),
+            run_id: self.state.run_id.clone(),
+            kind: "pipeline".into(),
+            network: if network {
+                Network::Bridge
+            } else {
+                Network::None
+            },
+            env,
+            working_dir: Some(WORKDIR.into()),
+            mounts,
+            read_only_rootfs: true,
+            drop_capabilities: true,
+            memory_bytes: self.p.isolation.memory.as_deref().and_then(parse_memory),
+            nano_cpus: self.p.isolation.cpus.map(|c| (c * 1e9) as i64),
+            tmpfs: vec!["/tmp".into()],
+            seccomp_profile: seccomp,
+            ..Default::default()
+        };
+        let id = self.rt.create(&spec).await?;
+        self.event("sandbox", None, serde_json::json!({"container": &id, "network": if network {"bridge"} else {"none"}, "workspace": access, "image": &self.image,
+            "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations}))?;
+        self.containers.insert((network, access), id.clone());
+        Ok(id)
+    }
+
+    fn step_env(&self, step: &Step) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = step
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for r in &step.secrets {
+            if let (Some(def), Some(v)) = (self.p.secrets.get(r), self.secrets.get(r)) {
+                env.push((def.key.clone(), v.clone()));
+            }
+        }
+        env
+    }
+
+    /// Run a shell command in a step container; (exit code, timed out, log tail).
+    #[allow(clippy::too_many_arguments)]
+    async fn exec(
+        &mut self,
+        step: &Step,
+        n: u64,
+        what: &str,
+        command: &str,
+        network: bool,
+        access: Access,
+        timeout: Option<Duration>,
+    ) -> Result<(i64, bool, String), PipelineError> {
+        let c = self.container(network, access).await?;
+        let log = self
+            .files
+            .logs()
+            .join(format!("{n:04}-{}-{what}.log", sanitize(&step.name)));
+        let spec = ExecSpec {
+            argv: vec!["bash".into(), "-c".into(), command.to_string()],
+            working_dir: Some(WORKDIR.into()),
+            env: self.step_env(step),
+            timeout,
+            log_path: log.clone(),
+        };
+        let out = self
+            .rt
+            .exec(&c, &spec, &self.redactor, &NoopObserver)
+            .await?;
+        let text = std::fs::read_to_string(&log)
+            .unwrap_or_else(|_| format!("{}{}", out.stdout_tail, out.stderr_tail));
+        self.event("command", Some(&step.name), serde_json::json!({"what": what, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
+            "duration_s": (out.duration.as_secs_f64() * 1000.0).round() / 1000.0, "log": log}))?;
+        Ok((out.exit_code, out.timed_out, tail(&text, FEEDBACK_MAX)))
+    }
+
+    async fn setup(&mut self, step: &Step, n: u64) -> Result<Option<StepResult>, PipelineError> {
+        let Some(setup) = step.setup.clone() else {
+            return Ok(None);
+        };
+        let key = hex::encode(Sha256::digest(
+            format!("{}\n{}\n{}", self.image, step.name, setup).as_bytes(),
+        ));
+        let stamp =
+            self.state_dir
+                .join("stamps")
+                .join(format!("{}-{}", sanitize(&step.name), &key[..16]));
+        if stamp.exists() && !self.refresh {
+            self.event(
+                "setup_cached",
+                Some(&step.name),
+                serde_json::json!({"stamp": stamp}),
+            )?;
+            return Ok(None);
+        }
+        // Setup provisions (installs): it gets the network.
+        let (code, timed_out, out) = self
+            .exec(
+                step,
+                n,
+                "setup",
+                &setup,
+                true,
+                Access::Rw,
+                step.timeout_s.map(Duration::from_secs),
+            )
+            .await?;
+        if code != 0 || timed_out {
+            return Ok(Some(StepResult {
+                verdict: Verdict::Fail,
+                detail: format!("setup failed:\n{out}"),
+                exit_code: Some(code),
+                missing_deps: vec![],
+            }));
+        }
+        std::fs::create_dir_all(stamp.parent().unwrap_or(&self.state_dir))
+            .map_err(|e| PipelineError::Config(e.to_string()))?;
+        belay_record::atomic_write(&stamp, setup.as_bytes())?;
+        Ok(None)
+    }
+
+    async fn run_step(&mut self, step: &Step, n: u64) -> Result<StepResult, PipelineError> {
+        self.hygiene(step)?;
+        match &step.kind {
+            StepKind::Command { command } => {
+                if let Some(r) = self.setup(step, n).await? {
+                    return Ok(r);
+                }
+                let (code, timed_out, out) = self
+                    .exec(
+                        step,
+                        n,
+                        "command",
+                        command,
+                        step.network,
+                        step.workspace,
+                        step.timeout_s.map(Duration::from_secs),
+                    )
+                    .await?;
+                let verdict = if code == 0 && !timed_out {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                };
+                let detail = if timed_out {
+                    format!("timed out after {}s\n{out}", step.timeout_s.unwrap_or(0))
+                } else {
+                    out
+                };
+                Ok(StepResult {
+                    verdict,
+                    detail,
+                    exit_code: Some(code),
+                    missing_deps: vec![],
+                })
+            }
+            StepKind::Action { action } if action == "commit" => self.commit(step).await,
+            StepKind::Action { .. } => {
+                let script = step
+                    .params
+                    .get("script")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default();
+                let cmd = self.render(script, step);
+                let (code, timed_out, out) = self
+                    .exec(
+                        step,
+                        n,
+                        "action",
+                        &cmd,
+                        step.network,
+                        step.workspace,
+                        step.timeout_s.map(Duration::from_secs),
+                    )
+                    .await?;
+                Ok(StepResult {
+                    verdict: if code == 0 && !timed_out {
+                        Verdict::Pass
+                    } else {
+                        Verdict::Fail
+                    },
+                    detail: out,
+                    exit_code: Some(code),
+                    missing_deps: vec![],
+                })
+            }
+            StepKind::Agent { agent } => self.agent(step, agent, n).await,
+        }
+    }
+
+    /// `{subject}`, `{pipeline}`, `{run_id}` and `{<param>}` in a template.
+    fn render(&self, template: &str, step: &Step) -> String {
+        let subject = step
+            .params
+            .get("subject")
+            .and_then(|v| v.as_str())
+            .map(String::from)
+            .unwrap_or_else(|| self.p.name.clone());
+        let mut out = template
+            .replace("{subject}", &subject)
+            .replace("{pipeline}", &self.p.name)
+            .replace("{run_id}", &self.state.run_id);
+        for (k, v) in &step.params {
+            if let Some(s) = v.as_str() {
+                out = out.replace(&format!("{{{k}}}"), s);
+            }
+        }
+        out
+    }
+
+    fn context(&self, step: &Step, prompt: &str) -> String {
+        let mut s = prompt.to_string();
+        s.push_str(&format!(
+            "\n\n## Task context\nPipeline `{}`, step `{}`, attempt {} of {}. The workspace is {WORKDIR}; your changes there are kept. You cannot commit (git is read-only for you): the pipeline commits once every gate passes.\n",
+            self.p.name, step.name, self.state.attempt, self.state.max_attempts
+        ));
+        if !step.produces.is_empty() {
+            s.push_str(&format!(
+                "Write these files: {}.\n",
+                step.produces.join(", ")
+            ));
+        }
+        if let (Some(a), Some(v)) = (&step.artifact, &step.verdicts) {
+            let mut choices = format!("`VERDICT: {}` or `VERDICT: {}`", v.pass, v.fail);
+            if let Some(u) = &v.unverifiable {
+                choices.push_str(&format!(" (or `VERDICT: {u}` when it cannot be checked)"));
+            }
+            s.push_str(&format!(
+                "Write your findings to `{a}`, ending with one line {choices}.\n"
+            ));
+        }
+        s.push_str("\n## Dependency policy\n");
+        match self.p.deps_policy {
+            DepsPolicy::Locked => s.push_str(&format!(
+                "You may only use dependencies already present in {}. If the work needs a dependency that is not there, declare it in your final answer under the header `## Missing dependencies` (one `name==version` per line), finish what you can, and do not add it to any manifest.\n",
+                self.p.lockfiles.join(", ")
+            )),
+            DepsPolicy::Open => s.push_str("You may add dependencies as exact pins in the project's manifest; never run a package manager's `add` command.\n"),
+        }
+        let root = self.git.root();
+        for f in &self.p.additional_files {
+            if let Ok(text) = std::fs::read_to_string(self.p.dir.join(f)) {
+                let _ = root;
+                s.push_str(&format!(
+                    "\n## Shared file: {f}\n```\n{}\n```\n",
+                    tail(&text, SHARED_MAX)
+                ));
+            }
+        }
+        if let Some(fb) = &self.state.feedback {
+            s.push_str(&format!("\n## Previous attempt feedback\n{fb}\n"));
+        }
+        s
+    }
+
+    async fn agent(
+        &mut self,
+        step: &Step,
+        agent: &str,
+        n: u64,
+    ) -> Result<StepResult, PipelineError> {
+        let def = self
+            .p
+            .agents
+            .get(agent)
+            .cloned()
+            .ok_or_else(|| PipelineError::Config(format!("agent `{agent}` is not loaded")))?;
+        let Some(client) = self.model.clone() else {
+            return Err(PipelineError::Config(format!("step `{}` runs agent `{agent}`, which needs the pipeline's `llm` block (model, base_url, api_key_env)", step.name)));
+        };
+        let task = self.context(step, &def.prompt);
+        let c = self.container(step.network, step.workspace).await?;
+        let mut ws = ContainerWorkspace::new(
+            self.rt.clone(),
+            &c,
+            WORKDIR,
+            self.files
+                .logs()
+                .join(format!("{n:04}-{}-tools", sanitize(&step.name))),
+            self.redactor.clone(),
+            self.step_env(step),
+        );
+        if step.workspace == Access::Rw {
+            ws = ws.with_host_mount(self.git.root().to_path_buf());
+        }
+        let config = BuiltinConfig {
+            max_iterations: step.max_iterations.unwrap_or(30),
+            wall_time: step.timeout_s.map(Duration::from_secs),
+            instructions: Some(format!(
+                "You are the `{}` agent of a gated pipeline.",
+                def.name
+            )),
+            ..BuiltinConfig::default()
+        };
+        let mut agent_run = BuiltinAgent::new(&client, &ws, config);
+        let mut evs: Vec<AgentEvent> = Vec::new();
+        let report = agent_run
+            .run(&task, &mut |e| evs.push(e.clone()))
+            .await
+            .map_err(|e| PipelineError::Config(format!("agent `{agent}`: {e}")))?;
+        for e in &evs {
+            self.event(
+                "agent",
+                Some(&step.name),
+                serde_json::to_value(e).unwrap_or_default(),
+            )?;
+        }
+        self.event(
+            "agent_report",
+            Some(&step.name),
+            serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage,
+            "files_changed": report.files_changed, "final_text": tail(&report.final_text, 4096)}),
+        )?;
+        let missing = if self.p.deps_policy == DepsPolicy::Locked {
+            missing_deps(&report.final_text)
+        } else {
+            vec![]
+        };
+        if let (Some(a), Some(v)) = (&step.artifact, &step.verdicts) {
+            let path = workspace_path(self.git.root(), a)?;
+            return Ok(match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    let (verdict, why) = verdict::read(&text, v);
+                    StepResult {
+                        verdict,
+                        detail: format!("{why}\n\n{}:\n{}", a, tail(&text, FEEDBACK_MAX)),
+                        exit_code: None,
+                        missing_deps: missing,
+                    }
+                }
+                Err(_) => StepResult {
+                    verdict: Verdict::Retry,
+                    detail: format!("the agent wrote no {a} (stop: {})", report.stop.describe()),
+                    exit_code: None,
+                    missing_deps: missing,
+                },
+            });
+        }
+        let verdict = if report.ok() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
+        Ok(StepResult {
+            verdict,
+            detail: format!(
+                "the agent stopped: {}\n{}",
+                report.stop.describe(),
+                tail(&report.final_text, 2048)
+            ),
+            exit_code: None,
+            missing_deps: missing,
+        })
+    }
+
+    /// The commit point: host side, hooks off, tooling and paperwork excluded,
+    /// only when every gate of this attempt passed and the worktree was clean
+    /// at start, and never with a secret's value in it.
+    async fn commit(&mut self, step: &Step) -> Result<StepResult, PipelineError> {
+        let fail = |detail: String| {
+            Ok(StepResult {
+                verdict: Verdict::Fail,
+                detail,
+                exit_code: None,
+                missing_deps: vec![],
+            })
+        };
+        if !self.state.clean_at_start {
+            return fail("the worktree had uncommitted changes when the run started: belay does not mix them into its commit. Commit or stash them and start a new run".into());
+        }
+        let failed: Vec<&String> = self
+            .state
+            .verdicts
+            .iter()
+            .filter(|(_, v)| **v != Verdict::Pass)
+            .map(|(k, _)| k)
+            .collect();
+        if !failed.is_empty() {
+            return fail(format!(
+                "gates that did not pass in this attempt: {}",
+                failed
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let root = self.git.root().to_path_buf();
+        let mut exclude = tooling_paths(self.p, &root);
+        for s in &self.p.steps {
+            exclude.extend(s.produces.iter().cloned());
+            exclude.extend(s.artifact.iter().cloned());
+        }
+        let template = step
+            .params
+            .get("message")
+            .and_then(|v| v.as_str())
+            .unwrap_or("belay: {pipeline} ({run_id})")
+            .to_string();
+        let message = self
+            .redactor
+            .redact(&self.render(&template, step))
+            .into_owned();
+        let files = self.git.stage_all(&exclude)?;
+        if files.is_empty() {
+            self.event(
+                "commit",
+                Some(&step.name),
+                serde_json::json!({"skipped": "nothing to commit"}),
+            )?;
+            return Ok(StepResult {
+                verdict: Verdict::Pass,
+                detail: "nothing to commit".into(),
+                exit_code: None,
+                missing_deps: vec![],
+            });
+        }
+        let diff = self.git.staged_diff()?;
+        if let Some(name) = self
+            .secrets
+            .iter()
+            .find(|(_, v)| v.len() >= 4 && diff.contains(v.as_str()))
+            .map(|(k, _)| k.clone())
+        {
+            self.git.unstage()?;
+            return fail(format!("the change contains the value of secret `{name}`; nothing was committed. Remove it from the files and rerun"));
+        }
+        let sha = self.git.commit_staged(&message, None)?;
+        self.state.commit = Some(sha.clone());
+        self.save()?;
+        self.event(
+            "commit",
+            Some(&step.name),
+            serde_json::json!({"sha": sha, "message": message, "files": files}),
+        )?;
+        Ok(StepResult {
+            verdict: Verdict::Pass,
+            detail: String::new(),
+            exit_code: None,
+            missing_deps: vec![],
+        })
+    }
+}
+
+/// The pins under a `## Missing dependencies` header.
+pub fn missing_deps(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') {
+            inside = t
+                .trim_start_matches('#')
+                .trim()
+                .eq_ignore_ascii_case("missing dependencies");
+            continue;
+        }
+        if inside {
+            let pin = t.trim_start_matches(['-', '*', ' ']).trim();
+            if !pin.is_empty() && !pin.eq_ignore_ascii_case("none") {
+                out.push(pin.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_dependency_pins_are_read() {
+        assert_eq!(
+            missing_deps(
+                "done.\n## Missing dependencies\n- requests==2.32.3\nflask==3.0\n\n## Notes\nx"
+            ),
+            vec!["requests==2.32.3", "flask==3.0"]
+        );
+        assert!(missing_deps("## Missing dependencies\nnone\n").is_empty());
+        assert!(missing_deps("all good").is_empty());
+    }
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(parse_memory("2g"), Some(2 << 30));
+        assert_eq!(parse_memory("512m"), Some(512 << 20));
+        assert_eq!(parse_memory("x"), None);
+    }
+}

@@ -1,0 +1,663 @@
+//! The pipeline file (FORMATS.md §4): types, loading and validation.
+//!
+//! Syntax and type errors come from the YAML parser with their line and
+//! column; the checks after parsing (exactly one of agent/command/action,
+//! routing targets, declared secrets, agent files...) carry the location of
+//! the step or field they are about. Every error reads `file:line:col: what`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+/// A loading error, located.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{}:{line}:{column}: {message}", path.display())]
+pub struct LoadError {
+    pub path: PathBuf,
+    pub line: u64,
+    pub column: u64,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    pub model: String,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The variable that holds the key (default OPENAI_API_KEY).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Seconds for a whole model call (default: none).
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    /// responses (default), chat-completions or anthropic.
+    #[serde(default)]
+    pub api: Option<belay_model::Api>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    pub from: String,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Isolation {
+    /// Image of every step's container (an image from `belay env build` works).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Memory cap, e.g. `2g`, `512m`.
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default)]
+    pub allow_git_mutations: bool,
+    #[serde(default)]
+    pub seccomp_profile: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DepsPolicy {
+    #[default]
+    Locked,
+    Open,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Cache {
+    /// Path inside the container.
+    pub path: String,
+    /// Name of the host directory under `<state_dir>/caches/` (default: from the path).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Egress {
+    #[serde(default)]
+    pub presets: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Verdicts {
+    pub pass: String,
+    pub fail: String,
+    #[serde(default)]
+    pub unverifiable: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    #[default]
+    Rw,
+    Ro,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Mounts {
+    /// The workspace: rw (default for agent and command steps) or ro.
+    #[serde(default)]
+    pub workspace: Option<Access>,
+}
+
+/// Where a route goes.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Target {
+    /// A step name, `success` or `failure`.
+    Name(String),
+    /// Go to a step; `retry: true` consumes an attempt.
+    Goto {
+        goto: String,
+        #[serde(default)]
+        retry: bool,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn items(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawStep {
+    pub name: String,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub action: Option<String>,
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub produces: Option<OneOrMany>,
+    #[serde(default)]
+    pub artifact: Option<String>,
+    #[serde(default)]
+    pub verdicts: Option<Verdicts>,
+    #[serde(default)]
+    pub max_iterations: Option<u32>,
+    /// Seconds.
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub setup: Option<String>,
+    #[serde(default)]
+    pub network: bool,
+    #[serde(default)]
+    pub mounts: Option<Mounts>,
+    #[serde(default)]
+    pub secrets: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub on_pass: Option<Spanned<Target>>,
+    #[serde(default)]
+    pub on_fail: Option<Spanned<Target>>,
+    #[serde(default)]
+    pub on_unverifiable: Option<Spanned<Target>>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawPipeline {
+    pub name: String,
+    #[serde(default)]
+    pub additional_files: Vec<String>,
+    #[serde(default)]
+    pub llm: Option<LlmConfig>,
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    #[serde(default)]
+    pub agents_dir: Option<String>,
+    pub steps: Vec<Spanned<RawStep>>,
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SecretRef>,
+    #[serde(default)]
+    pub isolation: Isolation,
+    #[serde(default)]
+    pub state_dir: Option<String>,
+    #[serde(default)]
+    pub deps_policy: DepsPolicy,
+    #[serde(default)]
+    pub lockfiles: Vec<String>,
+    #[serde(default)]
+    pub caches: Vec<Cache>,
+    #[serde(default)]
+    pub sync_excludes: Vec<String>,
+    #[serde(default)]
+    pub egress: Option<Egress>,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StepKind {
+    Agent {
+        agent: String,
+    },
+    Command {
+        command: String,
+    },
+    /// The built-in `commit` (host side) or a script run in the sandbox.
+    Action {
+        action: String,
+    },
+}
+
+/// A resolved route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "to", rename_all = "lowercase")]
+pub enum Route {
+    Success,
+    Failure,
+    Step { step: String, retry: bool },
+}
+
+impl Route {
+    pub fn describe(&self) -> String {
+        match self {
+            Route::Success => "success".into(),
+            Route::Failure => "failure".into(),
+            Route::Step { step, retry: true } => format!("{step} (retry)"),
+            Route::Step { step, retry: false } => step.clone(),
+        }
+    }
+}
+
+/// An agent definition: `<agents_dir>/<name>.agent.md`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentDef {
+    pub name: String,
+    pub tools: Vec<String>,
+    /// `builtin` (default) or an agent CLI: codex, claude, gemini.
+    pub runner: String,
+    pub model: Option<String>,
+    pub prompt: String,
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FrontMatter {
+    name: String,
+    #[serde(default)]
+    tools: Vec<String>,
+    #[serde(default)]
+    runner: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+/// A validated step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    pub name: String,
+    #[serde(flatten)]
+    pub kind: StepKind,
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub produces: Vec<String>,
+    pub artifact: Option<String>,
+    pub verdicts: Option<Verdicts>,
+    pub max_iterations: Option<u32>,
+    pub timeout_s: Option<u64>,
+    pub env: BTreeMap<String, String>,
+    pub setup: Option<String>,
+    pub network: bool,
+    pub workspace: Access,
+    pub secrets: Vec<String>,
+    pub on_pass: Route,
+    pub on_fail: Route,
+    pub on_unverifiable: Route,
+    pub line: u64,
+}
+
+/// A validated pipeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pipeline {
+    pub name: String,
+    pub path: PathBuf,
+    /// The directory the pipeline file is in: the workspace's git work tree.
+    pub dir: PathBuf,
+    pub additional_files: Vec<String>,
+    pub llm: Option<LlmConfig>,
+    pub max_attempts: u32,
+    pub agents_dir: Option<String>,
+    pub steps: Vec<Step>,
+    pub secrets: BTreeMap<String, SecretRef>,
+    pub isolation: Isolation,
+    pub state_dir: Option<String>,
+    pub deps_policy: DepsPolicy,
+    pub lockfiles: Vec<String>,
+    pub caches: Vec<Cache>,
+    pub sync_excludes: Vec<String>,
+    pub egress: Egress,
+    pub agents: BTreeMap<String, AgentDef>,
+}
+
+pub const EGRESS_PRESETS: &[&str] = &["package-registries"];
+
+impl Pipeline {
+    pub fn step(&self, name: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.steps.iter().position(|s| s.name == name)
+    }
+}
+
+/// Parse `pipeline.yaml`, the agent files it names, and check both.
+pub fn load(path: &Path) -> Result<Pipeline, LoadError> {
+    let err = |line: u64, column: u64, message: String| LoadError {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err(0, 0, format!("cannot read the pipeline file: {e}")))?;
+    parse(&text, path)
+}
+
+fn location_of(message: &str) -> (u64, u64) {
+    // serde-saphyr writes "... at line L, column C" (or "line L column C").
+    let grab = |key: &str| -> Option<u64> {
+        let i = message.rfind(key)?;
+        let rest = &message[i + key.len()..];
+        let digits: String = rest
+            .trim_start_matches([' ', ':'])
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    (grab("line").unwrap_or(1), grab("column").unwrap_or(1))
+}
+
+/// Parse and validate pipeline text (`path` names it in errors and anchors
+/// relative paths).
+pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
+    let err = |line: u64, column: u64, message: String| LoadError {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
+    };
+    let raw: RawPipeline = serde_saphyr::from_str(text).map_err(|e| {
+        let m = e.to_string();
+        let (l, c) = location_of(&m);
+        err(l, c, m)
+    })?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    if raw.steps.is_empty() {
+        return Err(err(
+            1,
+            1,
+            "`steps` is empty: a pipeline needs at least one step".into(),
+        ));
+    }
+    let names: Vec<&str> = raw.steps.iter().map(|s| s.value.name.as_str()).collect();
+    for (i, s) in raw.steps.iter().enumerate() {
+        let loc = &s.referenced;
+        let (l, c) = (loc.line(), loc.column());
+        let name = &s.value.name;
+        if name.is_empty() || matches!(name.as_str(), "success" | "failure") {
+            return Err(err(
+                l,
+                c,
+                format!("step name `{name}` is reserved or empty"),
+            ));
+        }
+        if names[..i].contains(&name.as_str()) {
+            return Err(err(l, c, format!("step `{name}` is defined twice")));
+        }
+    }
+    let max_attempts = raw.max_attempts.unwrap_or(3);
+    if max_attempts == 0 {
+        return Err(err(1, 1, "`max_attempts` must be at least 1".into()));
+    }
+    if raw.deps_policy == DepsPolicy::Locked
+        && raw.lockfiles.is_empty()
+        && raw.steps.iter().any(|s| s.value.agent.is_some())
+    {
+        return Err(err(
+            1,
+            1,
+            "`deps_policy: locked` (the default) needs `lockfiles` naming the lockfiles agents must respect; or set `deps_policy: open`".into(),
+        ));
+    }
+    for p in &raw.egress.clone().unwrap_or_default().presets {
+        if !EGRESS_PRESETS.contains(&p.as_str()) {
+            return Err(err(
+                1,
+                1,
+                format!(
+                    "unknown egress preset `{p}`: known presets are {}",
+                    EGRESS_PRESETS.join(", ")
+                ),
+            ));
+        }
+    }
+    for (name, s) in &raw.secrets {
+        if s.from != "env" {
+            return Err(err(
+                1,
+                1,
+                format!(
+                    "secret `{name}`: unknown provider `{}` (only `env` is known)",
+                    s.from
+                ),
+            ));
+        }
+    }
+    let route = |t: &Option<Spanned<Target>>, default: Route| -> Result<Route, LoadError> {
+        let Some(t) = t else { return Ok(default) };
+        let (l, c) = (t.referenced.line(), t.referenced.column());
+        let (to, retry) = match &t.value {
+            Target::Name(n) => (n.as_str(), false),
+            Target::Goto { goto, retry } => (goto.as_str(), *retry),
+        };
+        match to {
+            "success" if !retry => Ok(Route::Success),
+            "failure" if !retry => Ok(Route::Failure),
+            n if names.contains(&n) => Ok(Route::Step {
+                step: n.to_string(),
+                retry,
+            }),
+            n => Err(err(
+                l,
+                c,
+                format!(
+                    "routes to `{n}`, which is not a step (steps: {}; or success, failure)",
+                    names.join(", ")
+                ),
+            )),
+        }
+    };
+    let mut steps = Vec::new();
+    let mut agent_names = Vec::new();
+    for (i, s) in raw.steps.iter().enumerate() {
+        let (l, c) = (s.referenced.line(), s.referenced.column());
+        let r = &s.value;
+        let kind = match (&r.agent, &r.command, &r.action) {
+            (Some(a), None, None) => StepKind::Agent { agent: a.clone() },
+            (None, Some(c), None) => StepKind::Command { command: c.clone() },
+            (None, None, Some(a)) => StepKind::Action { action: a.clone() },
+            _ => {
+                return Err(err(
+                    l,
+                    c,
+                    format!(
+                        "step `{}` needs exactly one of `agent`, `command` and `action`",
+                        r.name
+                    ),
+                ))
+            }
+        };
+        if let StepKind::Action { action } = &kind {
+            if action == "commit" {
+                if r.network {
+                    return Err(err(l, c, format!("step `{}`: the commit action runs on the host and never takes `network`", r.name)));
+                }
+            } else if !r.params.get("script").is_some_and(|v| v.is_string()) {
+                return Err(err(l, c, format!("step `{}`: action `{action}` is not built in; give its script as `params.script` (it runs in the sandbox)", r.name)));
+            }
+        }
+        if let StepKind::Agent { agent } = &kind {
+            if !agent_names.contains(agent) {
+                agent_names.push(agent.clone());
+            }
+        }
+        match (&r.artifact, &r.verdicts) {
+            (Some(_), None) => {
+                return Err(err(
+                    l,
+                    c,
+                    format!(
+                        "step `{}`: `artifact` needs `verdicts` (pass, fail)",
+                        r.name
+                    ),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(err(
+                    l,
+                    c,
+                    format!("step `{}`: `verdicts` need an `artifact` to read", r.name),
+                ))
+            }
+            _ => {}
+        }
+        for sec in &r.secrets {
+            if !raw.secrets.contains_key(&sec.value) {
+                return Err(err(
+                    sec.referenced.line(),
+                    sec.referenced.column(),
+                    format!(
+                        "step `{}` lists secret `{}`, which `secrets` does not declare",
+                        r.name, sec.value
+                    ),
+                ));
+            }
+        }
+        let next = names
+            .get(i + 1)
+            .map(|n| Route::Step {
+                step: n.to_string(),
+                retry: false,
+            })
+            .unwrap_or(Route::Success);
+        let on_fail = route(&r.on_fail, Route::Failure)?;
+        steps.push(Step {
+            name: r.name.clone(),
+            kind,
+            params: r.params.clone(),
+            produces: r
+                .produces
+                .as_ref()
+                .map(OneOrMany::items)
+                .unwrap_or_default(),
+            artifact: r.artifact.clone(),
+            verdicts: r.verdicts.clone(),
+            max_iterations: r.max_iterations,
+            timeout_s: r.timeout,
+            env: r.env.clone(),
+            setup: r.setup.clone(),
+            network: r.network,
+            workspace: r
+                .mounts
+                .as_ref()
+                .and_then(|m| m.workspace)
+                .unwrap_or_default(),
+            secrets: r.secrets.iter().map(|s| s.value.clone()).collect(),
+            on_pass: route(&r.on_pass, next)?,
+            on_unverifiable: route(&r.on_unverifiable, on_fail.clone())?,
+            on_fail,
+            line: l,
+        });
+    }
+    // Agent files.
+    let mut agents = BTreeMap::new();
+    if !agent_names.is_empty() {
+        let Some(adir) = &raw.agents_dir else {
+            return Err(err(
+                1,
+                1,
+                "agent steps need `agents_dir` (where `<name>.agent.md` files are)".into(),
+            ));
+        };
+        for name in &agent_names {
+            let file = dir.join(adir).join(format!("{name}.agent.md"));
+            let step = raw
+                .steps
+                .iter()
+                .find(|s| s.value.agent.as_deref() == Some(name.as_str()));
+            let (l, c) = step
+                .map(|s| (s.referenced.line(), s.referenced.column()))
+                .unwrap_or((1, 1));
+            let def = load_agent(&file, name).map_err(|m| err(l, c, m))?;
+            agents.insert(name.clone(), def);
+        }
+    }
+    Ok(Pipeline {
+        name: raw.name,
+        path: path.to_path_buf(),
+        dir,
+        additional_files: raw.additional_files,
+        llm: raw.llm,
+        max_attempts,
+        agents_dir: raw.agents_dir,
+        steps,
+        secrets: raw.secrets,
+        isolation: raw.isolation,
+        state_dir: raw.state_dir,
+        deps_policy: raw.deps_policy,
+        lockfiles: raw.lockfiles,
+        caches: raw.caches,
+        sync_excludes: raw.sync_excludes,
+        egress: raw.egress.unwrap_or_default(),
+        agents,
+    })
+}
+
+/// Read an agent file: YAML front matter between `---` lines, then the prompt.
+pub fn load_agent(file: &Path, name: &str) -> Result<AgentDef, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("agent `{name}`: cannot read {}: {e}", file.display()))?;
+    let rest = text.strip_prefix("---\n").ok_or_else(|| {
+        format!(
+            "{}: an agent file starts with `---` and YAML front matter (name, tools)",
+            file.display()
+        )
+    })?;
+    let end = rest
+        .find("\n---")
+        .ok_or_else(|| format!("{}: the front matter has no closing `---`", file.display()))?;
+    let fm: FrontMatter = serde_saphyr::from_str(&rest[..end])
+        .map_err(|e| format!("{}: front matter (from line 2): {e}", file.display()))?;
+    let _ = fm.description;
+    if fm.name != name {
+        return Err(format!(
+            "{}: front matter says `name: {}`, the file is for `{name}`",
+            file.display(),
+            fm.name
+        ));
+    }
+    let runner = fm.runner.unwrap_or_else(|| "builtin".into());
+    if !["builtin", "codex", "claude", "gemini"].contains(&runner.as_str()) {
+        return Err(format!(
+            "{}: unknown runner `{runner}` (builtin, codex, claude or gemini)",
+            file.display()
+        ));
+    }
+    let prompt = rest[end + 4..]
+        .trim_start_matches(['-', '\n'])
+        .trim()
+        .to_string();
+    if prompt.is_empty() {
+        return Err(format!(
+            "{}: the prompt (after the front matter) is empty",
+            file.display()
+        ));
+    }
+    Ok(AgentDef {
+        name: fm.name,
+        tools: fm.tools,
+        runner,
+        model: fm.model,
+        prompt,
+        path: file.to_path_buf(),
+    })
+}
