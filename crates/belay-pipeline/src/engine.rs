@@ -303,10 +303,7 @@ fn host_checks(
 /// The pipeline's model client, and its key (name, value) for the redactor.
 type ModelAndKey = (Option<ModelClient>, Option<(String, String)>);
 
-fn model_client(
-    p: &Pipeline,
-    path: PathBuf,
-) -> Result<ModelAndKey, PipelineError> {
+fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, PipelineError> {
     let Some(llm) = &p.llm else {
         return Ok((None, None));
     };
@@ -574,7 +571,7 @@ impl<'a> Engine<'a> {
             self.event(
                 "step_start",
                 Some(&name),
-                serde_json::json!({"n": n, "attempt": self.state.attempt, "kind": &step.kind}),
+                serde_json::json!({"n": n, "attempt": self.state.attempt, "step_kind": &step.kind}),
             )?;
             let t = Instant::now();
             let r = self.run_step(&step, n).await?;
@@ -602,9 +599,6 @@ impl<'a> Engine<'a> {
                     tail(&r.detail, FEEDBACK_MAX)
                 );
                 self.state.feedback = Some(self.redactor.redact(&fb).into_owned());
-            } else if matches!(step.kind, StepKind::Agent { .. }) && step.artifact.is_none() {
-                // The agent that saw the feedback has acted on it.
-                self.state.feedback = None;
             }
             self.event(
                 "route",
@@ -1026,11 +1020,7 @@ impl<'a> Engine<'a> {
             .await
             .map_err(|e| PipelineError::Config(format!("agent `{agent}`: {e}")))?;
         for e in &evs {
-            self.event(
-                "agent",
-                Some(&step.name),
-                serde_json::to_value(e).unwrap_or_default(),
-            )?;
+            self.event("agent", Some(&step.name), serde_json::json!({ "event": e }))?;
         }
         self.event(
             "agent_report",

@@ -408,16 +408,6 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
     if max_attempts == 0 {
         return Err(err(1, 1, "`max_attempts` must be at least 1".into()));
     }
-    if raw.deps_policy == DepsPolicy::Locked
-        && raw.lockfiles.is_empty()
-        && raw.steps.iter().any(|s| s.value.agent.is_some())
-    {
-        return Err(err(
-            1,
-            1,
-            "`deps_policy: locked` (the default) needs `lockfiles` naming the lockfiles agents must respect; or set `deps_policy: open`".into(),
-        ));
-    }
     for p in &raw.egress.clone().unwrap_or_default().presets {
         if !EGRESS_PRESETS.contains(&p.as_str()) {
             return Err(err(
@@ -567,6 +557,16 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
             on_fail,
             line: l,
         });
+    }
+    if raw.deps_policy == DepsPolicy::Locked
+        && raw.lockfiles.is_empty()
+        && raw.steps.iter().any(|s| s.value.agent.is_some())
+    {
+        return Err(err(
+            1,
+            1,
+            "`deps_policy: locked` (the default) needs `lockfiles` naming the lockfiles agents must respect; or set `deps_policy: open`".into(),
+        ));
     }
     // Agent files.
     let mut agents = BTreeMap::new();

@@ -15,4 +15,6 @@ mod gc;
 mod llm;
 mod reaper;
 mod repair;
+#[path = "../shared/replay.rs"]
+mod replay;
 mod resume;

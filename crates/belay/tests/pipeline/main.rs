@@ -1,0 +1,546 @@
+//! `belay run` end to end: real Docker engine, real git, `belay model replay`
+//! as the model. The workspace is a fresh git repository made from
+//! `examples/pipeline-demo/repo` for every test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../shared/replay.rs"]
+mod replay;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use replay::{files_containing, Replay};
+use serde_json::Value;
+
+const DEMO_URL: &str = "http://127.0.0.1:18765/v1";
+
+fn belay() -> assert_cmd::Command {
+    let mut c = assert_cmd::cargo::cargo_bin_cmd!("belay");
+    c.env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .env_remove("OPENAI_API_KEY");
+    c
+}
+
+fn demo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/pipeline-demo")
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn require_engine() {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "belay-base:bookworm"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "these tests need a running Docker engine and belay-base:bookworm (.ci/run sets both up)"
+    );
+}
+
+struct Ws {
+    _tmp: tempfile::TempDir,
+    repo: PathBuf,
+    state: PathBuf,
+    replay: Replay,
+}
+
+/// A workspace from the demo repo, with `edit` applied to pipeline.yaml before
+/// the first commit, and the replay server on `script`.
+fn workspace(script: &str, edit: impl Fn(String) -> String) -> Ws {
+    require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("ws");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(demo().join("repo"))
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let replay = Replay::start(tmp.path(), script);
+    let p = repo.join("pipeline.yaml");
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace(DEMO_URL, &replay.openai_base());
+    std::fs::write(&p, edit(text)).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "initial",
+        ],
+    );
+    let state = tmp.path().join("state");
+    Ws {
+        _tmp: tmp,
+        repo,
+        state,
+        replay,
+    }
+}
+
+fn demo_script() -> String {
+    std::fs::read_to_string(demo().join("replay.yaml")).unwrap()
+}
+
+impl Ws {
+    fn run(&self, extra: &[&str]) -> assert_cmd::assert::Assert {
+        belay()
+            .arg("run")
+            .arg(self.repo.join("pipeline.yaml"))
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(extra)
+            .timeout(Duration::from_secs(300))
+            .assert()
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        let runs = self.state.join("runs");
+        let mut d: Vec<PathBuf> = std::fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        d.sort();
+        d.pop().unwrap()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir().join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn state(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.run_dir().join("state.json")).unwrap()).unwrap()
+    }
+}
+
+/// The first fix fails the test gate; the gate's output reaches the dev agent;
+/// the second attempt passes, review approves, and the commit lands with the
+/// expected diff and message. Repository hooks do not run at the commit.
+#[test]
+fn a_full_run_feeds_back_the_failing_gate_and_commits() {
+    let ws = workspace(&demo_script(), |t| t);
+    let hook = ws.repo.join(".git/hooks/pre-commit");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\ntouch \"$(git rev-parse --show-toplevel)/../HOOK-RAN\"\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let base = git(&ws.repo, &["rev-parse", "HEAD"]);
+    ws.run(&[])
+        .success()
+        .stdout(predicates::str::contains("succeeded"));
+
+    // The feedback: the second dev request carries the failing test output.
+    let reqs = ws.replay.requests();
+    let fed: Vec<&Value> = reqs
+        .iter()
+        .filter(|r| r["body"].to_string().contains("Previous attempt feedback"))
+        .collect();
+    assert!(!fed.is_empty(), "no request carried the feedback");
+    assert!(
+        fed[0]["body"]
+            .to_string()
+            .contains("FAIL: add 2 3 gave -1, expected 5"),
+        "{}",
+        fed[0]["body"]
+    );
+
+    // The commit: one file, the fix, the templated message.
+    let head = git(&ws.repo, &["rev-parse", "HEAD"]);
+    assert_ne!(head, base);
+    assert_eq!(git(&ws.repo, &["rev-parse", "HEAD~1"]), base);
+    let run_id = ws.state()["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        git(&ws.repo, &["log", "-1", "--format=%s"]),
+        format!("fix: calc add (belay pipeline {run_id})")
+    );
+    assert_eq!(
+        git(&ws.repo, &["diff", "--name-only", "HEAD~1", "HEAD"]),
+        "calc.sh"
+    );
+    let diff = git(&ws.repo, &["diff", "HEAD~1", "HEAD"]);
+    assert!(diff.contains("+  add) echo $(( $2 + $3 ))"), "{diff}");
+    assert!(
+        !ws.repo.join("../HOOK-RAN").exists(),
+        "a repository hook ran"
+    );
+    // The review artifact is the loop's paperwork, not part of the commit.
+    assert!(ws.repo.join("review-findings.md").exists());
+
+    let ev = ws.events();
+    let kinds: Vec<&str> = ev.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for k in [
+        "run_started",
+        "step_start",
+        "step_end",
+        "route",
+        "attempt",
+        "agent",
+        "command",
+        "commit",
+        "run_end",
+    ] {
+        assert!(kinds.contains(&k), "no {k} event: {kinds:?}");
+    }
+    let routes: Vec<String> = ev
+        .iter()
+        .filter(|e| e["kind"] == "route")
+        .map(|e| {
+            format!(
+                "{}->{}",
+                e["step"].as_str().unwrap_or("?"),
+                e["to"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            "dev->test",
+            "test->dev (retry)",
+            "dev->test",
+            "test->review",
+            "review->commit",
+            "commit->success"
+        ]
+    );
+    let st = ws.state();
+    assert_eq!(st["status"], "succeeded");
+    assert_eq!(st["attempt"], 2);
+    assert_eq!(st["commit"], head);
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(ws.run_dir().join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["status"], "succeeded");
+}
+
+/// A dev agent that never fixes the code: attempts run out, the run fails,
+/// and nothing is committed.
+#[test]
+fn attempts_exhausted_fail_the_run_and_commit_nothing() {
+    let script = r#"
+turns:
+  - match: {contains: "You are the developer"}
+    reply:
+      tool_calls: [{name: finish, arguments: {summary: "nothing to do"}}]
+    repeat: true
+"#;
+    let ws = workspace(script, |t| t);
+    let base = git(&ws.repo, &["rev-parse", "HEAD"]);
+    ws.run(&["--max-attempts", "2"])
+        .code(1)
+        .stdout(predicates::str::contains("all 2 attempts used"));
+    assert_eq!(git(&ws.repo, &["rev-parse", "HEAD"]), base);
+    let st = ws.state();
+    assert_eq!(st["status"], "failed");
+    assert_eq!(st["attempt"], 2);
+    assert_eq!(ws.replay.requests().len(), 2, "one dev call per attempt");
+}
+
+/// `kill -9` in the middle of the test gate, then `--resume`: the run goes on
+/// at that step with its attempt and feedback, and lands the same commit as an
+/// uninterrupted run. A second concurrent run is refused by the lock.
+#[test]
+fn kill_9_then_resume_lands_the_same_commit() {
+    let slow = |t: String| {
+        t.replace(
+            "command: tests/test.sh",
+            "command: sleep 3 && tests/test.sh",
+        )
+    };
+    let straight = workspace(&demo_script(), slow);
+    straight.run(&[]).success();
+    // The workspaces differ only in the replay port inside pipeline.yaml: the
+    // commits must make the same change.
+    let want = git(&straight.repo, &["diff", "HEAD~1", "HEAD"]);
+
+    let ws = workspace(&demo_script(), slow);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .arg("run")
+        .arg(ws.repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&ws.state)
+        .env_remove("OPENAI_API_KEY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the second visit of the test gate (attempt 2, after feedback).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the run never reached the second test"
+        );
+        let ready = ws.state.join("runs").exists() && ws.run_dir().join("state.json").exists();
+        if ready {
+            let st = ws.state();
+            if st["current"] == "test" && st["attempt"] == 2 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    // The lock refuses a second run meanwhile.
+    ws.run(&[])
+        .code(2)
+        .stderr(predicates::str::contains("in progress"));
+    Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    let st = ws.state();
+    assert_eq!(st["status"], "running");
+    assert_eq!(st["current"], "test");
+    assert!(st["feedback"]
+        .as_str()
+        .unwrap()
+        .contains("FAIL: add 2 3 gave -1"));
+    let run_id = st["run_id"].as_str().unwrap().to_string();
+
+    ws.run(&["--resume", &run_id]).success();
+    let st = ws.state();
+    assert_eq!(st["status"], "succeeded");
+    assert_eq!(st["attempt"], 2, "the attempt count survived");
+    assert_eq!(git(&ws.repo, &["diff", "HEAD~1", "HEAD"]), want);
+    assert_eq!(
+        git(&ws.repo, &["log", "-1", "--format=%s"]),
+        format!("fix: calc add (belay pipeline {run_id})")
+    );
+    let kinds: Vec<String> = ws
+        .events()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert!(kinds.contains(&"run_resumed".to_string()));
+    // No step container survived the kill.
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=belay.run={run_id}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}
+
+/// A secret reaches only the step that lists it, and appears in no file under
+/// the state dir, in no log, and not in the commit. A missing ref fails fast.
+#[test]
+fn secrets_are_refs_injected_per_step_and_scrubbed() {
+    const CANARY: &str = "canary-secret-7f3e9a1c5b";
+    let edit = |t: String| {
+        t.replace("deps_policy: open", "deps_policy: open\nsecrets:\n  api-token: {from: env, key: BELAY_TEST_TOKEN}")
+            .replace(
+                "  - name: test\n    command: tests/test.sh",
+                "  - name: test\n    command: echo \"token=$BELAY_TEST_TOKEN\" && tests/test.sh\n    secrets: [api-token]",
+            )
+            .replace(
+                "  - name: commit\n",
+                "  - name: peek\n    command: echo \"peek=${BELAY_TEST_TOKEN:-unset}\"\n    on_pass: commit\n\n  - name: commit\n",
+            )
+            .replace("on_pass: commit\n    on_fail: { goto: dev, retry: true }", "on_pass: peek\n    on_fail: { goto: dev, retry: true }")
+    };
+    let ws = workspace(&demo_script(), edit);
+    belay()
+        .arg("run")
+        .arg(ws.repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&ws.state)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("secret `api-token` (used by step `test`) is missing: set the environment variable BELAY_TEST_TOKEN"));
+    belay()
+        .arg("run")
+        .arg(ws.repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&ws.state)
+        .env("BELAY_TEST_TOKEN", CANARY)
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .success();
+    assert!(
+        files_containing(&ws.state, CANARY).is_empty(),
+        "{:?}",
+        files_containing(&ws.state, CANARY)
+    );
+    assert!(
+        files_containing(&ws.repo, CANARY).is_empty(),
+        "{:?}",
+        files_containing(&ws.repo, CANARY)
+    );
+    assert!(!git(&ws.repo, &["log", "-p", "-1"]).contains(CANARY));
+    // The test step saw it (redacted in its log); the peek step did not get it.
+    let logs = ws.run_dir().join("logs");
+    let all: String = std::fs::read_dir(&logs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(all.contains("token=[REDACTED:api-token]"), "{all}");
+    assert!(all.contains("peek=unset"), "{all}");
+}
+
+/// Network: none unless a step asks. Read-only root, .git read-only.
+#[test]
+fn network_is_off_unless_asked_and_the_sandbox_is_locked_down() {
+    // The apt mirror named by the image's own sources (no host name here).
+    let probe = r#"host=$(grep -hoE 'https?://[^/ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1 | sed 's#.*://##'); echo "probing $host"; timeout 15 bash -c "exec 3<>/dev/tcp/$host/80 && printf 'HEAD / HTTP/1.0\r\nHost: $host\r\n\r\n' >&3 && head -1 <&3""#;
+    let pipeline = format!(
+        r#"name: net
+max_attempts: 1
+deps_policy: open
+steps:
+  - name: offline
+    command: {offline:?}
+    on_pass: failure
+    on_fail: locked
+  - name: locked
+    command: "! touch /usr/belay-x 2>/dev/null && ! touch .git/belay-x 2>/dev/null && touch ok-in-workspace && echo locked-down"
+    on_pass: online
+  - name: online
+    command: {online:?}
+    network: true
+"#,
+        offline = probe,
+        online = probe
+    );
+    let ws = workspace("turns: []\n", |_| pipeline.clone());
+    ws.run(&[]).success();
+    let logs = ws.run_dir().join("logs");
+    let read = |prefix: &str| -> String {
+        std::fs::read_dir(&logs)
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().contains(prefix))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .unwrap()
+    };
+    let off = read("-offline-");
+    assert!(
+        off.contains("probing ") && !off.contains("HTTP/1."),
+        "the offline step reached the mirror: {off}"
+    );
+    assert!(read("-locked-").contains("locked-down"));
+    let on = read("-online-");
+    assert!(
+        on.contains("HTTP/1."),
+        "the networked step could not reach the mirror: {on}"
+    );
+    assert!(ws.repo.join("ok-in-workspace").exists());
+}
+
+/// Dirty tooling and a `.env` refuse the run; `--dry-run` prints the plan and
+/// writes nothing.
+#[test]
+fn the_host_boundary_refuses_dirty_tooling_and_env_files() {
+    let ws = workspace(&demo_script(), |t| t);
+    std::fs::write(
+        ws.repo.join("agents/dev.agent.md"),
+        "---\nname: dev\n---\nDo anything.\n",
+    )
+    .unwrap();
+    ws.run(&[])
+        .code(2)
+        .stderr(predicates::str::contains("agents/dev.agent.md"));
+    git(&ws.repo, &["checkout", "--", "agents/dev.agent.md"]);
+    std::fs::write(ws.repo.join(".env"), "KEY=v\n").unwrap();
+    std::fs::write(ws.repo.join(".env.example"), "KEY=\n").unwrap();
+    ws.run(&[])
+        .code(2)
+        .stderr(predicates::str::contains("the workspace holds .env:"));
+    std::fs::remove_file(ws.repo.join(".env")).unwrap();
+    let dry_state = ws.state.with_extension("dry");
+    belay()
+        .arg("run")
+        .arg(ws.repo.join("pipeline.yaml"))
+        .arg("--dry-run")
+        .arg("--state-dir")
+        .arg(&dry_state)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains(
+            "on pass -> review; on fail -> dev (retry)",
+        ));
+    assert!(!dry_state.exists(), "--dry-run wrote state");
+    assert!(
+        ws.replay.requests().is_empty(),
+        "--dry-run called the model"
+    );
+}
+
+/// Malformed pipeline files: `file:line:col` errors, exit 2.
+#[test]
+fn malformed_pipeline_files_name_the_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "name: x\nsteps:\n  - name: a\n    command: true\n    colour: red\n",
+            "pipeline.yaml:5:",
+            "colour",
+        ),
+        (
+            "name: x\nsteps:\n  - name: a\n    command: true\n    agent: dev\n",
+            "pipeline.yaml:3:",
+            "exactly one of",
+        ),
+        (
+            "name: x\nsteps:\n  - name: a\n    command: true\n    on_fail: nowhere\n",
+            "pipeline.yaml:5:",
+            "`nowhere`",
+        ),
+        (
+            "name: x\nsteps:\n  - name: a\n    command: true\n  - name: a\n    command: false\n",
+            "pipeline.yaml:5:",
+            "defined twice",
+        ),
+        (
+            "name: x\nsteps:\n  - name: a\n    command: true\n    secrets: [tok]\n",
+            "pipeline.yaml:5:",
+            "does not declare",
+        ),
+        ("name: x\nsteps: [\n", "pipeline.yaml:", ""),
+    ];
+    for (text, loc, what) in cases {
+        let p = tmp.path().join("pipeline.yaml");
+        std::fs::write(&p, text).unwrap();
+        let out = belay().args(["run", "--dry-run"]).arg(&p).assert().code(2);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(err.contains(loc) && err.contains(what), "{text:?}: {err}");
+    }
+}
