@@ -252,6 +252,10 @@ pub struct Engine<'a> {
     redactor: Redactor,
     secrets: BTreeMap<String, String>,
     containers: HashMap<(bool, Access), String>,
+    /// Build-environment directories the image has under the workspace path
+    /// (`.venv`, `node_modules`...), each kept in a named volume of the run
+    /// that Docker fills from the image: a bind-mounted workspace would hide them.
+    env_volumes: Option<Vec<(String, String)>>,
     model: Option<ModelClient>,
     image: String,
     state_dir: PathBuf,
@@ -467,6 +471,7 @@ impl<'a> Engine<'a> {
             redactor,
             secrets,
             containers: HashMap::new(),
+            env_volumes: None,
             model,
             image,
             state_dir,
@@ -524,6 +529,13 @@ impl<'a> Engine<'a> {
         let result = self.drive().await;
         for (_, c) in self.containers.drain() {
             let _ = self.rt.remove(&c).await;
+        }
+        // A finished run drops its environment volumes; an interrupted one
+        // keeps them for its resume.
+        if self.state.status != Status::Running {
+            for (name, _) in self.env_volumes.take().unwrap_or_default() {
+                let _ = self.rt.remove_volume(&name).await;
+            }
         }
         if let Err(e) = &result {
             // A config or engine error mid-run: the run can be resumed.
@@ -664,16 +676,85 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// The image's build-environment directories under the workspace path
+    /// (an image from `belay env build` has its venv there), found once per run.
+    async fn env_volumes(&mut self) -> Result<Vec<(String, String)>, PipelineError> {
+        if let Some(v) = &self.env_volumes {
+            return Ok(v.clone());
+        }
+        let probe = self
+            .rt
+            .create(&ContainerSpec {
+                image: self.image.clone(),
+                run_id: self.state.run_id.clone(),
+                kind: "pipeline-probe".into(),
+                network: Network::None,
+                read_only_rootfs: true,
+                drop_capabilities: true,
+                tmpfs: vec!["/tmp".into()],
+                ..Default::default()
+            })
+            .await?;
+        let log = self.files.logs().join("image-probe.log");
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), format!("cd {WORKDIR} 2>/dev/null && for d in .venv venv node_modules target .tox; do [ -d \"$d\" ] && echo \"$d\"; done; true")],
+            working_dir: None,
+            env: vec![],
+            timeout: Some(Duration::from_secs(30)),
+            log_path: log,
+        };
+        let out = self
+            .rt
+            .exec(&probe, &spec, &self.redactor, &NoopObserver)
+            .await;
+        let _ = self.rt.remove(&probe).await;
+        let out = out?;
+        let dirs: Vec<(String, String)> = out
+            .stdout_tail
+            .lines()
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(|d| {
+                (
+                    format!(
+                        "belay-{}-{}",
+                        self.state.run_id,
+                        sanitize(d.trim_start_matches('.'))
+                    ),
+                    d.to_string(),
+                )
+            })
+            .collect();
+        if !dirs.is_empty() {
+            let names: Vec<&str> = dirs.iter().map(|(_, d)| d.as_str()).collect();
+            self.event(
+                "env_volumes",
+                None,
+                serde_json::json!({"dirs": names, "image": &self.image}),
+            )?;
+        }
+        self.env_volumes = Some(dirs.clone());
+        Ok(dirs)
+    }
+
     async fn container(&mut self, network: bool, access: Access) -> Result<String, PipelineError> {
         if let Some(c) = self.containers.get(&(network, access)) {
             return Ok(c.clone());
         }
         let root = self.git.root().to_path_buf();
+        let env_volumes = self.env_volumes().await?;
         let mut mounts = vec![Mount {
             host: root.clone(),
             container: WORKDIR.into(),
             read_only: access == Access::Ro,
         }];
+        for (name, dir) in &env_volumes {
+            mounts.push(Mount {
+                host: PathBuf::from(name),
+                container: format!("{WORKDIR}/{dir}"),
+                read_only: access == Access::Ro,
+            });
+        }
         if !self.p.isolation.allow_git_mutations && root.join(".git").exists() {
             // Agents read history; they cannot change it.
             mounts.push(Mount {

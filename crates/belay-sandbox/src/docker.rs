@@ -353,6 +353,20 @@ impl ContainerRuntime for DockerRuntime {
         Ok(created.id)
     }
 
+    async fn remove_volume(&self, name: &str) -> Result<(), SandboxError> {
+        match self
+            .docker
+            .remove_volume(name, Some(qp::RemoveVolumeOptions { force: true }))
+            .await
+        {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(self.api_err("remove a volume", e)),
+        }
+    }
+
     async fn remove(&self, container: &str) -> Result<(), SandboxError> {
         // Removal runs even after a sticky failure: cleaning up is always worth trying.
         match self

@@ -140,6 +140,8 @@ pub trait ContainerRuntime: Send + Sync {
     /// It carries `belay=true`, `belay.run` and the owner labels.
     async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError>;
     async fn remove(&self, container: &str) -> Result<(), SandboxError>;
+    /// Remove a named volume (gone already counts as removed).
+    async fn remove_volume(&self, name: &str) -> Result<(), SandboxError>;
     /// Remove a container in the background; await the handle before exiting.
     fn remove_detached(&self, container: &str) -> tokio::task::JoinHandle<()>;
     async fn list_containers(

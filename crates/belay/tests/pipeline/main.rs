@@ -544,3 +544,108 @@ fn malformed_pipeline_files_name_the_line() {
         assert!(err.contains(loc) && err.contains(what), "{text:?}: {err}");
     }
 }
+
+/// The bridge between the two modes: the final image of `belay env build`
+/// runs the project's tests as a pipeline step (its venv under the workspace
+/// path comes from the image although the workspace is bind-mounted there).
+#[test]
+fn an_env_build_image_runs_the_pipeline_steps() {
+    require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("ws");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello-python"))
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let env_state = tmp.path().join("env-state");
+    let run = format!("t-bridge-{}", std::process::id());
+    belay()
+        .args(["env", "build", "--planner", "rules", "--repo"])
+        .arg(&repo)
+        .arg("--state-dir")
+        .arg(&env_state)
+        .args(["--run-id", &run])
+        .timeout(Duration::from_secs(900))
+        .assert()
+        .success();
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(env_state.join("runs").join(&run).join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let image = manifest["final_image"].as_str().unwrap().to_string();
+    std::fs::write(
+        repo.join("pipeline.yaml"),
+        format!("name: bridge\nisolation: {{image: \"{image}\"}}\ndeps_policy: open\nsteps:\n  - name: test\n    command: .venv/bin/python -m pytest -q\n"),
+    )
+    .unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "initial",
+        ],
+    );
+    let state = tmp.path().join("state");
+    belay()
+        .arg("run")
+        .arg(repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&state)
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .success();
+    let runs: Vec<PathBuf> = std::fs::read_dir(state.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let logs = runs[0].join("logs");
+    let all: String = std::fs::read_dir(&logs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(all.contains("passed"), "{all}");
+    // The run's environment volume is gone with the run.
+    let run_id = runs[0].file_name().unwrap().to_string_lossy().into_owned();
+    let vols = Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name=belay-{run_id}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&vols.stdout).trim().is_empty());
+    // The env build's checkpoints.
+    let imgs = Command::new("docker")
+        .args([
+            "images",
+            "--format",
+            "{{.Repository}}:{{.Tag}}",
+            "--filter",
+            &format!("label=belay.run={run}"),
+        ])
+        .output()
+        .unwrap();
+    for tag in String::from_utf8_lossy(&imgs.stdout)
+        .lines()
+        .filter(|l| !l.contains("<none>"))
+    {
+        let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
+    }
+}
