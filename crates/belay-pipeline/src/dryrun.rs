@@ -105,7 +105,13 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
             let _ = writeln!(
                 s,
                 "     sandbox: network {}, workspace {} at {WORKDIR}{}{}",
-                if st.network { "bridge" } else { "none" },
+                if !st.network {
+                    "none"
+                } else if p.egress.presets.is_empty() {
+                    "bridge"
+                } else {
+                    "internal, out only through the egress proxy (package registries)"
+                },
                 match st.workspace {
                     Access::Rw => "rw",
                     Access::Ro => "ro",

@@ -256,6 +256,9 @@ pub struct Engine<'a> {
     /// (`.venv`, `node_modules`...), each kept in a named volume of the run
     /// that Docker fills from the image: a bind-mounted workspace would hide them.
     env_volumes: Option<Vec<(String, String)>>,
+    /// The internal network and the allowlisting proxy of networked steps,
+    /// when the pipeline names egress presets.
+    egress: Option<(String, crate::egress::EgressProxy)>,
     model: Option<ModelClient>,
     image: String,
     state_dir: PathBuf,
@@ -353,11 +356,6 @@ impl<'a> Engine<'a> {
         if p.agents.values().any(|a| a.runner != "builtin") {
             return Err(PipelineError::Config(
                 "agent files with `runner: codex|claude|gemini` are not supported in pipelines yet: use the built-in agent (runner: builtin) with the pipeline's `llm`".into(),
-            ));
-        }
-        if !p.egress.presets.is_empty() {
-            return Err(PipelineError::Config(
-                "`egress.presets` (the allowlisting proxy) is not supported yet: remove it; `network: true` gives a step the bridge network".into(),
             ));
         }
         let state_dir = state_dir_for(p, opts.state_dir.as_deref());
@@ -472,6 +470,7 @@ impl<'a> Engine<'a> {
             secrets,
             containers: HashMap::new(),
             env_volumes: None,
+            egress: None,
             model,
             image,
             state_dir,
@@ -529,6 +528,10 @@ impl<'a> Engine<'a> {
         let result = self.drive().await;
         for (_, c) in self.containers.drain() {
             let _ = self.rt.remove(&c).await;
+        }
+        if let Some((net, proxy)) = self.egress.take() {
+            drop(proxy);
+            let _ = self.rt.remove_network(&net).await;
         }
         // A finished run drops its environment volumes; an interrupted one
         // keeps them for its resume.
@@ -588,6 +591,18 @@ impl<'a> Engine<'a> {
             let t = Instant::now();
             let r = self.run_step(&step, n).await?;
             let took = t.elapsed().as_secs_f64();
+            let decisions = self
+                .egress
+                .as_ref()
+                .map(|(_, p)| p.drain())
+                .unwrap_or_default();
+            for d in decisions {
+                self.event(
+                    "egress",
+                    Some(&name),
+                    serde_json::to_value(&d).unwrap_or_default(),
+                )?;
+            }
             self.event("step_end", Some(&name), serde_json::json!({"n": n, "verdict": r.verdict, "exit_code": r.exit_code, "duration_s": (took * 1000.0).round() / 1000.0}))?;
             if !r.missing_deps.is_empty() {
                 let lock = self.p.lockfiles.join(", ");
@@ -674,6 +689,32 @@ impl<'a> Engine<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The internal network and the proxy on it (started on first use):
+    /// (network name, proxy URL).
+    async fn egress_proxy(&mut self) -> Result<(String, String), PipelineError> {
+        if let Some((net, proxy)) = &self.egress {
+            return Ok((net.clone(), format!("http://{}", proxy.addr)));
+        }
+        let net = format!("belay-{}-egress", self.state.run_id);
+        let gw = self.rt.ensure_network(&net, true).await?;
+        let ip: std::net::IpAddr = gw.parse().map_err(|_| {
+            PipelineError::Config(format!(
+                "network {net} has no usable gateway address ({gw})"
+            ))
+        })?;
+        let allow = crate::egress::package_registry_hosts();
+        let proxy =
+            crate::egress::EgressProxy::start(std::net::SocketAddr::new(ip, 0), allow.clone())
+                .await
+                .map_err(|e| {
+                    PipelineError::Config(format!("cannot start the egress proxy on {ip}: {e}"))
+                })?;
+        let url = format!("http://{}", proxy.addr);
+        self.event("egress_proxy", None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": allow}))?;
+        self.egress = Some((net.clone(), proxy));
+        Ok((net, url))
     }
 
     /// The image's build-environment directories under the workspace path
@@ -791,7 +832,21 @@ impl<'a> Engine<'a> {
             });
             env.extend(trust.ca_env());
         }
-        if network {
+        let mut network_name = None;
+        if network && !self.p.egress.presets.is_empty() {
+            let (name, proxy_url) = self.egress_proxy().await?;
+            for k in [
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "http_proxy",
+                "https_proxy",
+                "ALL_PROXY",
+            ] {
+                env.push((k.to_string(), proxy_url.clone()));
+            }
+            env.push(("NO_PROXY".into(), String::new()));
+            network_name = Some(name);
+        } else if network {
             env.extend(trust.proxy_env.iter().cloned());
         }
         let seccomp = match &self.p.isolation.seccomp_profile {
@@ -818,6 +873,7 @@ impl<'a> Engine<'a> {
             nano_cpus: self.p.isolation.cpus.map(|c| (c * 1e9) as i64),
             tmpfs: vec!["/tmp".into()],
             seccomp_profile: seccomp,
+            network_name,
             ..Default::default()
         };
         let id = self.rt.create(&spec).await?;

@@ -4,6 +4,7 @@
 //! one gated commit ends the run.
 
 pub mod dryrun;
+pub mod egress;
 pub mod engine;
 pub mod schema;
 pub mod state;

@@ -287,7 +287,11 @@ impl ContainerRuntime for DockerRuntime {
             })
             .collect();
         let host = HostConfig {
-            network_mode: Some(spec.network.as_docker().to_string()),
+            network_mode: Some(
+                spec.network_name
+                    .clone()
+                    .unwrap_or_else(|| spec.network.as_docker().to_string()),
+            ),
             binds: if mounts.is_empty() {
                 None
             } else {
@@ -351,6 +355,51 @@ impl ContainerRuntime for DockerRuntime {
         }
         tracing::debug!(image = %spec.image, took_ms = t0.elapsed().as_millis() as u64, "container created and started");
         Ok(created.id)
+    }
+
+    async fn ensure_network(&self, name: &str, internal: bool) -> Result<String, SandboxError> {
+        self.check()?;
+        let gateway = |n: bollard::models::NetworkInspect| {
+            n.ipam
+                .and_then(|i| i.config)
+                .and_then(|c| c.into_iter().find_map(|c| c.gateway))
+        };
+        if let Ok(n) = self.docker.inspect_network(name, None).await {
+            if let Some(g) = gateway(n) {
+                return Ok(g);
+            }
+        }
+        let mut labels = HashMap::new();
+        labels.insert("belay".to_string(), "true".to_string());
+        self.docker
+            .create_network(bollard::models::NetworkCreateRequest {
+                name: name.to_string(),
+                driver: Some("bridge".into()),
+                internal: Some(internal),
+                labels: Some(labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| self.api_err("create a network", e))?;
+        let n = self
+            .docker
+            .inspect_network(name, None)
+            .await
+            .map_err(|e| self.api_err("inspect a network", e))?;
+        gateway(n).ok_or_else(|| SandboxError::Docker {
+            op: "create a network",
+            message: format!("network {name} has no gateway address"),
+        })
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<(), SandboxError> {
+        match self.docker.remove_network(name).await {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(self.api_err("remove a network", e)),
+        }
     }
 
     async fn remove_volume(&self, name: &str) -> Result<(), SandboxError> {

@@ -56,6 +56,9 @@ pub struct ContainerSpec {
     pub tmpfs: Vec<String>,
     /// A seccomp profile (the JSON text) instead of the engine's default.
     pub seccomp_profile: Option<String>,
+    /// Attach to this network instead of `network` (an internal network whose
+    /// only way out is an egress proxy).
+    pub network_name: Option<String>,
 }
 
 /// One command to execute in a running container.
@@ -142,6 +145,10 @@ pub trait ContainerRuntime: Send + Sync {
     async fn remove(&self, container: &str) -> Result<(), SandboxError>;
     /// Remove a named volume (gone already counts as removed).
     async fn remove_volume(&self, name: &str) -> Result<(), SandboxError>;
+    /// Create a network (or find the one of that name); the host's address on
+    /// it (its gateway). `internal`: no route out of it.
+    async fn ensure_network(&self, name: &str, internal: bool) -> Result<String, SandboxError>;
+    async fn remove_network(&self, name: &str) -> Result<(), SandboxError>;
     /// Remove a container in the background; await the handle before exiting.
     fn remove_detached(&self, container: &str) -> tokio::task::JoinHandle<()>;
     async fn list_containers(

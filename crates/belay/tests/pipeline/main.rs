@@ -649,3 +649,49 @@ fn an_env_build_image_runs_the_pipeline_steps() {
         let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
     }
 }
+
+/// `egress: {presets: [package-registries]}`: a networked step has no direct
+/// route out; through the allowlisting proxy it reaches the package mirror this
+/// machine is configured for, and nothing else.
+#[test]
+fn egress_presets_allow_only_the_package_registries() {
+    let probe = r#"host=$(grep -hoE 'https?://[^/ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1 | sed 's#.*://##'); if timeout 5 bash -c "exec 3<>/dev/tcp/$host/80" 2>/dev/null; then echo direct-open; else echo direct-blocked; fi; p=${HTTP_PROXY#http://}; ph=${p%:*}; pp=${p##*:}; exec 3<>/dev/tcp/$ph/$pp; printf "HEAD http://$host/ HTTP/1.0\r\nHost: $host\r\n\r\n" >&3; echo "via-proxy: $(head -1 <&3)"; exec 4<>/dev/tcp/$ph/$pp; printf "CONNECT elsewhere.example.invalid:443 HTTP/1.1\r\nHost: x\r\n\r\n" >&4; echo "other: $(head -1 <&4)""#;
+    let pipeline = format!("name: egress\ndeps_policy: open\negress: {{presets: [package-registries]}}\nsteps:\n  - name: fetch\n    command: {probe:?}\n    network: true\n");
+    let ws = workspace("turns: []\n", |_| pipeline.clone());
+    ws.run(&["--dry-run"])
+        .success()
+        .stdout(predicates::str::contains(
+            "out only through the egress proxy",
+        ));
+    ws.run(&[]).success();
+    let logs = ws.run_dir().join("logs");
+    let log: String = std::fs::read_dir(&logs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("-fetch-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert!(log.contains("direct-blocked"), "{log}");
+    assert!(log.contains("via-proxy: HTTP/1."), "{log}");
+    assert!(log.contains("other: HTTP/1.1 403"), "{log}");
+    let ev = ws.events();
+    let decisions: Vec<&Value> = ev.iter().filter(|e| e["kind"] == "egress").collect();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert!(decisions
+        .iter()
+        .any(|d| d["host"] == "elsewhere.example.invalid" && d["allowed"] == false));
+    assert!(decisions.iter().any(|d| d["allowed"] == true));
+    // The internal network went with the run.
+    let run_id = ws.state()["run_id"].as_str().unwrap().to_string();
+    let nets = Command::new("docker")
+        .args([
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name=belay-{run_id}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&nets.stdout).trim().is_empty());
+}

@@ -1,0 +1,329 @@
+//! The egress proxy: a networked step whose pipeline names `egress.presets`
+//! runs on an internal Docker network with no route out; its only way out is
+//! this proxy on the host's address on that network, which lets through the
+//! hosts of the presets and refuses the rest (HTTP `CONNECT` for TLS, and
+//! absolute-form plain HTTP).
+//!
+//! The `package-registries` preset is read from this machine's own package
+//! configuration, so that mirrors and corporate registries are what is allowed:
+//! the apt sources, pip's index (its configuration, or pip's own default), and
+//! npm's registry. No registry address is written into belay.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One decision of the proxy.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Decision {
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+}
+
+/// The host of a URL (`scheme://[user@]host[:port]/...`).
+pub fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let hostport = rest.split(['/', '?', '#']).next()?;
+    let hostport = hostport
+        .rsplit_once('@')
+        .map(|(_, h)| h)
+        .unwrap_or(hostport);
+    let host = if let Some(stripped) = hostport.strip_prefix('[') {
+        stripped.split(']').next()?
+    } else {
+        hostport.split(':').next()?
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+fn command_lines(program: &str, args: &[&str]) -> Vec<String> {
+    std::process::Command::new(program)
+        .args(args)
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The hosts of the package registries this machine is configured for.
+pub fn package_registry_hosts() -> BTreeSet<String> {
+    let mut hosts = BTreeSet::new();
+    // Debian: the apt sources.
+    for s in belay_sandbox::bootstrap::host_sources(std::path::Path::new("/"), "") {
+        hosts.extend(url_host(&s.uri));
+    }
+    for suite in ["bookworm", "trixie", "bullseye", "noble", "jammy"] {
+        for s in belay_sandbox::bootstrap::host_sources(std::path::Path::new("/"), suite) {
+            hosts.extend(url_host(&s.uri));
+        }
+    }
+    // PyPI: the configured index, or pip's own default index and file host.
+    for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"] {
+        if let Ok(v) = std::env::var(var) {
+            v.split_whitespace().filter_map(url_host).for_each(|h| {
+                hosts.insert(h);
+            });
+        }
+    }
+    for key in ["global.index-url", "global.extra-index-url"] {
+        for l in command_lines("python3", &["-m", "pip", "config", "get", key]) {
+            hosts.extend(url_host(&l));
+        }
+    }
+    for l in command_lines(
+        "python3",
+        &["-c", "from pip._internal.models.index import PyPI; print(PyPI.netloc); print(PyPI.file_storage_domain)"],
+    ) {
+        hosts.insert(l.to_ascii_lowercase());
+    }
+    // npm: its registry.
+    for l in command_lines("npm", &["config", "get", "registry"]) {
+        hosts.extend(url_host(&l));
+    }
+    hosts
+}
+
+/// A running proxy.
+pub struct EgressProxy {
+    pub addr: SocketAddr,
+    decisions: Arc<Mutex<Vec<Decision>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl EgressProxy {
+    /// Listen on `bind` (the host's address on the internal network).
+    pub async fn start(bind: SocketAddr, allow: BTreeSet<String>) -> std::io::Result<EgressProxy> {
+        let listener = TcpListener::bind(bind).await?;
+        let addr = listener.local_addr()?;
+        let decisions = Arc::new(Mutex::new(Vec::new()));
+        let allow = Arc::new(allow);
+        let d = decisions.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let allow = allow.clone();
+                let d = d.clone();
+                tokio::spawn(async move {
+                    let _ = serve(sock, &allow, &d).await;
+                });
+            }
+        });
+        Ok(EgressProxy {
+            addr,
+            decisions,
+            task,
+        })
+    }
+
+    /// The decisions since the last call.
+    pub fn drain(&self) -> Vec<Decision> {
+        self.decisions
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
+    }
+}
+
+const HEAD_MAX: usize = 64 * 1024;
+
+async fn serve(
+    mut sock: TcpStream,
+    allow: &BTreeSet<String>,
+    log: &Mutex<Vec<Decision>>,
+) -> std::io::Result<()> {
+    // The request head.
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        let n = sock.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if head.len() > HEAD_MAX {
+            return sock
+                .write_all(
+                    b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n",
+                )
+                .await;
+        }
+    };
+    let text = String::from_utf8_lossy(&head[..end]).into_owned();
+    let first = text.lines().next().unwrap_or("");
+    let mut parts = first.split_whitespace();
+    let (method, target, version) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or("HTTP/1.1"),
+    );
+    let (host, port, connect) = if method.eq_ignore_ascii_case("CONNECT") {
+        let (h, p) = target.rsplit_once(':').unwrap_or((target, "443"));
+        (
+            h.trim_matches(['[', ']']).to_ascii_lowercase(),
+            p.parse().unwrap_or(443),
+            true,
+        )
+    } else {
+        let Some(h) = url_host(target) else {
+            return sock.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\nbelay egress: use a proxy request (absolute URL or CONNECT)\n").await;
+        };
+        let rest = target.split_once("://").map(|(_, r)| r).unwrap_or(target);
+        let hostport = rest.split('/').next().unwrap_or("");
+        let port = hostport
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(80);
+        (h, port, false)
+    };
+    let allowed = allow.contains(&host);
+    if let Ok(mut l) = log.lock() {
+        if l.len() < 10_000 {
+            l.push(Decision {
+                host: host.clone(),
+                port,
+                allowed,
+            });
+        }
+    }
+    if !allowed {
+        let body = format!("belay egress: {host} is not allowed for this step (the pipeline's egress presets allow only the package registries)\n");
+        let resp = format!("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        return sock.write_all(resp.as_bytes()).await;
+    }
+    let mut upstream = match TcpStream::connect((host.as_str(), port)).await {
+        Ok(u) => u,
+        Err(e) => {
+            let resp = format!("HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nbelay egress: cannot reach {host}:{port}: {e}\n");
+            return sock.write_all(resp.as_bytes()).await;
+        }
+    };
+    if connect {
+        sock.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            .await?;
+        upstream.write_all(&head[end..]).await?;
+    } else {
+        // Absolute form to origin form.
+        let rest = target.split_once("://").map(|(_, r)| r).unwrap_or(target);
+        let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
+        let mut out = format!("{method} {path} {version}\r\n");
+        for line in text.lines().skip(1) {
+            let lower = line.to_ascii_lowercase();
+            if line.is_empty()
+                || lower.starts_with("proxy-connection:")
+                || lower.starts_with("proxy-authorization:")
+            {
+                continue;
+            }
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+        out.push_str("\r\n");
+        upstream.write_all(out.as_bytes()).await?;
+        upstream.write_all(&head[end..]).await?;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut sock, &mut upstream).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn hosts_of_urls() {
+        assert_eq!(
+            url_host("http://user:pw@Mirror.Example:8080/debian").as_deref(),
+            Some("mirror.example")
+        );
+        assert_eq!(url_host("https://[::1]:3128/").as_deref(), Some("::1"));
+        assert_eq!(
+            url_host("registry.example/"),
+            Some("registry.example".into())
+        );
+        assert_eq!(url_host("http:///x"), None);
+    }
+
+    #[tokio::test]
+    async fn allows_listed_hosts_and_refuses_the_rest() {
+        // An upstream on loopback, allowed by name.
+        let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = up.accept().await {
+                let mut b = [0u8; 1024];
+                let n = s.read(&mut b).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&b[..n]).into_owned();
+                let line = req.lines().next().unwrap_or("").to_string();
+                let body = format!("upstream saw: {line}");
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        let allow: BTreeSet<String> = ["localhost".to_string()].into();
+        let p = EgressProxy::start("127.0.0.1:0".parse().unwrap(), allow)
+            .await
+            .unwrap();
+        let ask = |req: String| async move {
+            let mut s = TcpStream::connect(p_addr(&req)).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out).await;
+            out
+        };
+        fn p_addr(req: &str) -> SocketAddr {
+            req.lines()
+                .last()
+                .unwrap()
+                .trim_start_matches("#")
+                .parse()
+                .unwrap()
+        }
+        let a = p.addr;
+        let ok = ask(format!(
+            "GET http://localhost:{up_port}/simple/ HTTP/1.0\r\nHost: localhost\r\n\r\n#{a}"
+        ))
+        .await;
+        assert!(ok.contains("upstream saw: GET /simple/ HTTP/1.0"), "{ok}");
+        let denied = ask(format!(
+            "CONNECT elsewhere.example.invalid:443 HTTP/1.1\r\nHost: x\r\n\r\n#{a}"
+        ))
+        .await;
+        assert!(
+            denied.starts_with("HTTP/1.1 403") && denied.contains("elsewhere.example.invalid"),
+            "{denied}"
+        );
+        let d = p.drain();
+        assert_eq!(d.len(), 2);
+        assert!(d[0].allowed && !d[1].allowed);
+    }
+}
