@@ -247,6 +247,37 @@ async fn serve(
     Ok(())
 }
 
+/// A TCP forwarder: `listen` -> `upstream`, byte for byte. Puts a model server
+/// that listens on the host's loopback within reach of an internal network.
+pub struct TcpForward {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TcpForward {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TcpForward {
+    pub async fn start(listen: SocketAddr, upstream: String) -> std::io::Result<TcpForward> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let up = upstream.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut u) = TcpStream::connect(up).await {
+                        let _ = tokio::io::copy_bidirectional(&mut sock, &mut u).await;
+                    }
+                });
+            }
+        });
+        Ok(TcpForward { addr, task })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

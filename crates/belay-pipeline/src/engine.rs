@@ -232,6 +232,27 @@ struct Event<'a> {
     data: serde_json::Value,
 }
 
+/// The network of a step container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Net {
+    /// No network.
+    None,
+    /// `network: true`: the bridge, or the egress proxy when presets are set.
+    Open,
+    /// An agent CLI: only the model endpoint is reachable.
+    Model,
+}
+
+/// How an agent CLI in a container reaches the model: the internal network,
+/// the base URL to give the CLI, extra env, and what keeps the route open.
+struct ModelRoute {
+    network: String,
+    base_url: String,
+    env: Vec<(String, String)>,
+    _forward: Option<crate::egress::TcpForward>,
+    _proxy: Option<crate::egress::EgressProxy>,
+}
+
 /// The result of one step execution.
 struct StepResult {
     verdict: Verdict,
@@ -251,7 +272,7 @@ pub struct Engine<'a> {
     events: JsonlAppender,
     redactor: Redactor,
     secrets: BTreeMap<String, String>,
-    containers: HashMap<(bool, Access), String>,
+    containers: HashMap<(Net, Access), String>,
     /// Build-environment directories the image has under the workspace path
     /// (`.venv`, `node_modules`...), each kept in a named volume of the run
     /// that Docker fills from the image: a bind-mounted workspace would hide them.
@@ -259,6 +280,7 @@ pub struct Engine<'a> {
     /// The internal network and the allowlisting proxy of networked steps,
     /// when the pipeline names egress presets.
     egress: Option<(String, crate::egress::EgressProxy)>,
+    model_route: Option<ModelRoute>,
     model: Option<ModelClient>,
     image: String,
     state_dir: PathBuf,
@@ -353,11 +375,6 @@ impl<'a> Engine<'a> {
         rt: Arc<dyn ContainerRuntime>,
         opts: &RunOptions,
     ) -> Result<Engine<'a>, PipelineError> {
-        if p.agents.values().any(|a| a.runner != "builtin") {
-            return Err(PipelineError::Config(
-                "agent files with `runner: codex|claude|gemini` are not supported in pipelines yet: use the built-in agent (runner: builtin) with the pipeline's `llm`".into(),
-            ));
-        }
         let state_dir = state_dir_for(p, opts.state_dir.as_deref());
         std::fs::create_dir_all(&state_dir).map_err(|e| {
             PipelineError::Config(format!(
@@ -471,6 +488,7 @@ impl<'a> Engine<'a> {
             containers: HashMap::new(),
             env_volumes: None,
             egress: None,
+            model_route: None,
             model,
             image,
             state_dir,
@@ -529,8 +547,12 @@ impl<'a> Engine<'a> {
         for (_, c) in self.containers.drain() {
             let _ = self.rt.remove(&c).await;
         }
+        let model_net = self.model_route.take().map(|r| r.network);
         if let Some((net, proxy)) = self.egress.take() {
             drop(proxy);
+            let _ = self.rt.remove_network(&net).await;
+        }
+        if let Some(net) = model_net {
             let _ = self.rt.remove_network(&net).await;
         }
         // A finished run drops its environment volumes; an interrupted one
@@ -717,6 +739,260 @@ impl<'a> Engine<'a> {
         Ok((net, url))
     }
 
+    /// The route from an agent CLI's container to the model endpoint (made on
+    /// first use): an internal network, and on the host either a TCP forwarder
+    /// to a loopback endpoint or a proxy that allows only the endpoint's host.
+    async fn model_route(&mut self) -> Result<&ModelRoute, PipelineError> {
+        if self.model_route.is_none() {
+            let llm = self.p.llm.clone().ok_or_else(|| {
+                PipelineError::Config(
+                    "agent CLIs need the pipeline's `llm` block (model, base_url)".into(),
+                )
+            })?;
+            let api = llm.api.unwrap_or(Api::Responses);
+            let base = llm
+                .base_url
+                .clone()
+                .unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
+            let host = crate::egress::url_host(&base).ok_or_else(|| {
+                PipelineError::Config(format!("llm.base_url `{base}` has no host"))
+            })?;
+            let net = format!("belay-{}-model", self.state.run_id);
+            let gw = self.rt.ensure_network(&net, true).await?;
+            let ip: std::net::IpAddr = gw.parse().map_err(|_| {
+                PipelineError::Config(format!("network {net} has no usable gateway ({gw})"))
+            })?;
+            let rest = base.split_once("://").map(|(_, r)| r).unwrap_or(&base);
+            let hostport = rest.split('/').next().unwrap_or("");
+            let path = &rest[hostport.len()..];
+            let loopback = host == "localhost" || host.starts_with("127.") || host == "::1";
+            let route = if loopback {
+                let port: u16 = hostport
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| p.parse().ok())
+                    .unwrap_or(80);
+                let fwd = crate::egress::TcpForward::start(
+                    std::net::SocketAddr::new(ip, 0),
+                    format!("127.0.0.1:{port}"),
+                )
+                .await
+                .map_err(|e| {
+                    PipelineError::Config(format!("cannot forward to the model endpoint: {e}"))
+                })?;
+                let url = format!("http://{}{path}", fwd.addr);
+                ModelRoute {
+                    network: net,
+                    base_url: url,
+                    env: vec![],
+                    _forward: Some(fwd),
+                    _proxy: None,
+                }
+            } else {
+                let proxy = crate::egress::EgressProxy::start(
+                    std::net::SocketAddr::new(ip, 0),
+                    [host.clone()].into(),
+                )
+                .await
+                .map_err(|e| PipelineError::Config(format!("cannot start the model proxy: {e}")))?;
+                let purl = format!("http://{}", proxy.addr);
+                let env = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+                    .iter()
+                    .map(|k| (k.to_string(), purl.clone()))
+                    .collect();
+                ModelRoute {
+                    network: net,
+                    base_url: base.clone(),
+                    env,
+                    _forward: None,
+                    _proxy: Some(proxy),
+                }
+            };
+            let data = serde_json::json!({"network": &route.network, "base_url_in_container": &route.base_url, "endpoint_host": host});
+            self.event("model_route", None, data)?;
+            self.model_route = Some(route);
+        }
+        self.model_route
+            .as_ref()
+            .ok_or_else(|| PipelineError::Config("no model route".into()))
+    }
+
+    /// An agent CLI (codex, claude, gemini) in the step's container: the CLI
+    /// from the read-only agents mount, the network limited to the model
+    /// endpoint, belay's own limits on its stream, its process group killed
+    /// inside the container when it ends or overruns.
+    async fn cli_agent(
+        &mut self,
+        step: &Step,
+        def: &crate::schema::AgentDef,
+        n: u64,
+    ) -> Result<StepResult, PipelineError> {
+        use belay_agent::cli::{self as agent_cli, CliAgent, CliKind, Endpoint, Launch};
+        let kind: CliKind = def.runner.parse().map_err(PipelineError::Config)?;
+        let dir = agents_dir();
+        let program = dir.join("node_modules/.bin").join(&def.runner);
+        if !program.exists() {
+            return Err(PipelineError::Config(format!(
+                "agent `{}` runs {}, which is not installed at {}: run ./scripts/setup-host.sh (or set BELAY_AGENTS_DIR)",
+                def.name,
+                def.runner,
+                program.display()
+            )));
+        }
+        let llm = self.p.llm.clone().ok_or_else(|| {
+            PipelineError::Config(format!(
+                "agent `{}` needs the pipeline's `llm` block",
+                def.name
+            ))
+        })?;
+        let key_env = llm
+            .api_key_env
+            .clone()
+            .unwrap_or_else(|| "OPENAI_API_KEY".into());
+        let key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
+        let base = self.model_route().await?.base_url.clone();
+        let c = self.container(Net::Model, step.workspace).await?;
+        let mut agent = CliAgent::new(kind);
+        agent.program = program.display().to_string();
+        agent.model = Some(def.model.clone().unwrap_or_else(|| llm.model.clone()));
+        // The container is the sandbox: the CLI's own approvals would only stall it.
+        agent.auto_approve = true;
+        agent.endpoint = Some(Endpoint {
+            base_url: base,
+            api: llm.api.unwrap_or(Api::Responses),
+            key: key.map(belay_model::Secret::new),
+        });
+        let task = self.context(step, &def.prompt);
+        let cmd = agent
+            .command(&task)
+            .map_err(|e| PipelineError::Config(e.to_string()))?;
+        // Values go through the docker client's environment (`-e NAME`), never its argv.
+        let mut inner_env: Vec<(String, String)> = vec![
+            ("HOME".into(), "/tmp".into()),
+            ("CODEX_HOME".into(), "/tmp/.codex".into()),
+        ];
+        inner_env.extend(cmd.env.iter().cloned());
+        inner_env.extend(self.step_env(step));
+        let mut argv: Vec<String> =
+            vec!["docker".into(), "exec".into(), "-w".into(), WORKDIR.into()];
+        for (k, _) in &inner_env {
+            argv.push("-e".into());
+            argv.push(k.clone());
+        }
+        argv.push(c.clone());
+        argv.extend(
+            [
+                "setsid",
+                "-w",
+                "sh",
+                "-c",
+                "mkdir -p \"${CODEX_HOME:-/tmp/.codex}\"; echo $$ > /tmp/.belay-agent.pid; exec \"$@\" < /dev/null",
+                "belay-agent",
+            ]
+            .map(String::from),
+        );
+        argv.extend(cmd.argv.iter().cloned());
+        let mut env = agent_cli::scrubbed_env();
+        for k in [
+            "DOCKER_HOST",
+            "DOCKER_CONFIG",
+            "DOCKER_CERT_PATH",
+            "DOCKER_TLS_VERIFY",
+        ] {
+            if let Ok(v) = std::env::var(k) {
+                env.push((k.to_string(), v));
+            }
+        }
+        for (k, v) in &inner_env {
+            env.retain(|(x, _)| x != k);
+            env.push((k.clone(), v.clone()));
+        }
+        let launch = Launch {
+            argv,
+            stdin: None,
+            env,
+            cwd: self.files.root.clone(),
+        };
+        let limits = belay_agent::Limits {
+            max_turns: Some(step.max_iterations.unwrap_or(30)),
+            wall_time: step.timeout_s.map(Duration::from_secs),
+            final_grace: Duration::from_secs(10),
+            ..belay_agent::Limits::default()
+        };
+        let prices = PriceTable::builtin().lookup(agent.model.as_deref().unwrap_or(""));
+        let mut parser = agent.parser();
+        let mut evs: Vec<AgentEvent> = Vec::new();
+        let report = agent_cli::run(&launch, parser.as_mut(), &limits, prices, &mut |e| {
+            evs.push(e.clone())
+        })
+        .await
+        .map_err(|e| {
+            PipelineError::Config(format!("agent `{}` ({}): {e}", def.name, def.runner))
+        })?;
+        // Whatever the CLI left running in the container goes with it.
+        let kill = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), "[ -f /tmp/.belay-agent.pid ] && kill -KILL -$(cat /tmp/.belay-agent.pid) 2>/dev/null; rm -f /tmp/.belay-agent.pid; true".into()],
+            working_dir: None,
+            env: vec![],
+            timeout: Some(Duration::from_secs(30)),
+            log_path: self.files.logs().join(format!("{n:04}-{}-cleanup.log", sanitize(&step.name))),
+        };
+        let _ = self.rt.exec(&c, &kill, &self.redactor, &NoopObserver).await;
+        for e in &evs {
+            self.event("agent", Some(&step.name), serde_json::json!({ "event": e }))?;
+        }
+        self.event("agent_report", Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
+            "cost_usd": report.cost_usd, "files_changed": report.files_changed, "exit_code": report.exit_code, "final_text": tail(&report.final_text, 4096), "stderr_tail": tail(&report.stderr_tail, 2048)}))?;
+        self.agent_result(step, &report)
+    }
+
+    /// An agent step's verdict: its artifact's, or whether it finished.
+    fn agent_result(
+        &self,
+        step: &Step,
+        report: &belay_agent::AgentReport,
+    ) -> Result<StepResult, PipelineError> {
+        let missing = if self.p.deps_policy == DepsPolicy::Locked {
+            missing_deps(&report.final_text)
+        } else {
+            vec![]
+        };
+        if let (Some(a), Some(v)) = (&step.artifact, &step.verdicts) {
+            let path = workspace_path(self.git.root(), a)?;
+            return Ok(match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    let (verdict, why) = verdict::read(&text, v);
+                    StepResult {
+                        verdict,
+                        detail: format!("{why}\n\n{}:\n{}", a, tail(&text, FEEDBACK_MAX)),
+                        exit_code: None,
+                        missing_deps: missing,
+                    }
+                }
+                Err(_) => StepResult {
+                    verdict: Verdict::Retry,
+                    detail: format!("the agent wrote no {a} (stop: {})", report.stop.describe()),
+                    exit_code: None,
+                    missing_deps: missing,
+                },
+            });
+        }
+        let verdict = if report.ok() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
+        Ok(StepResult {
+            verdict,
+            detail: format!(
+                "the agent stopped: {}\n{}",
+                report.stop.describe(),
+                tail(&report.final_text, 2048)
+            ),
+            exit_code: None,
+            missing_deps: missing,
+        })
+    }
+
     /// The image's build-environment directories under the workspace path
     /// (an image from `belay env build` has its venv there), found once per run.
     async fn env_volumes(&mut self) -> Result<Vec<(String, String)>, PipelineError> {
@@ -778,10 +1054,11 @@ impl<'a> Engine<'a> {
         Ok(dirs)
     }
 
-    async fn container(&mut self, network: bool, access: Access) -> Result<String, PipelineError> {
-        if let Some(c) = self.containers.get(&(network, access)) {
+    async fn container(&mut self, net: Net, access: Access) -> Result<String, PipelineError> {
+        if let Some(c) = self.containers.get(&(net, access)) {
             return Ok(c.clone());
         }
+        let network = net == Net::Open;
         let root = self.git.root().to_path_buf();
         let env_volumes = self.env_volumes().await?;
         let mut mounts = vec![Mount {
@@ -833,7 +1110,25 @@ impl<'a> Engine<'a> {
             env.extend(trust.ca_env());
         }
         let mut network_name = None;
-        if network && !self.p.egress.presets.is_empty() {
+        if net == Net::Model {
+            let route = self.model_route().await?;
+            env.extend(route.env.iter().cloned());
+            env.push(("CODEX_HOME".into(), "/tmp/.codex".into()));
+            network_name = Some(route.network.clone());
+            let dir = agents_dir();
+            mounts.push(Mount {
+                host: dir.clone(),
+                container: dir.display().to_string(),
+                read_only: true,
+            });
+            if let Some(node) = host_node() {
+                mounts.push(Mount {
+                    host: node,
+                    container: "/usr/local/bin/node".into(),
+                    read_only: true,
+                });
+            }
+        } else if network && !self.p.egress.presets.is_empty() {
             let (name, proxy_url) = self.egress_proxy().await?;
             for k in [
                 "HTTP_PROXY",
@@ -877,9 +1172,15 @@ impl<'a> Engine<'a> {
             ..Default::default()
         };
         let id = self.rt.create(&spec).await?;
-        self.event("sandbox", None, serde_json::json!({"container": &id, "network": if network {"bridge"} else {"none"}, "workspace": access, "image": &self.image,
+        let net_desc = match net {
+            Net::None => "none",
+            Net::Open if self.p.egress.presets.is_empty() => "bridge",
+            Net::Open => "internal + egress proxy",
+            Net::Model => "internal, model endpoint only",
+        };
+        self.event("sandbox", None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
             "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations}))?;
-        self.containers.insert((network, access), id.clone());
+        self.containers.insert((net, access), id.clone());
         Ok(id)
     }
 
@@ -909,7 +1210,9 @@ impl<'a> Engine<'a> {
         access: Access,
         timeout: Option<Duration>,
     ) -> Result<(i64, bool, String), PipelineError> {
-        let c = self.container(network, access).await?;
+        let c = self
+            .container(if network { Net::Open } else { Net::None }, access)
+            .await?;
         let log = self
             .files
             .logs()
@@ -1123,11 +1426,19 @@ impl<'a> Engine<'a> {
             .get(agent)
             .cloned()
             .ok_or_else(|| PipelineError::Config(format!("agent `{agent}` is not loaded")))?;
+        if def.runner != "builtin" {
+            return self.cli_agent(step, &def, n).await;
+        }
         let Some(client) = self.model.clone() else {
             return Err(PipelineError::Config(format!("step `{}` runs agent `{agent}`, which needs the pipeline's `llm` block (model, base_url, api_key_env)", step.name)));
         };
         let task = self.context(step, &def.prompt);
-        let c = self.container(step.network, step.workspace).await?;
+        let c = self
+            .container(
+                if step.network { Net::Open } else { Net::None },
+                step.workspace,
+            )
+            .await?;
         let mut ws = ContainerWorkspace::new(
             self.rt.clone(),
             &c,
@@ -1165,46 +1476,7 @@ impl<'a> Engine<'a> {
             serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage,
             "files_changed": report.files_changed, "final_text": tail(&report.final_text, 4096)}),
         )?;
-        let missing = if self.p.deps_policy == DepsPolicy::Locked {
-            missing_deps(&report.final_text)
-        } else {
-            vec![]
-        };
-        if let (Some(a), Some(v)) = (&step.artifact, &step.verdicts) {
-            let path = workspace_path(self.git.root(), a)?;
-            return Ok(match std::fs::read_to_string(&path) {
-                Ok(text) => {
-                    let (verdict, why) = verdict::read(&text, v);
-                    StepResult {
-                        verdict,
-                        detail: format!("{why}\n\n{}:\n{}", a, tail(&text, FEEDBACK_MAX)),
-                        exit_code: None,
-                        missing_deps: missing,
-                    }
-                }
-                Err(_) => StepResult {
-                    verdict: Verdict::Retry,
-                    detail: format!("the agent wrote no {a} (stop: {})", report.stop.describe()),
-                    exit_code: None,
-                    missing_deps: missing,
-                },
-            });
-        }
-        let verdict = if report.ok() {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        };
-        Ok(StepResult {
-            verdict,
-            detail: format!(
-                "the agent stopped: {}\n{}",
-                report.stop.describe(),
-                tail(&report.final_text, 2048)
-            ),
-            exit_code: None,
-            missing_deps: missing,
-        })
+        self.agent_result(step, &report)
     }
 
     /// The commit point: host side, hooks off, tooling and paperwork excluded,
@@ -1294,6 +1566,22 @@ impl<'a> Engine<'a> {
             missing_deps: vec![],
         })
     }
+}
+
+/// Where the pinned agent CLIs are installed (scripts/setup-host.sh).
+fn agents_dir() -> PathBuf {
+    std::env::var_os("BELAY_AGENTS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/belay-agents"))
+}
+
+/// The host's node binary, mounted into CLI containers (the CLIs are node programs).
+fn host_node() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("node"))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
 }
 
 /// The pins under a `## Missing dependencies` header.

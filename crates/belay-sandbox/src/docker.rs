@@ -328,7 +328,13 @@ impl ContainerRuntime for DockerRuntime {
             labels: Some(to_hash(&lbl)),
             working_dir: spec.working_dir.clone(),
             host_config: Some(host),
-            network_disabled: (spec.network == Network::None).then_some(true),
+            network_disabled: (spec.network == Network::None && spec.network_name.is_none())
+                .then_some(true),
+            networking_config: spec.network_name.as_ref().map(|n| {
+                bollard::models::NetworkingConfig {
+                    endpoints_config: Some(HashMap::from([(n.clone(), Default::default())])),
+                }
+            }),
             ..Default::default()
         };
         let t0 = Instant::now();

@@ -695,3 +695,94 @@ fn egress_presets_allow_only_the_package_registries() {
         .unwrap();
     assert!(String::from_utf8_lossy(&nets.stdout).trim().is_empty());
 }
+
+/// An agent file with `runner: codex`: the real codex CLI runs inside the
+/// step's container (from the read-only agents mount), reaches only the model
+/// endpoint, fixes the code; the gates and the commit follow as usual.
+#[test]
+fn a_codex_agent_runs_inside_the_step_container() {
+    let script = r#"
+turns:
+  - name: codex-fix
+    match: {api: responses, contains: "You are the developer"}
+    reply:
+      tool_calls:
+        - name: exec_command
+          arguments: {cmd: "sed -i 's/add) echo $(( $2 \\* $3 ))/add) echo $(( $2 + $3 ))/' calc.sh && tests/test.sh && (timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo OUTSIDE-REACHED || echo outside-blocked)"}
+  - name: codex-done
+    match: {api: responses, contains: "outside-"}
+    reply: {text: "Fixed add; the tests pass."}
+  - name: review-write
+    match: {contains: "You are the reviewer"}
+    reply:
+      tool_calls:
+        - name: write_file
+          arguments: {path: review-findings.md, content: "VERDICT: APPROVED\n"}
+  - name: review-finish
+    match: {contains: "You are the reviewer"}
+    reply:
+      tool_calls: [{name: finish, arguments: {summary: "ok"}}]
+"#;
+    let ws = workspace(script, |t| {
+        t.replace("api: chat-completions", "api: responses")
+    });
+    std::fs::write(
+        ws.repo.join("agents/dev.agent.md"),
+        "---\nname: dev\ntools: [shell]\nrunner: codex\n---\nYou are the developer. Make tests/test.sh pass by fixing calc.sh.\n",
+    )
+    .unwrap();
+    git(
+        &ws.repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qam",
+            "dev runs codex",
+        ],
+    );
+    let out = ws.run(&[]);
+    if !out.get_output().status.success() {
+        let reports: Vec<Value> = ws
+            .events()
+            .into_iter()
+            .filter(|e| e["kind"] == "agent_report" || e["kind"] == "agent")
+            .collect();
+        panic!("the run failed: {reports:#?}");
+    }
+    assert_eq!(
+        git(&ws.repo, &["diff", "--name-only", "HEAD~1", "HEAD"]),
+        "calc.sh"
+    );
+    assert!(git(&ws.repo, &["diff", "HEAD~1", "HEAD"]).contains("+  add) echo $(( $2 + $3 ))"));
+    let ev = ws.events();
+    let report = ev
+        .iter()
+        .find(|e| e["kind"] == "agent_report" && e["runner"] == "codex")
+        .expect("a codex report");
+    assert_eq!(report["stop"]["reason"], "completed", "{report}");
+    let cmd = ev
+        .iter()
+        .find(|e| e["kind"] == "agent" && e["event"]["kind"] == "command")
+        .expect("codex's command in the events");
+    let out = cmd["event"]["output"].as_str().unwrap();
+    assert!(out.contains("ok: add 2 3 = 5"), "{out}");
+    assert!(
+        out.contains("outside-blocked") && !out.contains("OUTSIDE-REACHED"),
+        "the CLI container reached beyond the model: {out}"
+    );
+    assert!(ev.iter().any(|e| e["kind"] == "model_route"));
+    let codex_requests = ws
+        .replay
+        .requests()
+        .iter()
+        .filter(|r| {
+            r["turn_name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("codex"))
+        })
+        .count();
+    assert_eq!(codex_requests, 2);
+}
