@@ -613,6 +613,7 @@ impl<'a> Engine<'a> {
             let t = Instant::now();
             let r = self.run_step(&step, n).await?;
             let took = t.elapsed().as_secs_f64();
+            self.scrub_outputs(&step)?;
             let decisions = self
                 .egress
                 .as_ref()
@@ -689,6 +690,38 @@ impl<'a> Engine<'a> {
         self.save()?;
         let commit = self.state.commit.clone();
         self.event("run_end", None, serde_json::json!({"status": status, "failure": failure, "commit": commit, "attempts": self.state.attempt, "step_runs": self.state.step_runs}))
+    }
+
+    /// Scrub secret values out of a step's declared outputs (its artifact and
+    /// `produces` files): they are records of the run, and may be read by the
+    /// next steps and by people.
+    fn scrub_outputs(&mut self, step: &Step) -> Result<(), PipelineError> {
+        if self.secrets.is_empty() {
+            return Ok(());
+        }
+        let root = self.git.root().to_path_buf();
+        for rel in step.produces.iter().chain(step.artifact.iter()) {
+            let path = workspace_path(&root, rel)?;
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let clean = self.redactor.redact(&text);
+            if clean != text {
+                belay_record::atomic_write(&path, clean.as_bytes())?;
+                self.event(
+                    "artifact_scrubbed",
+                    Some(&step.name),
+                    serde_json::json!({"path": rel}),
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Delete a step's declared outputs before an attempt (stale artifacts never decide).

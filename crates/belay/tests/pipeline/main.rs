@@ -786,3 +786,42 @@ turns:
         .count();
     assert_eq!(codex_requests, 2);
 }
+
+/// `deps_policy: locked`: an agent that declares missing dependencies fails
+/// the run at once with the pins to add; a secret that an agent writes into
+/// its artifact is scrubbed from it.
+#[test]
+fn locked_dependencies_fail_fast_and_artifacts_are_scrubbed() {
+    let script = r#"
+turns:
+  - match: {contains: "You may only use dependencies already present in requirements.lock"}
+    reply:
+      tool_calls:
+        - name: write_file
+          arguments: {path: notes.md, content: "used token canary-dep-secret-42 to check\n"}
+  - reply:
+      tool_calls:
+        - name: finish
+          arguments: {summary: "Partly done.\n\n## Missing dependencies\nrequests==2.32.3\n- rich==13.7.1\n"}
+"#;
+    let edit = |t: String| {
+        t.replace("deps_policy: open", "deps_policy: locked\nlockfiles: [requirements.lock]\nsecrets:\n  tok: {from: env, key: BELAY_DEP_TOKEN}")
+            .replace("    max_iterations: 12\n", "    max_iterations: 12\n    produces: notes.md\n    secrets: [tok]\n")
+    };
+    let ws = workspace(script, edit);
+    belay()
+        .arg("run")
+        .arg(ws.repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&ws.state)
+        .env("BELAY_DEP_TOKEN", "canary-dep-secret-42")
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains(
+            "Extend requirements.lock with these pins and re-run: requests==2.32.3, rich==13.7.1",
+        ));
+    let notes = std::fs::read_to_string(ws.repo.join("notes.md")).unwrap();
+    assert_eq!(notes, "used token [REDACTED:tok] to check\n");
+    assert!(files_containing(&ws.state, "canary-dep-secret-42").is_empty());
+}
