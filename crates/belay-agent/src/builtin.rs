@@ -503,23 +503,8 @@ impl<'a> BuiltinAgent<'a> {
                 cost_usd: None,
             },
         );
-        let usage = tally.total_usage();
-        Ok(AgentReport {
-            final_text,
-            stop,
-            interim,
-            session_id: tally.session_id.clone(),
-            turns: tally.turns,
-            usage,
-            cost_usd: prices.map(|p| p.cost(&usage)).unwrap_or(0.0),
-            exit_code: None,
-            killed_after_result: false,
-            events: tally.events,
-            commands: tally.commands.clone(),
-            files_changed: tally.files.clone(),
-            stderr_tail: String::new(),
-            duration_s: t0.elapsed().as_secs_f64(),
-        })
+        let cost = prices.map(|p| p.cost(&tally.total_usage())).unwrap_or(0.0);
+        Ok(tally.report(final_text, stop, interim, cost, t0.elapsed().as_secs_f64()))
     }
 }
 

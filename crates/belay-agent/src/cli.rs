@@ -239,7 +239,8 @@ fn toml_str(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// The host environment a CLI child starts from: only these variables pass
+/// The host environment a CLI child starts from: only these variables (and
+/// the proxy variables, `belay_sandbox::trust::PROXY_VARS`) pass
 /// (everything else, secrets included, is scrubbed); callers add what the
 /// agent needs.
 pub const PASS_ENV: &[&str] = &[
@@ -257,12 +258,6 @@ pub const PASS_ENV: &[&str] = &[
     "SSL_CERT_DIR",
     "NODE_EXTRA_CA_CERTS",
     "REQUESTS_CA_BUNDLE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
     "CODEX_HOME",
     "CLAUDE_CONFIG_DIR",
     "GEMINI_CLI_HOME",
@@ -271,6 +266,7 @@ pub const PASS_ENV: &[&str] = &[
 pub fn scrubbed_env() -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = PASS_ENV
         .iter()
+        .chain(belay_sandbox::trust::PROXY_VARS.iter())
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
     env.push(("TERM".into(), "dumb".into()));
@@ -597,21 +593,12 @@ pub async fn run(
             }
         },
     };
+    let cost = cost(&tally, prices);
     Ok(AgentReport {
-        final_text,
-        stop,
-        interim,
-        session_id: tally.session_id.clone(),
-        turns: tally.turns,
-        usage: tally.total_usage(),
-        cost_usd: cost(&tally, prices),
         exit_code,
         killed_after_result,
-        events: tally.events,
-        commands: tally.commands.clone(),
-        files_changed: tally.files.clone(),
         stderr_tail,
-        duration_s: t0.elapsed().as_secs_f64(),
+        ..tally.report(final_text, stop, interim, cost, t0.elapsed().as_secs_f64())
     })
 }
 

@@ -273,6 +273,34 @@ impl Tally {
         }
     }
 
+    /// A report from what was seen; callers set what only they know
+    /// (`exit_code`, `killed_after_result`, `stderr_tail`).
+    pub fn report(
+        &self,
+        final_text: String,
+        stop: StopReason,
+        interim: bool,
+        cost_usd: f64,
+        duration_s: f64,
+    ) -> AgentReport {
+        AgentReport {
+            final_text,
+            stop,
+            interim,
+            session_id: self.session_id.clone(),
+            turns: self.turns,
+            usage: self.total_usage(),
+            cost_usd,
+            exit_code: None,
+            killed_after_result: false,
+            events: self.events,
+            commands: self.commands.clone(),
+            files_changed: self.files.clone(),
+            stderr_tail: String::new(),
+            duration_s,
+        }
+    }
+
     /// An interim report from the partial output, for a run belay stopped.
     pub fn interim_report(&self, why: &str) -> String {
         let mut s = format!("belay stopped the agent: {why}. This is an interim report built from its partial output.\n");

@@ -53,6 +53,27 @@ fn require_engine() {
     );
 }
 
+/// The newest run directory under a state dir.
+fn latest_run(state: &Path) -> PathBuf {
+    let mut d: Vec<PathBuf> = std::fs::read_dir(state.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    d.sort();
+    d.pop().unwrap()
+}
+
+/// Every log of a run, concatenated.
+fn all_logs(run: &Path) -> String {
+    std::fs::read_dir(run.join("logs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect()
+}
+
 struct Ws {
     _tmp: tempfile::TempDir,
     repo: PathBuf,
@@ -120,14 +141,7 @@ impl Ws {
     }
 
     fn run_dir(&self) -> PathBuf {
-        let runs = self.state.join("runs");
-        let mut d: Vec<PathBuf> = std::fs::read_dir(&runs)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        d.sort();
-        d.pop().unwrap()
+        latest_run(&self.state)
     }
 
     fn events(&self) -> Vec<Value> {
@@ -405,13 +419,7 @@ fn secrets_are_refs_injected_per_step_and_scrubbed() {
     );
     assert!(!git(&ws.repo, &["log", "-p", "-1"]).contains(CANARY));
     // The test step saw it (redacted in its log); the peek step did not get it.
-    let logs = ws.run_dir().join("logs");
-    let all: String = std::fs::read_dir(&logs)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().is_file())
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect();
+    let all = all_logs(&ws.run_dir());
     assert!(all.contains("token=[REDACTED:api-token]"), "{all}");
     assert!(all.contains("peek=unset"), "{all}");
 }
@@ -605,21 +613,11 @@ fn an_env_build_image_runs_the_pipeline_steps() {
         .timeout(Duration::from_secs(300))
         .assert()
         .success();
-    let runs: Vec<PathBuf> = std::fs::read_dir(state.join("runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    let logs = runs[0].join("logs");
-    let all: String = std::fs::read_dir(&logs)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().is_file())
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect();
+    let run_dir = latest_run(&state);
+    let all = all_logs(&run_dir);
     assert!(all.contains("passed"), "{all}");
     // The run's environment volume is gone with the run.
-    let run_id = runs[0].file_name().unwrap().to_string_lossy().into_owned();
+    let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
     let vols = Command::new("docker")
         .args([
             "volume",
