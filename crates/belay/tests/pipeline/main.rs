@@ -823,3 +823,36 @@ turns:
     assert_eq!(notes, "used token [REDACTED:tok] to check\n");
     assert!(files_containing(&ws.state, "canary-dep-secret-42").is_empty());
 }
+
+/// `setup:` runs once (network on), then its stamp skips it; `--refresh`
+/// runs it again; `--clean-stamps` forgets the stamps.
+#[test]
+fn setup_is_stamped_refreshed_and_cleaned() {
+    let pipeline = "name: setup\ndeps_policy: open\nsteps:\n  - name: test\n    setup: echo provisioned >> .setup-count\n    command: test -f .setup-count\n";
+    let ws = workspace("turns: []\n", |_| pipeline.to_string());
+    let count = || {
+        std::fs::read_to_string(ws.repo.join(".setup-count"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    ws.run(&[]).success();
+    assert_eq!(count(), 1);
+    std::fs::remove_file(ws.repo.join(".setup-count")).unwrap();
+    std::fs::write(ws.repo.join(".setup-count"), "provisioned\n").unwrap();
+    ws.run(&[]).success();
+    assert_eq!(count(), 1, "the stamp did not skip the setup");
+    ws.run(&["--refresh"]).success();
+    assert_eq!(count(), 2, "--refresh did not rerun the setup");
+    ws.run(&["--clean-stamps"])
+        .success()
+        .stdout(predicates::str::contains("deleted the provision stamps"));
+    ws.run(&[]).success();
+    assert_eq!(count(), 3, "the setup did not run after --clean-stamps");
+    let kinds: Vec<String> = ws
+        .events()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert!(kinds.contains(&"command".to_string()));
+}
