@@ -75,63 +75,6 @@ impl ContainerWorkspace {
         self
     }
 
-    /// Write under the host mount without following any symlink the sandbox
-    /// may have planted (a link could point anywhere on the host).
-    fn write_host(&self, root: &std::path::Path, rel: &str, content: &[u8]) -> Result<(), String> {
-        use std::path::Component;
-        let rel_path = std::path::Path::new(rel);
-        let mut dir = root.to_path_buf();
-        let comps: Vec<_> = rel_path.components().collect();
-        let Some((last, parents)) = comps.split_last() else {
-            return Err("an empty path".into());
-        };
-        if comps.first().is_some_and(|c| c.as_os_str() == ".git") {
-            return Err("git's own files are not writable from the sandbox".into());
-        }
-        for c in parents {
-            match c {
-                Component::Normal(n) => {
-                    dir.push(n);
-                    match std::fs::symlink_metadata(&dir) {
-                        Ok(m) if m.file_type().is_symlink() => {
-                            return Err(format!(
-                                "{} is a symlink; belay does not write through links",
-                                dir.display()
-                            ))
-                        }
-                        Ok(m) if m.is_dir() => {}
-                        Ok(_) => return Err(format!("{} is not a directory", dir.display())),
-                        Err(_) => std::fs::create_dir(&dir)
-                            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?,
-                    }
-                }
-                Component::CurDir => {}
-                _ => return Err(format!("`{rel}` leaves the workspace")),
-            }
-        }
-        let Component::Normal(name) = last else {
-            return Err(format!("`{rel}` is not a file path"));
-        };
-        let path = dir.join(name);
-        let mode = match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!(
-                    "{} is a symlink; belay does not write through links",
-                    path.display()
-                ))
-            }
-            Ok(m) => Some(std::os::unix::fs::PermissionsExt::mode(&m.permissions())),
-            Err(_) => None,
-        };
-        let tmp = dir.join(format!(".{}.belay-tmp", name.to_string_lossy()));
-        std::fs::write(&tmp, content)
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        if let Some(m) = mode {
-            let _ = std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(m));
-        }
-        std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))
-    }
-
     fn abs(&self, path: &str) -> String {
         if path.starts_with('/') {
             path.to_string()
@@ -205,7 +148,8 @@ impl Workspace for ContainerWorkspace {
         let abs = self.abs(path);
         if let Some(root) = &self.host_root {
             if let Some(rel) = abs.strip_prefix(&format!("{}/", self.workdir)) {
-                return self.write_host(root, rel, content);
+                // Never through a link, never into .git (belay_sandbox::hostfs).
+                return belay_sandbox::hostfs::write(root, rel, content);
             }
         }
         let dir = match abs.rsplit_once('/') {

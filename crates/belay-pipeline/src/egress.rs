@@ -59,6 +59,57 @@ fn command_lines(program: &str, args: &[&str]) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The explicit port of a URL, if it names one.
+pub fn url_port(url: &str) -> Option<u16> {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let hostport = rest.split(['/', '?', '#']).next()?;
+    let hostport = hostport
+        .rsplit_once('@')
+        .map(|(_, h)| h)
+        .unwrap_or(hostport);
+    let after = hostport
+        .rsplit_once(']')
+        .map(|(_, r)| r)
+        .unwrap_or(hostport);
+    after.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
+}
+
+/// What the proxy lets through: hosts, and ports (80 and 443, and any port a
+/// configured registry URL names).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allow {
+    pub hosts: BTreeSet<String>,
+    pub ports: BTreeSet<u16>,
+}
+
+impl Allow {
+    pub fn hosts(hosts: impl IntoIterator<Item = String>, extra_port: Option<u16>) -> Self {
+        let mut ports: BTreeSet<u16> = [80, 443].into();
+        ports.extend(extra_port);
+        Allow {
+            hosts: hosts.into_iter().collect(),
+            ports,
+        }
+    }
+}
+
+/// The package registries this machine is configured for.
+pub fn package_registries() -> Allow {
+    let hosts = package_registry_hosts();
+    let mut allow = Allow::hosts(hosts, None);
+    for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"] {
+        if let Ok(v) = std::env::var(var) {
+            allow
+                .ports
+                .extend(v.split_whitespace().filter_map(url_port));
+        }
+    }
+    for l in command_lines("npm", &["config", "get", "registry"]) {
+        allow.ports.extend(url_port(&l));
+    }
+    allow
+}
+
 /// The hosts of the package registries this machine is configured for.
 pub fn package_registry_hosts() -> BTreeSet<String> {
     let mut hosts = BTreeSet::new();
@@ -112,18 +163,25 @@ impl Drop for EgressProxy {
 
 impl EgressProxy {
     /// Listen on `bind` (the host's address on the internal network).
-    pub async fn start(bind: SocketAddr, allow: BTreeSet<String>) -> std::io::Result<EgressProxy> {
+    pub async fn start(bind: SocketAddr, allow: Allow) -> std::io::Result<EgressProxy> {
         let listener = TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let decisions = Arc::new(Mutex::new(Vec::new()));
         let allow = Arc::new(allow);
         let d = decisions.clone();
+        // Bounded: a step cannot exhaust the host's descriptors through the proxy.
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let task = tokio::spawn(async move {
-            while let Ok((sock, _)) = listener.accept().await {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    let _ = sock.write_all(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\nbelay egress: too many connections\n").await;
+                    continue;
+                };
                 let allow = allow.clone();
                 let d = d.clone();
                 tokio::spawn(async move {
                     let _ = serve(sock, &allow, &d).await;
+                    drop(permit);
                 });
             }
         });
@@ -144,17 +202,24 @@ impl EgressProxy {
 }
 
 const HEAD_MAX: usize = 64 * 1024;
+const MAX_CONNECTIONS: usize = 256;
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn serve(
     mut sock: TcpStream,
-    allow: &BTreeSet<String>,
+    allow: &Allow,
     log: &Mutex<Vec<Decision>>,
 ) -> std::io::Result<()> {
-    // The request head.
+    // The request head, within a time limit.
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
     let end = loop {
-        let n = sock.read(&mut buf).await?;
+        let n = match tokio::time::timeout_at(deadline, sock.read(&mut buf)).await {
+            Ok(r) => r?,
+            Err(_) => return Ok(()),
+        };
         if n == 0 {
             return Ok(());
         }
@@ -197,7 +262,7 @@ async fn serve(
             .unwrap_or(80);
         (h, port, false)
     };
-    let allowed = allow.contains(&host);
+    let allowed = allow.hosts.contains(&host) && allow.ports.contains(&port);
     if let Ok(mut l) = log.lock() {
         if l.len() < 10_000 {
             l.push(Decision {
@@ -208,11 +273,17 @@ async fn serve(
         }
     }
     if !allowed {
-        let body = format!("belay egress: {host} is not allowed for this step (the pipeline's egress presets allow only the package registries)\n");
+        let body = format!("belay egress: {host}:{port} is not allowed for this step (only the package registries, or the model endpoint, are)\n");
         let resp = format!("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
         return sock.write_all(resp.as_bytes()).await;
     }
-    let mut upstream = match TcpStream::connect((host.as_str(), port)).await {
+    let dial = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host.as_str(), port)));
+    let mut upstream = match dial.await.unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "connect timed out",
+        ))
+    }) {
         Ok(u) => u,
         Err(e) => {
             let resp = format!("HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nbelay egress: cannot reach {host}:{port}: {e}\n");
@@ -227,12 +298,28 @@ async fn serve(
         // Absolute form to origin form.
         let rest = target.split_once("://").map(|(_, r)| r).unwrap_or(target);
         let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
-        let mut out = format!("{method} {path} {version}\r\n");
+        // One request per connection, addressed to the host that was checked:
+        // a second request on a kept-alive connection, or another `Host`,
+        // would reach past the allowlist.
+        let host_header = if port == 80 {
+            host.clone()
+        } else {
+            format!("{host}:{port}")
+        };
+        let mut out =
+            format!("{method} {path} {version}\r\nHost: {host_header}\r\nConnection: close\r\n");
         for line in text.lines().skip(1) {
             let lower = line.to_ascii_lowercase();
             if line.is_empty()
-                || lower.starts_with("proxy-connection:")
-                || lower.starts_with("proxy-authorization:")
+                || [
+                    "host:",
+                    "connection:",
+                    "keep-alive:",
+                    "proxy-connection:",
+                    "proxy-authorization:",
+                ]
+                .iter()
+                .any(|h| lower.starts_with(h))
             {
                 continue;
             }
@@ -320,7 +407,7 @@ mod tests {
                     .await;
             }
         });
-        let allow: BTreeSet<String> = ["localhost".to_string()].into();
+        let allow = Allow::hosts(["localhost".to_string()], Some(up_port));
         let p = EgressProxy::start("127.0.0.1:0".parse().unwrap(), allow)
             .await
             .unwrap();
@@ -345,6 +432,14 @@ mod tests {
         ))
         .await;
         assert!(ok.contains("upstream saw: GET /simple/ HTTP/1.0"), "{ok}");
+        let port = ask(format!(
+            "CONNECT localhost:22 HTTP/1.1\r\nHost: x\r\n\r\n#{a}"
+        ))
+        .await;
+        assert!(
+            port.starts_with("HTTP/1.1 403"),
+            "a port outside the list: {port}"
+        );
         let denied = ask(format!(
             "CONNECT elsewhere.example.invalid:443 HTTP/1.1\r\nHost: x\r\n\r\n#{a}"
         ))
@@ -354,7 +449,7 @@ mod tests {
             "{denied}"
         );
         let d = p.drain();
-        assert_eq!(d.len(), 2);
+        assert_eq!(d.len(), 3);
         assert!(d[0].allowed && !d[1].allowed);
     }
 }

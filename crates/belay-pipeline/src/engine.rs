@@ -329,6 +329,18 @@ fn host_checks(
     Ok((git, clean, secrets))
 }
 
+/// The variable that holds the model key: `llm.api_key_env`, else the dialect's usual one.
+fn key_env_of(llm: &crate::schema::LlmConfig) -> String {
+    llm.api_key_env.clone().unwrap_or_else(|| {
+        if llm.api == Some(Api::Anthropic) {
+            "ANTHROPIC_API_KEY"
+        } else {
+            "OPENAI_API_KEY"
+        }
+        .to_string()
+    })
+}
+
 /// The pipeline's model client, and its key (name, value) for the redactor.
 type ModelAndKey = (Option<ModelClient>, Option<(String, String)>);
 
@@ -337,14 +349,7 @@ fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, PipelineErro
         return Ok((None, None));
     };
     let api = llm.api.unwrap_or(Api::Responses);
-    let key_env = llm.api_key_env.clone().unwrap_or_else(|| {
-        if api == Api::Anthropic {
-            "ANTHROPIC_API_KEY"
-        } else {
-            "OPENAI_API_KEY"
-        }
-        .to_string()
-    });
+    let key_env = key_env_of(llm);
     let key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
     if key.is_none() && llm.base_url.is_none() {
         return Err(PipelineError::Config(format!(
@@ -445,6 +450,7 @@ impl<'a> Engine<'a> {
                     clean_at_start: clean,
                     head_at_start: git.head().unwrap_or_default(),
                     commit: None,
+                    commit_pending: None,
                     failure: None,
                     started_at: now.clone(),
                     updated_at: now,
@@ -460,8 +466,11 @@ impl<'a> Engine<'a> {
         for (name, v) in &secrets {
             redactor.add(name.clone(), v.clone());
         }
+        let mut secrets = secrets;
         if let Some((name, k)) = key {
-            redactor.add(name, k);
+            redactor.add(name.clone(), k.clone());
+            // The model key is checked like the step secrets (at the commit).
+            secrets.entry(format!("llm key ${name}")).or_insert(k);
         }
         let events = JsonlAppender::open(&files.events())?;
         // Containers a killed run left behind.
@@ -613,6 +622,7 @@ impl<'a> Engine<'a> {
             let t = Instant::now();
             let r = self.run_step(&step, n).await?;
             let took = t.elapsed().as_secs_f64();
+            self.end_step_processes().await?;
             self.scrub_outputs(&step)?;
             let decisions = self
                 .egress
@@ -692,28 +702,56 @@ impl<'a> Engine<'a> {
         self.event("run_end", None, serde_json::json!({"status": status, "failure": failure, "commit": commit, "attempts": self.state.attempt, "step_runs": self.state.step_runs}))
     }
 
+    /// Kill every process a step left in the run's containers (a background
+    /// job must not outlive its step and read the next step's secrets), except
+    /// the containers' own init and sleeper.
+    async fn end_step_processes(&mut self) -> Result<(), PipelineError> {
+        // Skips PID 1, this shell and its ancestors (the exec's own wrapper),
+        // and the container's `sleep infinity`; kills everything else.
+        const SWEEP: &str = r#"ppid_of() { pp=; while read -r k v _; do [ "$k" = PPid: ] && pp=$v; done < /proc/$1/status 2>/dev/null; echo "$pp"; }
+skip=" 1 $$ "; p=$$
+while [ -n "$p" ] && [ "$p" != 1 ] && [ "$p" != 0 ]; do p=$(ppid_of $p); skip="$skip$p "; done
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  case "$skip" in *" $p "*) continue ;; esac
+  c=$(tr '\0' ' ' < $d/cmdline 2>/dev/null)
+  [ "$(ppid_of $p)" = 1 ] && [ "$c" = "sleep infinity " ] && continue
+  kill -KILL $p 2>/dev/null
+done
+true"#;
+        let containers: Vec<String> = self.containers.values().cloned().collect();
+        for c in containers {
+            let spec = ExecSpec {
+                argv: vec!["sh".into(), "-c".into(), SWEEP.into()],
+                working_dir: None,
+                env: vec![],
+                timeout: Some(Duration::from_secs(30)),
+                log_path: self.files.logs().join("sweep.log"),
+            };
+            self.rt
+                .exec(&c, &spec, &self.redactor, &NoopObserver)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Scrub secret values out of a step's declared outputs (its artifact and
     /// `produces` files): they are records of the run, and may be read by the
     /// next steps and by people.
     fn scrub_outputs(&mut self, step: &Step) -> Result<(), PipelineError> {
-        if self.secrets.is_empty() {
+        if self.redactor.is_empty() {
             return Ok(());
         }
         let root = self.git.root().to_path_buf();
         for rel in step.produces.iter().chain(step.artifact.iter()) {
-            let path = workspace_path(&root, rel)?;
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            let Ok(Some(bytes)) = belay_sandbox::hostfs::read(&root, rel, 64 * 1024 * 1024) else {
                 continue;
             };
-            if !meta.is_file() {
-                continue;
-            }
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
+            let text = String::from_utf8_lossy(&bytes);
             let clean = self.redactor.redact(&text);
             if clean != text {
-                belay_record::atomic_write(&path, clean.as_bytes())?;
+                belay_sandbox::hostfs::write(&root, rel, clean.as_bytes())
+                    .map_err(|e| PipelineError::Config(format!("cannot scrub {rel}: {e}")))?;
                 self.event(
                     "artifact_scrubbed",
                     Some(&step.name),
@@ -728,14 +766,11 @@ impl<'a> Engine<'a> {
     fn hygiene(&mut self, step: &Step) -> Result<(), PipelineError> {
         let root = self.git.root().to_path_buf();
         for rel in step.produces.iter().chain(step.artifact.iter()) {
-            let path = workspace_path(&root, rel)?;
-            if path.exists() {
-                std::fs::remove_file(&path).map_err(|e| {
-                    PipelineError::Config(format!(
-                        "cannot delete the stale {}: {e}",
-                        path.display()
-                    ))
-                })?;
+            workspace_path(&root, rel)?;
+            let removed = belay_sandbox::hostfs::remove(&root, rel).map_err(|e| {
+                PipelineError::Config(format!("cannot delete the stale {rel}: {e}"))
+            })?;
+            if removed {
                 self.event(
                     "artifact_deleted",
                     Some(&step.name),
@@ -759,7 +794,7 @@ impl<'a> Engine<'a> {
                 "network {net} has no usable gateway address ({gw})"
             ))
         })?;
-        let allow = crate::egress::package_registry_hosts();
+        let allow = crate::egress::package_registries();
         let proxy =
             crate::egress::EgressProxy::start(std::net::SocketAddr::new(ip, 0), allow.clone())
                 .await
@@ -767,7 +802,7 @@ impl<'a> Engine<'a> {
                     PipelineError::Config(format!("cannot start the egress proxy on {ip}: {e}"))
                 })?;
         let url = format!("http://{}", proxy.addr);
-        self.event("egress_proxy", None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": allow}))?;
+        self.event("egress_proxy", None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports}))?;
         self.egress = Some((net.clone(), proxy));
         Ok((net, url))
     }
@@ -823,7 +858,7 @@ impl<'a> Engine<'a> {
             } else {
                 let proxy = crate::egress::EgressProxy::start(
                     std::net::SocketAddr::new(ip, 0),
-                    [host.clone()].into(),
+                    crate::egress::Allow::hosts([host.clone()], crate::egress::url_port(&base)),
                 )
                 .await
                 .map_err(|e| PipelineError::Config(format!("cannot start the model proxy: {e}")))?;
@@ -877,11 +912,9 @@ impl<'a> Engine<'a> {
                 def.name
             ))
         })?;
-        let key_env = llm
-            .api_key_env
-            .clone()
-            .unwrap_or_else(|| "OPENAI_API_KEY".into());
-        let key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
+        let key = std::env::var(key_env_of(&llm))
+            .ok()
+            .filter(|k| !k.is_empty());
         let base = self.model_route().await?.base_url.clone();
         let c = self.container(Net::Model, step.workspace).await?;
         let mut agent = CliAgent::new(kind);
@@ -954,13 +987,10 @@ impl<'a> Engine<'a> {
         let prices = PriceTable::builtin().lookup(agent.model.as_deref().unwrap_or(""));
         let mut parser = agent.parser();
         let mut evs: Vec<AgentEvent> = Vec::new();
-        let report = agent_cli::run(&launch, parser.as_mut(), &limits, prices, &mut |e| {
+        let result = agent_cli::run(&launch, parser.as_mut(), &limits, prices, &mut |e| {
             evs.push(e.clone())
         })
-        .await
-        .map_err(|e| {
-            PipelineError::Config(format!("agent `{}` ({}): {e}", def.name, def.runner))
-        })?;
+        .await;
         // Whatever the CLI left running in the container goes with it.
         let kill = ExecSpec {
             argv: vec!["sh".into(), "-c".into(), "[ -f /tmp/.belay-agent.pid ] && kill -KILL -$(cat /tmp/.belay-agent.pid) 2>/dev/null; rm -f /tmp/.belay-agent.pid; true".into()],
@@ -970,6 +1000,9 @@ impl<'a> Engine<'a> {
             log_path: self.files.logs().join(format!("{n:04}-{}-cleanup.log", sanitize(&step.name))),
         };
         let _ = self.rt.exec(&c, &kill, &self.redactor, &NoopObserver).await;
+        let report = result.map_err(|e| {
+            PipelineError::Config(format!("agent `{}` ({}): {e}", def.name, def.runner))
+        })?;
         for e in &evs {
             self.event("agent", Some(&step.name), serde_json::json!({ "event": e }))?;
         }
@@ -990,9 +1023,15 @@ impl<'a> Engine<'a> {
             vec![]
         };
         if let (Some(a), Some(v)) = (&step.artifact, &step.verdicts) {
-            let path = workspace_path(self.git.root(), a)?;
-            return Ok(match std::fs::read_to_string(&path) {
-                Ok(text) => {
+            workspace_path(self.git.root(), a)?;
+            let read = belay_sandbox::hostfs::read(self.git.root(), a, 16 * 1024 * 1024);
+            return Ok(match read {
+                Ok(Some(bytes)) => {
+                    // Redacted before it is cut, so no secret is split.
+                    let text = self
+                        .redactor
+                        .redact(&String::from_utf8_lossy(&bytes))
+                        .into_owned();
                     let (verdict, why) = verdict::read(&text, v);
                     StepResult {
                         verdict,
@@ -1001,9 +1040,12 @@ impl<'a> Engine<'a> {
                         missing_deps: missing,
                     }
                 }
-                Err(_) => StepResult {
+                Ok(None) | Err(_) => StepResult {
                     verdict: Verdict::Retry,
-                    detail: format!("the agent wrote no {a} (stop: {})", report.stop.describe()),
+                    detail: format!(
+                        "the agent wrote no readable {a} (stop: {})",
+                        report.stop.describe()
+                    ),
                     exit_code: None,
                     missing_deps: missing,
                 },
@@ -1261,8 +1303,9 @@ impl<'a> Engine<'a> {
             .rt
             .exec(&c, &spec, &self.redactor, &NoopObserver)
             .await?;
-        let text = std::fs::read_to_string(&log)
-            .unwrap_or_else(|_| format!("{}{}", out.stdout_tail, out.stderr_tail));
+        // Only the tail is read: a step's log can be gigabytes.
+        let text = read_tail(&log, FEEDBACK_MAX as u64)
+            .unwrap_or_else(|| format!("{}{}", out.stdout_tail, out.stderr_tail));
         self.event("command", Some(&step.name), serde_json::json!({"what": what, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
             "duration_s": (out.duration.as_secs_f64() * 1000.0).round() / 1000.0, "log": log}))?;
         Ok((out.exit_code, out.timed_out, tail(&text, FEEDBACK_MAX)))
@@ -1432,9 +1475,21 @@ impl<'a> Engine<'a> {
             DepsPolicy::Open => s.push_str("You may add dependencies as exact pins in the project's manifest; never run a package manager's `add` command.\n"),
         }
         let root = self.git.root();
+        let pipeline_dir =
+            std::fs::canonicalize(&self.p.dir).unwrap_or_else(|_| self.p.dir.clone());
+        let prefix = pipeline_dir
+            .strip_prefix(root)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         for f in &self.p.additional_files {
-            if let Ok(text) = std::fs::read_to_string(self.p.dir.join(f)) {
-                let _ = root;
+            // Read through hostfs: a step may have swapped the file for a link.
+            let rel = prefix.join(f).to_string_lossy().into_owned();
+            if let Ok(Some(bytes)) = belay_sandbox::hostfs::read(root, &rel, 4 * SHARED_MAX as u64)
+            {
+                let text = self
+                    .redactor
+                    .redact(&String::from_utf8_lossy(&bytes))
+                    .into_owned();
                 s.push_str(&format!(
                     "\n## Shared file: {f}\n```\n{}\n```\n",
                     tail(&text, SHARED_MAX)
@@ -1550,6 +1605,32 @@ impl<'a> Engine<'a> {
             exclude.extend(s.produces.iter().cloned());
             exclude.extend(s.artifact.iter().cloned());
         }
+        if let Some(before) = self.state.commit_pending.clone() {
+            let head = self.git.head()?;
+            if head != before
+                && self
+                    .git
+                    .run(&["rev-parse", &format!("{head}~1")])
+                    .map(|s| s.trim() == before)
+                    .unwrap_or(false)
+            {
+                self.state.commit = Some(head.clone());
+                self.state.commit_pending = None;
+                self.save()?;
+                self.event(
+                    "commit",
+                    Some(&step.name),
+                    serde_json::json!({"sha": head, "recovered": true}),
+                )?;
+                return Ok(StepResult {
+                    verdict: Verdict::Pass,
+                    detail: String::new(),
+                    exit_code: None,
+                    missing_deps: vec![],
+                });
+            }
+            self.state.commit_pending = None;
+        }
         let template = step
             .params
             .get("message")
@@ -1584,8 +1665,13 @@ impl<'a> Engine<'a> {
             self.git.unstage()?;
             return fail(format!("the change contains the value of secret `{name}`; nothing was committed. Remove it from the files and rerun"));
         }
+        // A kill between the commit and the next save must not lose it: the
+        // HEAD before is recorded first, and a resume recognises the commit.
+        self.state.commit_pending = Some(self.git.head()?);
+        self.save()?;
         let sha = self.git.commit_staged(&message, None)?;
         self.state.commit = Some(sha.clone());
+        self.state.commit_pending = None;
         self.save()?;
         self.event(
             "commit",
@@ -1599,6 +1685,17 @@ impl<'a> Engine<'a> {
             missing_deps: vec![],
         })
     }
+}
+
+/// The last `max` bytes of a file (the log is written redacted).
+fn read_tail(path: &Path, max: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(max))).ok()?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// Where the pinned agent CLIs are installed (scripts/setup-host.sh).

@@ -38,6 +38,9 @@ pub struct RunState {
     pub clean_at_start: bool,
     pub head_at_start: String,
     pub commit: Option<String>,
+    /// HEAD just before the commit point committed (cleared once recorded).
+    #[serde(default)]
+    pub commit_pending: Option<String>,
     pub failure: Option<String>,
     pub started_at: String,
     pub updated_at: String,

@@ -15,6 +15,7 @@
 pub mod bootstrap;
 mod docker;
 mod error;
+pub mod hostfs;
 pub mod infra;
 pub mod labels;
 pub mod logsink;

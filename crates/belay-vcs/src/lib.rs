@@ -148,7 +148,15 @@ impl Git {
 
     /// The staged change as a patch (binary files as markers).
     pub fn staged_diff(&self) -> Result<String, VcsError> {
-        self.run(&["diff", "--cached", "--no-color", "--no-ext-diff"])
+        // --text: a `-diff` attribute or a NUL byte cannot hide content.
+        self.run(&[
+            "diff",
+            "--cached",
+            "--text",
+            "--no-textconv",
+            "--no-color",
+            "--no-ext-diff",
+        ])
     }
 
     /// Undo staging (the work tree is untouched).

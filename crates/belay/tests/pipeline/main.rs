@@ -856,3 +856,31 @@ fn setup_is_stamped_refreshed_and_cleaned() {
         .collect();
     assert!(kinds.contains(&"command".to_string()));
 }
+
+/// A background job does not outlive its step: the next step (which holds a
+/// secret) finds no process of the earlier one.
+#[test]
+fn background_jobs_end_with_their_step() {
+    let pipeline = r#"name: bg
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BG_TOKEN}
+steps:
+  - name: leave
+    command: "nohup sleep 300 >/dev/null 2>&1 & echo started"
+  - name: check
+    secrets: [tok]
+    command: "n=$(for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done | grep -c '^sleep 300'); echo left=$n; [ $n = 0 ]"
+"#;
+    let ws = workspace("turns: []\n", |_| pipeline.to_string());
+    belay()
+        .arg("run")
+        .arg(ws.repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&ws.state)
+        .env("BELAY_BG_TOKEN", "bg-token-value-9")
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .success();
+    assert!(all_logs(&ws.run_dir()).contains("left=0"));
+}
