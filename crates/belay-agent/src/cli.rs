@@ -117,19 +117,13 @@ impl CliAgent {
         let mut argv = vec![self.program.clone()];
         let mut env = Vec::new();
         let stdin = self.prompt_on_stdin.then(|| prompt.to_string());
-        let prompt_arg = |on_stdin: &str| {
-            if stdin.is_some() {
-                on_stdin.to_string()
-            } else {
-                prompt.to_string()
-            }
-        };
+        // The prompt as an argument, unless it goes on stdin.
+        let inline = stdin.is_none().then(|| prompt.to_string());
         match self.kind {
             CliKind::Claude => {
-                argv.extend(["-p".into(), prompt_arg("")]);
-                if stdin.is_some() {
-                    argv.pop();
-                }
+                // `-p` (print mode) reads the prompt from stdin when none follows.
+                argv.push("-p".into());
+                argv.extend(inline);
                 argv.extend(["--output-format", "stream-json", "--verbose"].map(String::from));
                 if let Some(m) = &self.model {
                     argv.extend(["--model".into(), m.clone()]);
@@ -191,11 +185,15 @@ impl CliAgent {
                     }
                 }
                 argv.extend(self.extra_args.iter().cloned());
-                argv.push(prompt_arg("-"));
+                // codex reads the prompt from stdin when it is `-`.
+                argv.push(inline.unwrap_or_else(|| "-".into()));
                 return Ok(CliCommand { argv, stdin, env });
             }
             CliKind::Gemini => {
-                argv.extend(["-p".into(), prompt_arg("")]);
+                // Without `-p`, gemini takes a piped prompt from stdin.
+                if let Some(p) = inline {
+                    argv.extend(["-p".into(), p]);
+                }
                 argv.extend(["--output-format", "stream-json"].map(String::from));
                 if let Some(m) = &self.model {
                     argv.extend(["-m".into(), m.clone()]);

@@ -21,7 +21,7 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::dialect::{anthropic, chat, responses};
+use crate::dialect;
 use crate::types::{Api, Response, ToolCall, Usage};
 
 #[derive(Debug, thiserror::Error)]
@@ -568,24 +568,14 @@ fn answer(
     let resp = scripted_response(turn, seq, body_len);
     let id = format!("replay_{seq}");
     if !stream {
-        let v = match api {
-            Api::Responses => responses::reply(&resp, &id, model),
-            Api::ChatCompletions => chat::reply(&resp, &id, model),
-            Api::Anthropic => anthropic::reply(&resp, &id, model),
-        };
+        let v = dialect::reply(api, &resp, &id, model);
         return (200, axum::Json(v).into_response());
     }
-    let events = match api {
-        Api::Responses => responses::reply_events(&resp, &id, model),
-        Api::ChatCompletions => {
-            let include = req
-                .pointer("/stream_options/include_usage")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            chat::reply_events(&resp, &id, model, include)
-        }
-        Api::Anthropic => anthropic::reply_events(&resp, &id, model),
-    };
+    let include_usage = req
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let events = dialect::reply_events(api, &resp, &id, model, include_usage);
     let frames: Vec<Bytes> = events.iter().map(|(e, d)| sse_frame(e, d)).collect();
     let drop_after = turn.drop_after;
     let stall = turn

@@ -24,20 +24,36 @@ pub struct Decision {
     pub allowed: bool,
 }
 
-/// The host of a URL (`scheme://[user@]host[:port]/...`).
-pub fn url_host(url: &str) -> Option<String> {
+/// The `host[:port]` part of a URL (`scheme://[user@]host[:port]/...`).
+fn authority(url: &str) -> Option<&str> {
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
     let hostport = rest.split(['/', '?', '#']).next()?;
-    let hostport = hostport
-        .rsplit_once('@')
-        .map(|(_, h)| h)
-        .unwrap_or(hostport);
-    let host = if let Some(stripped) = hostport.strip_prefix('[') {
-        stripped.split(']').next()?
-    } else {
-        hostport.split(':').next()?
+    Some(
+        hostport
+            .rsplit_once('@')
+            .map(|(_, h)| h)
+            .unwrap_or(hostport),
+    )
+}
+
+/// The host of a URL, lowercased.
+pub fn url_host(url: &str) -> Option<String> {
+    let hostport = authority(url)?;
+    let host = match hostport.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => hostport.split(':').next()?,
     };
     (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+/// The explicit port of a URL, if it names one.
+pub fn url_port(url: &str) -> Option<u16> {
+    let hostport = authority(url)?;
+    let after = hostport
+        .rsplit_once(']')
+        .map(|(_, r)| r)
+        .unwrap_or(hostport);
+    after.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
 }
 
 fn command_lines(program: &str, args: &[&str]) -> Vec<String> {
@@ -59,21 +75,6 @@ fn command_lines(program: &str, args: &[&str]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The explicit port of a URL, if it names one.
-pub fn url_port(url: &str) -> Option<u16> {
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-    let hostport = rest.split(['/', '?', '#']).next()?;
-    let hostport = hostport
-        .rsplit_once('@')
-        .map(|(_, h)| h)
-        .unwrap_or(hostport);
-    let after = hostport
-        .rsplit_once(']')
-        .map(|(_, r)| r)
-        .unwrap_or(hostport);
-    after.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
-}
-
 /// What the proxy lets through: hosts, and ports (80 and 443, and any port a
 /// configured registry URL names).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -93,59 +94,39 @@ impl Allow {
     }
 }
 
-/// The package registries this machine is configured for.
+/// The package registries this machine is configured for: the apt sources,
+/// pip's index (its configuration, or pip's own default hosts) and npm's
+/// registry. Each is asked once.
 pub fn package_registries() -> Allow {
-    let hosts = package_registry_hosts();
-    let mut allow = Allow::hosts(hosts, None);
+    let mut urls: Vec<String> =
+        belay_sandbox::bootstrap::all_host_sources(std::path::Path::new("/"))
+            .into_iter()
+            .map(|s| s.uri)
+            .collect();
     for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"] {
         if let Ok(v) = std::env::var(var) {
-            allow
-                .ports
-                .extend(v.split_whitespace().filter_map(url_port));
-        }
-    }
-    for l in command_lines("npm", &["config", "get", "registry"]) {
-        allow.ports.extend(url_port(&l));
-    }
-    allow
-}
-
-/// The hosts of the package registries this machine is configured for.
-pub fn package_registry_hosts() -> BTreeSet<String> {
-    let mut hosts = BTreeSet::new();
-    // Debian: the apt sources.
-    for s in belay_sandbox::bootstrap::host_sources(std::path::Path::new("/"), "") {
-        hosts.extend(url_host(&s.uri));
-    }
-    for suite in ["bookworm", "trixie", "bullseye", "noble", "jammy"] {
-        for s in belay_sandbox::bootstrap::host_sources(std::path::Path::new("/"), suite) {
-            hosts.extend(url_host(&s.uri));
-        }
-    }
-    // PyPI: the configured index, or pip's own default index and file host.
-    for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"] {
-        if let Ok(v) = std::env::var(var) {
-            v.split_whitespace().filter_map(url_host).for_each(|h| {
-                hosts.insert(h);
-            });
+            urls.extend(v.split_whitespace().map(String::from));
         }
     }
     for key in ["global.index-url", "global.extra-index-url"] {
-        for l in command_lines("python3", &["-m", "pip", "config", "get", key]) {
-            hosts.extend(url_host(&l));
-        }
+        urls.extend(command_lines(
+            "python3",
+            &["-m", "pip", "config", "get", key],
+        ));
     }
-    for l in command_lines(
-        "python3",
-        &["-c", "from pip._internal.models.index import PyPI; print(PyPI.netloc); print(PyPI.file_storage_domain)"],
-    ) {
-        hosts.insert(l.to_ascii_lowercase());
-    }
-    // npm: its registry.
-    for l in command_lines("npm", &["config", "get", "registry"]) {
-        hosts.extend(url_host(&l));
-    }
-    hosts
+    urls.extend(command_lines("npm", &["config", "get", "registry"]));
+    let mut allow = Allow::hosts(urls.iter().filter_map(|u| url_host(u)), None);
+    allow.ports.extend(urls.iter().filter_map(|u| url_port(u)));
+    // pip's defaults are host names, not URLs.
+    allow.hosts.extend(
+        command_lines(
+            "python3",
+            &["-c", "from pip._internal.models.index import PyPI; print(PyPI.netloc); print(PyPI.file_storage_domain)"],
+        )
+        .into_iter()
+        .map(|h| h.to_ascii_lowercase()),
+    );
+    allow
 }
 
 /// A running proxy.

@@ -177,8 +177,12 @@ pub fn env_files(root: &Path) -> Vec<String> {
 }
 
 fn hash_file(path: &Path) -> Result<String, PipelineError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| PipelineError::Config(format!("cannot read {}: {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        PipelineError::Config(format!(
+            "cannot read {}: {e}; check the path and its permissions",
+            path.display()
+        ))
+    })?;
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 
@@ -459,7 +463,10 @@ impl<'a> Engine<'a> {
             }
         };
         std::fs::create_dir_all(files.logs()).map_err(|e| {
-            PipelineError::Config(format!("cannot create {}: {e}", files.logs().display()))
+            PipelineError::Config(format!(
+                "cannot create {}: {e}. Pass --state-dir with a writable directory",
+                files.logs().display()
+            ))
         })?;
         let (model, key) = model_client(p, files.llm_usage())?;
         let mut redactor = Redactor::default();
@@ -750,8 +757,11 @@ true"#;
             let text = String::from_utf8_lossy(&bytes);
             let clean = self.redactor.redact(&text);
             if clean != text {
-                belay_sandbox::hostfs::write(&root, rel, clean.as_bytes())
-                    .map_err(|e| PipelineError::Config(format!("cannot scrub {rel}: {e}")))?;
+                belay_sandbox::hostfs::write(&root, rel, clean.as_bytes()).map_err(|e| {
+                    PipelineError::Config(format!(
+                        "cannot scrub {rel}: {e}; check that belay may write the workspace"
+                    ))
+                })?;
                 self.event(
                     "artifact_scrubbed",
                     Some(&step.name),
@@ -768,7 +778,9 @@ true"#;
         for rel in step.produces.iter().chain(step.artifact.iter()) {
             workspace_path(&root, rel)?;
             let removed = belay_sandbox::hostfs::remove(&root, rel).map_err(|e| {
-                PipelineError::Config(format!("cannot delete the stale {rel}: {e}"))
+                PipelineError::Config(format!(
+                    "cannot delete the stale {rel}: {e}; check that belay may write the workspace"
+                ))
             })?;
             if removed {
                 self.event(
@@ -799,7 +811,7 @@ true"#;
             crate::egress::EgressProxy::start(std::net::SocketAddr::new(ip, 0), allow.clone())
                 .await
                 .map_err(|e| {
-                    PipelineError::Config(format!("cannot start the egress proxy on {ip}: {e}"))
+                    PipelineError::Config(format!("cannot start the egress proxy on {ip}: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"))
                 })?;
         let url = format!("http://{}", proxy.addr);
         self.event("egress_proxy", None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports}))?;
@@ -823,31 +835,33 @@ true"#;
                 .clone()
                 .unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
             let host = crate::egress::url_host(&base).ok_or_else(|| {
-                PipelineError::Config(format!("llm.base_url `{base}` has no host"))
+                PipelineError::Config(format!("llm.base_url `{base}` has no host: give a URL such as http://127.0.0.1:8081/v1"))
             })?;
             let net = format!("belay-{}-model", self.state.run_id);
             let gw = self.rt.ensure_network(&net, true).await?;
             let ip: std::net::IpAddr = gw.parse().map_err(|_| {
-                PipelineError::Config(format!("network {net} has no usable gateway ({gw})"))
+                PipelineError::Config(format!("network {net} has no usable gateway ({gw}): remove it (`docker network rm {net}`) and rerun"))
             })?;
-            let rest = base.split_once("://").map(|(_, r)| r).unwrap_or(&base);
-            let hostport = rest.split('/').next().unwrap_or("");
-            let path = &rest[hostport.len()..];
+            let (scheme, rest) = base.split_once("://").unwrap_or(("http", base.as_str()));
+            let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
             let loopback = host == "localhost" || host.starts_with("127.") || host == "::1";
             let route = if loopback {
-                let port: u16 = hostport
-                    .rsplit_once(':')
-                    .and_then(|(_, p)| p.parse().ok())
-                    .unwrap_or(80);
-                let fwd = crate::egress::TcpForward::start(
-                    std::net::SocketAddr::new(ip, 0),
-                    format!("127.0.0.1:{port}"),
-                )
-                .await
-                .map_err(|e| {
-                    PipelineError::Config(format!("cannot forward to the model endpoint: {e}"))
-                })?;
-                let url = format!("http://{}{path}", fwd.addr);
+                let default_port = if scheme == "https" { 443 } else { 80 };
+                let port = crate::egress::url_port(&base).unwrap_or(default_port);
+                let upstream = if host == "::1" {
+                    format!("[::1]:{port}")
+                } else {
+                    format!("127.0.0.1:{port}")
+                };
+                let fwd =
+                    crate::egress::TcpForward::start(std::net::SocketAddr::new(ip, 0), upstream)
+                        .await
+                        .map_err(|e| {
+                            PipelineError::Config(format!(
+                                "cannot forward to the model endpoint: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"
+                            ))
+                        })?;
+                let url = format!("{scheme}://{}{path}", fwd.addr);
                 ModelRoute {
                     network: net,
                     base_url: url,
@@ -861,7 +875,7 @@ true"#;
                     crate::egress::Allow::hosts([host.clone()], crate::egress::url_port(&base)),
                 )
                 .await
-                .map_err(|e| PipelineError::Config(format!("cannot start the model proxy: {e}")))?;
+                .map_err(|e| PipelineError::Config(format!("cannot start the model proxy: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun")))?;
                 let purl = format!("http://{}", proxy.addr);
                 let env = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
                     .iter()
@@ -1163,7 +1177,10 @@ true"#;
                 .unwrap_or_else(|| sanitize(c.path.trim_start_matches('/')));
             let host = self.state_dir.join("caches").join(name);
             std::fs::create_dir_all(&host).map_err(|e| {
-                PipelineError::Config(format!("cannot create the cache {}: {e}", host.display()))
+                PipelineError::Config(format!(
+                    "cannot create the cache {}: {e}; check that the state directory is writable",
+                    host.display()
+                ))
             })?;
             mounts.push(Mount {
                 host,
@@ -1221,7 +1238,7 @@ true"#;
         }
         let seccomp = match &self.p.isolation.seccomp_profile {
             Some(f) => Some(std::fs::read_to_string(self.p.dir.join(f)).map_err(|e| {
-                PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}"))
+                PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}. Give the path of a seccomp JSON profile, relative to the pipeline file"))
             })?),
             None => None,
         };

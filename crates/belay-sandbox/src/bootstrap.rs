@@ -101,6 +101,18 @@ pub fn parse_one_line(text: &str) -> Vec<AptSource> {
 /// The host's apt sources for `suite` (and its `-updates` / `-security`
 /// companions), read from `root`/etc/apt.
 pub fn host_sources(root: &Path, suite: &str) -> Vec<AptSource> {
+    let related = |s: &str| s == suite || s.strip_prefix(suite).is_some_and(|r| r.starts_with('-'));
+    all_host_sources(root)
+        .into_iter()
+        .filter_map(|mut s| {
+            s.suites.retain(|x| related(x));
+            (!s.suites.is_empty()).then_some(s)
+        })
+        .collect()
+}
+
+/// Every apt source under `root`/etc/apt, whatever its suite.
+pub fn all_host_sources(root: &Path) -> Vec<AptSource> {
     let mut all = Vec::new();
     let apt = root.join("etc/apt");
     if let Ok(t) = std::fs::read_to_string(apt.join("sources.list")) {
@@ -120,13 +132,7 @@ pub fn host_sources(root: &Path, suite: &str) -> Vec<AptSource> {
             }
         }
     }
-    let related = |s: &str| s == suite || s.strip_prefix(suite).is_some_and(|r| r.starts_with('-'));
-    all.into_iter()
-        .filter_map(|mut s| {
-            s.suites.retain(|x| related(x));
-            (!s.suites.is_empty()).then_some(s)
-        })
-        .collect()
+    all
 }
 
 /// The mirror to debootstrap from: the first source that carries `suite` itself.

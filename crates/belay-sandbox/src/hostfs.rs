@@ -17,8 +17,14 @@ fn nofollow() -> i32 {
 }
 
 /// The path of `rel` under `root`, every parent a real directory (created when
-/// `create` is set). Errors name what is refused.
-pub fn resolve(root: &Path, rel: &str, create: bool, writing: bool) -> Result<PathBuf, String> {
+/// `create` is set; else `Ok(None)` when one is missing). Errors name what is
+/// refused.
+pub fn resolve(
+    root: &Path,
+    rel: &str,
+    create: bool,
+    writing: bool,
+) -> Result<Option<PathBuf>, String> {
     let mut names = Vec::new();
     for c in Path::new(rel).components() {
         match c {
@@ -47,18 +53,17 @@ pub fn resolve(root: &Path, rel: &str, create: bool, writing: bool) -> Result<Pa
             Ok(_) => return Err(format!("{} is not a directory", dir.display())),
             Err(_) if create => std::fs::create_dir(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("{}: {e}", dir.display())),
         }
     }
-    Ok(dir.join(last))
+    Ok(Some(dir.join(last)))
 }
 
 /// Read a regular file (not a link), at most `max` bytes. `Ok(None)` when absent.
 pub fn read(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
-    let path = match resolve(root, rel, false, false) {
-        Ok(p) => p,
-        Err(e) if e.contains("No such file") => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(path) = resolve(root, rel, false, false)? else {
+        return Ok(None);
     };
     let f = match OpenOptions::new()
         .read(true)
@@ -90,7 +95,8 @@ pub fn read(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, String>
 /// Write a file atomically (a fresh temporary file, then a rename that
 /// replaces a link rather than following it). An existing file keeps its mode.
 pub fn write(root: &Path, rel: &str, content: &[u8]) -> Result<(), String> {
-    let path = resolve(root, rel, true, true)?;
+    let path = resolve(root, rel, true, true)?
+        .ok_or_else(|| format!("`{rel}`: a parent directory could not be made"))?;
     let mode = match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_symlink() => {
             return Err(format!(
@@ -137,10 +143,8 @@ pub fn write(root: &Path, rel: &str, content: &[u8]) -> Result<(), String> {
 
 /// Delete a file (a link itself, never its target). Whether there was one.
 pub fn remove(root: &Path, rel: &str) -> Result<bool, String> {
-    let path = match resolve(root, rel, false, true) {
-        Ok(p) => p,
-        Err(e) if e.contains("No such file") => return Ok(false),
-        Err(e) => return Err(e),
+    let Some(path) = resolve(root, rel, false, true)? else {
+        return Ok(false);
     };
     match std::fs::symlink_metadata(&path) {
         Ok(m) if m.is_dir() => Err(format!("{} is a directory", path.display())),

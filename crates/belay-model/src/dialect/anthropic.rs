@@ -299,39 +299,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trip_whole_and_streamed() {
-        let r = Response {
-            text: "I will look".into(),
-            tool_calls: vec![ToolCall {
-                id: "toolu_1".into(),
-                name: "read_file".into(),
-                arguments: "{\"path\":\"README.md\"}".into(),
-            }],
-            usage: Usage {
-                input_tokens: 12,
-                cached_tokens: 4,
-                output_tokens: 6,
-                reasoning_tokens: 0,
-            },
-            ..Default::default()
-        };
-        let whole = parse(&reply(&r, "msg_1", "m")).unwrap();
-        assert_eq!(whole.text, r.text);
-        assert_eq!(whole.tool_calls, r.tool_calls);
-        assert_eq!(whole.usage, r.usage);
-        let mut s = Stream::default();
-        let mut done = false;
-        for (e, d) in reply_events(&r, "msg_1", "m") {
-            done = s.on_event(&Event { event: e, data: d }).unwrap();
-        }
-        assert!(done);
-        let st = s.into_response();
-        assert_eq!(st.text, r.text);
-        assert_eq!(st.tool_calls, r.tool_calls);
-        assert_eq!(st.usage, r.usage);
-    }
-
-    #[test]
     fn tool_results_share_a_user_turn() {
         let req = Request {
             messages: vec![

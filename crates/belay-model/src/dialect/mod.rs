@@ -42,6 +42,31 @@ pub fn parse(api: Api, v: &Value) -> Result<Response, String> {
     }
 }
 
+/// Server side: a whole reply in the dialect's shape.
+pub fn reply(api: Api, r: &Response, id: &str, model: &str) -> Value {
+    match api {
+        Api::Responses => responses::reply(r, id, model),
+        Api::ChatCompletions => chat::reply(r, id, model),
+        Api::Anthropic => anthropic::reply(r, id, model),
+    }
+}
+
+/// Server side: a streamed reply as SSE `(event, data)` pairs.
+/// `include_usage`: Chat Completions sends usage only when asked.
+pub fn reply_events(
+    api: Api,
+    r: &Response,
+    id: &str,
+    model: &str,
+    include_usage: bool,
+) -> Vec<(String, String)> {
+    match api {
+        Api::Responses => responses::reply_events(r, id, model),
+        Api::ChatCompletions => chat::reply_events(r, id, model, include_usage),
+        Api::Anthropic => anthropic::reply_events(r, id, model),
+    }
+}
+
 /// Accumulates a streamed reply event by event.
 #[derive(Debug)]
 pub enum StreamState {
@@ -136,4 +161,67 @@ pub(crate) fn chunks(text: &str, size: usize) -> Vec<&str> {
         out.push(&text[start..]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::types::{ToolCall, Usage};
+
+    /// Tool calls equal as calls: Anthropic carries arguments as an object,
+    /// so their JSON text may come back with its keys in another order.
+    fn same_calls(a: &[ToolCall], b: &[ToolCall]) -> bool {
+        let norm = |c: &ToolCall| {
+            let v: Value = serde_json::from_str(&c.arguments).unwrap();
+            (c.id.clone(), c.name.clone(), v)
+        };
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| norm(x) == norm(y))
+    }
+
+    /// What the server side writes, the client side reads back: whole and
+    /// streamed, text (non-ASCII, over several deltas), a tool call and usage.
+    #[test]
+    fn every_dialect_round_trips() {
+        let r = Response {
+            text: "héllo wörld, a longer text that spans several deltas".into(),
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "edit".into(),
+                arguments: "{\"path\":\"a.txt\",\"old\":\"x\",\"new\":\"y\"}".into(),
+            }],
+            usage: Usage {
+                input_tokens: 12,
+                cached_tokens: 4,
+                output_tokens: 6,
+                reasoning_tokens: 0,
+            },
+            ..Default::default()
+        };
+        for api in [Api::Responses, Api::ChatCompletions, Api::Anthropic] {
+            let whole = parse(api, &reply(api, &r, "id_1", "m")).unwrap();
+            assert_eq!(whole.text, r.text, "{api}");
+            assert!(
+                same_calls(&whole.tool_calls, &r.tool_calls),
+                "{api}: {:?}",
+                whole.tool_calls
+            );
+            assert_eq!(whole.usage, r.usage, "{api}");
+            let mut s = StreamState::new(api);
+            let mut done = false;
+            for (event, data) in reply_events(api, &r, "id_1", "m", true) {
+                assert!(!done, "{api}: an event after the completion event");
+                done = s.on_event(&Event { event, data }).unwrap();
+            }
+            assert!(done, "{api}: no completion event");
+            let streamed = s.into_response();
+            assert_eq!(streamed.text, r.text, "{api}");
+            assert!(
+                same_calls(&streamed.tool_calls, &r.tool_calls),
+                "{api}: {:?}",
+                streamed.tool_calls
+            );
+            assert_eq!(streamed.usage, r.usage, "{api}");
+        }
+    }
 }

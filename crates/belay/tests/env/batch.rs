@@ -2,31 +2,10 @@
 //! checkout of a short commit with `.github` quarantined, local paths, the
 //! summary, and failed-projects.log.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 use crate::common::*;
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=belay-test",
-            "-c",
-            "user.email=test@example.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use crate::git_cli::git;
 
 #[test]
 fn three_projects_two_jobs_one_failing() {

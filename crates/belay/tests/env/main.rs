@@ -12,6 +12,8 @@ mod common;
 mod custom;
 mod errors;
 mod gc;
+#[path = "../shared/git.rs"]
+mod git_cli;
 mod llm;
 mod reaper;
 mod repair;

@@ -3,6 +3,8 @@
 //! `examples/pipeline-demo/repo` for every test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../shared/git.rs"]
+mod git_cli;
 #[path = "../shared/replay.rs"]
 mod replay;
 
@@ -10,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use git_cli::{git, init_repo};
 use replay::{files_containing, Replay};
 use serde_json::Value;
 
@@ -25,20 +28,6 @@ fn belay() -> assert_cmd::Command {
 
 fn demo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/pipeline-demo")
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn require_engine() {
@@ -100,21 +89,7 @@ fn workspace(script: &str, edit: impl Fn(String) -> String) -> Ws {
         .unwrap()
         .replace(DEMO_URL, &replay.openai_base());
     std::fs::write(&p, edit(text)).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "-A"]);
-    git(
-        &repo,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "-m",
-            "initial",
-        ],
-    );
+    init_repo(&repo);
     let state = tmp.path().join("state");
     Ws {
         _tmp: tmp,
@@ -589,21 +564,7 @@ fn an_env_build_image_runs_the_pipeline_steps() {
         format!("name: bridge\nisolation: {{image: \"{image}\"}}\ndeps_policy: open\nsteps:\n  - name: test\n    command: .venv/bin/python -m pytest -q\n"),
     )
     .unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "-A"]);
-    git(
-        &repo,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "-m",
-            "initial",
-        ],
-    );
+    init_repo(&repo);
     let state = tmp.path().join("state");
     belay()
         .arg("run")
@@ -729,18 +690,7 @@ turns:
         "---\nname: dev\ntools: [shell]\nrunner: codex\n---\nYou are the developer. Make tests/test.sh pass by fixing calc.sh.\n",
     )
     .unwrap();
-    git(
-        &ws.repo,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qam",
-            "dev runs codex",
-        ],
-    );
+    git(&ws.repo, &["commit", "-qam", "dev runs codex"]);
     let out = ws.run(&[]);
     if !out.get_output().status.success() {
         let reports: Vec<Value> = ws
