@@ -34,10 +34,15 @@ impl JsonlAppender {
         record: &T,
         redactor: &Redactor,
     ) -> Result<(), RecordError> {
-        let line = serde_json::to_string(record).map_err(|source| RecordError::Json {
+        let json_err = |source| RecordError::Json {
             path: self.path.clone(),
             source,
-        })?;
+        };
+        // Redacted as a value first (escaping cannot hide a secret), then as
+        // text (a secret split over two fields).
+        let mut value = serde_json::to_value(record).map_err(json_err)?;
+        redactor.redact_value(&mut value);
+        let line = serde_json::to_string(&value).map_err(json_err)?;
         let mut line = redactor.redact(&line).into_owned();
         line.push('\n');
         self.file

@@ -26,5 +26,5 @@ pub use error::RecordError;
 pub use identity::ProcessIdentity;
 pub use jsonl::JsonlAppender;
 pub use lock::RunLock;
-pub use redact::Redactor;
+pub use redact::{Redactor, SecretScanner, StreamRedactor};
 pub use time::{now_rfc3339, unix_millis};

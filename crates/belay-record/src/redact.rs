@@ -1,12 +1,154 @@
+//! Secret redaction: one set of patterns, used on strings, JSON values, byte
+//! streams (logs) and files (the commit's secret check).
+//!
+//! A secret is matched in the forms a sandboxed process can easily turn it
+//! into: the raw value; for a multi-line value, each of its lines; its JSON
+//! string escaping; its URL (percent) encoding; its hex (both cases); and its
+//! base64 (standard and URL-safe alphabets, at each of the three byte
+//! alignments, so an encoding of a larger text that contains the secret is
+//! caught too). All patterns are matched at once (Aho-Corasick, leftmost
+//! longest), so a secret that contains another is scrubbed whole.
+
 use std::borrow::Cow;
+use std::io::Read;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine as _;
 
 /// Replaces secret values with `[REDACTED:<name>]`.
 ///
 /// Values shorter than [`Redactor::MIN_LEN`] are ignored: scrubbing "1" or "on"
 /// would mangle every log without protecting anything.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Redactor {
     secrets: Vec<(String, String)>,
+    patterns: Arc<Patterns>,
+}
+
+#[derive(Default)]
+struct Patterns {
+    /// (secret name, pattern bytes), in the automaton's order.
+    list: Vec<(String, Vec<u8>)>,
+    ac: Option<AhoCorasick>,
+    longest: usize,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.secrets.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Redactor")
+            .field("secrets", &names)
+            .field("patterns", &self.patterns.list.len())
+            .finish()
+    }
+}
+
+/// Shortest line of a multi-line secret that is matched on its own.
+const MIN_FRAGMENT: usize = 12;
+/// Shortest encoded form that is matched (shorter ones match too much).
+const MIN_ENCODED: usize = 8;
+
+/// The forms of one secret that are matched.
+fn variants(value: &str) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut push = |v: Vec<u8>, min: usize| {
+        if v.len() >= min && !out.contains(&v) {
+            out.push(v);
+        }
+    };
+    push(value.as_bytes().to_vec(), Redactor::MIN_LEN);
+    if value.contains('\n') {
+        for line in value.lines() {
+            let line = line.trim_end_matches('\r').trim();
+            // PEM armour lines (`-----BEGIN … KEY-----`) are public text.
+            if !line.starts_with("-----") {
+                push(line.as_bytes().to_vec(), MIN_FRAGMENT);
+            }
+        }
+    }
+    if let Ok(json) = serde_json::to_string(value) {
+        let inner = &json[1..json.len() - 1];
+        push(inner.as_bytes().to_vec(), Redactor::MIN_LEN);
+    }
+    push(percent_encode(value).into_bytes(), MIN_ENCODED);
+    push(hex::encode(value.as_bytes()), MIN_ENCODED);
+    push(hex::encode_upper(value.as_bytes()), MIN_ENCODED);
+    for engine in [
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ] {
+        for offset in 0..3usize {
+            push(base64_core(engine, value.as_bytes(), offset), MIN_ENCODED);
+        }
+    }
+    out
+}
+
+/// The base64 characters that depend only on `secret` when it starts
+/// `offset` bytes into the encoded text (the characters shared with the
+/// unknown neighbours are left out).
+fn base64_core(engine: &base64::engine::GeneralPurpose, secret: &[u8], offset: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; offset];
+    buf.extend_from_slice(secret);
+    let enc = engine.encode(&buf);
+    // Characters whose 6 bits include any prefix bit.
+    let skip = (offset * 8).div_ceil(6);
+    // The last character is partial when the bits do not fill it.
+    let bits = buf.len() * 8;
+    let full = bits / 6;
+    if full <= skip {
+        return Vec::new();
+    }
+    enc.as_bytes()[skip..full].to_vec()
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+mod hex {
+    pub fn encode(b: &[u8]) -> Vec<u8> {
+        b.iter()
+            .flat_map(|x| format!("{x:02x}").into_bytes())
+            .collect()
+    }
+    pub fn encode_upper(b: &[u8]) -> Vec<u8> {
+        b.iter()
+            .flat_map(|x| format!("{x:02X}").into_bytes())
+            .collect()
+    }
+}
+
+impl Patterns {
+    fn build(secrets: &[(String, String)]) -> Patterns {
+        let mut list: Vec<(String, Vec<u8>)> = Vec::new();
+        for (name, value) in secrets {
+            for v in variants(value) {
+                if !list.iter().any(|(_, x)| *x == v) {
+                    list.push((name.clone(), v));
+                }
+            }
+        }
+        let longest = list.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+        let ac = if list.is_empty() {
+            None
+        } else {
+            AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(list.iter().map(|(_, v)| v))
+                .ok()
+        };
+        Patterns { list, ac, longest }
+    }
 }
 
 impl Redactor {
@@ -20,24 +162,24 @@ impl Redactor {
         r
     }
 
-    /// Register a secret. Longer values are matched first, so a secret that
-    /// contains another is scrubbed whole.
+    /// Register a secret (with all its matched forms).
     pub fn add(&mut self, name: impl Into<String>, value: impl Into<String>) {
         let value = value.into();
         if value.len() < Self::MIN_LEN || self.secrets.iter().any(|(_, v)| *v == value) {
             return;
         }
         self.secrets.push((name.into(), value));
-        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.1.len()));
+        self.patterns = Arc::new(Patterns::build(&self.secrets));
     }
 
     /// Register the credentials embedded in a URL (`scheme://user:password@host`),
-    /// as found in proxy settings.
+    /// as found in proxy settings and git remotes.
     pub fn add_url_credentials(&mut self, name: &str, url: &str) {
         let Some(rest) = url.split_once("://").map(|(_, r)| r) else {
             return;
         };
-        let Some((userinfo, _)) = rest.split_once('@') else {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let Some((userinfo, _)) = authority.rsplit_once('@') else {
             return;
         };
         if let Some((_, password)) = userinfo.split_once(':') {
@@ -50,14 +192,207 @@ impl Redactor {
         self.secrets.is_empty()
     }
 
+    /// The registered secrets (name, value).
+    pub fn secrets(&self) -> &[(String, String)] {
+        &self.secrets
+    }
+
+    /// The longest matched form, in bytes (what a stream must hold back).
+    pub fn longest(&self) -> usize {
+        self.patterns.longest
+    }
+
+    fn replacement(&self, pattern: usize) -> String {
+        format!("[REDACTED:{}]", self.patterns.list[pattern].0)
+    }
+
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        let mut out = Cow::Borrowed(text);
-        for (name, value) in &self.secrets {
-            if out.contains(value.as_str()) {
-                out = Cow::Owned(out.replace(value.as_str(), &format!("[REDACTED:{name}]")));
+        let Some(ac) = &self.patterns.ac else {
+            return Cow::Borrowed(text);
+        };
+        let mut out = String::new();
+        let mut last = 0;
+        for m in ac.find_iter(text) {
+            // Every pattern is valid UTF-8, so match bounds are char bounds.
+            let (Some(before), true) = (text.get(last..m.start()), text.is_char_boundary(m.end()))
+            else {
+                continue;
+            };
+            out.push_str(before);
+            out.push_str(&self.replacement(m.pattern().as_usize()));
+            last = m.end();
+        }
+        if last == 0 {
+            return Cow::Borrowed(text);
+        }
+        out.push_str(&text[last..]);
+        Cow::Owned(out)
+    }
+
+    /// Redact bytes that need not be UTF-8.
+    pub fn redact_bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        let Some(ac) = &self.patterns.ac else {
+            return Cow::Borrowed(bytes);
+        };
+        let mut out = Vec::new();
+        let mut last = 0;
+        for m in ac.find_iter(bytes) {
+            out.extend_from_slice(&bytes[last..m.start()]);
+            out.extend_from_slice(self.replacement(m.pattern().as_usize()).as_bytes());
+            last = m.end();
+        }
+        if last == 0 {
+            return Cow::Borrowed(bytes);
+        }
+        out.extend_from_slice(&bytes[last..]);
+        Cow::Owned(out)
+    }
+
+    /// Redact every string (and object key) of a JSON value in place, before
+    /// it is serialised: escaping cannot hide a value from the match.
+    pub fn redact_value(&self, v: &mut serde_json::Value) {
+        if self.is_empty() {
+            return;
+        }
+        match v {
+            serde_json::Value::String(s) => {
+                if let Cow::Owned(r) = self.redact(s) {
+                    *s = r;
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| self.redact_value(x)),
+            serde_json::Value::Object(m) => {
+                let keys: Vec<String> = m.keys().cloned().collect();
+                for k in keys {
+                    if let Some(mut x) = m.remove(&k) {
+                        self.redact_value(&mut x);
+                        m.insert(self.redact(&k).into_owned(), x);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Also mask a start that is the end of a secret and an end that is the
+    /// start of one (at least [`Redactor::MIN_LEN`] bytes): for a tail cut
+    /// out of a longer stream, where a secret may be split at the cut.
+    pub fn redact_fragment(&self, text: &str) -> String {
+        let mut s = self.redact(text).into_owned();
+        for (name, p) in &self.patterns.list {
+            let Ok(p) = std::str::from_utf8(p) else {
+                continue;
+            };
+            let max = p.len().saturating_sub(1).min(s.len());
+            for k in (Self::MIN_LEN..=max).rev() {
+                let (Some(head), Some(tail)) = (p.get(..k), p.get(p.len() - k..)) else {
+                    continue;
+                };
+                if s.ends_with(head) {
+                    s.truncate(s.len() - k);
+                    s.push_str(&format!("[REDACTED:{name}]"));
+                    break;
+                }
+                if s.starts_with(tail) {
+                    s = format!("[REDACTED:{name}]{}", &s[k..]);
+                    break;
+                }
             }
         }
-        out
+        s
+    }
+
+    /// A scanner for this redactor's patterns, for streamed content.
+    pub fn scanner(&self) -> SecretScanner {
+        SecretScanner {
+            patterns: self.patterns.clone(),
+        }
+    }
+}
+
+/// Finds any secret form in streamed content with bounded memory.
+pub struct SecretScanner {
+    patterns: Arc<Patterns>,
+}
+
+impl SecretScanner {
+    /// The name of the first secret found in `r`, reading it in chunks (the
+    /// memory held is one chunk plus the longest pattern).
+    pub fn scan(&self, mut r: impl Read) -> std::io::Result<Option<String>> {
+        let Some(ac) = &self.patterns.ac else {
+            std::io::copy(&mut r, &mut std::io::sink())?;
+            return Ok(None);
+        };
+        const CHUNK: usize = 256 * 1024;
+        let keep = self.patterns.longest.saturating_sub(1);
+        let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + keep);
+        let mut chunk = vec![0u8; CHUNK];
+        loop {
+            let n = r.read(&mut chunk)?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(m) = ac.find(&buf) {
+                // Drain the rest, so a writer on the other end never blocks.
+                std::io::copy(&mut r, &mut std::io::sink())?;
+                return Ok(Some(self.patterns.list[m.pattern().as_usize()].0.clone()));
+            }
+            if buf.len() > keep {
+                buf.drain(..buf.len() - keep);
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Redacts a byte stream written in pieces: a secret split across pieces (or
+/// across stdout and stderr, merged into one log) is still scrubbed, because
+/// the last `longest - 1` bytes are held back until it is known that no
+/// secret starts in them. Memory: at most one piece plus the longest pattern.
+pub struct StreamRedactor {
+    redactor: Redactor,
+    pending: Vec<u8>,
+}
+
+impl StreamRedactor {
+    pub fn new(redactor: Redactor) -> Self {
+        StreamRedactor {
+            redactor,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Feed bytes; what can be emitted safely is appended to `out`.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        let Some(ac) = self.redactor.patterns.ac.clone() else {
+            out.extend_from_slice(bytes);
+            return;
+        };
+        self.pending.extend_from_slice(bytes);
+        let keep = self.redactor.longest().saturating_sub(1);
+        let mut last = 0;
+        let mut safe_end = self.pending.len().saturating_sub(keep);
+        for m in ac.find_iter(&self.pending) {
+            // A match that runs into the held-back region may still grow
+            // (leftmost longest): wait for more bytes before deciding.
+            if m.end() > safe_end && m.start() >= safe_end {
+                break;
+            }
+            out.extend_from_slice(&self.pending[last..m.start()]);
+            out.extend_from_slice(self.redactor.replacement(m.pattern().as_usize()).as_bytes());
+            last = m.end();
+            safe_end = safe_end.max(last);
+        }
+        let emit_to = safe_end.max(last);
+        out.extend_from_slice(&self.pending[last..emit_to]);
+        self.pending.drain(..emit_to);
+    }
+
+    /// Emit what is held back (the stream ended).
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        let rest = std::mem::take(&mut self.pending);
+        out.extend_from_slice(&self.redactor.redact_bytes(&rest));
     }
 }
 
@@ -86,6 +421,66 @@ mod tests {
         assert!(!out.contains("bob:"), "{out}");
     }
 
+    #[test]
+    fn encodings_and_lines_of_a_secret_are_scrubbed() {
+        let secret = "tok-\"q\"\\b\nsecond-line-abcdef";
+        let r = Redactor::new([("S".to_string(), secret.to_string())]);
+        let json = serde_json::to_string(secret).unwrap();
+        assert!(!r.redact(&json).contains("second-line-abcdef"));
+        assert!(!r.redact(&json).contains(&json[1..json.len() - 1]));
+        // A line printed alone.
+        assert_eq!(r.redact("> second-line-abcdef"), "> [REDACTED:S]");
+        // base64 of a larger text, at every alignment.
+        for prefix in ["", "a", "ab", "abc"] {
+            let enc = base64::engine::general_purpose::STANDARD
+                .encode(format!("{prefix}{secret}!!").as_bytes());
+            let core = base64_core(
+                &base64::engine::general_purpose::STANDARD_NO_PAD,
+                secret.as_bytes(),
+                prefix.len() % 3,
+            );
+            let core = String::from_utf8(core).unwrap();
+            assert!(enc.contains(&core), "{enc} {core}");
+            assert!(r.redact(&enc).contains("[REDACTED:S]"), "{enc}");
+        }
+        let hex = hex::encode(secret.as_bytes());
+        assert_eq!(r.redact(std::str::from_utf8(&hex).unwrap()), "[REDACTED:S]");
+        assert!(r.redact(&percent_encode(secret)).contains("[REDACTED:S]"));
+        let mut v = serde_json::json!({"a": [secret], secret: 1});
+        r.redact_value(&mut v);
+        assert!(!v.to_string().contains("second-line"), "{v}");
+    }
+
+    #[test]
+    fn streams_hold_back_what_may_start_a_secret() {
+        let r = Redactor::new([("K".to_string(), "supersecret".to_string())]);
+        let mut s = StreamRedactor::new(r.clone());
+        let mut out = Vec::new();
+        for piece in ["key=sup", "ers", "ecret and supe", "rsecret", " end"] {
+            s.push(piece.as_bytes(), &mut out);
+        }
+        s.finish(&mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "key=[REDACTED:K] and [REDACTED:K] end"
+        );
+        assert_eq!(
+            r.redact_fragment("…tail ends with super"),
+            "…tail ends with [REDACTED:K]"
+        );
+        assert_eq!(r.redact_fragment("cret starts"), "[REDACTED:K] starts");
+    }
+
+    #[test]
+    fn the_scanner_finds_secrets_across_chunks() {
+        let r = Redactor::new([("K".to_string(), "needle-in-a-haystack".to_string())]);
+        let mut big = vec![b'x'; 256 * 1024 - 5];
+        big.extend_from_slice(b"needle-in-a-haystack");
+        big.extend(std::iter::repeat_n(b'y', 1000));
+        assert_eq!(r.scanner().scan(&big[..]).unwrap().as_deref(), Some("K"));
+        assert_eq!(r.scanner().scan(&b"clean"[..]).unwrap(), None);
+    }
+
     proptest! {
         #[test]
         fn secret_never_survives(prefix in ".{0,40}", suffix in ".{0,40}", secret in "[a-zA-Z0-9]{4,24}") {
@@ -93,6 +488,30 @@ mod tests {
             let text = format!("{prefix}{secret}{suffix}");
             let out = r.redact(&text);
             prop_assert!(!out.contains(&secret));
+        }
+
+        #[test]
+        fn a_stream_cut_anywhere_never_leaks(
+            prefix in "[a-z ]{0,30}", suffix in "[a-z ]{0,30}",
+            secret in "[A-Z0-9]{6,20}", cuts in proptest::collection::vec(0usize..80, 0..6)
+        ) {
+            let r = Redactor::new([("S".to_string(), secret.clone())]);
+            let text = format!("{prefix}{secret}{suffix}{secret}");
+            let bytes = text.as_bytes();
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            points.sort();
+            let mut s = StreamRedactor::new(r);
+            let mut out = Vec::new();
+            let mut last = 0;
+            for p in points {
+                s.push(&bytes[last..p], &mut out);
+                last = p;
+            }
+            s.push(&bytes[last..], &mut out);
+            s.finish(&mut out);
+            let out = String::from_utf8(out).unwrap();
+            prop_assert!(!out.contains(&secret), "{}", out);
+            prop_assert_eq!(out, format!("{prefix}[REDACTED:S]{suffix}[REDACTED:S]"));
         }
     }
 }
