@@ -21,6 +21,49 @@ use crate::{
     labels, split_image_ref, ExecObserver, InfraFailure, SandboxError, StreamKind, TarFilter,
 };
 
+/// The default pids limit of a container (a fork bomb stops here).
+pub const DEFAULT_PIDS: i64 = 4096;
+
+/// The default memory limit of a container: 8 GiB, or three quarters of the
+/// machine's memory when that is less.
+pub fn default_memory() -> i64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
+        .map(|kb| kb * 1024);
+    let cap = 8i64 << 30;
+    total.map(|t| (t / 4 * 3).min(cap)).unwrap_or(cap)
+}
+
+/// The fallback sweep, run inside the container when its processes cannot be
+/// seen from the host: kill every process but PID 1, PID 1's child with the
+/// earliest start time (the main process, started before any exec: no later
+/// process can claim an earlier start), and this shell's own chain.
+const IN_CONTAINER_SWEEP: &str = r#"main=; best=
+for c in $(cat /proc/1/task/1/children 2>/dev/null); do
+  t=$(sed 's/.*) //' /proc/$c/stat 2>/dev/null | cut -d' ' -f20)
+  [ -n "$t" ] || continue
+  if [ -z "$best" ] || [ "$t" -lt "$best" ]; then best=$t; main=$c; fi
+done
+ppid_of() { sed -n 's/^PPid:[[:space:]]*//p' /proc/$1/status 2>/dev/null; }
+skip=" 1 $main $$ "; p=$$
+while [ -n "$p" ] && [ "$p" != 1 ] && [ "$p" != 0 ]; do p=$(ppid_of $p); skip="$skip$p "; done
+n=0
+for pass in 1 2 3 4 5; do
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$skip" in *" $p "*) continue ;; esac
+    kill -KILL $p 2>/dev/null && n=$((n+1))
+  done
+done
+find /tmp /dev/shm -mindepth 1 -delete 2>/dev/null
+echo $n"#;
+
 /// How long belay waits for the daemon to answer the first request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// After killing a timed-out command, how long to wait for its streams to close.
@@ -33,6 +76,8 @@ pub struct DockerRuntime {
     sticky: Arc<Sticky>,
     owner: BTreeMap<String, String>,
     negotiated: String,
+    /// The init and main process of each container this runtime started.
+    procs: Arc<std::sync::Mutex<HashMap<String, crate::procs::ContainerProcs>>>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -79,6 +124,7 @@ impl DockerRuntime {
             sticky: Arc::new(Sticky::default()),
             owner,
             negotiated,
+            procs: Default::default(),
         })
     }
 
@@ -315,8 +361,9 @@ impl ContainerRuntime for DockerRuntime {
                     .map(|p| (p.clone(), "rw,nosuid,size=1g".to_string()))
                     .collect()
             }),
-            memory: spec.memory_bytes,
+            memory: Some(spec.memory_bytes.unwrap_or_else(default_memory)).filter(|m| *m > 0),
             nano_cpus: spec.nano_cpus,
+            pids_limit: Some(spec.pids_limit.unwrap_or(DEFAULT_PIDS)).filter(|p| *p > 0),
             init: Some(true),
             ..Default::default()
         };
@@ -359,30 +406,62 @@ impl ContainerRuntime for DockerRuntime {
             let _ = self.remove(&created.id).await;
             return Err(self.api_err("start container", e));
         }
+        // Its own two processes, so that a step's leftovers can be told apart.
+        if let Ok(info) = self.docker.inspect_container(&created.id, None).await {
+            let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
+            if let Some(p) = u32::try_from(pid)
+                .ok()
+                .and_then(crate::procs::ContainerProcs::record)
+            {
+                if let Ok(mut m) = self.procs.lock() {
+                    m.insert(created.id.clone(), p);
+                }
+            }
+        }
         tracing::debug!(image = %spec.image, took_ms = t0.elapsed().as_millis() as u64, "container created and started");
         Ok(created.id)
     }
 
-    async fn ensure_network(&self, name: &str, internal: bool) -> Result<String, SandboxError> {
+    async fn ensure_network(
+        &self,
+        name: &str,
+        internal: bool,
+    ) -> Result<NetworkInfo, SandboxError> {
         self.check()?;
-        let gateway = |n: bollard::models::NetworkInspect| {
-            n.ipam
+        let info = |n: bollard::models::NetworkInspect| -> Option<NetworkInfo> {
+            let bridge = n
+                .options
+                .as_ref()
+                .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
+                .or_else(|| {
+                    n.id.as_ref()
+                        .map(|id| format!("br-{}", &id[..id.len().min(12)]))
+                });
+            let gateway = n
+                .ipam
                 .and_then(|i| i.config)
-                .and_then(|c| c.into_iter().find_map(|c| c.gateway))
+                .and_then(|c| c.into_iter().find_map(|c| c.gateway))?;
+            Some(NetworkInfo { gateway, bridge })
         };
         if let Ok(n) = self.docker.inspect_network(name, None).await {
-            if let Some(g) = gateway(n) {
-                return Ok(g);
+            if let Some(i) = info(n) {
+                return Ok(i);
             }
         }
         let mut labels = HashMap::new();
         labels.insert("belay".to_string(), "true".to_string());
+        let mut options = HashMap::new();
+        options.insert(
+            "com.docker.network.bridge.name".to_string(),
+            crate::firewall::bridge_name(name),
+        );
         self.docker
             .create_network(bollard::models::NetworkCreateRequest {
                 name: name.to_string(),
                 driver: Some("bridge".into()),
                 internal: Some(internal),
                 labels: Some(labels),
+                options: Some(options),
                 ..Default::default()
             })
             .await
@@ -392,7 +471,7 @@ impl ContainerRuntime for DockerRuntime {
             .inspect_network(name, None)
             .await
             .map_err(|e| self.api_err("inspect a network", e))?;
-        gateway(n).ok_or_else(|| SandboxError::Docker {
+        info(n).ok_or_else(|| SandboxError::Docker {
             op: "create a network",
             message: format!("network {name} has no gateway address"),
         })
@@ -422,7 +501,51 @@ impl ContainerRuntime for DockerRuntime {
         }
     }
 
+    async fn end_step(&self, container: &str) -> Result<usize, SandboxError> {
+        self.check()?;
+        let recorded = self
+            .procs
+            .lock()
+            .ok()
+            .and_then(|m| m.get(container).cloned());
+        if let Some(p) = recorded {
+            let swept = p.sweep().map_err(|message| SandboxError::Docker {
+                op: "end a step's processes",
+                message,
+            })?;
+            p.wipe_scratch().map_err(|message| SandboxError::Docker {
+                op: "empty a step's /tmp",
+                message,
+            })?;
+            return Ok(swept.killed);
+        }
+        // The engine's processes are not visible from here (a remote
+        // engine): the same, from inside, by recorded pid (never by name).
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), IN_CONTAINER_SWEEP.into()],
+            working_dir: None,
+            env: vec![],
+            timeout: Some(Duration::from_secs(30)),
+            log_path: std::env::temp_dir().join(format!("belay-sweep-{}.log", std::process::id())),
+            log_limit: None,
+        };
+        let out = self
+            .exec(container, &spec, &Redactor::default(), &crate::NoopObserver)
+            .await?;
+        let _ = std::fs::remove_file(&spec.log_path);
+        if !out.success() {
+            return Err(SandboxError::Docker {
+                op: "end a step's processes",
+                message: format!("the sweep failed: {}", out.stderr_tail.trim()),
+            });
+        }
+        Ok(out.stdout_tail.trim().parse().unwrap_or(0))
+    }
+
     async fn remove(&self, container: &str) -> Result<(), SandboxError> {
+        if let Ok(mut m) = self.procs.lock() {
+            m.remove(container);
+        }
         // Removal runs even after a sticky failure: cleaning up is always worth trying.
         match self
             .docker
@@ -635,7 +758,8 @@ impl ContainerRuntime for DockerRuntime {
             .create_exec(container, cfg)
             .await
             .map_err(|e| self.api_err("create exec", e))?;
-        let mut sink = LogSink::create(&spec.log_path, redactor, observer)?;
+        let limit = spec.log_limit.unwrap_or(crate::logsink::DEFAULT_LOG_LIMIT);
+        let mut sink = LogSink::with_limit(&spec.log_path, redactor, observer, limit)?;
         let started_exec = self
             .docker
             .start_exec(&exec.id, None)

@@ -1,158 +1,277 @@
 //! Host-side access to a workspace that sandboxes can write.
 //!
 //! A step's container writes the bind-mounted workspace; belay then reads and
-//! writes files there on the host (artifacts, shared files, the built-in
-//! agent's edits). Anything in the workspace may have been planted by the
-//! sandbox, so these functions never follow a symlink, never leave the root,
-//! and never touch `.git` when writing: a link to `~/.ssh/id_rsa` or a
-//! `.git/config` with a filter would otherwise reach the host.
+//! writes files there on the host (artifacts, shared files, scrubbing of
+//! declared outputs, the built-in agent's edits, stale-output deletion).
+//!
+//! Threat model: anything in the workspace may have been planted by the
+//! sandbox, **and may change while belay works**: a process in the container
+//! can swap a directory for a symlink (`renameat2(RENAME_EXCHANGE)`) between
+//! any two system calls of belay's. So no path is ever resolved twice by name:
+//!
+//! * the walk starts from an open handle on the root and opens each parent
+//!   with `openat(…, O_NOFOLLOW | O_DIRECTORY)` relative to the handle of the
+//!   level above, so a link at any level fails the open instead of being
+//!   followed, and a directory that is swapped after it was opened is still
+//!   the directory that was checked;
+//! * every open, create, rename, unlink and stat of the last component is
+//!   done relative to the parent's handle, with `O_NOFOLLOW` /
+//!   `AT_SYMLINK_NOFOLLOW`;
+//! * `..`, absolute paths and any `.git` component (for writes) are refused
+//!   by name before anything is opened.
+//!
+//! The container cannot move a directory out of the workspace mount (a rename
+//! across mounts fails with `EXDEV`), so a handle once opened stays inside.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-fn nofollow() -> i32 {
-    rustix::fs::OFlags::NOFOLLOW.bits() as i32
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+/// What host-side workspace access refused or failed to do.
+#[derive(Debug, thiserror::Error)]
+pub enum HostFsError {
+    #[error("`{rel}` is refused: {why}")]
+    Refused { rel: String, why: String },
+    #[error("cannot {op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
-/// The path of `rel` under `root`, every parent a real directory (created when
-/// `create` is set; else `Ok(None)` when one is missing). Errors name what is
-/// refused.
-pub fn resolve(
-    root: &Path,
-    rel: &str,
-    create: bool,
-    writing: bool,
-) -> Result<Option<PathBuf>, String> {
-    let mut names = Vec::new();
+impl From<HostFsError> for String {
+    fn from(e: HostFsError) -> String {
+        e.to_string()
+    }
+}
+
+fn refused(rel: &str, why: impl Into<String>) -> HostFsError {
+    HostFsError::Refused {
+        rel: rel.to_string(),
+        why: why.into(),
+    }
+}
+
+fn io(op: &'static str, path: PathBuf, e: Errno) -> HostFsError {
+    HostFsError::Io {
+        op,
+        path,
+        source: e.into(),
+    }
+}
+
+/// The names of `rel`, checked: no `..`, no root, not empty; no `.git` when
+/// `writing`.
+fn names(rel: &str, writing: bool) -> Result<Vec<&str>, HostFsError> {
+    let mut out = Vec::new();
     for c in Path::new(rel).components() {
         match c {
-            Component::Normal(n) => names.push(n),
+            Component::Normal(n) => match n.to_str() {
+                Some(s) => out.push(s),
+                None => return Err(refused(rel, "the name is not UTF-8")),
+            },
             Component::CurDir => {}
-            _ => return Err(format!("`{rel}` is not a path inside the workspace")),
+            _ => return Err(refused(rel, "not a path inside the workspace")),
         }
     }
-    let Some((last, parents)) = names.split_last() else {
-        return Err(format!("`{rel}` names no file"));
-    };
-    if writing && names.iter().any(|n| *n == ".git") {
-        return Err("git's own files are not writable from the sandbox".into());
+    if out.is_empty() {
+        return Err(refused(rel, "it names no file"));
     }
-    let mut dir = root.to_path_buf();
+    if writing && out.iter().any(|n| n.eq_ignore_ascii_case(".git")) {
+        return Err(refused(
+            rel,
+            "git's own files are not writable from the sandbox",
+        ));
+    }
+    Ok(out)
+}
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// An open handle on the parent directory of `rel`'s last name, reached
+/// without following any link. `Ok(None)`: a parent is missing and `create`
+/// is off.
+fn open_parent<'a>(
+    root: &Path,
+    rel: &'a str,
+    create: bool,
+    writing: bool,
+) -> Result<Option<(OwnedFd, &'a str)>, HostFsError> {
+    let names = names(rel, writing)?;
+    let (last, parents) = names
+        .split_last()
+        .ok_or_else(|| refused(rel, "it names no file"))?;
+    let mut dir = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
+        .map_err(|e| io("open the workspace", root.to_path_buf(), e))?;
+    let mut at = root.to_path_buf();
     for n in parents {
-        dir.push(n);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!(
-                    "{} is a symlink; belay does not go through links",
-                    dir.display()
-                ))
+        at.push(n);
+        let next = match rustix::fs::openat(&dir, *n, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) if create => {
+                match rustix::fs::mkdirat(&dir, *n, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(io("create", at, e)),
+                }
+                rustix::fs::openat(&dir, *n, DIR_FLAGS, Mode::empty())
+                    .map_err(|e| not_a_dir(rel, &at, e))?
             }
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(format!("{} is not a directory", dir.display())),
-            Err(_) if create => std::fs::create_dir(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: {e}", dir.display())),
-        }
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(not_a_dir(rel, &at, e)),
+        };
+        dir = next;
     }
-    Ok(Some(dir.join(last)))
+    Ok(Some((dir, last)))
+}
+
+fn not_a_dir(rel: &str, at: &Path, e: Errno) -> HostFsError {
+    match e {
+        Errno::LOOP | Errno::NOTDIR => refused(
+            rel,
+            format!(
+                "{} is a symlink or not a directory; belay does not go through links",
+                at.display()
+            ),
+        ),
+        e => io("open", at.to_path_buf(), e),
+    }
 }
 
 /// Read a regular file (not a link), at most `max` bytes. `Ok(None)` when absent.
-pub fn read(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
-    let Some(path) = resolve(root, rel, false, false)? else {
+pub fn read(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, HostFsError> {
+    let Some((dir, name)) = open_parent(root, rel, false, false)? else {
         return Ok(None);
     };
-    let f = match OpenOptions::new()
-        .read(true)
-        .custom_flags(nofollow())
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(format!(
-                "cannot read {} (belay does not read through links): {e}",
-                path.display()
+    let path = root.join(rel);
+    let fd = match rustix::fs::openat(
+        &dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => {
+            return Err(refused(
+                rel,
+                "it is a symlink; belay does not read through links",
             ))
         }
+        Err(e) => return Err(io("read", path, e)),
     };
-    let meta = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
+    let st = rustix::fs::fstat(&fd).map_err(|e| io("stat", path.clone(), e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(refused(rel, "it is not a regular file"));
     }
-    let mut out = Vec::with_capacity(meta.len().min(max) as usize);
+    let f = File::from(fd);
+    let mut out = Vec::with_capacity((st.st_size as u64).min(max) as usize);
     f.take(max)
         .read_to_end(&mut out)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(|source| HostFsError::Io {
+            op: "read",
+            path,
+            source,
+        })?;
     Ok(Some(out))
 }
 
-/// Write a file atomically (a fresh temporary file, then a rename that
-/// replaces a link rather than following it). An existing file keeps its mode.
-pub fn write(root: &Path, rel: &str, content: &[u8]) -> Result<(), String> {
-    let path = resolve(root, rel, true, true)?
-        .ok_or_else(|| format!("`{rel}`: a parent directory could not be made"))?;
-    let mode = match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!(
-                "{} is a symlink; belay does not write through links",
-                path.display()
-            ))
-        }
-        Ok(m) if !m.is_file() => return Err(format!("{} is not a regular file", path.display())),
-        Ok(m) => Some(std::os::unix::fs::PermissionsExt::mode(&m.permissions())),
-        Err(_) => None,
+/// Write a file atomically: a fresh temporary file in the same directory
+/// (created exclusively, never through a link), then a rename over the name,
+/// which replaces a link rather than following it. An existing regular file
+/// keeps its mode.
+pub fn write(root: &Path, rel: &str, content: &[u8]) -> Result<(), HostFsError> {
+    let (dir, name) = open_parent(root, rel, true, true)?
+        .ok_or_else(|| refused(rel, "a parent directory could not be made"))?;
+    let path = root.join(rel);
+    let mode = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => Some(st.st_mode & 0o7777),
+            FileType::Symlink => {
+                return Err(refused(
+                    rel,
+                    "it is a symlink; belay does not write through links",
+                ))
+            }
+            _ => return Err(refused(rel, "it is not a regular file")),
+        },
+        Err(Errno::NOENT) => None,
+        Err(e) => return Err(io("stat", path, e)),
     };
-    let dir = path.parent().unwrap_or(root);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let tmp = dir.join(format!(".{name}.belay-{}-{nonce}", std::process::id()));
+    let nonce = fastrand::u64(..);
+    let tmp = format!(".{name}.belay-{}-{nonce:016x}", std::process::id());
+    let fd = rustix::fs::openat(
+        &dir,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode.unwrap_or(0o644) & 0o777),
+    )
+    .map_err(|e| io("create", root.join(&tmp), e))?;
     let result = (|| {
-        let mut f: File = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(nofollow())
-            .open(&tmp)
-            .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-        f.write_all(content)
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
         if let Some(m) = mode {
-            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(m))
-                .map_err(|e| format!("cannot set the mode of {}: {e}", tmp.display()))?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(m))
+                .map_err(|e| io("set the mode of", path.clone(), e))?;
         }
-        f.sync_all()
-            .map_err(|e| format!("cannot sync {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+        let mut f = File::from(fd);
+        f.write_all(content).map_err(|source| HostFsError::Io {
+            op: "write",
+            path: path.clone(),
+            source,
+        })?;
+        f.sync_all().map_err(|source| HostFsError::Io {
+            op: "sync",
+            path: path.clone(),
+            source,
+        })?;
+        rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)
+            .map_err(|e| io("replace", path.clone(), e))
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
     }
     result
 }
 
 /// Delete a file (a link itself, never its target). Whether there was one.
-pub fn remove(root: &Path, rel: &str) -> Result<bool, String> {
-    let Some(path) = resolve(root, rel, false, true)? else {
+pub fn remove(root: &Path, rel: &str) -> Result<bool, HostFsError> {
+    let Some((dir, name)) = open_parent(root, rel, false, true)? else {
         return Ok(false);
     };
-    match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.is_dir() => Err(format!("{} is a directory", path.display())),
-        Ok(_) => std::fs::remove_file(&path)
-            .map(|_| true)
-            .map_err(|e| format!("cannot delete {}: {e}", path.display())),
-        Err(_) => Ok(false),
+    remove_at(dir.as_fd(), name, &root.join(rel), rel)
+}
+
+fn remove_at(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    rel: &str,
+) -> Result<bool, HostFsError> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) => Ok(true),
+        Err(Errno::NOENT) => Ok(false),
+        Err(Errno::ISDIR) | Err(Errno::PERM) => {
+            match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                    Err(refused(rel, "it is a directory"))
+                }
+                _ => Err(io("delete", path.to_path_buf(), Errno::PERM)),
+            }
+        }
+        Err(e) => Err(io("delete", path.to_path_buf(), e)),
     }
+}
+
+/// Whether `rel` can be reached without a link in any parent (for git
+/// pathspecs: git refuses a pathspec "beyond a symbolic link").
+pub fn parents_are_dirs(root: &Path, rel: &str) -> bool {
+    matches!(open_parent(root, rel, false, false), Ok(Some(_)))
 }
 
 #[cfg(test)]
@@ -174,20 +293,102 @@ mod tests {
         assert!(read(&root, "up/secret.txt", 100).is_err());
         assert!(read(&root, "../secret.txt", 100).is_err());
         assert_eq!(read(&root, "missing.txt", 100).unwrap(), None);
+        assert_eq!(read(&root, "no/such/dir.txt", 100).unwrap(), None);
         // Writes neither follow links nor reach .git, however spelled.
         assert!(write(&root, "link.txt", b"x").is_err());
         assert!(write(&root, "up/secret.txt", b"x").is_err());
         assert!(write(&root, "./.git/config", b"x").is_err());
-        assert!(write(&root, "sub/.git/hooks/x", b"x").is_err());
+        assert!(write(&root, "sub/.GIT/hooks/x", b"x").is_err());
+        assert!(write(&root, "/etc/passwd", b"x").is_err());
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "host secret");
         // A planted temporary name does not redirect the write.
         write(&root, "a/b.txt", b"one").unwrap();
         assert_eq!(read(&root, "./a/b.txt", 100).unwrap().unwrap(), b"one");
         write(&root, "a/b.txt", b"two").unwrap();
         assert_eq!(read(&root, "a/b.txt", 2).unwrap().unwrap(), b"tw");
+        // Modes are kept.
+        std::fs::set_permissions(
+            root.join("a/b.txt"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o750),
+        )
+        .unwrap();
+        write(&root, "a/b.txt", b"three").unwrap();
+        let m = std::fs::metadata(root.join("a/b.txt")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777,
+            0o750
+        );
         // Removing a link removes the link only.
         assert!(remove(&root, "link.txt").unwrap());
         assert!(outside.exists());
         assert!(!remove(&root, "link.txt").unwrap());
+        assert!(remove(&root, "a").is_err(), "directories are not removed");
+        assert!(!parents_are_dirs(&root, "up/secret.txt"));
+        assert!(parents_are_dirs(&root, "a/b.txt"));
+    }
+
+    /// The attack of finding 2/3: a racer swaps a directory with a link to a
+    /// host directory (`renameat2(RENAME_EXCHANGE)`) while belay reads,
+    /// writes and deletes under it. Nothing outside may ever be touched.
+    #[test]
+    fn a_racing_directory_link_swap_never_reaches_outside() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("ws");
+        let outside = d.path().join("host-git");
+        std::fs::create_dir_all(root.join("x")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("config"), "host config").unwrap();
+        std::fs::write(outside.join("victim"), "keep me").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("xl")).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let racer = {
+            let stop = stop.clone();
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let dir = rustix::fs::open(&root, DIR_FLAGS, Mode::empty()).unwrap();
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if rustix::fs::renameat_with(
+                        &dir,
+                        "x",
+                        &dir,
+                        "xl",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .is_ok()
+                    {
+                        swaps += 1;
+                    }
+                }
+                swaps
+            })
+        };
+        let mut landed = 0;
+        for i in 0..3000 {
+            if write(&root, "x/config", format!("planted {i}").as_bytes()).is_ok() {
+                landed += 1;
+            }
+            let _ = read(&root, "x/victim", 100);
+            let _ = remove(&root, "x/victim");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = racer.join().unwrap();
+        assert!(swaps > 1000, "the racer ran ({swaps} swaps)");
+        assert!(landed > 0, "some writes went to the real directory");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("config")).unwrap(),
+            "host config"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("victim")).unwrap(),
+            "keep me"
+        );
+        let extra: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(extra.len(), 2, "nothing was created outside: {extra:?}");
     }
 }

@@ -15,22 +15,24 @@
 pub mod bootstrap;
 mod docker;
 mod error;
+pub mod firewall;
 pub mod hostfs;
 pub mod infra;
 pub mod labels;
 pub mod logsink;
+pub mod procs;
 pub mod reaper;
 mod runtime;
 mod tarstream;
 pub mod trust;
 
-pub use docker::DockerRuntime;
+pub use docker::{default_memory, DockerRuntime, DEFAULT_PIDS};
 pub use error::SandboxError;
 pub use infra::InfraFailure;
 pub use logsink::{ExecObserver, NoopObserver, StreamKind};
 pub use runtime::{
     BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, ExecOutcome,
-    ExecSpec, ImageInfo, Mount, Network,
+    ExecSpec, ImageInfo, Mount, Network, NetworkInfo,
 };
 pub use tarstream::{DockerIgnore, TarFilter};
 

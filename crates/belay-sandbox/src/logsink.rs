@@ -1,22 +1,27 @@
-//! Streaming exec output to a log file, with redaction and bounded tails.
+//! Streaming exec output to a log file, with redaction, a size cap and
+//! bounded tails.
 //!
 //! Output is never held whole: bytes are written through to the log as they
-//! arrive (line-buffered only when secrets must be scrubbed, with a bounded line
-//! buffer), and only the last [`TAIL_BYTES`] of each stream are kept in memory.
+//! arrive, and only the last [`TAIL_BYTES`] of each stream are kept in memory.
+//! Redaction is a property of the stream, not of lines: stdout and stderr are
+//! merged into the log through one [`StreamRedactor`], which holds back only
+//! as many bytes as the longest secret form, so a secret split across writes,
+//! across the two streams, or printed without a newline is still scrubbed.
+//! A log stops growing at its cap; the rest is counted and a marker says so.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use belay_record::Redactor;
+use belay_record::{Redactor, StreamRedactor};
 
 use crate::SandboxError;
 
 /// Bytes of each stream kept for `stdout_tail` / `stderr_tail`.
 pub const TAIL_BYTES: usize = 4096;
-/// Longest partial line held back for redaction before it is flushed anyway.
-const MAX_PENDING: usize = 64 * 1024;
+/// The cap of one exec's log when none is given.
+pub const DEFAULT_LOG_LIMIT: u64 = 64 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamKind {
@@ -38,22 +43,29 @@ impl ExecObserver for NoopObserver {
 
 struct Tail {
     buf: VecDeque<u8>,
+    /// Whether bytes were dropped off the front (the tail starts mid-stream).
+    cut: bool,
 }
 
 impl Tail {
     fn new() -> Self {
         Self {
             buf: VecDeque::with_capacity(TAIL_BYTES),
+            cut: false,
         }
     }
 
     fn push(&mut self, bytes: &[u8]) {
         let bytes = if bytes.len() > TAIL_BYTES {
+            self.cut = true;
             &bytes[bytes.len() - TAIL_BYTES..]
         } else {
             bytes
         };
         let overflow = (self.buf.len() + bytes.len()).saturating_sub(TAIL_BYTES);
+        if overflow > 0 {
+            self.cut = true;
+        }
         self.buf.drain(..overflow);
         self.buf.extend(bytes);
     }
@@ -64,7 +76,9 @@ impl Tail {
         v.extend_from_slice(a);
         v.extend_from_slice(b);
         let s = String::from_utf8_lossy(&v);
-        redactor.redact(&s).into_owned()
+        // A secret may be split where the tail starts, or between the two
+        // streams where it ends: mask partial forms at both edges.
+        redactor.redact_fragment(&s)
     }
 }
 
@@ -74,9 +88,14 @@ pub struct LogSink<'a> {
     out: BufWriter<File>,
     redactor: &'a Redactor,
     observer: &'a dyn ExecObserver,
-    pending: [Vec<u8>; 2],
+    merged: StreamRedactor,
+    /// Per stream, so that each tail is redacted as its own stream.
+    streams: [StreamRedactor; 2],
     tails: [Tail; 2],
+    scratch: Vec<u8>,
     written: u64,
+    limit: u64,
+    dropped: u64,
 }
 
 impl<'a> LogSink<'a> {
@@ -85,8 +104,18 @@ impl<'a> LogSink<'a> {
         redactor: &'a Redactor,
         observer: &'a dyn ExecObserver,
     ) -> Result<Self, SandboxError> {
+        Self::with_limit(path, redactor, observer, DEFAULT_LOG_LIMIT)
+    }
+
+    /// A sink whose log stops at `limit` bytes (0: no cap).
+    pub fn with_limit(
+        path: &Path,
+        redactor: &'a Redactor,
+        observer: &'a dyn ExecObserver,
+        limit: u64,
+    ) -> Result<Self, SandboxError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
+            fs_err::create_dir_all(dir)
                 .map_err(|e| SandboxError::io("cannot create log directory", dir, e))?;
         }
         let file =
@@ -96,69 +125,78 @@ impl<'a> LogSink<'a> {
             out: BufWriter::with_capacity(64 * 1024, file),
             redactor,
             observer,
-            pending: [Vec::new(), Vec::new()],
+            merged: StreamRedactor::new(redactor.clone()),
+            streams: [
+                StreamRedactor::new(redactor.clone()),
+                StreamRedactor::new(redactor.clone()),
+            ],
             tails: [Tail::new(), Tail::new()],
+            scratch: Vec::new(),
             written: 0,
+            limit: if limit == 0 { u64::MAX } else { limit },
+            dropped: 0,
         })
     }
 
     /// Append a line of belay's own (a header or a note) to the log.
     pub fn note(&mut self, text: &str) -> Result<(), SandboxError> {
         let line = format!("{}\n", self.redactor.redact(text));
-        self.write_out(StreamKind::Stdout, line.as_bytes(), false)
+        self.tails[0].push(line.as_bytes());
+        self.write_log(line.as_bytes())
     }
 
     pub fn push(&mut self, stream: StreamKind, bytes: &[u8]) -> Result<(), SandboxError> {
-        if self.redactor.is_empty() {
-            return self.write_out(stream, bytes, true);
-        }
         let idx = stream as usize;
-        let mut pending = std::mem::take(&mut self.pending[idx]);
-        pending.extend_from_slice(bytes);
-        let cut = match pending.iter().rposition(|&b| b == b'\n') {
-            Some(i) => i + 1,
-            None if pending.len() > MAX_PENDING => pending.len(),
-            None => 0,
-        };
-        if cut > 0 {
-            let rest = pending.split_off(cut);
-            self.write_redacted(stream, &pending)?;
-            pending = rest;
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        self.streams[idx].push(bytes, &mut out);
+        self.tails[idx].push(&out);
+        out.clear();
+        self.merged.push(bytes, &mut out);
+        if !out.is_empty() {
+            self.observer.output(stream, &out);
         }
-        self.pending[idx] = pending;
-        Ok(())
+        let r = self.write_log(&out);
+        self.scratch = out;
+        r
     }
 
-    fn write_redacted(&mut self, stream: StreamKind, bytes: &[u8]) -> Result<(), SandboxError> {
-        let text = String::from_utf8_lossy(bytes);
-        let red = self.redactor.redact(&text);
-        self.write_out(stream, red.as_bytes(), true)
-    }
-
-    fn write_out(
-        &mut self,
-        stream: StreamKind,
-        bytes: &[u8],
-        observe: bool,
-    ) -> Result<(), SandboxError> {
-        self.out
-            .write_all(bytes)
-            .map_err(|e| SandboxError::io("cannot write log", &self.path, e))?;
-        self.written += bytes.len() as u64;
-        self.tails[stream as usize].push(bytes);
-        if observe {
-            self.observer.output(stream, bytes);
+    fn write_log(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
+        let room = self.limit.saturating_sub(self.written);
+        let n = (bytes.len() as u64).min(room) as usize;
+        if n > 0 {
+            self.out
+                .write_all(&bytes[..n])
+                .map_err(|e| SandboxError::io("cannot write log", &self.path, e))?;
+            self.written += n as u64;
         }
+        self.dropped += (bytes.len() - n) as u64;
         Ok(())
     }
 
     /// Flush everything; returns (stdout tail, stderr tail, bytes written).
     pub fn finish(mut self) -> Result<(String, String, u64), SandboxError> {
-        for (idx, stream) in [(0, StreamKind::Stdout), (1, StreamKind::Stderr)] {
-            let pending = std::mem::take(&mut self.pending[idx]);
-            if !pending.is_empty() {
-                self.write_redacted(stream, &pending)?;
-            }
+        let mut out = Vec::new();
+        for idx in 0..2 {
+            out.clear();
+            self.streams[idx].finish(&mut out);
+            self.tails[idx].push(&out);
+        }
+        out.clear();
+        self.merged.finish(&mut out);
+        if !out.is_empty() {
+            self.observer.output(StreamKind::Stdout, &out);
+        }
+        self.write_log(&out)?;
+        if self.dropped > 0 {
+            let marker = format!(
+                "\n[belay] log truncated at {} bytes; {} more bytes were not kept (the cap is isolation.log_limit)\n",
+                self.written, self.dropped
+            );
+            self.out
+                .write_all(marker.as_bytes())
+                .map_err(|e| SandboxError::io("cannot write log", &self.path, e))?;
+            self.written += marker.len() as u64;
         }
         self.out
             .flush()
@@ -173,6 +211,7 @@ impl<'a> LogSink<'a> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -195,5 +234,40 @@ mod tests {
         assert!(err.len() <= TAIL_BYTES);
         assert!(err.ends_with("0123456789\nlast"));
         assert_eq!(n as usize, log.len());
+    }
+
+    #[test]
+    fn halves_on_two_streams_without_newlines_are_scrubbed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.log");
+        let red = Redactor::new([("K".to_string(), "canary-split-4242".to_string())]);
+        let mut s = LogSink::create(&p, &red, &NoopObserver).unwrap();
+        s.push(StreamKind::Stdout, &vec![b'a'; 65530]).unwrap();
+        s.push(StreamKind::Stdout, b"canary-").unwrap();
+        s.push(StreamKind::Stderr, b"split-4242").unwrap();
+        let (out, err, _) = s.finish().unwrap();
+        let log = std::fs::read_to_string(&p).unwrap();
+        assert!(log.ends_with("[REDACTED:K]"), "{}", &log[log.len() - 40..]);
+        assert!(
+            !out.contains("canary-") && !err.contains("split-4242"),
+            "{out} / {err}"
+        );
+    }
+
+    #[test]
+    fn a_log_stops_at_its_cap_with_a_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.log");
+        let red = Redactor::default();
+        let mut s = LogSink::with_limit(&p, &red, &NoopObserver, 1000).unwrap();
+        for _ in 0..100 {
+            s.push(StreamKind::Stdout, &[b'x'; 100]).unwrap();
+        }
+        s.push(StreamKind::Stdout, b"the end").unwrap();
+        let (out, _, n) = s.finish().unwrap();
+        let log = std::fs::read_to_string(&p).unwrap();
+        assert!(log.len() < 1200 && n as usize == log.len(), "{}", log.len());
+        assert!(log.contains("[belay] log truncated at 1000 bytes; 9007 more bytes"));
+        assert!(out.ends_with("the end"), "the tail still shows the end");
     }
 }

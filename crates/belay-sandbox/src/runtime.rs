@@ -25,6 +25,13 @@ impl Network {
     }
 }
 
+/// A network belay made: the host's address on it, and its bridge interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkInfo {
+    pub gateway: String,
+    pub bridge: Option<String>,
+}
+
 /// A bind mount from the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
@@ -47,8 +54,11 @@ pub struct ContainerSpec {
     pub mounts: Vec<Mount>,
     pub read_only_rootfs: bool,
     pub drop_capabilities: bool,
+    /// Memory cap (`None`: [`crate::default_memory`]; `Some(0)`: none).
     pub memory_bytes: Option<i64>,
     pub nano_cpus: Option<i64>,
+    /// Process cap (`None`: [`crate::DEFAULT_PIDS`]; `Some(0)`: none).
+    pub pids_limit: Option<i64>,
     /// Leave the owner labels blank: a container kept for the user, which the
     /// reaper must not remove when this process is gone.
     pub unowned: bool,
@@ -71,6 +81,9 @@ pub struct ExecSpec {
     pub timeout: Option<Duration>,
     /// Full stdout and stderr go here, streamed, redacted.
     pub log_path: PathBuf,
+    /// Cap of the log in bytes (`None`: [`crate::logsink::DEFAULT_LOG_LIMIT`],
+    /// `Some(0)`: none); output past it is counted, not kept.
+    pub log_limit: Option<u64>,
 }
 
 /// How an exec ended. Tails are bounded and redacted.
@@ -142,12 +155,17 @@ pub trait ContainerRuntime: Send + Sync {
     /// Create and start a container that idles until commands are exec'd into it.
     /// It carries `belay=true`, `belay.run` and the owner labels.
     async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError>;
+    /// End a step: kill every process in the container except its own init
+    /// and main process (by recorded identity, never by name), and empty its
+    /// `/tmp` and `/dev/shm`. How many processes were killed.
+    async fn end_step(&self, container: &str) -> Result<usize, SandboxError>;
     async fn remove(&self, container: &str) -> Result<(), SandboxError>;
     /// Remove a named volume (gone already counts as removed).
     async fn remove_volume(&self, name: &str) -> Result<(), SandboxError>;
     /// Create a network (or find the one of that name); the host's address on
     /// it (its gateway). `internal`: no route out of it.
-    async fn ensure_network(&self, name: &str, internal: bool) -> Result<String, SandboxError>;
+    async fn ensure_network(&self, name: &str, internal: bool)
+        -> Result<NetworkInfo, SandboxError>;
     async fn remove_network(&self, name: &str) -> Result<(), SandboxError>;
     /// Remove a container in the background; await the handle before exiting.
     fn remove_detached(&self, container: &str) -> tokio::task::JoinHandle<()>;

@@ -38,6 +38,7 @@ impl Container<'_> {
             env: vec![("GREETING".into(), "hi".into())],
             timeout,
             log_path: dir.path().join("x.log"),
+            log_limit: None,
         };
         self.rt
             .exec(&self.id, &spec, &Redactor::default(), &NoopObserver)
@@ -77,6 +78,7 @@ async fn exec_reports_exit_codes_and_streams_to_the_log() {
         env: vec![("GREETING".into(), "hi".into())],
         timeout: Some(Duration::from_secs(30)),
         log_path: log.clone(),
+        log_limit: None,
     };
     let out = rt.exec(&c.id, &spec, &red, &NoopObserver).await.unwrap();
     rt.remove(&c.id).await.unwrap();

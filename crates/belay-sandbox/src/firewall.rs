@@ -1,0 +1,155 @@
+//! Host firewall rules for belay's internal networks.
+//!
+//! An internal Docker network has no route out, but the host itself is on it:
+//! its gateway address is the host's, and so is every other address of the
+//! host (the default bridge's, the machine's own). A process on the network
+//! reaches any host service that listens on all addresses (a database, the
+//! engine's swarm ports), and over IPv6 link-local too. The only host service
+//! a sandbox may reach is belay's own (the egress proxy or the model
+//! forwarder), on one port each.
+//!
+//! So, for each internal network, belay installs a chain `BELAY-<bridge>` in
+//! the `INPUT` chain for packets arriving on that network's bridge: accept
+//! TCP to the gateway on the allowed ports, drop everything else (IPv4 and
+//! IPv6). [`Firewall`] removes its rules when dropped; [`sweep_stale`]
+//! removes the rules of bridges that no longer exist (a killed run's).
+
+use std::net::IpAddr;
+use std::process::Command;
+
+use crate::SandboxError;
+
+/// The rules of one network, removed on drop.
+#[derive(Debug)]
+pub struct Firewall {
+    chain: String,
+    iface: String,
+    tools: Vec<&'static str>,
+}
+
+fn run(tool: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(tool)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .arg("-w")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {tool}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{tool} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn chain_of(iface: &str) -> String {
+    format!("BELAY-{iface}")
+}
+
+fn has_tool(tool: &str) -> bool {
+    run(tool, &["-S", "INPUT"]).is_ok()
+}
+
+impl Firewall {
+    /// Allow only TCP to `gateway` on `ports` from the bridge `iface`.
+    pub fn lock(iface: &str, gateway: IpAddr, ports: &[u16]) -> Result<Firewall, SandboxError> {
+        let fail = |message: String| {
+            SandboxError::Docker {
+            op: "fence the internal network",
+            message: format!(
+                "{message}. belay needs iptables (run as root, or install the iptables package) so that a sandbox on an internal network reaches only belay's proxy"
+            ),
+        }
+        };
+        if !has_tool("iptables") {
+            return Err(fail("iptables is not usable here".into()));
+        }
+        let chain = chain_of(iface);
+        let mut fw = Firewall {
+            chain: chain.clone(),
+            iface: iface.to_string(),
+            tools: vec!["iptables"],
+        };
+        if has_tool("ip6tables") {
+            fw.tools.push("ip6tables");
+        }
+        let gw = gateway.to_string();
+        for tool in fw.tools.clone() {
+            if run(tool, &["-N", &chain]).is_err() {
+                run(tool, &["-F", &chain]).map_err(fail)?;
+            }
+            if tool == "iptables" {
+                for p in ports {
+                    let port = p.to_string();
+                    run(
+                        tool,
+                        &[
+                            "-A", &chain, "-p", "tcp", "-d", &gw, "--dport", &port, "-j", "ACCEPT",
+                        ],
+                    )
+                    .map_err(fail)?;
+                }
+            }
+            run(tool, &["-A", &chain, "-j", "DROP"]).map_err(fail)?;
+            if run(tool, &["-C", "INPUT", "-i", iface, "-j", &chain]).is_err() {
+                run(tool, &["-I", "INPUT", "1", "-i", iface, "-j", &chain]).map_err(fail)?;
+            }
+        }
+        Ok(fw)
+    }
+
+    pub fn chain(&self) -> &str {
+        &self.chain
+    }
+}
+
+fn remove(tools: &[&str], iface: &str, chain: &str) {
+    for tool in tools {
+        while run(tool, &["-D", "INPUT", "-i", iface, "-j", chain]).is_ok() {}
+        let _ = run(tool, &["-F", chain]);
+        let _ = run(tool, &["-X", chain]);
+    }
+}
+
+impl Drop for Firewall {
+    fn drop(&mut self) {
+        remove(&self.tools, &self.iface, &self.chain);
+    }
+}
+
+/// Remove the chains of bridges that no longer exist. How many were removed.
+pub fn sweep_stale() -> usize {
+    let mut n = 0;
+    for tool in ["iptables", "ip6tables"] {
+        let Ok(rules) = run(tool, &["-S"]) else {
+            continue;
+        };
+        for line in rules.lines() {
+            let Some(chain) = line.strip_prefix("-N BELAY-") else {
+                continue;
+            };
+            let iface = chain.trim();
+            if !std::path::Path::new("/sys/class/net").join(iface).exists() {
+                remove(&[tool], iface, &chain_of(iface));
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The bridge interface name belay gives a network (at most 15 bytes).
+pub fn bridge_name(network: &str) -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(network.as_bytes());
+    let hex: String = h.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("bly{hex}")
+}

@@ -1,0 +1,144 @@
+//! Ending everything a step started.
+//!
+//! A container runs two processes of its own: the engine's init (PID 1 in the
+//! container) and its idle main process. Every other process in the
+//! container's pid namespace was started by a step, directly or not: a
+//! double-forked daemon, a process renamed with `exec -a sleep`, one
+//! reparented to PID 1. At the end of a step all of them are killed.
+//!
+//! The kill is done from the host, by namespace, not by name: every process
+//! whose `/proc/<pid>/ns/pid` is the container's is killed, except the two
+//! recorded (pid **and** start time) when the container started, which a
+//! process in the container cannot impersonate. Nothing inside the container
+//! takes part, so nothing inside can interfere. The passes repeat until the
+//! namespace holds only the two (a fork during a pass is caught by the next;
+//! the pids limit bounds how many there can be).
+//!
+//! Then the step's writable scratch (`/tmp` and `/dev/shm`, both tmpfs in the
+//! container) is emptied from the host through `/proc/<init>/root`, so the
+//! next step starts with its own `HOME` (`/tmp`) and nothing a step left there
+//! (a `~/.netrc` holding a secret) reaches the next.
+
+use std::path::{Path, PathBuf};
+
+use belay_record::ProcessIdentity;
+
+/// The processes of a container that are not a step's: its init and main
+/// process, as host pids with their start times.
+#[derive(Debug, Clone)]
+pub struct ContainerProcs {
+    init: ProcessIdentity,
+    main: Option<ProcessIdentity>,
+    ns: PathBuf,
+}
+
+/// How many processes a sweep killed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub killed: usize,
+    pub passes: usize,
+}
+
+fn ns_of(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+impl ContainerProcs {
+    /// Record a just-started container from its init's host pid (the
+    /// engine's `State.Pid`). `None` when that pid is not visible here (a
+    /// remote engine, or belay in another pid namespace).
+    pub fn record(init_pid: u32) -> Option<ContainerProcs> {
+        let init = ProcessIdentity::of(init_pid)?;
+        let ns = ns_of(init_pid)?;
+        let children =
+            std::fs::read_to_string(format!("/proc/{init_pid}/task/{init_pid}/children"))
+                .unwrap_or_default();
+        let main = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .and_then(ProcessIdentity::of);
+        Some(ContainerProcs { init, main, ns })
+    }
+
+    fn keeps(&self, pid: u32) -> bool {
+        let same = |k: &ProcessIdentity| {
+            k.pid == pid && ProcessIdentity::of(pid).is_some_and(|now| now == *k)
+        };
+        same(&self.init) || self.main.as_ref().is_some_and(same)
+    }
+
+    /// The pids in the container's namespace that are not its own.
+    fn strays(&self) -> Vec<u32> {
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+            .filter(|&pid| ns_of(pid).as_deref() == Some(self.ns.as_path()))
+            .filter(|&pid| !self.keeps(pid))
+            .collect()
+    }
+
+    /// Kill every process of the namespace but the container's own two.
+    pub fn sweep(&self) -> Result<Swept, String> {
+        if !self.init.is_alive() {
+            return Err("the container's init is gone (was the container stopped?)".into());
+        }
+        let mut swept = Swept::default();
+        for pass in 0..200 {
+            let strays = self.strays();
+            if strays.is_empty() {
+                swept.passes = pass;
+                return Ok(swept);
+            }
+            for pid in strays {
+                let Some(p) = rustix::process::Pid::from_raw(pid as i32) else {
+                    continue;
+                };
+                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
+                    swept.killed += 1;
+                }
+            }
+        }
+        Err(format!(
+            "processes kept appearing after 200 passes ({} killed)",
+            swept.killed
+        ))
+    }
+
+    /// Empty the container's `/tmp` and `/dev/shm` (run after [`Self::sweep`],
+    /// when nothing in the container can race the removal; links are removed,
+    /// never followed).
+    pub fn wipe_scratch(&self) -> Result<(), String> {
+        let root = PathBuf::from(format!("/proc/{}/root", self.init.pid));
+        for dir in ["tmp", "dev/shm"] {
+            empty_dir(&root.join(dir))?;
+        }
+        Ok(())
+    }
+}
+
+fn empty_dir(dir: &Path) -> Result<(), String> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        let r = if is_dir {
+            // std's remove_dir_all does not follow links.
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        if let Err(e) = r {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(format!("cannot remove {}: {e}", p.display()));
+            }
+        }
+    }
+    Ok(())
+}
