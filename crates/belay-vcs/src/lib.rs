@@ -1,11 +1,34 @@
-//! git, through the git CLI.
+//! git, through the git CLI, hardened for a work tree that sandboxes write.
 //!
 //! Every call runs with an explicit environment (nothing inherited but PATH,
-//! HOME and the locale), no terminal prompt, no system config, and
-//! `core.hooksPath` pointed at an empty directory: repository hooks never run.
+//! HOME and the locale), no terminal prompt, no pager or editor, no system
+//! config, an explicit git dir and work tree (no discovery, so a planted
+//! `.git` elsewhere is never picked up), and a command line that neutralises
+//! everything in a repository's config that would run a program on the host:
+//!
+//! * `core.hooksPath` on an empty directory: repository hooks never run;
+//! * `core.fsmonitor=false`, `protocol.ext.allow=never`;
+//! * every filter driver (`filter.<name>.clean|smudge|process`) that any
+//!   config scope defines is overridden with an empty command, so
+//!   `.gitattributes` cannot invoke one;
+//! * every command that makes a patch (`diff`, `log`, `show`,
+//!   `format-patch`) gets `--no-ext-diff --no-textconv`: neither
+//!   `diff.external` nor a diff driver's `command` or `textconv` runs;
+//! * submodules are never recursed into (`submodule.recurse=false`,
+//!   `diff.ignoreSubmodules=all`), so a nested repository's config is never read
+//!   as git's own.
+//!
+//! The commit point ([`Git::commit_checked`]) also refuses embedded
+//! repositories and gitlinks, and scans the staged blobs for secrets before
+//! any object reaches the repository (see `commit.rs`).
+
+mod commit;
+mod sanitize;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+pub use commit::{CommitOutcome, CommitRequest, Refusal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VcsError {
@@ -22,12 +45,29 @@ pub enum VcsError {
     },
     #[error("{0} is not a git work tree: run `git init` there, or point the run at one")]
     NotARepo(PathBuf),
+    #[error("cannot {op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl VcsError {
+    fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        VcsError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }
 
 /// A git work tree.
 #[derive(Debug, Clone)]
 pub struct Git {
     root: PathBuf,
+    git_dir: PathBuf,
     /// An empty directory used as `core.hooksPath`.
     hooks: PathBuf,
 }
@@ -39,23 +79,126 @@ pub struct Commit {
     pub files: Vec<String>,
 }
 
+/// The fixed part of the hardening, before the per-repository driver overrides.
+const HARDENING: &[&str] = &[
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "protocol.ext.allow=never",
+    "submodule.recurse=false",
+    "status.submoduleSummary=false",
+    "diff.ignoreSubmodules=all",
+    "core.alternateRefsCommand=",
+    "core.pager=cat",
+    "gc.auto=0",
+    "maintenance.auto=false",
+];
+
+fn base_command(hooks: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.env_clear();
+    for k in ["PATH", "HOME", "LANG", "LC_ALL", "TZ"] {
+        if let Ok(v) = std::env::var(k) {
+            c.env(k, v);
+        }
+    }
+    c.env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_PAGER", "cat")
+        .env("GIT_EDITOR", "true")
+        .env("GIT_ASKPASS", "true")
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .stdin(std::process::Stdio::null())
+        .arg("-c")
+        .arg(format!("core.hooksPath={}", hooks.display()));
+    for h in HARDENING {
+        c.arg("-c").arg(h);
+    }
+    c
+}
+
+fn output_of(mut c: Command, dir: &Path, args: &[&str]) -> Result<String, VcsError> {
+    let out = c.args(args).output().map_err(|source| VcsError::Spawn {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(VcsError::Failed {
+            dir: dir.to_path_buf(),
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The `-c` overrides that empty every filter and diff driver the config
+/// names (`git config --list` never runs a program).
+fn driver_overrides(names: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for key in names.split('\0').map(str::trim).filter(|k| !k.is_empty()) {
+        let lower = key.to_ascii_lowercase();
+        let Some((section, rest)) = lower.split_once('.') else {
+            continue;
+        };
+        let Some((_, var)) = rest.rsplit_once('.') else {
+            continue;
+        };
+        // The subsection keeps its case in the key git printed.
+        let sub = &key[section.len() + 1..key.len() - var.len() - 1];
+        let keys: &[&str] = match (section, var) {
+            ("filter", "clean" | "smudge" | "process" | "required") => {
+                &["clean=", "smudge=", "process=", "required=false"]
+            }
+            _ => continue,
+        };
+        for k in keys {
+            let o = format!("{section}.{sub}.{k}");
+            if !out.contains(&o) {
+                out.push(o);
+            }
+        }
+    }
+    out
+}
+
+/// `args` with `--no-ext-diff --no-textconv` after a patch-making subcommand.
+fn patch_safe<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = args.to_vec();
+    if let Some(i) = v.iter().position(|a| !a.starts_with('-')) {
+        if matches!(
+            v[i],
+            "diff" | "log" | "show" | "format-patch" | "whatchanged"
+        ) {
+            v.insert(i + 1, "--no-textconv");
+            v.insert(i + 1, "--no-ext-diff");
+        }
+    }
+    v
+}
+
 impl Git {
     /// Open the work tree containing `dir`. `hooks_dir`: an empty directory
     /// belay owns (created if missing), used as the hooks path.
     pub fn open(dir: &Path, hooks_dir: &Path) -> Result<Self, VcsError> {
-        std::fs::create_dir_all(hooks_dir).map_err(|source| VcsError::Spawn {
+        fs_err::create_dir_all(hooks_dir).map_err(|source| VcsError::Spawn {
             dir: hooks_dir.to_path_buf(),
             source,
         })?;
-        let probe = Git {
-            root: dir.to_path_buf(),
-            hooks: hooks_dir.to_path_buf(),
+        let mut c = base_command(hooks_dir);
+        c.current_dir(dir);
+        let out = output_of(
+            c,
+            dir,
+            &["rev-parse", "--show-toplevel", "--absolute-git-dir"],
+        )
+        .map_err(|_| VcsError::NotARepo(dir.to_path_buf()))?;
+        let mut lines = out.lines();
+        let (Some(top), Some(git_dir)) = (lines.next(), lines.next()) else {
+            return Err(VcsError::NotARepo(dir.to_path_buf()));
         };
-        let top = probe
-            .run(&["rev-parse", "--show-toplevel"])
-            .map_err(|_| VcsError::NotARepo(dir.to_path_buf()))?;
         Ok(Git {
             root: PathBuf::from(top.trim()),
+            git_dir: PathBuf::from(git_dir.trim()),
             hooks: hooks_dir.to_path_buf(),
         })
     }
@@ -64,40 +207,44 @@ impl Git {
         &self.root
     }
 
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("git");
-        c.env_clear();
-        for k in ["PATH", "HOME", "LANG", "LC_ALL", "TZ"] {
-            if let Ok(v) = std::env::var(k) {
-                c.env(k, v);
-            }
+    /// The repository's git directory (`.git`, or a worktree's).
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+
+    /// A hardened git command for this work tree (see the module docs).
+    fn command(&self) -> Result<Command, VcsError> {
+        let scoped = |mut c: Command| {
+            c.env("GIT_DIR", &self.git_dir)
+                .env("GIT_WORK_TREE", &self.root)
+                .current_dir(&self.root);
+            c
+        };
+        let names = output_of(
+            scoped(base_command(&self.hooks)),
+            &self.root,
+            &["config", "-z", "--list", "--name-only"],
+        )
+        .unwrap_or_default();
+        let mut c = scoped(base_command(&self.hooks));
+        for o in driver_overrides(&names) {
+            c.arg("-c").arg(o);
         }
-        c.env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .current_dir(&self.root)
-            .arg("-c")
-            .arg(format!("core.hooksPath={}", self.hooks.display()))
-            .args(args);
-        c
+        Ok(c)
     }
 
     /// Run git; its stdout.
     pub fn run(&self, args: &[&str]) -> Result<String, VcsError> {
-        let out = self
-            .command(args)
-            .output()
-            .map_err(|source| VcsError::Spawn {
-                dir: self.root.clone(),
-                source,
-            })?;
-        if !out.status.success() {
-            return Err(VcsError::Failed {
-                dir: self.root.clone(),
-                args: args.join(" "),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
+        output_of(self.command()?, &self.root, &patch_safe(args))
+    }
+
+    /// Run git with extra environment (a temporary index or object directory).
+    fn run_env(&self, env: &[(&str, &Path)], args: &[&str]) -> Result<String, VcsError> {
+        let mut c = self.command()?;
+        for (k, v) in env {
+            c.env(k, v);
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        output_of(c, &self.root, &patch_safe(args))
     }
 
     pub fn head(&self) -> Result<String, VcsError> {
@@ -107,7 +254,13 @@ impl Git {
     /// Changed, staged or untracked paths (relative to the root), limited to
     /// `paths` when given.
     pub fn dirty(&self, paths: &[&str]) -> Result<Vec<String>, VcsError> {
-        let mut args = vec!["status", "--porcelain=v1", "-z", "--untracked-files=all"];
+        let mut args = vec![
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--ignore-submodules=all",
+        ];
         if !paths.is_empty() {
             args.push("--");
             args.extend(paths);
@@ -129,34 +282,25 @@ impl Git {
         Ok(files)
     }
 
-    /// Stage everything except `exclude` (paths relative to the root); the
-    /// staged paths.
-    pub fn stage_all(&self, exclude: &[String]) -> Result<Vec<String>, VcsError> {
-        let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
-        for e in exclude {
-            args.push(format!(":(exclude){e}"));
+    /// The paths of `.gitmodules` submodules (the gitlinks a commit may hold).
+    pub fn submodule_paths(&self) -> Result<Vec<String>, VcsError> {
+        if !self.root.join(".gitmodules").is_file() {
+            return Ok(Vec::new());
         }
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run(&refs)?;
-        let staged = self.run(&["diff", "--cached", "--name-only", "-z"])?;
-        Ok(staged
+        let out = self
+            .run(&[
+                "config",
+                "-z",
+                "--file",
+                ".gitmodules",
+                "--get-regexp",
+                r"^submodule\..*\.path$",
+            ])
+            .unwrap_or_default();
+        Ok(out
             .split('\0')
-            .filter(|s| !s.is_empty())
-            .map(String::from)
+            .filter_map(|e| e.split_once('\n').map(|(_, v)| v.to_string()))
             .collect())
-    }
-
-    /// The staged change as a patch (binary files as markers).
-    pub fn staged_diff(&self) -> Result<String, VcsError> {
-        // --text: a `-diff` attribute or a NUL byte cannot hide content.
-        self.run(&[
-            "diff",
-            "--cached",
-            "--text",
-            "--no-textconv",
-            "--no-color",
-            "--no-ext-diff",
-        ])
     }
 
     /// Undo staging (the work tree is untouched).
@@ -164,7 +308,7 @@ impl Git {
         self.run(&["reset", "-q"]).map(|_| ())
     }
 
-    /// Commit what is staged.
+    /// Commit what is staged in the index.
     pub fn commit_staged(
         &self,
         message: &str,
@@ -194,84 +338,13 @@ impl Git {
         self.head()
     }
 
-    /// Stage everything except `exclude` and commit. `None` when there is
-    /// nothing to commit.
-    pub fn commit_all(
-        &self,
-        message: &str,
-        exclude: &[String],
-        author: Option<(&str, &str)>,
-    ) -> Result<Option<Commit>, VcsError> {
-        let files = self.stage_all(exclude)?;
-        if files.is_empty() {
-            return Ok(None);
-        }
-        let sha = self.commit_staged(message, author)?;
-        Ok(Some(Commit { sha, files }))
+    /// A copy of the repository's config for sandboxes, written to `dest`:
+    /// credentials in remote and submodule URLs, `http.*.extraHeader` and
+    /// `credential.*` removed.
+    pub fn write_sanitized_config(&self, dest: &Path) -> Result<(), VcsError> {
+        sanitize::write(self, dest)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn repo() -> (tempfile::TempDir, Git) {
-        let d = tempfile::tempdir().unwrap();
-        let g = Command::new("git")
-            .args(["init", "-q", "-b", "main"])
-            .current_dir(d.path())
-            .status()
-            .unwrap();
-        assert!(g.success());
-        std::fs::write(d.path().join("a.txt"), "a\n").unwrap();
-        let git = Git::open(d.path(), &d.path().join(".git/belay-no-hooks")).unwrap();
-        git.commit_all("init", &[], Some(("t", "t@t")))
-            .unwrap()
-            .unwrap();
-        (d, git)
-    }
-
-    #[test]
-    fn dirty_lists_changes_and_untracked_files() {
-        let (d, git) = repo();
-        assert!(git.dirty(&[]).unwrap().is_empty());
-        std::fs::write(d.path().join("a.txt"), "b\n").unwrap();
-        std::fs::create_dir_all(d.path().join("sub")).unwrap();
-        std::fs::write(d.path().join("sub/new.txt"), "n\n").unwrap();
-        let mut all = git.dirty(&[]).unwrap();
-        all.sort();
-        assert_eq!(all, vec!["a.txt", "sub/new.txt"]);
-        assert_eq!(git.dirty(&["sub"]).unwrap(), vec!["sub/new.txt"]);
-    }
-
-    #[test]
-    fn hooks_never_run_and_excludes_are_left_out() {
-        let (d, git) = repo();
-        let hook = d.path().join(".git/hooks/pre-commit");
-        std::fs::write(
-            &hook,
-            "#!/bin/sh\ntouch \"$(git rev-parse --show-toplevel)/HOOK-RAN\"\nexit 1\n",
-        )
-        .unwrap();
-        std::os::unix::fs::PermissionsExt::set_mode(
-            &mut std::fs::metadata(&hook).unwrap().permissions(),
-            0o755,
-        );
-        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        std::fs::write(d.path().join("code.txt"), "c\n").unwrap();
-        std::fs::write(d.path().join("pipeline.yaml"), "x\n").unwrap();
-        let c = git
-            .commit_all("feat: code", &["pipeline.yaml".into()], None)
-            .unwrap()
-            .unwrap();
-        assert_eq!(c.files, vec!["code.txt"]);
-        assert!(!d.path().join("HOOK-RAN").exists());
-        assert_eq!(git.dirty(&[]).unwrap(), vec!["pipeline.yaml"]);
-        assert!(git
-            .commit_all("nothing", &["pipeline.yaml".into()], None)
-            .unwrap()
-            .is_none());
-    }
-}
+mod tests;
