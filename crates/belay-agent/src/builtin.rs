@@ -29,6 +29,10 @@ pub struct BuiltinConfig {
     /// The whole run (checked before each model call; each call is bounded by
     /// the client's own timeouts).
     pub wall_time: Option<Duration>,
+    /// Secrets scrubbed from every tool result before it reaches the model
+    /// or the events (a secret read from the workspace never reaches the
+    /// endpoint). Empty: nothing to scrub.
+    pub scrub: belay_record::Redactor,
 }
 
 impl Default for BuiltinConfig {
@@ -40,6 +44,7 @@ impl Default for BuiltinConfig {
             stuck_repeats: 3,
             max_cost_usd: None,
             wall_time: None,
+            scrub: belay_record::Redactor::default(),
         }
     }
 }
@@ -347,7 +352,8 @@ impl<'a> BuiltinAgent<'a> {
             "\n\nThe workspace directory is {}.",
             self.workspace.root()
         ));
-        let mut messages = vec![Message::user(task)];
+        let task = self.config.scrub.redact(task).into_owned();
+        let mut messages = vec![Message::user(&task)];
         let tools = tool_specs();
         let mut stuck = StuckDetector::default();
         let prices = self.client.ledger().report().prices;
@@ -460,6 +466,7 @@ impl<'a> BuiltinAgent<'a> {
                         break 'iterations;
                     }
                     Outcome::Result(out) => {
+                        let out = self.config.scrub.redact(&out).into_owned();
                         let is_error = out.starts_with("error:");
                         record(
                             &mut tally,

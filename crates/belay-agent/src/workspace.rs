@@ -120,6 +120,7 @@ impl Workspace for ContainerWorkspace {
             env: self.env.clone(),
             timeout: Some(timeout),
             log_path: log_path.clone(),
+            log_limit: None,
         };
         let out = self
             .rt
@@ -149,7 +150,7 @@ impl Workspace for ContainerWorkspace {
         if let Some(root) = &self.host_root {
             if let Some(rel) = abs.strip_prefix(&format!("{}/", self.workdir)) {
                 // Never through a link, never into .git (belay_sandbox::hostfs).
-                return belay_sandbox::hostfs::write(root, rel, content);
+                return belay_sandbox::hostfs::write(root, rel, content).map_err(|e| e.to_string());
             }
         }
         let dir = match abs.rsplit_once('/') {

@@ -51,8 +51,10 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
     );
     let _ = writeln!(
         s,
-        "sandbox: image {image}, root filesystem read-only, capabilities dropped, no-new-privileges, /tmp tmpfs{}{}{}{}",
-        p.isolation.memory.as_ref().map(|m| format!(", memory {m}")).unwrap_or_default(),
+        "sandbox: image {image}, root filesystem read-only, capabilities dropped, no-new-privileges, /tmp tmpfs emptied and processes ended after every step, memory {}, pids {}, log cap {}{}{}{}",
+        p.isolation.memory.clone().unwrap_or_else(|| format!("{} MiB (default)", belay_sandbox::default_memory() >> 20)),
+        p.isolation.pids.map(|n| n.to_string()).unwrap_or_else(|| format!("{} (default)", belay_sandbox::DEFAULT_PIDS)),
+        p.isolation.log_limit.clone().unwrap_or_else(|| "64m (default)".into()),
         p.isolation.cpus.map(|c| format!(", cpus {c}")).unwrap_or_default(),
         if p.isolation.allow_git_mutations { ", git mutations ALLOWED" } else { ", .git read-only" },
         p.isolation.seccomp_profile.as_ref().map(|f| format!(", seccomp {f}")).unwrap_or_default(),

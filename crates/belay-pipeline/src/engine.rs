@@ -76,6 +76,8 @@ pub struct Outcome {
     pub attempts: u32,
     pub step_runs: u64,
     pub duration_s: f64,
+    /// belay's own peak resident memory over the run.
+    pub peak_rss_bytes: Option<u64>,
 }
 
 /// The state directory of a pipeline: `--state-dir`, the file's `state_dir`,
@@ -158,6 +160,10 @@ pub fn tooling_paths(p: &Pipeline, git_root: &Path) -> Vec<String> {
     for f in &p.additional_files {
         v.extend(rel(&p.dir.join(f)));
     }
+    // Policy files: a step must not be able to swap them, nor get them committed.
+    if let Some(f) = &p.isolation.seccomp_profile {
+        v.extend(rel(&p.dir.join(f)));
+    }
     v.retain(|s| !s.is_empty());
     v
 }
@@ -214,6 +220,24 @@ fn parse_memory(s: &str) -> Option<i64> {
         .map(|n| (n * mult as f64) as i64)
 }
 
+/// `64m`, `1g`, `0`: a size in bytes, for `isolation.log_limit`.
+fn parse_size(s: &str) -> Option<u64> {
+    parse_memory(s).and_then(|n| u64::try_from(n).ok())
+}
+
+/// This process's peak resident memory (VmHWM), in bytes.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
 fn tail(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -255,6 +279,7 @@ struct ModelRoute {
     env: Vec<(String, String)>,
     _forward: Option<crate::egress::TcpForward>,
     _proxy: Option<crate::egress::EgressProxy>,
+    _fence: belay_sandbox::firewall::Firewall,
 }
 
 /// The result of one step execution.
@@ -276,14 +301,23 @@ pub struct Engine<'a> {
     events: JsonlAppender,
     redactor: Redactor,
     secrets: BTreeMap<String, String>,
-    containers: HashMap<(Net, Access), String>,
+    /// Step containers by network, workspace access and the secrets their
+    /// steps hold: a secret never reaches a container that a step without it
+    /// uses later.
+    containers: HashMap<(Net, Access, String), String>,
     /// Build-environment directories the image has under the workspace path
     /// (`.venv`, `node_modules`...), each kept in a named volume of the run
     /// that Docker fills from the image: a bind-mounted workspace would hide them.
     env_volumes: Option<Vec<(String, String)>>,
     /// The internal network and the allowlisting proxy of networked steps,
     /// when the pipeline names egress presets.
-    egress: Option<(String, crate::egress::EgressProxy)>,
+    egress: Option<(
+        String,
+        crate::egress::EgressProxy,
+        belay_sandbox::firewall::Firewall,
+    )>,
+    /// The seccomp profile, read and hashed once at the start: (path, text, sha256).
+    seccomp: Option<(PathBuf, String, String)>,
     model_route: Option<ModelRoute>,
     model: Option<ModelClient>,
     image: String,
@@ -456,6 +490,7 @@ impl<'a> Engine<'a> {
                     commit: None,
                     commit_pending: None,
                     failure: None,
+                    submodules_at_start: git.submodule_paths().unwrap_or_default(),
                     started_at: now.clone(),
                     updated_at: now,
                 };
@@ -492,6 +527,19 @@ impl<'a> Engine<'a> {
                 "isolation.image {image} is not on this Docker engine: build it (`belay env build` prints one) or run `belay image bootstrap` for {DEFAULT_IMAGE}"
             )));
         }
+        let seccomp = match &p.isolation.seccomp_profile {
+            Some(f) => {
+                let path = p.dir.join(f);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}. Give the path of a seccomp JSON profile, relative to the pipeline file"))
+                })?;
+                let hash = hex::encode(Sha256::digest(text.as_bytes()));
+                Some((path, text, hash))
+            }
+            None => None,
+        };
+        // The chains of internal networks that a killed run left.
+        belay_sandbox::firewall::sweep_stale();
         let mut e = Engine {
             p,
             rt,
@@ -504,6 +552,7 @@ impl<'a> Engine<'a> {
             containers: HashMap::new(),
             env_volumes: None,
             egress: None,
+            seccomp,
             model_route: None,
             model,
             image,
@@ -564,8 +613,9 @@ impl<'a> Engine<'a> {
             let _ = self.rt.remove(&c).await;
         }
         let model_net = self.model_route.take().map(|r| r.network);
-        if let Some((net, proxy)) = self.egress.take() {
+        if let Some((net, proxy, fence)) = self.egress.take() {
             drop(proxy);
+            drop(fence);
             let _ = self.rt.remove_network(&net).await;
         }
         if let Some(net) = model_net {
@@ -596,6 +646,7 @@ impl<'a> Engine<'a> {
             attempts: self.state.attempt,
             step_runs: self.state.step_runs,
             duration_s: self.t0.elapsed().as_secs_f64(),
+            peak_rss_bytes: peak_rss_bytes(),
         };
         let text = serde_json::to_string_pretty(&outcome)
             .map_err(|e| PipelineError::Config(e.to_string()))?;
@@ -629,12 +680,12 @@ impl<'a> Engine<'a> {
             let t = Instant::now();
             let r = self.run_step(&step, n).await?;
             let took = t.elapsed().as_secs_f64();
-            self.end_step_processes().await?;
+            self.end_step_processes(&name).await?;
             self.scrub_outputs(&step)?;
             let decisions = self
                 .egress
                 .as_ref()
-                .map(|(_, p)| p.drain())
+                .map(|(_, p, _)| p.drain())
                 .unwrap_or_default();
             for d in decisions {
                 self.event(
@@ -709,35 +760,23 @@ impl<'a> Engine<'a> {
         self.event("run_end", None, serde_json::json!({"status": status, "failure": failure, "commit": commit, "attempts": self.state.attempt, "step_runs": self.state.step_runs}))
     }
 
-    /// Kill every process a step left in the run's containers (a background
-    /// job must not outlive its step and read the next step's secrets), except
-    /// the containers' own init and sleeper.
-    async fn end_step_processes(&mut self) -> Result<(), PipelineError> {
-        // Skips PID 1, this shell and its ancestors (the exec's own wrapper),
-        // and the container's `sleep infinity`; kills everything else.
-        const SWEEP: &str = r#"ppid_of() { pp=; while read -r k v _; do [ "$k" = PPid: ] && pp=$v; done < /proc/$1/status 2>/dev/null; echo "$pp"; }
-skip=" 1 $$ "; p=$$
-while [ -n "$p" ] && [ "$p" != 1 ] && [ "$p" != 0 ]; do p=$(ppid_of $p); skip="$skip$p "; done
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}
-  case "$skip" in *" $p "*) continue ;; esac
-  c=$(tr '\0' ' ' < $d/cmdline 2>/dev/null)
-  [ "$(ppid_of $p)" = 1 ] && [ "$c" = "sleep infinity " ] && continue
-  kill -KILL $p 2>/dev/null
-done
-true"#;
+    /// End the step in every container of the run: kill every process it
+    /// left (a background job must not outlive its step and read the next
+    /// step's secrets or touch the tree after its gates), by pid namespace and
+    /// recorded identity, never by name; and empty `/tmp` (the steps' `HOME`)
+    /// and `/dev/shm`.
+    async fn end_step_processes(&mut self, step: &str) -> Result<(), PipelineError> {
         let containers: Vec<String> = self.containers.values().cloned().collect();
+        let mut killed = 0;
         for c in containers {
-            let spec = ExecSpec {
-                argv: vec!["sh".into(), "-c".into(), SWEEP.into()],
-                working_dir: None,
-                env: vec![],
-                timeout: Some(Duration::from_secs(30)),
-                log_path: self.files.logs().join("sweep.log"),
-            };
-            self.rt
-                .exec(&c, &spec, &self.redactor, &NoopObserver)
-                .await?;
+            killed += self.rt.end_step(&c).await?;
+        }
+        if killed > 0 {
+            self.event(
+                "processes_ended",
+                Some(step),
+                serde_json::json!({"killed": killed}),
+            )?;
         }
         Ok(())
     }
@@ -796,11 +835,12 @@ true"#;
     /// The internal network and the proxy on it (started on first use):
     /// (network name, proxy URL).
     async fn egress_proxy(&mut self) -> Result<(String, String), PipelineError> {
-        if let Some((net, proxy)) = &self.egress {
+        if let Some((net, proxy, _)) = &self.egress {
             return Ok((net.clone(), format!("http://{}", proxy.addr)));
         }
         let net = format!("belay-{}-egress", self.state.run_id);
-        let gw = self.rt.ensure_network(&net, true).await?;
+        let info = self.rt.ensure_network(&net, true).await?;
+        let gw = info.gateway.clone();
         let ip: std::net::IpAddr = gw.parse().map_err(|_| {
             PipelineError::Config(format!(
                 "network {net} has no usable gateway address ({gw})"
@@ -814,8 +854,10 @@ true"#;
                     PipelineError::Config(format!("cannot start the egress proxy on {ip}: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"))
                 })?;
         let url = format!("http://{}", proxy.addr);
-        self.event("egress_proxy", None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports}))?;
-        self.egress = Some((net.clone(), proxy));
+        let fence = fence(&net, &info, proxy.addr)?;
+        self.event("egress_proxy", None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
+            "firewall": fence.chain()}))?;
+        self.egress = Some((net.clone(), proxy, fence));
         Ok((net, url))
     }
 
@@ -838,7 +880,8 @@ true"#;
                 PipelineError::Config(format!("llm.base_url `{base}` has no host: give a URL such as http://127.0.0.1:8081/v1"))
             })?;
             let net = format!("belay-{}-model", self.state.run_id);
-            let gw = self.rt.ensure_network(&net, true).await?;
+            let info = self.rt.ensure_network(&net, true).await?;
+            let gw = info.gateway.clone();
             let ip: std::net::IpAddr = gw.parse().map_err(|_| {
                 PipelineError::Config(format!("network {net} has no usable gateway ({gw}): remove it (`docker network rm {net}`) and rerun"))
             })?;
@@ -862,12 +905,14 @@ true"#;
                             ))
                         })?;
                 let url = format!("{scheme}://{}{path}", fwd.addr);
+                let fence = fence(&net, &info, fwd.addr)?;
                 ModelRoute {
                     network: net,
                     base_url: url,
                     env: vec![],
                     _forward: Some(fwd),
                     _proxy: None,
+                    _fence: fence,
                 }
             } else {
                 let proxy = crate::egress::EgressProxy::start(
@@ -877,6 +922,7 @@ true"#;
                 .await
                 .map_err(|e| PipelineError::Config(format!("cannot start the model proxy: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun")))?;
                 let purl = format!("http://{}", proxy.addr);
+                let fence = fence(&net, &info, proxy.addr)?;
                 let env = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
                     .iter()
                     .map(|k| (k.to_string(), purl.clone()))
@@ -887,6 +933,7 @@ true"#;
                     env,
                     _forward: None,
                     _proxy: Some(proxy),
+                    _fence: fence,
                 }
             };
             let data = serde_json::json!({"network": &route.network, "base_url_in_container": &route.base_url, "endpoint_host": host});
@@ -930,7 +977,7 @@ true"#;
             .ok()
             .filter(|k| !k.is_empty());
         let base = self.model_route().await?.base_url.clone();
-        let c = self.container(Net::Model, step.workspace).await?;
+        let c = self.container(Net::Model, step.workspace, step).await?;
         let mut agent = CliAgent::new(kind);
         agent.program = program.display().to_string();
         agent.model = Some(def.model.clone().unwrap_or_else(|| llm.model.clone()));
@@ -1012,6 +1059,7 @@ true"#;
             env: vec![],
             timeout: Some(Duration::from_secs(30)),
             log_path: self.files.logs().join(format!("{n:04}-{}-cleanup.log", sanitize(&step.name))),
+            log_limit: None,
         };
         let _ = self.rt.exec(&c, &kill, &self.redactor, &NoopObserver).await;
         let report = result.map_err(|e| {
@@ -1108,6 +1156,7 @@ true"#;
             env: vec![],
             timeout: Some(Duration::from_secs(30)),
             log_path: log,
+            log_limit: None,
         };
         let out = self
             .rt
@@ -1143,8 +1192,16 @@ true"#;
         Ok(dirs)
     }
 
-    async fn container(&mut self, net: Net, access: Access) -> Result<String, PipelineError> {
-        if let Some(c) = self.containers.get(&(net, access)) {
+    async fn container(
+        &mut self,
+        net: Net,
+        access: Access,
+        step: &Step,
+    ) -> Result<String, PipelineError> {
+        let mut held = step.secrets.clone();
+        held.sort();
+        let key = (net, access, held.join(","));
+        if let Some(c) = self.containers.get(&key) {
             return Ok(c.clone());
         }
         let network = net == Net::Open;
@@ -1162,11 +1219,24 @@ true"#;
                 read_only: access == Access::Ro,
             });
         }
-        if !self.p.isolation.allow_git_mutations && root.join(".git").exists() {
-            // Agents read history; they cannot change it.
+        if root.join(".git").is_dir() {
+            if !self.p.isolation.allow_git_mutations {
+                // Agents read history; they cannot change it.
+                mounts.push(Mount {
+                    host: root.join(".git"),
+                    container: format!("{WORKDIR}/.git"),
+                    read_only: true,
+                });
+            }
+            // The config they see has no credentials, and is never theirs
+            // to change (a planted fsmonitor or filter stays in the copy).
+            let view = self.files.root.join("git-config.sandbox");
+            if !view.exists() {
+                self.git.write_sanitized_config(&view)?;
+            }
             mounts.push(Mount {
-                host: root.join(".git"),
-                container: format!("{WORKDIR}/.git"),
+                host: view,
+                container: format!("{WORKDIR}/.git/config"),
                 read_only: true,
             });
         }
@@ -1236,10 +1306,21 @@ true"#;
         } else if network {
             env.extend(trust.proxy_env.iter().cloned());
         }
-        let seccomp = match &self.p.isolation.seccomp_profile {
-            Some(f) => Some(std::fs::read_to_string(self.p.dir.join(f)).map_err(|e| {
-                PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}. Give the path of a seccomp JSON profile, relative to the pipeline file"))
-            })?),
+        let seccomp = match &self.seccomp {
+            Some((path, text, hash)) => {
+                // Read once at the start; a change since is a step's doing.
+                let now = std::fs::read(path)
+                    .map(|b| hex::encode(Sha256::digest(&b)))
+                    .unwrap_or_default();
+                if now != *hash {
+                    return Err(PipelineError::Config(format!(
+                        "isolation.seccomp_profile {} changed during the run (a step rewrote it); belay keeps the profile read at the start and refuses to go on. Restore it (git checkout -- {}) and start a new run",
+                        path.display(),
+                        path.display()
+                    )));
+                }
+                Some(text.clone())
+            }
             None => None,
         };
         let spec = ContainerSpec {
@@ -1257,6 +1338,7 @@ true"#;
             read_only_rootfs: true,
             drop_capabilities: true,
             memory_bytes: self.p.isolation.memory.as_deref().and_then(parse_memory),
+            pids_limit: self.p.isolation.pids,
             nano_cpus: self.p.isolation.cpus.map(|c| (c * 1e9) as i64),
             tmpfs: vec!["/tmp".into()],
             seccomp_profile: seccomp,
@@ -1270,10 +1352,20 @@ true"#;
             Net::Open => "internal + egress proxy",
             Net::Model => "internal, model endpoint only",
         };
+        let memory = spec
+            .memory_bytes
+            .unwrap_or_else(belay_sandbox::default_memory);
+        let pids = spec.pids_limit.unwrap_or(belay_sandbox::DEFAULT_PIDS);
         self.event("sandbox", None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
-            "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations}))?;
-        self.containers.insert((net, access), id.clone());
+            "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations,
+            "memory_bytes": memory, "pids_limit": pids, "secrets": &key.2, "seccomp": self.seccomp.as_ref().map(|s| &s.2)}))?;
+        self.containers.insert(key, id.clone());
         Ok(id)
+    }
+
+    /// The cap of a step log (`isolation.log_limit`).
+    fn log_limit(&self) -> Option<u64> {
+        self.p.isolation.log_limit.as_deref().and_then(parse_size)
     }
 
     fn step_env(&self, step: &Step) -> Vec<(String, String)> {
@@ -1303,7 +1395,7 @@ true"#;
         timeout: Option<Duration>,
     ) -> Result<(i64, bool, String), PipelineError> {
         let c = self
-            .container(if network { Net::Open } else { Net::None }, access)
+            .container(if network { Net::Open } else { Net::None }, access, step)
             .await?;
         let log = self
             .files
@@ -1315,6 +1407,7 @@ true"#;
             env: self.step_env(step),
             timeout,
             log_path: log.clone(),
+            log_limit: self.log_limit(),
         };
         let out = self
             .rt
@@ -1542,6 +1635,7 @@ true"#;
             .container(
                 if step.network { Net::Open } else { Net::None },
                 step.workspace,
+                step,
             )
             .await?;
         let mut ws = ContainerWorkspace::new(
@@ -1564,6 +1658,11 @@ true"#;
                 "You are the `{}` agent of a gated pipeline.",
                 def.name
             )),
+            scrub: if self.p.llm.as_ref().is_none_or(|l| l.scrub_requests) {
+                self.redactor.clone()
+            } else {
+                Redactor::default()
+            },
             ..BuiltinConfig::default()
         };
         let mut agent_run = BuiltinAgent::new(&client, &ws, config);
@@ -1658,42 +1757,72 @@ true"#;
             .redactor
             .redact(&self.render(&template, step))
             .into_owned();
-        let files = self.git.stage_all(&exclude)?;
-        if files.is_empty() {
+        // A step may not change the pipeline's tooling (the file, the agents,
+        // the shared files, the policy files) and get the change committed.
+        let tooling = tooling_paths(self.p, &root);
+        let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
+        let changed = self.git.dirty(&refs)?;
+        if !changed.is_empty() {
+            let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
             self.event(
-                "commit",
+                "commit_refused",
                 Some(&step.name),
-                serde_json::json!({"skipped": "nothing to commit"}),
+                serde_json::json!({"reason": &reason}),
             )?;
-            return Ok(StepResult {
-                verdict: Verdict::Pass,
-                detail: "nothing to commit".into(),
-                exit_code: None,
-                missing_deps: vec![],
-            });
+            return fail(reason);
         }
-        let diff = self.git.staged_diff()?;
-        if let Some(name) = self
-            .secrets
-            .iter()
-            .find(|(_, v)| v.len() >= 4 && diff.contains(v.as_str()))
-            .map(|(k, _)| k.clone())
-        {
-            self.git.unstage()?;
-            return fail(format!("the change contains the value of secret `{name}`; nothing was committed. Remove it from the files and rerun"));
-        }
+        // git refuses a pathspec beyond a symbolic link: an output whose
+        // parent a step made a link cannot be in the tree anyway.
+        exclude.retain(|e| belay_sandbox::hostfs::parents_are_dirs(&root, e));
+        let scanner = self.redactor.scanner();
+        let mut scan = |_: &str, r: &mut dyn std::io::Read| scanner.scan(r);
         // A kill between the commit and the next save must not lose it: the
         // HEAD before is recorded first, and a resume recognises the commit.
         self.state.commit_pending = Some(self.git.head()?);
         self.save()?;
-        let sha = self.git.commit_staged(&message, None)?;
-        self.state.commit = Some(sha.clone());
+        let submodules = self.state.submodules_at_start.clone();
+        let outcome = self.git.commit_checked(belay_vcs::CommitRequest {
+            message: &message,
+            author: None,
+            exclude: &exclude,
+            submodules: &submodules,
+            scan: &mut scan,
+        })?;
         self.state.commit_pending = None;
+        let committed = match outcome {
+            belay_vcs::CommitOutcome::Committed(c) => c,
+            belay_vcs::CommitOutcome::Nothing => {
+                self.save()?;
+                self.event(
+                    "commit",
+                    Some(&step.name),
+                    serde_json::json!({"skipped": "nothing to commit"}),
+                )?;
+                return Ok(StepResult {
+                    verdict: Verdict::Pass,
+                    detail: "nothing to commit".into(),
+                    exit_code: None,
+                    missing_deps: vec![],
+                });
+            }
+            belay_vcs::CommitOutcome::Refused(r) => {
+                self.save()?;
+                let reason = r.to_string();
+                self.event(
+                    "commit_refused",
+                    Some(&step.name),
+                    serde_json::json!({"reason": &reason}),
+                )?;
+                return fail(reason);
+            }
+        };
+        let sha = committed.sha;
+        self.state.commit = Some(sha.clone());
         self.save()?;
         self.event(
             "commit",
             Some(&step.name),
-            serde_json::json!({"sha": sha, "message": message, "files": files}),
+            serde_json::json!({"sha": sha, "message": message, "files": committed.files}),
         )?;
         Ok(StepResult {
             verdict: Verdict::Pass,
@@ -1713,6 +1842,25 @@ fn read_tail(path: &Path, max: u64) -> Option<String> {
     let mut buf = Vec::new();
     f.take(max).read_to_end(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Fence an internal network: from its bridge, the host accepts only TCP to
+/// `allowed` (belay's proxy or forwarder), nothing else.
+fn fence(
+    net: &str,
+    info: &belay_sandbox::NetworkInfo,
+    allowed: std::net::SocketAddr,
+) -> Result<belay_sandbox::firewall::Firewall, PipelineError> {
+    let bridge = info.bridge.as_deref().ok_or_else(|| {
+        PipelineError::Config(format!(
+            "network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"
+        ))
+    })?;
+    Ok(belay_sandbox::firewall::Firewall::lock(
+        bridge,
+        allowed.ip(),
+        &[allowed.port()],
+    )?)
 }
 
 /// Where the pinned agent CLIs are installed (scripts/setup-host.sh).

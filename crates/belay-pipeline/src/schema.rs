@@ -21,6 +21,10 @@ pub struct LoadError {
     pub message: String,
 }
 
+fn yes() -> bool {
+    true
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
@@ -36,6 +40,10 @@ pub struct LlmConfig {
     /// responses (default), chat-completions or anthropic.
     #[serde(default)]
     pub api: Option<belay_model::Api>,
+    /// Scrub the run's secrets from everything the built-in agent sends to
+    /// the model (tool results, the task). Default: on.
+    #[serde(default = "yes")]
+    pub scrub_requests: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -51,9 +59,17 @@ pub struct Isolation {
     /// Image of every step's container (an image from `belay env build` works).
     #[serde(default)]
     pub image: Option<String>,
-    /// Memory cap, e.g. `2g`, `512m`.
+    /// Memory cap, e.g. `2g`, `512m`; `0` for none. Default: 8 GiB, or
+    /// three quarters of the machine's memory when that is less.
     #[serde(default)]
     pub memory: Option<String>,
+    /// Process cap of each step container; `0` for none. Default 4096.
+    #[serde(default)]
+    pub pids: Option<i64>,
+    /// Cap of each step log, e.g. `64m` (the default); `0` for none. Output
+    /// past it is counted and dropped, and the log ends with a marker.
+    #[serde(default)]
+    pub log_limit: Option<String>,
     #[serde(default)]
     pub cpus: Option<f64>,
     #[serde(default)]

@@ -42,6 +42,10 @@ pub struct RunState {
     #[serde(default)]
     pub commit_pending: Option<String>,
     pub failure: Option<String>,
+    /// The submodules of `.gitmodules` at the start: the only gitlinks the
+    /// commit point accepts.
+    #[serde(default)]
+    pub submodules_at_start: Vec<String>,
     pub started_at: String,
     pub updated_at: String,
 }

@@ -491,6 +491,7 @@ async fn env_shell(a: ShellArgs) -> Result<u8, Failure> {
         env: vec![],
         timeout: None,
         log_path: log.clone(),
+        log_limit: None,
     };
     let res = rt
         .exec(

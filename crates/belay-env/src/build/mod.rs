@@ -610,6 +610,7 @@ impl Run<'_> {
             env: self.trust.proxy_env.clone(),
             timeout: Some(timeout),
             log_path: log_path.clone(),
+            log_limit: None,
         };
         let observer = BlockOutput {
             block,
@@ -1849,6 +1850,7 @@ impl Run<'_> {
                 env: vec![],
                 timeout: Some(self.opts.oracle_timeout),
                 log_path: log_path.clone(),
+                log_limit: None,
             };
             let res = self
                 .rt

@@ -1,0 +1,1100 @@
+//! Break-in attempts against `belay run`, each a real attack from inside a
+//! pipeline step: real Docker engine, real git, `belay model replay` as the
+//! model. Every test plays the attacker (a step, a background process, a
+//! scripted agent) and asserts what a user would notice if it worked: a file
+//! changed outside the workspace, a command run on the host, a secret in a
+//! log, a record, the history or a model request, a step reaching the host.
+//!
+//! The workspace is a fresh git repository made from
+//! `examples/pipeline-demo/repo` for every test; `@TMP@` and `@REPO@` in the
+//! pipeline, the script and the extra files stand for the test's tempdir and
+//! the repository (the same paths on the host; not visible in containers).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../shared/git.rs"]
+mod git_cli;
+#[path = "../shared/replay.rs"]
+mod replay;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use git_cli::{git, init_repo};
+use replay::{files_containing, Replay};
+use serde_json::Value;
+
+const DEMO_URL: &str = "http://127.0.0.1:18765/v1";
+const NO_MODEL: &str = "turns: []\n";
+
+fn belay() -> assert_cmd::Command {
+    let mut c = assert_cmd::cargo::cargo_bin_cmd!("belay");
+    c.env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .env_remove("OPENAI_API_KEY");
+    c
+}
+
+fn demo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/pipeline-demo")
+}
+
+fn require_engine() {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "belay-base:bookworm"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "these tests need a running Docker engine and belay-base:bookworm (.ci/run sets both up)"
+    );
+}
+
+/// The newest run directory under a state dir.
+fn latest_run(state: &Path) -> PathBuf {
+    let mut d: Vec<PathBuf> = std::fs::read_dir(state.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    d.sort();
+    d.pop().unwrap()
+}
+
+/// Every log of a run, concatenated.
+fn all_logs(run: &Path) -> String {
+    std::fs::read_dir(run.join("logs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect()
+}
+
+/// A value no other test (or earlier run) uses.
+fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}-{:x}{nanos:x}{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Standard base64 with padding.
+fn b64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A string as a JSON (and so YAML flow) scalar, quotes included.
+fn json(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// `s`, JSON-escaped once and twice (the quotes left off): how it shows
+/// inside a JSON record, and inside a JSON string inside one.
+fn escaped_forms(s: &str) -> Vec<String> {
+    let once = json(s);
+    let once = once[1..once.len() - 1].to_string();
+    let twice = json(&once);
+    let twice = twice[1..twice.len() - 1].to_string();
+    let mut v = vec![s.to_string(), once, twice];
+    v.dedup();
+    v
+}
+
+/// A PEM-like multi-line value: its text and its four 64-char body lines.
+fn pem_value(seed: &str) -> (String, Vec<String>) {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut x: u64 = seed.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let lines: Vec<String> = (0..4)
+        .map(|_| {
+            (0..64)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    A[(x >> 58) as usize] as char
+                })
+                .collect()
+        })
+        .collect();
+    let text = format!(
+        "-----BEGIN TEST KEY-----\n{}\n-----END TEST KEY-----",
+        lines.join("\n")
+    );
+    (text, lines)
+}
+
+/// Every path under `dir`, symlinks listed and never followed.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let is_dir = std::fs::symlink_metadata(&p)
+                .map(|m| m.is_dir())
+                .unwrap_or(false);
+            if is_dir {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Contents of every file under `dir` (a symlink as its target), except what
+/// `skip` names.
+fn snapshot(dir: &Path, skip: &dyn Fn(&Path) -> bool) -> BTreeMap<PathBuf, Vec<u8>> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| !skip(p))
+        .filter_map(|p| {
+            let md = std::fs::symlink_metadata(&p).ok()?;
+            let bytes = if md.file_type().is_symlink() {
+                format!("-> {}", std::fs::read_link(&p).ok()?.display()).into_bytes()
+            } else if md.is_file() {
+                std::fs::read(&p).unwrap_or_default()
+            } else {
+                return None;
+            };
+            Some((p, bytes))
+        })
+        .collect()
+}
+
+/// The paths that differ between two snapshots.
+fn changed(a: &BTreeMap<PathBuf, Vec<u8>>, b: &BTreeMap<PathBuf, Vec<u8>>) -> Vec<PathBuf> {
+    a.keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn contains_bytes(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// An event's field, at the top of the event or under `data`.
+fn field<'a>(e: &'a Value, k: &str) -> &'a Value {
+    if e[k].is_null() {
+        &e["data"][k]
+    } else {
+        &e[k]
+    }
+}
+
+/// The host's IPv4 addresses other than loopback.
+fn host_ipv4s() -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut ips: Vec<String> = out
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            w.find(|t| *t == "inet")?;
+            Some(w.next()?.split('/').next()?.to_string())
+        })
+        .collect();
+    if ips.is_empty() {
+        let o = Command::new("hostname").arg("-I").output().unwrap();
+        ips = String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .filter(|a| a.contains('.'))
+            .map(str::to_string)
+            .collect();
+    }
+    ips.retain(|a| !a.starts_with("127."));
+    ips
+}
+
+struct Ws {
+    tmp: tempfile::TempDir,
+    repo: PathBuf,
+    state: PathBuf,
+    replay: Replay,
+}
+
+/// A workspace from the demo repo with `pipeline` as pipeline.yaml and
+/// `files` added, committed; the replay server on `script`. `@TMP@` and
+/// `@REPO@` are replaced everywhere, the demo model URL in the pipeline.
+fn workspace(script: &str, pipeline: &str, files: &[(&str, &str)]) -> Ws {
+    require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("ws");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(demo().join("repo"))
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let subst = |s: &str| {
+        s.replace("@TMP@", &tmp.path().display().to_string())
+            .replace("@REPO@", &repo.display().to_string())
+    };
+    let replay = Replay::start(tmp.path(), &subst(script));
+    std::fs::write(
+        repo.join("pipeline.yaml"),
+        subst(pipeline).replace(DEMO_URL, &replay.openai_base()),
+    )
+    .unwrap();
+    for (p, text) in files {
+        let p = repo.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, subst(text)).unwrap();
+    }
+    init_repo(&repo);
+    let state = tmp.path().join("state");
+    Ws {
+        tmp,
+        repo,
+        state,
+        replay,
+    }
+}
+
+impl Ws {
+    fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    fn run(&self, env: &[(&str, &str)], extra: &[&str], secs: u64) -> assert_cmd::assert::Assert {
+        let mut c = belay();
+        c.arg("run")
+            .arg(self.repo.join("pipeline.yaml"))
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(extra);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.timeout(Duration::from_secs(secs)).assert()
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        latest_run(&self.state)
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir().join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn events_of(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+
+    fn state_json(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.run_dir().join("state.json")).unwrap()).unwrap()
+    }
+
+    /// The logs of one step (`NNNN-<step>-*.log`).
+    fn step_logs(&self, step: &str) -> Vec<PathBuf> {
+        let pat = format!("-{step}-");
+        std::fs::read_dir(self.run_dir().join("logs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().contains(&pat))
+            .collect()
+    }
+
+    fn step_log(&self, step: &str) -> String {
+        self.step_logs(step)
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect()
+    }
+
+    fn head(&self) -> String {
+        git(&self.repo, &["rev-parse", "HEAD"])
+    }
+
+    /// `git log -p --all`, binary files as text.
+    fn history(&self) -> String {
+        git(&self.repo, &["log", "-p", "--all", "--text"])
+    }
+
+    /// Every object in the repository, reachable or not.
+    fn all_objects(&self) -> Vec<u8> {
+        let out = Command::new("git")
+            .args(["cat-file", "--batch-all-objects", "--batch"])
+            .current_dir(&self.repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        out.stdout
+    }
+
+    fn replay_log(&self) -> String {
+        std::fs::read_to_string(&self.replay.log).unwrap_or_default()
+    }
+
+    /// Files under the state dir holding `needle`.
+    fn state_hits(&self, needle: &str) -> Vec<PathBuf> {
+        if self.state.exists() {
+            files_containing(&self.state, needle)
+        } else {
+            vec![]
+        }
+    }
+
+    /// Everywhere `needle` shows: the state dir, the repository's files, the
+    /// history, the model requests.
+    fn sightings(&self, needle: &str) -> Vec<String> {
+        let mut hits: Vec<String> = self
+            .state_hits(needle)
+            .into_iter()
+            .chain(files_containing(&self.repo, needle))
+            .map(|p| p.display().to_string())
+            .collect();
+        if self.history().contains(needle) {
+            hits.push("git log -p --all".into());
+        }
+        if self.replay_log().contains(needle) {
+            hits.push("the replay request log".into());
+        }
+        hits
+    }
+
+    /// Host-side `git status` (the moment an fsmonitor planted in the repo
+    /// would run).
+    fn host_git_status(&self) {
+        git(&self.repo, &["status", "--porcelain"]);
+    }
+}
+
+const LLM: &str = "llm:\n  model: replay-model\n  base_url: http://127.0.0.1:18765/v1\n  api: chat-completions\nagents_dir: agents\n";
+
+/// Finding 1. A step plants `vendor/lib/.git` (a copy of the workspace's own
+/// repository) whose config sets `core.fsmonitor`: the commit refuses the
+/// embedded repository, and no host-side git ever runs the hook.
+#[test]
+fn an_embedded_repository_is_refused_and_its_fsmonitor_never_runs_on_the_host() {
+    let pipeline = r#"name: bi-embedded
+deps_policy: open
+steps:
+  - name: plant
+    command: |
+      mkdir -p vendor/lib/.git
+      cp -r .git/HEAD .git/refs .git/objects vendor/lib/.git/
+      printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = touch @TMP@/fsmonitor-ran\n' > vendor/lib/.git/config
+      echo lib > vendor/lib/lib.txt
+      echo planted
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let marker = ws.dir().join("fsmonitor-ran");
+    let base = ws.head();
+    ws.run(&[], &[], 120).code(1);
+    assert!(ws.step_log("plant").contains("planted"));
+    let refused = ws.events_of("commit_refused");
+    assert!(
+        refused.iter().any(|e| {
+            let r = field(e, "reason").as_str().unwrap_or("");
+            r.contains("embedded git repository") && r.contains("vendor/lib")
+        }),
+        "no commit_refused event naming the embedded repository: {refused:?}"
+    );
+    assert_eq!(ws.head(), base, "something was committed");
+    assert!(!marker.exists(), "the planted fsmonitor ran during the run");
+    ws.host_git_status();
+    assert!(
+        !marker.exists(),
+        "a host `git status` ran the planted fsmonitor"
+    );
+    let anywhere: Vec<PathBuf> = walk(ws.dir())
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "fsmonitor-ran"))
+        .collect();
+    assert!(anywhere.is_empty(), "{anywhere:?}");
+}
+
+/// Finding 2. A background process swaps `x` (a directory) with `xl` (a
+/// symlink to the host's `.git`) in a tight loop while the built-in agent's
+/// `write_file` writes `x/config` 40 times with an fsmonitor in it.
+#[test]
+fn write_file_racing_a_symlink_swap_never_reaches_the_host_git_dir() {
+    let racer = r#"mkdir -p x && ln -sfn @REPO@/.git xl && (setsid nohup perl -e 'my ($p, $q) = ("x", "xl"); while (1) { syscall(316, -100, $p, -100, $q, 2) }' >/dev/null 2>&1 &) && sleep 0.3 && echo racer-started"#;
+    let mut script = format!(
+        "turns:\n  - name: racer\n    reply:\n      tool_calls: [{{name: terminal, arguments: {{command: {}}}}}]\n",
+        json(racer)
+    );
+    for i in 0..40 {
+        let content = format!("[core]\n\tfsmonitor = touch @TMP@/race-marker\n# write {i}\n");
+        script.push_str(&format!(
+            "  - name: write-{i}\n    reply:\n      tool_calls: [{{name: write_file, arguments: {{path: x/config, content: {}}}}}]\n",
+            json(&content)
+        ));
+    }
+    script.push_str(
+        "  - name: done\n    reply:\n      tool_calls: [{name: finish, arguments: {summary: done}}]\n",
+    );
+    let pipeline = format!(
+        "name: bi-race\n{LLM}deps_policy: open\nsteps:\n  - name: dev\n    agent: dev\n    max_iterations: 60\n    mounts: {{workspace: rw}}\n"
+    );
+    let ws = workspace(&script, &pipeline, &[]);
+    let marker = ws.dir().join("race-marker");
+    let config = std::fs::read(ws.repo.join(".git/config")).unwrap();
+    let (repo, state, log) = (ws.repo.clone(), ws.state.clone(), ws.replay.log.clone());
+    let worktree = move |p: &Path| {
+        p.starts_with(&state)
+            || p == log
+            || p == repo.join(".git/index")
+            || p == repo.join(".git/index.lock")
+            || (p.starts_with(&repo) && !p.starts_with(repo.join(".git")))
+    };
+    let before = snapshot(ws.dir(), &worktree);
+    ws.run(&[], &[], 300);
+    let run = ws.run_dir();
+    let said = all_logs(&run) + &std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    assert!(said.contains("racer-started"), "the racer never started");
+    assert!(
+        ws.replay.requests().len() >= 30,
+        "the agent did not make the writes"
+    );
+    assert_eq!(
+        std::fs::read(ws.repo.join(".git/config")).unwrap(),
+        config,
+        "the host's .git/config changed"
+    );
+    assert!(!marker.exists(), "the planted fsmonitor ran during the run");
+    ws.host_git_status();
+    assert!(
+        !marker.exists(),
+        "a host `git status` ran the planted fsmonitor"
+    );
+    let diff = changed(&before, &snapshot(ws.dir(), &worktree));
+    assert!(
+        diff.is_empty(),
+        "files outside the workspace changed: {diff:?}"
+    );
+}
+
+/// Finding 3. A step's `produces` file holds a secret, so belay rewrites it
+/// host-side; a leftover racer swaps `out` with a symlink to a host directory
+/// outside the workspace meanwhile.
+#[test]
+fn produces_scrubbing_racing_a_symlink_swap_never_writes_outside() {
+    let canary = unique("bi-scrub-canary");
+    let pipeline = r#"name: bi-scrub-race
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+steps:
+  - name: write
+    secrets: [tok]
+    produces: out/summary.md
+    command: |
+      mkdir -p out
+      printf 'token %s\n' "$BELAY_BI_TOKEN" > out/summary.md
+      ln -sfn @TMP@/outside outl
+      (setsid nohup perl -e 'my ($p, $q) = ("out", "outl"); while (1) { syscall(316, -100, $p, -100, $q, 2) }' >/dev/null 2>&1 &)
+      sleep 0.5
+      echo racing
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let outside = ws.dir().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 120);
+    assert!(ws.step_log("write").contains("racing"));
+    let written = walk(&outside);
+    assert!(
+        written.is_empty(),
+        "belay wrote outside the workspace: {written:?}"
+    );
+    let out = ws.repo.join("out");
+    if std::fs::symlink_metadata(&out).is_ok_and(|m| m.is_dir()) {
+        if let Ok(text) = std::fs::read_to_string(out.join("summary.md")) {
+            assert!(text.contains("[REDACTED:tok]"), "{text}");
+            assert!(!text.contains(&canary), "{text}");
+        }
+    }
+    assert!(ws.state_hits(&canary).is_empty());
+}
+
+/// Finding 4. Step `plant` leaves a process disguised as `sleep`, detached
+/// from its session, that reads every process's environment; the next step
+/// holds a secret.
+#[test]
+fn a_disguised_leftover_process_cannot_steal_a_later_steps_secret() {
+    let canary = unique("bi-steal-canary");
+    let pipeline = r#"name: bi-steal
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+steps:
+  - name: plant
+    command: |
+      setsid nohup bash -c 'exec -a sleep bash -c "while :; do for f in /proc/[0-9]*/environ; do tr \"\\0\" \"\\n\" < \$f 2>/dev/null | grep BELAY_BI_TOKEN= | base64 -w0 >> stolen.txt; done; sleep 0.2; done"' >/dev/null 2>&1 &
+      sleep 0.5
+      echo planted
+  - name: use
+    secrets: [tok]
+    command: sleep 2; echo used
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 120);
+    assert!(ws.step_log("plant").contains("planted"));
+    assert!(
+        ws.step_log("use").contains("used"),
+        "the secret step never ran"
+    );
+    let stolen = std::fs::read_to_string(ws.repo.join("stolen.txt")).unwrap_or_default();
+    for needle in [
+        canary.clone(),
+        b64(canary.as_bytes()),
+        b64(format!("{canary}\n").as_bytes()),
+        b64(format!("BELAY_BI_TOKEN={canary}\n").as_bytes()),
+    ] {
+        assert!(
+            !stolen.contains(&needle),
+            "stolen.txt holds the secret: {stolen}"
+        );
+        let seen = ws.sightings(&needle);
+        assert!(seen.is_empty(), "{needle}: {seen:?}");
+    }
+}
+
+/// Finding 5. A step with a secret leaves it in `~/.netrc`, `/tmp` and
+/// `/dev/shm`; the next step, in the same kind of container, reads them.
+#[test]
+fn secrets_left_in_home_tmp_or_shm_do_not_reach_the_next_step() {
+    let canary = unique("bi-home-canary");
+    let pipeline = r#"name: bi-home
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+steps:
+  - name: a
+    secrets: [tok]
+    command: |
+      echo "machine x login u password $BELAY_BI_TOKEN" > ~/.netrc
+      echo "machine x login u password $BELAY_BI_TOKEN" > /tmp/leak
+      echo "machine x login u password $BELAY_BI_TOKEN" > /dev/shm/leak
+      echo left
+  - name: b
+    command: |
+      cat ~/.netrc /tmp/leak /dev/shm/leak > got.txt 2>&1; true
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 120);
+    assert!(ws.step_log("a").contains("left"));
+    let got = std::fs::read_to_string(ws.repo.join("got.txt")).expect("step b did not run");
+    assert!(!got.contains(&canary), "step b read step a's secret: {got}");
+    let seen = ws.sightings(&canary);
+    assert!(seen.is_empty(), "{seen:?}");
+}
+
+/// Finding 6. A secret split over stdout and stderr, one straddling the
+/// 64 KiB flush, and a multi-line secret printed line by line: none reaches a
+/// log in the clear.
+#[test]
+fn split_straddling_and_multiline_secrets_are_redacted_in_logs() {
+    let canary = unique("bi-logs-canary");
+    let (pem, body) = pem_value(&canary);
+    let pipeline = r#"name: bi-logs
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+  pem: {from: env, key: BELAY_BI_PEM}
+steps:
+  - name: halves
+    secrets: [tok]
+    command: |
+      printf %s "${BELAY_BI_TOKEN:0:6}"; printf %s "${BELAY_BI_TOKEN:6}" >&2
+  - name: straddle
+    secrets: [tok]
+    command: |
+      head -c 65530 /dev/zero | tr '\0' a; printf %s "$BELAY_BI_TOKEN"
+  - name: lines
+    secrets: [pem]
+    command: |
+      printf '%s\n' "$BELAY_BI_PEM" | while IFS= read -r l; do echo "line: $l"; done
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(
+        &[
+            ("BELAY_BI_TOKEN", canary.as_str()),
+            ("BELAY_BI_PEM", pem.as_str()),
+        ],
+        &[],
+        120,
+    )
+    .success();
+    let hits = ws.state_hits(&canary);
+    assert!(hits.is_empty(), "the token in the clear: {hits:?}");
+    for line in &body {
+        let hits = ws.state_hits(line);
+        assert!(hits.is_empty(), "a PEM line in the clear: {hits:?}");
+    }
+    let logs = all_logs(&ws.run_dir());
+    assert!(logs.contains("[REDACTED:"), "nothing was redacted");
+    assert!(ws.step_log("lines").contains("line: "));
+    assert!(ws.step_log("straddle").contains("aaaa"));
+}
+
+/// Finding 7. A multi-line secret written to a file and committed: the
+/// commit refuses, and no object in the repository keeps it.
+#[test]
+fn a_committed_multiline_secret_is_refused_and_leaves_no_object() {
+    let seed = unique("bi-pem");
+    let (pem, body) = pem_value(&seed);
+    let pipeline = r#"name: bi-pem
+deps_policy: open
+secrets:
+  bi-key: {from: env, key: BELAY_BI_PEM}
+steps:
+  - name: write
+    secrets: [bi-key]
+    command: |
+      printf '%s\n' "$BELAY_BI_PEM" > key.pem
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let base = ws.head();
+    ws.run(&[("BELAY_BI_PEM", pem.as_str())], &[], 120).code(1);
+    assert!(
+        ws.repo.join("key.pem").exists(),
+        "the step did not write the key"
+    );
+    let refused = ws.events_of("commit_refused");
+    assert!(
+        refused.iter().any(|e| {
+            let r = field(e, "reason").as_str().unwrap_or("");
+            r.contains("secret") && r.contains("bi-key")
+        }),
+        "no commit_refused event naming the secret: {refused:?}"
+    );
+    assert_eq!(ws.head(), base, "something was committed");
+    let history = ws.history();
+    let objects = ws.all_objects();
+    for line in &body {
+        assert!(
+            !history.contains(line.as_str()),
+            "the key is in the history"
+        );
+        assert!(
+            !contains_bytes(&objects, line),
+            "an object in the repository holds the key"
+        );
+        assert!(ws.state_hits(line).is_empty());
+    }
+}
+
+/// Finding 8. A secret with a quote, a backslash and a newline, read by the
+/// built-in agent from a file: not in any record, not sent to the model, in
+/// no escaping.
+#[test]
+fn a_quoted_multiline_secret_stays_out_of_events_and_model_requests() {
+    let tag = unique("4c1d");
+    let canary = format!("bi-canary-\"quoted\"\\back-{tag}\nsecond-line-4c1d-{tag}");
+    let script = r#"turns:
+  - name: read
+    reply:
+      tool_calls: [{name: read_file, arguments: {path: notes.txt}}]
+  - name: done
+    reply:
+      tool_calls: [{name: finish, arguments: {summary: "read the notes"}}]
+"#;
+    let pipeline = format!(
+        "name: bi-events\n{LLM}deps_policy: open\nsecrets:\n  tok: {{from: env, key: BELAY_BI_TOKEN}}\nsteps:\n  - name: seed\n    secrets: [tok]\n    command: |\n      printf '%s' \"$BELAY_BI_TOKEN\" > notes.txt\n  - name: dev\n    agent: dev\n    max_iterations: 6\n"
+    );
+    let ws = workspace(script, &pipeline, &[]);
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 180);
+    assert_eq!(
+        std::fs::read_to_string(ws.repo.join("notes.txt")).unwrap(),
+        canary,
+        "the seed step did not write the secret"
+    );
+    assert!(
+        ws.replay.requests().len() >= 2,
+        "the read_file result never went back to the model"
+    );
+    let mut needles = escaped_forms(&canary);
+    needles.extend(escaped_forms(&format!("back-{tag}\nsecond-line-4c1d")));
+    needles.push(format!("second-line-4c1d-{tag}"));
+    let requests = ws.replay_log();
+    for n in &needles {
+        let hits = ws.state_hits(n);
+        assert!(hits.is_empty(), "{n:?} in {hits:?}");
+        assert!(!requests.contains(n.as_str()), "{n:?} sent to the model");
+    }
+    let events = std::fs::read_to_string(ws.run_dir().join("events.jsonl")).unwrap();
+    assert!(events.contains("[REDACTED:"), "nothing was redacted");
+}
+
+/// Finding 9. A networked step behind the egress proxy tries every host
+/// address (the test's listener on 0.0.0.0), the default bridge, its own
+/// gateways and the proxy's address; and a CONNECT to port 22.
+#[test]
+fn a_networked_step_reaches_no_host_port_beyond_the_egress_proxy() {
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = {
+        let (stop, accepted) = (stop.clone(), accepted.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok(_) => {
+                        accepted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        })
+    };
+    let probe = r#"port=@PORT@
+ips="@HOSTIPS@ 172.17.0.1"
+while read -r iface dest gw rest; do
+  [ "$iface" = Iface ] && continue
+  h=$gw; [ "$dest" != 00000000 ] && h=$dest
+  [ "$h" = 00000000 ] && continue
+  a=$((16#${h:6:2})); b=$((16#${h:4:2})); c=$((16#${h:2:2})); d=$((16#${h:0:2}))
+  if [ "$dest" = 00000000 ]; then ips="$ips $a.$b.$c.$d"; else ips="$ips $a.$b.$c.$((d + 1))"; fi
+done < /proc/net/route
+p=${HTTP_PROXY#http://}; p=${p%/}; ph=${p%:*}; pp=${p##*:}
+seen=" "
+for ip in $ips $ph; do
+  case "$seen" in *" $ip "*) continue;; esac
+  seen="$seen$ip "
+  if timeout 5 bash -c "exec 3<>/dev/tcp/$ip/$port" 2>/dev/null; then echo "reached $ip"; else echo "blocked $ip"; fi
+done
+( exec 4<>/dev/tcp/$ph/$pp; printf 'CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n' >&4; IFS= read -r -t 10 status <&4; echo "connect-status: $status" )
+true
+"#
+    .replace("@PORT@", &port.to_string())
+    .replace("@HOSTIPS@", &host_ipv4s().join(" "));
+    let indented: String = probe.lines().map(|l| format!("      {l}\n")).collect();
+    let pipeline = format!(
+        "name: bi-net\ndeps_policy: open\negress: {{presets: [package-registries]}}\nsteps:\n  - name: probe\n    network: true\n    timeout: 120\n    command: |\n{indented}"
+    );
+    let ws = workspace(NO_MODEL, &pipeline, &[]);
+    ws.run(&[], &[], 180);
+    stop.store(true, Ordering::SeqCst);
+    counter.join().unwrap();
+    let log = ws.step_log("probe");
+    assert!(
+        log.contains("blocked 172.17.0.1"),
+        "the probe did not run: {log}"
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "a step connected to a port on the host: {log}"
+    );
+    assert!(!log.contains("reached "), "{log}");
+    let status = log
+        .lines()
+        .find(|l| l.starts_with("connect-status:"))
+        .unwrap_or_else(|| panic!("no CONNECT answer: {log}"));
+    assert!(status.contains("HTTP/1."), "{status}");
+    assert!(
+        !status.contains("200"),
+        "the proxy tunnelled to port 22: {status}"
+    );
+}
+
+/// Finding 10. A step loosens the committed seccomp profile; a later step
+/// needs a new container, which must not get the loosened profile.
+#[test]
+fn a_seccomp_profile_changed_by_a_step_stops_the_run() {
+    let profile = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["acct"],"action":"SCMP_ACT_ERRNO"}]}"#;
+    let pipeline = r#"name: bi-seccomp
+deps_policy: open
+isolation: {seccomp_profile: seccomp.json}
+steps:
+  - name: loosen
+    command: |
+      printf '%s' '{"defaultAction":"SCMP_ACT_ALLOW"}' > seccomp.json
+  - name: online
+    network: true
+    command: echo online
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[("seccomp.json", profile)]);
+    let base = ws.head();
+    let out = ws.run(&[], &[], 180);
+    let o = out.get_output();
+    assert_ne!(o.status.code(), Some(0), "the run succeeded");
+    let mut said =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &*String::from_utf8_lossy(&o.stderr);
+    if ws.state.join("runs").exists() {
+        said += ws.state_json()["failure"].as_str().unwrap_or("");
+    }
+    assert!(said.contains("changed during the run"), "{said}");
+    assert_eq!(ws.head(), base, "something was committed");
+    assert_eq!(git(&ws.repo, &["show", "HEAD:seccomp.json"]), profile);
+}
+
+/// Finding 11. A 300 MB file at the commit: belay's own memory stays small.
+#[test]
+fn a_300_mb_commit_keeps_belays_peak_memory_small() {
+    let pipeline = r#"name: bi-big
+deps_policy: open
+steps:
+  - name: write
+    timeout: 200
+    command: |
+      head -c 225000000 /dev/urandom | base64 -w 76 > big.txt
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[], &[], 240).success();
+    assert!(std::fs::metadata(ws.repo.join("big.txt")).unwrap().len() > 290_000_000);
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(ws.run_dir().join("summary.json")).unwrap()).unwrap();
+    let peak = summary["peak_rss_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no peak_rss_bytes in {summary}"));
+    assert!(peak > 0 && peak <= 64 << 20, "belay peaked at {peak} bytes");
+}
+
+/// Finding 12a. `isolation.log_limit` caps a step's log.
+#[test]
+fn log_limit_truncates_a_flooding_step() {
+    let pipeline = r#"name: bi-flood
+deps_policy: open
+isolation: {log_limit: 1m}
+steps:
+  - name: flood
+    command: |
+      head -c 20000000 /dev/zero | tr '\0' x
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[], &[], 120);
+    let logs = ws.step_logs("flood");
+    assert!(!logs.is_empty(), "no log for the step");
+    for p in logs {
+        let len = std::fs::metadata(&p).unwrap().len();
+        assert!(len <= (1 << 20) + 4096, "{}: {len} bytes", p.display());
+        let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned();
+        let last = text.trim_end().lines().last().unwrap_or("");
+        assert!(
+            last.contains("[belay] log truncated"),
+            "{}: ends {last:?}",
+            p.display()
+        );
+    }
+}
+
+/// Finding 12b. A fork bomb under the default limits: the run ends, and the
+/// sandbox records a pids and a memory limit. (A guard step refuses to start
+/// the bomb in a container without a pids limit, so a regression fails the
+/// test instead of exhausting the host's pids.)
+#[test]
+fn a_fork_bomb_is_contained_by_the_default_limits() {
+    let pipeline = r#"name: bi-forkbomb
+deps_policy: open
+steps:
+  - name: guard
+    command: |
+      m=$(cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || echo unknown)
+      echo "pids.max=$m"
+      case "$m" in ''|max|unknown) echo "no pids limit: the bomb stays off"; exit 1;; esac
+  - name: bomb
+    timeout: 20
+    command: |
+      bash -c ':(){ :|:& };:'
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let t0 = Instant::now();
+    let out = ws.run(&[], &[], 150);
+    let took = t0.elapsed();
+    let code = out.get_output().status.code();
+    assert!(took <= Duration::from_secs(90), "the run took {took:?}");
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}");
+    let sandboxes = ws.events_of("sandbox");
+    assert!(!sandboxes.is_empty());
+    for e in &sandboxes {
+        let pids = field(e, "pids_limit").as_f64().unwrap_or(0.0);
+        let mem = field(e, "memory_bytes").as_f64().unwrap_or(0.0);
+        assert!(pids > 0.0 && mem > 0.0, "no default limits: {e}");
+    }
+}
+
+/// Finding 12c. A `produces` file under a symlinked directory does not break
+/// the commit's `git add`.
+#[test]
+fn a_symlinked_produces_parent_does_not_block_the_commit() {
+    let pipeline = r#"name: bi-linked-out
+deps_policy: open
+steps:
+  - name: write
+    produces: out/summary.md
+    command: |
+      mkdir real; ln -s real out; echo hi > real/summary.md
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let out = ws.run(&[], &[], 120);
+    let o = out.get_output();
+    assert!(
+        o.status.success(),
+        "the run failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(ws.state_json()["status"], "succeeded");
+}
+
+/// Finding 12d. Credentials in the remote URL are not readable from a step.
+#[test]
+fn remote_credentials_are_not_readable_in_steps() {
+    let pipeline = r#"name: bi-remote
+deps_policy: open
+steps:
+  - name: look
+    command: |
+      cat .git/config > seen.txt; git config --get remote.origin.url >> seen.txt 2>&1; true
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    git(
+        &ws.repo,
+        &[
+            "remote",
+            "add",
+            "origin",
+            "https://bi-user:bi-pass-9d2e@example.invalid/r.git",
+        ],
+    );
+    ws.run(&[], &[], 120);
+    let seen = std::fs::read_to_string(ws.repo.join("seen.txt")).expect("the step did not run");
+    assert!(!seen.contains("bi-pass-9d2e"), "{seen}");
+    assert!(
+        seen.contains("example.invalid"),
+        "the step did not read the config: {seen}"
+    );
+}
+
+/// Finding 13: what held must stay held. Shell in the commit message template
+/// and in a step name does not run; `--dry-run` with a secret set shows and
+/// writes nothing of it; the run's records never hold it.
+#[test]
+fn held_attacks_stay_held() {
+    let canary = unique("bi-held-canary");
+    let pipeline = r#"name: bi-held
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+steps:
+  - name: change
+    secrets: [tok]
+    command: |
+      echo "tok=$BELAY_BI_TOKEN"; echo changed > changed.txt
+  - name: commit
+    action: commit
+    params: {message: "x $(touch @TMP@/m1) `touch @TMP@/m2`"}
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let env = [("BELAY_BI_TOKEN", canary.as_str())];
+
+    let dry_state = ws.dir().join("dry-state");
+    let mut c = belay();
+    let out = c
+        .arg("run")
+        .arg(ws.repo.join("pipeline.yaml"))
+        .arg("--dry-run")
+        .arg("--state-dir")
+        .arg(&dry_state)
+        .env("BELAY_BI_TOKEN", canary.as_str())
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    let o = out.get_output();
+    assert!(!String::from_utf8_lossy(&o.stdout).contains(&canary));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains(&canary));
+    assert!(!dry_state.exists(), "--dry-run wrote state");
+
+    let base = ws.head();
+    ws.run(&env, &[], 120).success();
+    assert!(!ws.dir().join("m1").exists() && !ws.dir().join("m2").exists());
+    assert_eq!(
+        git(&ws.repo, &["log", "-1", "--format=%s"]),
+        format!("x $(touch {t}/m1) `touch {t}/m2`", t = ws.dir().display())
+    );
+    assert_eq!(git(&ws.repo, &["rev-parse", "HEAD~1"]), base);
+    for f in ["state.json", "summary.json"] {
+        let text = std::fs::read_to_string(ws.run_dir().join(f)).unwrap();
+        assert!(!text.contains(&canary), "{f} holds the secret");
+    }
+    assert!(ws.step_log("change").contains("tok=[REDACTED:tok]"));
+    let seen = ws.sightings(&canary);
+    assert!(seen.is_empty(), "{seen:?}");
+
+    // A step named with shell in it: refused at load, or run as a name.
+    let named = ws.dir().join("named");
+    std::fs::create_dir(&named).unwrap();
+    let p = named.join("pipeline.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "name: bi-named\ndeps_policy: open\nsteps:\n  - name: \"s$(touch {t}/m3)`touch {t}/m4`\"\n    command: echo ran\n",
+            t = ws.dir().display()
+        ),
+    )
+    .unwrap();
+    init_repo(&named);
+    let out = belay()
+        .arg("run")
+        .arg(&p)
+        .arg("--state-dir")
+        .arg(ws.dir().join("named-state"))
+        .timeout(Duration::from_secs(120))
+        .assert();
+    let code = out.get_output().status.code();
+    assert!(matches!(code, Some(0 | 2)), "exit {code:?}");
+    assert!(!ws.dir().join("m3").exists() && !ws.dir().join("m4").exists());
+}
