@@ -26,6 +26,10 @@ use crate::verdict::{self, Verdict};
 pub const WORKDIR: &str = "/workspace/repo";
 /// The default image of step containers.
 pub const DEFAULT_IMAGE: &str = "belay-base:bookworm";
+/// The user of step containers' own processes (their init and idle main
+/// process, which outlive every step): not the steps' user, so a step cannot
+/// ptrace them, write their memory or signal them.
+const IDLE_USER: &str = "65534:65534";
 /// How much of a failing gate's output becomes feedback.
 const FEEDBACK_MAX: usize = 8 * 1024;
 /// How much of a shared file goes into an agent's context.
@@ -316,6 +320,9 @@ pub struct Engine<'a> {
         crate::egress::EgressProxy,
         belay_sandbox::firewall::Firewall,
     )>,
+    /// The run's own bridge for `network: true` steps without presets: the
+    /// internet, but not the host's services.
+    open_net: Option<(String, belay_sandbox::firewall::Firewall)>,
     /// The seccomp profile, read and hashed once at the start: (path, text, sha256).
     seccomp: Option<(PathBuf, String, String)>,
     model_route: Option<ModelRoute>,
@@ -491,6 +498,7 @@ impl<'a> Engine<'a> {
                     commit_pending: None,
                     failure: None,
                     submodules_at_start: git.submodule_paths().unwrap_or_default(),
+                    git_control_at_start: git.control_files(),
                     started_at: now.clone(),
                     updated_at: now,
                 };
@@ -530,8 +538,8 @@ impl<'a> Engine<'a> {
         let seccomp = match &p.isolation.seccomp_profile {
             Some(f) => {
                 let path = p.dir.join(f);
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}. Give the path of a seccomp JSON profile, relative to the pipeline file"))
+                let text = read_policy(&path, git.root()).map_err(|e| {
+                    PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}. Give the path of a seccomp JSON profile (a regular file of at most 1 MiB), relative to the pipeline file"))
                 })?;
                 let hash = hex::encode(Sha256::digest(text.as_bytes()));
                 Some((path, text, hash))
@@ -552,6 +560,7 @@ impl<'a> Engine<'a> {
             containers: HashMap::new(),
             env_volumes: None,
             egress: None,
+            open_net: None,
             seccomp,
             model_route: None,
             model,
@@ -619,6 +628,10 @@ impl<'a> Engine<'a> {
             let _ = self.rt.remove_network(&net).await;
         }
         if let Some(net) = model_net {
+            let _ = self.rt.remove_network(&net).await;
+        }
+        if let Some((net, fence)) = self.open_net.take() {
+            drop(fence);
             let _ = self.rt.remove_network(&net).await;
         }
         // A finished run drops its environment volumes; an interrupted one
@@ -778,7 +791,49 @@ impl<'a> Engine<'a> {
                 serde_json::json!({"killed": killed}),
             )?;
         }
+        // A step runs as root: a set-id file it left would be a root shell
+        // for anyone on the host.
+        let root = self.git.root().to_path_buf();
+        let setid = belay_sandbox::hostfs::strip_setid(&root).map_err(|e| {
+            PipelineError::Config(format!("cannot check the workspace for set-id files: {e}"))
+        })?;
+        if !setid.is_empty() {
+            self.event(
+                "setid_cleared",
+                Some(step),
+                serde_json::json!({"paths": cap_list(&setid)}),
+            )?;
+        }
+        if self.p.isolation.allow_git_mutations {
+            self.check_git_control(step)?;
+        }
         Ok(())
+    }
+
+    /// With git mutations allowed, a step may commit, but not redirect git:
+    /// a changed `commondir`, `config.worktree` or alternates file is put
+    /// back (removed when it was absent) and stops the run.
+    fn check_git_control(&mut self, step: &str) -> Result<(), PipelineError> {
+        if self.state.git_control_at_start.is_empty() {
+            self.state.git_control_at_start = self.git.control_files();
+            return Ok(());
+        }
+        let changed = self
+            .git
+            .restore_control_files(&self.state.git_control_at_start);
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.event(
+            "git_tampered",
+            Some(step),
+            serde_json::json!({"files": &changed}),
+        )?;
+        Err(PipelineError::Config(format!(
+            "step `{step}` changed git's control files ({}) in {}: they redirect git to another config, whose commands the next host git would run. Planted files were removed; check the repository, then start a new run",
+            changed.join(", "),
+            self.git.git_dir().display()
+        )))
     }
 
     /// Scrub secret values out of a step's declared outputs (its artifact and
@@ -790,22 +845,24 @@ impl<'a> Engine<'a> {
         }
         let root = self.git.root().to_path_buf();
         for rel in step.produces.iter().chain(step.artifact.iter()) {
-            let Ok(Some(bytes)) = belay_sandbox::hostfs::read(&root, rel, 64 * 1024 * 1024) else {
-                continue;
-            };
-            let text = String::from_utf8_lossy(&bytes);
-            let clean = self.redactor.redact(&text);
-            if clean != text {
-                belay_sandbox::hostfs::write(&root, rel, clean.as_bytes()).map_err(|e| {
-                    PipelineError::Config(format!(
-                        "cannot scrub {rel}: {e}; check that belay may write the workspace"
-                    ))
-                })?;
-                self.event(
+            // Streamed: any size, nothing cut, never through a link.
+            match belay_sandbox::hostfs::scrub(&root, rel, &self.redactor) {
+                Ok(true) => self.event(
                     "artifact_scrubbed",
                     Some(&step.name),
                     serde_json::json!({"path": rel}),
-                )?;
+                )?,
+                Ok(false) => {}
+                Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => self.event(
+                    "artifact_unreachable",
+                    Some(&step.name),
+                    serde_json::json!({"path": rel, "why": e.to_string()}),
+                )?,
+                Err(e) => {
+                    return Err(PipelineError::Config(format!(
+                        "cannot scrub {rel}: {e}; check that belay may write the workspace"
+                    )))
+                }
             }
         }
         Ok(())
@@ -816,11 +873,22 @@ impl<'a> Engine<'a> {
         let root = self.git.root().to_path_buf();
         for rel in step.produces.iter().chain(step.artifact.iter()) {
             workspace_path(&root, rel)?;
-            let removed = belay_sandbox::hostfs::remove(&root, rel).map_err(|e| {
-                PipelineError::Config(format!(
+            let removed = match belay_sandbox::hostfs::remove(&root, rel) {
+                Ok(r) => r,
+                // A link on the way (a step's doing): there is no stale file
+                // belay could read through it, so nothing to delete.
+                Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => {
+                    self.event(
+                        "artifact_unreachable",
+                        Some(&step.name),
+                        serde_json::json!({"path": rel, "why": e.to_string()}),
+                    )?;
+                    false
+                }
+                Err(e) => return Err(PipelineError::Config(format!(
                     "cannot delete the stale {rel}: {e}; check that belay may write the workspace"
-                ))
-            })?;
+                ))),
+            };
             if removed {
                 self.event(
                     "artifact_deleted",
@@ -830,6 +898,35 @@ impl<'a> Engine<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The run's bridge for `network: true` (made on first use): NAT to the
+    /// outside like the default bridge, but fenced so that nothing on the
+    /// host itself (a database on all addresses, the engine's swarm ports)
+    /// is reachable from it.
+    async fn open_network(&mut self) -> Result<String, PipelineError> {
+        if let Some((net, _)) = &self.open_net {
+            return Ok(net.clone());
+        }
+        let net = format!("belay-{}-open", self.state.run_id);
+        let info = self.rt.ensure_network(&net, false).await?;
+        let bridge = info.bridge.as_deref().ok_or_else(|| {
+            PipelineError::Config(format!("network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"))
+        })?;
+        let gw: std::net::IpAddr = info.gateway.parse().map_err(|_| {
+            PipelineError::Config(format!(
+                "network {net} has no usable gateway ({}): remove it and rerun",
+                info.gateway
+            ))
+        })?;
+        let fence = belay_sandbox::firewall::Firewall::lock(bridge, gw, &[])?;
+        self.event(
+            "open_network",
+            None,
+            serde_json::json!({"network": &net, "firewall": fence.chain()}),
+        )?;
+        self.open_net = Some((net.clone(), fence));
+        Ok(net)
     }
 
     /// The internal network and the proxy on it (started on first use):
@@ -1001,6 +1098,9 @@ impl<'a> Engine<'a> {
         inner_env.extend(self.step_env(step));
         let mut argv: Vec<String> =
             vec!["docker".into(), "exec".into(), "-w".into(), WORKDIR.into()];
+        if let Some(u) = self.rt.exec_user(&c) {
+            argv.extend(["-u".into(), u]);
+        }
         for (k, _) in &inner_env {
             argv.push("-e".into());
             argv.push(k.clone());
@@ -1219,7 +1319,18 @@ impl<'a> Engine<'a> {
                 read_only: access == Access::Ro,
             });
         }
-        if root.join(".git").is_dir() {
+        let dot_git = root.join(".git");
+        if dot_git.is_file() && !self.p.isolation.allow_git_mutations {
+            // A worktree's or submodule's `.git` is a file naming the real
+            // git dir: read-only too, so a step cannot swap in a repository
+            // of its own (whose config the next host `git status` would run).
+            mounts.push(Mount {
+                host: dot_git.clone(),
+                container: format!("{WORKDIR}/.git"),
+                read_only: true,
+            });
+        }
+        if dot_git.is_dir() {
             if !self.p.isolation.allow_git_mutations {
                 // Agents read history; they cannot change it.
                 mounts.push(Mount {
@@ -1305,12 +1416,13 @@ impl<'a> Engine<'a> {
             network_name = Some(name);
         } else if network {
             env.extend(trust.proxy_env.iter().cloned());
+            network_name = Some(self.open_network().await?);
         }
         let seccomp = match &self.seccomp {
             Some((path, text, hash)) => {
                 // Read once at the start; a change since is a step's doing.
-                let now = std::fs::read(path)
-                    .map(|b| hex::encode(Sha256::digest(&b)))
+                let now = read_policy(path, self.git.root())
+                    .map(|b| hex::encode(Sha256::digest(b.as_bytes())))
                     .unwrap_or_default();
                 if now != *hash {
                     return Err(PipelineError::Config(format!(
@@ -1343,12 +1455,13 @@ impl<'a> Engine<'a> {
             tmpfs: vec!["/tmp".into()],
             seccomp_profile: seccomp,
             network_name,
+            idle_user: Some(IDLE_USER.into()),
             ..Default::default()
         };
         let id = self.rt.create(&spec).await?;
         let net_desc = match net {
             Net::None => "none",
-            Net::Open if self.p.egress.presets.is_empty() => "bridge",
+            Net::Open if self.p.egress.presets.is_empty() => "run bridge, host fenced off",
             Net::Open => "internal + egress proxy",
             Net::Model => "internal, model endpoint only",
         };
@@ -1822,7 +1935,7 @@ impl<'a> Engine<'a> {
         self.event(
             "commit",
             Some(&step.name),
-            serde_json::json!({"sha": sha, "message": message, "files": committed.files}),
+            serde_json::json!({"sha": sha, "message": message, "files": cap_list(&committed.files), "files_total": committed.files_total}),
         )?;
         Ok(StepResult {
             verdict: Verdict::Pass,
@@ -1842,6 +1955,37 @@ fn read_tail(path: &Path, max: u64) -> Option<String> {
     let mut buf = Vec::new();
     f.take(max).read_to_end(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// A policy file: inside the workspace (where steps write) through hostfs (no
+/// link, no FIFO, regular file), at most 1 MiB; outside it, plainly.
+fn read_policy(path: &Path, root: &Path) -> Result<String, String> {
+    const MAX: u64 = 1 << 20;
+    let abs = std::fs::canonicalize(path.parent().unwrap_or(path))
+        .map(|d| d.join(path.file_name().unwrap_or_default()))
+        .unwrap_or_else(|_| path.to_path_buf());
+    let bytes = match abs.strip_prefix(root) {
+        Ok(rel) => belay_sandbox::hostfs::read(root, &rel.to_string_lossy(), MAX + 1)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("{} does not exist", path.display()))?,
+        Err(_) => {
+            let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX + 1), &mut b)
+                .map_err(|e| e.to_string())?;
+            b
+        }
+    };
+    if bytes.len() as u64 > MAX {
+        return Err(format!("{} is larger than 1 MiB", path.display()));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+}
+
+/// At most 200 entries of a list, for an event (a commit of 200,000 files
+/// must not make one event line of 50 MB).
+fn cap_list(v: &[String]) -> &[String] {
+    &v[..v.len().min(200)]
 }
 
 /// Fence an internal network: from its bridge, the host accepts only TCP to

@@ -46,6 +46,9 @@ pub struct RunState {
     /// commit point accepts.
     #[serde(default)]
     pub submodules_at_start: Vec<String>,
+    /// The git dir's control files at the start (`Git::control_files`).
+    #[serde(default)]
+    pub git_control_at_start: BTreeMap<String, String>,
     pub started_at: String,
     pub updated_at: String,
 }

@@ -70,8 +70,32 @@ fn variants(value: &str) -> Vec<Vec<u8>> {
     if let Ok(json) = serde_json::to_string(value) {
         let inner = &json[1..json.len() - 1];
         push(inner.as_bytes().to_vec(), Redactor::MIN_LEN);
+        // Other encoders escape `/` and write non-ASCII as `\uXXXX`.
+        push(inner.replace('/', "\\/").into_bytes(), Redactor::MIN_LEN);
+        let ascii: String = inner
+            .chars()
+            .map(|c| {
+                if c.is_ascii() {
+                    c.to_string()
+                } else {
+                    c.encode_utf16(&mut [0; 2])
+                        .iter()
+                        .map(|u| format!("\\u{u:04x}"))
+                        .collect()
+                }
+            })
+            .collect();
+        push(ascii.into_bytes(), Redactor::MIN_LEN);
     }
-    push(percent_encode(value).into_bytes(), MIN_ENCODED);
+    // Percent-encoding, as RFC 3986 and as JavaScript's encodeURIComponent
+    // leave characters alone, with either case of hex digits; and the form
+    // encoding of spaces.
+    for keep in [UNRESERVED, URI_COMPONENT] {
+        let upper = percent_encode(value, keep);
+        push(upper.to_ascii_lowercase_hex().into_bytes(), MIN_ENCODED);
+        push(upper.replace("%20", "+").into_bytes(), MIN_ENCODED);
+        push(upper.into_bytes(), MIN_ENCODED);
+    }
     push(hex::encode(value.as_bytes()), MIN_ENCODED);
     push(hex::encode_upper(value.as_bytes()), MIN_ENCODED);
     for engine in [
@@ -79,7 +103,24 @@ fn variants(value: &str) -> Vec<Vec<u8>> {
         &base64::engine::general_purpose::URL_SAFE_NO_PAD,
     ] {
         for offset in 0..3usize {
-            push(base64_core(engine, value.as_bytes(), offset), MIN_ENCODED);
+            let core = base64_core(engine, value.as_bytes(), offset);
+            // `base64` wraps at 76 columns and PEM at 64: the same core with
+            // a newline at every position the wrap can fall.
+            for width in [64usize, 76] {
+                for phase in 0..width.min(core.len()) {
+                    let mut wrapped = Vec::with_capacity(core.len() + core.len() / width + 1);
+                    for (i, b) in core.iter().enumerate() {
+                        if i > 0 && (i + width - phase) % width == 0 {
+                            wrapped.push(b'\n');
+                        }
+                        wrapped.push(*b);
+                    }
+                    if wrapped.len() != core.len() {
+                        push(wrapped, MIN_ENCODED);
+                    }
+                }
+            }
+            push(core, MIN_ENCODED);
         }
     }
     out
@@ -103,10 +144,39 @@ fn base64_core(engine: &base64::engine::GeneralPurpose, secret: &[u8], offset: u
     enc.as_bytes()[skip..full].to_vec()
 }
 
-fn percent_encode(s: &str) -> String {
+/// What RFC 3986 leaves unencoded (besides letters and digits).
+const UNRESERVED: &[u8] = b"-_.~";
+/// What JavaScript's `encodeURIComponent` leaves unencoded.
+const URI_COMPONENT: &[u8] = b"-_.!~*'()";
+
+trait LowerHex {
+    fn to_ascii_lowercase_hex(&self) -> String;
+}
+
+impl LowerHex for String {
+    /// `%2F` → `%2f` (only the hex digits after a `%`).
+    fn to_ascii_lowercase_hex(&self) -> String {
+        let mut out = String::with_capacity(self.len());
+        let mut left = 0;
+        for c in self.chars() {
+            if c == '%' {
+                left = 2;
+                out.push(c);
+            } else if left > 0 {
+                left -= 1;
+                out.push(c.to_ascii_lowercase());
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+}
+
+fn percent_encode(s: &str, keep: &[u8]) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+        if b.is_ascii_alphanumeric() || keep.contains(&b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -445,7 +515,36 @@ mod tests {
         }
         let hex = hex::encode(secret.as_bytes());
         assert_eq!(r.redact(std::str::from_utf8(&hex).unwrap()), "[REDACTED:S]");
-        assert!(r.redact(&percent_encode(secret)).contains("[REDACTED:S]"));
+        assert!(r
+            .redact(&percent_encode(secret, UNRESERVED))
+            .contains("[REDACTED:S]"));
+        // The forms the break-in review found missing.
+        let s2 = "canary/value*7f3a9q";
+        let r2 = Redactor::new([("S".to_string(), s2.to_string())]);
+        for form in [
+            "canary%2fvalue%2a7f3a9q",
+            "canary%2Fvalue*7f3a9q",
+            "canary\\/value*7f3a9q",
+        ] {
+            assert_eq!(r2.redact(form), "[REDACTED:S]", "{form}");
+        }
+        // `base64` wraps at 76 columns, wherever the secret falls.
+        let long = "L".repeat(70) + "-tail-of-a-long-secret";
+        let r3 = Redactor::new([("L".to_string(), long.clone())]);
+        for pad in 0..80 {
+            let text = format!("{}{long}\n", "p".repeat(pad));
+            let enc = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+            let wrapped: Vec<String> = enc
+                .as_bytes()
+                .chunks(76)
+                .map(|c| String::from_utf8(c.to_vec()).unwrap())
+                .collect();
+            let wrapped = wrapped.join("\n");
+            assert!(
+                r3.redact(&wrapped).contains("[REDACTED:L]"),
+                "pad {pad}: {wrapped}"
+            );
+        }
         let mut v = serde_json::json!({"a": [secret], secret: 1});
         r.redact_value(&mut v);
         assert!(!v.to_string().contains("second-line"), "{v}");

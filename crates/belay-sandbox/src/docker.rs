@@ -78,6 +78,9 @@ pub struct DockerRuntime {
     negotiated: String,
     /// The init and main process of each container this runtime started.
     procs: Arc<std::sync::Mutex<HashMap<String, crate::procs::ContainerProcs>>>,
+    /// The user commands are exec'd as, for containers whose own processes
+    /// run as another (`ContainerSpec::idle_user`).
+    exec_users: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -125,6 +128,7 @@ impl DockerRuntime {
             owner,
             negotiated,
             procs: Default::default(),
+            exec_users: Default::default(),
         })
     }
 
@@ -156,6 +160,7 @@ impl DockerRuntime {
             cmd: Some(vec!["/bin/sh".into(), "-c".into(), script]),
             attach_stdout: Some(false),
             attach_stderr: Some(false),
+            user: self.exec_user(container),
             ..Default::default()
         };
         if let Ok(ex) = self.docker.create_exec(container, cfg).await {
@@ -367,8 +372,23 @@ impl ContainerRuntime for DockerRuntime {
             init: Some(true),
             ..Default::default()
         };
+        // Commands keep the image's user; the idle processes get another.
+        let exec_user = match &spec.idle_user {
+            Some(_) => Some(
+                self.docker
+                    .inspect_image(&spec.image)
+                    .await
+                    .ok()
+                    .and_then(|i| i.config)
+                    .and_then(|c| c.user)
+                    .filter(|u| !u.is_empty())
+                    .unwrap_or_else(|| "0:0".to_string()),
+            ),
+            None => None,
+        };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
+            user: spec.idle_user.clone(),
             cmd: Some(vec!["sleep".into(), "infinity".into()]),
             entrypoint: Some(vec![]),
             env: Some(env),
@@ -405,6 +425,9 @@ impl ContainerRuntime for DockerRuntime {
         {
             let _ = self.remove(&created.id).await;
             return Err(self.api_err("start container", e));
+        }
+        if let (Some(u), Ok(mut m)) = (exec_user, self.exec_users.lock()) {
+            m.insert(created.id.clone(), u);
         }
         // Its own two processes, so that a step's leftovers can be told apart.
         if let Ok(info) = self.docker.inspect_container(&created.id, None).await {
@@ -542,8 +565,15 @@ impl ContainerRuntime for DockerRuntime {
         Ok(out.stdout_tail.trim().parse().unwrap_or(0))
     }
 
+    fn exec_user(&self, container: &str) -> Option<String> {
+        self.exec_users.lock().ok()?.get(container).cloned()
+    }
+
     async fn remove(&self, container: &str) -> Result<(), SandboxError> {
         if let Ok(mut m) = self.procs.lock() {
+            m.remove(container);
+        }
+        if let Ok(mut m) = self.exec_users.lock() {
             m.remove(container);
         }
         // Removal runs even after a sticky failure: cleaning up is always worth trying.
@@ -751,6 +781,7 @@ impl ContainerRuntime for DockerRuntime {
             tty: Some(false),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: spec.working_dir.clone(),
+            user: self.exec_user(container),
             ..Default::default()
         };
         let exec = self

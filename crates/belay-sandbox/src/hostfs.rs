@@ -268,6 +268,175 @@ fn remove_at(
     }
 }
 
+/// Scrub secrets out of a file in place, streamed (no size limit, nothing
+/// held whole): a first pass looks for any secret form; only if one is found
+/// is the file rewritten through a [`belay_record::StreamRedactor`] into a
+/// fresh file in the same directory (reached through the same handle),
+/// renamed over the name. Whether it was rewritten; `Ok(false)` when absent.
+pub fn scrub(
+    root: &Path,
+    rel: &str,
+    redactor: &belay_record::Redactor,
+) -> Result<bool, HostFsError> {
+    if redactor.is_empty() {
+        return Ok(false);
+    }
+    let Some((dir, name)) = open_parent(root, rel, false, true)? else {
+        return Ok(false);
+    };
+    let path = root.join(rel);
+    let open = |what| -> Result<Option<(File, u32)>, HostFsError> {
+        let fd = match rustix::fs::openat(
+            &dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(Errno::LOOP) => {
+                return Err(refused(
+                    rel,
+                    "it is a symlink; belay does not read through links",
+                ))
+            }
+            Err(e) => return Err(io(what, path.clone(), e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| io("stat", path.clone(), e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(refused(rel, "it is not a regular file"));
+        }
+        Ok(Some((File::from(fd), st.st_mode & 0o777)))
+    };
+    let ioerr = |op: &'static str| {
+        let path = path.clone();
+        move |source| HostFsError::Io {
+            op,
+            path: path.clone(),
+            source,
+        }
+    };
+    let Some((f, _)) = open("read")? else {
+        return Ok(false);
+    };
+    if redactor.scanner().scan(f).map_err(ioerr("read"))?.is_none() {
+        return Ok(false);
+    }
+    let Some((f, mode)) = open("read")? else {
+        return Ok(false);
+    };
+    let tmp = format!(
+        ".{name}.belay-{}-{:016x}",
+        std::process::id(),
+        fastrand::u64(..)
+    );
+    let fd = rustix::fs::openat(
+        &dir,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )
+    .map_err(|e| io("create", root.join(&tmp), e))?;
+    let result = (|| {
+        let mut out = std::io::BufWriter::with_capacity(256 * 1024, File::from(fd));
+        let mut r = std::io::BufReader::with_capacity(256 * 1024, f);
+        let mut sr = belay_record::StreamRedactor::new(redactor.clone());
+        let mut buf = Vec::new();
+        loop {
+            let chunk = std::io::BufRead::fill_buf(&mut r).map_err(ioerr("read"))?;
+            if chunk.is_empty() {
+                break;
+            }
+            let n = chunk.len();
+            buf.clear();
+            sr.push(chunk, &mut buf);
+            std::io::BufRead::consume(&mut r, n);
+            out.write_all(&buf).map_err(ioerr("write"))?;
+        }
+        buf.clear();
+        sr.finish(&mut buf);
+        out.write_all(&buf).map_err(ioerr("write"))?;
+        let f = out.into_inner().map_err(|e| HostFsError::Io {
+            op: "write",
+            path: path.clone(),
+            source: e.into_error(),
+        })?;
+        f.sync_all().map_err(ioerr("sync"))?;
+        rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)
+            .map_err(|e| io("replace", path.clone(), e))
+    })();
+    if result.is_err() {
+        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+    }
+    result.map(|()| true)
+}
+
+/// Clear the setuid and setgid bits of every regular file under `root`
+/// (not following links, not entering `.git` at the top): a step runs as
+/// root, so a set-id file it leaves in the workspace would be a root shell
+/// for anyone on the host. The paths that had the bits.
+pub fn strip_setid(root: &Path) -> Result<Vec<String>, HostFsError> {
+    let dir = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
+        .map_err(|e| io("open the workspace", root.to_path_buf(), e))?;
+    let mut hits = Vec::new();
+    strip_in(dir, root, "", 0, &mut hits)?;
+    Ok(hits)
+}
+
+fn strip_in(
+    dir: OwnedFd,
+    root: &Path,
+    prefix: &str,
+    depth: usize,
+    hits: &mut Vec<String>,
+) -> Result<(), HostFsError> {
+    if depth > 256 {
+        return Ok(());
+    }
+    let at = root.join(prefix);
+    let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| io("list", at.clone(), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| io("list", at.clone(), e))?;
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        if name == "." || name == ".." || (depth == 0 && name == ".git") {
+            continue;
+        }
+        let rel = if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(io("stat", root.join(&rel), e)),
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                if let Ok(sub) = rustix::fs::openat(&dir, name, DIR_FLAGS, Mode::empty()) {
+                    strip_in(sub, root, &rel, depth + 1, hits)?;
+                }
+            }
+            FileType::RegularFile if st.st_mode & 0o6000 != 0 => {
+                let fd = rustix::fs::openat(
+                    &dir,
+                    name,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                    Mode::empty(),
+                )
+                .map_err(|e| io("open", root.join(&rel), e))?;
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(st.st_mode & 0o1777))
+                    .map_err(|e| io("clear the set-id bits of", root.join(&rel), e))?;
+                hits.push(rel);
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Whether `rel` can be reached without a link in any parent (for git
 /// pathspecs: git refuses a pathspec "beyond a symbolic link").
 pub fn parents_are_dirs(root: &Path, rel: &str) -> bool {
@@ -325,6 +494,42 @@ mod tests {
         assert!(remove(&root, "a").is_err(), "directories are not removed");
         assert!(!parents_are_dirs(&root, "up/secret.txt"));
         assert!(parents_are_dirs(&root, "a/b.txt"));
+    }
+
+    #[test]
+    fn scrub_streams_large_files_and_strip_clears_set_id_bits() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let red = belay_record::Redactor::new([("T".to_string(), "tok-0123456789".to_string())]);
+        let mut big = vec![b'x'; 70 << 20];
+        big.extend_from_slice(b" tok-0123456789 end");
+        std::fs::write(root.join("out.md"), &big).unwrap();
+        assert!(scrub(root, "out.md", &red).unwrap());
+        let after = std::fs::read(root.join("out.md")).unwrap();
+        assert_eq!(
+            after.len(),
+            (70 << 20) + b" [REDACTED:T] end".len(),
+            "nothing was cut"
+        );
+        assert!(after.ends_with(b" [REDACTED:T] end"));
+        assert!(
+            !scrub(root, "out.md", &red).unwrap(),
+            "clean files are left alone"
+        );
+        std::fs::create_dir_all(root.join("bin/deep")).unwrap();
+        std::fs::write(root.join("bin/deep/sh"), "x").unwrap();
+        std::fs::set_permissions(
+            root.join("bin/deep/sh"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o4755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/usr/bin/passwd", root.join("bin/link")).unwrap();
+        assert_eq!(strip_setid(root).unwrap(), ["bin/deep/sh"]);
+        let m = std::fs::metadata(root.join("bin/deep/sh")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+            0o755
+        );
     }
 
     /// The attack of finding 2/3: a racer swaps a directory with a link to a

@@ -69,6 +69,13 @@ pub struct ContainerSpec {
     /// Attach to this network instead of `network` (an internal network whose
     /// only way out is an egress proxy).
     pub network_name: Option<String>,
+    /// Run the container's own processes (init and the idle main process) as
+    /// this `uid:gid` instead of the image's user, while commands are still
+    /// exec'd as the image's user: a command then cannot ptrace, write the
+    /// memory of, or signal the processes that outlive every step (it has no
+    /// CAP_SYS_PTRACE, CAP_KILL or CAP_SETUID). Not for containers that are
+    /// committed as images (the user would be baked in).
+    pub idle_user: Option<String>,
 }
 
 /// One command to execute in a running container.
@@ -159,6 +166,9 @@ pub trait ContainerRuntime: Send + Sync {
     /// and main process (by recorded identity, never by name), and empty its
     /// `/tmp` and `/dev/shm`. How many processes were killed.
     async fn end_step(&self, container: &str) -> Result<usize, SandboxError>;
+    /// The user commands run as in this container (`docker exec -u`): the
+    /// image's user, or `None` for the container's own.
+    fn exec_user(&self, container: &str) -> Option<String>;
     async fn remove(&self, container: &str) -> Result<(), SandboxError>;
     /// Remove a named volume (gone already counts as removed).
     async fn remove_volume(&self, name: &str) -> Result<(), SandboxError>;

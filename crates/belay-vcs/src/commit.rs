@@ -47,6 +47,8 @@ pub enum Refusal {
     Gitlink(Vec<String>),
     /// A staged file holds a secret's value (or an encoding of it).
     Secret { name: String, path: String },
+    /// A staged path (a file or directory name) holds a secret's value.
+    SecretInName { name: String },
 }
 
 impl std::fmt::Display for Refusal {
@@ -61,6 +63,10 @@ impl std::fmt::Display for Refusal {
                 f,
                 "the change adds gitlinks that are not submodules in .gitmodules at the start ({}); nothing was committed",
                 p.join(", ")
+            ),
+            Refusal::SecretInName { name } => write!(
+                f,
+                "a file or directory name in the change contains the value of secret `{name}`; nothing was committed. Rename it and rerun"
             ),
             Refusal::Secret { name, path } => write!(
                 f,
@@ -123,14 +129,104 @@ impl Git {
         })
     }
 
-    /// Untracked directories that are repositories of their own.
+    /// Untracked directories that are repositories of their own (git lists
+    /// one as `path/`). Streamed: the listing is never held whole.
     pub fn embedded_repositories(&self) -> Result<Vec<String>, VcsError> {
-        let out = self.run(&["ls-files", "-z", "--others", "--exclude-standard"])?;
-        Ok(out
-            .split('\0')
-            .filter(|p| p.ends_with('/'))
-            .map(|p| p.trim_end_matches('/').to_string())
-            .collect())
+        let mut out = Vec::new();
+        self.stream(
+            &[],
+            &["ls-files", "-z", "--others", "--exclude-standard"],
+            |e| {
+                if e.ends_with(b"/") {
+                    out.push(String::from_utf8_lossy(&e[..e.len() - 1]).into_owned());
+                }
+                Ok(true)
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Run git and hand each NUL-terminated entry of its output to `f`
+    /// (which returns whether to go on), with bounded memory; stderr's tail
+    /// goes into the error.
+    fn stream(
+        &self,
+        env: &[(&str, &Path)],
+        args: &[&str],
+        mut f: impl FnMut(&[u8]) -> Result<bool, VcsError>,
+    ) -> Result<(), VcsError> {
+        let mut c = self.command()?;
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| VcsError::Spawn {
+                dir: self.root.clone(),
+                source,
+            })?;
+        let err = child.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut tail = Vec::new();
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = e.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    tail.extend_from_slice(&buf[..n]);
+                    if tail.len() > 16 * 1024 {
+                        tail.drain(..tail.len() - 8 * 1024);
+                    }
+                }
+                String::from_utf8_lossy(&tail).trim().to_string()
+            })
+        });
+        let io = |e| VcsError::io("read the output of git in", &self.root, e);
+        let mut result = Ok(());
+        if let Some(stdout) = child.stdout.take() {
+            let mut r = BufReader::with_capacity(64 * 1024, stdout);
+            let mut entry = Vec::new();
+            loop {
+                entry.clear();
+                match r.read_until(0, &mut entry) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        if entry.last() == Some(&0) {
+                            entry.pop();
+                        }
+                        match f(&entry) {
+                            Ok(true) => {}
+                            Ok(false) => break,
+                            Err(e) => {
+                                result = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        result = Err(io(e));
+                        break;
+                    }
+                }
+            }
+        }
+        if result.is_err() {
+            let _ = child.kill();
+        }
+        let status = child.wait().map_err(io)?;
+        let stderr = err.and_then(|t| t.join().ok()).unwrap_or_default();
+        result?;
+        if !status.success() {
+            return Err(VcsError::Failed {
+                dir: self.root.clone(),
+                args: args.join(" "),
+                stderr,
+            });
+        }
+        Ok(())
     }
 
     /// Stage everything but the excludes, check it, and commit it.
@@ -154,14 +250,18 @@ impl Git {
         }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.run_env(&env, &refs)?;
-        let listing = self.run_env(&env, &["ls-files", "-s", "-z"])?;
-        let links: Vec<String> = listing
-            .split('\0')
-            .filter_map(|e| e.split_once('\t'))
-            .filter(|(meta, _)| meta.starts_with("160000 "))
-            .map(|(_, p)| p.to_string())
-            .filter(|p| !req.submodules.contains(p))
-            .collect();
+        let mut links = Vec::new();
+        self.stream(&env, &["ls-files", "-s", "-z"], |e| {
+            if e.starts_with(b"160000 ") {
+                if let Some(i) = e.iter().position(|b| *b == b'\t') {
+                    let p = String::from_utf8_lossy(&e[i + 1..]).into_owned();
+                    if !req.submodules.contains(&p) {
+                        links.push(p);
+                    }
+                }
+            }
+            Ok(true)
+        })?;
         if !links.is_empty() {
             return Ok(CommitOutcome::Refused(Refusal::Gitlink(links)));
         }
@@ -174,7 +274,15 @@ impl Git {
             // The empty tree: the first commit of a repository.
             "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
         };
-        let raw = self.run_env(
+        // Each staged change is checked as it is listed: its name, then its
+        // blob through `cat-file --batch`. Nothing is held but the first
+        // names (for the record) and one chunk of one blob.
+        let mut batch = BlobReader::start(self, &env)?;
+        let mut files = Vec::new();
+        let mut total = 0usize;
+        let mut meta: Option<Vec<u8>> = None;
+        let mut refusal = None;
+        self.stream(
             &env,
             &[
                 "diff-index",
@@ -184,44 +292,65 @@ impl Git {
                 "--no-renames",
                 base,
             ],
+            |e| {
+                let Some(m) = meta.take() else {
+                    meta = Some(e.to_vec());
+                    return Ok(true);
+                };
+                let path = String::from_utf8_lossy(e).into_owned();
+                total += 1;
+                if files.len() < MAX_LISTED {
+                    files.push(path.clone());
+                }
+                let found = (req.scan)(&path, &mut path.as_bytes())
+                    .map_err(|e| VcsError::io("check", &self.root, e))?;
+                if let Some(name) = found {
+                    refusal = Some(Refusal::SecretInName { name });
+                    return Ok(false);
+                }
+                // `:old_mode new_mode old_sha new_sha status`
+                let m = String::from_utf8_lossy(&m).into_owned();
+                let f: Vec<&str> = m.trim_start_matches(':').split(' ').collect();
+                if f.len() >= 5 && !f[4].starts_with('D') && f[1] != "160000" {
+                    if let Some(name) = batch.scan(f[3], &path, req.scan)? {
+                        refusal = Some(Refusal::Secret { name, path });
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            },
         )?;
-        let mut files = Vec::new();
-        let mut blobs = Vec::new();
-        let mut it = raw.split('\0');
-        while let Some(meta) = it.next() {
-            if meta.is_empty() {
-                continue;
-            }
-            let Some(path) = it.next() else { break };
-            files.push(path.to_string());
-            // `:old_mode new_mode old_sha new_sha status`
-            let f: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
-            if f.len() >= 5 && !f[4].starts_with('D') && f[1] != "160000" {
-                blobs.push((f[3].to_string(), path.to_string()));
-            }
-        }
-        if files.is_empty() {
-            return Ok(CommitOutcome::Nothing);
-        }
-        if let Some(r) = self.scan_blobs(&env, &blobs, req.scan)? {
+        batch.finish();
+        if let Some(r) = refusal {
             return Ok(CommitOutcome::Refused(r));
+        }
+        if total == 0 {
+            return Ok(CommitOutcome::Nothing);
         }
         stage.publish_to(self, &objects)?;
         let sha = self.commit_staged(req.message, req.author)?;
-        Ok(CommitOutcome::Committed(Commit { sha, files }))
+        Ok(CommitOutcome::Committed(Commit {
+            sha,
+            files,
+            files_total: total,
+        }))
     }
+}
 
-    /// Stream each blob through the scan; the first secret found.
-    fn scan_blobs(
-        &self,
-        env: &[(&str, &Path)],
-        blobs: &[(String, String)],
-        scan: &mut BlobScan<'_>,
-    ) -> Result<Option<Refusal>, VcsError> {
-        if blobs.is_empty() {
-            return Ok(None);
-        }
-        let mut c = self.command()?;
+/// How many changed paths a [`Commit`] lists (the count is always whole).
+pub const MAX_LISTED: usize = 1000;
+
+/// `git cat-file --batch`, one blob at a time.
+struct BlobReader {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+    root: PathBuf,
+}
+
+impl BlobReader {
+    fn start(git: &Git, env: &[(&str, &Path)]) -> Result<BlobReader, VcsError> {
+        let mut c = git.command()?;
         for (k, v) in env {
             c.env(k, v);
         }
@@ -232,52 +361,59 @@ impl Git {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|source| VcsError::Spawn {
-                dir: self.root.clone(),
+                dir: git.root.clone(),
                 source,
             })?;
-        let result = (|| -> Result<Option<Refusal>, VcsError> {
-            let io = |e| VcsError::io("read staged blobs of", &self.root, e);
-            let mut stdin = child
-                .stdin
-                .take()
-                .ok_or_else(|| io(std::io::ErrorKind::BrokenPipe.into()))?;
-            let stdout = child
-                .stdout
-                .take()
-                .ok_or_else(|| io(std::io::ErrorKind::BrokenPipe.into()))?;
-            let mut out = BufReader::with_capacity(256 * 1024, stdout);
-            for (sha, path) in blobs {
-                writeln!(stdin, "{sha}").map_err(io)?;
-                stdin.flush().map_err(io)?;
-                let mut header = String::new();
-                out.read_line(&mut header).map_err(io)?;
-                // `<sha> blob <size>`, or `<sha> missing`.
-                let size: u64 = header
-                    .split_whitespace()
-                    .nth(2)
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| VcsError::Failed {
-                        dir: self.root.clone(),
-                        args: "cat-file --batch".into(),
-                        stderr: format!("unexpected answer for {path}: {}", header.trim()),
-                    })?;
-                let mut body = (&mut out).take(size);
-                let found = scan(path, &mut body).map_err(io)?;
-                std::io::copy(&mut body, &mut std::io::sink()).map_err(io)?;
-                let mut nl = [0u8; 1];
-                out.read_exact(&mut nl).map_err(io)?;
-                if let Some(name) = found {
-                    return Ok(Some(Refusal::Secret {
-                        name,
-                        path: path.clone(),
-                    }));
-                }
-            }
-            Ok(None)
-        })();
-        let _ = child.kill();
-        let _ = child.wait();
-        result
+        let broken = || {
+            VcsError::io(
+                "start git cat-file in",
+                &git.root,
+                std::io::ErrorKind::BrokenPipe.into(),
+            )
+        };
+        let stdin = child.stdin.take().ok_or_else(broken)?;
+        let stdout = child.stdout.take().ok_or_else(broken)?;
+        Ok(BlobReader {
+            child,
+            stdin,
+            out: BufReader::with_capacity(256 * 1024, stdout),
+            root: git.root.clone(),
+        })
+    }
+
+    /// Stream one blob through the scan; the secret found, if any.
+    fn scan(
+        &mut self,
+        sha: &str,
+        path: &str,
+        scan: &mut BlobScan<'_>,
+    ) -> Result<Option<String>, VcsError> {
+        let io = |e| VcsError::io("read staged blobs of", &self.root, e);
+        writeln!(self.stdin, "{sha}").map_err(io)?;
+        self.stdin.flush().map_err(io)?;
+        let mut header = String::new();
+        self.out.read_line(&mut header).map_err(io)?;
+        // `<sha> blob <size>`, or `<sha> missing`.
+        let size: u64 = header
+            .split_whitespace()
+            .nth(2)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| VcsError::Failed {
+                dir: self.root.clone(),
+                args: "cat-file --batch".into(),
+                stderr: format!("unexpected answer for {path}: {}", header.trim()),
+            })?;
+        let mut body = (&mut self.out).take(size);
+        let found = scan(path, &mut body).map_err(io)?;
+        std::io::copy(&mut body, &mut std::io::sink()).map_err(io)?;
+        let mut nl = [0u8; 1];
+        self.out.read_exact(&mut nl).map_err(io)?;
+        Ok(found)
+    }
+
+    fn finish(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

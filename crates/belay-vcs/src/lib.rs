@@ -28,7 +28,7 @@ mod sanitize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub use commit::{CommitOutcome, CommitRequest, Refusal};
+pub use commit::{CommitOutcome, CommitRequest, Refusal, MAX_LISTED};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VcsError {
@@ -76,8 +76,19 @@ pub struct Git {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Commit {
     pub sha: String,
+    /// The changed paths, the first [`commit::MAX_LISTED`] of them.
     pub files: Vec<String>,
+    /// How many paths changed.
+    pub files_total: usize,
 }
+
+/// Files in the git dir that make git read another config or object store.
+const CONTROL_FILES: &[&str] = &[
+    "commondir",
+    "config.worktree",
+    "objects/info/alternates",
+    "objects/info/http-alternates",
+];
 
 /// The fixed part of the hardening, before the per-repository driver overrides.
 const HARDENING: &[&str] = &[
@@ -336,6 +347,48 @@ impl Git {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.run(&refs)?;
         self.head()
+    }
+
+    /// The files in the git dir that redirect git elsewhere (another common
+    /// dir, a per-worktree config, object alternates), by name: their sha256,
+    /// or `absent`. A sandbox with git mutations must not change them: the
+    /// next host `git status` would read the config they point at.
+    pub fn control_files(&self) -> std::collections::BTreeMap<String, String> {
+        use sha2::Digest;
+        CONTROL_FILES
+            .iter()
+            .map(|name| {
+                let p = self.git_dir.join(name);
+                let v = match std::fs::symlink_metadata(&p) {
+                    Err(_) => "absent".to_string(),
+                    Ok(m) if !m.is_file() => "not a regular file".to_string(),
+                    Ok(_) => std::fs::read(&p)
+                        .map(|b| hex::encode(sha2::Sha256::digest(&b)))
+                        .unwrap_or_else(|_| "unreadable".into()),
+                };
+                (name.to_string(), v)
+            })
+            .collect()
+    }
+
+    /// Put the control files back as `before` recorded them, where that can
+    /// be done: a file that was absent is removed (a link itself, never its
+    /// target). The names that differed.
+    pub fn restore_control_files(
+        &self,
+        before: &std::collections::BTreeMap<String, String>,
+    ) -> Vec<String> {
+        let now = self.control_files();
+        let mut changed = Vec::new();
+        for (name, was) in before {
+            if now.get(name) != Some(was) {
+                if was == "absent" {
+                    let _ = std::fs::remove_file(self.git_dir.join(name));
+                }
+                changed.push(name.clone());
+            }
+        }
+        changed
     }
 
     /// A copy of the repository's config for sandboxes, written to `dest`:

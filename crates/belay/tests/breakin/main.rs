@@ -515,13 +515,16 @@ fn write_file_racing_a_symlink_swap_never_reaches_the_host_git_dir() {
 }
 
 /// Finding 3. A step's `produces` file holds a secret, so belay rewrites it
-/// host-side; a leftover racer swaps `out` with a symlink to a host directory
-/// outside the workspace meanwhile.
+/// host-side; a racer disguised as the container's own `sleep infinity` (so
+/// that a sweep by name spares it) swaps `out` with a symlink to a host
+/// directory outside the workspace meanwhile. The scrub is repeated 25 times
+/// (a retry loop), which the old code lost within a run.
 #[test]
 fn produces_scrubbing_racing_a_symlink_swap_never_writes_outside() {
     let canary = unique("bi-scrub-canary");
     let pipeline = r#"name: bi-scrub-race
 deps_policy: open
+max_attempts: 25
 secrets:
   tok: {from: env, key: BELAY_BI_TOKEN}
 steps:
@@ -529,36 +532,43 @@ steps:
     secrets: [tok]
     produces: out/summary.md
     command: |
-      mkdir -p out
-      printf 'token %s\n' "$BELAY_BI_TOKEN" > out/summary.md
+      rm -rf out; mkdir -p out
+      { head -c 3000000 /dev/zero | tr '\0' x; printf '\ntoken %s\n' "$BELAY_BI_TOKEN"; } > out/summary.md
       ln -sfn @TMP@/outside outl
-      (setsid nohup perl -e 'my ($p, $q) = ("out", "outl"); while (1) { syscall(316, -100, $p, -100, $q, 2) }' >/dev/null 2>&1 &)
-      sleep 0.5
+      [ -f .racer.pid ] && kill -9 "$(cat .racer.pid)" 2>/dev/null
+      printf '%s\n' 'echo $$ > /workspace/repo/.racer.pid; exec perl -e '"'"'my ($p, $q) = ("/workspace/repo/out", "/workspace/repo/outl"); while (1) { syscall(316, -100, $p, -100, $q, 2) }'"'" > /tmp/infinity
+      (cd /tmp && setsid nohup bash -c 'exec -a sleep bash infinity' >/dev/null 2>&1 &)
+      sleep 0.2
       echo racing
+  - name: again
+    command: |
+      n=$(( $(cat .rounds 2>/dev/null || echo 0) + 1 )); echo $n > .rounds; echo "round $n"; [ $n -ge 25 ]
+    on_fail: { goto: write, retry: true }
 "#;
     let ws = workspace(NO_MODEL, pipeline, &[]);
     let outside = ws.dir().join("outside");
     std::fs::create_dir(&outside).unwrap();
-    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 120);
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 300);
     assert!(ws.step_log("write").contains("racing"));
     let written = walk(&outside);
     assert!(
         written.is_empty(),
         "belay wrote outside the workspace: {written:?}"
     );
-    let out = ws.repo.join("out");
-    if std::fs::symlink_metadata(&out).is_ok_and(|m| m.is_dir()) {
-        if let Ok(text) = std::fs::read_to_string(out.join("summary.md")) {
-            assert!(text.contains("[REDACTED:tok]"), "{text}");
-            assert!(!text.contains(&canary), "{text}");
-        }
-    }
     assert!(ws.state_hits(&canary).is_empty());
+    let rounds: u32 = std::fs::read_to_string(ws.repo.join(".rounds"))
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    assert!(rounds >= 20, "the loop ran {rounds} rounds");
+    let scrubbed = ws.events_of("artifact_scrubbed").len();
+    assert!(scrubbed >= 20, "belay scrubbed {scrubbed} times");
 }
 
-/// Finding 4. Step `plant` leaves a process disguised as `sleep`, detached
-/// from its session, that reads every process's environment; the next step
-/// holds a secret.
+/// Finding 4. Step `plant` leaves a process disguised as the container's own
+/// `sleep infinity` (argv `sleep infinity`, reparented to PID 1), which
+/// reads every process's environment; the next step holds a secret.
 #[test]
 fn a_disguised_leftover_process_cannot_steal_a_later_steps_secret() {
     let canary = unique("bi-steal-canary");
@@ -569,7 +579,8 @@ secrets:
 steps:
   - name: plant
     command: |
-      setsid nohup bash -c 'exec -a sleep bash -c "while :; do for f in /proc/[0-9]*/environ; do tr \"\\0\" \"\\n\" < \$f 2>/dev/null | grep BELAY_BI_TOKEN= | base64 -w0 >> stolen.txt; done; sleep 0.2; done"' >/dev/null 2>&1 &
+      printf '%s\n' 'while :; do for f in /proc/[0-9]*/environ; do tr "\0" "\n" < $f 2>/dev/null | grep BELAY_BI_TOKEN= | base64 -w0 >> /workspace/repo/stolen.txt; done; sleep 0.1; done' > /tmp/infinity
+      (cd /tmp && setsid nohup bash -c 'exec -a sleep bash infinity' >/dev/null 2>&1 &)
       sleep 0.5
       echo planted
   - name: use
@@ -770,11 +781,11 @@ fn a_quoted_multiline_secret_stays_out_of_events_and_model_requests() {
     assert!(events.contains("[REDACTED:"), "nothing was redacted");
 }
 
-/// Finding 9. A networked step behind the egress proxy tries every host
-/// address (the test's listener on 0.0.0.0), the default bridge, its own
-/// gateways and the proxy's address; and a CONNECT to port 22.
-#[test]
-fn a_networked_step_reaches_no_host_port_beyond_the_egress_proxy() {
+/// Probes, from a networked step, every address of the host on a port that
+/// a listener of this test holds on all addresses; the step's log and how
+/// many connections the listener accepted. `header` is the pipeline up to
+/// its steps (it decides the step's network).
+fn probe_host_ports(name: &str, header: &str) -> (String, usize) {
     let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -816,22 +827,29 @@ true
     .replace("@HOSTIPS@", &host_ipv4s().join(" "));
     let indented: String = probe.lines().map(|l| format!("      {l}\n")).collect();
     let pipeline = format!(
-        "name: bi-net\ndeps_policy: open\negress: {{presets: [package-registries]}}\nsteps:\n  - name: probe\n    network: true\n    timeout: 120\n    command: |\n{indented}"
+        "name: {name}\n{header}steps:\n  - name: probe\n    network: true\n    timeout: 120\n    command: |\n{indented}"
     );
     let ws = workspace(NO_MODEL, &pipeline, &[]);
     ws.run(&[], &[], 180);
     stop.store(true, Ordering::SeqCst);
     counter.join().unwrap();
-    let log = ws.step_log("probe");
+    (ws.step_log("probe"), accepted.load(Ordering::SeqCst))
+}
+
+/// Finding 9. A networked step behind the egress proxy tries every host
+/// address (the test's listener on 0.0.0.0), the default bridge, its own
+/// gateways and the proxy's address; and a CONNECT to port 22.
+#[test]
+fn a_networked_step_reaches_no_host_port_beyond_the_egress_proxy() {
+    let (log, accepted) = probe_host_ports(
+        "bi-net",
+        "deps_policy: open\negress: {presets: [package-registries]}\n",
+    );
     assert!(
         log.contains("blocked 172.17.0.1"),
         "the probe did not run: {log}"
     );
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        0,
-        "a step connected to a port on the host: {log}"
-    );
+    assert_eq!(accepted, 0, "a step connected to a port on the host: {log}");
     assert!(!log.contains("reached "), "{log}");
     let status = log
         .lines()
@@ -841,6 +859,31 @@ true
     assert!(
         !status.contains("200"),
         "the proxy tunnelled to port 22: {status}"
+    );
+}
+
+/// The same probe from a `network: true` step without egress presets: it
+/// gets the internet (the apt mirror answers), but not the host's services.
+#[test]
+fn an_open_network_step_reaches_the_internet_but_not_the_host() {
+    let (log, accepted) = probe_host_ports("bi-open", "deps_policy: open\n");
+    assert!(
+        log.contains("blocked 172.17.0.1"),
+        "the probe did not run: {log}"
+    );
+    assert_eq!(accepted, 0, "a step connected to a port on the host: {log}");
+    assert!(!log.contains("reached "), "{log}");
+    let mirror = r#"host=$(grep -hoE 'https?://[^/ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1 | sed 's#.*://##'); timeout 15 bash -c "exec 3<>/dev/tcp/$host/80 && printf 'HEAD / HTTP/1.0\r\nHost: $host\r\n\r\n' >&3 && head -1 <&3""#;
+    let pipeline = format!(
+        "name: bi-open-mirror\ndeps_policy: open\nsteps:\n  - name: online\n    network: true\n    command: {}\n",
+        json(mirror)
+    );
+    let ws = workspace(NO_MODEL, &pipeline, &[]);
+    ws.run(&[], &[], 120).success();
+    assert!(
+        ws.step_log("online").contains("HTTP/1."),
+        "{}",
+        ws.step_log("online")
     );
 }
 
@@ -1097,4 +1140,274 @@ steps:
     let code = out.get_output().status.code();
     assert!(matches!(code, Some(0 | 2)), "exit {code:?}");
     assert!(!ws.dir().join("m3").exists() && !ws.dir().join("m4").exists());
+}
+
+// ---- Found by the break-in review of the hardened sandbox ----
+
+/// Review 1. The container's own processes (its init and idle main process)
+/// outlive every step. A step that writes code into one through
+/// `/proc/<pid>/mem` (or stops it, or ptraces it) would survive the sweep and
+/// change the tree after the gates. They run as another user: every way in
+/// is refused.
+#[test]
+fn a_step_cannot_hijack_the_containers_own_processes() {
+    let pipeline = r#"name: bi-hijack
+deps_policy: open
+steps:
+  - name: try
+    command: |
+      main=$(cut -d' ' -f1 /proc/1/task/1/children)
+      echo "main=$main"
+      for p in 1 $main; do
+        if perl -e 'open M, "+<", "/proc/$ARGV[0]/mem" or exit 1; exit 0' $p; then echo "mem-open $p"; else echo "mem-denied $p"; fi
+        if cat /proc/$p/syscall >/dev/null 2>&1; then echo "syscall-read $p"; else echo "syscall-denied $p"; fi
+        if kill -STOP $p 2>/dev/null; then echo "signal-sent $p"; kill -CONT $p; else echo "signal-denied $p"; fi
+      done
+      true
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[], &[], 120).success();
+    let log = ws.step_log("try");
+    assert!(log.contains("main="), "{log}");
+    for bad in ["mem-open", "syscall-read", "signal-sent"] {
+        assert!(!log.contains(bad), "{bad}: {log}");
+    }
+    assert_eq!(log.matches("mem-denied").count(), 2, "{log}");
+    assert_eq!(log.matches("signal-denied").count(), 2, "{log}");
+}
+
+/// Review 2. In a git worktree, `.git` is a file naming the real git dir. A
+/// step that replaced it with a repository of its own (whose config sets
+/// `core.fsmonitor`) made the next host `git status` run the command as root.
+/// The file is mounted read-only like a `.git` directory.
+#[test]
+fn a_worktrees_git_file_cannot_be_swapped_for_a_planted_repository() {
+    let pipeline = r#"name: bi-worktree
+deps_policy: open
+steps:
+  - name: swap
+    command: |
+      if rm -f .git 2>/dev/null && mkdir -p .git/objects .git/refs/heads; then
+        echo 'ref: refs/heads/main' > .git/HEAD
+        printf '[core]\n\tfsmonitor = touch @TMP@/worktree-marker\n' > .git/config
+        echo swapped
+      else
+        echo swap-refused
+      fi
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    // Make the workspace a worktree of another repository.
+    let main_repo = ws.dir().join("main");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(&ws.repo)
+        .arg(&main_repo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::remove_dir_all(&ws.repo).unwrap();
+    git(
+        &main_repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "wt",
+            ws.repo.to_str().unwrap(),
+        ],
+    );
+    assert!(ws.repo.join(".git").is_file());
+    ws.run(&[], &[], 120);
+    let log = ws.step_log("swap");
+    assert!(log.contains("swap-refused"), "{log}");
+    assert!(ws.repo.join(".git").is_file(), "the .git file was replaced");
+    ws.host_git_status();
+    assert!(
+        !ws.dir().join("worktree-marker").exists(),
+        "a host git ran the planted fsmonitor"
+    );
+}
+
+/// Review 3. Steps run as root, so a set-uid copy of a shell left in the
+/// workspace was a root shell for any user of the host. Set-id bits are
+/// cleared from the workspace at the end of every step.
+#[test]
+fn a_setuid_file_left_in_the_workspace_loses_its_bits() {
+    let pipeline = r#"name: bi-setuid
+deps_policy: open
+steps:
+  - name: plant
+    command: |
+      mkdir -p tools && cp /bin/bash tools/rootsh && chmod 4755 tools/rootsh && chmod 2755 tools && stat -c '%a' tools/rootsh
+  - name: look
+    command: stat -c 'mode %a' tools/rootsh
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[], &[], 120).success();
+    assert!(
+        ws.step_log("plant").contains("4755"),
+        "{}",
+        ws.step_log("plant")
+    );
+    assert!(
+        ws.step_log("look").contains("mode 755"),
+        "{}",
+        ws.step_log("look")
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(ws.repo.join("tools/rootsh"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o6000, 0, "set-id bits left: {mode:o}");
+    assert!(ws
+        .events_of("setid_cleared")
+        .iter()
+        .any(|e| e.to_string().contains("tools/rootsh")));
+}
+
+/// Review 4. A secret in a file or directory name, and a secret encoded by
+/// plain `base64` (which wraps its output at 76 columns), are refused by the
+/// commit; the wrapped encoding is redacted in the log too.
+#[test]
+fn secrets_in_names_and_wrapped_base64_are_caught() {
+    let canary = unique("bi-names-canary");
+    let pipeline = r#"name: bi-names
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+steps:
+  - name: encode
+    secrets: [tok]
+    command: |
+      pad=$(head -c 50 /dev/zero | tr '\0' p)
+      printf '%s%s\n' "$pad" "$BELAY_BI_TOKEN" | base64
+      printf '%s%s\n' "$pad" "$BELAY_BI_TOKEN" | base64 > encoded.txt
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let base = ws.head();
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 120)
+        .code(1);
+    let reason = ws
+        .events_of("commit_refused")
+        .iter()
+        .map(|e| field(e, "reason").to_string())
+        .collect::<String>();
+    assert!(reason.contains("secret `tok`"), "{reason}");
+    assert_eq!(ws.head(), base);
+    let pad = "p".repeat(50);
+    let wrapped = {
+        let out = Command::new("base64")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write as _;
+                c.stdin
+                    .take()
+                    .unwrap()
+                    .write_all(format!("{pad}{canary}\n").as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let log = ws.step_log("encode");
+    for line in wrapped.lines().skip(1) {
+        assert!(
+            !log.contains(line),
+            "a wrapped base64 line of the secret is in the log: {line}"
+        );
+    }
+    // In a name.
+    let pipeline = r#"name: bi-names2
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+steps:
+  - name: name
+    secrets: [tok]
+    command: mkdir -p "cache/$BELAY_BI_TOKEN" && touch "cache/$BELAY_BI_TOKEN/x" "note-$BELAY_BI_TOKEN.txt"
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 120)
+        .code(1);
+    let reason = ws
+        .events_of("commit_refused")
+        .iter()
+        .map(|e| field(e, "reason").to_string())
+        .collect::<String>();
+    assert!(
+        reason.contains("name") && reason.contains("`tok`"),
+        "{reason}"
+    );
+    assert!(!git(&ws.repo, &["ls-tree", "-r", "--name-only", "HEAD"]).contains(&canary));
+    assert!(
+        ws.state_hits(&canary).is_empty(),
+        "{:?}",
+        ws.state_hits(&canary)
+    );
+}
+
+/// Review 5. A step replaced the seccomp profile with a link to `/dev/zero`:
+/// belay's re-check followed it and grew without bound. Policy files are
+/// read without following links, at most 1 MiB.
+#[test]
+fn a_seccomp_profile_swapped_for_dev_zero_is_refused_quickly() {
+    let pipeline = r#"name: bi-zero
+deps_policy: open
+isolation: {seccomp_profile: seccomp.json}
+steps:
+  - name: swap
+    command: rm -f seccomp.json && ln -s /dev/zero seccomp.json && echo swapped
+  - name: online
+    network: true
+    command: echo should-not-run
+"#;
+    let profile = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["acct"],"action":"SCMP_ACT_ERRNO"}]}"#;
+    let ws = workspace(NO_MODEL, pipeline, &[("seccomp.json", profile)]);
+    let t = Instant::now();
+    let out = ws.run(&[], &[], 60);
+    let code = out.get_output().status.code();
+    assert_ne!(code, Some(0));
+    assert!(t.elapsed() < Duration::from_secs(50));
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        err.contains("seccomp") && err.contains("changed during the run"),
+        "{err}"
+    );
+    assert!(!ws.step_log("online").contains("should-not-run"));
+}
+
+/// Review 6. A declared output larger than 64 MiB was neither scrubbed past
+/// that mark nor kept whole (it was cut to 64 MiB). Scrubbing is streamed.
+#[test]
+fn a_large_declared_output_is_scrubbed_whole_and_not_cut() {
+    let canary = unique("bi-large-canary");
+    let pipeline = r#"name: bi-large
+deps_policy: open
+secrets:
+  tok: {from: env, key: BELAY_BI_TOKEN}
+steps:
+  - name: write
+    secrets: [tok]
+    produces: out.md
+    command: |
+      { head -c 70000000 /dev/zero | tr '\0' x; printf ' %s end\n' "$BELAY_BI_TOKEN"; } > out.md
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 180)
+        .success();
+    let out = std::fs::read(ws.repo.join("out.md")).unwrap();
+    assert_eq!(
+        out.len(),
+        70_000_000 + " [REDACTED:tok] end\n".len(),
+        "the file was cut"
+    );
+    assert!(out.ends_with(b" [REDACTED:tok] end\n"));
 }

@@ -696,7 +696,7 @@ turns:
         let reports: Vec<Value> = ws
             .events()
             .into_iter()
-            .filter(|e| e["kind"] == "agent_report" || e["kind"] == "agent")
+            .filter(|e| e["kind"] != "agent")
             .collect();
         panic!("the run failed: {reports:#?}");
     }
