@@ -49,11 +49,12 @@ def events(state):
         return [json.loads(l) for l in f], os.path.join(runs, run)
 
 
-def overhead(n=60):
+def overhead(n=60, belay=None):
+    belay = belay or BELAY
     d, ws = repo_with(chain(n))
     state = os.path.join(d, "state")
     t0 = time.time()
-    subprocess.run([BELAY, "run", os.path.join(ws, "pipeline.yaml"), "--state-dir", state], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([belay, "run", os.path.join(ws, "pipeline.yaml"), "--state-dir", state], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.time() - t0
     ev, run_dir = events(state)
     starts = [ts(e["at"]) for e in ev if e["kind"] == "step_start"]

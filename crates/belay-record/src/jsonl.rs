@@ -17,23 +17,54 @@ pub struct JsonlAppender {
 }
 
 impl JsonlAppender {
+    /// Open for appending. A last line torn by a kill mid-write is closed
+    /// with a newline first, so it cannot swallow the next record.
     pub fn open(path: &Path) -> Result<Self, RecordError> {
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .create(true)
             .append(true)
+            .read(true)
             .open(path)
             .map_err(|e| RecordError::io("cannot open", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| RecordError::io("cannot stat", path, e))?
+            .len();
+        if len > 0 {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut last = [0u8; 1];
+            file.seek(SeekFrom::Start(len - 1))
+                .and_then(|_| file.read_exact(&mut last))
+                .map_err(|e| RecordError::io("cannot read", path, e))?;
+            if last[0] != b'\n' {
+                file.write_all(b"\n")
+                    .map_err(|e| RecordError::io("cannot append to", path, e))?;
+            }
+        }
         Ok(Self {
             path: path.to_path_buf(),
             file,
         })
     }
 
+    /// Append one record and make it durable.
     pub fn append<T: Serialize>(
         &mut self,
         record: &T,
         redactor: &Redactor,
     ) -> Result<(), RecordError> {
+        self.append_line(record, redactor)?;
+        self.sync()
+    }
+
+    /// Append one record (one `write` of one whole line, which survives a
+    /// kill of this process; [`Self::sync`] makes it survive a machine crash
+    /// too). The line as written, without its newline.
+    pub fn append_line<T: Serialize>(
+        &mut self,
+        record: &T,
+        redactor: &Redactor,
+    ) -> Result<String, RecordError> {
         let json_err = |source| RecordError::Json {
             path: self.path.clone(),
             source,
@@ -48,6 +79,11 @@ impl JsonlAppender {
         self.file
             .write_all(line.as_bytes())
             .map_err(|e| RecordError::io("cannot append to", &self.path, e))?;
+        line.pop();
+        Ok(line)
+    }
+
+    pub fn sync(&mut self) -> Result<(), RecordError> {
         self.file
             .sync_data()
             .map_err(|e| RecordError::io("cannot sync", &self.path, e))

@@ -14,17 +14,21 @@
 
 mod atomic;
 mod error;
+pub mod events;
 mod identity;
 mod jsonl;
 mod lock;
 mod redact;
+pub mod registry;
 pub mod run_id;
 mod time;
 
 pub use atomic::{atomic_write, write_json_atomic};
 pub use error::RecordError;
+pub use events::{EventSink, Envelope, Mode};
 pub use identity::ProcessIdentity;
 pub use jsonl::JsonlAppender;
 pub use lock::RunLock;
+pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
 pub use redact::{Redactor, SecretScanner, StreamRedactor};
 pub use time::{now_rfc3339, unix_millis};

@@ -531,7 +531,7 @@ impl ContainerRuntime for DockerRuntime {
             .lock()
             .ok()
             .and_then(|m| m.get(container).cloned());
-        if let Some(p) = recorded {
+        if let Some(mut p) = recorded {
             let swept = p.sweep().map_err(|message| SandboxError::Docker {
                 op: "end a step's processes",
                 message,
@@ -540,6 +540,9 @@ impl ContainerRuntime for DockerRuntime {
                 op: "empty a step's /tmp",
                 message,
             })?;
+            if let Ok(mut m) = self.procs.lock() {
+                m.insert(container.to_string(), p);
+            }
             return Ok(swept.killed);
         }
         // The engine's processes are not visible from here (a remote

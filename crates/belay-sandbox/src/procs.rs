@@ -39,6 +39,17 @@ pub struct Swept {
     pub passes: usize,
 }
 
+/// The child of `pid` that started first: a container's main process, which
+/// its init starts before any exec, so no later process can claim it.
+fn oldest_child(pid: u32) -> Option<ProcessIdentity> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter_map(ProcessIdentity::of)
+        .min_by_key(|c| c.start_ticks)
+}
+
 fn ns_of(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
 }
@@ -50,14 +61,16 @@ impl ContainerProcs {
     pub fn record(init_pid: u32) -> Option<ContainerProcs> {
         let init = ProcessIdentity::of(init_pid)?;
         let ns = ns_of(init_pid)?;
-        let children =
-            std::fs::read_to_string(format!("/proc/{init_pid}/task/{init_pid}/children"))
-                .unwrap_or_default();
-        let main = children
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .and_then(ProcessIdentity::of);
+        // The init forks its child just after the start: wait for it (up to
+        // 2 s), or the sweep would take it for a step's process.
+        let mut main = None;
+        for _ in 0..400 {
+            main = oldest_child(init_pid);
+            if main.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         Some(ContainerProcs { init, main, ns })
     }
 
@@ -81,9 +94,12 @@ impl ContainerProcs {
     }
 
     /// Kill every process of the namespace but the container's own two.
-    pub fn sweep(&self) -> Result<Swept, String> {
+    pub fn sweep(&mut self) -> Result<Swept, String> {
         if !self.init.is_alive() {
             return Err("the container's init is gone (was the container stopped?)".into());
+        }
+        if self.main.is_none() {
+            self.main = oldest_child(self.init.pid);
         }
         let mut swept = Swept::default();
         for pass in 0..200 {

@@ -1,0 +1,291 @@
+//! One event envelope for every mode, and the sink that writes it.
+//!
+//! Every event belay records is one JSON line of `events.jsonl`:
+//!
+//! ```json
+//! {"v":1,"seq":7,"at":"2026-12-01T10:00:00.123Z","run_id":"…","mode":"pipeline",
+//!  "source":"engine","kind":"step_end","step":"test","data":{…}}
+//! ```
+//!
+//! `seq` counts from 1 within a run (a resumed run continues it), so a reader
+//! that has seen `seq` N resumes after it and loses nothing. `kind` names the
+//! event; each engine's kinds are an enum of its own, serialised with
+//! `#[serde(tag = "kind", content = "data")]` into these two fields. `source`
+//! says who produced it (`engine`, `agent`, `sandbox`, …).
+//!
+//! The [`EventSink`] appends each event as it happens (redacted, one `write`
+//! per line) and broadcasts the same line to followers in this process.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{JsonlAppender, RecordError, Redactor};
+
+/// The envelope's version.
+pub const ENVELOPE_VERSION: u32 = 1;
+
+/// Which engine a run belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Env,
+    Pipeline,
+    Agent,
+    Plan,
+    Rounds,
+    Jobs,
+}
+
+impl Mode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Env => "env",
+            Mode::Pipeline => "pipeline",
+            Mode::Agent => "agent",
+            Mode::Plan => "plan",
+            Mode::Rounds => "rounds",
+            Mode::Jobs => "jobs",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "env" => Mode::Env,
+            "pipeline" => Mode::Pipeline,
+            "agent" => Mode::Agent,
+            "plan" => Mode::Plan,
+            "rounds" => Mode::Rounds,
+            "jobs" => Mode::Jobs,
+            o => {
+                return Err(format!(
+                    "unknown mode `{o}`: env, pipeline, agent, plan, rounds or jobs"
+                ))
+            }
+        })
+    }
+}
+
+/// One recorded event, as read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub v: u32,
+    pub seq: u64,
+    pub at: String,
+    pub run_id: String,
+    pub mode: Mode,
+    pub source: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+#[derive(Serialize)]
+struct Out<'a, E: Serialize> {
+    v: u32,
+    seq: u64,
+    at: String,
+    run_id: &'a str,
+    mode: Mode,
+    source: &'a str,
+    #[serde(flatten)]
+    event: &'a E,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a str>,
+}
+
+struct Inner {
+    log: JsonlAppender,
+    seq: u64,
+    followers: Vec<std::sync::mpsc::Sender<Arc<str>>>,
+}
+
+/// Appends events to a run's `events.jsonl` and hands each line to live
+/// followers. Cheap to clone; every clone writes the same log in order.
+#[derive(Clone)]
+pub struct EventSink {
+    run_id: Arc<str>,
+    mode: Mode,
+    redactor: Redactor,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSink")
+            .field("run_id", &self.run_id)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+/// The last `seq` in an existing log (0 for none), read from its tail.
+fn last_seq(path: &Path) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut back = 64 * 1024u64;
+    loop {
+        let start = len.saturating_sub(back);
+        if f.seek(SeekFrom::Start(start)).is_err() {
+            return 0;
+        }
+        let mut buf = Vec::new();
+        if f.read_to_end(&mut buf).is_err() {
+            return 0;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let found = text
+            .lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|v| v.get("seq").and_then(|s| s.as_u64()));
+        if let Some(s) = found {
+            return s;
+        }
+        if start == 0 {
+            return 0;
+        }
+        back *= 4;
+    }
+}
+
+impl EventSink {
+    /// Open (or continue) the log at `path`.
+    pub fn open(
+        path: &Path,
+        run_id: &str,
+        mode: Mode,
+        redactor: Redactor,
+    ) -> Result<EventSink, RecordError> {
+        let seq = last_seq(path);
+        let log = JsonlAppender::open(path)?;
+        Ok(EventSink {
+            run_id: run_id.into(),
+            mode,
+            redactor,
+            inner: Arc::new(Mutex::new(Inner {
+                log,
+                seq,
+                followers: Vec::new(),
+            })),
+        })
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Record one event. `event` serialises to `{"kind": …, "data": …}`.
+    pub fn emit<E: Serialize>(
+        &self,
+        source: &str,
+        step: Option<&str>,
+        event: &E,
+    ) -> Result<u64, RecordError> {
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = inner.seq + 1;
+        let out = Out {
+            v: ENVELOPE_VERSION,
+            seq,
+            at: crate::now_rfc3339(),
+            run_id: &self.run_id,
+            mode: self.mode,
+            source,
+            event,
+            step,
+        };
+        let line = inner.log.append_line(&out, &self.redactor)?;
+        inner.seq = seq;
+        if !inner.followers.is_empty() {
+            let line: Arc<str> = line.into();
+            inner.followers.retain(|f| f.send(line.clone()).is_ok());
+        }
+        Ok(seq)
+    }
+
+    /// Every line written from now on (in this process), as written.
+    pub fn follow(&self) -> std::sync::mpsc::Receiver<Arc<str>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .followers
+            .push(tx);
+        rx
+    }
+
+    /// Make what was written durable (at state checkpoints).
+    pub fn sync(&self) -> Result<(), RecordError> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .log
+            .sync()
+    }
+}
+
+/// Read a log: every whole line that parses as an envelope (a torn last line,
+/// from a kill mid-write, is skipped).
+pub fn read_events(path: &Path) -> Result<Vec<Envelope>, RecordError> {
+    let text = fs_err::read_to_string(path).map_err(|e| RecordError::io("cannot read", path, e))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[derive(Serialize)]
+    #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+    enum Ev {
+        StepEnd { verdict: &'static str, secret: String },
+        RunEnd,
+    }
+
+    #[test]
+    fn envelopes_are_numbered_redacted_followed_and_continued() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("events.jsonl");
+        let red = Redactor::new([("T".to_string(), "tok-secret-1".to_string())]);
+        let sink = EventSink::open(&p, "r1", Mode::Pipeline, red.clone()).unwrap();
+        let rx = sink.follow();
+        sink.emit("engine", Some("test"), &Ev::StepEnd { verdict: "pass", secret: "x tok-secret-1".into() })
+            .unwrap();
+        assert_eq!(sink.emit("engine", None, &Ev::RunEnd).unwrap(), 2);
+        let live: Vec<Arc<str>> = rx.try_iter().collect();
+        assert_eq!(live.len(), 2);
+        drop(sink);
+        // A torn line from a kill does not stop the reader, and a reopened
+        // sink continues the numbering.
+        use std::io::Write as _;
+        std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"{\"v\":1,\"se").unwrap();
+        let sink = EventSink::open(&p, "r1", Mode::Pipeline, red).unwrap();
+        assert_eq!(sink.emit("engine", None, &Ev::RunEnd).unwrap(), 3);
+        let ev = read_events(&p).unwrap();
+        assert_eq!(ev.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(ev[0].kind, "step_end");
+        assert_eq!(ev[0].step.as_deref(), Some("test"));
+        assert_eq!(ev[0].data["verdict"], "pass");
+        assert_eq!(ev[0].data["secret"], "x [REDACTED:T]");
+        assert_eq!(ev[1].data, serde_json::Value::Null);
+        let followed: Envelope = serde_json::from_str(&live[0]).unwrap();
+        assert_eq!(followed, ev[0]);
+    }
+}
