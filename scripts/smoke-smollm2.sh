@@ -75,7 +75,8 @@ out, planner, plan_rc, agent_rc = sys.argv[1], sys.argv[2], int(sys.argv[3]), in
 rep = json.load(open(f"{out}/agent/report.json"))
 use = json.load(open(f"{out}/agent/llm-usage.json"))
 events = [json.loads(l) for l in open(f"{out}/agent/events.jsonl")]
-kinds = [e["kind"] for e in events]
+assert all(e["v"] == 1 and e["mode"] == "agent" for e in events), events[:2]
+kinds = [e["data"]["event"]["kind"] for e in events if e["kind"] == "agent"]
 assert use["requests"] >= 1, use
 assert kinds[0] == "session" and kinds[-1] == "final", kinds
 plan_use = json.load(open(f"{out}/plan/llm-usage.json"))

@@ -58,7 +58,8 @@ def overhead(n=60, belay=None):
     wall = time.time() - t0
     ev, run_dir = events(state)
     starts = [ts(e["at"]) for e in ev if e["kind"] == "step_start"]
-    cmds = [e["duration_s"] for e in ev if e["kind"] == "command"]
+    # The envelope has the payload under `data` (older builds flattened it).
+    cmds = [(e.get("data") or e)["duration_s"] for e in ev if e["kind"] == "command"]
     ends = [ts(e["at"]) for e in ev if e["kind"] == "run_end"]
     per_step = [(starts[i + 1] - starts[i]) - cmds[i] for i in range(len(starts) - 1)]
     per_step.append(ends[0] - starts[-1] - cmds[-1])

@@ -486,6 +486,10 @@ async fn run_project(
         name: &p.name,
         inner: obs,
     };
+    let mut redactor = belay_record::Redactor::default();
+    belay_sandbox::trust::HostTrust::detect().register_secrets(&mut redactor);
+    redactor.add_url_credentials("PROJECT_URL", &p.display_source());
+    let pobs = crate::progress::Recorder::new(&pobs, redactor);
     match build(rt, &b, &pobs).await {
         Ok(out) => {
             let m = out.manifest;

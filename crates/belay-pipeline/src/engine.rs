@@ -10,7 +10,7 @@ use belay_agent::builtin::{BuiltinAgent, BuiltinConfig};
 use belay_agent::workspace::ContainerWorkspace;
 use belay_agent::AgentEvent;
 use belay_model::{Api, ClientConfig, ModelClient, ModelSetup, PriceTable};
-use belay_record::{JsonlAppender, Redactor, RunLock};
+use belay_record::{EventSink, Redactor, RunLock};
 use belay_sandbox::{
     ContainerRuntime, ContainerSpec, ExecSpec, Mount, Network, NoopObserver, SandboxError,
 };
@@ -18,6 +18,7 @@ use belay_vcs::Git;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::events::{Event, Kind};
 use crate::schema::{Access, DepsPolicy, Pipeline, Route, Step, StepKind};
 use crate::state::{RunFiles, RunState, Status};
 use crate::verdict::{self, Verdict};
@@ -253,17 +254,6 @@ fn tail(s: &str, max: usize) -> String {
     format!("[…]\n{}", &s[cut..])
 }
 
-#[derive(Serialize)]
-struct Event<'a> {
-    at: String,
-    run_id: &'a str,
-    kind: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    step: Option<&'a str>,
-    #[serde(flatten)]
-    data: serde_json::Value,
-}
-
 /// The network of a step container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Net {
@@ -302,7 +292,7 @@ pub struct Engine<'a> {
     git: Git,
     files: RunFiles,
     state: RunState,
-    events: JsonlAppender,
+    sink: EventSink,
     redactor: Redactor,
     secrets: BTreeMap<String, String>,
     /// Step containers by network, workspace access and the secrets their
@@ -332,6 +322,10 @@ pub struct Engine<'a> {
     refresh: bool,
     _lock: RunLock,
     t0: Instant,
+    /// Tokens and cost of the agents so far (for the run registry).
+    tokens: u64,
+    cost_usd: f64,
+    registry: belay_record::Registry,
 }
 
 /// Load-time checks that need the host: git state of the tooling, the `.env`
@@ -522,7 +516,12 @@ impl<'a> Engine<'a> {
             // The model key is checked like the step secrets (at the commit).
             secrets.entry(format!("llm key ${name}")).or_insert(k);
         }
-        let events = JsonlAppender::open(&files.events())?;
+        let sink = EventSink::open(
+            &files.events(),
+            &state.run_id,
+            belay_record::Mode::Pipeline,
+            redactor.clone(),
+        )?;
         // Containers a killed run left behind.
         let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
         let image = p
@@ -554,7 +553,7 @@ impl<'a> Engine<'a> {
             git,
             files,
             state,
-            events,
+            sink,
             redactor,
             secrets,
             containers: HashMap::new(),
@@ -569,11 +568,23 @@ impl<'a> Engine<'a> {
             refresh: opts.refresh,
             _lock: lock,
             t0: Instant::now(),
+            tokens: 0,
+            cost_usd: 0.0,
+            registry: belay_record::Registry::default_location(),
         };
+        // Every run of every mode is in the user's registry (`belay runs`).
+        if let Err(err) = e.registry.started(
+            &e.state.run_id,
+            belay_record::Mode::Pipeline,
+            &e.files.root,
+            Some(&p.name),
+        ) {
+            tracing::warn!("the run is not in the registry: {err}");
+        }
         let kind = if opts.resume.is_some() {
-            "run_resumed"
+            Kind::RunResumed
         } else {
-            "run_started"
+            Kind::RunStarted
         };
         let data = serde_json::json!({"pipeline": p.path, "attempt": e.state.attempt, "max_attempts": e.state.max_attempts,
             "current": e.state.current, "clean_at_start": e.state.clean_at_start});
@@ -600,18 +611,12 @@ impl<'a> Engine<'a> {
 
     fn event(
         &mut self,
-        kind: &str,
+        kind: Kind,
         step: Option<&str>,
         data: serde_json::Value,
     ) -> Result<(), PipelineError> {
-        let ev = Event {
-            at: belay_record::now_rfc3339(),
-            run_id: &self.state.run_id,
-            kind,
-            step,
-            data,
-        };
-        self.events.append(&ev, &self.redactor)?;
+        self.sink
+            .emit(kind.source(), step, &Event { kind, data: &data })?;
         Ok(())
     }
 
@@ -644,12 +649,22 @@ impl<'a> Engine<'a> {
         if let Err(e) = &result {
             // A config or engine error mid-run: the run can be resumed.
             let _ = self.event(
-                "run_interrupted",
+                Kind::RunInterrupted,
                 None,
                 serde_json::json!({"error": e.to_string()}),
             );
         }
         result?;
+        let end = belay_record::RunEnd {
+            ok: self.state.status == Status::Succeeded,
+            duration_s: self.t0.elapsed().as_secs_f64(),
+            tokens: self.tokens,
+            cost_usd: self.cost_usd,
+            summary: self.state.failure.clone(),
+        };
+        if let Err(err) = self.registry.ended(&self.state.run_id, end) {
+            tracing::warn!("the run's end is not in the registry: {err}");
+        }
         let outcome = Outcome {
             run_id: self.state.run_id.clone(),
             status: self.state.status,
@@ -686,7 +701,7 @@ impl<'a> Engine<'a> {
             self.save()?;
             let n = self.state.step_runs;
             self.event(
-                "step_start",
+                Kind::StepStart,
                 Some(&name),
                 serde_json::json!({"n": n, "attempt": self.state.attempt, "step_kind": &step.kind}),
             )?;
@@ -702,12 +717,12 @@ impl<'a> Engine<'a> {
                 .unwrap_or_default();
             for d in decisions {
                 self.event(
-                    "egress",
+                    Kind::Egress,
                     Some(&name),
                     serde_json::to_value(&d).unwrap_or_default(),
                 )?;
             }
-            self.event("step_end", Some(&name), serde_json::json!({"n": n, "verdict": r.verdict, "exit_code": r.exit_code, "duration_s": (took * 1000.0).round() / 1000.0}))?;
+            self.event(Kind::StepEnd, Some(&name), serde_json::json!({"n": n, "verdict": r.verdict, "exit_code": r.exit_code, "duration_s": (took * 1000.0).round() / 1000.0}))?;
             if !r.missing_deps.is_empty() {
                 let lock = self.p.lockfiles.join(", ");
                 return self.finish(Status::Failed, Some(format!("step `{name}` needs dependencies the lockfile does not have. Extend {lock} with these pins and re-run: {}", r.missing_deps.join(", "))));
@@ -732,7 +747,7 @@ impl<'a> Engine<'a> {
                 self.state.feedback = Some(self.redactor.redact(&fb).into_owned());
             }
             self.event(
-                "route",
+                Kind::Route,
                 Some(&name),
                 serde_json::json!({"verdict": r.verdict, "to": route.describe()}),
             )?;
@@ -754,7 +769,7 @@ impl<'a> Engine<'a> {
                         self.state.attempt += 1;
                         self.state.verdicts.clear();
                         let a = self.state.attempt;
-                        self.event("attempt", None, serde_json::json!({"attempt": a, "max_attempts": self.state.max_attempts}))?;
+                        self.event(Kind::Attempt, None, serde_json::json!({"attempt": a, "max_attempts": self.state.max_attempts}))?;
                     }
                     self.state.current = Some(next);
                     self.save()?;
@@ -770,7 +785,7 @@ impl<'a> Engine<'a> {
         self.state.failure = failure.clone();
         self.save()?;
         let commit = self.state.commit.clone();
-        self.event("run_end", None, serde_json::json!({"status": status, "failure": failure, "commit": commit, "attempts": self.state.attempt, "step_runs": self.state.step_runs}))
+        self.event(Kind::RunEnd, None, serde_json::json!({"status": status, "failure": failure, "commit": commit, "attempts": self.state.attempt, "step_runs": self.state.step_runs}))
     }
 
     /// End the step in every container of the run: kill every process it
@@ -786,7 +801,7 @@ impl<'a> Engine<'a> {
         }
         if killed > 0 {
             self.event(
-                "processes_ended",
+                Kind::ProcessesEnded,
                 Some(step),
                 serde_json::json!({"killed": killed}),
             )?;
@@ -799,7 +814,7 @@ impl<'a> Engine<'a> {
         })?;
         if !setid.is_empty() {
             self.event(
-                "setid_cleared",
+                Kind::SetidCleared,
                 Some(step),
                 serde_json::json!({"paths": cap_list(&setid)}),
             )?;
@@ -825,7 +840,7 @@ impl<'a> Engine<'a> {
             return Ok(());
         }
         self.event(
-            "git_tampered",
+            Kind::GitTampered,
             Some(step),
             serde_json::json!({"files": &changed}),
         )?;
@@ -848,13 +863,13 @@ impl<'a> Engine<'a> {
             // Streamed: any size, nothing cut, never through a link.
             match belay_sandbox::hostfs::scrub(&root, rel, &self.redactor) {
                 Ok(true) => self.event(
-                    "artifact_scrubbed",
+                    Kind::ArtifactScrubbed,
                     Some(&step.name),
                     serde_json::json!({"path": rel}),
                 )?,
                 Ok(false) => {}
                 Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => self.event(
-                    "artifact_unreachable",
+                    Kind::ArtifactUnreachable,
                     Some(&step.name),
                     serde_json::json!({"path": rel, "why": e.to_string()}),
                 )?,
@@ -879,19 +894,21 @@ impl<'a> Engine<'a> {
                 // belay could read through it, so nothing to delete.
                 Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => {
                     self.event(
-                        "artifact_unreachable",
+                        Kind::ArtifactUnreachable,
                         Some(&step.name),
                         serde_json::json!({"path": rel, "why": e.to_string()}),
                     )?;
                     false
                 }
-                Err(e) => return Err(PipelineError::Config(format!(
+                Err(e) => {
+                    return Err(PipelineError::Config(format!(
                     "cannot delete the stale {rel}: {e}; check that belay may write the workspace"
-                ))),
+                )))
+                }
             };
             if removed {
                 self.event(
-                    "artifact_deleted",
+                    Kind::ArtifactDeleted,
                     Some(&step.name),
                     serde_json::json!({"path": rel}),
                 )?;
@@ -921,7 +938,7 @@ impl<'a> Engine<'a> {
         })?;
         let fence = belay_sandbox::firewall::Firewall::lock(bridge, gw, &[])?;
         self.event(
-            "open_network",
+            Kind::OpenNetwork,
             None,
             serde_json::json!({"network": &net, "firewall": fence.chain()}),
         )?;
@@ -952,7 +969,7 @@ impl<'a> Engine<'a> {
                 })?;
         let url = format!("http://{}", proxy.addr);
         let fence = fence(&net, &info, proxy.addr)?;
-        self.event("egress_proxy", None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
+        self.event(Kind::EgressProxy, None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
             "firewall": fence.chain()}))?;
         self.egress = Some((net.clone(), proxy, fence));
         Ok((net, url))
@@ -1034,7 +1051,7 @@ impl<'a> Engine<'a> {
                 }
             };
             let data = serde_json::json!({"network": &route.network, "base_url_in_container": &route.base_url, "endpoint_host": host});
-            self.event("model_route", None, data)?;
+            self.event(Kind::ModelRoute, None, data)?;
             self.model_route = Some(route);
         }
         self.model_route
@@ -1147,9 +1164,9 @@ impl<'a> Engine<'a> {
         };
         let prices = PriceTable::builtin().lookup(agent.model.as_deref().unwrap_or(""));
         let mut parser = agent.parser();
-        let mut evs: Vec<AgentEvent> = Vec::new();
+        let mut live = LiveAgent::new(self.sink.clone(), &step.name);
         let result = agent_cli::run(&launch, parser.as_mut(), &limits, prices, &mut |e| {
-            evs.push(e.clone())
+            live.push(e)
         })
         .await;
         // Whatever the CLI left running in the container goes with it.
@@ -1162,23 +1179,24 @@ impl<'a> Engine<'a> {
             log_limit: None,
         };
         let _ = self.rt.exec(&c, &kill, &self.redactor, &NoopObserver).await;
+        live.finish()?;
         let report = result.map_err(|e| {
             PipelineError::Config(format!("agent `{}` ({}): {e}", def.name, def.runner))
         })?;
-        for e in &evs {
-            self.event("agent", Some(&step.name), serde_json::json!({ "event": e }))?;
-        }
-        self.event("agent_report", Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
+        self.event(Kind::AgentReport, Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
             "cost_usd": report.cost_usd, "files_changed": report.files_changed, "exit_code": report.exit_code, "final_text": tail(&report.final_text, 4096), "stderr_tail": tail(&report.stderr_tail, 2048)}))?;
         self.agent_result(step, &report)
     }
 
     /// An agent step's verdict: its artifact's, or whether it finished.
     fn agent_result(
-        &self,
+        &mut self,
         step: &Step,
         report: &belay_agent::AgentReport,
     ) -> Result<StepResult, PipelineError> {
+        let u = &report.usage;
+        self.tokens += u.input_tokens + u.output_tokens;
+        self.cost_usd += report.cost_usd;
         let missing = if self.p.deps_policy == DepsPolicy::Locked {
             missing_deps(&report.final_text)
         } else {
@@ -1283,7 +1301,7 @@ impl<'a> Engine<'a> {
         if !dirs.is_empty() {
             let names: Vec<&str> = dirs.iter().map(|(_, d)| d.as_str()).collect();
             self.event(
-                "env_volumes",
+                Kind::EnvVolumes,
                 None,
                 serde_json::json!({"dirs": names, "image": &self.image}),
             )?;
@@ -1469,7 +1487,7 @@ impl<'a> Engine<'a> {
             .memory_bytes
             .unwrap_or_else(belay_sandbox::default_memory);
         let pids = spec.pids_limit.unwrap_or(belay_sandbox::DEFAULT_PIDS);
-        self.event("sandbox", None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
+        self.event(Kind::Sandbox, None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
             "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations,
             "memory_bytes": memory, "pids_limit": pids, "secrets": &key.2, "seccomp": self.seccomp.as_ref().map(|s| &s.2)}))?;
         self.containers.insert(key, id.clone());
@@ -1529,7 +1547,7 @@ impl<'a> Engine<'a> {
         // Only the tail is read: a step's log can be gigabytes.
         let text = read_tail(&log, FEEDBACK_MAX as u64)
             .unwrap_or_else(|| format!("{}{}", out.stdout_tail, out.stderr_tail));
-        self.event("command", Some(&step.name), serde_json::json!({"what": what, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
+        self.event(Kind::Command, Some(&step.name), serde_json::json!({"what": what, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
             "duration_s": (out.duration.as_secs_f64() * 1000.0).round() / 1000.0, "log": log}))?;
         Ok((out.exit_code, out.timed_out, tail(&text, FEEDBACK_MAX)))
     }
@@ -1547,7 +1565,7 @@ impl<'a> Engine<'a> {
                 .join(format!("{}-{}", sanitize(&step.name), &key[..16]));
         if stamp.exists() && !self.refresh {
             self.event(
-                "setup_cached",
+                Kind::SetupCached,
                 Some(&step.name),
                 serde_json::json!({"stamp": stamp}),
             )?;
@@ -1779,16 +1797,12 @@ impl<'a> Engine<'a> {
             ..BuiltinConfig::default()
         };
         let mut agent_run = BuiltinAgent::new(&client, &ws, config);
-        let mut evs: Vec<AgentEvent> = Vec::new();
-        let report = agent_run
-            .run(&task, &mut |e| evs.push(e.clone()))
-            .await
-            .map_err(|e| PipelineError::Config(format!("agent `{agent}`: {e}")))?;
-        for e in &evs {
-            self.event("agent", Some(&step.name), serde_json::json!({ "event": e }))?;
-        }
+        let mut live = LiveAgent::new(self.sink.clone(), &step.name);
+        let report = agent_run.run(&task, &mut |e| live.push(e)).await;
+        live.finish()?;
+        let report = report.map_err(|e| PipelineError::Config(format!("agent `{agent}`: {e}")))?;
         self.event(
-            "agent_report",
+            Kind::AgentReport,
             Some(&step.name),
             serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage,
             "files_changed": report.files_changed, "final_text": tail(&report.final_text, 4096)}),
@@ -1847,7 +1861,7 @@ impl<'a> Engine<'a> {
                 self.state.commit_pending = None;
                 self.save()?;
                 self.event(
-                    "commit",
+                    Kind::Commit,
                     Some(&step.name),
                     serde_json::json!({"sha": head, "recovered": true}),
                 )?;
@@ -1878,7 +1892,7 @@ impl<'a> Engine<'a> {
         if !changed.is_empty() {
             let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
             self.event(
-                "commit_refused",
+                Kind::CommitRefused,
                 Some(&step.name),
                 serde_json::json!({"reason": &reason}),
             )?;
@@ -1907,7 +1921,7 @@ impl<'a> Engine<'a> {
             belay_vcs::CommitOutcome::Nothing => {
                 self.save()?;
                 self.event(
-                    "commit",
+                    Kind::Commit,
                     Some(&step.name),
                     serde_json::json!({"skipped": "nothing to commit"}),
                 )?;
@@ -1922,7 +1936,7 @@ impl<'a> Engine<'a> {
                 self.save()?;
                 let reason = r.to_string();
                 self.event(
-                    "commit_refused",
+                    Kind::CommitRefused,
                     Some(&step.name),
                     serde_json::json!({"reason": &reason}),
                 )?;
@@ -1933,7 +1947,7 @@ impl<'a> Engine<'a> {
         self.state.commit = Some(sha.clone());
         self.save()?;
         self.event(
-            "commit",
+            Kind::Commit,
             Some(&step.name),
             serde_json::json!({"sha": sha, "message": message, "files": cap_list(&committed.files), "files_total": committed.files_total}),
         )?;
@@ -1943,6 +1957,48 @@ impl<'a> Engine<'a> {
             exit_code: None,
             missing_deps: vec![],
         })
+    }
+}
+
+/// An agent's events, written to the run's log as they happen (a crash loses
+/// none, and `belay runs events --follow` shows a running agent's turns).
+struct LiveAgent {
+    sink: EventSink,
+    step: String,
+    error: Option<belay_record::RecordError>,
+}
+
+impl LiveAgent {
+    fn new(sink: EventSink, step: &str) -> Self {
+        LiveAgent {
+            sink,
+            step: step.to_string(),
+            error: None,
+        }
+    }
+
+    fn push(&mut self, e: &AgentEvent) {
+        if self.error.is_some() {
+            return;
+        }
+        let data = serde_json::json!({ "event": e });
+        if let Err(err) = self.sink.emit(
+            Kind::Agent.source(),
+            Some(&self.step),
+            &Event {
+                kind: Kind::Agent,
+                data: &data,
+            },
+        ) {
+            self.error = Some(err);
+        }
+    }
+
+    fn finish(self) -> Result<(), PipelineError> {
+        match self.error {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 }
 

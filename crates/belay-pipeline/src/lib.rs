@@ -6,6 +6,7 @@
 pub mod dryrun;
 pub mod egress;
 pub mod engine;
+pub mod events;
 pub mod schema;
 pub mod state;
 pub mod verdict;

@@ -255,7 +255,10 @@ mod tests {
     #[derive(Serialize)]
     #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
     enum Ev {
-        StepEnd { verdict: &'static str, secret: String },
+        StepEnd {
+            verdict: &'static str,
+            secret: String,
+        },
         RunEnd,
     }
 
@@ -266,8 +269,15 @@ mod tests {
         let red = Redactor::new([("T".to_string(), "tok-secret-1".to_string())]);
         let sink = EventSink::open(&p, "r1", Mode::Pipeline, red.clone()).unwrap();
         let rx = sink.follow();
-        sink.emit("engine", Some("test"), &Ev::StepEnd { verdict: "pass", secret: "x tok-secret-1".into() })
-            .unwrap();
+        sink.emit(
+            "engine",
+            Some("test"),
+            &Ev::StepEnd {
+                verdict: "pass",
+                secret: "x tok-secret-1".into(),
+            },
+        )
+        .unwrap();
         assert_eq!(sink.emit("engine", None, &Ev::RunEnd).unwrap(), 2);
         let live: Vec<Arc<str>> = rx.try_iter().collect();
         assert_eq!(live.len(), 2);
@@ -275,7 +285,12 @@ mod tests {
         // A torn line from a kill does not stop the reader, and a reopened
         // sink continues the numbering.
         use std::io::Write as _;
-        std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"{\"v\":1,\"se").unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all(b"{\"v\":1,\"se")
+            .unwrap();
         let sink = EventSink::open(&p, "r1", Mode::Pipeline, red).unwrap();
         assert_eq!(sink.emit("engine", None, &Ev::RunEnd).unwrap(), 3);
         let ev = read_events(&p).unwrap();

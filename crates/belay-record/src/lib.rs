@@ -25,10 +25,10 @@ mod time;
 
 pub use atomic::{atomic_write, write_json_atomic};
 pub use error::RecordError;
-pub use events::{EventSink, Envelope, Mode};
+pub use events::{Envelope, EventSink, Mode};
 pub use identity::ProcessIdentity;
 pub use jsonl::JsonlAppender;
 pub use lock::RunLock;
-pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
 pub use redact::{Redactor, SecretScanner, StreamRedactor};
+pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
 pub use time::{now_rfc3339, unix_millis};

@@ -163,10 +163,12 @@ impl Registry {
             .map_err(|e| RecordError::io("cannot lock", self.dir.join("runs.lock"), e))?;
         let path = self.index();
         let mut line = String::from("\n");
-        line.push_str(&serde_json::to_string(rec).map_err(|source| RecordError::Json {
-            path: path.clone(),
-            source,
-        })?);
+        line.push_str(
+            &serde_json::to_string(rec).map_err(|source| RecordError::Json {
+                path: path.clone(),
+                source,
+            })?,
+        );
         let mut f = OpenOptions::new()
             .create(true)
             .append(true)
@@ -256,7 +258,11 @@ impl Registry {
                 },
                 Record::End { run_id, at, end } => {
                     if let Some(e) = by_id.get_mut(&run_id) {
-                        e.status = if end.ok { RunStatus::Ok } else { RunStatus::Failed };
+                        e.status = if end.ok {
+                            RunStatus::Ok
+                        } else {
+                            RunStatus::Failed
+                        };
                         e.ended_at = Some(at);
                         e.duration_s = Some(end.duration_s);
                         e.tokens = end.tokens;
@@ -266,7 +272,10 @@ impl Registry {
                 }
             }
         }
-        let mut out: Vec<RunEntry> = order.into_iter().filter_map(|id| by_id.remove(&id)).collect();
+        let mut out: Vec<RunEntry> = order
+            .into_iter()
+            .filter_map(|id| by_id.remove(&id))
+            .collect();
         for e in &mut out {
             if e.status == RunStatus::Running && !e.owner.as_ref().is_some_and(|o| o.is_alive()) {
                 e.status = RunStatus::Interrupted;
@@ -328,11 +337,27 @@ mod tests {
     fn runs_fold_into_entries_and_torn_records_are_skipped() {
         let d = tempfile::tempdir().unwrap();
         let r = Registry::at(d.path());
-        r.started("a", Mode::Env, d.path(), Some("build x")).unwrap();
+        r.started("a", Mode::Env, d.path(), Some("build x"))
+            .unwrap();
         r.started("b", Mode::Pipeline, d.path(), None).unwrap();
-        r.ended("a", RunEnd { ok: true, duration_s: 2.5, tokens: 10, cost_usd: 0.01, summary: None }).unwrap();
+        r.ended(
+            "a",
+            RunEnd {
+                ok: true,
+                duration_s: 2.5,
+                tokens: 10,
+                cost_usd: 0.01,
+                summary: None,
+            },
+        )
+        .unwrap();
         // A torn record (a kill mid-write), then more records.
-        std::fs::OpenOptions::new().append(true).open(r.index()).unwrap().write_all(b"\n{\"op\":\"start\",\"run_").unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(r.index())
+            .unwrap()
+            .write_all(b"\n{\"op\":\"start\",\"run_")
+            .unwrap();
         r.started("c", Mode::Agent, d.path(), None).unwrap();
         let all = r.list().unwrap();
         let ids: Vec<&str> = all.iter().map(|e| e.run_id.as_str()).collect();
@@ -343,13 +368,29 @@ mod tests {
         assert_eq!(all[0].status, RunStatus::Running);
         // A start by a process that is gone is an interrupted run.
         let mut rec = serde_json::to_value(Record::Start {
-            run_id: "dead".into(), mode: Mode::Env, dir: d.path().into(), at: "x".into(),
-            owner: Some(ProcessIdentity { pid: u32::MAX - 1, start_ticks: 1, boot_id: "b".into() }), title: None,
-        }).unwrap();
+            run_id: "dead".into(),
+            mode: Mode::Env,
+            dir: d.path().into(),
+            at: "x".into(),
+            owner: Some(ProcessIdentity {
+                pid: u32::MAX - 1,
+                start_ticks: 1,
+                boot_id: "b".into(),
+            }),
+            title: None,
+        })
+        .unwrap();
         rec["op"] = "start".into();
-        std::fs::OpenOptions::new().append(true).open(r.index()).unwrap()
-            .write_all(format!("\n{rec}").as_bytes()).unwrap();
-        assert_eq!(r.find("dead").unwrap().unwrap().status, RunStatus::Interrupted);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(r.index())
+            .unwrap()
+            .write_all(format!("\n{rec}").as_bytes())
+            .unwrap();
+        assert_eq!(
+            r.find("dead").unwrap().unwrap().status,
+            RunStatus::Interrupted
+        );
         r.forget(&["b".into()]).unwrap();
         assert!(r.find("b").unwrap().is_none());
         assert_eq!(r.list().unwrap().len(), 3);

@@ -8,7 +8,7 @@ use belay_agent::builtin::{BuiltinAgent, BuiltinConfig};
 use belay_agent::cli::{CliAgent, CliKind, Endpoint, Launch};
 use belay_agent::workspace::ContainerWorkspace;
 use belay_agent::{AgentEvent, AgentReport, Limits};
-use belay_record::{JsonlAppender, Redactor};
+use belay_record::{EventSink, Mode, Redactor, Registry};
 use belay_sandbox::{ContainerRuntime, ContainerSpec, Network, TarFilter};
 use serde::Serialize;
 
@@ -17,11 +17,11 @@ use crate::commands::{connect, usage};
 use crate::model_cmd::resolve_model;
 use crate::{Failure, EXIT_FAILED};
 
+/// An agent run's event: `{"kind": …, "data": …}` for the envelope.
 #[derive(Serialize)]
-struct EventLine<'a> {
-    at: String,
-    #[serde(flatten)]
-    event: &'a AgentEvent,
+struct AgentLine<'a> {
+    kind: &'static str,
+    data: &'a serde_json::Value,
 }
 
 const WORKDIR: &str = "/workspace/repo";
@@ -63,14 +63,33 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
     if let Some((_, Some((name, key)))) = &model {
         redactor.add(name.clone(), key.expose());
     }
-    let mut events = JsonlAppender::open(&out.join("events.jsonl"))?;
+    let sink = EventSink::open(
+        &out.join("events.jsonl"),
+        &run_id,
+        Mode::Agent,
+        redactor.clone(),
+    )?;
+    let registry = Registry::default_location();
+    if let Err(e) = registry.started(
+        &run_id,
+        Mode::Agent,
+        &out,
+        Some(&a.prompt.chars().take(80).collect::<String>()),
+    ) {
+        eprintln!("[belay] warning: the run is not in the registry: {e}");
+    }
+    let t0 = std::time::Instant::now();
     let mut write_err: Option<String> = None;
     let mut on_event = |e: &AgentEvent| {
-        let line = EventLine {
-            at: belay_record::now_rfc3339(),
-            event: e,
-        };
-        if let Err(err) = events.append(&line, &redactor) {
+        let data = serde_json::json!({ "event": e });
+        if let Err(err) = sink.emit(
+            "agent",
+            None,
+            &AgentLine {
+                kind: "agent",
+                data: &data,
+            },
+        ) {
             write_err.get_or_insert(err.to_string());
         }
     };
@@ -204,6 +223,25 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
     };
     if let Some(e) = write_err {
         eprintln!("[belay] warning: {e}");
+    }
+    let data = serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage, "cost_usd": report.cost_usd});
+    let _ = sink.emit(
+        "agent",
+        None,
+        &AgentLine {
+            kind: "agent_report",
+            data: &data,
+        },
+    );
+    let end = belay_record::RunEnd {
+        ok: report.ok(),
+        duration_s: t0.elapsed().as_secs_f64(),
+        tokens: report.usage.input_tokens + report.usage.output_tokens,
+        cost_usd: report.cost_usd,
+        summary: Some(report.stop.describe()),
+    };
+    if let Err(e) = registry.ended(&run_id, end) {
+        eprintln!("[belay] warning: the run's end is not in the registry: {e}");
     }
     let text = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
     belay_record::atomic_write(&out.join("report.json"), redactor.redact(&text).as_bytes())?;

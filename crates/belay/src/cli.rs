@@ -45,6 +45,67 @@ pub enum Command {
     /// transition; one commit ends it. Exit codes: 0 success, 1 the pipeline
     /// failed, 2 configuration error, 3 the container engine failed.
     Run(RunArgs),
+    /// Every run of every mode: list, show, events (live with --follow), gc.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Mode, id, status (running, ok, failed, interrupted), start, duration,
+    /// tokens, cost and where each run lives; newest first.
+    List(RunsListArgs),
+    /// One run's summary and the paths of its records.
+    Show(RunsShowArgs),
+    /// A run's event log; `--follow` keeps printing a running run's events
+    /// (from any process: the file is tailed).
+    Events(RunsEventsArgs),
+    /// Remove ended and interrupted runs older than --older-than: their
+    /// records, images, containers, volumes and networks.
+    Gc(RunsGcArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunsListArgs {
+    /// Only this mode (env, pipeline, agent, plan, rounds, jobs).
+    #[arg(long)]
+    pub mode: Option<belay_record::Mode>,
+    /// Only this status (running, ok, failed, interrupted).
+    #[arg(long)]
+    pub status: Option<belay_record::RunStatus>,
+    /// One JSON object per run.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsShowArgs {
+    /// The run id (or a unique prefix of one).
+    pub id: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsEventsArgs {
+    /// The run id (or a unique prefix of one).
+    pub id: String,
+    /// Keep printing new events until the run ends.
+    #[arg(long)]
+    pub follow: bool,
+    /// The envelopes as JSON lines, as recorded.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsGcArgs {
+    /// Only runs that started at least this long ago (30m, 12h, 7d).
+    #[arg(long, default_value = "7d", value_parser = parse_age)]
+    pub older_than: std::time::Duration,
+    /// Say what would be removed, and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -29,6 +29,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Model(ModelCommand::Replay(a)) => crate::model_cmd::replay(a).await,
         Command::Agent(AgentCommand::Run(a)) => crate::agent_cmd::agent_run(*a).await,
         Command::Run(a) => crate::run_cmd::run(a).await,
+        Command::Runs(c) => crate::runs_cmd::runs(c).await,
     }
 }
 
@@ -37,6 +38,19 @@ pub(crate) fn usage(msg: impl Into<String>) -> Failure {
         code: EXIT_USAGE,
         error: anyhow!(msg.into()),
     }
+}
+
+/// The secrets an env build's records must not hold: proxy credentials and
+/// the model keys of the environment.
+pub(crate) fn build_redactor() -> belay_record::Redactor {
+    let mut r = belay_record::Redactor::default();
+    belay_sandbox::trust::HostTrust::detect().register_secrets(&mut r);
+    for k in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "BELAY_LLM_API_KEY"] {
+        if let Ok(v) = std::env::var(k) {
+            r.add(k, v);
+        }
+    }
+    r
 }
 
 pub(crate) async fn connect() -> Result<DockerRuntime, Failure> {
@@ -342,7 +356,8 @@ async fn env_build(a: BuildArgs) -> Result<u8, Failure> {
     opts.resume_from = a.resume_from.clone();
     opts.start_at_block = a.start_at_block.clone();
     let printer = Printer::new(a.stream_logs);
-    let outcome = build(&rt, &opts, &printer).await?;
+    let recorder = belay_env::progress::Recorder::new(&printer, build_redactor());
+    let outcome = build(&rt, &opts, &recorder).await?;
     let m = &outcome.manifest;
     if a.json {
         println!(

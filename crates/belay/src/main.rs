@@ -8,6 +8,7 @@ mod commands;
 mod model_cmd;
 mod progress;
 mod run_cmd;
+mod runs_cmd;
 
 use std::process::ExitCode;
 

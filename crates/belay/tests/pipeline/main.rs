@@ -209,7 +209,7 @@ fn a_full_run_feeds_back_the_failing_gate_and_commits() {
             format!(
                 "{}->{}",
                 e["step"].as_str().unwrap_or("?"),
-                e["to"].as_str().unwrap_or("?")
+                e["data"]["to"].as_str().unwrap_or("?")
             )
         })
         .collect();
@@ -636,10 +636,13 @@ fn egress_presets_allow_only_the_package_registries() {
     let ev = ws.events();
     let decisions: Vec<&Value> = ev.iter().filter(|e| e["kind"] == "egress").collect();
     assert_eq!(decisions.len(), 2, "{decisions:?}");
-    assert!(decisions
-        .iter()
-        .any(|d| d["host"] == "elsewhere.example.invalid" && d["allowed"] == false));
-    assert!(decisions.iter().any(|d| d["allowed"] == true));
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["data"]["host"] == "elsewhere.example.invalid"
+                && d["data"]["allowed"] == false)
+    );
+    assert!(decisions.iter().any(|d| d["data"]["allowed"] == true));
     // The internal network went with the run.
     let run_id = ws.state()["run_id"].as_str().unwrap().to_string();
     let nets = Command::new("docker")
@@ -708,14 +711,14 @@ turns:
     let ev = ws.events();
     let report = ev
         .iter()
-        .find(|e| e["kind"] == "agent_report" && e["runner"] == "codex")
+        .find(|e| e["kind"] == "agent_report" && e["data"]["runner"] == "codex")
         .expect("a codex report");
-    assert_eq!(report["stop"]["reason"], "completed", "{report}");
+    assert_eq!(report["data"]["stop"]["reason"], "completed", "{report}");
     let cmd = ev
         .iter()
-        .find(|e| e["kind"] == "agent" && e["event"]["kind"] == "command")
+        .find(|e| e["kind"] == "agent" && e["data"]["event"]["kind"] == "command")
         .expect("codex's command in the events");
-    let out = cmd["event"]["output"].as_str().unwrap();
+    let out = cmd["data"]["event"]["output"].as_str().unwrap();
     assert!(out.contains("ok: add 2 3 = 5"), "{out}");
     assert!(
         out.contains("outside-blocked") && !out.contains("OUTSIDE-REACHED"),

@@ -1,0 +1,278 @@
+//! `belay runs`: every run of every mode, from the one registry.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use belay_record::{Registry, RunEntry, RunStatus};
+use belay_sandbox::ContainerRuntime;
+
+use crate::cli::{RunsCommand, RunsEventsArgs, RunsGcArgs, RunsListArgs, RunsShowArgs};
+use crate::commands::{connect, usage};
+use crate::Failure;
+
+pub async fn runs(c: RunsCommand) -> Result<u8, Failure> {
+    let reg = Registry::default_location();
+    match c {
+        RunsCommand::List(a) => list(&reg, a),
+        RunsCommand::Show(a) => show(&reg, a),
+        RunsCommand::Events(a) => events(&reg, a).await,
+        RunsCommand::Gc(a) => gc(&reg, a).await,
+    }
+}
+
+fn find(reg: &Registry, id: &str) -> Result<RunEntry, Failure> {
+    reg.find(id)?.ok_or_else(|| {
+        usage(format!(
+            "no run {id} in the registry ({}); `belay runs list` shows them",
+            reg.index().display()
+        ))
+    })
+}
+
+fn duration(s: Option<f64>) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) if s < 60.0 => format!("{s:.1}s"),
+        Some(s) if s < 3600.0 => format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64),
+        Some(s) => format!(
+            "{}h{:02}m",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        ),
+    }
+}
+
+fn list(reg: &Registry, a: RunsListArgs) -> Result<u8, Failure> {
+    let runs: Vec<RunEntry> = reg
+        .list()?
+        .into_iter()
+        .filter(|e| a.mode.is_none_or(|m| e.mode == m))
+        .filter(|e| a.status.is_none_or(|s| e.status == s))
+        .collect();
+    let out = std::io::stdout();
+    let mut out = std::io::BufWriter::new(out.lock());
+    if a.json {
+        for e in &runs {
+            let _ = writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default());
+        }
+        return Ok(0);
+    }
+    let _ = writeln!(
+        out,
+        "{:<9} {:<44} {:<12} {:<20} {:>8} {:>9} {:>8}  WHERE",
+        "MODE", "ID", "STATUS", "STARTED", "DURATION", "TOKENS", "COST"
+    );
+    for e in &runs {
+        let started: String = e.started_at.chars().take(19).collect();
+        let _ = writeln!(
+            out,
+            "{:<9} {:<44} {:<12} {:<20} {:>8} {:>9} {:>8}  {}",
+            e.mode.as_str(),
+            e.run_id,
+            e.status.as_str(),
+            started.replace('T', " "),
+            duration(e.duration_s),
+            e.tokens,
+            format!("${:.4}", e.cost_usd),
+            e.dir.display()
+        );
+    }
+    Ok(0)
+}
+
+/// The files of a run that exist, by what they are.
+fn records(dir: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    [
+        ("events", "events.jsonl"),
+        ("state", "state.json"),
+        ("summary", "summary.json"),
+        ("manifest", "manifest.json"),
+        ("report", "report.json"),
+        ("model usage", "llm-usage.json"),
+        ("logs", "logs"),
+        ("dockerfile", "Dockerfile"),
+    ]
+    .into_iter()
+    .map(|(k, f)| (k, dir.join(f)))
+    .filter(|(_, p)| p.exists())
+    .collect()
+}
+
+fn show(reg: &Registry, a: RunsShowArgs) -> Result<u8, Failure> {
+    let e = find(reg, &a.id)?;
+    if a.json {
+        let mut v = serde_json::to_value(&e).unwrap_or_default();
+        let files: serde_json::Map<String, serde_json::Value> = records(&e.dir)
+            .into_iter()
+            .map(|(k, p)| (k.to_string(), p.display().to_string().into()))
+            .collect();
+        v["files"] = files.into();
+        println!("{v}");
+        return Ok(0);
+    }
+    println!("run       {}", e.run_id);
+    println!("mode      {}", e.mode.as_str());
+    if let Some(t) = &e.title {
+        println!("title     {t}");
+    }
+    println!("status    {}", e.status.as_str());
+    println!("started   {}", e.started_at);
+    if let Some(t) = &e.ended_at {
+        println!("ended     {t}");
+    }
+    println!("duration  {}", duration(e.duration_s));
+    println!("tokens    {}", e.tokens);
+    println!("cost      ${:.4}", e.cost_usd);
+    if let Some(s) = &e.summary {
+        println!("outcome   {s}");
+    }
+    println!("directory {}", e.dir.display());
+    for (k, p) in records(&e.dir) {
+        println!("  {k:<11} {}", p.display());
+    }
+    Ok(0)
+}
+
+fn print_event(out: &mut impl Write, line: &str, json: bool) {
+    if json {
+        let _ = writeln!(out, "{line}");
+        return;
+    }
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+        return;
+    };
+    let at: String = v["at"]
+        .as_str()
+        .unwrap_or("")
+        .chars()
+        .skip(11)
+        .take(12)
+        .collect();
+    let data = v["data"].to_string();
+    let data: String = data.chars().take(160).collect();
+    let _ = writeln!(
+        out,
+        "{:>5} {at} {:<8} {:<20} {:<12} {}",
+        v["seq"],
+        v["source"].as_str().unwrap_or(""),
+        v["kind"].as_str().unwrap_or(""),
+        v["step"].as_str().unwrap_or(""),
+        if data == "null" { String::new() } else { data }
+    );
+}
+
+async fn events(reg: &Registry, a: RunsEventsArgs) -> Result<u8, Failure> {
+    let e = find(reg, &a.id)?;
+    let path = e.dir.join("events.jsonl");
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    // Wait briefly for a run that has just started to write its log.
+    let deadline = Instant::now() + Duration::from_secs(if a.follow { 10 } else { 0 });
+    let file = loop {
+        match std::fs::File::open(&path) {
+            Ok(f) => break f,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(err) => return Err(usage(format!("cannot read {}: {err}", path.display()))),
+        }
+    };
+    let mut r = std::io::BufReader::new(file);
+    let mut line = String::new();
+    let mut last_check = Instant::now();
+    loop {
+        line.clear();
+        let n = r
+            .read_line(&mut line)
+            .map_err(|err| usage(format!("cannot read {}: {err}", path.display())))?;
+        if n > 0 && line.ends_with('\n') {
+            print_event(&mut out, line.trim_end(), a.json);
+            continue;
+        }
+        if n > 0 {
+            // A line still being written: read it again whole.
+            let back = n as i64;
+            std::io::Seek::seek_relative(&mut r, -back)
+                .map_err(|err| usage(format!("cannot read {}: {err}", path.display())))?;
+        }
+        if !a.follow {
+            break;
+        }
+        let _ = out.flush();
+        // Tail the file: a run written by another process shows up here.
+        if last_check.elapsed() > Duration::from_millis(500) {
+            last_check = Instant::now();
+            let still = reg
+                .find(&e.run_id)?
+                .is_some_and(|x| x.status == RunStatus::Running);
+            if !still {
+                // Whatever it wrote before it ended, then stop.
+                let mut rest = String::new();
+                let _ = std::io::Read::read_to_string(&mut r, &mut rest);
+                for l in rest.lines() {
+                    print_event(&mut out, l, a.json);
+                }
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = out.flush();
+    Ok(0)
+}
+
+async fn gc(reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
+    let now = jiff::Timestamp::now();
+    let old: Vec<RunEntry> = reg
+        .list()?
+        .into_iter()
+        .filter(|e| e.status != RunStatus::Running)
+        .filter(|e| {
+            e.started_at
+                .parse::<jiff::Timestamp>()
+                .map(|t| now.duration_since(t).as_secs() as u64 >= a.older_than.as_secs())
+                .unwrap_or(false)
+        })
+        .collect();
+    if a.dry_run {
+        for e in &old {
+            println!(
+                "would remove {} {} ({})",
+                e.mode.as_str(),
+                e.run_id,
+                e.dir.display()
+            );
+        }
+        return Ok(0);
+    }
+    let rt = connect().await?;
+    let mut gone = Vec::new();
+    for e in &old {
+        let label = format!("belay.run={}", e.run_id);
+        for c in rt.list_containers(std::slice::from_ref(&label)).await? {
+            let _ = rt.remove(&c.id).await;
+        }
+        for i in rt.list_images(std::slice::from_ref(&label)).await? {
+            let _ = rt.remove_image(&i.id).await;
+        }
+        // The pipeline's named volumes and networks of the run.
+        for suffix in ["egress", "model", "open"] {
+            let _ = rt
+                .remove_network(&format!("belay-{}-{suffix}", e.run_id))
+                .await;
+        }
+        for v in ["venv", "node_modules", "target", "tox"] {
+            let _ = rt.remove_volume(&format!("belay-{}-{v}", e.run_id)).await;
+        }
+        if e.dir.is_dir() {
+            fs_err::remove_dir_all(&e.dir)
+                .map_err(|err| usage(format!("cannot remove {}: {err}", e.dir.display())))?;
+        }
+        println!("removed {} {}", e.mode.as_str(), e.run_id);
+        gone.push(e.run_id.clone());
+    }
+    reg.forget(&gone)?;
+    eprintln!("[belay] {} run(s) removed", gone.len());
+    Ok(0)
+}
