@@ -1810,6 +1810,21 @@ impl<'a> Engine<'a> {
         self.agent_result(step, &report)
     }
 
+    /// The commit point refused: the event, and a failing verdict that says why.
+    fn refuse_commit(&mut self, step: &Step, reason: String) -> Result<StepResult, PipelineError> {
+        self.event(
+            Kind::CommitRefused,
+            Some(&step.name),
+            serde_json::json!({"reason": &reason}),
+        )?;
+        Ok(StepResult {
+            verdict: Verdict::Fail,
+            detail: reason,
+            exit_code: None,
+            missing_deps: vec![],
+        })
+    }
+
     /// The commit point: host side, hooks off, tooling and paperwork excluded,
     /// only when every gate of this attempt passed and the worktree was clean
     /// at start, and never with a secret's value in it.
@@ -1891,12 +1906,7 @@ impl<'a> Engine<'a> {
         let changed = self.git.dirty(&refs)?;
         if !changed.is_empty() {
             let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
-            self.event(
-                Kind::CommitRefused,
-                Some(&step.name),
-                serde_json::json!({"reason": &reason}),
-            )?;
-            return fail(reason);
+            return self.refuse_commit(step, reason);
         }
         // git refuses a pathspec beyond a symbolic link: an output whose
         // parent a step made a link cannot be in the tree anyway.
@@ -1934,13 +1944,7 @@ impl<'a> Engine<'a> {
             }
             belay_vcs::CommitOutcome::Refused(r) => {
                 self.save()?;
-                let reason = r.to_string();
-                self.event(
-                    Kind::CommitRefused,
-                    Some(&step.name),
-                    serde_json::json!({"reason": &reason}),
-                )?;
-                return fail(reason);
+                return self.refuse_commit(step, r.to_string());
             }
         };
         let sha = committed.sha;

@@ -151,8 +151,30 @@ pub fn read(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, HostFsE
         return Ok(None);
     };
     let path = root.join(rel);
+    let Some((f, st)) = open_regular(&dir, name, rel, &path)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity((st.st_size as u64).min(max) as usize);
+    f.take(max)
+        .read_to_end(&mut out)
+        .map_err(|source| HostFsError::Io {
+            op: "read",
+            path,
+            source,
+        })?;
+    Ok(Some(out))
+}
+
+/// Open `name` in `dir` for reading: a regular file, never through a link
+/// (and never blocking on a FIFO). `Ok(None)` when absent.
+fn open_regular(
+    dir: &OwnedFd,
+    name: &str,
+    rel: &str,
+    path: &Path,
+) -> Result<Option<(File, rustix::fs::Stat)>, HostFsError> {
     let fd = match rustix::fs::openat(
-        &dir,
+        dir,
         name,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::empty(),
@@ -165,22 +187,13 @@ pub fn read(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, HostFsE
                 "it is a symlink; belay does not read through links",
             ))
         }
-        Err(e) => return Err(io("read", path, e)),
+        Err(e) => return Err(io("read", path.to_path_buf(), e)),
     };
-    let st = rustix::fs::fstat(&fd).map_err(|e| io("stat", path.clone(), e))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io("stat", path.to_path_buf(), e))?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(refused(rel, "it is not a regular file"));
     }
-    let f = File::from(fd);
-    let mut out = Vec::with_capacity((st.st_size as u64).min(max) as usize);
-    f.take(max)
-        .read_to_end(&mut out)
-        .map_err(|source| HostFsError::Io {
-            op: "read",
-            path,
-            source,
-        })?;
-    Ok(Some(out))
+    Ok(Some((File::from(fd), st)))
 }
 
 /// Write a file atomically: a fresh temporary file in the same directory
@@ -285,28 +298,8 @@ pub fn scrub(
         return Ok(false);
     };
     let path = root.join(rel);
-    let open = |what| -> Result<Option<(File, u32)>, HostFsError> {
-        let fd = match rustix::fs::openat(
-            &dir,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(Errno::LOOP) => {
-                return Err(refused(
-                    rel,
-                    "it is a symlink; belay does not read through links",
-                ))
-            }
-            Err(e) => return Err(io(what, path.clone(), e)),
-        };
-        let st = rustix::fs::fstat(&fd).map_err(|e| io("stat", path.clone(), e))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(refused(rel, "it is not a regular file"));
-        }
-        Ok(Some((File::from(fd), st.st_mode & 0o777)))
+    let open = || -> Result<Option<(File, u32)>, HostFsError> {
+        Ok(open_regular(&dir, name, rel, &path)?.map(|(f, st)| (f, st.st_mode & 0o777)))
     };
     let ioerr = |op: &'static str| {
         let path = path.clone();
@@ -316,13 +309,13 @@ pub fn scrub(
             source,
         }
     };
-    let Some((f, _)) = open("read")? else {
+    let Some((f, _)) = open()? else {
         return Ok(false);
     };
     if redactor.scanner().scan(f).map_err(ioerr("read"))?.is_none() {
         return Ok(false);
     }
-    let Some((f, mode)) = open("read")? else {
+    let Some((f, mode)) = open()? else {
         return Ok(false);
     };
     let tmp = format!(

@@ -23,57 +23,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../shared/pipeline.rs"]
+#[allow(dead_code)]
+mod common;
+use common::{all_logs, belay, copy_dir, demo, latest_run, require_engine, DEMO_URL};
 use git_cli::{git, init_repo};
 use replay::{files_containing, Replay};
 use serde_json::Value;
 
-const DEMO_URL: &str = "http://127.0.0.1:18765/v1";
 const NO_MODEL: &str = "turns: []\n";
-
-fn belay() -> assert_cmd::Command {
-    let mut c = assert_cmd::cargo::cargo_bin_cmd!("belay");
-    c.env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
-        .env_remove("OPENAI_API_KEY");
-    c
-}
-
-fn demo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/pipeline-demo")
-}
-
-fn require_engine() {
-    let ok = Command::new("docker")
-        .args(["image", "inspect", "belay-base:bookworm"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "these tests need a running Docker engine and belay-base:bookworm (.ci/run sets both up)"
-    );
-}
-
-/// The newest run directory under a state dir.
-fn latest_run(state: &Path) -> PathBuf {
-    let mut d: Vec<PathBuf> = std::fs::read_dir(state.join("runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    d.sort();
-    d.pop().unwrap()
-}
-
-/// Every log of a run, concatenated.
-fn all_logs(run: &Path) -> String {
-    std::fs::read_dir(run.join("logs"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().is_file())
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect()
-}
 
 /// A value no other test (or earlier run) uses.
 fn unique(prefix: &str) -> String {
@@ -257,13 +215,7 @@ fn workspace(script: &str, pipeline: &str, files: &[(&str, &str)]) -> Ws {
     require_engine();
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("ws");
-    let st = Command::new("cp")
-        .arg("-r")
-        .arg(demo().join("repo"))
-        .arg(&repo)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    copy_dir(&demo().join("repo"), &repo);
     let subst = |s: &str| {
         s.replace("@TMP@", &tmp.path().display().to_string())
             .replace("@REPO@", &repo.display().to_string())
@@ -399,6 +351,18 @@ impl Ws {
         hits
     }
 
+    /// A `commit_refused` event whose reason holds every one of `needles`.
+    fn assert_refused(&self, needles: &[&str]) {
+        let refused = self.events_of("commit_refused");
+        assert!(
+            refused.iter().any(|e| {
+                let r = field(e, "reason").as_str().unwrap_or("");
+                needles.iter().all(|n| r.contains(n))
+            }),
+            "no commit_refused event naming {needles:?}: {refused:?}"
+        );
+    }
+
     /// Host-side `git status` (the moment an fsmonitor planted in the repo
     /// would run).
     fn host_git_status(&self) {
@@ -431,14 +395,7 @@ steps:
     let base = ws.head();
     ws.run(&[], &[], 120).code(1);
     assert!(ws.step_log("plant").contains("planted"));
-    let refused = ws.events_of("commit_refused");
-    assert!(
-        refused.iter().any(|e| {
-            let r = field(e, "reason").as_str().unwrap_or("");
-            r.contains("embedded git repository") && r.contains("vendor/lib")
-        }),
-        "no commit_refused event naming the embedded repository: {refused:?}"
-    );
+    ws.assert_refused(&["embedded git repository", "vendor/lib"]);
     assert_eq!(ws.head(), base, "something was committed");
     assert!(!marker.exists(), "the planted fsmonitor ran during the run");
     ws.host_git_status();
@@ -715,14 +672,7 @@ steps:
         ws.repo.join("key.pem").exists(),
         "the step did not write the key"
     );
-    let refused = ws.events_of("commit_refused");
-    assert!(
-        refused.iter().any(|e| {
-            let r = field(e, "reason").as_str().unwrap_or("");
-            r.contains("secret") && r.contains("bi-key")
-        }),
-        "no commit_refused event naming the secret: {refused:?}"
-    );
+    ws.assert_refused(&["secret", "bi-key"]);
     assert_eq!(ws.head(), base, "something was committed");
     let history = ws.history();
     let objects = ws.all_objects();

@@ -8,60 +8,17 @@ mod git_cli;
 #[path = "../shared/replay.rs"]
 mod replay;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../shared/pipeline.rs"]
+#[allow(dead_code)]
+mod common;
+use common::{all_logs, belay, copy_dir, demo, latest_run, require_engine, DEMO_URL};
 use git_cli::{git, init_repo};
 use replay::{files_containing, Replay};
 use serde_json::Value;
-
-const DEMO_URL: &str = "http://127.0.0.1:18765/v1";
-
-fn belay() -> assert_cmd::Command {
-    let mut c = assert_cmd::cargo::cargo_bin_cmd!("belay");
-    c.env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
-        .env_remove("OPENAI_API_KEY");
-    c
-}
-
-fn demo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/pipeline-demo")
-}
-
-fn require_engine() {
-    let ok = Command::new("docker")
-        .args(["image", "inspect", "belay-base:bookworm"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "these tests need a running Docker engine and belay-base:bookworm (.ci/run sets both up)"
-    );
-}
-
-/// The newest run directory under a state dir.
-fn latest_run(state: &Path) -> PathBuf {
-    let mut d: Vec<PathBuf> = std::fs::read_dir(state.join("runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    d.sort();
-    d.pop().unwrap()
-}
-
-/// Every log of a run, concatenated.
-fn all_logs(run: &Path) -> String {
-    std::fs::read_dir(run.join("logs"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().is_file())
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect()
-}
 
 struct Ws {
     _tmp: tempfile::TempDir,
@@ -76,13 +33,7 @@ fn workspace(script: &str, edit: impl Fn(String) -> String) -> Ws {
     require_engine();
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("ws");
-    let st = Command::new("cp")
-        .arg("-r")
-        .arg(demo().join("repo"))
-        .arg(&repo)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    copy_dir(&demo().join("repo"), &repo);
     let replay = Replay::start(tmp.path(), script);
     let p = repo.join("pipeline.yaml");
     let text = std::fs::read_to_string(&p)

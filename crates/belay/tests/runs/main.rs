@@ -3,6 +3,9 @@
 //! its own (`BELAY_STATE_HOME`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../shared/pipeline.rs"]
+#[allow(dead_code)]
+mod common;
 #[path = "../shared/git.rs"]
 mod git_cli;
 #[path = "../shared/replay.rs"]
@@ -16,6 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use belay_record::Envelope;
+use common::copy_dir;
 use git_cli::init_repo;
 use replay::Replay;
 use serde_json::Value;
@@ -151,13 +155,7 @@ fn every_mode_writes_one_envelope_and_registers_its_runs() {
     // An env build (the empty fixture: workspace checkpoint, finalize).
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/empty-repo");
     let env_repo = h.tmp.path().join("empty");
-    assert!(Command::new("cp")
-        .arg("-r")
-        .arg(&fixture)
-        .arg(&env_repo)
-        .status()
-        .unwrap()
-        .success());
+    copy_dir(&fixture, &env_repo);
     let out = h
         .cmd()
         .args(["env", "build", "--repo"])
@@ -355,13 +353,7 @@ fn killed_runs_are_interrupted_until_resumed() {
     // An env build killed mid-build, then rerun with the same run id.
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello-python");
     let env_repo = h.tmp.path().join("hello");
-    assert!(Command::new("cp")
-        .arg("-r")
-        .arg(&src)
-        .arg(&env_repo)
-        .status()
-        .unwrap()
-        .success());
+    copy_dir(&src, &env_repo);
     let mut build = h
         .cmd()
         .args(["env", "build", "--run-id", "killed-build", "--repo"])
