@@ -41,12 +41,25 @@ pub struct ProjectSpec {
 }
 
 impl ProjectSpec {
-    /// The first column of `failed-projects.log`.
+    /// The first column of `failed-projects.log`: the source as written,
+    /// without credentials in a git URL (they are for `git clone` alone).
     pub fn display_source(&self) -> String {
         match &self.source {
-            Source::Slug(s) | Source::GitUrl(s) => s.clone(),
+            Source::GitUrl(s) => belay_record::without_userinfo(s).unwrap_or_else(|| s.clone()),
+            Source::Slug(s) => s.clone(),
             Source::Local(p) => p.display().to_string(),
         }
+    }
+
+    /// What must not appear in any output of the batch: the credentials of
+    /// the project's git URL (and the host's proxy credentials).
+    fn redactor(&self) -> Redactor {
+        let mut r = Redactor::default();
+        belay_sandbox::trust::HostTrust::detect().register_secrets(&mut r);
+        if let Source::GitUrl(u) = &self.source {
+            r.add_url_credentials("PROJECT_URL", u);
+        }
+        r
     }
 }
 
@@ -341,7 +354,13 @@ pub async fn build_projects(
     loop {
         while !stop && running.len() < opts.jobs.max(1) {
             let Some(p) = queue.next() else { break };
-            running.push(run_project(rt, opts, p, obs));
+            let redactor = p.redactor();
+            running.push(async move {
+                let mut r = run_project(rt, opts, p, obs).await;
+                // Git's own messages may quote the URL it was given.
+                r.error = r.error.map(|e| redactor.redact(&e).into_owned());
+                r
+            });
         }
         let Some(result) = running.next().await else {
             break;
@@ -486,10 +505,7 @@ async fn run_project(
         name: &p.name,
         inner: obs,
     };
-    let mut redactor = belay_record::Redactor::default();
-    belay_sandbox::trust::HostTrust::detect().register_secrets(&mut redactor);
-    redactor.add_url_credentials("PROJECT_URL", &p.display_source());
-    let pobs = crate::progress::Recorder::new(&pobs, redactor);
+    let pobs = crate::progress::Recorder::new(&pobs, p.redactor());
     match build(rt, &b, &pobs).await {
         Ok(out) => {
             let m = out.manifest;
@@ -652,7 +668,25 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
 }
 
 /// Fetch `reference` (a branch, tag or full or short commit) of `url` into `dir`.
+/// Check out `url` at `reference` into `dir`. Credentials in the URL serve
+/// the fetch only: afterwards (and after a failure) the checkout's remote is
+/// the URL without them, so no file of the batch keeps them.
 async fn checkout_git(
+    dir: &Path,
+    url: &str,
+    reference: Option<&str>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let r = fetch_checkout(dir, url, reference, timeout).await;
+    if let Some(clean) = belay_record::without_userinfo(url) {
+        if dir.join(".git").exists() {
+            let _ = git(dir, &["remote", "set-url", "origin", "--", &clean], timeout).await;
+        }
+    }
+    r
+}
+
+async fn fetch_checkout(
     dir: &Path,
     url: &str,
     reference: Option<&str>,

@@ -322,6 +322,8 @@ pub struct Engine<'a> {
     refresh: bool,
     _lock: RunLock,
     t0: Instant,
+    /// Nested `.git` entries the last end-of-step walk found.
+    nested_git: Vec<String>,
     /// Tokens and cost of the agents so far (for the run registry).
     tokens: u64,
     cost_usd: f64,
@@ -568,6 +570,7 @@ impl<'a> Engine<'a> {
             refresh: opts.refresh,
             _lock: lock,
             t0: Instant::now(),
+            nested_git: Vec::new(),
             tokens: 0,
             cost_usd: 0.0,
             registry: belay_record::Registry::default_location(),
@@ -706,9 +709,11 @@ impl<'a> Engine<'a> {
                 serde_json::json!({"n": n, "attempt": self.state.attempt, "step_kind": &step.kind}),
             )?;
             let t = Instant::now();
-            let r = self.run_step(&step, n).await?;
+            let r = self.run_step(&step, n).await;
             let took = t.elapsed().as_secs_f64();
+            // The end of a step happens even when it failed to run.
             self.end_step_processes(&name).await?;
+            let r = r?;
             self.scrub_outputs(&step)?;
             let decisions = self
                 .egress
@@ -809,9 +814,11 @@ impl<'a> Engine<'a> {
         // A step runs as root: a set-id file it left would be a root shell
         // for anyone on the host.
         let root = self.git.root().to_path_buf();
-        let setid = belay_sandbox::hostfs::strip_setid(&root).map_err(|e| {
+        let swept = belay_sandbox::hostfs::sweep_workspace(&root).map_err(|e| {
             PipelineError::Config(format!("cannot check the workspace for set-id files: {e}"))
         })?;
+        self.nested_git = swept.nested_git;
+        let setid = swept.setid_cleared;
         if !setid.is_empty() {
             self.event(
                 Kind::SetidCleared,
@@ -1907,6 +1914,27 @@ impl<'a> Engine<'a> {
         if !changed.is_empty() {
             let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
             return self.refuse_commit(step, reason);
+        }
+        // A nested `.git` that git does not ignore (inside a tracked directory,
+        // where `ls-files --others` does not look): a person running git there
+        // would run its config. Submodules of the start are theirs to have.
+        let nested: Vec<String> = self
+            .nested_git
+            .iter()
+            .map(|p| {
+                p.trim_end_matches("/.git")
+                    .trim_end_matches(".git")
+                    .trim_end_matches('/')
+                    .to_string()
+            })
+            .filter(|dir| !self.state.submodules_at_start.contains(dir))
+            .collect();
+        let nested = self.git.not_ignored(&nested)?;
+        if !nested.is_empty() {
+            return self.refuse_commit(
+                step,
+                belay_vcs::Refusal::EmbeddedRepository(nested).to_string(),
+            );
         }
         // git refuses a pathspec beyond a symbolic link: an output whose
         // parent a step made a link cannot be in the tree anyway.

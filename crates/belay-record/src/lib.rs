@@ -29,6 +29,6 @@ pub use events::{Envelope, EventSink, Mode};
 pub use identity::ProcessIdentity;
 pub use jsonl::JsonlAppender;
 pub use lock::RunLock;
-pub use redact::{Redactor, SecretScanner, StreamRedactor};
+pub use redact::{without_userinfo, Redactor, SecretScanner, StreamRedactor};
 pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
 pub use time::{now_rfc3339, unix_millis};

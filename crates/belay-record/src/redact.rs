@@ -85,6 +85,7 @@ fn variants(value: &str) -> Vec<Vec<u8>> {
                 }
             })
             .collect();
+        push(ascii.replace('/', "\\/").into_bytes(), Redactor::MIN_LEN);
         push(ascii.into_bytes(), Redactor::MIN_LEN);
     }
     // Percent-encoding, as RFC 3986 and as JavaScript's encodeURIComponent
@@ -92,7 +93,9 @@ fn variants(value: &str) -> Vec<Vec<u8>> {
     // encoding of spaces.
     for keep in [UNRESERVED, URI_COMPONENT] {
         let upper = percent_encode(value, keep);
-        push(upper.to_ascii_lowercase_hex().into_bytes(), MIN_ENCODED);
+        let lower = upper.to_ascii_lowercase_hex();
+        push(lower.replace("%20", "+").into_bytes(), MIN_ENCODED);
+        push(lower.into_bytes(), MIN_ENCODED);
         push(upper.replace("%20", "+").into_bytes(), MIN_ENCODED);
         push(upper.into_bytes(), MIN_ENCODED);
     }
@@ -380,6 +383,16 @@ impl Redactor {
     }
 }
 
+/// `scheme://user:pass@host/…` without its userinfo (`scheme://host/…`), for
+/// display; `None` when the URL has none.
+pub fn without_userinfo(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let (_, host) = authority.rsplit_once('@')?;
+    Some(format!("{scheme}://{host}{path}"))
+}
+
 /// Finds any secret form in streamed content with bounded memory.
 pub struct SecretScanner {
     patterns: Arc<Patterns>,
@@ -527,6 +540,15 @@ mod tests {
             "canary\\/value*7f3a9q",
         ] {
             assert_eq!(r2.redact(form), "[REDACTED:S]", "{form}");
+        }
+        // Escapes combined (PHP's json_encode), lowercase hex with `+`.
+        let s4 = "k9/\u{e9}-secret long-xyz";
+        let r4 = Redactor::new([("S".to_string(), s4.to_string())]);
+        for form in [
+            "k9\\/\\u00e9-secret long-xyz",
+            "k9%2f%c3%a9-secret+long-xyz",
+        ] {
+            assert_eq!(r4.redact(form), "[REDACTED:S]", "{form}");
         }
         // `base64` wraps at 76 columns, wherever the secret falls.
         let long = "L".repeat(70) + "-tail-of-a-long-secret";

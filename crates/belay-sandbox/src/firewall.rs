@@ -80,6 +80,10 @@ impl Firewall {
         };
         if has_tool("ip6tables") {
             fw.tools.push("ip6tables");
+        } else {
+            tracing::warn!(
+                "ip6tables is not usable here: IPv6 on {iface} is not fenced (install the iptables package for ip6tables)"
+            );
         }
         let gw = gateway.to_string();
         for tool in fw.tools.clone() {

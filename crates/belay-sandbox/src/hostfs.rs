@@ -364,65 +364,79 @@ pub fn scrub(
     result.map(|()| true)
 }
 
-/// Clear the setuid and setgid bits of every regular file under `root`
-/// (not following links, not entering `.git` at the top): a step runs as
-/// root, so a set-id file it leaves in the workspace would be a root shell
-/// for anyone on the host. The paths that had the bits.
-pub fn strip_setid(root: &Path) -> Result<Vec<String>, HostFsError> {
-    let dir = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
-        .map_err(|e| io("open the workspace", root.to_path_buf(), e))?;
-    let mut hits = Vec::new();
-    strip_in(dir, root, "", 0, &mut hits)?;
-    Ok(hits)
+/// What a walk of the workspace after a step found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WorkspaceSweep {
+    /// Regular files whose set-uid or set-gid bits were cleared.
+    pub setid_cleared: Vec<String>,
+    /// Entries named `.git` below the top (nested repositories or gitfiles).
+    pub nested_git: Vec<String>,
 }
 
-fn strip_in(
+/// Walk the whole workspace (not following links, not entering the top
+/// `.git`): clear the set-uid and set-gid bits of every regular file (a step
+/// runs as root, so a set-id file it leaves would be a root shell for anyone
+/// on the host), and list every nested `.git`. Names need not be UTF-8; there
+/// is no depth limit; anything the walk cannot open is an error, never
+/// skipped. Run when no sandbox process is alive.
+pub fn sweep_workspace(root: &Path) -> Result<WorkspaceSweep, HostFsError> {
+    let dir = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
+        .map_err(|e| io("open the workspace", root.to_path_buf(), e))?;
+    let mut out = WorkspaceSweep::default();
+    sweep_in(dir, root, &PathBuf::new(), true, &mut out)?;
+    Ok(out)
+}
+
+fn sweep_in(
     dir: OwnedFd,
     root: &Path,
-    prefix: &str,
-    depth: usize,
-    hits: &mut Vec<String>,
+    prefix: &Path,
+    top: bool,
+    out: &mut WorkspaceSweep,
 ) -> Result<(), HostFsError> {
-    if depth > 256 {
-        return Ok(());
-    }
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
     let at = root.join(prefix);
     let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| io("list", at.clone(), e))?;
     for entry in entries {
         let entry = entry.map_err(|e| io("list", at.clone(), e))?;
-        let Ok(name) = entry.file_name().to_str() else {
-            continue;
-        };
-        if name == "." || name == ".." || (depth == 0 && name == ".git") {
+        let cname = entry.file_name();
+        let bytes = cname.to_bytes();
+        if bytes == b"." || bytes == b".." {
             continue;
         }
-        let rel = if prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        let rel = prefix.join(OsStr::from_bytes(bytes));
+        let shown = rel.to_string_lossy().into_owned();
+        if bytes.eq_ignore_ascii_case(b".git") {
+            if top {
+                continue;
+            }
+            out.nested_git.push(shown.clone());
+        }
+        let st = match rustix::fs::statat(&dir, cname, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::NOENT) => continue,
             Err(e) => return Err(io("stat", root.join(&rel), e)),
         };
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => {
-                if let Ok(sub) = rustix::fs::openat(&dir, name, DIR_FLAGS, Mode::empty()) {
-                    strip_in(sub, root, &rel, depth + 1, hits)?;
-                }
+                let sub = rustix::fs::openat(&dir, cname, DIR_FLAGS, Mode::empty())
+                    .map_err(|e| io("open", root.join(&rel), e))?;
+                sweep_in(sub, root, &rel, false, out)?;
             }
             FileType::RegularFile if st.st_mode & 0o6000 != 0 => {
                 let fd = rustix::fs::openat(
                     &dir,
-                    name,
+                    cname,
                     OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
                     Mode::empty(),
                 )
                 .map_err(|e| io("open", root.join(&rel), e))?;
-                rustix::fs::fchmod(&fd, Mode::from_raw_mode(st.st_mode & 0o1777))
+                // The mode of what was opened, not of what was listed.
+                let now = rustix::fs::fstat(&fd).map_err(|e| io("stat", root.join(&rel), e))?;
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(now.st_mode & 0o1777))
                     .map_err(|e| io("clear the set-id bits of", root.join(&rel), e))?;
-                hits.push(rel);
+                out.setid_cleared.push(shown);
             }
             _ => {}
         }
@@ -517,7 +531,30 @@ mod tests {
         )
         .unwrap();
         std::os::unix::fs::symlink("/usr/bin/passwd", root.join("bin/link")).unwrap();
-        assert_eq!(strip_setid(root).unwrap(), ["bin/deep/sh"]);
+        // A name that is not UTF-8, and a deep tree, are not skipped.
+        use std::os::unix::ffi::OsStrExt;
+        let odd = root.join(std::ffi::OsStr::from_bytes(b"d\xfe"));
+        let mut deep = odd.clone();
+        for _ in 0..300 {
+            deep.push("a");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("sh"), "x").unwrap();
+        std::fs::set_permissions(
+            deep.join("sh"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o6755),
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("vendor/x/.git")).unwrap();
+        let swept = sweep_workspace(root).unwrap();
+        assert_eq!(swept.setid_cleared.len(), 2, "{:?}", swept.setid_cleared);
+        assert!(swept.setid_cleared.contains(&"bin/deep/sh".to_string()));
+        assert_eq!(swept.nested_git, ["vendor/x/.git"]);
+        let m = std::fs::metadata(deep.join("sh")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+            0o755
+        );
         let m = std::fs::metadata(root.join("bin/deep/sh")).unwrap();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,

@@ -314,6 +314,26 @@ impl Git {
             .collect())
     }
 
+    /// The paths git does not ignore, of `paths`.
+    pub fn not_ignored(&self, paths: &[String]) -> Result<Vec<String>, VcsError> {
+        let mut out = Vec::new();
+        for p in paths {
+            // `check-ignore` exits 1 when the path is not ignored.
+            let mut c = self.command()?;
+            let o = c
+                .args(["check-ignore", "-q", "--no-index", "--", p])
+                .output()
+                .map_err(|source| VcsError::Spawn {
+                    dir: self.root.clone(),
+                    source,
+                })?;
+            if o.status.code() == Some(1) {
+                out.push(p.clone());
+            }
+        }
+        Ok(out)
+    }
+
     /// Undo staging (the work tree is untouched).
     pub fn unstage(&self) -> Result<(), VcsError> {
         self.run(&["reset", "-q"]).map(|_| ())

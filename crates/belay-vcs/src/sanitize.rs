@@ -4,14 +4,7 @@ use std::path::Path;
 
 use crate::{Git, VcsError};
 
-/// `scheme://user:pass@host/…` → `scheme://host/…`.
-pub(crate) fn strip_userinfo(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    let (_, host) = authority.rsplit_once('@')?;
-    Some(format!("{scheme}://{host}{path}"))
-}
+pub(crate) use belay_record::without_userinfo as strip_userinfo;
 
 pub(crate) fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
     let src = git.git_dir().join("config");

@@ -1361,3 +1361,41 @@ steps:
     );
     assert!(out.ends_with(b" [REDACTED:tok] end\n"));
 }
+
+/// Review 7. A nested repository planted inside a tracked directory (where
+/// `git ls-files --others` does not look), whose config sets an fsmonitor:
+/// the commit refuses it, and a host git inside that directory is never run
+/// by belay. A set-id file with a name that is not UTF-8, deep in the tree,
+/// loses its bits too.
+#[test]
+fn a_nested_repository_in_a_tracked_directory_is_refused() {
+    let pipeline = r#"name: bi-nested
+deps_policy: open
+steps:
+  - name: plant
+    command: |
+      git init -q tests/ 2>/dev/null || { mkdir -p tests/.git/objects tests/.git/refs && echo 'ref: refs/heads/main' > tests/.git/HEAD; }
+      printf '[core]\n\tfsmonitor = touch @TMP@/nested-marker\n' >> tests/.git/config
+      d="$(printf 'odd\376')"; p="$d"; for i in $(seq 1 270); do p="$p/a"; done
+      mkdir -p "$p" && cp /bin/bash "$p/sh" && chmod 4755 "$p/sh" && echo planted
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let base = ws.head();
+    ws.run(&[], &[], 120).code(1);
+    assert!(
+        ws.step_log("plant").contains("planted"),
+        "{}",
+        ws.step_log("plant")
+    );
+    ws.assert_refused(&["embedded git repository", "tests"]);
+    assert_eq!(ws.head(), base);
+    ws.host_git_status();
+    assert!(!ws.dir().join("nested-marker").exists());
+    let cleared = ws.events_of("setid_cleared");
+    assert!(
+        cleared.iter().any(|e| e.to_string().contains("/a/a/a/sh")),
+        "{cleared:?}"
+    );
+}

@@ -200,3 +200,68 @@ fn projects_file_errors_name_the_line() {
         .code(2);
     assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("--git-base-url"));
 }
+
+/// A git URL with credentials in a projects file: the clone gets them, and no
+/// output of the batch shows them (failed-projects.log, the summary, the run
+/// records, the printed table, the error messages).
+#[test]
+fn credentials_in_a_project_url_appear_in_no_batch_output() {
+    require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("projects.txt");
+    // Port 9 on loopback refuses at once: the clone fails, which is what
+    // makes the batch write the URL into its failure records.
+    std::fs::write(&p, "http://bi-user:bi-pass-5e7a91@127.0.0.1:9/r.git\n").unwrap();
+    let pdir = tmp.path().join("d");
+    let a = belay()
+        .env("BELAY_STATE_HOME", tmp.path().join("registry"))
+        .args(["env", "build-projects", "--projects-file"])
+        .arg(&p)
+        .arg("--projects-dir")
+        .arg(&pdir)
+        .assert();
+    let out = a.get_output();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!printed.contains("bi-pass-5e7a91"), "{printed}");
+    assert!(!printed.contains("bi-user:"), "{printed}");
+    let failed = std::fs::read_to_string(pdir.join("failed-projects.log")).unwrap();
+    assert!(
+        failed.starts_with("http://127.0.0.1:9/r.git\t"),
+        "the failure names the project without its credentials: {failed}"
+    );
+    for f in walk(&pdir)
+        .into_iter()
+        .chain(walk(&tmp.path().join("registry")))
+    {
+        let bytes = std::fs::read(&f).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains("bi-pass-5e7a91"),
+            "{} holds the password",
+            f.display()
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -158,7 +158,7 @@ fn every_mode_writes_one_envelope_and_registers_its_runs() {
     copy_dir(&fixture, &env_repo);
     let out = h
         .cmd()
-        .args(["env", "build", "--repo"])
+        .args(["env", "build", "--no-cache", "--repo"])
         .arg(&env_repo)
         .output()
         .unwrap();
@@ -356,7 +356,14 @@ fn killed_runs_are_interrupted_until_resumed() {
     copy_dir(&src, &env_repo);
     let mut build = h
         .cmd()
-        .args(["env", "build", "--run-id", "killed-build", "--repo"])
+        .args([
+            "env",
+            "build",
+            "--no-cache",
+            "--run-id",
+            "killed-build",
+            "--repo",
+        ])
         .arg(&env_repo)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
