@@ -815,7 +815,7 @@ impl<'a> Engine<'a> {
         // for anyone on the host.
         let root = self.git.root().to_path_buf();
         let swept = belay_sandbox::hostfs::sweep_workspace(&root).map_err(|e| {
-            PipelineError::Config(format!("cannot check the workspace for set-id files: {e}"))
+            PipelineError::Config(format!("cannot check the workspace for set-id files after step `{step}`: {e}. belay walks the whole workspace as root after every step; a path it cannot open stops the run. Remove that path, then resume the run"))
         })?;
         self.nested_git = swept.nested_git;
         let setid = swept.setid_cleared;

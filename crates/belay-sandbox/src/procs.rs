@@ -96,7 +96,7 @@ impl ContainerProcs {
     /// Kill every process of the namespace but the container's own two.
     pub fn sweep(&mut self) -> Result<Swept, String> {
         if !self.init.is_alive() {
-            return Err("the container's init is gone (was the container stopped?)".into());
+            return Err("the container's init is gone: it was stopped or removed during the step. Rerun the same command with --resume to continue in a new container".into());
         }
         if self.main.is_none() {
             self.main = oldest_child(self.init.pid);

@@ -223,7 +223,10 @@ impl Git {
         &self.git_dir
     }
 
-    /// A hardened git command for this work tree (see the module docs).
+    /// A hardened git command for this work tree (see the module docs). The
+    /// repository's config is listed first, to empty every filter driver it
+    /// names; a config that cannot be listed refuses the command (fail closed:
+    /// an override left out would let a filter run).
     fn command(&self) -> Result<Command, VcsError> {
         let scoped = |mut c: Command| {
             c.env("GIT_DIR", &self.git_dir)
@@ -236,7 +239,14 @@ impl Git {
             &self.root,
             &["config", "-z", "--list", "--name-only"],
         )
-        .unwrap_or_default();
+        .map_err(|e| VcsError::Failed {
+            dir: self.root.clone(),
+            args: "config --list".into(),
+            stderr: format!(
+                "{e}; belay reads the repository's config before every git command to disable its filters: fix or restore {}",
+                self.git_dir.join("config").display()
+            ),
+        })?;
         let mut c = scoped(base_command(&self.hooks));
         for o in driver_overrides(&names) {
             c.arg("-c").arg(o);
