@@ -667,141 +667,27 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
     Ok(())
 }
 
-/// Fetch `reference` (a branch, tag or full or short commit) of `url` into `dir`.
-/// Check out `url` at `reference` into `dir`. Credentials in the URL serve
-/// the fetch only: afterwards (and after a failure) the checkout's remote is
-/// the URL without them, so no file of the batch keeps them.
+/// Check out `url` at `reference` into `dir`, through the hardened git of
+/// belay-vcs (hooks off, a deadline, its own process group). Credentials in
+/// the URL serve the fetch only: afterwards (and after a failure) the
+/// checkout's remote is the URL without them, so no file of the batch keeps
+/// them.
 async fn checkout_git(
     dir: &Path,
     url: &str,
     reference: Option<&str>,
     timeout: Duration,
 ) -> Result<(), String> {
-    let r = fetch_checkout(dir, url, reference, timeout).await;
-    if let Some(clean) = belay_record::without_userinfo(url) {
-        if dir.join(".git").exists() {
-            let _ = git(dir, &["remote", "set-url", "origin", "--", &clean], timeout).await;
-        }
-    }
-    r
-}
-
-async fn fetch_checkout(
-    dir: &Path,
-    url: &str,
-    reference: Option<&str>,
-    timeout: Duration,
-) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    git(dir, &["init", "--quiet"], timeout).await?;
-    git(dir, &["remote", "add", "origin", "--", url], timeout).await?;
-    let wanted = reference.unwrap_or("HEAD");
-    if git(
-        dir,
-        &["fetch", "--quiet", "--depth", "1", "origin", wanted],
-        timeout,
-    )
-    .await
-    .is_ok()
-    {
-        git(dir, &["checkout", "--quiet", "FETCH_HEAD"], timeout).await?;
-        return Ok(());
-    }
-    // A short commit cannot be fetched by name: fetch heads and tags (without
-    // blobs), resolve it locally, then check it out.
-    git(
-        dir,
-        &[
-            "fetch",
-            "--quiet",
-            "--filter=blob:none",
-            "origin",
-            "+refs/heads/*:refs/remotes/origin/*",
-            "+refs/tags/*:refs/tags/*",
-        ],
-        timeout,
-    )
-    .await?;
-    let sha = git(
-        dir,
-        &[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("{wanted}^{{commit}}"),
-        ],
-        timeout,
-    )
-    .await
-    .map_err(|_| format!("{wanted} is not a branch, tag or commit of {url}"))?;
-    git(dir, &["checkout", "--quiet", sha.trim()], timeout).await?;
-    Ok(())
-}
-
-/// Run git with hooks disabled, no prompts, and an explicit environment.
-async fn git(dir: &Path, args: &[&str], timeout: Duration) -> Result<String, String> {
-    let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-c")
-        .arg("core.hooksPath=/dev/null")
-        .arg("-c")
-        .arg("core.fsmonitor=false")
-        .arg("-c")
-        .arg("protocol.ext.allow=never")
-        .arg("-c")
-        .arg("advice.detachedHead=false")
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env(
-            "PATH",
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
-        )
-        .env(
-            "HOME",
-            std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
-        )
-        .env("GIT_TERMINAL_PROMPT", "0")
-        // ssh must fail, not ask (host keys, passwords).
-        .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .process_group(0);
-    for v in belay_sandbox::trust::PROXY_VARS
+    let hooks = dir.with_file_name(".belay-no-hooks");
+    let proxy: Vec<(String, String)> = belay_sandbox::trust::PROXY_VARS
         .iter()
         .chain(["GIT_SSL_CAINFO", "SSL_CERT_FILE"].iter())
-    {
-        if let Some(val) = std::env::var_os(v) {
-            cmd.env(v, val);
-        }
-    }
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().map_err(|e| format!("cannot run git: {e}"))?;
-    let pid = child.id();
-    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(r) => r.map_err(|e| format!("cannot run git: {e}"))?,
-        Err(_) => {
-            // git is the leader of its own group: kill its helpers with it.
-            if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-            }
-            return Err(format!(
-                "git {} timed out after {} s",
-                args.join(" "),
-                timeout.as_secs()
-            ));
-        }
-    };
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+        .filter_map(|v| std::env::var(v).ok().map(|val| (v.to_string(), val)))
+        .collect();
+    belay_vcs::Git::checkout_remote(dir, &hooks, url, reference, timeout, proxy)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -333,11 +333,11 @@ pub struct Engine<'a> {
 /// Load-time checks that need the host: git state of the tooling, the `.env`
 /// ban, the secrets. Returns the git handle, whether the worktree was clean,
 /// and the resolved secrets.
-fn host_checks(
+async fn host_checks(
     p: &Pipeline,
     state_dir: &Path,
 ) -> Result<(Git, bool, BTreeMap<String, String>), PipelineError> {
-    let git = Git::open(&p.dir, &state_dir.join("no-hooks"))?;
+    let git = Git::open(&p.dir, &state_dir.join("no-hooks")).await?;
     let root = git.root().to_path_buf();
     if let Ok(sd) = std::fs::canonicalize(state_dir) {
         if sd.starts_with(&root) {
@@ -350,7 +350,7 @@ fn host_checks(
     }
     let tooling = tooling_paths(p, &root);
     let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
-    let dirty = git.dirty(&refs)?;
+    let dirty = git.dirty(&refs).await?;
     if !dirty.is_empty() {
         return Err(PipelineError::Config(format!(
             "the pipeline's tooling must be committed before a run; these files differ from HEAD: {}. Commit them (git add + git commit) and rerun",
@@ -365,7 +365,7 @@ fn host_checks(
             root.display()
         )));
     }
-    let clean = git.dirty(&[])?.is_empty();
+    let clean = git.dirty(&[]).await?.is_empty();
     let secrets = resolve_secrets(p)?;
     Ok((git, clean, secrets))
 }
@@ -435,7 +435,7 @@ impl<'a> Engine<'a> {
             )),
             other => other.into(),
         })?;
-        let (git, clean, secrets) = host_checks(p, &state_dir)?;
+        let (git, clean, secrets) = host_checks(p, &state_dir).await?;
         let pipeline_hash = hash_file(&p.path)?;
         let now = belay_record::now_rfc3339();
         let (files, state) = match &opts.resume {
@@ -489,11 +489,11 @@ impl<'a> Engine<'a> {
                     feedback: None,
                     verdicts: BTreeMap::new(),
                     clean_at_start: clean,
-                    head_at_start: git.head().unwrap_or_default(),
+                    head_at_start: git.head().await.unwrap_or_default(),
                     commit: None,
                     commit_pending: None,
                     failure: None,
-                    submodules_at_start: git.submodule_paths().unwrap_or_default(),
+                    submodules_at_start: git.submodule_paths().await.unwrap_or_default(),
                     git_control_at_start: git.control_files(),
                     started_at: now.clone(),
                     updated_at: now,
@@ -1368,7 +1368,7 @@ impl<'a> Engine<'a> {
             // to change (a planted fsmonitor or filter stays in the copy).
             let view = self.files.root.join("git-config.sandbox");
             if !view.exists() {
-                self.git.write_sanitized_config(&view)?;
+                self.git.write_sanitized_config(&view).await?;
             }
             mounts.push(Mount {
                 host: view,
@@ -1871,13 +1871,15 @@ impl<'a> Engine<'a> {
             exclude.extend(s.artifact.iter().cloned());
         }
         if let Some(before) = self.state.commit_pending.clone() {
-            let head = self.git.head()?;
+            let head = self.git.head().await?;
             if head != before
                 && self
                     .git
-                    .run(&["rev-parse", &format!("{head}~1")])
-                    .map(|s| s.trim() == before)
-                    .unwrap_or(false)
+                    .resolve_commit(&format!("{head}~1"))
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|parent| parent == before)
             {
                 self.state.commit = Some(head.clone());
                 self.state.commit_pending = None;
@@ -1910,7 +1912,7 @@ impl<'a> Engine<'a> {
         // the shared files, the policy files) and get the change committed.
         let tooling = tooling_paths(self.p, &root);
         let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
-        let changed = self.git.dirty(&refs)?;
+        let changed = self.git.dirty(&refs).await?;
         if !changed.is_empty() {
             let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
             return self.refuse_commit(step, reason);
@@ -1929,7 +1931,7 @@ impl<'a> Engine<'a> {
             })
             .filter(|dir| !self.state.submodules_at_start.contains(dir))
             .collect();
-        let nested = self.git.not_ignored(&nested)?;
+        let nested = self.git.not_ignored(&nested).await?;
         if !nested.is_empty() {
             return self.refuse_commit(
                 step,
@@ -1940,19 +1942,21 @@ impl<'a> Engine<'a> {
         // parent a step made a link cannot be in the tree anyway.
         exclude.retain(|e| belay_sandbox::hostfs::parents_are_dirs(&root, e));
         let scanner = self.redactor.scanner();
-        let mut scan = |_: &str, r: &mut dyn std::io::Read| scanner.scan(r);
         // A kill between the commit and the next save must not lose it: the
         // HEAD before is recorded first, and a resume recognises the commit.
-        self.state.commit_pending = Some(self.git.head()?);
+        self.state.commit_pending = Some(self.git.head().await?);
         self.save()?;
         let submodules = self.state.submodules_at_start.clone();
-        let outcome = self.git.commit_checked(belay_vcs::CommitRequest {
-            message: &message,
-            author: None,
-            exclude: &exclude,
-            submodules: &submodules,
-            scan: &mut scan,
-        })?;
+        let outcome = self
+            .git
+            .commit_checked(belay_vcs::CommitRequest {
+                message: message.clone(),
+                author: None,
+                exclude,
+                submodules,
+                scan: Box::new(move |_, r| scanner.scan(r)),
+            })
+            .await?;
         self.state.commit_pending = None;
         let committed = match outcome {
             belay_vcs::CommitOutcome::Committed(c) => c,

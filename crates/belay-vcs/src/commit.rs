@@ -22,20 +22,21 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use crate::exec::{self, Watchdog};
 use crate::{Commit, Git, VcsError};
 
 /// Streams one staged blob (its path, its content) through a secret check;
 /// the name of the secret found, if any.
-pub type BlobScan<'a> = dyn FnMut(&str, &mut dyn Read) -> std::io::Result<Option<String>> + 'a;
+pub type BlobScan = dyn FnMut(&str, &mut dyn Read) -> std::io::Result<Option<String>> + Send;
 
-pub struct CommitRequest<'a> {
-    pub message: &'a str,
-    pub author: Option<(&'a str, &'a str)>,
+pub struct CommitRequest {
+    pub message: String,
+    pub author: Option<(String, String)>,
     /// Paths (relative to the root) left out of the commit.
-    pub exclude: &'a [String],
+    pub exclude: Vec<String>,
     /// Gitlinks that may be committed: the submodules at the start of the run.
-    pub submodules: &'a [String],
-    pub scan: &'a mut BlobScan<'a>,
+    pub submodules: Vec<String>,
+    pub scan: Box<BlobScan>,
 }
 
 /// Why a commit was refused.
@@ -120,7 +121,7 @@ impl Stage {
 
 impl Git {
     fn objects_dir(&self) -> Result<PathBuf, VcsError> {
-        let p = self.run(&["rev-parse", "--git-path", "objects"])?;
+        let p = self.run_blocking(&[], &["rev-parse", "--git-path", "objects"])?;
         let p = PathBuf::from(p.trim());
         Ok(if p.is_absolute() {
             p
@@ -131,7 +132,12 @@ impl Git {
 
     /// Untracked directories that are repositories of their own (git lists
     /// one as `path/`). Streamed: the listing is never held whole.
-    pub fn embedded_repositories(&self) -> Result<Vec<String>, VcsError> {
+    pub async fn embedded_repositories(&self) -> Result<Vec<String>, VcsError> {
+        let git = self.clone();
+        crate::blocking(move || git.embedded_blocking()).await
+    }
+
+    fn embedded_blocking(&self) -> Result<Vec<String>, VcsError> {
         let mut out = Vec::new();
         self.stream(
             &[],
@@ -155,7 +161,7 @@ impl Git {
         args: &[&str],
         mut f: impl FnMut(&[u8]) -> Result<bool, VcsError>,
     ) -> Result<(), VcsError> {
-        let mut c = self.command()?;
+        let mut c = self.command_blocking()?;
         for (k, v) in env {
             c.env(k, v);
         }
@@ -168,6 +174,7 @@ impl Git {
                 dir: self.root.clone(),
                 source,
             })?;
+        let dog = Watchdog::start(child.id(), self.timeout);
         let err = child.stderr.take().map(|mut e| {
             std::thread::spawn(move || {
                 let mut tail = Vec::new();
@@ -218,20 +225,23 @@ impl Git {
         }
         let status = child.wait().map_err(io)?;
         let stderr = err.and_then(|t| t.join().ok()).unwrap_or_default();
+        dog.check(&self.root, args)?;
         result?;
         if !status.success() {
-            return Err(VcsError::Failed {
-                dir: self.root.clone(),
-                args: args.join(" "),
-                stderr,
-            });
+            return Err(exec::failed(&self.root, args, stderr));
         }
         Ok(())
     }
 
-    /// Stage everything but the excludes, check it, and commit it.
-    pub fn commit_checked(&self, req: CommitRequest<'_>) -> Result<CommitOutcome, VcsError> {
-        let embedded = self.embedded_repositories()?;
+    /// Stage everything but the excludes, check it, and commit it. The
+    /// checks stream on the blocking pool; every git in them has the deadline.
+    pub async fn commit_checked(&self, req: CommitRequest) -> Result<CommitOutcome, VcsError> {
+        let git = self.clone();
+        crate::blocking(move || git.commit_blocking(req)).await
+    }
+
+    fn commit_blocking(&self, mut req: CommitRequest) -> Result<CommitOutcome, VcsError> {
+        let embedded = self.embedded_blocking()?;
         if !embedded.is_empty() {
             return Ok(CommitOutcome::Refused(Refusal::EmbeddedRepository(
                 embedded,
@@ -245,11 +255,11 @@ impl Git {
             ("GIT_ALTERNATE_OBJECT_DIRECTORIES", objects.as_path()),
         ];
         let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
-        for e in req.exclude {
+        for e in &req.exclude {
             args.push(format!(":(exclude,literal){e}"));
         }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run_env(&env, &refs)?;
+        self.run_blocking(&env, &refs)?;
         let mut links = Vec::new();
         self.stream(&env, &["ls-files", "-s", "-z"], |e| {
             if e.starts_with(b"160000 ") {
@@ -266,7 +276,7 @@ impl Git {
             return Ok(CommitOutcome::Refused(Refusal::Gitlink(links)));
         }
         let base = if self
-            .run(&["rev-parse", "-q", "--verify", "HEAD^{commit}"])
+            .run_blocking(&[], &["rev-parse", "-q", "--verify", "HEAD^{commit}"])
             .is_ok()
         {
             "HEAD"
@@ -312,7 +322,7 @@ impl Git {
                 let m = String::from_utf8_lossy(&m).into_owned();
                 let f: Vec<&str> = m.trim_start_matches(':').split(' ').collect();
                 if f.len() >= 5 && !f[4].starts_with('D') && f[1] != "160000" {
-                    if let Some(name) = batch.scan(f[3], &path, req.scan)? {
+                    if let Some(name) = batch.scan(f[3], &path, &mut *req.scan)? {
                         refusal = Some(Refusal::Secret { name, path });
                         return Ok(false);
                     }
@@ -328,7 +338,15 @@ impl Git {
             return Ok(CommitOutcome::Nothing);
         }
         stage.publish_to(self, &objects)?;
-        let sha = self.commit_staged(req.message, req.author)?;
+        let configured = self.run_blocking(&[], &["config", "user.email"]).is_ok();
+        let author = req.author.as_ref().map(|(n, e)| (n.as_str(), e.as_str()));
+        let args = crate::commit_args(&req.message, author, configured);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.run_blocking(&[], &refs)?;
+        let sha = self
+            .run_blocking(&[], &["rev-parse", "HEAD"])?
+            .trim()
+            .to_string();
         Ok(CommitOutcome::Committed(Commit {
             sha,
             files,
@@ -346,11 +364,12 @@ struct BlobReader {
     stdin: std::process::ChildStdin,
     out: BufReader<std::process::ChildStdout>,
     root: PathBuf,
+    _dog: Watchdog,
 }
 
 impl BlobReader {
     fn start(git: &Git, env: &[(&str, &Path)]) -> Result<BlobReader, VcsError> {
-        let mut c = git.command()?;
+        let mut c = git.command_blocking()?;
         for (k, v) in env {
             c.env(k, v);
         }
@@ -373,11 +392,13 @@ impl BlobReader {
         };
         let stdin = child.stdin.take().ok_or_else(broken)?;
         let stdout = child.stdout.take().ok_or_else(broken)?;
+        let dog = Watchdog::start(child.id(), git.timeout);
         Ok(BlobReader {
             child,
             stdin,
             out: BufReader::with_capacity(256 * 1024, stdout),
             root: git.root.clone(),
+            _dog: dog,
         })
     }
 
@@ -386,7 +407,7 @@ impl BlobReader {
         &mut self,
         sha: &str,
         path: &str,
-        scan: &mut BlobScan<'_>,
+        scan: &mut BlobScan,
     ) -> Result<Option<String>, VcsError> {
         let io = |e| VcsError::io("read staged blobs of", &self.root, e);
         writeln!(self.stdin, "{sha}").map_err(io)?;

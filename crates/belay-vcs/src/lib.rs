@@ -1,7 +1,9 @@
 //! git, through the git CLI, hardened for a work tree that sandboxes write.
 //!
-//! Every call runs with an explicit environment (nothing inherited but PATH,
-//! HOME and the locale), no terminal prompt, no pager or editor, no system
+//! Every call is async, has a deadline ([`Git::with_timeout`]) after which
+//! git is killed with its whole process group, and runs with an explicit
+//! environment (nothing inherited but PATH, HOME and the locale, plus what a
+//! caller passes for remote operations), no terminal prompt, no pager or editor, no system
 //! config, an explicit git dir and work tree (no discovery, so a planted
 //! `.git` elsewhere is never picked up), and a command line that neutralises
 //! everything in a repository's config that would run a program on the host:
@@ -23,12 +25,19 @@
 //! any object reaches the repository (see `commit.rs`).
 
 mod commit;
+mod exec;
+mod remote;
 mod sanitize;
+mod stash;
+mod worktree;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-pub use commit::{CommitOutcome, CommitRequest, Refusal, MAX_LISTED};
+pub use commit::{BlobScan, CommitOutcome, CommitRequest, Refusal, MAX_LISTED};
+pub use stash::Stash;
+pub use worktree::Reset;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VcsError {
@@ -43,6 +52,20 @@ pub enum VcsError {
         args: String,
         stderr: String,
     },
+    #[error("git {args} in {dir} did not finish within {secs} s and was killed with its helpers; raise the timeout if the repository is that large")]
+    Timeout {
+        dir: PathBuf,
+        args: String,
+        secs: u64,
+    },
+    #[error("`{0}` is not a valid branch name (see `git check-ref-format --branch`)")]
+    BadName(String),
+    #[error("no stash {0} in the stash list (already applied and dropped?)")]
+    NoSuchStash(String),
+    #[error("{rev} is not a branch, tag or commit of {url}")]
+    NoSuchRevision { rev: String, url: String },
+    #[error("a git task was aborted: {0}")]
+    Aborted(String),
     #[error("{0} is not a git work tree: run `git init` there, or point the run at one")]
     NotARepo(PathBuf),
     #[error("cannot {op} {path}: {source}")]
@@ -70,6 +93,8 @@ pub struct Git {
     git_dir: PathBuf,
     /// An empty directory used as `core.hooksPath`.
     hooks: PathBuf,
+    timeout: Duration,
+    remote_env: Vec<(String, String)>,
 }
 
 /// What a commit made.
@@ -90,119 +115,27 @@ const CONTROL_FILES: &[&str] = &[
     "objects/info/http-alternates",
 ];
 
-/// The fixed part of the hardening, before the per-repository driver overrides.
-const HARDENING: &[&str] = &[
-    "core.fsmonitor=false",
-    "core.untrackedCache=false",
-    "protocol.ext.allow=never",
-    "submodule.recurse=false",
-    "status.submoduleSummary=false",
-    "diff.ignoreSubmodules=all",
-    "core.alternateRefsCommand=",
-    "core.pager=cat",
-    "gc.auto=0",
-    "maintenance.auto=false",
-];
-
-fn base_command(hooks: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.env_clear();
-    for k in ["PATH", "HOME", "LANG", "LC_ALL", "TZ"] {
-        if let Ok(v) = std::env::var(k) {
-            c.env(k, v);
-        }
-    }
-    c.env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_PAGER", "cat")
-        .env("GIT_EDITOR", "true")
-        .env("GIT_ASKPASS", "true")
-        .env("GIT_NO_REPLACE_OBJECTS", "1")
-        .stdin(std::process::Stdio::null())
-        .arg("-c")
-        .arg(format!("core.hooksPath={}", hooks.display()));
-    for h in HARDENING {
-        c.arg("-c").arg(h);
-    }
-    c
-}
-
-fn output_of(mut c: Command, dir: &Path, args: &[&str]) -> Result<String, VcsError> {
-    let out = c.args(args).output().map_err(|source| VcsError::Spawn {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
-    if !out.status.success() {
-        return Err(VcsError::Failed {
-            dir: dir.to_path_buf(),
-            args: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The `-c` overrides that empty every filter and diff driver the config
-/// names (`git config --list` never runs a program).
-fn driver_overrides(names: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for key in names.split('\0').map(str::trim).filter(|k| !k.is_empty()) {
-        let lower = key.to_ascii_lowercase();
-        let Some((section, rest)) = lower.split_once('.') else {
-            continue;
-        };
-        let Some((_, var)) = rest.rsplit_once('.') else {
-            continue;
-        };
-        // The subsection keeps its case in the key git printed.
-        let sub = &key[section.len() + 1..key.len() - var.len() - 1];
-        let keys: &[&str] = match (section, var) {
-            ("filter", "clean" | "smudge" | "process" | "required") => {
-                &["clean=", "smudge=", "process=", "required=false"]
-            }
-            _ => continue,
-        };
-        for k in keys {
-            let o = format!("{section}.{sub}.{k}");
-            if !out.contains(&o) {
-                out.push(o);
-            }
-        }
-    }
-    out
-}
-
-/// `args` with `--no-ext-diff --no-textconv` after a patch-making subcommand.
-fn patch_safe<'a>(args: &[&'a str]) -> Vec<&'a str> {
-    let mut v = args.to_vec();
-    if let Some(i) = v.iter().position(|a| !a.starts_with('-')) {
-        if matches!(
-            v[i],
-            "diff" | "log" | "show" | "format-patch" | "whatchanged"
-        ) {
-            v.insert(i + 1, "--no-textconv");
-            v.insert(i + 1, "--no-ext-diff");
-        }
-    }
-    v
-}
+/// How long one git call may take unless [`Git::with_timeout`] says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Git {
     /// Open the work tree containing `dir`. `hooks_dir`: an empty directory
     /// belay owns (created if missing), used as the hooks path.
-    pub fn open(dir: &Path, hooks_dir: &Path) -> Result<Self, VcsError> {
-        fs_err::create_dir_all(hooks_dir).map_err(|source| VcsError::Spawn {
-            dir: hooks_dir.to_path_buf(),
-            source,
-        })?;
-        let mut c = base_command(hooks_dir);
+    pub async fn open(dir: &Path, hooks_dir: &Path) -> Result<Self, VcsError> {
+        fs_err::create_dir_all(hooks_dir).map_err(|e| VcsError::io("create", hooks_dir, e))?;
+        let mut c = exec::base_command(hooks_dir, &[]);
         c.current_dir(dir);
-        let out = output_of(
+        let out = exec::output(
             c,
             dir,
             &["rev-parse", "--show-toplevel", "--absolute-git-dir"],
+            DEFAULT_TIMEOUT,
         )
-        .map_err(|_| VcsError::NotARepo(dir.to_path_buf()))?;
+        .await
+        .map_err(|e| match e {
+            VcsError::Spawn { .. } | VcsError::Timeout { .. } => e,
+            _ => VcsError::NotARepo(dir.to_path_buf()),
+        })?;
         let mut lines = out.lines();
         let (Some(top), Some(git_dir)) = (lines.next(), lines.next()) else {
             return Err(VcsError::NotARepo(dir.to_path_buf()));
@@ -211,7 +144,23 @@ impl Git {
             root: PathBuf::from(top.trim()),
             git_dir: PathBuf::from(git_dir.trim()),
             hooks: hooks_dir.to_path_buf(),
+            timeout: DEFAULT_TIMEOUT,
+            remote_env: Vec::new(),
         })
+    }
+
+    /// The deadline of each git call (the whole process group is killed there).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Variables that remote operations (fetch, push) pass to git on top of
+    /// the kept ones: the proxy settings a caller chose. Nothing else of the
+    /// host's environment reaches git.
+    pub fn with_remote_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.remote_env = env;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -223,58 +172,112 @@ impl Git {
         &self.git_dir
     }
 
-    /// A hardened git command for this work tree (see the module docs). The
-    /// repository's config is listed first, to empty every filter driver it
-    /// names; a config that cannot be listed refuses the command (fail closed:
-    /// an override left out would let a filter run).
-    fn command(&self) -> Result<Command, VcsError> {
-        let scoped = |mut c: Command| {
-            c.env("GIT_DIR", &self.git_dir)
-                .env("GIT_WORK_TREE", &self.root)
-                .current_dir(&self.root);
-            c
-        };
-        let names = output_of(
-            scoped(base_command(&self.hooks)),
-            &self.root,
-            &["config", "-z", "--list", "--name-only"],
-        )
-        .map_err(|e| VcsError::Failed {
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn scoped(&self, extra_env: &[(String, String)]) -> Command {
+        let mut c = exec::base_command(&self.hooks, extra_env);
+        c.env("GIT_DIR", &self.git_dir)
+            .env("GIT_WORK_TREE", &self.root)
+            .current_dir(&self.root);
+        c
+    }
+
+    const LIST_CONFIG: &'static [&'static str] = &["config", "-z", "--list", "--name-only"];
+
+    fn config_unreadable(&self, e: VcsError) -> VcsError {
+        VcsError::Failed {
             dir: self.root.clone(),
             args: "config --list".into(),
             stderr: format!(
                 "{e}; belay reads the repository's config before every git command to disable its filters: fix or restore {}",
                 self.git_dir.join("config").display()
             ),
-        })?;
-        let mut c = scoped(base_command(&self.hooks));
-        for o in driver_overrides(&names) {
+        }
+    }
+
+    fn with_overrides(mut c: Command, names: &str) -> Command {
+        for o in exec::driver_overrides(names) {
             c.arg("-c").arg(o);
         }
-        Ok(c)
+        c
+    }
+
+    /// A hardened git command for this work tree (see the module docs). The
+    /// repository's config is listed first, to empty every filter driver it
+    /// names; a config that cannot be listed refuses the command (fail closed:
+    /// an override left out would let a filter run).
+    async fn command_with(&self, extra_env: &[(String, String)]) -> Result<Command, VcsError> {
+        let names = exec::output(
+            self.scoped(&[]),
+            &self.root,
+            Self::LIST_CONFIG,
+            self.timeout,
+        )
+        .await
+        .map_err(|e| self.config_unreadable(e))?;
+        Ok(Self::with_overrides(self.scoped(extra_env), &names))
+    }
+
+    async fn command(&self) -> Result<Command, VcsError> {
+        self.command_with(&[]).await
+    }
+
+    /// [`Git::command`] for code on the blocking pool.
+    fn command_blocking(&self) -> Result<Command, VcsError> {
+        let names = exec::output_blocking(
+            self.scoped(&[]),
+            &self.root,
+            Self::LIST_CONFIG,
+            self.timeout,
+        )
+        .map_err(|e| self.config_unreadable(e))?;
+        Ok(Self::with_overrides(self.scoped(&[]), &names))
     }
 
     /// Run git; its stdout.
-    pub fn run(&self, args: &[&str]) -> Result<String, VcsError> {
-        output_of(self.command()?, &self.root, &patch_safe(args))
+    pub async fn run(&self, args: &[&str]) -> Result<String, VcsError> {
+        exec::output(
+            self.command().await?,
+            &self.root,
+            &exec::patch_safe(args),
+            self.timeout,
+        )
+        .await
     }
 
-    /// Run git with extra environment (a temporary index or object directory).
-    fn run_env(&self, env: &[(&str, &Path)], args: &[&str]) -> Result<String, VcsError> {
-        let mut c = self.command()?;
+    /// Run git; whether it exited 0 (any other exit is `false`, not an error).
+    pub async fn succeeds(&self, args: &[&str]) -> Result<bool, VcsError> {
+        let f = exec::finish(self.command().await?, &self.root, args, self.timeout).await?;
+        Ok(f.code == Some(0))
+    }
+
+    fn run_blocking(&self, env: &[(&str, &Path)], args: &[&str]) -> Result<String, VcsError> {
+        let mut c = self.command_blocking()?;
         for (k, v) in env {
             c.env(k, v);
         }
-        output_of(c, &self.root, &patch_safe(args))
+        exec::output_blocking(c, &self.root, &exec::patch_safe(args), self.timeout)
     }
 
-    pub fn head(&self) -> Result<String, VcsError> {
-        Ok(self.run(&["rev-parse", "HEAD"])?.trim().to_string())
+    pub async fn head(&self) -> Result<String, VcsError> {
+        Ok(self.run(&["rev-parse", "HEAD"]).await?.trim().to_string())
+    }
+
+    /// The full SHA of the commit `rev` names, if it names one.
+    pub async fn resolve_commit(&self, rev: &str) -> Result<Option<String>, VcsError> {
+        let spec = format!("{rev}^{{commit}}");
+        match self.run(&["rev-parse", "--verify", "--quiet", &spec]).await {
+            Ok(s) => Ok(Some(s.trim().to_string())),
+            Err(VcsError::Failed { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Changed, staged or untracked paths (relative to the root), limited to
     /// `paths` when given.
-    pub fn dirty(&self, paths: &[&str]) -> Result<Vec<String>, VcsError> {
+    pub async fn dirty(&self, paths: &[&str]) -> Result<Vec<String>, VcsError> {
         let mut args = vec![
             "status",
             "--porcelain=v1",
@@ -286,7 +289,7 @@ impl Git {
             args.push("--");
             args.extend(paths);
         }
-        let out = self.run(&args)?;
+        let out = self.run(&args).await?;
         let mut files = Vec::new();
         let mut it = out.split('\0').filter(|s| !s.is_empty());
         while let Some(entry) = it.next() {
@@ -304,7 +307,7 @@ impl Git {
     }
 
     /// The paths of `.gitmodules` submodules (the gitlinks a commit may hold).
-    pub fn submodule_paths(&self) -> Result<Vec<String>, VcsError> {
+    pub async fn submodule_paths(&self) -> Result<Vec<String>, VcsError> {
         if !self.root.join(".gitmodules").is_file() {
             return Ok(Vec::new());
         }
@@ -317,6 +320,7 @@ impl Git {
                 "--get-regexp",
                 r"^submodule\..*\.path$",
             ])
+            .await
             .unwrap_or_default();
         Ok(out
             .split('\0')
@@ -325,19 +329,18 @@ impl Git {
     }
 
     /// The paths git does not ignore, of `paths`.
-    pub fn not_ignored(&self, paths: &[String]) -> Result<Vec<String>, VcsError> {
+    pub async fn not_ignored(&self, paths: &[String]) -> Result<Vec<String>, VcsError> {
         let mut out = Vec::new();
         for p in paths {
             // `check-ignore` exits 1 when the path is not ignored.
-            let mut c = self.command()?;
-            let o = c
-                .args(["check-ignore", "-q", "--no-index", "--", p])
-                .output()
-                .map_err(|source| VcsError::Spawn {
-                    dir: self.root.clone(),
-                    source,
-                })?;
-            if o.status.code() == Some(1) {
+            let f = exec::finish(
+                self.command().await?,
+                &self.root,
+                &["check-ignore", "-q", "--no-index", "--", p],
+                self.timeout,
+            )
+            .await?;
+            if f.code == Some(1) {
                 out.push(p.clone());
             }
         }
@@ -345,38 +348,21 @@ impl Git {
     }
 
     /// Undo staging (the work tree is untouched).
-    pub fn unstage(&self) -> Result<(), VcsError> {
-        self.run(&["reset", "-q"]).map(|_| ())
+    pub async fn unstage(&self) -> Result<(), VcsError> {
+        self.run(&["reset", "-q"]).await.map(|_| ())
     }
 
     /// Commit what is staged in the index.
-    pub fn commit_staged(
+    pub async fn commit_staged(
         &self,
         message: &str,
         author: Option<(&str, &str)>,
     ) -> Result<String, VcsError> {
-        let mut args: Vec<String> = Vec::new();
-        let configured = self.run(&["config", "user.email"]).is_ok();
-        let (name, email) = author.unwrap_or(("belay", "belay@localhost"));
-        if author.is_some() || !configured {
-            args.extend([
-                "-c".into(),
-                format!("user.name={name}"),
-                "-c".into(),
-                format!("user.email={email}"),
-            ]);
-        }
-        args.extend([
-            "commit".into(),
-            "--no-verify".into(),
-            "--no-gpg-sign".into(),
-            "-q".into(),
-            "-m".into(),
-            message.into(),
-        ]);
+        let configured = self.succeeds(&["config", "user.email"]).await?;
+        let args = commit_args(message, author, configured);
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run(&refs)?;
-        self.head()
+        self.run(&refs).await?;
+        self.head().await
     }
 
     /// The files in the git dir that redirect git elsewhere (another common
@@ -424,9 +410,43 @@ impl Git {
     /// A copy of the repository's config for sandboxes, written to `dest`:
     /// credentials in remote and submodule URLs, `http.*.extraHeader` and
     /// `credential.*` removed.
-    pub fn write_sanitized_config(&self, dest: &Path) -> Result<(), VcsError> {
-        sanitize::write(self, dest)
+    pub async fn write_sanitized_config(&self, dest: &Path) -> Result<(), VcsError> {
+        sanitize::write(self, dest).await
     }
+}
+
+/// Run blocking git work (the commit's streamed checks) off the async
+/// threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, VcsError> + Send + 'static,
+) -> Result<T, VcsError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| VcsError::Aborted(e.to_string()))?
+}
+
+/// `git commit` of the index, hooks and signing off, with `author` (or
+/// belay's own identity when the repository has none).
+fn commit_args(message: &str, author: Option<(&str, &str)>, configured: bool) -> Vec<String> {
+    let mut args: Vec<String> = Vec::new();
+    let (name, email) = author.unwrap_or(("belay", "belay@localhost"));
+    if author.is_some() || !configured {
+        args.extend([
+            "-c".into(),
+            format!("user.name={name}"),
+            "-c".into(),
+            format!("user.email={email}"),
+        ]);
+    }
+    args.extend([
+        "commit".into(),
+        "--no-verify".into(),
+        "--no-gpg-sign".into(),
+        "-q".into(),
+        "-m".into(),
+        message.into(),
+    ]);
+    args
 }
 
 #[cfg(test)]

@@ -6,13 +6,15 @@ use crate::{Git, VcsError};
 
 pub(crate) use belay_record::without_userinfo as strip_userinfo;
 
-pub(crate) fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
+pub(crate) async fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
     let src = git.git_dir().join("config");
     let text = fs_err::read(&src).map_err(|e| VcsError::io("read", &src, e))?;
     let tmp = dest.with_extension("tmp");
     fs_err::write(&tmp, &text).map_err(|e| VcsError::io("write", &tmp, e))?;
     let file = tmp.to_string_lossy().into_owned();
-    let list = git.run(&["config", "-z", "--file", &file, "--list"])?;
+    let list = git
+        .run(&["config", "-z", "--file", &file, "--list"])
+        .await?;
     let mut unset: Vec<String> = Vec::new();
     let mut rewrite: Vec<(String, Vec<String>)> = Vec::new();
     for entry in list.split('\0').filter(|e| !e.is_empty()) {
@@ -35,12 +37,15 @@ pub(crate) fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
         }
     }
     for key in &unset {
-        git.run(&["config", "--file", &file, "--unset-all", key])?;
+        git.run(&["config", "--file", &file, "--unset-all", key])
+            .await?;
     }
     for (key, vals) in &rewrite {
-        git.run(&["config", "--file", &file, "--unset-all", key])?;
+        git.run(&["config", "--file", &file, "--unset-all", key])
+            .await?;
         for v in vals {
-            git.run(&["config", "--file", &file, "--add", key, v])?;
+            git.run(&["config", "--file", &file, "--add", key, v])
+                .await?;
         }
     }
     // `url.<base>.insteadOf`: the base is the subsection, which may hold
@@ -53,13 +58,15 @@ pub(crate) fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
             .map(|(b, _)| b)
         {
             if strip_userinfo(base).is_some() {
-                let _ = git.run(&[
-                    "config",
-                    "--file",
-                    &file,
-                    "--remove-section",
-                    &format!("url.{base}"),
-                ]);
+                let _ = git
+                    .run(&[
+                        "config",
+                        "--file",
+                        &file,
+                        "--remove-section",
+                        &format!("url.{base}"),
+                    ])
+                    .await;
             }
         }
     }

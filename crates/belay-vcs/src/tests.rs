@@ -13,7 +13,7 @@ fn sh(dir: &Path, args: &[&str]) {
     assert!(ok, "git {args:?}");
 }
 
-fn repo() -> (tempfile::TempDir, Git) {
+async fn repo() -> (tempfile::TempDir, Git) {
     let d = tempfile::tempdir().unwrap();
     let ws = d.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -21,48 +21,48 @@ fn repo() -> (tempfile::TempDir, Git) {
     std::fs::write(ws.join("a.txt"), "a\n").unwrap();
     sh(&ws, &["add", "-A"]);
     sh(&ws, &["commit", "-q", "-m", "init"]);
-    let git = Git::open(&ws, &d.path().join("no-hooks")).unwrap();
+    let git = Git::open(&ws, &d.path().join("no-hooks")).await.unwrap();
     (d, git)
 }
 
-fn no_scan() -> impl FnMut(&str, &mut dyn std::io::Read) -> std::io::Result<Option<String>> {
-    |_, r| {
+fn no_scan() -> Box<BlobScan> {
+    Box::new(|_, r| {
         std::io::copy(r, &mut std::io::sink())?;
         Ok(None)
-    }
+    })
 }
 
-fn commit(git: &Git, exclude: &[String]) -> CommitOutcome {
-    let mut scan = no_scan();
+async fn commit(git: &Git, exclude: &[String]) -> CommitOutcome {
     git.commit_checked(CommitRequest {
-        message: "m",
-        author: Some(("t", "t@t")),
-        exclude,
-        submodules: &[],
-        scan: &mut scan,
+        message: "m".into(),
+        author: Some(("t".into(), "t@t".into())),
+        exclude: exclude.to_vec(),
+        submodules: Vec::new(),
+        scan: no_scan(),
     })
+    .await
     .unwrap()
 }
 
-#[test]
-fn dirty_lists_changes_and_untracked_files() {
-    let (_d, git) = repo();
+#[tokio::test]
+async fn dirty_lists_changes_and_untracked_files() {
+    let (_d, git) = repo().await;
     let root = git.root().to_path_buf();
-    assert!(git.dirty(&[]).unwrap().is_empty());
+    assert!(git.dirty(&[]).await.unwrap().is_empty());
     std::fs::write(root.join("a.txt"), "b\n").unwrap();
     std::fs::create_dir_all(root.join("sub")).unwrap();
     std::fs::write(root.join("sub/new.txt"), "n\n").unwrap();
-    let mut all = git.dirty(&[]).unwrap();
+    let mut all = git.dirty(&[]).await.unwrap();
     all.sort();
     assert_eq!(all, vec!["a.txt", "sub/new.txt"]);
-    assert_eq!(git.dirty(&["sub"]).unwrap(), vec!["sub/new.txt"]);
+    assert_eq!(git.dirty(&["sub"]).await.unwrap(), vec!["sub/new.txt"]);
 }
 
 /// Hooks, fsmonitor, filters and textconv planted in the repository's own
 /// config never run in belay's git, which a marker file proves.
-#[test]
-fn planted_hooks_fsmonitor_filters_and_textconv_never_run() {
-    let (d, git) = repo();
+#[tokio::test]
+async fn planted_hooks_fsmonitor_filters_and_textconv_never_run() {
+    let (d, git) = repo().await;
     let root = git.root().to_path_buf();
     let marker = d.path().join("MARKER");
     let m = marker.display().to_string();
@@ -82,15 +82,17 @@ fn planted_hooks_fsmonitor_filters_and_textconv_never_run() {
     std::fs::write(root.join(".gitattributes"), "*.txt filter=Evil.x diff=tc\n").unwrap();
     std::fs::write(root.join("a.txt"), "changed\n").unwrap();
     std::fs::write(root.join("b.txt"), "new\n").unwrap();
-    assert_eq!(git.dirty(&[]).unwrap().len(), 3);
-    git.run(&["diff", "HEAD"]).unwrap();
-    let c = match commit(&git, &[]) {
+    assert_eq!(git.dirty(&[]).await.unwrap().len(), 3);
+    git.run(&["diff", "HEAD"]).await.unwrap();
+    let c = match commit(&git, &[]).await {
         CommitOutcome::Committed(c) => c,
         other => panic!("{other:?}"),
     };
     assert_eq!(c.files.len(), 3);
-    git.run(&["log", "-p", "-1"]).unwrap();
-    git.run(&["checkout", "HEAD~1", "--", "a.txt"]).unwrap();
+    git.run(&["log", "-p", "-1"]).await.unwrap();
+    git.run(&["checkout", "HEAD~1", "--", "a.txt"])
+        .await
+        .unwrap();
     let ran: Vec<_> = std::fs::read_dir(d.path())
         .unwrap()
         .flatten()
@@ -99,14 +101,14 @@ fn planted_hooks_fsmonitor_filters_and_textconv_never_run() {
         .collect();
     assert!(ran.is_empty(), "ran on the host: {ran:?}");
     // The committed blob is the file itself, not a filter's output.
-    assert_eq!(git.run(&["show", "HEAD:b.txt"]).unwrap(), "new\n");
+    assert_eq!(git.run(&["show", "HEAD:b.txt"]).await.unwrap(), "new\n");
 }
 
 /// A nested repository (the fsmonitor attack) is refused before anything is
 /// staged; a gitlink that is not a submodule is refused too.
-#[test]
-fn embedded_repositories_and_gitlinks_are_refused() {
-    let (_d, git) = repo();
+#[tokio::test]
+async fn embedded_repositories_and_gitlinks_are_refused() {
+    let (_d, git) = repo().await;
     let root = git.root().to_path_buf();
     let nested = root.join("vendor/lib");
     std::fs::create_dir_all(&nested).unwrap();
@@ -115,25 +117,26 @@ fn embedded_repositories_and_gitlinks_are_refused() {
     sh(&nested, &["add", "z"]);
     sh(&nested, &["commit", "-q", "-m", "z"]);
     std::fs::write(root.join("ok.txt"), "ok").unwrap();
-    let head = git.head().unwrap();
-    match commit(&git, &[]) {
+    let head = git.head().await.unwrap();
+    match commit(&git, &[]).await {
         CommitOutcome::Refused(Refusal::EmbeddedRepository(p)) => assert_eq!(p, ["vendor/lib"]),
         other => panic!("{other:?}"),
     }
-    assert_eq!(git.head().unwrap(), head);
+    assert_eq!(git.head().await.unwrap(), head);
     // A gitlink staged by other means (a gitfile, which ls-files does not show
     // as a directory) is caught in the staged tree.
     std::fs::remove_dir_all(root.join("vendor")).unwrap();
     std::fs::create_dir_all(root.join("link")).unwrap();
-    let sha = git.head().unwrap();
+    let sha = git.head().await.unwrap();
     git.run(&[
         "update-index",
         "--add",
         "--cacheinfo",
         &format!("160000,{sha},link"),
     ])
+    .await
     .unwrap();
-    match commit(&git, &[]) {
+    match commit(&git, &[]).await {
         CommitOutcome::Refused(Refusal::Gitlink(p)) => assert_eq!(p, ["link"]),
         other => panic!("{other:?}"),
     }
@@ -141,15 +144,15 @@ fn embedded_repositories_and_gitlinks_are_refused() {
 
 /// A staged secret (a multi-line one, in a new file) refuses the commit, and
 /// no object holding it reaches the repository.
-#[test]
-fn a_secret_refuses_the_commit_and_leaves_no_blob() {
-    let (_d, git) = repo();
+#[tokio::test]
+async fn a_secret_refuses_the_commit_and_leaves_no_blob() {
+    let (_d, git) = repo().await;
     let root = git.root().to_path_buf();
     let key = "-----BEGIN TEST KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END TEST KEY-----\n";
     std::fs::write(root.join("key.pem"), key).unwrap();
     std::fs::write(root.join("big.txt"), "x".repeat(3 << 20)).unwrap();
-    let head = git.head().unwrap();
-    let mut scan = |path: &str, r: &mut dyn std::io::Read| -> std::io::Result<Option<String>> {
+    let head = git.head().await.unwrap();
+    let scan = |path: &str, r: &mut dyn std::io::Read| -> std::io::Result<Option<String>> {
         let mut s = Vec::new();
         r.read_to_end(&mut s)?;
         let hit = String::from_utf8_lossy(&s)
@@ -158,30 +161,39 @@ fn a_secret_refuses_the_commit_and_leaves_no_blob() {
     };
     let out = git
         .commit_checked(CommitRequest {
-            message: "m",
+            message: "m".into(),
             author: None,
-            exclude: &[],
-            submodules: &[],
-            scan: &mut scan,
+            exclude: Vec::new(),
+            submodules: Vec::new(),
+            scan: Box::new(scan),
         })
+        .await
         .unwrap();
     match out {
         CommitOutcome::Refused(Refusal::Secret { path, .. }) => assert_eq!(path, "key.pem"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(git.head().unwrap(), head);
+    assert_eq!(git.head().await.unwrap(), head);
     let all = git
         .run(&["cat-file", "--batch-all-objects", "--batch-check"])
+        .await
         .unwrap();
-    let out = git.run(&["cat-file", "--batch-all-objects", "--batch"]);
+    let out = git
+        .run(&["cat-file", "--batch-all-objects", "--batch"])
+        .await;
     assert!(
         !out.unwrap().contains("MIIEvQ"),
         "a blob holds the key ({all})"
     );
-    assert!(git.dirty(&[]).unwrap().contains(&"key.pem".to_string()));
+    assert!(git
+        .dirty(&[])
+        .await
+        .unwrap()
+        .contains(&"key.pem".to_string()));
     // Nothing staged remains, and no temporary directory.
     assert!(git
         .run(&["diff", "--cached", "--name-only"])
+        .await
         .unwrap()
         .is_empty());
     let leftovers: Vec<_> = std::fs::read_dir(git.git_dir())
@@ -193,20 +205,20 @@ fn a_secret_refuses_the_commit_and_leaves_no_blob() {
     // Without the key, the rest commits; excludes stay out.
     std::fs::remove_file(root.join("key.pem")).unwrap();
     std::fs::write(root.join("pipeline.yaml"), "x").unwrap();
-    match commit(&git, &["pipeline.yaml".into()]) {
+    match commit(&git, &["pipeline.yaml".into()]).await {
         CommitOutcome::Committed(c) => assert_eq!(c.files, ["big.txt"]),
         other => panic!("{other:?}"),
     }
-    assert_eq!(git.dirty(&[]).unwrap(), ["pipeline.yaml"]);
+    assert_eq!(git.dirty(&[]).await.unwrap(), ["pipeline.yaml"]);
     assert!(matches!(
-        commit(&git, &["pipeline.yaml".into()]),
+        commit(&git, &["pipeline.yaml".into()]).await,
         CommitOutcome::Nothing
     ));
 }
 
-#[test]
-fn the_sandbox_config_has_no_credentials() {
-    let (d, git) = repo();
+#[tokio::test]
+async fn the_sandbox_config_has_no_credentials() {
+    let (d, git) = repo().await;
     let root = git.root().to_path_buf();
     sh(
         &root,
@@ -227,7 +239,7 @@ fn the_sandbox_config_has_no_credentials() {
     );
     sh(&root, &["config", "credential.helper", "store"]);
     let dest = d.path().join("sanitized");
-    git.write_sanitized_config(&dest).unwrap();
+    git.write_sanitized_config(&dest).await.unwrap();
     let text = std::fs::read_to_string(&dest).unwrap();
     assert!(
         !text.contains("hunter2-x") && !text.contains("bob@"),
@@ -247,4 +259,159 @@ fn userinfo_is_stripped() {
         Some("https://h:1/x?y@z")
     );
     assert_eq!(sanitize::strip_userinfo("https://h/x"), None);
+}
+
+/// Branches, a worktree on a new branch, a diff between refs, and a hard
+/// reset: what the plan loop and the jobs do between turns.
+#[tokio::test]
+async fn branches_worktrees_diffs_and_resets() {
+    let (d, git) = repo().await;
+    let base = git.head().await.unwrap();
+    assert!(matches!(
+        git.branch_create("bad..name", "HEAD").await,
+        Err(VcsError::BadName(_))
+    ));
+    let wt_path = d.path().join("wt");
+    let wt = git
+        .worktree_add(&wt_path, Some("feature/x"), "HEAD")
+        .await
+        .unwrap();
+    assert_eq!(
+        wt.current_branch().await.unwrap().as_deref(),
+        Some("feature/x")
+    );
+    std::fs::write(wt_path.join("f.txt"), "feature\n").unwrap();
+    let c = match commit(&wt, &[]).await {
+        CommitOutcome::Committed(c) => c,
+        other => panic!("{other:?}"),
+    };
+    // The main tree is untouched; the diff between the refs shows the change.
+    assert!(git.dirty(&[]).await.unwrap().is_empty());
+    assert_eq!(git.diff_names(&base, &c.sha).await.unwrap(), ["f.txt"]);
+    assert!(git
+        .diff(&base, Some("feature/x"))
+        .await
+        .unwrap()
+        .contains("+feature"));
+    assert_eq!(git.worktrees().await.unwrap().len(), 2);
+    git.worktree_remove(&wt_path, false).await.unwrap();
+    assert!(!wt_path.exists());
+    git.worktree_prune().await.unwrap();
+    assert!(git.branch_exists("feature/x").await.unwrap());
+    git.switch("feature/x").await.unwrap();
+    assert!(git.root().join("f.txt").exists());
+    git.reset(Reset::Hard, &base).await.unwrap();
+    assert!(!git.root().join("f.txt").exists());
+    assert_eq!(git.head().await.unwrap(), base);
+}
+
+/// A stash is named by its SHA: another stash made later does not shift it,
+/// and untracked files go into it too.
+#[tokio::test]
+async fn stashes_are_addressed_by_sha() {
+    let (_d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    assert_eq!(git.stash_push("clean").await.unwrap(), None);
+    std::fs::write(root.join("a.txt"), "first\n").unwrap();
+    std::fs::write(root.join("new.txt"), "untracked\n").unwrap();
+    let first = git.stash_push("round 1").await.unwrap().unwrap();
+    assert!(git.dirty(&[]).await.unwrap().is_empty());
+    std::fs::write(root.join("a.txt"), "second\n").unwrap();
+    let second = git.stash_push("round 2").await.unwrap().unwrap();
+    let list = git.stash_list().await.unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0].sha, second);
+    assert!(list[1].message.contains("round 1"), "{list:?}");
+    git.stash_apply(&first).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap(),
+        "first\n"
+    );
+    assert!(root.join("new.txt").exists());
+    git.stash_drop(&first).await.unwrap();
+    let list = git.stash_list().await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].sha, second);
+    assert!(matches!(
+        git.stash_drop(&first).await,
+        Err(VcsError::NoSuchStash(_))
+    ));
+    // create + store: a stash made without touching the tree, kept by SHA.
+    git.reset(Reset::Hard, "HEAD").await.unwrap();
+    std::fs::remove_file(root.join("new.txt")).unwrap();
+    std::fs::write(root.join("a.txt"), "third\n").unwrap();
+    let made = git.stash_create("made").await.unwrap().unwrap();
+    assert_eq!(git.dirty(&[]).await.unwrap(), ["a.txt"]);
+    git.stash_store(&made, "stored").await.unwrap();
+    assert_eq!(git.stash_list().await.unwrap()[0].sha, made);
+}
+
+/// A checkout of a remote at a short commit, a push back, and credentials:
+/// the checkout's origin and every error are free of them.
+#[tokio::test]
+async fn remote_checkout_push_and_credentials() {
+    let (d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    std::fs::write(root.join("b.txt"), "b\n").unwrap();
+    let second = match commit(&git, &[]).await {
+        CommitOutcome::Committed(c) => c.sha,
+        other => panic!("{other:?}"),
+    };
+    let bare = d.path().join("remote.git");
+    sh(
+        d.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            root.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    let url = format!("file://{}", bare.display());
+    let hooks = d.path().join("no-hooks");
+    let co = Git::checkout_remote(
+        &d.path().join("co"),
+        &hooks,
+        &url,
+        Some(&second[..9]),
+        std::time::Duration::from_secs(60),
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(co.head().await.unwrap(), second);
+    std::fs::write(co.root().join("c.txt"), "c\n").unwrap();
+    let third = match commit(&co, &[]).await {
+        CommitOutcome::Committed(c) => c.sha,
+        other => panic!("{other:?}"),
+    };
+    co.push("origin", "HEAD:refs/heads/pushed").await.unwrap();
+    let pushed = Command::new("git")
+        .args(["rev-parse", "refs/heads/pushed"])
+        .current_dir(&bare)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&pushed.stdout).trim(), third);
+    // Credentials: a failed checkout names the URL without them, and the
+    // origin it leaves behind has none.
+    let secret = "https://bob:hunter2-x@127.0.0.1:9/none.git";
+    let dir = d.path().join("fail");
+    let e = Git::checkout_remote(
+        &dir,
+        &hooks,
+        secret,
+        Some("main"),
+        std::time::Duration::from_secs(30),
+        Vec::new(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(!e.contains("hunter2-x"), "{e}");
+    let cfg = std::fs::read_to_string(dir.join(".git/config")).unwrap();
+    assert!(
+        !cfg.contains("hunter2-x") && cfg.contains("127.0.0.1:9"),
+        "{cfg}"
+    );
 }

@@ -1399,3 +1399,82 @@ steps:
         "{cleared:?}"
     );
 }
+
+/// Run-layer issue: a step with `allow_git_mutations: true` plants an
+/// fsmonitor and a filter driver (in the repository's config, where the host
+/// put them before the run as a sandbox with a writable config would have,
+/// and again from inside the step), a pre-commit hook, and attributes that
+/// route every file through the filter. The host-side commit runs none of
+/// them, which marker files prove, and commits the files as they are.
+#[test]
+fn planted_fsmonitor_filter_and_hooks_never_run_in_the_host_commit() {
+    let pipeline = r#"name: bi-mutations
+deps_policy: open
+isolation: {allow_git_mutations: true}
+steps:
+  - name: plant
+    command: |
+      printf '[core]\n\tfsmonitor = touch @TMP@/fsmonitor-step\n' >> .git/config 2>/dev/null && echo config-written || echo config-read-only
+      git config filter.step.clean 'touch @TMP@/filter-step; cat' 2>/dev/null || true
+      printf '#!/bin/sh\ntouch @TMP@/hook-ran\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit
+      printf '#!/bin/sh\ntouch @TMP@/hook-ran\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit
+      printf '* filter=evil diff=evil\n' > .gitattributes
+      printf '* filter=step\n' > .git/info/attributes
+      echo payload > new-file.txt
+      echo planted
+  - name: commit
+    action: commit
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let tmp = ws.dir().display().to_string();
+    // Planted on the host before the run; from here on only belay's git
+    // touches the repository (a plain `git status` would run these).
+    let mut cfg = std::fs::OpenOptions::new()
+        .append(true)
+        .open(ws.repo.join(".git/config"))
+        .unwrap();
+    use std::io::Write as _;
+    write!(
+        cfg,
+        "[core]\n\tfsmonitor = touch {tmp}/fsmonitor-host\n[filter \"evil\"]\n\tclean = touch {tmp}/filter-host; cat\n\tsmudge = touch {tmp}/filter-host; cat\n\tprocess = touch {tmp}/filter-host\n\trequired = true\n[diff \"evil\"]\n\ttextconv = touch {tmp}/textconv-host; cat\n\tcommand = touch {tmp}/textconv-host\n"
+    )
+    .unwrap();
+    drop(cfg);
+    let base = ws.head();
+    ws.run(&[], &[], 180).success();
+    assert!(ws.step_log("plant").contains("planted"));
+    let ran: Vec<String> = std::fs::read_dir(ws.dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("-host") || n.ends_with("-step") || n == "hook-ran")
+        .collect();
+    assert!(ran.is_empty(), "ran on the host: {ran:?}");
+    let head = ws.head();
+    assert_ne!(head, base, "nothing was committed");
+    // The blob is the file itself, not a filter's output.
+    assert_eq!(
+        git(
+            &ws.repo,
+            &["cat-file", "-p", &format!("{head}:new-file.txt")]
+        ),
+        "payload"
+    );
+    let cfg = std::fs::read_to_string(ws.repo.join(".git/config")).unwrap();
+    assert!(
+        !cfg.contains("fsmonitor-step") && !cfg.contains("filter-step"),
+        "the step changed the host's config: {cfg}"
+    );
+    assert!(ws.step_log("plant").contains("config-read-only"));
+    // The plant is live: a plain git on the host runs it.
+    std::fs::write(ws.repo.join("new-file.txt"), "changed\n").unwrap();
+    let _ = Command::new("git")
+        .args(["add", "-A"])
+        .current_dir(&ws.repo)
+        .output()
+        .unwrap();
+    assert!(
+        ws.dir().join("fsmonitor-host").exists() || ws.dir().join("filter-host").exists(),
+        "the planted commands were inert, so the test proves nothing"
+    );
+}
