@@ -32,3 +32,15 @@ pub enum AgentError {
     #[error("agent configuration: {0}")]
     Config(String),
 }
+
+impl belay_record::Classify for AgentError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass;
+        match self {
+            AgentError::Spawn { .. } | AgentError::Config(_) => ExitClass::Usage,
+            AgentError::Io(_) => ExitClass::Failed,
+            AgentError::Model(e) => e.exit_class(),
+            AgentError::Record(e) => e.exit_class(),
+        }
+    }
+}

@@ -48,21 +48,21 @@ impl EnvError {
             source,
         }
     }
+}
 
-    /// True when the container engine, not the project, failed.
-    pub fn is_infra(&self) -> bool {
-        matches!(self, EnvError::Sandbox(e) if e.is_infra())
-    }
-
-    /// True for errors in what the user gave belay (flags, paths, files).
-    pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
+impl belay_record::Classify for EnvError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass;
+        match self {
             EnvError::RepoMissing { .. }
-                | EnvError::BadManifest { .. }
-                | EnvError::StateDir { .. }
-                | EnvError::Usage(_)
-                | EnvError::Sandbox(SandboxError::ImageMissing { .. })
-        )
+            | EnvError::BadManifest { .. }
+            | EnvError::StateDir { .. }
+            | EnvError::BadState { .. }
+            | EnvError::Usage(_) => ExitClass::Usage,
+            EnvError::Plan(_) => ExitClass::Failed,
+            EnvError::Io { source, .. } => belay_record::io_class(source),
+            EnvError::Record(e) => e.exit_class(),
+            EnvError::Sandbox(e) => e.exit_class(),
+        }
     }
 }

@@ -27,6 +27,26 @@ pub enum ModelError {
     Config(String),
 }
 
+impl belay_record::Classify for ModelError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass;
+        match self {
+            // A refused key or a wrong model name is the user's to fix.
+            ModelError::Http {
+                status: 400 | 401 | 403 | 404,
+                ..
+            } => ExitClass::Usage,
+            ModelError::NoKey { .. } | ModelError::Config(_) => ExitClass::Usage,
+            ModelError::Connect { .. } => ExitClass::Infra,
+            ModelError::Http { .. }
+            | ModelError::Stream { .. }
+            | ModelError::Idle { .. }
+            | ModelError::Timeout(_)
+            | ModelError::Decode { .. } => ExitClass::Failed,
+        }
+    }
+}
+
 impl ModelError {
     /// 429, 5xx, connection errors and dropped or stalled streams are worth another try.
     pub fn retryable(&self) -> bool {

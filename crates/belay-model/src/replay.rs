@@ -45,6 +45,17 @@ pub enum ReplayError {
     },
 }
 
+impl belay_record::Classify for ReplayError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass;
+        match self {
+            ReplayError::Read { .. } | ReplayError::Invalid { .. } => ExitClass::Usage,
+            ReplayError::Bind { .. } => ExitClass::Infra,
+            ReplayError::Log { source, .. } => belay_record::io_class(source),
+        }
+    }
+}
+
 /// A replay script.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -49,15 +49,27 @@ pub enum PipelineError {
     Record(#[from] belay_record::RecordError),
     #[error(transparent)]
     Vcs(#[from] belay_vcs::VcsError),
+    /// A service belay runs for the sandbox (the egress proxy, the model
+    /// route, a network's fence) or the host's file system failed: exit 3.
+    #[error("{0}")]
+    Infra(String),
+    /// The run itself went wrong (an agent failed, a step broke a rule
+    /// mid-run): exit 1.
+    #[error("{0}")]
+    Failed(String),
 }
 
-impl PipelineError {
-    pub fn is_config(&self) -> bool {
-        matches!(self, PipelineError::Config(_) | PipelineError::Vcs(_))
-            || matches!(
-                self,
-                PipelineError::Record(belay_record::RecordError::Locked { .. })
-            )
+impl belay_record::Classify for PipelineError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass;
+        match self {
+            PipelineError::Config(_) => ExitClass::Usage,
+            PipelineError::Sandbox(e) => e.exit_class(),
+            PipelineError::Record(e) => e.exit_class(),
+            PipelineError::Vcs(e) => e.exit_class(),
+            PipelineError::Infra(_) => ExitClass::Infra,
+            PipelineError::Failed(_) => ExitClass::Failed,
+        }
     }
 }
 
@@ -815,7 +827,7 @@ impl<'a> Engine<'a> {
         // for anyone on the host.
         let root = self.git.root().to_path_buf();
         let swept = belay_sandbox::hostfs::sweep_workspace(&root).map_err(|e| {
-            PipelineError::Config(format!("cannot check the workspace for set-id files after step `{step}`: {e}. belay walks the whole workspace as root after every step; a path it cannot open stops the run. Remove that path, then resume the run"))
+            PipelineError::Infra(format!("cannot check the workspace for set-id files after step `{step}`: {e}. belay walks the whole workspace as root after every step; a path it cannot open stops the run. Remove that path, then resume the run"))
         })?;
         self.nested_git = swept.nested_git;
         let setid = swept.setid_cleared;
@@ -851,7 +863,7 @@ impl<'a> Engine<'a> {
             Some(step),
             serde_json::json!({"files": &changed}),
         )?;
-        Err(PipelineError::Config(format!(
+        Err(PipelineError::Failed(format!(
             "step `{step}` changed git's control files ({}) in {}: they redirect git to another config, whose commands the next host git would run. Planted files were removed; check the repository, then start a new run",
             changed.join(", "),
             self.git.git_dir().display()
@@ -881,7 +893,7 @@ impl<'a> Engine<'a> {
                     serde_json::json!({"path": rel, "why": e.to_string()}),
                 )?,
                 Err(e) => {
-                    return Err(PipelineError::Config(format!(
+                    return Err(PipelineError::Infra(format!(
                         "cannot scrub {rel}: {e}; check that belay may write the workspace"
                     )))
                 }
@@ -908,7 +920,7 @@ impl<'a> Engine<'a> {
                     false
                 }
                 Err(e) => {
-                    return Err(PipelineError::Config(format!(
+                    return Err(PipelineError::Infra(format!(
                     "cannot delete the stale {rel}: {e}; check that belay may write the workspace"
                 )))
                 }
@@ -935,10 +947,10 @@ impl<'a> Engine<'a> {
         let net = format!("belay-{}-open", self.state.run_id);
         let info = self.rt.ensure_network(&net, false).await?;
         let bridge = info.bridge.as_deref().ok_or_else(|| {
-            PipelineError::Config(format!("network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"))
+            PipelineError::Infra(format!("network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"))
         })?;
         let gw: std::net::IpAddr = info.gateway.parse().map_err(|_| {
-            PipelineError::Config(format!(
+            PipelineError::Infra(format!(
                 "network {net} has no usable gateway ({}): remove it and rerun",
                 info.gateway
             ))
@@ -963,7 +975,7 @@ impl<'a> Engine<'a> {
         let info = self.rt.ensure_network(&net, true).await?;
         let gw = info.gateway.clone();
         let ip: std::net::IpAddr = gw.parse().map_err(|_| {
-            PipelineError::Config(format!(
+            PipelineError::Infra(format!(
                 "network {net} has no usable gateway address ({gw})"
             ))
         })?;
@@ -972,7 +984,7 @@ impl<'a> Engine<'a> {
             crate::egress::EgressProxy::start(std::net::SocketAddr::new(ip, 0), allow.clone())
                 .await
                 .map_err(|e| {
-                    PipelineError::Config(format!("cannot start the egress proxy on {ip}: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"))
+                    PipelineError::Infra(format!("cannot start the egress proxy on {ip}: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"))
                 })?;
         let url = format!("http://{}", proxy.addr);
         let fence = fence(&net, &info, proxy.addr)?;
@@ -1004,7 +1016,7 @@ impl<'a> Engine<'a> {
             let info = self.rt.ensure_network(&net, true).await?;
             let gw = info.gateway.clone();
             let ip: std::net::IpAddr = gw.parse().map_err(|_| {
-                PipelineError::Config(format!("network {net} has no usable gateway ({gw}): remove it (`docker network rm {net}`) and rerun"))
+                PipelineError::Infra(format!("network {net} has no usable gateway ({gw}): remove it (`docker network rm {net}`) and rerun"))
             })?;
             let (scheme, rest) = base.split_once("://").unwrap_or(("http", base.as_str()));
             let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
@@ -1021,7 +1033,7 @@ impl<'a> Engine<'a> {
                     crate::egress::TcpForward::start(std::net::SocketAddr::new(ip, 0), upstream)
                         .await
                         .map_err(|e| {
-                            PipelineError::Config(format!(
+                            PipelineError::Infra(format!(
                                 "cannot forward to the model endpoint: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"
                             ))
                         })?;
@@ -1041,7 +1053,7 @@ impl<'a> Engine<'a> {
                     crate::egress::Allow::hosts([host.clone()], crate::egress::url_port(&base)),
                 )
                 .await
-                .map_err(|e| PipelineError::Config(format!("cannot start the model proxy: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun")))?;
+                .map_err(|e| PipelineError::Infra(format!("cannot start the model proxy: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun")))?;
                 let purl = format!("http://{}", proxy.addr);
                 let fence = fence(&net, &info, proxy.addr)?;
                 let env = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
@@ -1188,7 +1200,7 @@ impl<'a> Engine<'a> {
         let _ = self.rt.exec(&c, &kill, &self.redactor, &NoopObserver).await;
         live.finish()?;
         let report = result.map_err(|e| {
-            PipelineError::Config(format!("agent `{}` ({}): {e}", def.name, def.runner))
+            PipelineError::Failed(format!("agent `{}` ({}): {e}", def.name, def.runner))
         })?;
         self.event(Kind::AgentReport, Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
             "cost_usd": report.cost_usd, "files_changed": report.files_changed, "exit_code": report.exit_code, "final_text": tail(&report.final_text, 4096), "stderr_tail": tail(&report.stderr_tail, 2048)}))?;
@@ -1450,7 +1462,7 @@ impl<'a> Engine<'a> {
                     .map(|b| hex::encode(Sha256::digest(b.as_bytes())))
                     .unwrap_or_default();
                 if now != *hash {
-                    return Err(PipelineError::Config(format!(
+                    return Err(PipelineError::Failed(format!(
                         "isolation.seccomp_profile {} changed during the run (a step rewrote it); belay keeps the profile read at the start and refuses to go on. Restore it (git checkout -- {}) and start a new run",
                         path.display(),
                         path.display()
@@ -2088,7 +2100,7 @@ fn fence(
     allowed: std::net::SocketAddr,
 ) -> Result<belay_sandbox::firewall::Firewall, PipelineError> {
     let bridge = info.bridge.as_deref().ok_or_else(|| {
-        PipelineError::Config(format!(
+        PipelineError::Infra(format!(
             "network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"
         ))
     })?;

@@ -21,6 +21,12 @@ pub struct LoadError {
     pub message: String,
 }
 
+impl belay_record::Classify for LoadError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        belay_record::ExitClass::Usage
+    }
+}
+
 fn yes() -> bool {
     true
 }

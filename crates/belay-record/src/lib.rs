@@ -15,6 +15,7 @@
 mod atomic;
 mod error;
 pub mod events;
+mod exit;
 mod identity;
 mod jsonl;
 mod lock;
@@ -26,6 +27,7 @@ mod time;
 pub use atomic::{atomic_write, write_json_atomic};
 pub use error::RecordError;
 pub use events::{Envelope, EventSink, Mode};
+pub use exit::{io_class, Classify, ExitClass};
 pub use identity::ProcessIdentity;
 pub use jsonl::JsonlAppender;
 pub use lock::RunLock;

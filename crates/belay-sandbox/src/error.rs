@@ -53,3 +53,17 @@ impl SandboxError {
         matches!(self, SandboxError::Infra(_))
     }
 }
+
+impl belay_record::Classify for SandboxError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass;
+        match self {
+            SandboxError::Infra(_) | SandboxError::Docker { .. } => ExitClass::Infra,
+            SandboxError::Io { source, .. } => belay_record::io_class(source),
+            SandboxError::ImageMissing { .. } => ExitClass::Usage,
+            SandboxError::BuildFailed { .. }
+            | SandboxError::BuildTimeout { .. }
+            | SandboxError::Bootstrap(_) => ExitClass::Failed,
+        }
+    }
+}

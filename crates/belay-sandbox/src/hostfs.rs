@@ -44,6 +44,15 @@ pub enum HostFsError {
     },
 }
 
+impl belay_record::Classify for HostFsError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        match self {
+            HostFsError::Refused { .. } => belay_record::ExitClass::Failed,
+            HostFsError::Io { source, .. } => belay_record::io_class(source),
+        }
+    }
+}
+
 impl From<HostFsError> for String {
     fn from(e: HostFsError) -> String {
         e.to_string()

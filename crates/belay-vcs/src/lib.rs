@@ -86,6 +86,23 @@ impl VcsError {
     }
 }
 
+impl belay_record::Classify for VcsError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass;
+        match self {
+            VcsError::Spawn { .. } | VcsError::Timeout { .. } | VcsError::Aborted(_) => {
+                ExitClass::Infra
+            }
+            VcsError::Failed { .. } => ExitClass::Failed,
+            VcsError::Io { source, .. } => belay_record::io_class(source),
+            VcsError::NotARepo(_)
+            | VcsError::BadName(_)
+            | VcsError::NoSuchStash(_)
+            | VcsError::NoSuchRevision { .. } => ExitClass::Usage,
+        }
+    }
+}
+
 /// A git work tree.
 #[derive(Debug, Clone)]
 pub struct Git {

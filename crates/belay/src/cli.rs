@@ -12,12 +12,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     long_about = "belay plans work, runs it in a sandbox, checks every step with a gate, and \
                   checkpoints progress so that a run can roll back, resume after a crash, and be \
                   audited afterwards.\n\nExit codes: 0 success, 1 the run failed, 2 bad input or \
-                  configuration, 3 the container engine failed."
+                  configuration, 3 the machine failed (the container engine, the disk, a \
+                  service belay runs such as the egress proxy)."
 )]
 pub struct Cli {
     /// More log output (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// No progress or notes on stderr: only results, warnings and errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -43,7 +47,7 @@ pub enum Command {
     /// Agent, command and action steps run in containers with their own
     /// policy; gates and verdicts route the run; state is written after every
     /// transition; one commit ends it. Exit codes: 0 success, 1 the pipeline
-    /// failed, 2 configuration error, 3 the container engine failed.
+    /// failed, 2 configuration error, 3 the machine failed (engine, disk, proxy).
     Run(RunArgs),
     /// Every run of every mode: list, show, events (live with --follow), gc.
     #[command(subcommand)]

@@ -1,20 +1,18 @@
 //! `belay model …`: the scripted model server.
 
-use std::io::Write;
-
 use anyhow::Context;
 use belay_model::replay::{self, ReplayServer};
 
 use crate::cli::ReplayArgs;
-use crate::commands::usage;
-use crate::Failure;
+use crate::exit::{usage, Failure};
+use crate::output::Printer;
 
-pub async fn replay(a: ReplayArgs) -> Result<u8, Failure> {
+pub async fn replay(p: &Printer, a: ReplayArgs) -> Result<u8, Failure> {
     let script = replay::load_script(&a.script).map_err(|e| usage(e.to_string()))?;
     let log = a.log.clone().unwrap_or_else(|| {
-        let mut p = a.script.clone().into_os_string();
-        p.push(".requests.jsonl");
-        p.into()
+        let mut f = a.script.clone().into_os_string();
+        f.push(".requests.jsonl");
+        f.into()
     });
     let turns = script.turns.len();
     let server = ReplayServer::start(
@@ -33,11 +31,7 @@ pub async fn replay(a: ReplayArgs) -> Result<u8, Failure> {
         server.openai_base(),
         server.url()
     );
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(banner.as_bytes()).and_then(|_| out.flush()) {
-        tracing::warn!("cannot write to stdout: {e}");
-    }
-    drop(out);
+    p.raw(banner.as_bytes());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot watch for SIGTERM")?;
     tokio::select! {
@@ -119,7 +113,7 @@ pub fn resolve_model(
     config.idle_timeout = a.llm_idle_timeout;
     config.max_output_tokens = a.llm_max_output_tokens;
     let prices = match &a.llm_prices {
-        Some(p) => PriceTable::load(p).map_err(usage)?,
+        Some(f) => PriceTable::load(f).map_err(usage)?,
         None => PriceTable::builtin(),
     };
     Ok(Some((

@@ -8,16 +8,17 @@ use belay_record::{Registry, RunEntry, RunStatus};
 use belay_sandbox::ContainerRuntime;
 
 use crate::cli::{RunsCommand, RunsEventsArgs, RunsGcArgs, RunsListArgs, RunsShowArgs};
-use crate::commands::{connect, usage};
-use crate::Failure;
+use crate::context::connect;
+use crate::exit::{usage, Failure};
+use crate::output::Printer;
 
-pub async fn runs(c: RunsCommand) -> Result<u8, Failure> {
+pub async fn runs(p: &Printer, c: RunsCommand) -> Result<u8, Failure> {
     let reg = Registry::default_location();
     match c {
-        RunsCommand::List(a) => list(&reg, a),
-        RunsCommand::Show(a) => show(&reg, a),
-        RunsCommand::Events(a) => events(&reg, a).await,
-        RunsCommand::Gc(a) => gc(&reg, a).await,
+        RunsCommand::List(a) => list(p, &reg, a),
+        RunsCommand::Show(a) => show(p, &reg, a),
+        RunsCommand::Events(a) => events(p, &reg, a).await,
+        RunsCommand::Gc(a) => gc(p, &reg, a).await,
     }
 }
 
@@ -43,15 +44,14 @@ fn duration(s: Option<f64>) -> String {
     }
 }
 
-fn list(reg: &Registry, a: RunsListArgs) -> Result<u8, Failure> {
+fn list(p: &Printer, reg: &Registry, a: RunsListArgs) -> Result<u8, Failure> {
     let runs: Vec<RunEntry> = reg
         .list()?
         .into_iter()
         .filter(|e| a.mode.is_none_or(|m| e.mode == m))
         .filter(|e| a.status.is_none_or(|s| e.status == s))
         .collect();
-    let out = std::io::stdout();
-    let mut out = std::io::BufWriter::new(out.lock());
+    let mut out = p.writer();
     if a.json {
         for e in &runs {
             let _ = writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default());
@@ -99,37 +99,37 @@ fn records(dir: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
     .collect()
 }
 
-fn show(reg: &Registry, a: RunsShowArgs) -> Result<u8, Failure> {
+fn show(p: &Printer, reg: &Registry, a: RunsShowArgs) -> Result<u8, Failure> {
     let e = find(reg, &a.id)?;
     if a.json {
         let mut v = serde_json::to_value(&e).unwrap_or_default();
         let files: serde_json::Map<String, serde_json::Value> = records(&e.dir)
             .into_iter()
-            .map(|(k, p)| (k.to_string(), p.display().to_string().into()))
+            .map(|(k, f)| (k.to_string(), f.display().to_string().into()))
             .collect();
         v["files"] = files.into();
-        println!("{v}");
+        p.json_line(&v);
         return Ok(0);
     }
-    println!("run       {}", e.run_id);
-    println!("mode      {}", e.mode.as_str());
+    p.out(format!("run       {}", e.run_id));
+    p.out(format!("mode      {}", e.mode.as_str()));
     if let Some(t) = &e.title {
-        println!("title     {t}");
+        p.out(format!("title     {t}"));
     }
-    println!("status    {}", e.status.as_str());
-    println!("started   {}", e.started_at);
+    p.out(format!("status    {}", e.status.as_str()));
+    p.out(format!("started   {}", e.started_at));
     if let Some(t) = &e.ended_at {
-        println!("ended     {t}");
+        p.out(format!("ended     {t}"));
     }
-    println!("duration  {}", duration(e.duration_s));
-    println!("tokens    {}", e.tokens);
-    println!("cost      ${:.4}", e.cost_usd);
+    p.out(format!("duration  {}", duration(e.duration_s)));
+    p.out(format!("tokens    {}", e.tokens));
+    p.out(format!("cost      ${:.4}", e.cost_usd));
     if let Some(s) = &e.summary {
-        println!("outcome   {s}");
+        p.out(format!("outcome   {s}"));
     }
-    println!("directory {}", e.dir.display());
-    for (k, p) in records(&e.dir) {
-        println!("  {k:<11} {}", p.display());
+    p.out(format!("directory {}", e.dir.display()));
+    for (k, f) in records(&e.dir) {
+        p.out(format!("  {k:<11} {}", f.display()));
     }
     Ok(0)
 }
@@ -162,11 +162,10 @@ fn print_event(out: &mut impl Write, line: &str, json: bool) {
     );
 }
 
-async fn events(reg: &Registry, a: RunsEventsArgs) -> Result<u8, Failure> {
+async fn events(p: &Printer, reg: &Registry, a: RunsEventsArgs) -> Result<u8, Failure> {
     let e = find(reg, &a.id)?;
     let path = e.dir.join("events.jsonl");
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = p.writer();
     // Wait briefly for a run that has just started to write its log.
     let deadline = Instant::now() + Duration::from_secs(if a.follow { 10 } else { 0 });
     let file = loop {
@@ -222,7 +221,7 @@ async fn events(reg: &Registry, a: RunsEventsArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-async fn gc(reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
+async fn gc(p: &Printer, reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
     let now = jiff::Timestamp::now();
     let old: Vec<RunEntry> = reg
         .list()?
@@ -237,12 +236,12 @@ async fn gc(reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
         .collect();
     if a.dry_run {
         for e in &old {
-            println!(
+            p.out(format!(
                 "would remove {} {} ({})",
                 e.mode.as_str(),
                 e.run_id,
                 e.dir.display()
-            );
+            ));
         }
         return Ok(0);
     }
@@ -269,10 +268,10 @@ async fn gc(reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
             fs_err::remove_dir_all(&e.dir)
                 .map_err(|err| usage(format!("cannot remove {}: {err}", e.dir.display())))?;
         }
-        println!("removed {} {}", e.mode.as_str(), e.run_id);
+        p.out(format!("removed {} {}", e.mode.as_str(), e.run_id));
         gone.push(e.run_id.clone());
     }
     reg.forget(&gone)?;
-    eprintln!("[belay] {} run(s) removed", gone.len());
+    p.note(&format!("{} run(s) removed", gone.len()));
     Ok(0)
 }

@@ -13,9 +13,10 @@ use belay_sandbox::{ContainerRuntime, ContainerSpec, Network, TarFilter};
 use serde::Serialize;
 
 use crate::cli::{AgentKind, AgentRunArgs};
-use crate::commands::{connect, usage};
-use crate::model_cmd::resolve_model;
-use crate::{Failure, EXIT_FAILED};
+use crate::commands::model::resolve_model;
+use crate::context::connect;
+use crate::exit::{usage, Failure, EXIT_FAILED};
+use crate::output::Printer;
 
 /// An agent run's event: `{"kind": …, "data": …}` for the envelope.
 #[derive(Serialize)]
@@ -40,7 +41,7 @@ async fn interruptible<T>(
     }
 }
 
-pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
+pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     let repo = std::fs::canonicalize(&a.repo).map_err(|e| {
         usage(format!(
             "--repo {}: {e}. Pass an existing directory",
@@ -76,7 +77,7 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
         &out,
         Some(&a.prompt.chars().take(80).collect::<String>()),
     ) {
-        eprintln!("[belay] warning: the run is not in the registry: {e}");
+        p.warn(&format!("the run is not in the registry: {e}"));
     }
     let t0 = std::time::Instant::now();
     let mut write_err: Option<String> = None;
@@ -152,7 +153,9 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
         })
         .await;
         if a.keep_container {
-            eprintln!("[belay] kept container {container} (docker exec -it {container} bash)");
+            p.note(&format!(
+                "kept container {container} (docker exec -it {container} bash)"
+            ));
         } else {
             let _ = rt.remove(&container).await;
         }
@@ -170,8 +173,8 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
             _ => CliKind::Plain,
         };
         let mut agent = CliAgent::new(kind);
-        if let Some(p) = &a.program {
-            agent.program = p.clone();
+        if let Some(prog) = &a.program {
+            agent.program = prog.clone();
         }
         if kind == CliKind::Plain && (a.program.is_none() || a.args.is_empty()) {
             return Err(usage(
@@ -184,7 +187,7 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
         // Cost is priced by the model the CLI runs (--model); Claude Code
         // reports its own cost, the others do not.
         let table = match &a.model.llm_prices {
-            Some(p) => belay_model::PriceTable::load(p).map_err(usage)?,
+            Some(f) => belay_model::PriceTable::load(f).map_err(usage)?,
             None => belay_model::PriceTable::builtin(),
         };
         let prices = a.model.model.as_deref().and_then(|m| table.lookup(m));
@@ -222,7 +225,7 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
         .await?
     };
     if let Some(e) = write_err {
-        eprintln!("[belay] warning: {e}");
+        p.warn(&e);
     }
     let data = serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage, "cost_usd": report.cost_usd});
     let _ = sink.emit(
@@ -241,18 +244,13 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
         summary: Some(report.stop.describe()),
     };
     if let Err(e) = registry.ended(&run_id, end) {
-        eprintln!("[belay] warning: the run's end is not in the registry: {e}");
+        p.warn(&format!("the run's end is not in the registry: {e}"));
     }
     let text = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
     belay_record::atomic_write(&out.join("report.json"), redactor.redact(&text).as_bytes())?;
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        // A closed stdout (piped into head) is not an error of the run.
-        let _ = writeln!(out, "{}", redactor.redact(&report.final_text));
-    }
-    eprintln!(
-        "[belay] agent {}: {} turn(s), {} in / {} out tokens, ${:.4}, {:.1}s; events in {}",
+    p.out(redactor.redact(&report.final_text));
+    p.note(&format!(
+        "agent {}: {} turn(s), {} in / {} out tokens, ${:.4}, {:.1}s; events in {}",
         report.stop.describe(),
         report.turns,
         report.usage.input_tokens,
@@ -260,6 +258,6 @@ pub async fn agent_run(a: AgentRunArgs) -> Result<u8, Failure> {
         report.cost_usd,
         report.duration_s,
         out.join("events.jsonl").display()
-    );
+    ));
     Ok(if report.ok() { 0 } else { EXIT_FAILED })
 }

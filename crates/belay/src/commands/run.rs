@@ -7,16 +7,15 @@ use belay_pipeline::state::Status;
 use belay_sandbox::ContainerRuntime;
 
 use crate::cli::RunArgs;
-use crate::commands::{connect, usage};
-use crate::{Failure, EXIT_FAILED};
+use crate::context::connect;
+use crate::exit::{usage, Failure, EXIT_FAILED};
+use crate::output::Printer;
 
-pub async fn run(a: RunArgs) -> Result<u8, Failure> {
+pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
     let p = belay_pipeline::load(&a.pipeline).map_err(|e| usage(e.to_string()))?;
     if a.dry_run {
-        print!(
-            "{}",
-            belay_pipeline::dryrun::plan(&p, a.state_dir.as_deref())
-        );
+        let plan = belay_pipeline::dryrun::plan(&p, a.state_dir.as_deref());
+        out.out(plan.trim_end_matches('\n'));
         return Ok(0);
     }
     if a.clean_stamps {
@@ -25,7 +24,7 @@ pub async fn run(a: RunArgs) -> Result<u8, Failure> {
             std::fs::remove_dir_all(&dir)
                 .map_err(|e| usage(format!("cannot delete {}: {e}", dir.display())))?;
         }
-        println!("deleted the provision stamps in {}", dir.display());
+        out.out(format!("deleted the provision stamps in {}", dir.display()));
         return Ok(0);
     }
     let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
@@ -36,35 +35,35 @@ pub async fn run(a: RunArgs) -> Result<u8, Failure> {
         state_dir: a.state_dir.clone(),
     };
     let engine = Engine::start(&p, rt, &opts).await?;
-    eprintln!(
-        "[belay] run {} of {}: state and events in {}",
+    out.note(&format!(
+        "run {} of {}: state and events in {}",
         engine.run_id(),
         p.name,
         engine.run_dir().display()
-    );
-    let out = engine.run().await?;
-    println!(
+    ));
+    let res = engine.run().await?;
+    out.out(format!(
         "{} {}: {} after {} step run(s), attempt {}{}{}; records in {}",
         p.name,
-        out.run_id,
-        match out.status {
+        res.run_id,
+        match res.status {
             Status::Succeeded => "succeeded",
             Status::Failed => "FAILED",
             Status::Running => "interrupted",
         },
-        out.step_runs,
-        out.attempts,
-        out.commit
+        res.step_runs,
+        res.attempts,
+        res.commit
             .as_ref()
             .map(|c| format!(", committed {}", &c[..c.len().min(12)]))
             .unwrap_or_default(),
-        out.failure
+        res.failure
             .as_ref()
             .map(|f| format!(" ({f})"))
             .unwrap_or_default(),
-        out.run_dir.display()
-    );
-    Ok(if out.status == Status::Succeeded {
+        res.run_dir.display()
+    ));
+    Ok(if res.status == Status::Succeeded {
         0
     } else {
         EXIT_FAILED

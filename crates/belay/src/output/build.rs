@@ -1,19 +1,20 @@
-//! Rendering build progress: a live line per block on a terminal (name,
-//! elapsed time, last log line), plain log lines otherwise.
+//! Build progress through the [`Printer`]: a live line per block on a
+//! terminal (name, elapsed time, last log line), plain notes otherwise.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use belay_env::progress::{BuildEvent, BuildObserver};
 use belay_sandbox::StreamKind;
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::Printer;
 
 const LAST_LINE_MAX: usize = 160;
 
-pub struct Printer {
-    live: Option<MultiProgress>,
+pub struct BuildView<'a> {
+    p: &'a Printer,
     stream_logs: bool,
     state: Mutex<State>,
 }
@@ -24,25 +25,17 @@ struct State {
     partial: HashMap<String, Vec<u8>>,
 }
 
-impl Printer {
-    pub fn new(stream_logs: bool) -> Self {
-        let live = std::io::stderr()
-            .is_terminal()
-            .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8)));
+impl<'a> BuildView<'a> {
+    pub fn new(p: &'a Printer, stream_logs: bool) -> Self {
         Self {
-            live,
+            p,
             stream_logs,
             state: Mutex::new(State::default()),
         }
     }
 
     fn line(&self, text: &str) {
-        match &self.live {
-            Some(mp) => {
-                let _ = mp.println(text);
-            }
-            None => eprintln!("[belay] {text}"),
-        }
+        self.p.note(text);
     }
 }
 
@@ -50,7 +43,7 @@ fn secs(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
-impl BuildObserver for Printer {
+impl BuildObserver for BuildView<'_> {
     fn event(&self, event: &BuildEvent) {
         match event {
             BuildEvent::RunStarted {
@@ -75,7 +68,7 @@ impl BuildObserver for Printer {
                 total,
             } => {
                 let prefix = format!("[{}/{}] {id}", index + 1, total);
-                match &self.live {
+                match self.p.live() {
                     Some(mp) => {
                         let pb = mp.add(ProgressBar::new_spinner());
                         let style = ProgressStyle::with_template(
@@ -149,16 +142,9 @@ impl BuildObserver for Printer {
 
     fn output(&self, block: &str, _stream: StreamKind, bytes: &[u8]) {
         if self.stream_logs {
-            match &self.live {
-                Some(mp) => mp.suspend(|| {
-                    let _ = std::io::stderr().write_all(bytes);
-                }),
-                None => {
-                    let _ = std::io::stderr().write_all(bytes);
-                }
-            }
+            self.p.raw_stderr(bytes);
         }
-        let Some(_) = &self.live else { return };
+        let Some(_) = self.p.live() else { return };
         let Ok(mut s) = self.state.lock() else { return };
         let partial = s.partial.entry(block.to_string()).or_default();
         partial.extend_from_slice(bytes);

@@ -1,0 +1,77 @@
+//! `belay env build-projects`: many projects, `--jobs` at a time, then a
+//! summary table.
+
+use std::time::Duration;
+
+use belay_env::batch::BatchOptions;
+
+use crate::cli::BuildProjectsArgs;
+use crate::commands::env::build_options;
+use crate::context::connect;
+use crate::exit::{usage, Failure, EXIT_FAILED};
+use crate::output::batch::BatchView;
+use crate::output::Printer;
+
+pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Failure> {
+    if !a.projects_file.is_file() {
+        return Err(usage(format!(
+            "projects file {} does not exist. Pass --projects-file with one project per line",
+            a.projects_file.display()
+        )));
+    }
+    let rt = connect().await?;
+    let b = build_options(std::path::Path::new("."), &a.common)?;
+    let opts = BatchOptions {
+        projects_file: a.projects_file.clone(),
+        projects_dir: a.projects_dir.clone(),
+        oracles_dir: a.oracles_dir.clone(),
+        git_base_url: a.git_base_url.clone(),
+        jobs: a.jobs as usize,
+        limit: a.limit,
+        start: a.start,
+        only: a.only.clone(),
+        stop_on_failure: a.stop_on_failure,
+        skip_existing_success: a.skip_existing_success,
+        run_id_prefix: a.run_id_prefix.clone(),
+        state_dir: a.state_dir.clone(),
+        build: b,
+        git_timeout: Duration::from_secs(600),
+    };
+    let view = BatchView::new(p);
+    let summary = belay_env::batch::build_projects(&rt, &opts, &view).await?;
+    p.out(format!(
+        "{:<32} {:<8} {:>8} {:>7} {:>6}  detail",
+        "project", "status", "time", "repairs", "cached"
+    ));
+    for r in &summary.projects {
+        let detail = match r.status.as_str() {
+            "ok" | "skipped" => r.final_image.clone().unwrap_or_default(),
+            _ => format!(
+                "{}: {}",
+                r.stage.as_deref().unwrap_or(""),
+                r.error
+                    .as_deref()
+                    .unwrap_or("")
+                    .chars()
+                    .take(100)
+                    .collect::<String>()
+            ),
+        };
+        p.out(format!(
+            "{:<32} {:<8} {:>7.1}s {:>7} {:>6}  {}",
+            r.name, r.status, r.duration_s, r.repairs, r.cache_hits, detail
+        ));
+    }
+    p.out(format!(
+        "{} ok, {} failed, {} skipped of {} in {:.1}s; summary: {}",
+        summary.ok,
+        summary.failed,
+        summary.skipped,
+        summary.total,
+        summary.duration_s,
+        a.projects_dir
+            .join(belay_env::batch::SUMMARY_FILE)
+            .display()
+    ));
+    Ok(if summary.failed == 0 { 0 } else { EXIT_FAILED })
+}

@@ -1,0 +1,115 @@
+//! All output of the binary goes through one [`Printer`]: results to stdout
+//! (a line, or JSON with `--json`), notes and progress to stderr (live bars on
+//! a terminal, plain `[belay]` lines otherwise, nothing with `--quiet`), and
+//! warnings and errors to stderr always.
+
+pub mod batch;
+pub mod build;
+
+use std::io::{IsTerminal, Write};
+
+use indicatif::{MultiProgress, ProgressDrawTarget};
+
+pub struct Printer {
+    quiet: bool,
+    live: Option<MultiProgress>,
+}
+
+impl Printer {
+    /// `quiet`: no notes and no progress; results, warnings and errors stay.
+    pub fn new(quiet: bool) -> Self {
+        let live = (!quiet && std::io::stderr().is_terminal())
+            .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8)));
+        Printer { quiet, live }
+    }
+
+    /// The live display, on a terminal without `--quiet`.
+    pub fn live(&self) -> Option<&MultiProgress> {
+        self.live.as_ref()
+    }
+
+    /// A progress note.
+    pub fn note(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        self.to_stderr(&format!("[belay] {text}"));
+    }
+
+    /// A warning: shown even with `--quiet`.
+    pub fn warn(&self, text: &str) {
+        self.to_stderr(&format!("[belay] warning: {text}"));
+    }
+
+    /// The error and its causes, each cause once (library errors often say
+    /// their source in their own message already).
+    pub fn error(&self, e: &anyhow::Error) {
+        let mut text = String::new();
+        for cause in e.chain() {
+            let c = cause.to_string();
+            if !text.contains(&c) {
+                if !text.is_empty() {
+                    text.push_str(": ");
+                }
+                text.push_str(&c);
+            }
+        }
+        self.to_stderr(&format!("belay: error: {text}"));
+    }
+
+    fn to_stderr(&self, line: &str) {
+        match &self.live {
+            Some(mp) => {
+                let _ = mp.println(line);
+            }
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// A line of the command's result (stdout).
+    pub fn out(&self, text: impl std::fmt::Display) {
+        let mut o = std::io::stdout().lock();
+        // A closed pipe (`| head`) ends the output, not the command.
+        let _ = writeln!(o, "{text}");
+    }
+
+    /// The command's result as JSON (stdout), pretty-printed.
+    pub fn json(&self, v: &impl serde::Serialize) {
+        match serde_json::to_string_pretty(v) {
+            Ok(s) => self.out(s),
+            Err(e) => self.warn(&format!("cannot encode the result as JSON: {e}")),
+        }
+    }
+
+    /// One JSON value on one line (streamed results such as events).
+    pub fn json_line(&self, v: &impl serde::Serialize) {
+        match serde_json::to_string(v) {
+            Ok(s) => self.out(s),
+            Err(e) => self.warn(&format!("cannot encode the result as JSON: {e}")),
+        }
+    }
+
+    /// A buffered writer on stdout, for long listings and streams (flush it
+    /// to show what is written so far).
+    pub fn writer(&self) -> std::io::BufWriter<std::io::StdoutLock<'static>> {
+        std::io::BufWriter::new(std::io::stdout().lock())
+    }
+
+    /// Raw bytes to stdout (a command's passthrough output), flushed.
+    pub fn raw(&self, bytes: &[u8]) {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(bytes);
+        let _ = o.flush();
+    }
+
+    /// Raw bytes to stderr, around the live display.
+    pub fn raw_stderr(&self, bytes: &[u8]) {
+        let write = || {
+            let _ = std::io::stderr().write_all(bytes);
+        };
+        match &self.live {
+            Some(mp) => mp.suspend(write),
+            None => write(),
+        }
+    }
+}
