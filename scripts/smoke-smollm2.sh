@@ -60,10 +60,12 @@ assert u["requests"] >= 1, u
 assert u["input_tokens"] > 0 and u["output_tokens"] > 0, u
 PY
 
-# 2. A built-in agent task in a container (network none). Exit 0 (done) or 1
-#    (a limit, a stuck loop or a rejected reply) are both clean ends.
+# 2. A built-in agent task in a container (network none), on a copy of the
+#    example (the workspace is mounted read-write). Exit 0 (done) or 1 (a
+#    limit, a stuck loop or a rejected reply) are both clean ends.
+rm -rf "$OUT/hello" && cp -r examples/hello-python "$OUT/hello"
 set +e
-"$BELAY" agent run --repo examples/hello-python --max-turns 4 --wall-time 600 "${MODEL_FLAGS[@]}" \
+"$BELAY" agent run --repo "$OUT/hello" --max-turns 4 --wall-time 600 "${MODEL_FLAGS[@]}" \
     --prompt "Create a file named hello.txt that contains the word hi, then call the finish tool." \
     --out "$OUT/agent" >"$OUT/agent.out" 2>"$OUT/agent.err"
 agent_rc=$?

@@ -12,9 +12,13 @@ pub mod builtin;
 pub mod cli;
 mod event;
 pub mod parse;
+pub mod session;
+pub mod spec;
 pub mod workspace;
 
 pub use event::{AgentEvent, AgentReport, Limits, StopReason};
+pub use session::{AgentSession, Placement};
+pub use spec::{AgentKind, AgentSpec, SpecError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {

@@ -505,7 +505,9 @@ async fn run_project(
         name: &p.name,
         inner: obs,
     };
-    let pobs = crate::progress::Recorder::new(&pobs, p.redactor());
+    for (name, value) in p.redactor().secrets() {
+        b.redactor.add(name.clone(), value.clone());
+    }
     match build(rt, &b, &pobs).await {
         Ok(out) => {
             let m = out.manifest;

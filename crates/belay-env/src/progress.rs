@@ -66,24 +66,18 @@ impl ExecObserver for BlockOutput<'_> {
     }
 }
 
-/// Records a build's events in its run directory (`events.jsonl`, the
-/// envelope of `belay_record::events`) and the run in the user's registry,
-/// and passes every event on to `inner` (the terminal display).
+/// Records a build's events in its run's event log (`events.jsonl`, the
+/// envelope of `belay_record::events`) and its end in the registry, through
+/// the run's [`belay_record::RunHandle`], and passes every event on to
+/// `inner` (the terminal display).
 pub struct Recorder<'a> {
     inner: &'a dyn BuildObserver,
-    redactor: belay_record::Redactor,
-    registry: belay_record::Registry,
-    sink: std::sync::Mutex<Option<belay_record::EventSink>>,
+    run: &'a belay_record::RunHandle,
 }
 
 impl<'a> Recorder<'a> {
-    pub fn new(inner: &'a dyn BuildObserver, redactor: belay_record::Redactor) -> Self {
-        Recorder {
-            inner,
-            redactor,
-            registry: belay_record::Registry::default_location(),
-            sink: std::sync::Mutex::new(None),
-        }
+    pub fn new(inner: &'a dyn BuildObserver, run: &'a belay_record::RunHandle) -> Self {
+        Recorder { inner, run }
     }
 
     /// The event's kind and data, for the envelope.
@@ -158,55 +152,27 @@ struct Typed<'a> {
 
 impl BuildObserver for Recorder<'_> {
     fn event(&self, event: &BuildEvent) {
-        if let BuildEvent::RunStarted {
-            run_id, run_dir, ..
+        let (kind, step, data) = Self::typed(event);
+        if let Err(e) = self
+            .run
+            .emit("engine", step.as_deref(), &Typed { kind, data: &data })
+        {
+            tracing::warn!("cannot record a build event: {e}");
+        }
+        if let BuildEvent::Finished {
+            ok,
+            error,
+            duration,
+            ..
         } = event
         {
-            let dir = std::path::Path::new(run_dir);
-            match belay_record::EventSink::open(
-                &dir.join("events.jsonl"),
-                run_id,
-                belay_record::Mode::Env,
-                self.redactor.clone(),
-            ) {
-                Ok(s) => {
-                    if let Ok(mut g) = self.sink.lock() {
-                        *g = Some(s);
-                    }
-                }
-                Err(e) => tracing::warn!("no events.jsonl for this build: {e}"),
-            }
-            if let Err(e) = self
-                .registry
-                .started(run_id, belay_record::Mode::Env, dir, None)
-            {
-                tracing::warn!("the build is not in the registry: {e}");
-            }
-        }
-        let (kind, step, data) = Self::typed(event);
-        let sink = self.sink.lock().ok().and_then(|g| g.clone());
-        if let Some(sink) = &sink {
-            if let Err(e) = sink.emit("engine", step.as_deref(), &Typed { kind, data: &data }) {
-                tracing::warn!("cannot record a build event: {e}");
-            }
-            if let BuildEvent::Finished {
-                ok,
-                error,
-                duration,
-                ..
-            } = event
-            {
-                let end = belay_record::RunEnd {
-                    ok: *ok,
-                    duration_s: duration.as_secs_f64(),
-                    tokens: 0,
-                    cost_usd: 0.0,
-                    summary: error.clone(),
-                };
-                if let Err(e) = self.registry.ended(sink.run_id(), end) {
-                    tracing::warn!("the build's end is not in the registry: {e}");
-                }
-            }
+            self.run.finish(belay_record::RunEnd {
+                ok: *ok,
+                duration_s: duration.as_secs_f64(),
+                tokens: 0,
+                cost_usd: 0.0,
+                summary: error.clone(),
+            });
         }
         self.inner.event(event);
     }

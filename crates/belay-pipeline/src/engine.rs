@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use belay_agent::builtin::{BuiltinAgent, BuiltinConfig};
-use belay_agent::workspace::ContainerWorkspace;
-use belay_agent::AgentEvent;
+use belay_agent::builtin::BuiltinConfig;
+use belay_agent::cli::Endpoint;
+use belay_agent::session::EventTarget;
+use belay_agent::{AgentSession, AgentSpec, Placement};
 use belay_model::{Api, ClientConfig, ModelClient, ModelSetup, PriceTable};
-use belay_record::{EventSink, Redactor, RunLock};
+use belay_record::{OpenRun, Redactor, RunHandle, RunLock};
+use belay_sandbox::route::Route as NetRoute;
 use belay_sandbox::{
     ContainerRuntime, ContainerSpec, ExecSpec, Mount, Network, NoopObserver, SandboxError,
 };
@@ -20,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::events::{Event, Kind};
 use crate::schema::{Access, DepsPolicy, Pipeline, Route, Step, StepKind};
-use crate::state::{RunFiles, RunState, Status};
+use crate::state::{RunState, Status, LLM_USAGE_FILE, LOGS_DIR, SUMMARY_FILE};
 use crate::verdict::{self, Verdict};
 
 /// Where the workspace is inside step containers.
@@ -49,6 +51,11 @@ pub enum PipelineError {
     Record(#[from] belay_record::RecordError),
     #[error(transparent)]
     Vcs(#[from] belay_vcs::VcsError),
+    #[error("agent {agent}: {source}")]
+    Agent {
+        agent: String,
+        source: belay_agent::AgentError,
+    },
     /// A service belay runs for the sandbox (the egress proxy, the model
     /// route, a network's fence) or the host's file system failed: exit 3.
     #[error("{0}")]
@@ -67,6 +74,7 @@ impl belay_record::Classify for PipelineError {
             PipelineError::Sandbox(e) => e.exit_class(),
             PipelineError::Record(e) => e.exit_class(),
             PipelineError::Vcs(e) => e.exit_class(),
+            PipelineError::Agent { source, .. } => source.exit_class(),
             PipelineError::Infra(_) => ExitClass::Infra,
             PipelineError::Failed(_) => ExitClass::Failed,
         }
@@ -109,11 +117,8 @@ pub fn state_dir_for(p: &Pipeline, cli: Option<&Path>) -> PathBuf {
     }
     let canon = std::fs::canonicalize(&p.path).unwrap_or_else(|_| p.path.clone());
     let h = hex::encode(Sha256::digest(canon.to_string_lossy().as_bytes()));
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(|| PathBuf::from("/var/lib"));
-    base.join("belay/pipelines")
+    belay_record::state_home()
+        .join("pipelines")
         .join(format!("{}-{}", sanitize(&p.name), &h[..12]))
 }
 
@@ -277,17 +282,6 @@ enum Net {
     Model,
 }
 
-/// How an agent CLI in a container reaches the model: the internal network,
-/// the base URL to give the CLI, extra env, and what keeps the route open.
-struct ModelRoute {
-    network: String,
-    base_url: String,
-    env: Vec<(String, String)>,
-    _forward: Option<crate::egress::TcpForward>,
-    _proxy: Option<crate::egress::EgressProxy>,
-    _fence: belay_sandbox::firewall::Firewall,
-}
-
 /// The result of one step execution.
 struct StepResult {
     verdict: Verdict,
@@ -302,9 +296,8 @@ pub struct Engine<'a> {
     p: &'a Pipeline,
     rt: Arc<dyn ContainerRuntime>,
     git: Git,
-    files: RunFiles,
+    run: RunHandle,
     state: RunState,
-    sink: EventSink,
     redactor: Redactor,
     secrets: BTreeMap<String, String>,
     /// Step containers by network, workspace access and the secrets their
@@ -317,29 +310,23 @@ pub struct Engine<'a> {
     env_volumes: Option<Vec<(String, String)>>,
     /// The internal network and the allowlisting proxy of networked steps,
     /// when the pipeline names egress presets.
-    egress: Option<(
-        String,
-        crate::egress::EgressProxy,
-        belay_sandbox::firewall::Firewall,
-    )>,
+    egress: Option<NetRoute>,
     /// The run's own bridge for `network: true` steps without presets: the
     /// internet, but not the host's services.
     open_net: Option<(String, belay_sandbox::firewall::Firewall)>,
     /// The seccomp profile, read and hashed once at the start: (path, text, sha256).
     seccomp: Option<(PathBuf, String, String)>,
-    model_route: Option<ModelRoute>,
+    model_route: Option<NetRoute>,
     model: Option<ModelClient>,
     image: String,
     state_dir: PathBuf,
     refresh: bool,
     _lock: RunLock,
-    t0: Instant,
     /// Nested `.git` entries the last end-of-step walk found.
     nested_git: Vec<String>,
     /// Tokens and cost of the agents so far (for the run registry).
     tokens: u64,
     cost_usd: f64,
-    registry: belay_record::Registry,
 }
 
 /// Load-time checks that need the host: git state of the tooling, the `.env`
@@ -450,22 +437,15 @@ impl<'a> Engine<'a> {
         let (git, clean, secrets) = host_checks(p, &state_dir).await?;
         let pipeline_hash = hash_file(&p.path)?;
         let now = belay_record::now_rfc3339();
-        let (files, state) = match &opts.resume {
+        let state = match &opts.resume {
             Some(id) => {
                 belay_record::run_id::validate(id)
                     .map_err(|e| PipelineError::Config(e.to_string()))?;
-                let files = RunFiles::new(&state_dir, id);
-                let text = std::fs::read(files.state()).map_err(|e| {
+                let dir = state_dir.join("runs").join(id);
+                let mut st: RunState = RunHandle::load_state(&dir)?.ok_or_else(|| {
                     PipelineError::Config(format!(
-                        "no run {id} to resume ({}: {e}); list runs in {}",
-                        files.state().display(),
-                        state_dir.join("runs").display()
-                    ))
-                })?;
-                let mut st: RunState = serde_json::from_slice(&text).map_err(|e| {
-                    PipelineError::Config(format!(
-                        "{}: not a run state: {e}",
-                        files.state().display()
+                        "no run {id} to resume (no {}); `belay runs list --mode pipeline` lists runs",
+                        dir.join(belay_record::STATE_FILE).display(),
                     ))
                 })?;
                 if st.pipeline_hash != pipeline_hash {
@@ -483,12 +463,11 @@ impl<'a> Engine<'a> {
                 if let Some(n) = opts.max_attempts {
                     st.max_attempts = n;
                 }
-                (files, st)
+                st
             }
             None => {
                 let id = belay_record::run_id::generate(&sanitize(&p.name));
-                let files = RunFiles::new(&state_dir, &id);
-                let st = RunState {
+                RunState {
                     version: 1,
                     run_id: id,
                     pipeline: p.path.clone(),
@@ -509,17 +488,11 @@ impl<'a> Engine<'a> {
                     git_control_at_start: git.control_files(),
                     started_at: now.clone(),
                     updated_at: now,
-                };
-                (files, st)
+                }
             }
         };
-        std::fs::create_dir_all(files.logs()).map_err(|e| {
-            PipelineError::Config(format!(
-                "cannot create {}: {e}. Pass --state-dir with a writable directory",
-                files.logs().display()
-            ))
-        })?;
-        let (model, key) = model_client(p, files.llm_usage())?;
+        let run_dir = state_dir.join("runs").join(&state.run_id);
+        let (model, key) = model_client(p, run_dir.join(LLM_USAGE_FILE))?;
         let mut redactor = Redactor::default();
         for (name, v) in &secrets {
             redactor.add(name.clone(), v.clone());
@@ -530,12 +503,23 @@ impl<'a> Engine<'a> {
             // The model key is checked like the step secrets (at the commit).
             secrets.entry(format!("llm key ${name}")).or_insert(k);
         }
-        let sink = EventSink::open(
-            &files.events(),
-            &state.run_id,
-            belay_record::Mode::Pipeline,
-            redactor.clone(),
-        )?;
+        // Every run of every mode is opened the one way: its directory, its
+        // lock, its event log and its place in the user's registry.
+        let run = RunHandle::open(OpenRun {
+            dir: run_dir,
+            id: &state.run_id,
+            mode: belay_record::Mode::Pipeline,
+            title: Some(&p.name),
+            redactor: redactor.clone(),
+            registry: belay_record::Registry::default_location(),
+        })?;
+        let logs = run.path(LOGS_DIR);
+        fs_err::create_dir_all(&logs).map_err(|e| {
+            PipelineError::Config(format!(
+                "cannot create {}: {e}. Pass --state-dir with a writable directory",
+                logs.display()
+            ))
+        })?;
         // Containers a killed run left behind.
         let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
         let image = p
@@ -565,9 +549,8 @@ impl<'a> Engine<'a> {
             p,
             rt,
             git,
-            files,
+            run,
             state,
-            sink,
             redactor,
             secrets,
             containers: HashMap::new(),
@@ -581,21 +564,10 @@ impl<'a> Engine<'a> {
             state_dir,
             refresh: opts.refresh,
             _lock: lock,
-            t0: Instant::now(),
             nested_git: Vec::new(),
             tokens: 0,
             cost_usd: 0.0,
-            registry: belay_record::Registry::default_location(),
         };
-        // Every run of every mode is in the user's registry (`belay runs`).
-        if let Err(err) = e.registry.started(
-            &e.state.run_id,
-            belay_record::Mode::Pipeline,
-            &e.files.root,
-            Some(&p.name),
-        ) {
-            tracing::warn!("the run is not in the registry: {err}");
-        }
         let kind = if opts.resume.is_some() {
             Kind::RunResumed
         } else {
@@ -613,14 +585,12 @@ impl<'a> Engine<'a> {
     }
 
     pub fn run_dir(&self) -> &Path {
-        &self.files.root
+        self.run.dir()
     }
 
     fn save(&mut self) -> Result<(), PipelineError> {
         self.state.updated_at = belay_record::now_rfc3339();
-        let text = serde_json::to_string_pretty(&self.state)
-            .map_err(|e| PipelineError::Config(e.to_string()))?;
-        belay_record::atomic_write(&self.files.state(), self.redactor.redact(&text).as_bytes())?;
+        self.run.save_state(&self.state)?;
         Ok(())
     }
 
@@ -630,7 +600,7 @@ impl<'a> Engine<'a> {
         step: Option<&str>,
         data: serde_json::Value,
     ) -> Result<(), PipelineError> {
-        self.sink
+        self.run
             .emit(kind.source(), step, &Event { kind, data: &data })?;
         Ok(())
     }
@@ -642,9 +612,9 @@ impl<'a> Engine<'a> {
             let _ = self.rt.remove(&c).await;
         }
         let model_net = self.model_route.take().map(|r| r.network);
-        if let Some((net, proxy, fence)) = self.egress.take() {
-            drop(proxy);
-            drop(fence);
+        if let Some(route) = self.egress.take() {
+            let net = route.network.clone();
+            drop(route);
             let _ = self.rt.remove_network(&net).await;
         }
         if let Some(net) = model_net {
@@ -672,31 +642,24 @@ impl<'a> Engine<'a> {
         result?;
         let end = belay_record::RunEnd {
             ok: self.state.status == Status::Succeeded,
-            duration_s: self.t0.elapsed().as_secs_f64(),
+            duration_s: self.run.elapsed_s(),
             tokens: self.tokens,
             cost_usd: self.cost_usd,
             summary: self.state.failure.clone(),
         };
-        if let Err(err) = self.registry.ended(&self.state.run_id, end) {
-            tracing::warn!("the run's end is not in the registry: {err}");
-        }
+        self.run.finish(end);
         let outcome = Outcome {
             run_id: self.state.run_id.clone(),
             status: self.state.status,
             commit: self.state.commit.clone(),
             failure: self.state.failure.clone(),
-            run_dir: self.files.root.clone(),
+            run_dir: self.run.dir().to_path_buf(),
             attempts: self.state.attempt,
             step_runs: self.state.step_runs,
-            duration_s: self.t0.elapsed().as_secs_f64(),
+            duration_s: self.run.elapsed_s(),
             peak_rss_bytes: peak_rss_bytes(),
         };
-        let text = serde_json::to_string_pretty(&outcome)
-            .map_err(|e| PipelineError::Config(e.to_string()))?;
-        belay_record::atomic_write(
-            &self.files.summary(),
-            self.redactor.redact(&text).as_bytes(),
-        )?;
+        self.run.write_json(SUMMARY_FILE, &outcome)?;
         Ok(outcome)
     }
 
@@ -730,7 +693,7 @@ impl<'a> Engine<'a> {
             let decisions = self
                 .egress
                 .as_ref()
-                .map(|(_, p, _)| p.drain())
+                .map(NetRoute::drain_decisions)
                 .unwrap_or_default();
             for d in decisions {
                 self.event(
@@ -968,36 +931,24 @@ impl<'a> Engine<'a> {
     /// The internal network and the proxy on it (started on first use):
     /// (network name, proxy URL).
     async fn egress_proxy(&mut self) -> Result<(String, String), PipelineError> {
-        if let Some((net, proxy, _)) = &self.egress {
-            return Ok((net.clone(), format!("http://{}", proxy.addr)));
+        if let Some(r) = &self.egress {
+            return Ok((r.network.clone(), r.url.clone()));
         }
         let net = format!("belay-{}-egress", self.state.run_id);
-        let info = self.rt.ensure_network(&net, true).await?;
-        let gw = info.gateway.clone();
-        let ip: std::net::IpAddr = gw.parse().map_err(|_| {
-            PipelineError::Infra(format!(
-                "network {net} has no usable gateway address ({gw})"
-            ))
-        })?;
-        let allow = crate::egress::package_registries();
-        let proxy =
-            crate::egress::EgressProxy::start(std::net::SocketAddr::new(ip, 0), allow.clone())
-                .await
-                .map_err(|e| {
-                    PipelineError::Infra(format!("cannot start the egress proxy on {ip}: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"))
-                })?;
-        let url = format!("http://{}", proxy.addr);
-        let fence = fence(&net, &info, proxy.addr)?;
-        self.event(Kind::EgressProxy, None, serde_json::json!({"network": &net, "proxy": &url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
-            "firewall": fence.chain()}))?;
-        self.egress = Some((net.clone(), proxy, fence));
-        Ok((net, url))
+        let allow = belay_sandbox::egress::package_registries();
+        let route =
+            belay_sandbox::route::egress_route(self.rt.as_ref(), &net, allow.clone()).await?;
+        self.event(Kind::EgressProxy, None, serde_json::json!({"network": &net, "proxy": &route.url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
+            "firewall": route.firewall_chain()}))?;
+        let out = (route.network.clone(), route.url.clone());
+        self.egress = Some(route);
+        Ok(out)
     }
 
     /// The route from an agent CLI's container to the model endpoint (made on
     /// first use): an internal network, and on the host either a TCP forwarder
     /// to a loopback endpoint or a proxy that allows only the endpoint's host.
-    async fn model_route(&mut self) -> Result<&ModelRoute, PipelineError> {
+    async fn model_route(&mut self) -> Result<&NetRoute, PipelineError> {
         if self.model_route.is_none() {
             let llm = self.p.llm.clone().ok_or_else(|| {
                 PipelineError::Config(
@@ -1009,202 +960,16 @@ impl<'a> Engine<'a> {
                 .base_url
                 .clone()
                 .unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
-            let host = crate::egress::url_host(&base).ok_or_else(|| {
-                PipelineError::Config(format!("llm.base_url `{base}` has no host: give a URL such as http://127.0.0.1:8081/v1"))
-            })?;
             let net = format!("belay-{}-model", self.state.run_id);
-            let info = self.rt.ensure_network(&net, true).await?;
-            let gw = info.gateway.clone();
-            let ip: std::net::IpAddr = gw.parse().map_err(|_| {
-                PipelineError::Infra(format!("network {net} has no usable gateway ({gw}): remove it (`docker network rm {net}`) and rerun"))
-            })?;
-            let (scheme, rest) = base.split_once("://").unwrap_or(("http", base.as_str()));
-            let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
-            let loopback = host == "localhost" || host.starts_with("127.") || host == "::1";
-            let route = if loopback {
-                let default_port = if scheme == "https" { 443 } else { 80 };
-                let port = crate::egress::url_port(&base).unwrap_or(default_port);
-                let upstream = if host == "::1" {
-                    format!("[::1]:{port}")
-                } else {
-                    format!("127.0.0.1:{port}")
-                };
-                let fwd =
-                    crate::egress::TcpForward::start(std::net::SocketAddr::new(ip, 0), upstream)
-                        .await
-                        .map_err(|e| {
-                            PipelineError::Infra(format!(
-                                "cannot forward to the model endpoint: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun"
-                            ))
-                        })?;
-                let url = format!("{scheme}://{}{path}", fwd.addr);
-                let fence = fence(&net, &info, fwd.addr)?;
-                ModelRoute {
-                    network: net,
-                    base_url: url,
-                    env: vec![],
-                    _forward: Some(fwd),
-                    _proxy: None,
-                    _fence: fence,
-                }
-            } else {
-                let proxy = crate::egress::EgressProxy::start(
-                    std::net::SocketAddr::new(ip, 0),
-                    crate::egress::Allow::hosts([host.clone()], crate::egress::url_port(&base)),
-                )
-                .await
-                .map_err(|e| PipelineError::Infra(format!("cannot start the model proxy: {e}. The internal network's gateway must be an address of this host: remove the network (`docker network rm`) and rerun")))?;
-                let purl = format!("http://{}", proxy.addr);
-                let fence = fence(&net, &info, proxy.addr)?;
-                let env = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
-                    .iter()
-                    .map(|k| (k.to_string(), purl.clone()))
-                    .collect();
-                ModelRoute {
-                    network: net,
-                    base_url: base.clone(),
-                    env,
-                    _forward: None,
-                    _proxy: Some(proxy),
-                    _fence: fence,
-                }
-            };
-            let data = serde_json::json!({"network": &route.network, "base_url_in_container": &route.base_url, "endpoint_host": host});
+            let route = belay_sandbox::route::model_route(self.rt.as_ref(), &net, &base).await?;
+            let host = belay_sandbox::egress::url_host(&base);
+            let data = serde_json::json!({"network": &route.network, "base_url_in_container": &route.url, "endpoint_host": host});
             self.event(Kind::ModelRoute, None, data)?;
             self.model_route = Some(route);
         }
         self.model_route
             .as_ref()
-            .ok_or_else(|| PipelineError::Config("no model route".into()))
-    }
-
-    /// An agent CLI (codex, claude, gemini) in the step's container: the CLI
-    /// from the read-only agents mount, the network limited to the model
-    /// endpoint, belay's own limits on its stream, its process group killed
-    /// inside the container when it ends or overruns.
-    async fn cli_agent(
-        &mut self,
-        step: &Step,
-        def: &crate::schema::AgentDef,
-        n: u64,
-    ) -> Result<StepResult, PipelineError> {
-        use belay_agent::cli::{self as agent_cli, CliAgent, CliKind, Endpoint, Launch};
-        let kind: CliKind = def.runner.parse().map_err(PipelineError::Config)?;
-        let dir = agents_dir();
-        let program = dir.join("node_modules/.bin").join(&def.runner);
-        if !program.exists() {
-            return Err(PipelineError::Config(format!(
-                "agent `{}` runs {}, which is not installed at {}: run ./scripts/setup-host.sh (or set BELAY_AGENTS_DIR)",
-                def.name,
-                def.runner,
-                program.display()
-            )));
-        }
-        let llm = self.p.llm.clone().ok_or_else(|| {
-            PipelineError::Config(format!(
-                "agent `{}` needs the pipeline's `llm` block",
-                def.name
-            ))
-        })?;
-        let key = std::env::var(key_env_of(&llm))
-            .ok()
-            .filter(|k| !k.is_empty());
-        let base = self.model_route().await?.base_url.clone();
-        let c = self.container(Net::Model, step.workspace, step).await?;
-        let mut agent = CliAgent::new(kind);
-        agent.program = program.display().to_string();
-        agent.model = Some(def.model.clone().unwrap_or_else(|| llm.model.clone()));
-        // The container is the sandbox: the CLI's own approvals would only stall it.
-        agent.auto_approve = true;
-        agent.endpoint = Some(Endpoint {
-            base_url: base,
-            api: llm.api.unwrap_or(Api::Responses),
-            key: key.map(belay_model::Secret::new),
-        });
-        let task = self.context(step, &def.prompt);
-        let cmd = agent
-            .command(&task)
-            .map_err(|e| PipelineError::Config(e.to_string()))?;
-        // Values go through the docker client's environment (`-e NAME`), never its argv.
-        let mut inner_env: Vec<(String, String)> = vec![
-            ("HOME".into(), "/tmp".into()),
-            ("CODEX_HOME".into(), "/tmp/.codex".into()),
-        ];
-        inner_env.extend(cmd.env.iter().cloned());
-        inner_env.extend(self.step_env(step));
-        let mut argv: Vec<String> =
-            vec!["docker".into(), "exec".into(), "-w".into(), WORKDIR.into()];
-        if let Some(u) = self.rt.exec_user(&c) {
-            argv.extend(["-u".into(), u]);
-        }
-        for (k, _) in &inner_env {
-            argv.push("-e".into());
-            argv.push(k.clone());
-        }
-        argv.push(c.clone());
-        argv.extend(
-            [
-                "setsid",
-                "-w",
-                "sh",
-                "-c",
-                "mkdir -p \"${CODEX_HOME:-/tmp/.codex}\"; echo $$ > /tmp/.belay-agent.pid; exec \"$@\" < /dev/null",
-                "belay-agent",
-            ]
-            .map(String::from),
-        );
-        argv.extend(cmd.argv.iter().cloned());
-        let mut env = agent_cli::scrubbed_env();
-        for k in [
-            "DOCKER_HOST",
-            "DOCKER_CONFIG",
-            "DOCKER_CERT_PATH",
-            "DOCKER_TLS_VERIFY",
-        ] {
-            if let Ok(v) = std::env::var(k) {
-                env.push((k.to_string(), v));
-            }
-        }
-        for (k, v) in &inner_env {
-            env.retain(|(x, _)| x != k);
-            env.push((k.clone(), v.clone()));
-        }
-        let launch = Launch {
-            argv,
-            stdin: None,
-            env,
-            cwd: self.files.root.clone(),
-        };
-        let limits = belay_agent::Limits {
-            max_turns: Some(step.max_iterations.unwrap_or(30)),
-            wall_time: step.timeout_s.map(Duration::from_secs),
-            final_grace: Duration::from_secs(10),
-            ..belay_agent::Limits::default()
-        };
-        let prices = PriceTable::builtin().lookup(agent.model.as_deref().unwrap_or(""));
-        let mut parser = agent.parser();
-        let mut live = LiveAgent::new(self.sink.clone(), &step.name);
-        let result = agent_cli::run(&launch, parser.as_mut(), &limits, prices, &mut |e| {
-            live.push(e)
-        })
-        .await;
-        // Whatever the CLI left running in the container goes with it.
-        let kill = ExecSpec {
-            argv: vec!["sh".into(), "-c".into(), "[ -f /tmp/.belay-agent.pid ] && kill -KILL -$(cat /tmp/.belay-agent.pid) 2>/dev/null; rm -f /tmp/.belay-agent.pid; true".into()],
-            working_dir: None,
-            env: vec![],
-            timeout: Some(Duration::from_secs(30)),
-            log_path: self.files.logs().join(format!("{n:04}-{}-cleanup.log", sanitize(&step.name))),
-            log_limit: None,
-        };
-        let _ = self.rt.exec(&c, &kill, &self.redactor, &NoopObserver).await;
-        live.finish()?;
-        let report = result.map_err(|e| {
-            PipelineError::Failed(format!("agent `{}` ({}): {e}", def.name, def.runner))
-        })?;
-        self.event(Kind::AgentReport, Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
-            "cost_usd": report.cost_usd, "files_changed": report.files_changed, "exit_code": report.exit_code, "final_text": tail(&report.final_text, 4096), "stderr_tail": tail(&report.stderr_tail, 2048)}))?;
-        self.agent_result(step, &report)
+            .ok_or_else(|| PipelineError::Infra("no model route".into()))
     }
 
     /// An agent step's verdict: its artifact's, or whether it finished.
@@ -1286,7 +1051,7 @@ impl<'a> Engine<'a> {
                 ..Default::default()
             })
             .await?;
-        let log = self.files.logs().join("image-probe.log");
+        let log = self.run.path(LOGS_DIR).join("image-probe.log");
         let spec = ExecSpec {
             argv: vec!["sh".into(), "-c".into(), format!("cd {WORKDIR} 2>/dev/null && for d in .venv venv node_modules target .tox; do [ -d \"$d\" ] && echo \"$d\"; done; true")],
             working_dir: None,
@@ -1378,7 +1143,7 @@ impl<'a> Engine<'a> {
             }
             // The config they see has no credentials, and is never theirs
             // to change (a planted fsmonitor or filter stays in the copy).
-            let view = self.files.root.join("git-config.sandbox");
+            let view = self.run.path("git-config.sandbox");
             if !view.exists() {
                 self.git.write_sanitized_config(&view).await?;
             }
@@ -1425,18 +1190,15 @@ impl<'a> Engine<'a> {
             env.extend(route.env.iter().cloned());
             env.push(("CODEX_HOME".into(), "/tmp/.codex".into()));
             network_name = Some(route.network.clone());
-            let dir = agents_dir();
-            mounts.push(Mount {
-                host: dir.clone(),
-                container: dir.display().to_string(),
-                read_only: true,
-            });
-            if let Some(node) = host_node() {
-                mounts.push(Mount {
-                    host: node,
-                    container: "/usr/local/bin/node".into(),
-                    read_only: true,
-                });
+            // The CLIs every agent of the pipeline runs, read-only.
+            for def in self.p.agents.values() {
+                for m in belay_agent::session::container_mounts(&agent_spec(def)?)
+                    .map_err(|e| PipelineError::Config(format!("agent `{}`: {e}", def.name)))?
+                {
+                    if !mounts.iter().any(|x| x.container == m.container) {
+                        mounts.push(m);
+                    }
+                }
             }
         } else if network && !self.p.egress.presets.is_empty() {
             let (name, proxy_url) = self.egress_proxy().await?;
@@ -1548,8 +1310,8 @@ impl<'a> Engine<'a> {
             .container(if network { Net::Open } else { Net::None }, access, step)
             .await?;
         let log = self
-            .files
-            .logs()
+            .run
+            .path(LOGS_DIR)
             .join(format!("{n:04}-{}-{what}.log", sanitize(&step.name)));
         let spec = ExecSpec {
             argv: vec!["bash".into(), "-c".into(), command.to_string()],
@@ -1762,6 +1524,9 @@ impl<'a> Engine<'a> {
         s
     }
 
+    /// An agent step, through the one agent service: the built-in agent or a
+    /// CLI, in the step's container (a CLI's network limited to the model
+    /// endpoint), belay's limits, its events in the log as they happen.
     async fn agent(
         &mut self,
         step: &Step,
@@ -1774,58 +1539,97 @@ impl<'a> Engine<'a> {
             .get(agent)
             .cloned()
             .ok_or_else(|| PipelineError::Config(format!("agent `{agent}` is not loaded")))?;
-        if def.runner != "builtin" {
-            return self.cli_agent(step, &def, n).await;
-        }
-        let Some(client) = self.model.clone() else {
-            return Err(PipelineError::Config(format!("step `{}` runs agent `{agent}`, which needs the pipeline's `llm` block (model, base_url, api_key_env)", step.name)));
-        };
+        let mut spec = agent_spec(&def)?;
         let task = self.context(step, &def.prompt);
-        let c = self
-            .container(
-                if step.network { Net::Open } else { Net::None },
-                step.workspace,
-                step,
-            )
-            .await?;
-        let mut ws = ContainerWorkspace::new(
-            self.rt.clone(),
-            &c,
-            WORKDIR,
-            self.files
-                .logs()
-                .join(format!("{n:04}-{}-tools", sanitize(&step.name))),
-            self.redactor.clone(),
-            self.step_env(step),
-        );
-        if step.workspace == Access::Rw {
-            ws = ws.with_host_mount(self.git.root().to_path_buf());
-        }
-        let config = BuiltinConfig {
-            max_iterations: step.max_iterations.unwrap_or(30),
-            wall_time: step.timeout_s.map(Duration::from_secs),
-            instructions: Some(format!(
-                "You are the `{}` agent of a gated pipeline.",
-                def.name
-            )),
-            scrub: if self.p.llm.as_ref().is_none_or(|l| l.scrub_requests) {
-                self.redactor.clone()
-            } else {
-                Redactor::default()
-            },
-            ..BuiltinConfig::default()
+        let (placement, endpoint, prices, final_grace) = if spec.is_builtin() {
+            if self.model.is_none() {
+                return Err(PipelineError::Config(format!("step `{}` runs agent `{agent}`, which needs the pipeline's `llm` block (model, base_url, api_key_env)", step.name)));
+            }
+            let net = if step.network { Net::Open } else { Net::None };
+            let c = self.container(net, step.workspace, step).await?;
+            let placement = Placement::Container {
+                rt: self.rt.clone(),
+                id: c,
+                workdir: WORKDIR.into(),
+                env: self.step_env(step),
+                host_root: (step.workspace == Access::Rw).then(|| self.git.root().to_path_buf()),
+            };
+            (placement, None, None, Duration::from_secs(5))
+        } else {
+            let llm = self.p.llm.clone().ok_or_else(|| {
+                PipelineError::Config(format!(
+                    "agent `{}` needs the pipeline's `llm` block",
+                    def.name
+                ))
+            })?;
+            spec.model.get_or_insert_with(|| llm.model.clone());
+            let key = std::env::var(key_env_of(&llm))
+                .ok()
+                .filter(|k| !k.is_empty());
+            let base = self.model_route().await?.url.clone();
+            let c = self.container(Net::Model, step.workspace, step).await?;
+            let endpoint = Endpoint {
+                base_url: base,
+                api: llm.api.unwrap_or(Api::Responses),
+                key: key.map(belay_model::Secret::new),
+            };
+            let prices = PriceTable::builtin().lookup(spec.model.as_deref().unwrap_or(""));
+            let placement = Placement::Container {
+                rt: self.rt.clone(),
+                id: c,
+                workdir: WORKDIR.into(),
+                env: self.step_env(step),
+                host_root: None,
+            };
+            (placement, Some(endpoint), prices, Duration::from_secs(10))
         };
-        let mut agent_run = BuiltinAgent::new(&client, &ws, config);
-        let mut live = LiveAgent::new(self.sink.clone(), &step.name);
-        let report = agent_run.run(&task, &mut |e| live.push(e)).await;
-        live.finish()?;
-        let report = report.map_err(|e| PipelineError::Config(format!("agent `{agent}`: {e}")))?;
-        self.event(
-            Kind::AgentReport,
-            Some(&step.name),
-            serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage,
-            "files_changed": report.files_changed, "final_text": tail(&report.final_text, 4096)}),
-        )?;
+        let client = self.model.clone();
+        let session = AgentSession {
+            spec,
+            placement,
+            limits: belay_agent::Limits {
+                max_turns: Some(step.max_iterations.unwrap_or(30)),
+                wall_time: step.timeout_s.map(Duration::from_secs),
+                final_grace,
+                ..belay_agent::Limits::default()
+            },
+            client: client.as_ref(),
+            builtin: BuiltinConfig {
+                instructions: Some(format!(
+                    "You are the `{}` agent of a gated pipeline.",
+                    def.name
+                )),
+                scrub: if self.p.llm.as_ref().is_none_or(|l| l.scrub_requests) {
+                    self.redactor.clone()
+                } else {
+                    Redactor::default()
+                },
+                ..BuiltinConfig::default()
+            },
+            endpoint,
+            prices,
+            // The container is the sandbox: the CLI's own approvals would only stall it.
+            auto_approve: true,
+            logs: self
+                .run
+                .path(LOGS_DIR)
+                .join(format!("{n:04}-{}-tools", sanitize(&step.name))),
+            redactor: self.redactor.clone(),
+            events: Some(EventTarget {
+                sink: self.run.sink().clone(),
+                step: Some(step.name.clone()),
+                source: Kind::Agent.source(),
+            }),
+        };
+        let report = session
+            .run(&task)
+            .await
+            .map_err(|source| PipelineError::Agent {
+                agent: format!("{} ({})", def.name, def.runner),
+                source,
+            })?;
+        self.event(Kind::AgentReport, Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
+            "cost_usd": report.cost_usd, "files_changed": report.files_changed, "exit_code": report.exit_code, "final_text": tail(&report.final_text, 4096), "stderr_tail": tail(&report.stderr_tail, 2048)}))?;
         self.agent_result(step, &report)
     }
 
@@ -2008,48 +1812,6 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// An agent's events, written to the run's log as they happen (a crash loses
-/// none, and `belay runs events --follow` shows a running agent's turns).
-struct LiveAgent {
-    sink: EventSink,
-    step: String,
-    error: Option<belay_record::RecordError>,
-}
-
-impl LiveAgent {
-    fn new(sink: EventSink, step: &str) -> Self {
-        LiveAgent {
-            sink,
-            step: step.to_string(),
-            error: None,
-        }
-    }
-
-    fn push(&mut self, e: &AgentEvent) {
-        if self.error.is_some() {
-            return;
-        }
-        let data = serde_json::json!({ "event": e });
-        if let Err(err) = self.sink.emit(
-            Kind::Agent.source(),
-            Some(&self.step),
-            &Event {
-                kind: Kind::Agent,
-                data: &data,
-            },
-        ) {
-            self.error = Some(err);
-        }
-    }
-
-    fn finish(self) -> Result<(), PipelineError> {
-        match self.error {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
-    }
-}
-
 /// The last `max` bytes of a file (the log is written redacted).
 fn read_tail(path: &Path, max: u64) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
@@ -2092,39 +1854,17 @@ fn cap_list(v: &[String]) -> &[String] {
     &v[..v.len().min(200)]
 }
 
-/// Fence an internal network: from its bridge, the host accepts only TCP to
-/// `allowed` (belay's proxy or forwarder), nothing else.
-fn fence(
-    net: &str,
-    info: &belay_sandbox::NetworkInfo,
-    allowed: std::net::SocketAddr,
-) -> Result<belay_sandbox::firewall::Firewall, PipelineError> {
-    let bridge = info.bridge.as_deref().ok_or_else(|| {
-        PipelineError::Infra(format!(
-            "network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"
-        ))
-    })?;
-    Ok(belay_sandbox::firewall::Firewall::lock(
-        bridge,
-        allowed.ip(),
-        &[allowed.port()],
-    )?)
-}
-
-/// Where the pinned agent CLIs are installed (scripts/setup-host.sh).
-fn agents_dir() -> PathBuf {
-    std::env::var_os("BELAY_AGENTS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/belay-agents"))
-}
-
-/// The host's node binary, mounted into CLI containers (the CLIs are node programs).
-fn host_node() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("node"))
-        .find(|p| p.is_file())
-        .and_then(|p| std::fs::canonicalize(p).ok())
+/// An agent file's spec: its `runner` (the one agent spec syntax), with the
+/// file's `model` when the runner names none.
+fn agent_spec(def: &crate::schema::AgentDef) -> Result<AgentSpec, PipelineError> {
+    let mut spec: AgentSpec = def
+        .runner
+        .parse()
+        .map_err(|e| PipelineError::Config(format!("{}: runner: {e}", def.path.display())))?;
+    if spec.model.is_none() {
+        spec.model = def.model.clone();
+    }
+    Ok(spec)
 }
 
 /// The pins under a `## Missing dependencies` header.

@@ -4,7 +4,6 @@
 //! one gated commit ends the run.
 
 pub mod dryrun;
-pub mod egress;
 pub mod engine;
 pub mod events;
 pub mod schema;

@@ -277,7 +277,8 @@ impl Route {
 pub struct AgentDef {
     pub name: String,
     pub tools: Vec<String>,
-    /// `builtin` (default) or an agent CLI: codex, claude, gemini.
+    /// The agent spec (`builtin`, the default; `codex`, `claude`, `gemini`, or
+    /// `cmd:PROGRAM ARG…`; each optionally `@MODEL`).
     pub runner: String,
     pub model: Option<String>,
     pub prompt: String,
@@ -658,11 +659,13 @@ pub fn load_agent(file: &Path, name: &str) -> Result<AgentDef, String> {
         ));
     }
     let runner = fm.runner.unwrap_or_else(|| "builtin".into());
-    if !["builtin", "codex", "claude", "gemini"].contains(&runner.as_str()) {
-        return Err(format!(
-            "{}: unknown runner `{runner}` (builtin, codex, claude or gemini)",
-            file.display()
-        ));
+    if let Err(e) = runner.parse::<belay_agent::AgentSpec>() {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with("runner:"))
+            .map(|i| format!(":{}", i + 1))
+            .unwrap_or_default();
+        return Err(format!("{}{line}: runner: {e}", file.display()));
     }
     let prompt = rest[end + 4..]
         .trim_start_matches(['-', '\n'])

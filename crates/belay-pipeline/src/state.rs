@@ -2,7 +2,7 @@
 //! (its size does not grow with the run), and the append-only event log.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -53,31 +53,8 @@ pub struct RunState {
     pub updated_at: String,
 }
 
-/// The files of one run: `<state_dir>/runs/<run_id>/`.
-#[derive(Debug, Clone)]
-pub struct RunFiles {
-    pub root: PathBuf,
-}
-
-impl RunFiles {
-    pub fn new(state_dir: &Path, run_id: &str) -> Self {
-        RunFiles {
-            root: state_dir.join("runs").join(run_id),
-        }
-    }
-    pub fn state(&self) -> PathBuf {
-        self.root.join("state.json")
-    }
-    pub fn events(&self) -> PathBuf {
-        self.root.join("events.jsonl")
-    }
-    pub fn summary(&self) -> PathBuf {
-        self.root.join("summary.json")
-    }
-    pub fn logs(&self) -> PathBuf {
-        self.root.join("logs")
-    }
-    pub fn llm_usage(&self) -> PathBuf {
-        self.root.join("llm-usage.json")
-    }
-}
+/// The pipeline's own files in a run directory (the state and the event log
+/// are `belay_record::STATE_FILE` and `EVENTS_FILE`).
+pub const SUMMARY_FILE: &str = "summary.json";
+pub const LOGS_DIR: &str = "logs";
+pub const LLM_USAGE_FILE: &str = "llm-usage.json";

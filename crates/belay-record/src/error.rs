@@ -21,6 +21,12 @@ pub enum RecordError {
          (a stale lock from a killed process is released automatically)"
     )]
     Locked { path: PathBuf },
+    #[error("{}:{line}: not a valid run state: {message}. Restore the file, or start a new run", path.display())]
+    BadState {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
     #[error("invalid run id {id:?}: {reason}")]
     InvalidRunId { id: String, reason: &'static str },
 }

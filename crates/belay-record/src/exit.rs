@@ -51,7 +51,7 @@ impl Classify for crate::RecordError {
         match self {
             E::Io { source, .. } => io_class(source),
             E::Json { .. } => ExitClass::Failed,
-            E::Locked { .. } | E::InvalidRunId { .. } => ExitClass::Usage,
+            E::Locked { .. } | E::InvalidRunId { .. } | E::BadState { .. } => ExitClass::Usage,
         }
     }
 }

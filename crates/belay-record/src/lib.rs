@@ -21,6 +21,7 @@ mod jsonl;
 mod lock;
 mod redact;
 pub mod registry;
+mod run;
 pub mod run_id;
 mod time;
 
@@ -33,4 +34,5 @@ pub use jsonl::JsonlAppender;
 pub use lock::RunLock;
 pub use redact::{without_userinfo, Redactor, SecretScanner, StreamRedactor};
 pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
+pub use run::{state_home, OpenRun, RunHandle, EVENTS_FILE, LOCK_FILE, STATE_FILE};
 pub use time::{now_rfc3339, unix_millis};

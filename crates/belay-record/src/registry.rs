@@ -125,14 +125,9 @@ pub struct Registry {
 impl Registry {
     /// The user's registry (see the module docs for the directory).
     pub fn default_location() -> Registry {
-        let dir = std::env::var_os("BELAY_STATE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("belay")))
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/belay"))
-            })
-            .unwrap_or_else(|| PathBuf::from("/var/lib/belay"));
-        Registry { dir }
+        Registry {
+            dir: crate::state_home(),
+        }
     }
 
     pub fn at(dir: &Path) -> Registry {

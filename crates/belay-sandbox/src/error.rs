@@ -34,6 +34,12 @@ pub enum SandboxError {
     Bootstrap(String),
     #[error("docker {op} failed: {message}")]
     Docker { op: &'static str, message: String },
+    /// A route out of the sandbox (the model route, the egress proxy, a
+    /// network's fence) cannot be made.
+    #[error("{0}")]
+    Route(String),
+    #[error("{0}")]
+    BadUrl(String),
 }
 
 impl SandboxError {
@@ -58,7 +64,10 @@ impl belay_record::Classify for SandboxError {
     fn exit_class(&self) -> belay_record::ExitClass {
         use belay_record::ExitClass;
         match self {
-            SandboxError::Infra(_) | SandboxError::Docker { .. } => ExitClass::Infra,
+            SandboxError::Infra(_) | SandboxError::Docker { .. } | SandboxError::Route(_) => {
+                ExitClass::Infra
+            }
+            SandboxError::BadUrl(_) => ExitClass::Usage,
             SandboxError::Io { source, .. } => belay_record::io_class(source),
             SandboxError::ImageMissing { .. } => ExitClass::Usage,
             SandboxError::BuildFailed { .. }

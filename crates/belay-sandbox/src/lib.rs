@@ -10,10 +10,15 @@
 //!   boot id, never heuristics);
 //! * [`trust`]: the host's CA bundle and proxy settings, inherited into containers;
 //! * [`bootstrap`]: an offline Debian base image from the host's apt mirror;
-//! * [`logsink`]: streaming exec output to a log file with bounded tails.
+//! * [`logsink`]: streaming exec output to a log file with bounded tails;
+//! * [`egress`] and [`route`]: the ways out of a sandbox (the model route, the
+//!   egress proxy with its allow list), fenced by [`firewall`];
+//! * [`hostfs`] and [`procs`]: host file access that never follows a link a
+//!   sandbox planted, and the end of every process a step left.
 
 pub mod bootstrap;
 mod docker;
+pub mod egress;
 mod error;
 pub mod firewall;
 pub mod hostfs;
@@ -22,6 +27,7 @@ pub mod labels;
 pub mod logsink;
 pub mod procs;
 pub mod reaper;
+pub mod route;
 mod runtime;
 mod tarstream;
 pub mod trust;

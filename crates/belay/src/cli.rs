@@ -145,34 +145,29 @@ pub enum AgentCommand {
     Run(Box<AgentRunArgs>),
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum AgentKind {
-    /// belay's tool-calling agent over the configured model.
-    Builtin,
-    Codex,
-    Claude,
-    Gemini,
-    /// Any prompt-argument CLI (--program and --arg with {prompt}).
-    Plain,
-}
-
 #[derive(Debug, Args)]
 pub struct AgentRunArgs {
     /// The task.
     #[arg(long)]
     pub prompt: String,
-    #[arg(long, value_enum, default_value = "builtin")]
-    pub agent: AgentKind,
-    /// The project the agent works on (copied into the container for the built-in agent).
+    /// The agent: builtin, codex, claude, gemini, or cmd:PROGRAM ARG… (an
+    /// argument `{prompt}` receives the prompt, else stdin does), each
+    /// optionally @MODEL (`codex@gpt-5-codex`).
+    #[arg(long, default_value = "builtin")]
+    pub agent: belay_agent::AgentSpec,
+    /// The project the agent works on, mounted read-write in the container
+    /// (its `.git` read-only: the agent cannot commit).
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
-    /// Image of the built-in agent's container (an image from `belay env build` works).
+    /// Image of the agent's container (an image from `belay env build` works).
     #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
     pub image: String,
-    /// Give the built-in agent's container a network (default: none).
+    /// Give the built-in agent's container a network (default: none; a CLI's
+    /// network only reaches the model endpoint).
     #[arg(long)]
     pub network: bool,
-    /// Where events.jsonl and report.json go (default: <repo>/.belay/agent/<run-id>).
+    /// Where events.jsonl and report.json go, outside the repository
+    /// (default: ~/.local/state/belay/agent/<run-id>).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Built-in agent: model round trips; CLIs: agent actions (tool calls, commands, edits).
@@ -187,20 +182,14 @@ pub struct AgentRunArgs {
     /// CLIs: after the final result, kill the CLI if it has not exited within this.
     #[arg(long, default_value = "10s", value_parser = parse_secs)]
     pub final_grace: std::time::Duration,
-    /// CLIs: the executable (default: the CLI's name on PATH).
-    #[arg(long)]
-    pub program: Option<String>,
-    /// Plain CLIs: arguments, `{prompt}` where the prompt goes (repeat the flag).
-    #[arg(long = "arg", allow_hyphen_values = true)]
-    pub args: Vec<String>,
-    /// CLIs: let the agent run tools without asking (explicit opt-in).
+    /// CLIs on the host: let the agent run tools without asking (explicit
+    /// opt-in; in a container the container is the sandbox and this is on).
     #[arg(long)]
     pub auto_approve: bool,
-    /// CLIs run on this machine, in --repo, only with this explicit opt-out of
-    /// the sandbox (pipelines run them in the step's container).
+    /// Run a CLI on this machine, in --repo: an explicit opt-out of the sandbox.
     #[arg(long)]
     pub on_host: bool,
-    /// Keep the built-in agent's container afterwards.
+    /// Keep the agent's container afterwards.
     #[arg(long)]
     pub keep_container: bool,
     #[command(flatten)]

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use belay_record::{run_id, write_json_atomic, JsonlAppender, Redactor, RunLock};
+use belay_record::{run_id, write_json_atomic, JsonlAppender, OpenRun, Redactor, RunHandle};
 use belay_sandbox::reaper::reap_orphans;
 use belay_sandbox::trust::HostTrust;
 use belay_sandbox::{
@@ -185,13 +185,32 @@ pub async fn build(
     };
     let dir = RunDir::new(&state_dir, &run_id);
     dir.create()?;
-    let _lock = RunLock::acquire(&dir.lock()).map_err(|e| match e {
+    let trust = if opts.host_trust {
+        HostTrust::detect()
+    } else {
+        HostTrust::none()
+    };
+    let mut redactor = opts.redactor.clone();
+    trust.register_secrets(&mut redactor);
+    // The run's directory, lock, event log and registry record, opened the
+    // one way every mode opens its runs.
+    let handle = RunHandle::open(OpenRun {
+        dir: dir.root.clone(),
+        id: &run_id,
+        mode: belay_record::Mode::Env,
+        title: None,
+        redactor: redactor.clone(),
+        registry: belay_record::Registry::default_location(),
+    })
+    .map_err(|e| match e {
         belay_record::RecordError::Locked { .. } => EnvError::Usage(format!(
             "run {run_id} is already in progress in another belay process (lock {}); wait for it or pick another --run-id",
             dir.lock().display()
         )),
         other => other.into(),
     })?;
+    let recorder = crate::progress::Recorder::new(obs, &handle);
+    let obs: &dyn BuildObserver = &recorder;
 
     let report = reap_orphans(rt).await?;
     if !report.removed.is_empty() {
@@ -203,14 +222,6 @@ pub async fn build(
             ),
         });
     }
-
-    let trust = if opts.host_trust {
-        HostTrust::detect()
-    } else {
-        HostTrust::none()
-    };
-    let mut redactor = opts.redactor.clone();
-    trust.register_secrets(&mut redactor);
 
     let previous = read_manifest(&dir)?;
     let prev_blocks = read_blocks(&dir)?;

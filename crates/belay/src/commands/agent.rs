@@ -1,29 +1,21 @@
-//! `belay agent run`: one task, with the built-in agent in a container or an
-//! agent CLI (on the host only with --on-host).
+//! `belay agent run`: one task with any agent, through the one agent service
+//! (`belay_agent::AgentSession`): in a container by default (the workspace
+//! mounted, `.git` read-only, a CLI's network limited to the model endpoint,
+//! the CLI mounted read-only), on the host only with `--on-host`.
 
 use std::sync::Arc;
 
 use anyhow::Context;
-use belay_agent::builtin::{BuiltinAgent, BuiltinConfig};
-use belay_agent::cli::{CliAgent, CliKind, Endpoint, Launch};
-use belay_agent::workspace::ContainerWorkspace;
-use belay_agent::{AgentEvent, AgentReport, Limits};
-use belay_record::{EventSink, Mode, Redactor, Registry};
-use belay_sandbox::{ContainerRuntime, ContainerSpec, Network, TarFilter};
-use serde::Serialize;
+use belay_agent::session::{container_mounts, EventTarget};
+use belay_agent::{AgentReport, AgentSession, Limits, Placement};
+use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle};
+use belay_sandbox::{ContainerRuntime, ContainerSpec, Mount, Network};
 
-use crate::cli::{AgentKind, AgentRunArgs};
+use crate::cli::AgentRunArgs;
 use crate::commands::model::resolve_model;
 use crate::context::connect;
 use crate::exit::{usage, Failure, EXIT_FAILED};
 use crate::output::Printer;
-
-/// An agent run's event: `{"kind": …, "data": …}` for the envelope.
-#[derive(Serialize)]
-struct AgentLine<'a> {
-    kind: &'static str,
-    data: &'a serde_json::Value,
-}
 
 const WORKDIR: &str = "/workspace/repo";
 
@@ -48,110 +40,198 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             a.repo.display()
         ))
     })?;
+    let mut spec = a.agent.clone();
+    if spec.model.is_none() {
+        spec.model = a.model.model.clone();
+    }
+    if spec.is_builtin() && a.on_host {
+        return Err(usage(
+            "the built-in agent runs its tools in a container; --on-host is for agent CLIs",
+        ));
+    }
     let run_id = belay_record::run_id::generate("agent");
+    // The run's records live where the agent cannot write: never under the
+    // mounted workspace.
     let out = a
         .out
         .clone()
-        .unwrap_or_else(|| repo.join(".belay").join("agent").join(&run_id));
-    std::fs::create_dir_all(&out).map_err(|e| {
+        .unwrap_or_else(|| belay_record::state_home().join("agent").join(&run_id));
+    fs_err::create_dir_all(&out).map_err(|e| {
         usage(format!(
             "cannot create {}: {e}. Pass --out with a writable directory",
             out.display()
         ))
     })?;
-    let model = resolve_model(&a.model, a.agent == AgentKind::Builtin)?;
+    if let Ok(o) = std::fs::canonicalize(&out) {
+        if o.starts_with(&repo) {
+            return Err(usage(format!(
+                "--out {} is inside the repository, which the agent can write: its records would be the agent's to change. Pass --out outside {}",
+                o.display(),
+                repo.display()
+            )));
+        }
+    }
+    let model = resolve_model(&a.model, spec.is_builtin())?;
     let mut redactor = Redactor::default();
     if let Some((_, Some((name, key)))) = &model {
         redactor.add(name.clone(), key.expose());
     }
-    let sink = EventSink::open(
-        &out.join("events.jsonl"),
-        &run_id,
-        Mode::Agent,
-        redactor.clone(),
-    )?;
-    let registry = Registry::default_location();
-    if let Err(e) = registry.started(
-        &run_id,
-        Mode::Agent,
-        &out,
-        Some(&a.prompt.chars().take(80).collect::<String>()),
-    ) {
-        p.warn(&format!("the run is not in the registry: {e}"));
-    }
-    let t0 = std::time::Instant::now();
-    let mut write_err: Option<String> = None;
-    let mut on_event = |e: &AgentEvent| {
-        let data = serde_json::json!({ "event": e });
-        if let Err(err) = sink.emit(
-            "agent",
-            None,
-            &AgentLine {
-                kind: "agent",
-                data: &data,
-            },
-        ) {
-            write_err.get_or_insert(err.to_string());
-        }
+    let run = RunHandle::open(OpenRun {
+        dir: out.clone(),
+        id: &run_id,
+        mode: Mode::Agent,
+        title: Some(&a.prompt.chars().take(80).collect::<String>()),
+        redactor: redactor.clone(),
+        registry: Registry::default_location(),
+    })
+    .map_err(|e| {
+        usage(format!(
+            "cannot open the run in {}: {e}. Pass --out with a writable directory",
+            out.display()
+        ))
+    })?;
+    // Cost is priced by the model the CLI runs; Claude Code reports its own.
+    let table = match &a.model.llm_prices {
+        Some(f) => belay_model::PriceTable::load(f).map_err(usage)?,
+        None => belay_model::PriceTable::builtin(),
     };
-
-    let report: AgentReport = if a.agent == AgentKind::Builtin {
-        let Some((setup, _)) = &model else {
-            return Err(usage("the built-in agent needs a model"));
+    let prices = spec.model.as_deref().and_then(|m| table.lookup(m));
+    if !spec.is_builtin()
+        && a.max_cost.is_some()
+        && prices.is_none()
+        && spec.cli_kind() != Some(belay_agent::cli::CliKind::Claude)
+    {
+        return Err(usage(
+            "--max-cost needs a price for this CLI's model: give the agent a priced model (codex@MODEL or --model), or --llm-prices with its price",
+        ));
+    }
+    let client = match (&model, spec.is_builtin()) {
+        (Some((setup, _)), true) => Some(
+            setup
+                .client(Some(out.join("llm-usage.json")))
+                .map_err(|e| usage(e.to_string()))?,
+        ),
+        (None, true) => return Err(usage("the built-in agent needs a model")),
+        _ => None,
+    };
+    let limits = Limits {
+        max_turns: Some(a.max_turns),
+        max_cost_usd: a.max_cost,
+        wall_time: a.wall_time,
+        final_grace: a.final_grace,
+        ..Limits::default()
+    };
+    let events = EventTarget {
+        sink: run.sink().clone(),
+        step: None,
+        source: "agent",
+    };
+    let endpoint_of = |base: String| {
+        model
+            .as_ref()
+            .map(|(setup, key)| belay_agent::cli::Endpoint {
+                base_url: base,
+                api: setup.config.api,
+                key: key.as_ref().map(|(_, k)| k.clone()),
+            })
+    };
+    let report: AgentReport = if a.on_host {
+        let session = AgentSession {
+            spec,
+            placement: Placement::Host {
+                cwd: repo.clone(),
+                env: vec![],
+            },
+            limits,
+            client: None,
+            builtin: Default::default(),
+            endpoint: model
+                .as_ref()
+                .and_then(|(s, _)| endpoint_of(s.config.base_url.clone())),
+            prices,
+            auto_approve: a.auto_approve,
+            logs: out.clone(),
+            redactor: redactor.clone(),
+            events: Some(events),
         };
-        let client = setup
-            .client(Some(out.join("llm-usage.json")))
-            .map_err(|e| usage(e.to_string()))?;
-        let rt = connect().await?;
+        // Interrupted, the run is dropped and its process group killed.
+        interruptible(async { Ok(session.run(&a.prompt).await?) }).await?
+    } else {
+        let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
         if !rt.image_exists(&a.image).await? {
             return Err(usage(format!(
                 "image {} is not on this Docker engine: run `belay image bootstrap`, or pass --image (an image from `belay env build` works)",
                 a.image
             )));
         }
+        // A CLI reaches only the model endpoint, through the model route.
+        let route = match (&model, spec.is_builtin()) {
+            (Some((setup, _)), false) => Some(
+                belay_sandbox::route::model_route(
+                    rt.as_ref(),
+                    &format!("belay-{run_id}-model"),
+                    &setup.config.base_url,
+                )
+                .await?,
+            ),
+            _ => None,
+        };
+        let mut mounts = vec![Mount {
+            host: repo.clone(),
+            container: WORKDIR.into(),
+            read_only: false,
+        }];
+        if repo.join(".git").exists() {
+            mounts.push(Mount {
+                host: repo.join(".git"),
+                container: format!("{WORKDIR}/.git"),
+                read_only: true,
+            });
+        }
+        mounts.extend(container_mounts(&spec)?);
+        let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
+        if let Some(r) = &route {
+            env.extend(r.env.iter().cloned());
+        }
         let container = rt
             .create(&ContainerSpec {
                 image: a.image.clone(),
                 run_id: run_id.clone(),
                 kind: "agent".into(),
-                network: if a.network {
+                network: if a.network && spec.is_builtin() {
                     Network::Bridge
                 } else {
                     Network::None
                 },
+                network_name: route.as_ref().map(|r| r.network.clone()),
                 working_dir: Some(WORKDIR.into()),
+                mounts,
+                env: env.clone(),
                 unowned: a.keep_container,
                 ..Default::default()
             })
             .await?;
-        let filter = TarFilter {
-            exclude: vec![".belay".into(), ".git".into()],
-            ignore: None,
+        let session = AgentSession {
+            endpoint: route.as_ref().and_then(|r| endpoint_of(r.url.clone())),
+            spec,
+            placement: Placement::Container {
+                rt: rt.clone(),
+                id: container.clone(),
+                workdir: WORKDIR.into(),
+                env: route.as_ref().map(|r| r.env.clone()).unwrap_or_default(),
+                host_root: Some(repo.clone()),
+            },
+            limits,
+            client: client.as_ref(),
+            builtin: Default::default(),
+            prices,
+            // The container is the sandbox: the CLI's own approvals would only stall it.
+            auto_approve: true,
+            logs: out.join("tool-logs"),
+            redactor: redactor.clone(),
+            events: Some(events),
         };
-        let rt: Arc<dyn ContainerRuntime> = Arc::new(rt);
-        let result = interruptible(async {
-            rt.copy_dir_in(&container, &repo, WORKDIR, &filter).await?;
-            let ws = ContainerWorkspace::new(
-                rt.clone(),
-                &container,
-                WORKDIR,
-                out.join("tool-logs"),
-                redactor.clone(),
-                vec![],
-            );
-            let mut agent = BuiltinAgent::new(
-                &client,
-                &ws,
-                BuiltinConfig {
-                    max_iterations: a.max_turns,
-                    max_cost_usd: a.max_cost,
-                    wall_time: a.wall_time,
-                    ..BuiltinConfig::default()
-                },
-            );
-            anyhow::Ok(agent.run(&a.prompt, &mut on_event).await?)
-        })
-        .await;
+        let result = interruptible(async { Ok(session.run(&a.prompt).await?) }).await;
         if a.keep_container {
             p.note(&format!(
                 "kept container {container} (docker exec -it {container} bash)"
@@ -159,95 +239,44 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         } else {
             let _ = rt.remove(&container).await;
         }
-        result?
-    } else {
-        if !a.on_host {
-            return Err(usage(
-                "agent CLIs run in a pipeline step's container; to run one here, on this machine, in --repo, pass --on-host (an explicit opt-out of the sandbox)",
-            ));
+        if let Some(r) = route {
+            let net = r.network.clone();
+            drop(r);
+            let _ = rt.remove_network(&net).await;
         }
-        let kind = match a.agent {
-            AgentKind::Codex => CliKind::Codex,
-            AgentKind::Claude => CliKind::Claude,
-            AgentKind::Gemini => CliKind::Gemini,
-            _ => CliKind::Plain,
-        };
-        let mut agent = CliAgent::new(kind);
-        if let Some(prog) = &a.program {
-            agent.program = prog.clone();
-        }
-        if kind == CliKind::Plain && (a.program.is_none() || a.args.is_empty()) {
-            return Err(usage(
-                "--agent plain needs --program and --arg (with {prompt} where the prompt goes)",
-            ));
-        }
-        agent.template = a.args.clone();
-        agent.auto_approve = a.auto_approve;
-        agent.model = a.model.model.clone();
-        // Cost is priced by the model the CLI runs (--model); Claude Code
-        // reports its own cost, the others do not.
-        let table = match &a.model.llm_prices {
-            Some(f) => belay_model::PriceTable::load(f).map_err(usage)?,
-            None => belay_model::PriceTable::builtin(),
-        };
-        let prices = a.model.model.as_deref().and_then(|m| table.lookup(m));
-        if a.max_cost.is_some() && prices.is_none() && kind != CliKind::Claude {
-            return Err(usage(
-                "--max-cost needs a price for this CLI's model: pass --model with a priced model, or --llm-prices with its price",
-            ));
-        }
-        if let Some((setup, key)) = &model {
-            let base = &setup.config.base_url;
-            if a.model.openai_base_url.is_some() || !base.contains("api.openai.com") {
-                agent.endpoint = Some(Endpoint {
-                    base_url: base.clone(),
-                    api: setup.config.api,
-                    key: key.as_ref().map(|(_, k)| k.clone()),
-                });
+        // What the agent wrote is untrusted: no set-id file stays behind.
+        if let Ok(sweep) = belay_sandbox::hostfs::sweep_workspace(&repo) {
+            if !sweep.setid_cleared.is_empty() {
+                p.warn(&format!(
+                    "cleared set-id bits the agent left on {}",
+                    sweep.setid_cleared.join(", ")
+                ));
             }
         }
-        let launch = Launch::for_agent(&agent, &a.prompt, repo.clone(), &[])?;
-        let limits = Limits {
-            max_turns: Some(a.max_turns),
-            max_cost_usd: a.max_cost,
-            wall_time: a.wall_time,
-            final_grace: a.final_grace,
-            ..Limits::default()
-        };
-        let mut parser = agent.parser();
-        // Interrupted, the run is dropped and its process group killed.
-        interruptible(async {
-            Ok(
-                belay_agent::cli::run(&launch, parser.as_mut(), &limits, prices, &mut on_event)
-                    .await?,
-            )
-        })
-        .await?
+        result?
     };
-    if let Some(e) = write_err {
-        p.warn(&e);
-    }
     let data = serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage, "cost_usd": report.cost_usd});
-    let _ = sink.emit(
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        kind: &'static str,
+        data: &'a serde_json::Value,
+    }
+    let _ = run.emit(
         "agent",
         None,
-        &AgentLine {
+        &Line {
             kind: "agent_report",
             data: &data,
         },
     );
-    let end = belay_record::RunEnd {
+    run.finish(belay_record::RunEnd {
         ok: report.ok(),
-        duration_s: t0.elapsed().as_secs_f64(),
+        duration_s: run.elapsed_s(),
         tokens: report.usage.input_tokens + report.usage.output_tokens,
         cost_usd: report.cost_usd,
         summary: Some(report.stop.describe()),
-    };
-    if let Err(e) = registry.ended(&run_id, end) {
-        p.warn(&format!("the run's end is not in the registry: {e}"));
-    }
-    let text = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
-    belay_record::atomic_write(&out.join("report.json"), redactor.redact(&text).as_bytes())?;
+    });
+    run.write_json("report.json", &report)?;
     p.out(redactor.redact(&report.final_text));
     p.note(&format!(
         "agent {}: {} turn(s), {} in / {} out tokens, ${:.4}, {:.1}s; events in {}",

@@ -132,8 +132,7 @@ pub async fn build(p: &Printer, a: BuildArgs) -> Result<u8, Failure> {
     opts.resume_from = a.resume_from.clone();
     opts.start_at_block = a.start_at_block.clone();
     let view = BuildView::new(p, a.stream_logs);
-    let recorder = belay_env::progress::Recorder::new(&view, build_redactor());
-    let outcome = belay_env::build::build(&rt, &opts, &recorder).await?;
+    let outcome = belay_env::build::build(&rt, &opts, &view).await?;
     let m = &outcome.manifest;
     if a.json {
         p.json_line(&serde_json::json!({"ok": m.ok, "run_id": m.run_id, "final_image": m.final_image, "manifest": m.manifest_path, "error": m.error}));
@@ -159,6 +158,7 @@ pub async fn build(p: &Printer, a: BuildArgs) -> Result<u8, Failure> {
 /// Build options from the flags `build` and `build-projects` share.
 pub fn build_options(repo: &Path, c: &CommonBuildArgs) -> Result<BuildOptions, Failure> {
     let mut opts = BuildOptions::new(repo);
+    opts.redactor = build_redactor();
     if let Some((setup, key)) = crate::commands::model::model_setup(&c.llm)? {
         if let Some((name, k)) = key {
             opts.redactor.add(name, k.expose());

@@ -158,12 +158,8 @@ fn the_engine_gone_mid_run_exits_3() {
     // What belay could not remove through the closed socket.
     let run = common::latest_run(&state);
     let id = run.file_name().unwrap().to_string_lossy().into_owned();
-    let ids = Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label=belay.run={id}")])
-        .output()
-        .unwrap();
-    for c in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
-        let _ = Command::new("docker").args(["rm", "-f", c]).output();
+    for c in common::containers_of(&id) {
+        let _ = Command::new("docker").args(["rm", "-f", &c]).output();
     }
     assert_eq!(status.code(), Some(3), "exit {status}: {err}");
     assert!(

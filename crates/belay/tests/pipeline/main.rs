@@ -286,16 +286,7 @@ fn kill_9_then_resume_lands_the_same_commit() {
         .collect();
     assert!(kinds.contains(&"run_resumed".to_string()));
     // No step container survived the kill.
-    let out = Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=belay.run={run_id}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
+    assert!(common::containers_of(&run_id).is_empty());
 }
 
 /// A secret reaches only the step that lists it, and appears in no file under

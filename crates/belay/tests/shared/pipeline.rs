@@ -63,3 +63,20 @@ pub fn copy_dir(src: &Path, dest: &Path) {
         .success();
     assert!(ok, "cp -r {} {}", src.display(), dest.display());
 }
+
+/// The ids of the containers (running or not) of belay run `run_id`.
+pub fn containers_of(run_id: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=belay.run={run_id}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}

@@ -98,11 +98,10 @@ impl Allow {
 /// pip's index (its configuration, or pip's own default hosts) and npm's
 /// registry. Each is asked once.
 pub fn package_registries() -> Allow {
-    let mut urls: Vec<String> =
-        belay_sandbox::bootstrap::all_host_sources(std::path::Path::new("/"))
-            .into_iter()
-            .map(|s| s.uri)
-            .collect();
+    let mut urls: Vec<String> = crate::bootstrap::all_host_sources(std::path::Path::new("/"))
+        .into_iter()
+        .map(|s| s.uri)
+        .collect();
     for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"] {
         if let Ok(v) = std::env::var(var) {
             urls.extend(v.split_whitespace().map(String::from));

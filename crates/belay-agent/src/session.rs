@@ -1,0 +1,415 @@
+//! [`AgentSession`]: the one way any mode runs any agent.
+//!
+//! A session takes an [`AgentSpec`] (the built-in agent or a CLI), a
+//! [`Placement`] (a container, the default; the host only as an explicit
+//! opt-out), belay's limits, and where the model is. It streams every agent
+//! event into the run's event log as it happens (`{"kind": "agent", "data":
+//! {"event": …}}`), so a crash loses none and `belay runs events --follow`
+//! shows a running agent's turns.
+//!
+//! In a container, a CLI runs through `docker exec` in its own session
+//! (`setsid`), as the container's exec user, with the prompt as an argument
+//! (or on stdin) and every value passed through the docker client's
+//! environment, never its argv; when it ends or overruns, its whole process
+//! group inside the container is killed. The pinned CLIs, the host's node and
+//! a `cmd:` program are mounted read-only at their own paths
+//! ([`container_mounts`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use belay_model::{ModelClient, Prices};
+use belay_record::{EventSink, Redactor};
+use belay_sandbox::{ContainerRuntime, ExecSpec, Mount, NoopObserver};
+use serde::Serialize;
+
+use crate::builtin::{BuiltinAgent, BuiltinConfig};
+use crate::cli::{self, CliAgent, CliKind, Endpoint, Launch};
+use crate::spec::{AgentKind, AgentSpec};
+use crate::workspace::ContainerWorkspace;
+use crate::{AgentError, AgentEvent, AgentReport, Limits};
+
+/// Where an agent runs.
+pub enum Placement {
+    /// In the running container `id`, in `workdir`, with `env` added.
+    /// `host_root`: the host directory bound at `workdir` read-write, where
+    /// the built-in agent writes files directly.
+    Container {
+        rt: Arc<dyn ContainerRuntime>,
+        id: String,
+        workdir: String,
+        env: Vec<(String, String)>,
+        host_root: Option<PathBuf>,
+    },
+    /// On this machine, in `cwd`: the explicit opt-out of the sandbox. Only
+    /// CLIs run here (the built-in agent's tools always run in a container).
+    Host {
+        cwd: PathBuf,
+        env: Vec<(String, String)>,
+    },
+}
+
+/// Where the pinned agent CLIs are installed (scripts/setup-host.sh).
+pub fn agents_dir() -> PathBuf {
+    std::env::var_os("BELAY_AGENTS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/belay-agents"))
+}
+
+/// The host's node binary (the pinned CLIs are node programs).
+fn host_node() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("node"))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
+/// The program a CLI spec runs: the pinned CLI under [`agents_dir`] in a
+/// container, the one on PATH on the host; a `cmd:` program as an absolute
+/// path (so that it can be mounted where it is).
+pub fn program_of(spec: &AgentSpec, in_container: bool) -> Result<String, AgentError> {
+    let name = match &spec.kind {
+        AgentKind::Builtin => {
+            return Err(AgentError::Config(
+                "the built-in agent runs no program".into(),
+            ))
+        }
+        AgentKind::Command { program, .. } => {
+            let p = PathBuf::from(program);
+            let found = if p.components().count() > 1 {
+                std::fs::canonicalize(&p).ok()
+            } else {
+                std::env::var_os("PATH").and_then(|path| {
+                    std::env::split_paths(&path)
+                        .map(|d| d.join(&p))
+                        .find(|c| c.is_file())
+                        .and_then(|c| std::fs::canonicalize(c).ok())
+                })
+            };
+            return found.map(|f| f.display().to_string()).ok_or_else(|| {
+                AgentError::Config(format!(
+                    "the agent program `{program}` does not exist (give a path, or a program on PATH)"
+                ))
+            });
+        }
+        AgentKind::Codex => "codex",
+        AgentKind::Claude => "claude",
+        AgentKind::Gemini => "gemini",
+    };
+    if !in_container {
+        return Ok(name.to_string());
+    }
+    let pinned = agents_dir().join("node_modules/.bin").join(name);
+    if !pinned.exists() {
+        return Err(AgentError::Config(format!(
+            "{name} is not installed at {}: run ./scripts/setup-host.sh (or set BELAY_AGENTS_DIR)",
+            pinned.display()
+        )));
+    }
+    Ok(pinned.display().to_string())
+}
+
+/// The read-only mounts a container needs to run `spec`: the pinned CLIs and
+/// the host's node for codex, claude and gemini; a `cmd:` program at its own
+/// path. Nothing for the built-in agent.
+pub fn container_mounts(spec: &AgentSpec) -> Result<Vec<Mount>, AgentError> {
+    let mut out = Vec::new();
+    match &spec.kind {
+        AgentKind::Builtin => {}
+        AgentKind::Command { .. } => {
+            let p = program_of(spec, true)?;
+            out.push(Mount {
+                host: PathBuf::from(&p),
+                container: p,
+                read_only: true,
+            });
+        }
+        _ => {
+            let dir = agents_dir();
+            out.push(Mount {
+                host: dir.clone(),
+                container: dir.display().to_string(),
+                read_only: true,
+            });
+            if let Some(node) = host_node() {
+                out.push(Mount {
+                    host: node,
+                    container: "/usr/local/bin/node".into(),
+                    read_only: true,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Where the session's events go.
+pub struct EventTarget {
+    pub sink: EventSink,
+    /// The step (or checkpoint, round, job) they belong to.
+    pub step: Option<String>,
+    /// The envelope's `source`.
+    pub source: &'static str,
+}
+
+#[derive(Serialize)]
+struct AgentLine<'a> {
+    kind: &'static str,
+    data: &'a serde_json::Value,
+}
+
+/// Writes each event as it comes; the first write error is kept.
+struct Stream<'a> {
+    target: Option<&'a EventTarget>,
+    error: Option<belay_record::RecordError>,
+}
+
+impl Stream<'_> {
+    fn push(&mut self, e: &AgentEvent) {
+        let (Some(t), None) = (self.target, &self.error) else {
+            return;
+        };
+        let data = serde_json::json!({ "event": e });
+        if let Err(err) = t.sink.emit(
+            t.source,
+            t.step.as_deref(),
+            &AgentLine {
+                kind: "agent",
+                data: &data,
+            },
+        ) {
+            self.error = Some(err);
+        }
+    }
+}
+
+/// One agent run.
+pub struct AgentSession<'a> {
+    pub spec: AgentSpec,
+    pub placement: Placement,
+    pub limits: Limits,
+    /// The built-in agent's model client.
+    pub client: Option<&'a ModelClient>,
+    /// The built-in agent's settings (its limits come from `limits`).
+    pub builtin: BuiltinConfig,
+    /// Where a CLI sends its model requests (reachable from the placement).
+    pub endpoint: Option<Endpoint>,
+    /// The prices of a CLI's model, for its cost (Claude Code reports its own).
+    pub prices: Option<Prices>,
+    /// Let a CLI run tools without asking: in a container, the container is
+    /// the sandbox; on the host, an explicit opt-in.
+    pub auto_approve: bool,
+    /// Per-command logs (the built-in agent's tools, the cleanup).
+    pub logs: PathBuf,
+    pub redactor: Redactor,
+    pub events: Option<EventTarget>,
+}
+
+impl AgentSession<'_> {
+    /// Run `prompt` to the agent's end or to one of the limits.
+    pub async fn run(&self, prompt: &str) -> Result<AgentReport, AgentError> {
+        let mut stream = Stream {
+            target: self.events.as_ref(),
+            error: None,
+        };
+        let report = if self.spec.is_builtin() {
+            self.run_builtin(prompt, &mut stream).await
+        } else {
+            self.run_cli(prompt, &mut stream).await
+        };
+        if let Some(e) = stream.error {
+            return Err(e.into());
+        }
+        report
+    }
+
+    async fn run_builtin(
+        &self,
+        prompt: &str,
+        stream: &mut Stream<'_>,
+    ) -> Result<AgentReport, AgentError> {
+        let Placement::Container {
+            rt,
+            id,
+            workdir,
+            env,
+            host_root,
+        } = &self.placement
+        else {
+            return Err(AgentError::Config(
+                "the built-in agent runs its tools in a container, never on the host".into(),
+            ));
+        };
+        let Some(client) = self.client else {
+            return Err(AgentError::Config(
+                "the built-in agent needs a model (an `llm` block, or --model and a key)".into(),
+            ));
+        };
+        let mut ws = ContainerWorkspace::new(
+            rt.clone(),
+            id,
+            workdir,
+            self.logs.join("tools"),
+            self.redactor.clone(),
+            env.clone(),
+        );
+        if let Some(h) = host_root {
+            ws = ws.with_host_mount(h.clone());
+        }
+        let mut config = self.builtin.clone();
+        if let Some(t) = self.limits.max_turns {
+            config.max_iterations = t;
+        }
+        config.max_cost_usd = self.limits.max_cost_usd.or(config.max_cost_usd);
+        config.wall_time = self.limits.wall_time.or(config.wall_time);
+        BuiltinAgent::new(client, &ws, config)
+            .run(prompt, &mut |e| stream.push(e))
+            .await
+    }
+
+    fn cli_agent(&self, kind: CliKind, in_container: bool) -> Result<CliAgent, AgentError> {
+        let mut agent = CliAgent::new(kind);
+        agent.program = program_of(&self.spec, in_container)?;
+        agent.model = self.spec.model.clone();
+        if let AgentKind::Command { args, .. } = &self.spec.kind {
+            agent.template = args.clone();
+            agent.prompt_on_stdin = !args.iter().any(|a| a.contains("{prompt}"));
+        }
+        agent.auto_approve = self.auto_approve;
+        agent.endpoint = self.endpoint.clone();
+        Ok(agent)
+    }
+
+    async fn run_cli(
+        &self,
+        prompt: &str,
+        stream: &mut Stream<'_>,
+    ) -> Result<AgentReport, AgentError> {
+        let Some(kind) = self.spec.cli_kind() else {
+            return Err(AgentError::Config("not a CLI agent".into()));
+        };
+        match &self.placement {
+            Placement::Host { cwd, env } => {
+                let agent = self.cli_agent(kind, false)?;
+                let launch = Launch::for_agent(&agent, prompt, cwd.clone(), env)?;
+                let mut parser = agent.parser();
+                cli::run(
+                    &launch,
+                    parser.as_mut(),
+                    &self.limits,
+                    self.prices,
+                    &mut |e| stream.push(e),
+                )
+                .await
+            }
+            Placement::Container {
+                rt,
+                id,
+                workdir,
+                env,
+                ..
+            } => {
+                let agent = self.cli_agent(kind, true)?;
+                fs_err::create_dir_all(&self.logs).map_err(|e| {
+                    AgentError::Io(format!("cannot create {}: {e}", self.logs.display()))
+                })?;
+                let launch = self.docker_exec(rt.as_ref(), id, workdir, env, &agent, prompt)?;
+                let mut parser = agent.parser();
+                let result = cli::run(
+                    &launch,
+                    parser.as_mut(),
+                    &self.limits,
+                    self.prices,
+                    &mut |e| stream.push(e),
+                )
+                .await;
+                // Whatever the CLI left running in the container goes with it.
+                let kill = ExecSpec {
+                    argv: vec!["sh".into(), "-c".into(), "[ -f /tmp/.belay-agent.pid ] && kill -KILL -$(cat /tmp/.belay-agent.pid) 2>/dev/null; rm -f /tmp/.belay-agent.pid; true".into()],
+                    working_dir: None,
+                    env: vec![],
+                    timeout: Some(Duration::from_secs(30)),
+                    log_path: self.logs.join("agent-cleanup.log"),
+                    log_limit: None,
+                };
+                let _ = rt.exec(id, &kill, &self.redactor, &NoopObserver).await;
+                result
+            }
+        }
+    }
+
+    /// The `docker exec` that runs the CLI inside the container, in a
+    /// session of its own whose leader's pid is kept for the cleanup.
+    fn docker_exec(
+        &self,
+        rt: &dyn ContainerRuntime,
+        id: &str,
+        workdir: &str,
+        env: &[(String, String)],
+        agent: &CliAgent,
+        prompt: &str,
+    ) -> Result<Launch, AgentError> {
+        let cmd = agent.command(prompt)?;
+        // Values go through the docker client's environment (`-e NAME`),
+        // never its argv.
+        let mut inner: Vec<(String, String)> = vec![
+            ("HOME".into(), "/tmp".into()),
+            ("CODEX_HOME".into(), "/tmp/.codex".into()),
+        ];
+        inner.extend(cmd.env.iter().cloned());
+        inner.extend(env.iter().cloned());
+        let mut stdin_prompt = cmd.stdin.clone();
+        let mut argv: Vec<String> = vec!["docker".into(), "exec".into()];
+        if stdin_prompt.is_some() {
+            argv.push("-i".into());
+        }
+        argv.extend(["-w".into(), workdir.to_string()]);
+        if let Some(u) = rt.exec_user(id) {
+            argv.extend(["-u".into(), u]);
+        }
+        for (k, _) in &inner {
+            argv.push("-e".into());
+            argv.push(k.clone());
+        }
+        argv.push(id.to_string());
+        let redirect = if stdin_prompt.is_some() {
+            ""
+        } else {
+            " < /dev/null"
+        };
+        argv.extend(
+            [
+                "setsid".to_string(),
+                "-w".to_string(),
+                "sh".to_string(),
+                "-c".to_string(),
+                format!("mkdir -p \"${{CODEX_HOME:-/tmp/.codex}}\"; echo $$ > /tmp/.belay-agent.pid; exec \"$@\"{redirect}"),
+                "belay-agent".to_string(),
+            ],
+        );
+        argv.extend(cmd.argv.iter().cloned());
+        let mut host_env = cli::scrubbed_env();
+        for k in [
+            "DOCKER_HOST",
+            "DOCKER_CONFIG",
+            "DOCKER_CERT_PATH",
+            "DOCKER_TLS_VERIFY",
+        ] {
+            if let Ok(v) = std::env::var(k) {
+                host_env.push((k.to_string(), v));
+            }
+        }
+        for (k, v) in &inner {
+            host_env.retain(|(x, _)| x != k);
+            host_env.push((k.clone(), v.clone()));
+        }
+        Ok(Launch {
+            argv,
+            stdin: stdin_prompt.take(),
+            env: host_env,
+            cwd: self.logs.clone(),
+        })
+    }
+}

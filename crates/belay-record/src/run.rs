@@ -1,0 +1,237 @@
+//! [`RunHandle`]: one run of any mode, opened the one way. It owns the run
+//! directory, the kernel lock that keeps a second process out of it, the
+//! typed and atomic state file, the event log, and the run's records in the
+//! user's registry. Every engine opens its runs through it.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{EventSink, Mode, RecordError, Redactor, Registry, RunEnd, RunLock};
+
+/// The file names of a run directory that every mode shares.
+pub const STATE_FILE: &str = "state.json";
+pub const EVENTS_FILE: &str = "events.jsonl";
+pub const LOCK_FILE: &str = "run.lock";
+
+/// Where belay keeps state of its own when nothing else is said:
+/// `$BELAY_STATE_HOME`, `$XDG_STATE_HOME/belay`, or `~/.local/state/belay`.
+pub fn state_home() -> PathBuf {
+    std::env::var_os("BELAY_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("belay")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/belay")))
+        .unwrap_or_else(|| PathBuf::from("/var/lib/belay"))
+}
+
+/// How to open a run.
+pub struct OpenRun<'a> {
+    /// The run directory (for env builds and pipelines,
+    /// `<state dir>/runs/<id>`; an agent run's `--out`).
+    pub dir: PathBuf,
+    pub id: &'a str,
+    pub mode: Mode,
+    /// A short description for `belay runs list`.
+    pub title: Option<&'a str>,
+    /// What every file the run writes must not hold.
+    pub redactor: Redactor,
+    pub registry: Registry,
+}
+
+/// One open run. Dropping it releases the lock; a process killed while it
+/// holds one leaves the run `interrupted` in the registry.
+#[derive(Debug)]
+pub struct RunHandle {
+    id: String,
+    mode: Mode,
+    dir: PathBuf,
+    redactor: Redactor,
+    sink: EventSink,
+    registry: Registry,
+    started: Instant,
+    _lock: RunLock,
+}
+
+impl RunHandle {
+    /// Create the run directory (or reopen it, to resume), take its lock,
+    /// open its event log (a resumed log continues its `seq`), and record the
+    /// run in the registry. A run another process holds is refused with
+    /// [`RecordError::Locked`]. The registry is an index: when it cannot be
+    /// written, the run goes on and the reason is logged.
+    pub fn open(o: OpenRun<'_>) -> Result<RunHandle, RecordError> {
+        crate::run_id::validate(o.id)?;
+        fs_err::create_dir_all(&o.dir)
+            .map_err(|e| RecordError::io("cannot create the run directory", &o.dir, e))?;
+        let lock = RunLock::acquire(&o.dir.join(LOCK_FILE))?;
+        let sink = EventSink::open(&o.dir.join(EVENTS_FILE), o.id, o.mode, o.redactor.clone())?;
+        if let Err(e) = o.registry.started(o.id, o.mode, &o.dir, o.title) {
+            tracing::warn!("run {} is not in the registry: {e}", o.id);
+        }
+        Ok(RunHandle {
+            id: o.id.to_string(),
+            mode: o.mode,
+            dir: o.dir,
+            redactor: o.redactor,
+            sink,
+            registry: o.registry,
+            started: Instant::now(),
+            _lock: lock,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A file of the run.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// Seconds since the run was opened in this process.
+    pub fn elapsed_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// The event log (cloneable, for tasks that emit on their own).
+    pub fn sink(&self) -> &EventSink {
+        &self.sink
+    }
+
+    /// Record one event (`{"kind": …, "data": …}`) from `source`.
+    pub fn emit<E: Serialize>(
+        &self,
+        source: &str,
+        step: Option<&str>,
+        event: &E,
+    ) -> Result<u64, RecordError> {
+        self.sink.emit(source, step, event)
+    }
+
+    /// Write the typed state atomically (a crash leaves the old file or the
+    /// new one, never a torn one), redacted. Its size is the state's, not the
+    /// history's: what grows with the run goes to the event log.
+    pub fn save_state<T: Serialize>(&self, state: &T) -> Result<(), RecordError> {
+        self.write_json(STATE_FILE, state)
+    }
+
+    /// Any other JSON record of the run (a summary), atomic and redacted.
+    pub fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), RecordError> {
+        let path = self.path(name);
+        let mut v = serde_json::to_value(value).map_err(|source| RecordError::Json {
+            path: path.clone(),
+            source,
+        })?;
+        self.redactor.redact_value(&mut v);
+        let text = serde_json::to_string_pretty(&v).map_err(|source| RecordError::Json {
+            path: path.clone(),
+            source,
+        })?;
+        crate::atomic_write(&path, text.as_bytes())
+    }
+
+    /// The typed state of the run in `dir`, or `None` when it has none yet.
+    /// A file that does not parse is an error naming the file and the line.
+    pub fn load_state<T: DeserializeOwned>(dir: &Path) -> Result<Option<T>, RecordError> {
+        let path = dir.join(STATE_FILE);
+        let text = match fs_err::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(RecordError::io("cannot read", &path, e)),
+        };
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| RecordError::BadState {
+                path,
+                line: e.line(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Record the run's end in the registry (the lock goes with the handle).
+    pub fn finish(&self, end: RunEnd) {
+        if let Err(e) = self.registry.ended(&self.id, end) {
+            tracing::warn!("the end of run {} is not in the registry: {e}", self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn open(dir: &Path, reg: &Path, id: &str) -> Result<RunHandle, RecordError> {
+        RunHandle::open(OpenRun {
+            dir: dir.join("runs").join(id),
+            id,
+            mode: Mode::Pipeline,
+            title: Some("t"),
+            redactor: Redactor::new([("TOKEN".to_string(), "s3cr3t-value-1".to_string())]),
+            registry: Registry::at(reg),
+        })
+    }
+
+    #[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct State {
+        step: u32,
+        note: String,
+    }
+
+    #[test]
+    fn one_run_one_holder_typed_state_and_a_continuing_log() {
+        let d = tempfile::tempdir().unwrap();
+        let reg = d.path().join("reg");
+        let h = open(d.path(), &reg, "run-1").unwrap();
+        // A second holder is refused while the first lives.
+        assert!(matches!(
+            open(d.path(), &reg, "run-1"),
+            Err(RecordError::Locked { .. })
+        ));
+        h.save_state(&State {
+            step: 2,
+            note: "saw s3cr3t-value-1".into(),
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(h.path(STATE_FILE)).unwrap();
+        assert!(!text.contains("s3cr3t-value-1"), "{text}");
+        #[derive(Serialize)]
+        struct Ev {
+            kind: &'static str,
+        }
+        assert_eq!(h.emit("engine", None, &Ev { kind: "a" }).unwrap(), 1);
+        let dir = h.dir().to_path_buf();
+        drop(h);
+        let s: State = RunHandle::load_state(&dir).unwrap().unwrap();
+        assert_eq!(s.step, 2);
+        // Reopened (a resume): the lock is free again, the log continues.
+        let h = open(d.path(), &reg, "run-1").unwrap();
+        assert_eq!(h.emit("engine", None, &Ev { kind: "b" }).unwrap(), 2);
+        let e = Registry::at(&reg).find("run-1").unwrap().unwrap();
+        assert_eq!(e.mode, Mode::Pipeline);
+        // A torn state file names itself and its line.
+        std::fs::write(dir.join(STATE_FILE), "{\n\"step\": 2,\n\"note\": ").unwrap();
+        let err = RunHandle::load_state::<State>(&dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("state.json") && err.contains("line 3"),
+            "{err}"
+        );
+        assert!(open(d.path(), &reg, "../escape").is_err());
+    }
+}

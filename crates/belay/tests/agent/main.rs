@@ -1,0 +1,145 @@
+//! `belay agent run` through the one agent service: any program as an agent
+//! (`cmd:`), in a container by default, on the host only when asked. Real
+//! engine, real git, real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../shared/pipeline.rs"]
+#[allow(dead_code)]
+mod common;
+#[path = "../shared/git.rs"]
+#[allow(dead_code)]
+mod git_cli;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use git_cli::init_repo;
+
+struct Ws {
+    tmp: tempfile::TempDir,
+    repo: PathBuf,
+    script: PathBuf,
+}
+
+/// A repository, and outside it an agent script that records where it ran
+/// and what it could do.
+fn ws() -> Ws {
+    common::require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("README"), "hi\n").unwrap();
+    init_repo(&repo);
+    let script = tmp.path().join("my agent.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         { echo \"prompt: $1\"; echo \"host: $(cat /proc/sys/kernel/hostname)\"; } > from-agent.txt\n\
+         touch .git/planted 2>/dev/null && echo git-writable >> from-agent.txt\n\
+         echo \"the answer to $1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Ws { tmp, repo, script }
+}
+
+impl Ws {
+    fn agent(&self, spec: &str, extra: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_belay"))
+            .env("BELAY_STATE_HOME", self.tmp.path().join("registry"))
+            .env_remove("OPENAI_API_KEY")
+            .args([
+                "agent",
+                "run",
+                "--agent",
+                spec,
+                "--prompt",
+                "forty-two",
+                "--repo",
+            ])
+            .arg(&self.repo)
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
+    fn spec(&self) -> String {
+        format!("cmd:'{}' {{prompt}}", self.script.display())
+    }
+
+    fn written(&self) -> String {
+        std::fs::read_to_string(self.repo.join("from-agent.txt")).unwrap_or_default()
+    }
+}
+
+fn events(out_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// By default a `cmd:` agent runs in a container: the workspace is mounted
+/// (its change lands), `.git` is read-only (it cannot commit or plant), the
+/// program is mounted read-only at its own path (a path with a space), and
+/// its run is recorded with one envelope.
+#[test]
+fn a_cmd_agent_runs_in_a_container_by_default() {
+    let w = ws();
+    let out_dir = w.tmp.path().join("out");
+    let o = w.agent(&w.spec(), &["--out", out_dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("the answer to forty-two"),
+        "{err}"
+    );
+    let written = w.written();
+    assert!(written.contains("prompt: forty-two"), "{written}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(
+        !written.contains(&format!("host: {}", host.trim())),
+        "the agent ran on the host: {written}"
+    );
+    assert!(!written.contains("git-writable"), "{written}");
+    assert!(!w.repo.join(".git/planted").exists());
+    let ev = events(&out_dir);
+    assert!(ev.iter().all(|e| e["mode"] == "agent" && e["v"] == 1));
+    assert!(ev.iter().any(|e| e["kind"] == "agent"), "{ev:?}");
+    assert!(ev.iter().any(|e| e["kind"] == "agent_report"), "{ev:?}");
+    // The container is gone.
+    let run_id = ev[0]["run_id"].as_str().unwrap();
+    let left = common::containers_of(run_id);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `--on-host` is the explicit opt-out: the same agent runs on this machine.
+#[test]
+fn on_host_runs_the_agent_here() {
+    let w = ws();
+    let o = w.agent(&w.spec(), &["--on-host"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(w.written().contains(&format!("host: {}", host.trim())));
+}
+
+/// A spec that does not parse exits 2 and says which forms there are.
+#[test]
+fn a_bad_agent_spec_exits_2_with_the_forms() {
+    let w = ws();
+    for bad in ["aider", "codex@", "cmd:", "cmd:'unclosed"] {
+        let o = w.agent(bad, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("cmd:PROGRAM"), "{bad}: {err}");
+    }
+    let o = w.agent("cmd:/no/such/program {prompt}", &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
