@@ -148,7 +148,15 @@ pub struct Manifest {
     pub repairs: u32,
     pub blocks: Vec<Block>,
     pub checkpoints: Vec<Checkpoint>,
+    /// Every execution, in the final manifest. While a build runs the
+    /// manifest is rewritten after each block, so it holds none (the
+    /// rewrites would grow with the build's history); they are appended to
+    /// `executions.jsonl` as they happen, and `complete` is false.
     pub executions: Vec<Execution>,
+    /// Whether this is the manifest of a finished build (with every
+    /// execution) or an interim one.
+    #[serde(default = "complete_default")]
+    pub complete: bool,
     pub started_at: String,
     pub finished_at: Option<String>,
     pub duration_s: f64,
@@ -157,4 +165,8 @@ pub struct Manifest {
     pub belay_version: String,
     pub engine_api_version: Option<String>,
     pub host_trust: bool,
+}
+
+fn complete_default() -> bool {
+    true
 }

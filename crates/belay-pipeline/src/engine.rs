@@ -88,6 +88,8 @@ pub struct RunOptions {
     /// Re-run every `setup:` (ignore the stamps).
     pub refresh: bool,
     pub state_dir: Option<PathBuf>,
+    /// The run registry (default: the user's, `belay_record::state_home`).
+    pub registry: Option<PathBuf>,
 }
 
 /// How a run ended.
@@ -511,7 +513,11 @@ impl<'a> Engine<'a> {
             mode: belay_record::Mode::Pipeline,
             title: Some(&p.name),
             redactor: redactor.clone(),
-            registry: belay_record::Registry::default_location(),
+            registry: opts
+                .registry
+                .as_deref()
+                .map(belay_record::Registry::at)
+                .unwrap_or_else(belay_record::Registry::default_location),
         })?;
         let logs = run.path(LOGS_DIR);
         fs_err::create_dir_all(&logs).map_err(|e| {

@@ -12,3 +12,6 @@ pub mod verdict;
 
 pub use engine::{Engine, Outcome, PipelineError, RunOptions};
 pub use schema::{load, parse, LoadError, Pipeline, Route, Step, StepKind};
+
+#[cfg(test)]
+mod fake_tests;

@@ -20,6 +20,8 @@ pub mod bootstrap;
 mod docker;
 pub mod egress;
 mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod firewall;
 pub mod hostfs;
 pub mod infra;

@@ -303,18 +303,34 @@ pub async fn build(
     })
 }
 
+/// The previous manifest of a run, with its executions: an interim one (a
+/// killed build) has them in `executions.jsonl` (whole lines only: a line
+/// torn by the kill is skipped).
 fn read_manifest(dir: &RunDir) -> Result<Option<Manifest>, EnvError> {
     let p = dir.manifest();
-    match std::fs::read_to_string(&p) {
-        Ok(t) => serde_json::from_str(&t)
-            .map(Some)
-            .map_err(|e| EnvError::BadState {
-                path: p,
-                message: format!("{e}; move the run directory away or pick another --run-id"),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(EnvError::io("cannot read", p, e)),
+    let mut m: Manifest = match fs_err::read_to_string(&p) {
+        Ok(t) => serde_json::from_str(&t).map_err(|e| EnvError::BadState {
+            path: p.clone(),
+            message: format!(
+                "line {}: {e}; move the run directory away or pick another --run-id",
+                e.line()
+            ),
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(EnvError::io("cannot read", p, e)),
+    };
+    if !m.complete {
+        let log = dir.executions();
+        m.executions = match fs_err::read_to_string(&log) {
+            Ok(t) => t
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(EnvError::io("cannot read", log, e)),
+        };
     }
+    Ok(Some(m))
 }
 
 fn read_blocks(dir: &RunDir) -> Result<Option<Vec<Block>>, EnvError> {
@@ -385,6 +401,7 @@ fn new_manifest(
         blocks: vec![],
         checkpoints: previous.map(|p| p.checkpoints.clone()).unwrap_or_default(),
         executions: previous.map(|p| p.executions.clone()).unwrap_or_default(),
+        complete: false,
         started_at: previous
             .map(|p| p.started_at.clone())
             .unwrap_or_else(belay_record::now_rfc3339),
@@ -549,10 +566,26 @@ impl Run<'_> {
         write_redacted_json(&self.dir.llm_usage(), &v, &self.redactor)
     }
 
+    /// The interim manifest: everything but the executions (appended to
+    /// `executions.jsonl` as they happen) and the blocks (each in
+    /// `blocks/<id>.json`), so that rewriting it after every block does not
+    /// grow with the build.
     pub(crate) fn save(&mut self) -> Result<(), EnvError> {
         self.manifest.duration_s = round3(self.started.elapsed().as_secs_f64());
-        write_redacted_json(&self.dir.manifest(), &self.manifest, &self.redactor)?;
-        Ok(())
+        let executions = std::mem::take(&mut self.manifest.executions);
+        let blocks = std::mem::take(&mut self.manifest.blocks);
+        self.manifest.complete = false;
+        let r = write_redacted_json(&self.dir.manifest(), &self.manifest, &self.redactor);
+        self.manifest.executions = executions;
+        self.manifest.blocks = blocks;
+        r
+    }
+
+    /// The final manifest, with every execution, written once.
+    fn save_final(&mut self) -> Result<(), EnvError> {
+        self.manifest.duration_s = round3(self.started.elapsed().as_secs_f64());
+        self.manifest.complete = true;
+        write_redacted_json(&self.dir.manifest(), &self.manifest, &self.redactor)
     }
 
     /// Write a block's state (`blocks/<id>.json`).
@@ -1437,6 +1470,7 @@ impl Run<'_> {
             self.ensure_container(&current).await?;
             blocks[i].status = BlockStatus::Running;
             blocks[i].cached = false;
+            self.save_block(&blocks[i])?;
             self.manifest.blocks = blocks.clone();
             self.save()?;
             self.obs.event(&BuildEvent::BlockStarted {
@@ -1510,6 +1544,9 @@ impl Run<'_> {
                             for b in blocks.iter_mut().take(i + 1).skip(j) {
                                 b.status = BlockStatus::Planned;
                                 b.cached = false;
+                            }
+                            for b in blocks.iter().take(i + 1).skip(j) {
+                                self.save_block(b)?;
                             }
                             self.manifest.blocks = blocks.clone();
                             self.save()?;
@@ -1927,7 +1964,7 @@ impl Run<'_> {
         .into();
         self.manifest.finished_at = Some(belay_record::now_rfc3339());
         self.write_llm_usage()?;
-        self.save()?;
+        self.save_final()?;
         self.obs.event(&BuildEvent::Finished {
             ok: self.manifest.ok,
             final_image: self.manifest.final_image.clone(),

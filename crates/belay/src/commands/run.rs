@@ -33,6 +33,7 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
         max_attempts: a.max_attempts,
         refresh: a.refresh,
         state_dir: a.state_dir.clone(),
+        registry: None,
     };
     let engine = Engine::start(&p, rt, &opts).await?;
     out.note(&format!(

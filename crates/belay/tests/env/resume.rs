@@ -25,8 +25,9 @@ fn kill_9_mid_build_then_rerun_completes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let manifest_path = state.path().join("runs").join(&run).join("manifest.json");
-    // Wait until two blocks are checkpointed and a third is running.
+    let blocks_dir = state.path().join("runs").join(&run).join("blocks");
+    // Wait until two blocks are checkpointed and a third is running (while a
+    // build runs, each block's state is in blocks/<id>.json).
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         assert!(
@@ -36,14 +37,17 @@ fn kill_9_mid_build_then_rerun_completes() {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("belay exited ({status}) before it could be killed");
         }
-        if let Ok(text) = std::fs::read_to_string(&manifest_path) {
-            if let Ok(m) = serde_json::from_str::<serde_json::Value>(&text) {
-                let blocks = m["blocks"].as_array().cloned().unwrap_or_default();
-                let done = blocks.iter().filter(|b| b["status"] == "succeeded").count();
-                if done >= 2 && blocks.iter().any(|b| b["status"] == "running") {
-                    break;
-                }
-            }
+        let blocks: Vec<serde_json::Value> = std::fs::read_dir(&blocks_dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .filter_map(|t| serde_json::from_str(&t).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let done = blocks.iter().filter(|b| b["status"] == "succeeded").count();
+        if done >= 2 && blocks.iter().any(|b| b["status"] == "running") {
+            break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -59,6 +63,9 @@ fn kill_9_mid_build_then_rerun_completes() {
         killed["status"], "running",
         "the manifest of a killed run still says running"
     );
+    // An interim manifest: its executions are in executions.jsonl.
+    assert_eq!(killed["complete"], false);
+    assert_eq!(killed["executions"].as_array().map(Vec::len), Some(0));
 
     let mut again = belay();
     again
