@@ -63,7 +63,7 @@ fn host_node() -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join("node"))
         .find(|p| p.is_file())
-        .and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| fs_err::canonicalize(p).ok())
 }
 
 /// The program a CLI spec runs: the pinned CLI under [`agents_dir`] in a
@@ -79,13 +79,13 @@ pub fn program_of(spec: &AgentSpec, in_container: bool) -> Result<String, AgentE
         AgentKind::Command { program, .. } => {
             let p = PathBuf::from(program);
             let found = if p.components().count() > 1 {
-                std::fs::canonicalize(&p).ok()
+                fs_err::canonicalize(&p).ok()
             } else {
                 std::env::var_os("PATH").and_then(|path| {
                     std::env::split_paths(&path)
                         .map(|d| d.join(&p))
                         .find(|c| c.is_file())
-                        .and_then(|c| std::fs::canonicalize(c).ok())
+                        .and_then(|c| fs_err::canonicalize(c).ok())
                 })
             };
             return found.map(|f| f.display().to_string()).ok_or_else(|| {

@@ -111,7 +111,7 @@ fn shell_quote(s: &str) -> String {
 impl Workspace for ContainerWorkspace {
     async fn run(&self, command: &str, timeout: Duration) -> Result<CommandOutput, String> {
         let n = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        std::fs::create_dir_all(&self.log_dir)
+        fs_err::create_dir_all(&self.log_dir)
             .map_err(|e| format!("cannot create {}: {e}", self.log_dir.display()))?;
         let log_path = self.log_dir.join(format!("tool-{n:04}.log"));
         let spec = ExecSpec {

@@ -126,7 +126,7 @@ pub struct NativeFacts {
 
 /// Analyse the repository at `repo`.
 pub fn analyze(repo: &Path) -> Result<RepoContext, EnvError> {
-    let meta = std::fs::metadata(repo).map_err(|e| EnvError::RepoMissing {
+    let meta = fs_err::metadata(repo).map_err(|e| EnvError::RepoMissing {
         path: repo.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -245,7 +245,7 @@ impl Files {
         self.root.join(rel).exists()
     }
     fn read(&self, rel: &str) -> Option<String> {
-        std::fs::read_to_string(self.root.join(rel)).ok()
+        fs_err::read_to_string(self.root.join(rel)).ok()
     }
     fn markers(&self) -> Vec<String> {
         MARKERS
@@ -259,7 +259,7 @@ impl Files {
         let mut out = Vec::new();
         let mut stack = vec![(self.root.clone(), 0usize)];
         while let Some((dir, depth)) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&dir) else {
+            let Ok(rd) = fs_err::read_dir(&dir) else {
                 continue;
             };
             for e in rd.flatten() {

@@ -292,7 +292,7 @@ pub async fn build_projects(
     opts: &BatchOptions,
     obs: &dyn BatchObserver,
 ) -> Result<BatchSummary, EnvError> {
-    let text = std::fs::read_to_string(&opts.projects_file).map_err(|e| {
+    let text = fs_err::read_to_string(&opts.projects_file).map_err(|e| {
         EnvError::Usage(format!(
             "cannot read the projects file {}: {e}. Pass --projects-file with one project per line",
             opts.projects_file.display()
@@ -336,7 +336,7 @@ pub async fn build_projects(
         .take(opts.limit.unwrap_or(usize::MAX))
         .collect();
 
-    std::fs::create_dir_all(&opts.projects_dir).map_err(|e| EnvError::StateDir {
+    fs_err::create_dir_all(&opts.projects_dir).map_err(|e| EnvError::StateDir {
         path: opts.projects_dir.clone(),
         reason: e.to_string(),
     })?;
@@ -380,7 +380,7 @@ pub async fn build_projects(
             }
         }
         if let Some(m) = &result.manifest {
-            if let Ok(t) = std::fs::read_to_string(m) {
+            if let Ok(t) = fs_err::read_to_string(m) {
                 if let Ok(man) = serde_json::from_str::<Manifest>(&t) {
                     usage_log.append(
                         &serde_json::json!({"project": result.name, "run_id": result.run_id, "ablation_mode": man.ablation_mode, "ok": man.ok, "llm_usage": man.llm_usage}),
@@ -469,7 +469,7 @@ async fn run_project(
     };
     let manifest_path = state_dir.join("runs").join(&run_id).join("manifest.json");
     if opts.skip_existing_success {
-        if let Ok(t) = std::fs::read_to_string(&manifest_path) {
+        if let Ok(t) = fs_err::read_to_string(&manifest_path) {
             if let Ok(m) = serde_json::from_str::<Manifest>(&t) {
                 // Only a success of the same ablation mode counts.
                 if m.ok && m.ablation_mode == opts.build.ablation.as_str() {
@@ -572,7 +572,7 @@ fn clear_checkout(projects_dir: &Path, name: &str, dir: &Path) -> Result<(), Str
             dir.display()
         ));
     }
-    std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))
+    fs_err::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))
 }
 
 fn secs(t0: Instant) -> f64 {
@@ -602,10 +602,10 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
     clear_checkout(pd, &p.name, dir)?;
     let mark = marker(pd, &p.name);
     if let Some(parent) = mark.parent() {
-        std::fs::create_dir_all(parent)
+        fs_err::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
-    std::fs::write(&mark, p.display_source())
+    fs_err::write(&mark, p.display_source())
         .map_err(|e| format!("cannot write {}: {e}", mark.display()))?;
     match &p.source {
         Source::Local(src) if p.reference.is_some() => {
@@ -650,14 +650,14 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
         if let Some(o) = &opts.oracles_dir {
             let target = o.join(&p.name).join(".github");
             if target.exists() {
-                std::fs::remove_dir_all(&target)
+                fs_err::remove_dir_all(&target)
                     .map_err(|e| format!("cannot clear {}: {e}", target.display()))?;
             }
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)
+                fs_err::create_dir_all(parent)
                     .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
             }
-            std::fs::rename(&github, &target).map_err(|e| {
+            fs_err::rename(&github, &target).map_err(|e| {
                 format!(
                     "cannot quarantine {} into {}: {e}",
                     github.display(),

@@ -77,7 +77,7 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
     while let Some(rel) = stack.pop() {
         let abs = root.join(&rel);
         let meta =
-            std::fs::symlink_metadata(&abs).map_err(|e| EnvError::io("cannot read", &abs, e))?;
+            fs_err::symlink_metadata(&abs).map_err(|e| EnvError::io("cannot read", &abs, e))?;
         h.update(rel.to_string_lossy().as_bytes());
         h.update([0]);
         #[cfg(unix)]
@@ -87,10 +87,10 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
         }
         if meta.file_type().is_symlink() {
             let t =
-                std::fs::read_link(&abs).map_err(|e| EnvError::io("cannot read link", &abs, e))?;
+                fs_err::read_link(&abs).map_err(|e| EnvError::io("cannot read link", &abs, e))?;
             h.update(t.to_string_lossy().as_bytes());
         } else if meta.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(&abs)
+            let mut entries: Vec<PathBuf> = fs_err::read_dir(&abs)
                 .map_err(|e| EnvError::io("cannot list", &abs, e))?
                 .filter_map(|e| e.ok())
                 .map(|e| rel.join(e.file_name()))

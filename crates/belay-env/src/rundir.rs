@@ -29,17 +29,17 @@ impl RunDir {
             self.scripts_dir(),
             self.logs_dir(),
         ] {
-            std::fs::create_dir_all(&d).map_err(|e| EnvError::StateDir {
+            fs_err::create_dir_all(&d).map_err(|e| EnvError::StateDir {
                 path: self.state_dir.clone(),
                 reason: format!("cannot create {}: {e}", d.display()),
             })?;
         }
         let probe = self.root.join(".write-test");
-        std::fs::write(&probe, b"ok").map_err(|e| EnvError::StateDir {
+        fs_err::write(&probe, b"ok").map_err(|e| EnvError::StateDir {
             path: self.state_dir.clone(),
             reason: format!("cannot write in {}: {e}", self.root.display()),
         })?;
-        let _ = std::fs::remove_file(probe);
+        let _ = fs_err::remove_file(probe);
         Ok(())
     }
 

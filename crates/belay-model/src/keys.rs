@@ -73,7 +73,7 @@ pub struct Settings {
 impl Settings {
     /// Read `dir/.env` if there is one.
     pub fn load(dir: &Path) -> Self {
-        let dotenv = std::fs::read_to_string(dir.join(".env"))
+        let dotenv = fs_err::read_to_string(dir.join(".env"))
             .map(|t| parse_dotenv(&t))
             .unwrap_or_default();
         Settings { dotenv }

@@ -199,7 +199,7 @@ pub fn parse_script(text: &str, origin: &str) -> Result<Script, ReplayError> {
 }
 
 pub fn load_script(path: &Path) -> Result<Script, ReplayError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+    let text = fs_err::read_to_string(path).map_err(|source| ReplayError::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -225,8 +225,8 @@ pub struct LoggedRequest {
 
 /// Read a request log.
 pub fn read_log(path: &Path) -> Result<Vec<LoggedRequest>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text =
+        fs_err::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     text.lines()
         .enumerate()
         .map(|(i, l)| {

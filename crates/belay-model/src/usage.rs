@@ -79,7 +79,7 @@ impl PriceTable {
 
     /// Read a TOML price table; its entries override the built-in ones.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
+        let text = fs_err::read_to_string(path)
             .map_err(|e| format!("cannot read the price table {}: {e}", path.display()))?;
         let t: PriceTable = toml::from_str(&text)
             .map_err(|e| format!("{}: not a price table: {e}", path.display()))?;
@@ -188,7 +188,7 @@ impl UsageLedger {
         // A resumed run continues its own counts.
         let previous: Option<UsageReport> = path
             .as_ref()
-            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|p| fs_err::read(p).ok())
             .and_then(|b| serde_json::from_slice(&b).ok());
         let latencies: Vec<f64> = previous
             .as_ref()

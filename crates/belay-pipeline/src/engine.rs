@@ -117,7 +117,7 @@ pub fn state_dir_for(p: &Pipeline, cli: Option<&Path>) -> PathBuf {
     if let Some(d) = &p.state_dir {
         return p.dir.join(d);
     }
-    let canon = std::fs::canonicalize(&p.path).unwrap_or_else(|_| p.path.clone());
+    let canon = fs_err::canonicalize(&p.path).unwrap_or_else(|_| p.path.clone());
     let h = hex::encode(Sha256::digest(canon.to_string_lossy().as_bytes()));
     belay_record::state_home()
         .join("pipelines")
@@ -171,7 +171,7 @@ pub fn resolve_secrets(p: &Pipeline) -> Result<BTreeMap<String, String>, Pipelin
 /// `agents_dir` and `additional_files`.
 pub fn tooling_paths(p: &Pipeline, git_root: &Path) -> Vec<String> {
     let rel = |x: &Path| -> Option<String> {
-        let abs = std::fs::canonicalize(x).unwrap_or_else(|_| x.to_path_buf());
+        let abs = fs_err::canonicalize(x).unwrap_or_else(|_| x.to_path_buf());
         abs.strip_prefix(git_root)
             .ok()
             .map(|r| r.to_string_lossy().into_owned())
@@ -194,7 +194,7 @@ pub fn tooling_paths(p: &Pipeline, git_root: &Path) -> Vec<String> {
 
 /// The `.env*` ban: such files in the workspace root refuse the run.
 pub fn env_files(root: &Path) -> Vec<String> {
-    let mut hits: Vec<String> = std::fs::read_dir(root)
+    let mut hits: Vec<String> = fs_err::read_dir(root)
         .map(|rd| {
             rd.flatten()
                 .filter_map(|e| e.file_name().to_str().map(String::from))
@@ -207,7 +207,7 @@ pub fn env_files(root: &Path) -> Vec<String> {
 }
 
 fn hash_file(path: &Path) -> Result<String, PipelineError> {
-    let bytes = std::fs::read(path).map_err(|e| {
+    let bytes = fs_err::read(path).map_err(|e| {
         PipelineError::Config(format!(
             "cannot read {}: {e}; check the path and its permissions",
             path.display()
@@ -251,7 +251,7 @@ fn parse_size(s: &str) -> Option<u64> {
 
 /// This process's peak resident memory (VmHWM), in bytes.
 fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let status = fs_err::read_to_string("/proc/self/status").ok()?;
     let kb: u64 = status
         .lines()
         .find(|l| l.starts_with("VmHWM:"))?
@@ -340,7 +340,7 @@ async fn host_checks(
 ) -> Result<(Git, bool, BTreeMap<String, String>), PipelineError> {
     let git = Git::open(&p.dir, &state_dir.join("no-hooks")).await?;
     let root = git.root().to_path_buf();
-    if let Ok(sd) = std::fs::canonicalize(state_dir) {
+    if let Ok(sd) = fs_err::canonicalize(state_dir) {
         if sd.starts_with(&root) {
             return Err(PipelineError::Config(format!(
                 "the state directory {} is inside the workspace {}, where steps could change it: set `state_dir` (or --state-dir) outside",
@@ -423,7 +423,7 @@ impl<'a> Engine<'a> {
         opts: &RunOptions,
     ) -> Result<Engine<'a>, PipelineError> {
         let state_dir = state_dir_for(p, opts.state_dir.as_deref());
-        std::fs::create_dir_all(&state_dir).map_err(|e| {
+        fs_err::create_dir_all(&state_dir).map_err(|e| {
             PipelineError::Config(format!(
                 "cannot create the state directory {}: {e}",
                 state_dir.display()
@@ -1165,7 +1165,7 @@ impl<'a> Engine<'a> {
                 .clone()
                 .unwrap_or_else(|| sanitize(c.path.trim_start_matches('/')));
             let host = self.state_dir.join("caches").join(name);
-            std::fs::create_dir_all(&host).map_err(|e| {
+            fs_err::create_dir_all(&host).map_err(|e| {
                 PipelineError::Config(format!(
                     "cannot create the cache {}: {e}; check that the state directory is writable",
                     host.display()
@@ -1378,7 +1378,7 @@ impl<'a> Engine<'a> {
                 missing_deps: vec![],
             }));
         }
-        std::fs::create_dir_all(stamp.parent().unwrap_or(&self.state_dir))
+        fs_err::create_dir_all(stamp.parent().unwrap_or(&self.state_dir))
             .map_err(|e| PipelineError::Config(e.to_string()))?;
         belay_record::atomic_write(&stamp, setup.as_bytes())?;
         Ok(None)
@@ -1503,8 +1503,7 @@ impl<'a> Engine<'a> {
             DepsPolicy::Open => s.push_str("You may add dependencies as exact pins in the project's manifest; never run a package manager's `add` command.\n"),
         }
         let root = self.git.root();
-        let pipeline_dir =
-            std::fs::canonicalize(&self.p.dir).unwrap_or_else(|_| self.p.dir.clone());
+        let pipeline_dir = fs_err::canonicalize(&self.p.dir).unwrap_or_else(|_| self.p.dir.clone());
         let prefix = pipeline_dir
             .strip_prefix(root)
             .map(Path::to_path_buf)
@@ -1833,7 +1832,7 @@ fn read_tail(path: &Path, max: u64) -> Option<String> {
 /// link, no FIFO, regular file), at most 1 MiB; outside it, plainly.
 fn read_policy(path: &Path, root: &Path) -> Result<String, String> {
     const MAX: u64 = 1 << 20;
-    let abs = std::fs::canonicalize(path.parent().unwrap_or(path))
+    let abs = fs_err::canonicalize(path.parent().unwrap_or(path))
         .map(|d| d.join(path.file_name().unwrap_or_default()))
         .unwrap_or_else(|_| path.to_path_buf());
     let bytes = match abs.strip_prefix(root) {

@@ -365,7 +365,7 @@ pub fn load(path: &Path) -> Result<Pipeline, LoadError> {
         column,
         message,
     };
-    let text = std::fs::read_to_string(path)
+    let text = fs_err::read_to_string(path)
         .map_err(|e| err(0, 0, format!("cannot read the pipeline file: {e}")))?;
     parse(&text, path)
 }
@@ -637,7 +637,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
 
 /// Read an agent file: YAML front matter between `---` lines, then the prompt.
 pub fn load_agent(file: &Path, name: &str) -> Result<AgentDef, String> {
-    let text = std::fs::read_to_string(file)
+    let text = fs_err::read_to_string(file)
         .map_err(|e| format!("agent `{name}`: cannot read {}: {e}", file.display()))?;
     let rest = text.strip_prefix("---\n").ok_or_else(|| {
         format!(

@@ -30,7 +30,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
             .map_err(|e| RecordError::io("cannot write", &tmp, e))?;
         f.sync_all()
             .map_err(|e| RecordError::io("cannot sync", &tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| RecordError::io("cannot replace", path, e))?;
+        fs_err::rename(&tmp, path).map_err(|e| RecordError::io("cannot replace", path, e))?;
         // Make the rename itself durable. Not every filesystem allows fsync on a
         // directory; the rename is still atomic there, so that error is ignored.
         if let Ok(d) = File::open(dir) {
@@ -39,7 +39,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
         Ok(())
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = fs_err::remove_file(&tmp);
     }
     result
 }

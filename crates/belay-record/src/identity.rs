@@ -36,7 +36,7 @@ impl ProcessIdentity {
 }
 
 fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+    fs_err::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .map(|s| s.trim().to_string())
 }
@@ -44,7 +44,7 @@ fn boot_id() -> Option<String> {
 /// Field 22 of /proc/<pid>/stat. The command name (field 2) may hold spaces and
 /// parentheses, so parsing starts after its last ')'.
 fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = fs_err::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_start_ticks(&stat)
 }
 

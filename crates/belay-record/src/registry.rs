@@ -181,7 +181,7 @@ impl Registry {
         dir: &Path,
         title: Option<&str>,
     ) -> Result<(), RecordError> {
-        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let dir = fs_err::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
         self.append(&Record::Start {
             run_id: run_id.into(),
             mode,

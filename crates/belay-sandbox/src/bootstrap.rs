@@ -115,14 +115,14 @@ pub fn host_sources(root: &Path, suite: &str) -> Vec<AptSource> {
 pub fn all_host_sources(root: &Path) -> Vec<AptSource> {
     let mut all = Vec::new();
     let apt = root.join("etc/apt");
-    if let Ok(t) = std::fs::read_to_string(apt.join("sources.list")) {
+    if let Ok(t) = fs_err::read_to_string(apt.join("sources.list")) {
         all.extend(parse_one_line(&t));
     }
-    if let Ok(rd) = std::fs::read_dir(apt.join("sources.list.d")) {
+    if let Ok(rd) = fs_err::read_dir(apt.join("sources.list.d")) {
         let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         files.sort();
         for f in files {
-            let Ok(t) = std::fs::read_to_string(&f) else {
+            let Ok(t) = fs_err::read_to_string(&f) else {
                 continue;
             };
             match f.extension().and_then(|e| e.to_str()) {
@@ -211,7 +211,7 @@ pub async fn debootstrap(
         .await
         .map_err(|e| SandboxError::io("cannot run debootstrap for", dir, e))?;
     if !status.success() {
-        let tail = std::fs::read_to_string(log)
+        let tail = fs_err::read_to_string(log)
             .unwrap_or_default()
             .lines()
             .rev()

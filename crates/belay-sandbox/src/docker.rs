@@ -27,7 +27,7 @@ pub const DEFAULT_PIDS: i64 = 4096;
 /// The default memory limit of a container: 8 GiB, or three quarters of the
 /// machine's memory when that is less.
 pub fn default_memory() -> i64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
+    let total = fs_err::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
             m.lines()
@@ -558,7 +558,7 @@ impl ContainerRuntime for DockerRuntime {
         let out = self
             .exec(container, &spec, &Redactor::default(), &crate::NoopObserver)
             .await?;
-        let _ = std::fs::remove_file(&spec.log_path);
+        let _ = fs_err::remove_file(&spec.log_path);
         if !out.success() {
             return Err(SandboxError::Docker {
                 op: "end a step's processes",

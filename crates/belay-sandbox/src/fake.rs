@@ -221,9 +221,9 @@ impl ContainerRuntime for FakeRuntime {
                 let out = redactor.redact(&out).into_owned();
                 observer.output(StreamKind::Stdout, out.as_bytes());
                 if let Some(dir) = spec.log_path.parent() {
-                    let _ = std::fs::create_dir_all(dir);
+                    let _ = fs_err::create_dir_all(dir);
                 }
-                let _ = std::fs::write(&spec.log_path, &out);
+                let _ = fs_err::write(&spec.log_path, &out);
                 Ok(ExecOutcome {
                     exit_code: code,
                     log_bytes: out.len() as u64,

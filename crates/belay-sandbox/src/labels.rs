@@ -21,7 +21,7 @@ pub fn machine_id() -> String {
         "/var/lib/dbus/machine-id",
         "/etc/hostname",
     ] {
-        if let Ok(s) = std::fs::read_to_string(p) {
+        if let Ok(s) = fs_err::read_to_string(p) {
             let s = s.trim();
             if !s.is_empty() {
                 return s.to_string();

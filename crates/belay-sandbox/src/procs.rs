@@ -42,7 +42,7 @@ pub struct Swept {
 /// The child of `pid` that started first: a container's main process, which
 /// its init starts before any exec, so no later process can claim it.
 fn oldest_child(pid: u32) -> Option<ProcessIdentity> {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    let children = fs_err::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
     children
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
@@ -51,7 +51,7 @@ fn oldest_child(pid: u32) -> Option<ProcessIdentity> {
 }
 
 fn ns_of(pid: u32) -> Option<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+    fs_err::read_link(format!("/proc/{pid}/ns/pid")).ok()
 }
 
 impl ContainerProcs {
@@ -83,7 +83,7 @@ impl ContainerProcs {
 
     /// The pids in the container's namespace that are not its own.
     fn strays(&self) -> Vec<u32> {
-        let Ok(rd) = std::fs::read_dir("/proc") else {
+        let Ok(rd) = fs_err::read_dir("/proc") else {
             return Vec::new();
         };
         rd.flatten()
@@ -136,7 +136,7 @@ impl ContainerProcs {
 }
 
 fn empty_dir(dir: &Path) -> Result<(), String> {
-    let rd = match std::fs::read_dir(dir) {
+    let rd = match fs_err::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
@@ -146,9 +146,9 @@ fn empty_dir(dir: &Path) -> Result<(), String> {
         let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
         let r = if is_dir {
             // std's remove_dir_all does not follow links.
-            std::fs::remove_dir_all(&p)
+            fs_err::remove_dir_all(&p)
         } else {
-            std::fs::remove_file(&p)
+            fs_err::remove_file(&p)
         };
         if let Err(e) = r {
             if e.kind() != std::io::ErrorKind::NotFound {

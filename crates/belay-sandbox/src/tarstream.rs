@@ -36,7 +36,7 @@ pub struct DockerIgnore {
 impl DockerIgnore {
     /// Read `<context>/.dockerignore`, if there is one.
     pub fn read(context: &Path) -> Option<Self> {
-        let text = std::fs::read_to_string(context.join(".dockerignore")).ok()?;
+        let text = fs_err::read_to_string(context.join(".dockerignore")).ok()?;
         Some(Self::parse(&text))
     }
 
@@ -172,8 +172,8 @@ fn write_tar(
         } else {
             Path::new(prefix).join(&rel)
         };
-        let meta = std::fs::symlink_metadata(&abs)
-            .map_err(|e| SandboxError::io("cannot read", &abs, e))?;
+        let meta =
+            fs_err::symlink_metadata(&abs).map_err(|e| SandboxError::io("cannot read", &abs, e))?;
         // With an empty prefix (a build context) the root itself has no entry.
         if !name.as_os_str().is_empty() {
             builder
@@ -182,7 +182,7 @@ fn write_tar(
             count += 1;
         }
         if meta.is_dir() {
-            let mut entries: Vec<_> = std::fs::read_dir(&abs)
+            let mut entries: Vec<_> = fs_err::read_dir(&abs)
                 .map_err(|e| SandboxError::io("cannot list", &abs, e))?
                 .filter_map(|e| e.ok())
                 .map(|e| rel.join(e.file_name()))

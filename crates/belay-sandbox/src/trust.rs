@@ -65,7 +65,7 @@ impl HostTrust {
         candidates.extend(HOST_BUNDLES.iter().map(PathBuf::from));
         let mut t = Self::default();
         for c in candidates {
-            if let Ok(bytes) = std::fs::read(&c) {
+            if let Ok(bytes) = fs_err::read(&c) {
                 if !bytes.is_empty() {
                     t.ca_source = Some(c);
                     t.ca_bundle = Some(bytes);

@@ -93,7 +93,7 @@ struct Stage {
 
 impl Drop for Stage {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = fs_err::remove_dir_all(&self.dir);
     }
 }
 

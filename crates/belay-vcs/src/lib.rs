@@ -392,10 +392,10 @@ impl Git {
             .iter()
             .map(|name| {
                 let p = self.git_dir.join(name);
-                let v = match std::fs::symlink_metadata(&p) {
+                let v = match fs_err::symlink_metadata(&p) {
                     Err(_) => "absent".to_string(),
                     Ok(m) if !m.is_file() => "not a regular file".to_string(),
-                    Ok(_) => std::fs::read(&p)
+                    Ok(_) => fs_err::read(&p)
                         .map(|b| hex::encode(sha2::Sha256::digest(&b)))
                         .unwrap_or_else(|_| "unreadable".into()),
                 };
@@ -416,7 +416,7 @@ impl Git {
         for (name, was) in before {
             if now.get(name) != Some(was) {
                 if was == "absent" {
-                    let _ = std::fs::remove_file(self.git_dir.join(name));
+                    let _ = fs_err::remove_file(self.git_dir.join(name));
                 }
                 changed.push(name.clone());
             }

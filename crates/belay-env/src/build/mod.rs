@@ -336,14 +336,14 @@ fn read_manifest(dir: &RunDir) -> Result<Option<Manifest>, EnvError> {
 fn read_blocks(dir: &RunDir) -> Result<Option<Vec<Block>>, EnvError> {
     let d = dir.blocks_dir();
     let mut blocks = Vec::new();
-    let rd = match std::fs::read_dir(&d) {
+    let rd = match fs_err::read_dir(&d) {
         Ok(rd) => rd,
         Err(_) => return Ok(None),
     };
     for e in rd.flatten() {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "json") {
-            let t = std::fs::read_to_string(&p).map_err(|e| EnvError::io("cannot read", &p, e))?;
+            let t = fs_err::read_to_string(&p).map_err(|e| EnvError::io("cannot read", &p, e))?;
             let b: Block = serde_json::from_str(&t).map_err(|e| EnvError::BadState {
                 path: p.clone(),
                 message: format!("not a block file: {e}"),
@@ -1182,7 +1182,7 @@ impl Run<'_> {
         let cache_file = preflight_cache_dir(&self.dir.state_dir)
             .join(format!("preflight-{}.json", base_id.replace(':', "-")));
         if self.opts.cache {
-            if let Ok(t) = std::fs::read_to_string(&cache_file) {
+            if let Ok(t) = fs_err::read_to_string(&cache_file) {
                 if let Ok(n) = serde_json::from_str::<RuntimeNotes>(&t) {
                     return Ok(n);
                 }
@@ -1191,7 +1191,7 @@ impl Run<'_> {
         self.ensure_container(image).await?;
         let n = self.preflight().await?;
         if let Some(d) = cache_file.parent() {
-            if std::fs::create_dir_all(d).is_ok() {
+            if fs_err::create_dir_all(d).is_ok() {
                 let _ = write_json_atomic(&cache_file, &n);
             }
         }
@@ -1217,7 +1217,7 @@ impl Run<'_> {
                 log.display()
             )));
         }
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = fs_err::read_to_string(&log).unwrap_or_default();
         Ok(RuntimeNotes::parse(&text))
     }
 
@@ -1924,7 +1924,7 @@ impl Run<'_> {
             })?;
             if out.success() {
                 if let Some(d) = pass_file.parent() {
-                    if std::fs::create_dir_all(d).is_ok() {
+                    if fs_err::create_dir_all(d).is_ok() {
                         let _ = belay_record::atomic_write(
                             &pass_file,
                             format!("{}\n", log_path.display()).as_bytes(),
@@ -2032,7 +2032,7 @@ fn oracle_cache_file(state_dir: &Path, image_id: &str, command: &str) -> PathBuf
 }
 
 fn read_context(dir: &RunDir) -> Option<RepoContext> {
-    let t = std::fs::read_to_string(dir.context()).ok()?;
+    let t = fs_err::read_to_string(dir.context()).ok()?;
     serde_json::from_str(&t).ok()
 }
 

@@ -34,7 +34,7 @@ async fn interruptible<T>(
 }
 
 pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
-    let repo = std::fs::canonicalize(&a.repo).map_err(|e| {
+    let repo = fs_err::canonicalize(&a.repo).map_err(|e| {
         usage(format!(
             "--repo {}: {e}. Pass an existing directory",
             a.repo.display()
@@ -62,7 +62,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             out.display()
         ))
     })?;
-    if let Ok(o) = std::fs::canonicalize(&out) {
+    if let Ok(o) = fs_err::canonicalize(&out) {
         if o.starts_with(&repo) {
             return Err(usage(format!(
                 "--out {} is inside the repository, which the agent can write: its records would be the agent's to change. Pass --out outside {}",

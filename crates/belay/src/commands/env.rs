@@ -25,7 +25,7 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| ctx.repo_path.join(".belay").join("plan"));
     for d in [out.join("blocks"), out.join("scripts")] {
-        std::fs::create_dir_all(&d).map_err(|e| {
+        fs_err::create_dir_all(&d).map_err(|e| {
             usage(format!(
                 "cannot create {}: {e}. Pass --out with a writable directory",
                 d.display()
@@ -285,7 +285,7 @@ pub async fn shell(p: &Printer, a: ShellArgs) -> Result<u8, Failure> {
         )
         .await;
     let _ = rt.remove(&cid).await;
-    let _ = std::fs::remove_file(&log);
+    let _ = fs_err::remove_file(&log);
     let out = res?;
     Ok(out.exit_code.clamp(0, 255) as u8)
 }

@@ -34,7 +34,7 @@ pub async fn bootstrap(p: &Printer, a: BootstrapArgs) -> Result<u8, Failure> {
     };
     let work = std::env::temp_dir().join(format!("belay-bootstrap-{}", std::process::id()));
     let rootfs = work.join("rootfs");
-    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    fs_err::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let log = work.join("debootstrap.log");
     p.note(&format!(
         "debootstrap {} from {mirror} (log: {})",
@@ -55,10 +55,10 @@ pub async fn bootstrap(p: &Printer, a: BootstrapArgs) -> Result<u8, Failure> {
         };
         let text = bootstrap::render_sources(&list, &rootfs);
         let apt = rootfs.join("etc/apt");
-        std::fs::create_dir_all(apt.join("sources.list.d"))
+        fs_err::create_dir_all(apt.join("sources.list.d"))
             .with_context(|| format!("cannot create {}", apt.display()))?;
-        let _ = std::fs::remove_file(apt.join("sources.list"));
-        std::fs::write(apt.join("sources.list.d/belay.sources"), text).with_context(|| {
+        let _ = fs_err::remove_file(apt.join("sources.list"));
+        fs_err::write(apt.join("sources.list.d/belay.sources"), text).with_context(|| {
             format!(
                 "cannot write {}",
                 apt.join("sources.list.d/belay.sources").display()
@@ -76,9 +76,9 @@ pub async fn bootstrap(p: &Printer, a: BootstrapArgs) -> Result<u8, Failure> {
         anyhow::Ok(id)
     }
     .await;
-    let _ = std::fs::remove_dir_all(&rootfs);
+    let _ = fs_err::remove_dir_all(&rootfs);
     let id = result?;
-    let _ = std::fs::remove_dir_all(&work);
+    let _ = fs_err::remove_dir_all(&work);
     p.out(format!("{tag} {id}"));
     Ok(0)
 }

@@ -21,7 +21,7 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
     if a.clean_stamps {
         let dir = state_dir_for(&p, a.state_dir.as_deref()).join("stamps");
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)
+            fs_err::remove_dir_all(&dir)
                 .map_err(|e| usage(format!("cannot delete {}: {e}", dir.display())))?;
         }
         out.out(format!("deleted the provision stamps in {}", dir.display()));
