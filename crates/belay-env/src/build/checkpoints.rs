@@ -1,0 +1,216 @@
+//! Checkpoints: committing the container as an image, the checkpoint cache (keys,
+//! lookups, adoption), and the point a resumed build starts from.
+
+use super::*;
+
+impl Run<'_> {
+    pub(crate) async fn image_id(&mut self, image_ref: &str) -> Result<String, EnvError> {
+        if let Some(id) = self.image_ids.get(image_ref) {
+            return Ok(id.clone());
+        }
+        let id = self
+            .rt
+            .image(image_ref)
+            .await?
+            .map(|i| i.id)
+            .ok_or_else(|| {
+                EnvError::from(SandboxError::ImageMissing {
+                    image: image_ref.to_string(),
+                    hint: "a checkpoint of this run disappeared from the engine (removed by hand?); rerun to rebuild from the last checkpoint that exists".into(),
+                })
+            })?;
+        self.image_ids.insert(image_ref.to_string(), id.clone());
+        Ok(id)
+    }
+
+    /// Commit the current container as a checkpoint.
+    pub(crate) async fn commit(
+        &mut self,
+        block: &str,
+        seq: u32,
+        kind: &str,
+        parent: Option<String>,
+        extra_labels: BTreeMap<String, String>,
+    ) -> Result<Checkpoint, EnvError> {
+        let container = self
+            .container
+            .clone()
+            .ok_or_else(|| EnvError::Usage("no build container".into()))?;
+        let image_ref = checkpoint_ref(&self.opts.image_prefix, &self.dir.run_id, seq, block, kind);
+        // `docker commit` keeps the parent image's labels unless they are set:
+        // every cache label is set (empty when it does not apply), so that a
+        // checkpoint never answers to its parent's keys.
+        let mut lbl: BTreeMap<String, String> =
+            [cache::KEY_LABEL, cache::ALT_LABEL, cache::SCRIPT_LABEL]
+                .iter()
+                .map(|k| (k.to_string(), String::new()))
+                .collect();
+        lbl.extend(extra_labels);
+        lbl.insert(labels::RUN.to_string(), self.dir.run_id.clone());
+        lbl.insert(labels::KIND.to_string(), "checkpoint".to_string());
+        lbl.insert(labels::BLOCK.to_string(), block.to_string());
+        lbl.insert(CHECKPOINT_KIND_LABEL.to_string(), kind.to_string());
+        if let Some(base) = &self.manifest.base_image {
+            lbl.insert(BASE_LABEL.to_string(), base.clone());
+        }
+        let image_id = self.rt.commit(&container, &image_ref, &lbl).await?;
+        self.image_ids.insert(image_ref.clone(), image_id.clone());
+        let cp = Checkpoint {
+            id: format!("{seq:03}-{block}"),
+            image_ref,
+            block_id: block.to_string(),
+            parent_image_ref: parent,
+            kind: kind.to_string(),
+            image_id,
+            created_at: belay_record::now_rfc3339(),
+            cached_from: None,
+        };
+        self.push_checkpoint(cp.clone());
+        Ok(cp)
+    }
+
+    pub(super) fn push_checkpoint(&mut self, cp: Checkpoint) {
+        self.manifest
+            .checkpoints
+            .retain(|c| c.id != cp.id || c.kind != cp.kind);
+        self.manifest.checkpoints.push(cp);
+    }
+
+    /// Decide whether the next block continues in this container.
+    ///
+    /// `docker commit` archives the container's whole writable layer, i.e.
+    /// everything since the container started. While that layer is small (the
+    /// last commit was cheaper than starting a container), the next block
+    /// continues here; once it is large, the next block starts in a fresh
+    /// container from the checkpoint just made (as `docker build` runs each
+    /// step), so commits stay proportional to one block's own changes.
+    pub(crate) fn after_checkpoint(&mut self, commit_took: Duration) {
+        tracing::debug!(
+            commit_ms = commit_took.as_millis() as u64,
+            keep = commit_took <= KEEP_CONTAINER_BELOW,
+            "checkpoint committed"
+        );
+        if commit_took > KEEP_CONTAINER_BELOW {
+            self.retire_container();
+        }
+    }
+
+    /// Cache key of `block` on top of `parent`.
+    pub(super) async fn block_key(
+        &mut self,
+        block: &Block,
+        parent: &str,
+    ) -> Result<String, EnvError> {
+        let parent_id = self.image_id(parent).await?;
+        Ok(cache::block_key(
+            &parent_id,
+            &block.id,
+            &block.script,
+            &block.validation_command,
+            &self.env_fingerprint,
+        ))
+    }
+
+    /// The newest checkpoint image made under `key` (or, for repaired ones,
+    /// whose unpatched script had `key`).
+    pub(super) async fn cache_lookup(
+        &mut self,
+        key: &str,
+        block: &str,
+    ) -> Result<Option<belay_sandbox::ImageInfo>, EnvError> {
+        let of_block = |i: &belay_sandbox::ImageInfo| {
+            i.labels.get(labels::BLOCK).map(String::as_str) == Some(block)
+        };
+        let mut found: Vec<_> = self
+            .rt
+            .list_images(&[format!("{}={key}", cache::KEY_LABEL)])
+            .await?
+            .into_iter()
+            .filter(of_block)
+            .collect();
+        if found.is_empty() {
+            found = self
+                .rt
+                .list_images(&[format!("{}={key}", cache::ALT_LABEL)])
+                .await?
+                .into_iter()
+                .filter(of_block)
+                .collect();
+        }
+        found.sort_by_key(|i| std::cmp::Reverse(i.created));
+        Ok(found.into_iter().next())
+    }
+
+    /// Adopt a cached checkpoint as this run's checkpoint `seq` for `block`.
+    pub(super) async fn adopt_cached(
+        &mut self,
+        hit: belay_sandbox::ImageInfo,
+        block: &str,
+        seq: u32,
+        parent: Option<String>,
+    ) -> Result<Checkpoint, EnvError> {
+        let kind = hit
+            .labels
+            .get(CHECKPOINT_KIND_LABEL)
+            .cloned()
+            .unwrap_or_else(|| "success".into());
+        let image_ref =
+            checkpoint_ref(&self.opts.image_prefix, &self.dir.run_id, seq, block, &kind);
+        self.rt.tag_image(&hit.id, &image_ref).await?;
+        self.image_ids.insert(image_ref.clone(), hit.id.clone());
+        let cp = Checkpoint {
+            id: format!("{seq:03}-{block}"),
+            image_ref,
+            block_id: block.to_string(),
+            parent_image_ref: parent,
+            kind,
+            image_id: hit.id.clone(),
+            created_at: belay_record::now_rfc3339(),
+            cached_from: Some(
+                hit.tags
+                    .iter()
+                    .find(|t| !t.contains("<none>"))
+                    .cloned()
+                    .unwrap_or(hit.id.clone()),
+            ),
+        };
+        self.push_checkpoint(cp.clone());
+        self.manifest.cache.hits += 1;
+        Ok(cp)
+    }
+
+    /// Where to start: the image to start from and the block it completed.
+    pub(super) async fn resume_point(
+        &self,
+        blocks: Option<&Vec<Block>>,
+    ) -> Result<Option<(String, Option<String>)>, EnvError> {
+        if let Some(img) = &self.opts.resume_from {
+            if !self.rt.image_exists(img).await? {
+                return Err(SandboxError::ImageMissing {
+                    image: img.clone(),
+                    hint: "--resume-from needs a checkpoint image that exists (`docker images` lists them)".into(),
+                }
+                .into());
+            }
+            let inferred = parse_checkpoint_tag(belay_sandbox::split_image_ref(img).1).map(|t| t.2);
+            return Ok(Some((img.clone(), inferred)));
+        }
+        if blocks.is_none() {
+            return Ok(None);
+        }
+        // Same run id: the newest recorded block checkpoint that still exists.
+        let mut cps: Vec<&Checkpoint> = self
+            .manifest
+            .checkpoints
+            .iter()
+            .filter(|c| c.kind == "success" || c.kind == "repaired")
+            .collect();
+        cps.sort_by_key(|c| c.id.clone());
+        for cp in cps.iter().rev() {
+            if self.rt.image_exists(&cp.image_ref).await? {
+                return Ok(Some((cp.image_ref.clone(), Some(cp.block_id.clone()))));
+            }
+        }
+        Ok(None)
+    }
+}

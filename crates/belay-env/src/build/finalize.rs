@@ -1,0 +1,248 @@
+//! The end of a build: the final image, the Dockerfile and scripts, the oracle, and
+//! the final manifest.
+
+use super::*;
+
+/// Where preflight results are cached: `$BELAY_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/belay`, else `~/.cache/belay`, else `<state-dir>/cache`.
+pub(super) fn preflight_cache_dir(state_dir: &Path) -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("BELAY_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("belay")))
+        .or_else(|| env("HOME").map(|h| h.join(".cache").join("belay")))
+        .unwrap_or_else(|| state_dir.join("cache"))
+}
+
+/// Where a passed oracle command is remembered: keyed by the image id and the
+/// command, next to the preflight cache.
+pub(super) fn oracle_cache_file(state_dir: &Path, image_id: &str, command: &str) -> PathBuf {
+    use sha2::Digest;
+    let key = hex::encode(sha2::Sha256::digest(
+        format!("{image_id}\n{command}").as_bytes(),
+    ));
+    preflight_cache_dir(state_dir)
+        .join("oracle")
+        .join(format!("{key}.passed"))
+}
+
+impl Run<'_> {
+    pub(super) async fn finalize(
+        &mut self,
+        blocks: &[Block],
+        current: String,
+    ) -> Result<(), EnvError> {
+        let mut final_source = current;
+        let repaired =
+            blocks.iter().any(|b| b.status == BlockStatus::Repaired) || self.manifest.repairs > 0;
+        if self.opts.ablation.final_clean_replay() {
+            if repaired || self.diverged || self.opts.force_clean_replay {
+                match self.clean_replay(blocks).await? {
+                    Some(img) => final_source = img,
+                    None => return Ok(()),
+                }
+            } else {
+                self.manifest.final_clean_replay_ok = Some(true);
+                self.manifest.final_clean_replay_image = Some(final_source.clone());
+                self.manifest.final_clean_replay_note = Some(
+                    "no repair changed the scripts: the forward run executed exactly the final scripts, in order, from the base image (use --force-clean-replay to run them again)".into(),
+                );
+            }
+        } else {
+            self.manifest.final_clean_replay_note =
+                Some(format!("disabled by --ablation {}", self.opts.ablation));
+        }
+        let t0 = Instant::now();
+        let final_ref = format!("{}:{}-final", self.opts.image_prefix, self.dir.run_id);
+        self.rt.tag_image(&final_source, &final_ref).await?;
+        self.record(Execution {
+            block_id: "finalize".into(),
+            phase: "finalize".into(),
+            attempt: 1,
+            exit_code: Some(0),
+            timed_out: false,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            checkpoint_before: Some(final_source.clone()),
+            checkpoint_after: Some(final_ref.clone()),
+            repair_command: None,
+            duration_s: round3(t0.elapsed().as_secs_f64()),
+            command: format!("docker tag {final_source} {final_ref}"),
+            log_path: None,
+            started_at: belay_record::now_rfc3339(),
+        })?;
+        self.manifest.final_image = Some(final_ref.clone());
+        let run_rel = self
+            .dir
+            .root
+            .strip_prefix(&self.repo)
+            .ok()
+            .map(Path::to_path_buf);
+        let base = self
+            .manifest
+            .base_image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BASE_IMAGE.into());
+        let text = dockerfile::render(
+            &self.dir.run_id,
+            &base,
+            blocks,
+            self.trust.ca_bundle.is_some(),
+            run_rel.as_deref(),
+            &self.excluded,
+        );
+        belay_record::atomic_write(
+            &self.dir.dockerfile(),
+            self.redactor.redact(&text).as_bytes(),
+        )?;
+        self.manifest.dockerfile_path = Some(self.dir.dockerfile());
+        if let Some(file) = self.opts.oracle_file.clone() {
+            let report = self.run_oracle(&file, &final_ref).await?;
+            let ok = report.ok;
+            self.manifest.oracle = Some(report);
+            if !ok {
+                self.manifest.error = Some(format!(
+                    "the oracle {} failed on {final_ref}",
+                    file.display()
+                ));
+                return Ok(());
+            }
+        }
+        self.manifest.ok = true;
+        Ok(())
+    }
+
+    pub(super) async fn run_oracle(
+        &mut self,
+        file: &Path,
+        image: &str,
+    ) -> Result<OracleReport, EnvError> {
+        let commands = oracle::load(file)?;
+        self.phase(
+            "oracle",
+            format!("{} command(s) from {}", commands.len(), file.display()),
+        );
+        let mut results = Vec::new();
+        for (i, c) in commands.iter().enumerate() {
+            let (command, rewritten_from) = if self.opts.oracle_collect_only {
+                match oracle::collect_only(&c.command) {
+                    Some(r) => (r, Some(c.command.clone())),
+                    None => (c.command.clone(), None),
+                }
+            } else {
+                (c.command.clone(), None)
+            };
+            // A command that passed on this very image before is not run again
+            // (the image id pins every byte); --no-cache runs it regardless.
+            let image_id = self.image_id(image).await?;
+            let pass_file = oracle_cache_file(&self.dir.state_dir, &image_id, &command);
+            if self.opts.cache && pass_file.is_file() {
+                results.push(OracleCommandResult {
+                    oracle_id: c.oracle_id.clone(),
+                    command,
+                    exit_code: Some(0),
+                    timed_out: false,
+                    ok: true,
+                    duration_s: 0.0,
+                    log_path: pass_file,
+                    rewritten_from,
+                });
+                continue;
+            }
+            // Each command gets a fresh container from the final image, without network.
+            let spec = ContainerSpec {
+                image: image.to_string(),
+                run_id: self.dir.run_id.clone(),
+                kind: "oracle".into(),
+                network: Network::None,
+                env: vec![("HOME".into(), "/root".into())],
+                working_dir: Some(REPO_DIR.to_string()),
+                ..Default::default()
+            };
+            let cid = self.rt.create(&spec).await?;
+            let log_path = self.dir.log_path("oracle", "oracle", i as u32 + 1);
+            let exec = ExecSpec {
+                argv: vec!["bash".into(), "-c".into(), command.clone()],
+                working_dir: Some(REPO_DIR.to_string()),
+                env: vec![],
+                timeout: Some(self.opts.oracle_timeout),
+                log_path: log_path.clone(),
+                log_limit: None,
+            };
+            let res = self
+                .rt
+                .exec(&cid, &exec, &self.redactor, &NoopObserver)
+                .await;
+            self.removals.push(self.rt.remove_detached(&cid));
+            let out = res?;
+            self.record(Execution {
+                block_id: "oracle".into(),
+                phase: "oracle".into(),
+                attempt: i as u32 + 1,
+                exit_code: Some(out.exit_code),
+                timed_out: out.timed_out,
+                stdout_tail: out.stdout_tail.clone(),
+                stderr_tail: out.stderr_tail.clone(),
+                checkpoint_before: Some(image.to_string()),
+                checkpoint_after: None,
+                repair_command: None,
+                duration_s: round3(out.duration.as_secs_f64()),
+                command: command.clone(),
+                log_path: Some(log_path.clone()),
+                started_at: belay_record::now_rfc3339(),
+            })?;
+            if out.success() {
+                if let Some(d) = pass_file.parent() {
+                    if fs_err::create_dir_all(d).is_ok() {
+                        let _ = belay_record::atomic_write(
+                            &pass_file,
+                            format!("{}\n", log_path.display()).as_bytes(),
+                        );
+                    }
+                }
+            }
+            results.push(OracleCommandResult {
+                oracle_id: c.oracle_id.clone(),
+                command,
+                exit_code: Some(out.exit_code),
+                timed_out: out.timed_out,
+                ok: out.success(),
+                duration_s: round3(out.duration.as_secs_f64()),
+                log_path,
+                rewritten_from,
+            });
+        }
+        Ok(OracleReport {
+            oracle_file: file.to_path_buf(),
+            ok: results.iter().all(|r| r.ok),
+            commands: results,
+        })
+    }
+
+    /// Record the end of the run, whatever happened.
+    pub(super) async fn finish(&mut self, result: Result<(), EnvError>) -> Result<(), EnvError> {
+        if let Err(e) = &result {
+            self.manifest.error = Some(e.to_string());
+            self.manifest.ok = false;
+        }
+        self.manifest.status = if self.manifest.ok {
+            "succeeded"
+        } else {
+            "failed"
+        }
+        .into();
+        self.manifest.finished_at = Some(belay_record::now_rfc3339());
+        self.write_llm_usage()?;
+        self.save_final()?;
+        self.obs.event(&BuildEvent::Finished {
+            ok: self.manifest.ok,
+            final_image: self.manifest.final_image.clone(),
+            error: self.manifest.error.clone(),
+            duration: self.started.elapsed(),
+        });
+        result
+    }
+}

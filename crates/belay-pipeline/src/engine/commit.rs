@@ -1,0 +1,188 @@
+//! The commit point: host side, hooks off, only when every gate passed, never with
+//! a secret's value, recoverable after a kill.
+
+use super::*;
+
+impl Engine<'_> {
+    /// The commit point refused: the event, and a failing verdict that says why.
+    pub(super) fn refuse_commit(
+        &mut self,
+        step: &Step,
+        reason: String,
+    ) -> Result<StepResult, PipelineError> {
+        self.event(
+            Kind::CommitRefused,
+            Some(&step.name),
+            serde_json::json!({"reason": &reason}),
+        )?;
+        Ok(StepResult {
+            verdict: Verdict::Fail,
+            detail: reason,
+            exit_code: None,
+            missing_deps: vec![],
+        })
+    }
+
+    /// The commit point: host side, hooks off, tooling and paperwork excluded,
+    /// only when every gate of this attempt passed and the worktree was clean
+    /// at start, and never with a secret's value in it.
+    pub(super) async fn commit(&mut self, step: &Step) -> Result<StepResult, PipelineError> {
+        let fail = |detail: String| {
+            Ok(StepResult {
+                verdict: Verdict::Fail,
+                detail,
+                exit_code: None,
+                missing_deps: vec![],
+            })
+        };
+        if !self.state.clean_at_start {
+            return fail("the worktree had uncommitted changes when the run started: belay does not mix them into its commit. Commit or stash them and start a new run".into());
+        }
+        let failed: Vec<&String> = self
+            .state
+            .verdicts
+            .iter()
+            .filter(|(_, v)| **v != Verdict::Pass)
+            .map(|(k, _)| k)
+            .collect();
+        if !failed.is_empty() {
+            return fail(format!(
+                "gates that did not pass in this attempt: {}",
+                failed
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let root = self.git.root().to_path_buf();
+        let mut exclude = tooling_paths(self.p, &root);
+        for s in &self.p.steps {
+            exclude.extend(s.produces.iter().cloned());
+            exclude.extend(s.artifact.iter().cloned());
+        }
+        if let Some(before) = self.state.commit_pending.clone() {
+            let head = self.git.head().await?;
+            if head != before
+                && self
+                    .git
+                    .resolve_commit(&format!("{head}~1"))
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|parent| parent == before)
+            {
+                self.state.commit = Some(head.clone());
+                self.state.commit_pending = None;
+                self.save()?;
+                self.event(
+                    Kind::Commit,
+                    Some(&step.name),
+                    serde_json::json!({"sha": head, "recovered": true}),
+                )?;
+                return Ok(StepResult {
+                    verdict: Verdict::Pass,
+                    detail: String::new(),
+                    exit_code: None,
+                    missing_deps: vec![],
+                });
+            }
+            self.state.commit_pending = None;
+        }
+        let template = step
+            .params
+            .get("message")
+            .and_then(|v| v.as_str())
+            .unwrap_or("belay: {pipeline} ({run_id})")
+            .to_string();
+        let message = self
+            .redactor
+            .redact(&self.render(&template, step))
+            .into_owned();
+        // A step may not change the pipeline's tooling (the file, the agents,
+        // the shared files, the policy files) and get the change committed.
+        let tooling = tooling_paths(self.p, &root);
+        let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
+        let changed = self.git.dirty(&refs).await?;
+        if !changed.is_empty() {
+            let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
+            return self.refuse_commit(step, reason);
+        }
+        // A nested `.git` that git does not ignore (inside a tracked directory,
+        // where `ls-files --others` does not look): a person running git there
+        // would run its config. Submodules of the start are theirs to have.
+        let nested: Vec<String> = self
+            .nested_git
+            .iter()
+            .map(|p| {
+                p.trim_end_matches("/.git")
+                    .trim_end_matches(".git")
+                    .trim_end_matches('/')
+                    .to_string()
+            })
+            .filter(|dir| !self.state.submodules_at_start.contains(dir))
+            .collect();
+        let nested = self.git.not_ignored(&nested).await?;
+        if !nested.is_empty() {
+            return self.refuse_commit(
+                step,
+                belay_vcs::Refusal::EmbeddedRepository(nested).to_string(),
+            );
+        }
+        // git refuses a pathspec beyond a symbolic link: an output whose
+        // parent a step made a link cannot be in the tree anyway.
+        exclude.retain(|e| belay_sandbox::hostfs::parents_are_dirs(&root, e));
+        let scanner = self.redactor.scanner();
+        // A kill between the commit and the next save must not lose it: the
+        // HEAD before is recorded first, and a resume recognises the commit.
+        self.state.commit_pending = Some(self.git.head().await?);
+        self.save()?;
+        let submodules = self.state.submodules_at_start.clone();
+        let outcome = self
+            .git
+            .commit_checked(belay_vcs::CommitRequest {
+                message: message.clone(),
+                author: None,
+                exclude,
+                submodules,
+                scan: Box::new(move |_, r| scanner.scan(r)),
+            })
+            .await?;
+        self.state.commit_pending = None;
+        let committed = match outcome {
+            belay_vcs::CommitOutcome::Committed(c) => c,
+            belay_vcs::CommitOutcome::Nothing => {
+                self.save()?;
+                self.event(
+                    Kind::Commit,
+                    Some(&step.name),
+                    serde_json::json!({"skipped": "nothing to commit"}),
+                )?;
+                return Ok(StepResult {
+                    verdict: Verdict::Pass,
+                    detail: "nothing to commit".into(),
+                    exit_code: None,
+                    missing_deps: vec![],
+                });
+            }
+            belay_vcs::CommitOutcome::Refused(r) => {
+                self.save()?;
+                return self.refuse_commit(step, r.to_string());
+            }
+        };
+        let sha = committed.sha;
+        self.state.commit = Some(sha.clone());
+        self.save()?;
+        self.event(
+            Kind::Commit,
+            Some(&step.name),
+            serde_json::json!({"sha": sha, "message": message, "files": cap_list(&committed.files), "files_total": committed.files_total}),
+        )?;
+        Ok(StepResult {
+            verdict: Verdict::Pass,
+            detail: String::new(),
+            exit_code: None,
+            missing_deps: vec![],
+        })
+    }
+}

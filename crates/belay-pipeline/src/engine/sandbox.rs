@@ -1,0 +1,561 @@
+//! The sandbox side of a run: step containers per policy, their networks (the open
+//! bridge, the egress and model routes), environment volumes, execs, setup, and the
+//! end of every step (processes, git control files, outputs, set-id bits).
+
+use super::*;
+
+impl Engine<'_> {
+    /// End the step in every container of the run: kill every process it
+    /// left (a background job must not outlive its step and read the next
+    /// step's secrets or touch the tree after its gates), by pid namespace and
+    /// recorded identity, never by name; and empty `/tmp` (the steps' `HOME`)
+    /// and `/dev/shm`.
+    pub(super) async fn end_step_processes(&mut self, step: &str) -> Result<(), PipelineError> {
+        let containers: Vec<String> = self.containers.values().cloned().collect();
+        let mut killed = 0;
+        for c in containers {
+            killed += self.rt.end_step(&c).await?;
+        }
+        if killed > 0 {
+            self.event(
+                Kind::ProcessesEnded,
+                Some(step),
+                serde_json::json!({"killed": killed}),
+            )?;
+        }
+        // A step runs as root: a set-id file it left would be a root shell
+        // for anyone on the host.
+        let root = self.git.root().to_path_buf();
+        let swept = belay_sandbox::hostfs::sweep_workspace(&root).map_err(|e| {
+            PipelineError::Infra(format!("cannot check the workspace for set-id files after step `{step}`: {e}. belay walks the whole workspace as root after every step; a path it cannot open stops the run. Remove that path, then resume the run"))
+        })?;
+        self.nested_git = swept.nested_git;
+        let setid = swept.setid_cleared;
+        if !setid.is_empty() {
+            self.event(
+                Kind::SetidCleared,
+                Some(step),
+                serde_json::json!({"paths": cap_list(&setid)}),
+            )?;
+        }
+        if self.p.isolation.allow_git_mutations {
+            self.check_git_control(step)?;
+        }
+        Ok(())
+    }
+
+    /// With git mutations allowed, a step may commit, but not redirect git:
+    /// a changed `commondir`, `config.worktree` or alternates file is put
+    /// back (removed when it was absent) and stops the run.
+    pub(super) fn check_git_control(&mut self, step: &str) -> Result<(), PipelineError> {
+        if self.state.git_control_at_start.is_empty() {
+            self.state.git_control_at_start = self.git.control_files();
+            return Ok(());
+        }
+        let changed = self
+            .git
+            .restore_control_files(&self.state.git_control_at_start);
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.event(
+            Kind::GitTampered,
+            Some(step),
+            serde_json::json!({"files": &changed}),
+        )?;
+        Err(PipelineError::Failed(format!(
+            "step `{step}` changed git's control files ({}) in {}: they redirect git to another config, whose commands the next host git would run. Planted files were removed; check the repository, then start a new run",
+            changed.join(", "),
+            self.git.git_dir().display()
+        )))
+    }
+
+    /// Scrub secret values out of a step's declared outputs (its artifact and
+    /// `produces` files): they are records of the run, and may be read by the
+    /// next steps and by people.
+    pub(super) fn scrub_outputs(&mut self, step: &Step) -> Result<(), PipelineError> {
+        if self.redactor.is_empty() {
+            return Ok(());
+        }
+        let root = self.git.root().to_path_buf();
+        for rel in step.produces.iter().chain(step.artifact.iter()) {
+            // Streamed: any size, nothing cut, never through a link.
+            match belay_sandbox::hostfs::scrub(&root, rel, &self.redactor) {
+                Ok(true) => self.event(
+                    Kind::ArtifactScrubbed,
+                    Some(&step.name),
+                    serde_json::json!({"path": rel}),
+                )?,
+                Ok(false) => {}
+                Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => self.event(
+                    Kind::ArtifactUnreachable,
+                    Some(&step.name),
+                    serde_json::json!({"path": rel, "why": e.to_string()}),
+                )?,
+                Err(e) => {
+                    return Err(PipelineError::Infra(format!(
+                        "cannot scrub {rel}: {e}; check that belay may write the workspace"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete a step's declared outputs before an attempt (stale artifacts never decide).
+    pub(super) fn hygiene(&mut self, step: &Step) -> Result<(), PipelineError> {
+        let root = self.git.root().to_path_buf();
+        for rel in step.produces.iter().chain(step.artifact.iter()) {
+            workspace_path(&root, rel)?;
+            let removed = match belay_sandbox::hostfs::remove(&root, rel) {
+                Ok(r) => r,
+                // A link on the way (a step's doing): there is no stale file
+                // belay could read through it, so nothing to delete.
+                Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => {
+                    self.event(
+                        Kind::ArtifactUnreachable,
+                        Some(&step.name),
+                        serde_json::json!({"path": rel, "why": e.to_string()}),
+                    )?;
+                    false
+                }
+                Err(e) => {
+                    return Err(PipelineError::Infra(format!(
+                    "cannot delete the stale {rel}: {e}; check that belay may write the workspace"
+                )))
+                }
+            };
+            if removed {
+                self.event(
+                    Kind::ArtifactDeleted,
+                    Some(&step.name),
+                    serde_json::json!({"path": rel}),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The run's bridge for `network: true` (made on first use): NAT to the
+    /// outside like the default bridge, but fenced so that nothing on the
+    /// host itself (a database on all addresses, the engine's swarm ports)
+    /// is reachable from it.
+    pub(super) async fn open_network(&mut self) -> Result<String, PipelineError> {
+        if let Some((net, _)) = &self.open_net {
+            return Ok(net.clone());
+        }
+        let net = format!("belay-{}-open", self.state.run_id);
+        let info = self.rt.ensure_network(&net, false).await?;
+        let bridge = info.bridge.as_deref().ok_or_else(|| {
+            PipelineError::Infra(format!("network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"))
+        })?;
+        let gw: std::net::IpAddr = info.gateway.parse().map_err(|_| {
+            PipelineError::Infra(format!(
+                "network {net} has no usable gateway ({}): remove it and rerun",
+                info.gateway
+            ))
+        })?;
+        let fence = belay_sandbox::firewall::Firewall::lock(bridge, gw, &[])?;
+        self.event(
+            Kind::OpenNetwork,
+            None,
+            serde_json::json!({"network": &net, "firewall": fence.chain()}),
+        )?;
+        self.open_net = Some((net.clone(), fence));
+        Ok(net)
+    }
+
+    /// The internal network and the proxy on it (started on first use):
+    /// (network name, proxy URL).
+    pub(super) async fn egress_proxy(&mut self) -> Result<(String, String), PipelineError> {
+        if let Some(r) = &self.egress {
+            return Ok((r.network.clone(), r.url.clone()));
+        }
+        let net = format!("belay-{}-egress", self.state.run_id);
+        let allow = belay_sandbox::egress::package_registries();
+        let route =
+            belay_sandbox::route::egress_route(self.rt.as_ref(), &net, allow.clone()).await?;
+        self.event(Kind::EgressProxy, None, serde_json::json!({"network": &net, "proxy": &route.url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
+            "firewall": route.firewall_chain()}))?;
+        let out = (route.network.clone(), route.url.clone());
+        self.egress = Some(route);
+        Ok(out)
+    }
+
+    /// The route from an agent CLI's container to the model endpoint (made on
+    /// first use): an internal network, and on the host either a TCP forwarder
+    /// to a loopback endpoint or a proxy that allows only the endpoint's host.
+    pub(super) async fn model_route(&mut self) -> Result<&NetRoute, PipelineError> {
+        if self.model_route.is_none() {
+            let llm = self.p.llm.clone().ok_or_else(|| {
+                PipelineError::Config(
+                    "agent CLIs need the pipeline's `llm` block (model, base_url)".into(),
+                )
+            })?;
+            let api = llm.api.unwrap_or(Api::Responses);
+            let base = llm
+                .base_url
+                .clone()
+                .unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
+            let net = format!("belay-{}-model", self.state.run_id);
+            let route = belay_sandbox::route::model_route(self.rt.as_ref(), &net, &base).await?;
+            let host = belay_sandbox::egress::url_host(&base);
+            let data = serde_json::json!({"network": &route.network, "base_url_in_container": &route.url, "endpoint_host": host});
+            self.event(Kind::ModelRoute, None, data)?;
+            self.model_route = Some(route);
+        }
+        self.model_route
+            .as_ref()
+            .ok_or_else(|| PipelineError::Infra("no model route".into()))
+    }
+
+    /// The image's build-environment directories under the workspace path
+    /// (an image from `belay env build` has its venv there), found once per run.
+    pub(super) async fn env_volumes(&mut self) -> Result<Vec<(String, String)>, PipelineError> {
+        if let Some(v) = &self.env_volumes {
+            return Ok(v.clone());
+        }
+        let probe = self
+            .rt
+            .create(&ContainerSpec {
+                image: self.image.clone(),
+                run_id: self.state.run_id.clone(),
+                kind: "pipeline-probe".into(),
+                network: Network::None,
+                read_only_rootfs: true,
+                drop_capabilities: true,
+                tmpfs: vec!["/tmp".into()],
+                ..Default::default()
+            })
+            .await?;
+        let log = self.run.path(LOGS_DIR).join("image-probe.log");
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), format!("cd {WORKDIR} 2>/dev/null && for d in .venv venv node_modules target .tox; do [ -d \"$d\" ] && echo \"$d\"; done; true")],
+            working_dir: None,
+            env: vec![],
+            timeout: Some(Duration::from_secs(30)),
+            log_path: log,
+            log_limit: None,
+        };
+        let out = self
+            .rt
+            .exec(&probe, &spec, &self.redactor, &NoopObserver)
+            .await;
+        let _ = self.rt.remove(&probe).await;
+        let out = out?;
+        let dirs: Vec<(String, String)> = out
+            .stdout_tail
+            .lines()
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(|d| {
+                (
+                    format!(
+                        "belay-{}-{}",
+                        self.state.run_id,
+                        sanitize(d.trim_start_matches('.'))
+                    ),
+                    d.to_string(),
+                )
+            })
+            .collect();
+        if !dirs.is_empty() {
+            let names: Vec<&str> = dirs.iter().map(|(_, d)| d.as_str()).collect();
+            self.event(
+                Kind::EnvVolumes,
+                None,
+                serde_json::json!({"dirs": names, "image": &self.image}),
+            )?;
+        }
+        self.env_volumes = Some(dirs.clone());
+        Ok(dirs)
+    }
+
+    pub(super) async fn container(
+        &mut self,
+        net: Net,
+        access: Access,
+        step: &Step,
+    ) -> Result<String, PipelineError> {
+        let mut held = step.secrets.clone();
+        held.sort();
+        let key = (net, access, held.join(","));
+        if let Some(c) = self.containers.get(&key) {
+            return Ok(c.clone());
+        }
+        let network = net == Net::Open;
+        let root = self.git.root().to_path_buf();
+        let env_volumes = self.env_volumes().await?;
+        let mut mounts = vec![Mount {
+            host: root.clone(),
+            container: WORKDIR.into(),
+            read_only: access == Access::Ro,
+        }];
+        for (name, dir) in &env_volumes {
+            mounts.push(Mount {
+                host: PathBuf::from(name),
+                container: format!("{WORKDIR}/{dir}"),
+                read_only: access == Access::Ro,
+            });
+        }
+        let dot_git = root.join(".git");
+        if dot_git.is_file() && !self.p.isolation.allow_git_mutations {
+            // A worktree's or submodule's `.git` is a file naming the real
+            // git dir: read-only too, so a step cannot swap in a repository
+            // of its own (whose config the next host `git status` would run).
+            mounts.push(Mount {
+                host: dot_git.clone(),
+                container: format!("{WORKDIR}/.git"),
+                read_only: true,
+            });
+        }
+        if dot_git.is_dir() {
+            if !self.p.isolation.allow_git_mutations {
+                // Agents read history; they cannot change it.
+                mounts.push(Mount {
+                    host: root.join(".git"),
+                    container: format!("{WORKDIR}/.git"),
+                    read_only: true,
+                });
+            }
+            // The config they see has no credentials, and is never theirs
+            // to change (a planted fsmonitor or filter stays in the copy).
+            let view = self.run.path("git-config.sandbox");
+            if !view.exists() {
+                self.git.write_sanitized_config(&view).await?;
+            }
+            mounts.push(Mount {
+                host: view,
+                container: format!("{WORKDIR}/.git/config"),
+                read_only: true,
+            });
+        }
+        for c in &self.p.caches {
+            let name = c
+                .name
+                .clone()
+                .unwrap_or_else(|| sanitize(c.path.trim_start_matches('/')));
+            let host = self.state_dir.join("caches").join(name);
+            fs_err::create_dir_all(&host).map_err(|e| {
+                PipelineError::Config(format!(
+                    "cannot create the cache {}: {e}; check that the state directory is writable",
+                    host.display()
+                ))
+            })?;
+            mounts.push(Mount {
+                host,
+                container: c.path.clone(),
+                read_only: false,
+            });
+        }
+        let trust = belay_sandbox::trust::HostTrust::detect();
+        let mut env = vec![
+            ("HOME".to_string(), "/tmp".to_string()),
+            ("LANG".into(), "C.UTF-8".into()),
+        ];
+        if let Some(src) = &trust.ca_source {
+            mounts.push(Mount {
+                host: src.clone(),
+                container: "/etc/belay/ca-certificates.crt".into(),
+                read_only: true,
+            });
+            env.extend(trust.ca_env());
+        }
+        let mut network_name = None;
+        if net == Net::Model {
+            let route = self.model_route().await?;
+            env.extend(route.env.iter().cloned());
+            env.push(("CODEX_HOME".into(), "/tmp/.codex".into()));
+            network_name = Some(route.network.clone());
+            // The CLIs every agent of the pipeline runs, read-only.
+            for def in self.p.agents.values() {
+                for m in belay_agent::session::container_mounts(&agent_spec(def)?)
+                    .map_err(|e| PipelineError::Config(format!("agent `{}`: {e}", def.name)))?
+                {
+                    if !mounts.iter().any(|x| x.container == m.container) {
+                        mounts.push(m);
+                    }
+                }
+            }
+        } else if network && !self.p.egress.presets.is_empty() {
+            let (name, proxy_url) = self.egress_proxy().await?;
+            for k in [
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "http_proxy",
+                "https_proxy",
+                "ALL_PROXY",
+            ] {
+                env.push((k.to_string(), proxy_url.clone()));
+            }
+            env.push(("NO_PROXY".into(), String::new()));
+            network_name = Some(name);
+        } else if network {
+            env.extend(trust.proxy_env.iter().cloned());
+            network_name = Some(self.open_network().await?);
+        }
+        let seccomp = match &self.seccomp {
+            Some((path, text, hash)) => {
+                // Read once at the start; a change since is a step's doing.
+                let now = read_policy(path, self.git.root())
+                    .map(|b| hex::encode(Sha256::digest(b.as_bytes())))
+                    .unwrap_or_default();
+                if now != *hash {
+                    return Err(PipelineError::Failed(format!(
+                        "isolation.seccomp_profile {} changed during the run (a step rewrote it); belay keeps the profile read at the start and refuses to go on. Restore it (git checkout -- {}) and start a new run",
+                        path.display(),
+                        path.display()
+                    )));
+                }
+                Some(text.clone())
+            }
+            None => None,
+        };
+        let spec = ContainerSpec {
+            image: self.image.clone(),
+            run_id: self.state.run_id.clone(),
+            kind: "pipeline".into(),
+            network: if network {
+                Network::Bridge
+            } else {
+                Network::None
+            },
+            env,
+            working_dir: Some(WORKDIR.into()),
+            mounts,
+            read_only_rootfs: true,
+            drop_capabilities: true,
+            memory_bytes: self.p.isolation.memory.as_deref().and_then(parse_memory),
+            pids_limit: self.p.isolation.pids,
+            nano_cpus: self.p.isolation.cpus.map(|c| (c * 1e9) as i64),
+            tmpfs: vec!["/tmp".into()],
+            seccomp_profile: seccomp,
+            network_name,
+            idle_user: Some(IDLE_USER.into()),
+            ..Default::default()
+        };
+        let id = self.rt.create(&spec).await?;
+        let net_desc = match net {
+            Net::None => "none",
+            Net::Open if self.p.egress.presets.is_empty() => "run bridge, host fenced off",
+            Net::Open => "internal + egress proxy",
+            Net::Model => "internal, model endpoint only",
+        };
+        let memory = spec
+            .memory_bytes
+            .unwrap_or_else(belay_sandbox::default_memory);
+        let pids = spec.pids_limit.unwrap_or(belay_sandbox::DEFAULT_PIDS);
+        self.event(Kind::Sandbox, None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
+            "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations,
+            "memory_bytes": memory, "pids_limit": pids, "secrets": &key.2, "seccomp": self.seccomp.as_ref().map(|s| &s.2)}))?;
+        self.containers.insert(key, id.clone());
+        Ok(id)
+    }
+
+    /// The cap of a step log (`isolation.log_limit`).
+    pub(super) fn log_limit(&self) -> Option<u64> {
+        self.p.isolation.log_limit.as_deref().and_then(parse_size)
+    }
+
+    pub(super) fn step_env(&self, step: &Step) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = step
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for r in &step.secrets {
+            if let (Some(def), Some(v)) = (self.p.secrets.get(r), self.secrets.get(r)) {
+                env.push((def.key.clone(), v.clone()));
+            }
+        }
+        env
+    }
+
+    /// Run a shell command in a step container; (exit code, timed out, log tail).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn exec(
+        &mut self,
+        step: &Step,
+        n: u64,
+        what: &str,
+        command: &str,
+        network: bool,
+        access: Access,
+        timeout: Option<Duration>,
+    ) -> Result<(i64, bool, String), PipelineError> {
+        let c = self
+            .container(if network { Net::Open } else { Net::None }, access, step)
+            .await?;
+        let log = self
+            .run
+            .path(LOGS_DIR)
+            .join(format!("{n:04}-{}-{what}.log", sanitize(&step.name)));
+        let spec = ExecSpec {
+            argv: vec!["bash".into(), "-c".into(), command.to_string()],
+            working_dir: Some(WORKDIR.into()),
+            env: self.step_env(step),
+            timeout,
+            log_path: log.clone(),
+            log_limit: self.log_limit(),
+        };
+        let out = self
+            .rt
+            .exec(&c, &spec, &self.redactor, &NoopObserver)
+            .await?;
+        // Only the tail is read: a step's log can be gigabytes.
+        let text = read_tail(&log, FEEDBACK_MAX as u64)
+            .unwrap_or_else(|| format!("{}{}", out.stdout_tail, out.stderr_tail));
+        self.event(Kind::Command, Some(&step.name), serde_json::json!({"what": what, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
+            "duration_s": (out.duration.as_secs_f64() * 1000.0).round() / 1000.0, "log": log}))?;
+        Ok((out.exit_code, out.timed_out, tail(&text, FEEDBACK_MAX)))
+    }
+
+    pub(super) async fn setup(
+        &mut self,
+        step: &Step,
+        n: u64,
+    ) -> Result<Option<StepResult>, PipelineError> {
+        let Some(setup) = step.setup.clone() else {
+            return Ok(None);
+        };
+        let key = hex::encode(Sha256::digest(
+            format!("{}\n{}\n{}", self.image, step.name, setup).as_bytes(),
+        ));
+        let stamp =
+            self.state_dir
+                .join("stamps")
+                .join(format!("{}-{}", sanitize(&step.name), &key[..16]));
+        if stamp.exists() && !self.refresh {
+            self.event(
+                Kind::SetupCached,
+                Some(&step.name),
+                serde_json::json!({"stamp": stamp}),
+            )?;
+            return Ok(None);
+        }
+        // Setup provisions (installs): it gets the network.
+        let (code, timed_out, out) = self
+            .exec(
+                step,
+                n,
+                "setup",
+                &setup,
+                true,
+                Access::Rw,
+                step.timeout_s.map(Duration::from_secs),
+            )
+            .await?;
+        if code != 0 || timed_out {
+            return Ok(Some(StepResult {
+                verdict: Verdict::Fail,
+                detail: format!("setup failed:\n{out}"),
+                exit_code: Some(code),
+                missing_deps: vec![],
+            }));
+        }
+        fs_err::create_dir_all(stamp.parent().unwrap_or(&self.state_dir))
+            .map_err(|e| PipelineError::Config(e.to_string()))?;
+        belay_record::atomic_write(&stamp, setup.as_bytes())?;
+        Ok(None)
+    }
+}
