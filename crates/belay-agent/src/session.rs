@@ -353,19 +353,30 @@ impl AgentSession<'_> {
     ) -> Result<Launch, AgentError> {
         let cmd = agent.command(prompt)?;
         // Values go through the docker client's environment (`-e NAME`),
-        // never its argv.
-        let mut inner: Vec<(String, String)> = vec![
-            ("HOME".into(), "/tmp".into()),
-            ("CODEX_HOME".into(), "/tmp/.codex".into()),
-        ];
-        inner.extend(cmd.env.iter().cloned());
-        inner.extend(env.iter().cloned());
+        // never its argv; the container's own paths, which are no secret and
+        // must not become the host client's HOME, go inline.
+        let fixed = ["HOME=/tmp", "CODEX_HOME=/tmp/.codex"];
+        let mut inner: Vec<(String, String)> = Vec::new();
+        inner.extend(
+            cmd.env
+                .iter()
+                .filter(|(k, _)| k != "HOME" && k != "CODEX_HOME")
+                .cloned(),
+        );
+        inner.extend(
+            env.iter()
+                .filter(|(k, _)| k != "HOME" && k != "CODEX_HOME")
+                .cloned(),
+        );
         let mut stdin_prompt = cmd.stdin.clone();
         let mut argv: Vec<String> = vec!["docker".into(), "exec".into()];
         if stdin_prompt.is_some() {
             argv.push("-i".into());
         }
         argv.extend(["-w".into(), workdir.to_string()]);
+        for f in fixed {
+            argv.extend(["-e".into(), f.to_string()]);
+        }
         if let Some(u) = rt.exec_user(id) {
             argv.extend(["-u".into(), u]);
         }

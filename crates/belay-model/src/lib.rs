@@ -16,6 +16,7 @@ pub mod dialect;
 mod error;
 pub mod keys;
 pub mod replay;
+pub mod resolve;
 pub mod sse;
 mod types;
 mod usage;

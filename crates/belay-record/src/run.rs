@@ -66,7 +66,9 @@ impl RunHandle {
             .map_err(|e| RecordError::io("cannot create the run directory", &o.dir, e))?;
         let lock = RunLock::acquire(&o.dir.join(LOCK_FILE))?;
         let sink = EventSink::open(&o.dir.join(EVENTS_FILE), o.id, o.mode, o.redactor.clone())?;
-        if let Err(e) = o.registry.started(o.id, o.mode, &o.dir, o.title) {
+        // The title may quote a prompt: it is redacted like every record.
+        let title = o.title.map(|t| o.redactor.redact(t).into_owned());
+        if let Err(e) = o.registry.started(o.id, o.mode, &o.dir, title.as_deref()) {
             tracing::warn!("run {} is not in the registry: {e}", o.id);
         }
         Ok(RunHandle {

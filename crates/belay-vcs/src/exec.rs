@@ -24,6 +24,16 @@ const HARDENING: &[&str] = &[
     "gc.auto=0",
     "maintenance.auto=false",
     "advice.detachedHead=false",
+    // Programs a repository's config could name for fetch, push, log or a
+    // credential prompt: none.
+    "credential.helper=",
+    "core.gitProxy=",
+    "core.sshCommand=ssh -o BatchMode=yes",
+    "log.showSignature=false",
+    "gpg.program=false",
+    "gpg.ssh.program=false",
+    "gpg.x509.program=false",
+    "uploadpack.packObjectsHook=",
 ];
 
 /// The host variables every git call keeps; everything else is dropped.
@@ -63,8 +73,12 @@ pub(crate) fn base_command(hooks: &Path, extra_env: &[(String, String)]) -> Comm
     c
 }
 
-/// The `-c` overrides that empty every filter driver the config names
-/// (`git config --list` never runs a program).
+/// The `-c` overrides that neutralise every driver and per-remote program the
+/// config names (`git config --list` never runs a program): filter drivers
+/// emptied, merge drivers that fail (a conflict, never a program), diff
+/// drivers without a command or textconv. (A remote's `uploadpack` and
+/// `receivepack` are multi-valued, first one wins: fetch and push override
+/// them on their command line instead.)
 pub(crate) fn driver_overrides(names: &str) -> Vec<String> {
     let mut out = Vec::new();
     for key in names.split('\0').map(str::trim).filter(|k| !k.is_empty()) {
@@ -75,12 +89,17 @@ pub(crate) fn driver_overrides(names: &str) -> Vec<String> {
         let Some((_, var)) = rest.rsplit_once('.') else {
             continue;
         };
-        if section != "filter" || !matches!(var, "clean" | "smudge" | "process" | "required") {
-            continue;
-        }
+        let set: &[&str] = match (section, var) {
+            ("filter", "clean" | "smudge" | "process" | "required") => {
+                &["clean=", "smudge=", "process=", "required=false"]
+            }
+            ("merge", "driver") => &["driver=false"],
+            ("diff", "command" | "textconv") => &["command=", "textconv="],
+            _ => continue,
+        };
         // The subsection keeps its case in the key git printed.
         let sub = &key[section.len() + 1..key.len() - var.len() - 1];
-        for k in ["clean=", "smudge=", "process=", "required=false"] {
+        for k in set {
             let o = format!("{section}.{sub}.{k}");
             if !out.contains(&o) {
                 out.push(o);

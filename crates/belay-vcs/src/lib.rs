@@ -112,6 +112,8 @@ pub struct Git {
     hooks: PathBuf,
     timeout: Duration,
     remote_env: Vec<(String, String)>,
+    /// A credential helper belay's caller chose (never the repository's).
+    credential_helper: Option<String>,
 }
 
 /// What a commit made.
@@ -163,6 +165,7 @@ impl Git {
             hooks: hooks_dir.to_path_buf(),
             timeout: DEFAULT_TIMEOUT,
             remote_env: Vec::new(),
+            credential_helper: None,
         })
     }
 
@@ -177,6 +180,14 @@ impl Git {
     /// host's environment reaches git.
     pub fn with_remote_env(mut self, env: Vec<(String, String)>) -> Self {
         self.remote_env = env;
+        self
+    }
+
+    /// The credential helper fetch and push use. Every helper a config names
+    /// is reset (a repository's config could name any program); this one,
+    /// chosen by belay's caller, is the only one that runs.
+    pub fn with_credential_helper(mut self, helper: Option<String>) -> Self {
+        self.credential_helper = helper;
         self
     }
 

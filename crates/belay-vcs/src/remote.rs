@@ -24,7 +24,10 @@ impl Git {
     /// Git for a remote operation: the caller's remote environment (proxy
     /// settings) on top of the kept variables.
     async fn run_remote(&self, args: &[&str], url: &str) -> Result<String, VcsError> {
-        let c = self.command_with(&self.remote_env).await?;
+        let mut c = self.command_with(&self.remote_env).await?;
+        if let Some(h) = &self.credential_helper {
+            c.arg("-c").arg(format!("credential.helper={h}"));
+        }
         exec::output(c, &self.root, args, self.timeout)
             .await
             .map_err(|e| match e {
@@ -71,7 +74,18 @@ impl Git {
     async fn fetch_checkout(&self, url: &str, reference: Option<&str>) -> Result<(), VcsError> {
         let wanted = reference.unwrap_or("HEAD");
         let shallow = self
-            .run_remote(&["fetch", "--quiet", "--depth", "1", "origin", wanted], url)
+            .run_remote(
+                &[
+                    "fetch",
+                    "--quiet",
+                    "--upload-pack=git-upload-pack",
+                    "--depth",
+                    "1",
+                    "origin",
+                    wanted,
+                ],
+                url,
+            )
             .await;
         if shallow.is_ok() {
             self.run(&["checkout", "--quiet", "FETCH_HEAD"]).await?;
@@ -83,6 +97,7 @@ impl Git {
             &[
                 "fetch",
                 "--quiet",
+                "--upload-pack=git-upload-pack",
                 "--filter=blob:none",
                 "origin",
                 "+refs/heads/*:refs/remotes/origin/*",
@@ -103,7 +118,13 @@ impl Git {
 
     /// Fetch `refspecs` from `remote`.
     pub async fn fetch(&self, remote: &str, refspecs: &[&str]) -> Result<(), VcsError> {
-        let mut args = vec!["fetch", "--quiet", "--", remote];
+        let mut args = vec![
+            "fetch",
+            "--quiet",
+            "--upload-pack=git-upload-pack",
+            "--",
+            remote,
+        ];
         args.extend(refspecs);
         self.run_remote(&args, remote).await?;
         Ok(())

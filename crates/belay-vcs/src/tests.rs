@@ -415,3 +415,51 @@ async fn remote_checkout_push_and_credentials() {
         "{cfg}"
     );
 }
+
+/// A merge driver and a remote's upload-pack planted in the config run
+/// neither during a stash apply that merges nor during a fetch.
+#[tokio::test]
+async fn planted_merge_drivers_and_remote_helpers_never_run() {
+    let (d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    let m = d.path().join("MARKER").display().to_string();
+    let bare = d.path().join("remote.git");
+    sh(
+        d.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            root.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    let mut cfg = std::fs::OpenOptions::new()
+        .append(true)
+        .open(root.join(".git/config"))
+        .unwrap();
+    use std::io::Write as _;
+    write!(
+        cfg,
+        "[merge \"m\"]\n\tdriver = touch {m}-merge; false\n[remote \"planted\"]\n\turl = {}\n\tuploadpack = touch {m}-upload; git-upload-pack\n\tfetch = +refs/heads/*:refs/remotes/planted/*\n",
+        bare.display()
+    )
+    .unwrap();
+    std::fs::write(root.join(".gitattributes"), "*.txt merge=m\n").unwrap();
+    sh(&root, &["add", ".gitattributes"]);
+    sh(&root, &["commit", "-q", "-m", "attrs"]);
+    std::fs::write(root.join("a.txt"), "stashed\n").unwrap();
+    let sha = git.stash_push("mine").await.unwrap().unwrap();
+    std::fs::write(root.join("a.txt"), "committed\n").unwrap();
+    sh(&root, &["commit", "-q", "-am", "diverge"]);
+    // The driver is `false`: the merge conflicts instead of running a program.
+    assert!(git.stash_apply(&sha).await.is_err());
+    git.fetch("planted", &[]).await.unwrap();
+    let ran: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("MARKER"))
+        .collect();
+    assert!(ran.is_empty(), "ran on the host: {ran:?}");
+}

@@ -121,7 +121,8 @@ impl Git {
         Ok(Git::open(path, &self.hooks)
             .await?
             .with_timeout(self.timeout)
-            .with_remote_env(self.remote_env.clone()))
+            .with_remote_env(self.remote_env.clone())
+            .with_credential_helper(self.credential_helper.clone()))
     }
 
     /// Remove the worktree at `path`; `force` removes it with changes in it.

@@ -167,44 +167,39 @@ pub(super) async fn host_checks(
 }
 
 /// The variable that holds the model key: `llm.api_key_env`, else the dialect's usual one.
-pub(super) fn key_env_of(llm: &crate::schema::LlmConfig) -> String {
-    llm.api_key_env.clone().unwrap_or_else(|| {
-        if llm.api == Some(Api::Anthropic) {
-            "ANTHROPIC_API_KEY"
-        } else {
-            "OPENAI_API_KEY"
-        }
-        .to_string()
-    })
-}
-
+/// The pipeline's model client and key, resolved the one way
+/// (`belay_model::resolve`): `llm.api_key_env` (or the dialect's default
+/// variable), `llm.base_url` (never the environment's), `llm.model`.
 pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, PipelineError> {
+    use belay_model::resolve::{resolve, ModelWanted};
     let Some(llm) = &p.llm else {
         return Ok((None, None));
     };
-    let api = llm.api.unwrap_or(Api::Responses);
-    let key_env = key_env_of(llm);
-    let key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
-    if key.is_none() && llm.base_url.is_none() {
-        return Err(PipelineError::Config(format!(
-            "the pipeline's llm needs its key: set {key_env} (named by llm.api_key_env), or give llm.base_url for a server that needs none"
-        )));
-    }
-    let base = llm
-        .base_url
-        .clone()
-        .unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
-    let mut cfg = ClientConfig::new(api, &base, &llm.model);
-    cfg.key = key.clone().map(belay_model::Secret::new);
-    cfg.timeout = llm.timeout.map(Duration::from_secs);
-    let setup = ModelSetup {
-        config: cfg,
-        prices: PriceTable::builtin(),
+    let wanted = ModelWanted {
+        api: llm.api.unwrap_or(Api::Responses),
+        model: Some(&llm.model),
+        base_url: llm.base_url.as_deref(),
+        key_env: llm.api_key_env.as_deref(),
+        base_from_env: false,
+        required: true,
     };
-    let client = setup
+    let mut r = resolve(&wanted, &belay_model::keys::Settings::env_only())
+        .map_err(|e| match e {
+            belay_model::ModelError::NoKey { var } => PipelineError::Config(format!(
+                "the pipeline's llm needs its key: set {var} (named by llm.api_key_env), or give llm.base_url for a server that needs none"
+            )),
+            e => PipelineError::Config(e.to_string()),
+        })?
+        .ok_or_else(|| PipelineError::Config("the pipeline's llm block names no model".into()))?;
+    r.setup.config.timeout = llm.timeout.map(Duration::from_secs);
+    let client = r
+        .setup
         .client(Some(path))
         .map_err(|e| PipelineError::Config(e.to_string()))?;
-    Ok((Some(client), key.map(|k| (key_env, k))))
+    Ok((
+        Some(client),
+        r.key.map(|(name, k)| (name, k.expose().to_string())),
+    ))
 }
 
 /// A policy file: inside the workspace (where steps write) through hostfs (no

@@ -10,7 +10,7 @@ use belay_agent::builtin::BuiltinConfig;
 use belay_agent::cli::Endpoint;
 use belay_agent::session::EventTarget;
 use belay_agent::{AgentSession, AgentSpec, Placement};
-use belay_model::{Api, ClientConfig, ModelClient, ModelSetup, PriceTable};
+use belay_model::{Api, ClientConfig, ModelClient, PriceTable};
 use belay_record::{OpenRun, Redactor, RunHandle, RunLock};
 use belay_sandbox::route::Route as NetRoute;
 use belay_sandbox::{
@@ -167,6 +167,8 @@ pub struct Engine<'a> {
     seccomp: Option<(PathBuf, String, String)>,
     model_route: Option<NetRoute>,
     model: Option<ModelClient>,
+    /// The model's key (for agent CLIs' endpoint), resolved with the client.
+    model_key: Option<String>,
     image: String,
     state_dir: PathBuf,
     refresh: bool,
@@ -266,6 +268,7 @@ impl<'a> Engine<'a> {
             redactor.add(name.clone(), v.clone());
         }
         let mut secrets = secrets;
+        let model_key = key.as_ref().map(|(_, k)| k.clone());
         if let Some((name, k)) = key {
             redactor.add(name.clone(), k.clone());
             // The model key is checked like the step secrets (at the commit).
@@ -332,6 +335,7 @@ impl<'a> Engine<'a> {
             seccomp,
             model_route: None,
             model,
+            model_key,
             image,
             state_dir,
             refresh: opts.refresh,

@@ -192,9 +192,7 @@ impl Engine<'_> {
                 ))
             })?;
             spec.model.get_or_insert_with(|| llm.model.clone());
-            let key = std::env::var(key_env_of(&llm))
-                .ok()
-                .filter(|k| !k.is_empty());
+            let key = self.model_key.clone();
             let base = self.model_route().await?.url.clone();
             let c = self.container(Net::Model, step.workspace, step).await?;
             let endpoint = Endpoint {

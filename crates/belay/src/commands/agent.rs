@@ -34,12 +34,21 @@ async fn interruptible<T>(
 }
 
 pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
-    let repo = fs_err::canonicalize(&a.repo).map_err(|e| {
+    let given = fs_err::canonicalize(&a.repo).map_err(|e| {
         usage(format!(
             "--repo {}: {e}. Pass an existing directory",
             a.repo.display()
         ))
     })?;
+    // The workspace is the whole work tree (a subdirectory would leave its
+    // `.git` unmounted, for the agent to plant one the next host git reads).
+    let git = belay_vcs::Git::open(&given, &std::env::temp_dir().join("belay-no-hooks"))
+        .await
+        .ok();
+    let repo = git
+        .as_ref()
+        .map(|g| g.root().to_path_buf())
+        .unwrap_or_else(|| given.clone());
     let mut spec = a.agent.clone();
     if spec.model.is_none() {
         spec.model = a.model.model.clone();
@@ -56,13 +65,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         .out
         .clone()
         .unwrap_or_else(|| belay_record::state_home().join("agent").join(&run_id));
-    fs_err::create_dir_all(&out).map_err(|e| {
-        usage(format!(
-            "cannot create {}: {e}. Pass --out with a writable directory",
-            out.display()
-        ))
-    })?;
-    if let Ok(o) = fs_err::canonicalize(&out) {
+    let inside = |o: &std::path::Path| -> Result<(), Failure> {
         if o.starts_with(&repo) {
             return Err(usage(format!(
                 "--out {} is inside the repository, which the agent can write: its records would be the agent's to change. Pass --out outside {}",
@@ -70,7 +73,17 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
                 repo.display()
             )));
         }
-    }
+        Ok(())
+    };
+    inside(&std::path::absolute(&out).unwrap_or_else(|_| out.clone()))?;
+    fs_err::create_dir_all(&out).map_err(|e| {
+        usage(format!(
+            "cannot create {}: {e}. Pass --out with a writable directory",
+            out.display()
+        ))
+    })?;
+    // Again through links, now that it exists.
+    inside(&fs_err::canonicalize(&out)?)?;
     let model = resolve_model(&a.model, spec.is_builtin())?;
     let mut redactor = Redactor::default();
     if let Some((_, Some((name, key)))) = &model {
@@ -155,7 +168,13 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             events: Some(events),
         };
         // Interrupted, the run is dropped and its process group killed.
-        interruptible(async { Ok(session.run(&a.prompt).await?) }).await?
+        match interruptible(async { Ok(session.run(&a.prompt).await?) }).await {
+            Ok(r) => r,
+            Err(e) => {
+                run.finish(failed_end(&run, &e));
+                return Err(e.into());
+            }
+        }
     } else {
         let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
         if !rt.image_exists(&a.image).await? {
@@ -181,13 +200,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             container: WORKDIR.into(),
             read_only: false,
         }];
-        if repo.join(".git").exists() {
-            mounts.push(Mount {
-                host: repo.join(".git"),
-                container: format!("{WORKDIR}/.git"),
-                read_only: true,
-            });
-        }
+        mounts.extend(git_mounts(git.as_ref(), &repo, &out).await?);
         mounts.extend(container_mounts(&spec)?);
         let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
         if let Some(r) = &route {
@@ -208,6 +221,14 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
                 mounts,
                 env: env.clone(),
                 unowned: a.keep_container,
+                // The pipeline's step policy: no capabilities (no device
+                // nodes, no file capabilities, no set-id of others' files), a
+                // read-only root, a scratch /tmp, and the container's own
+                // processes out of the agent's reach.
+                read_only_rootfs: true,
+                drop_capabilities: true,
+                tmpfs: vec!["/tmp".into()],
+                idle_user: Some("65534:65534".into()),
                 ..Default::default()
             })
             .await?;
@@ -244,16 +265,43 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             drop(r);
             let _ = rt.remove_network(&net).await;
         }
-        // What the agent wrote is untrusted: no set-id file stays behind.
-        if let Ok(sweep) = belay_sandbox::hostfs::sweep_workspace(&repo) {
-            if !sweep.setid_cleared.is_empty() {
-                p.warn(&format!(
-                    "cleared set-id bits the agent left on {}",
-                    sweep.setid_cleared.join(", ")
-                ));
+        // What the agent wrote is untrusted: no set-id file stays behind, and
+        // a planted repository is named. A walk that cannot finish fails the
+        // command (fail closed).
+        let sweep = belay_sandbox::hostfs::sweep_workspace(&repo).map_err(|e| Failure {
+            code: crate::exit::EXIT_INFRA,
+            error: anyhow::anyhow!(
+                "cannot check the workspace for set-id files after the agent: {e}; remove that path and check {} by hand",
+                repo.display()
+            ),
+        });
+        let sweep = match sweep {
+            Ok(s) => s,
+            Err(f) => {
+                run.finish(failed_end(&run, &f.error));
+                return Err(f);
+            }
+        };
+        if !sweep.setid_cleared.is_empty() {
+            p.warn(&format!(
+                "cleared set-id bits the agent left on {}",
+                terminal_safe(&sweep.setid_cleared.join(", "))
+            ));
+        }
+        if !sweep.nested_git.is_empty() {
+            p.warn(&format!(
+                "the agent left repositories in the workspace ({}): their config runs commands in any git there. Remove them before you use git in {}",
+                terminal_safe(&sweep.nested_git.join(", ")),
+                repo.display()
+            ));
+        }
+        match result {
+            Ok(r) => r,
+            Err(e) => {
+                run.finish(failed_end(&run, &e));
+                return Err(e.into());
             }
         }
-        result?
     };
     let data = serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage, "cost_usd": report.cost_usd});
     #[derive(serde::Serialize)]
@@ -277,7 +325,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         summary: Some(report.stop.describe()),
     });
     run.write_json("report.json", &report)?;
-    p.out(redactor.redact(&report.final_text));
+    p.out(terminal_safe(&redactor.redact(&report.final_text)));
     p.note(&format!(
         "agent {}: {} turn(s), {} in / {} out tokens, ${:.4}, {:.1}s; events in {}",
         report.stop.describe(),
@@ -289,4 +337,85 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         out.join("events.jsonl").display()
     ));
     Ok(if report.ok() { 0 } else { EXIT_FAILED })
+}
+
+/// The registry's end of a run that stopped on an error.
+fn failed_end(run: &RunHandle, e: &anyhow::Error) -> belay_record::RunEnd {
+    belay_record::RunEnd {
+        ok: false,
+        duration_s: run.elapsed_s(),
+        tokens: 0,
+        cost_usd: 0.0,
+        summary: Some(run.redactor().redact(&format!("{e:#}")).into_owned()),
+    }
+}
+
+/// Text the agent wrote, for a terminal: control characters (escape
+/// sequences that would move the cursor, rewrite the screen or set the
+/// clipboard) are shown as `\u{…}`, newlines and tabs kept.
+fn terminal_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// What keeps the agent from git: the repository's git dir read-only (also
+/// where `.git` is a file naming a git dir inside the tree), its config seen
+/// as a copy without credentials, and, in a directory that is no repository,
+/// an empty read-only `.git` so that the agent cannot make one.
+async fn git_mounts(
+    git: Option<&belay_vcs::Git>,
+    repo: &std::path::Path,
+    out: &std::path::Path,
+) -> Result<Vec<Mount>, Failure> {
+    let in_container = |host: &std::path::Path| -> Option<String> {
+        host.strip_prefix(repo)
+            .ok()
+            .map(|rel| format!("{WORKDIR}/{}", rel.display()))
+    };
+    let mut mounts = Vec::new();
+    let Some(git) = git else {
+        let empty = out.join("no-git");
+        fs_err::create_dir_all(&empty)?;
+        mounts.push(Mount {
+            host: empty,
+            container: format!("{WORKDIR}/.git"),
+            read_only: true,
+        });
+        return Ok(mounts);
+    };
+    let dot_git = repo.join(".git");
+    mounts.push(Mount {
+        host: dot_git.clone(),
+        container: format!("{WORKDIR}/.git"),
+        read_only: true,
+    });
+    let git_dir = git.git_dir().to_path_buf();
+    if git_dir != dot_git {
+        if let Some(c) = in_container(&git_dir) {
+            mounts.push(Mount {
+                host: git_dir.clone(),
+                container: c,
+                read_only: true,
+            });
+        }
+    }
+    if git_dir.join("config").is_file() {
+        if let Some(c) = in_container(&git_dir.join("config")) {
+            let view = out.join("git-config.sandbox");
+            git.write_sanitized_config(&view).await?;
+            mounts.push(Mount {
+                host: view,
+                container: c,
+                read_only: true,
+            });
+        }
+    }
+    Ok(mounts)
 }

@@ -66,58 +66,37 @@ pub fn resolve_model(
     a: &crate::cli::ModelArgs,
     required: bool,
 ) -> Result<Option<ModelChoice>, Failure> {
-    use belay_model::{Api, ClientConfig, ModelSetup, PriceTable};
+    use belay_model::resolve::{resolve, ModelWanted};
+    use belay_model::{Api, PriceTable};
     let settings = match std::env::current_dir() {
         Ok(d) => belay_model::keys::Settings::load(&d),
         Err(_) => belay_model::keys::Settings::env_only(),
     };
     let api: Api = a.llm_api.into();
-    let key_env = if api == Api::Anthropic && a.llm_key_env == "OPENAI_API_KEY" {
-        "ANTHROPIC_API_KEY".to_string()
-    } else {
-        a.llm_key_env.clone()
+    // The flag's default names OpenAI's variable; the Anthropic dialect's
+    // default is its own.
+    let key_env = (a.llm_key_env != "OPENAI_API_KEY" || api != Api::Anthropic)
+        .then_some(a.llm_key_env.as_str());
+    let wanted = ModelWanted {
+        api,
+        model: a.model.as_deref(),
+        base_url: a.openai_base_url.as_deref(),
+        key_env,
+        base_from_env: true,
+        required,
     };
-    let key = settings.secret(&key_env);
-    let base_env = if api == Api::Anthropic {
-        "ANTHROPIC_BASE_URL"
-    } else {
-        "OPENAI_BASE_URL"
-    };
-    let base = a.openai_base_url.clone().or_else(|| settings.var(base_env));
-    if key.is_none() && base.is_none() {
-        if required {
-            return Err(usage(format!(
-                "set {key_env} (in the environment or ./.env), or pass --openai-base-url (or set {base_env}) for a server that needs no key"
-            )));
-        }
+    let Some(mut r) = resolve(&wanted, &settings).map_err(|e| usage(e.to_string()))? else {
         return Ok(None);
-    }
-    let model = a
-        .model
-        .clone()
-        .or_else(|| settings.var("BELAY_MODEL"))
-        .unwrap_or_else(|| {
-            match api {
-                Api::Anthropic => "claude-sonnet-4-5",
-                _ => "gpt-5-mini",
-            }
-            .to_string()
-        });
-    let base = base.unwrap_or_else(|| ClientConfig::default_base_url(api).to_string());
-    let mut config = ClientConfig::new(api, &base, &model);
-    config.key = key.clone();
+    };
+    let config = &mut r.setup.config;
     config.stream = !a.llm_no_stream;
     config.retries = a.llm_retries;
     config.retry_delay = a.llm_retry_delay;
     config.timeout = a.llm_timeout;
     config.idle_timeout = a.llm_idle_timeout;
     config.max_output_tokens = a.llm_max_output_tokens;
-    let prices = match &a.llm_prices {
-        Some(f) => PriceTable::load(f).map_err(usage)?,
-        None => PriceTable::builtin(),
-    };
-    Ok(Some((
-        ModelSetup { config, prices },
-        key.map(|k| (key_env, k)),
-    )))
+    if let Some(f) = &a.llm_prices {
+        r.setup.prices = PriceTable::load(f).map_err(usage)?;
+    }
+    Ok(Some((r.setup, r.key)))
 }

@@ -31,12 +31,24 @@ fn ws() -> Ws {
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("README"), "hi\n").unwrap();
     init_repo(&repo);
+    git_cli::git(
+        &repo,
+        &[
+            "remote",
+            "add",
+            "origin",
+            "https://bob:hunter2-x@example.invalid/r.git",
+        ],
+    );
     let script = tmp.path().join("my agent.sh");
     std::fs::write(
         &script,
         "#!/bin/sh\n\
          { echo \"prompt: $1\"; echo \"host: $(cat /proc/sys/kernel/hostname)\"; } > from-agent.txt\n\
          touch .git/planted 2>/dev/null && echo git-writable >> from-agent.txt\n\
+         mknod blockdev b 8 0 2>/dev/null && echo mknod-ok >> from-agent.txt\n\
+         grep -q hunter2 .git/config 2>/dev/null && echo credentials-visible >> from-agent.txt\n\
+         printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > .git/config 2>/dev/null && echo config-written >> from-agent.txt\n\
          echo \"the answer to $1\"\n",
     )
     .unwrap();
@@ -103,8 +115,16 @@ fn a_cmd_agent_runs_in_a_container_by_default() {
         !written.contains(&format!("host: {}", host.trim())),
         "the agent ran on the host: {written}"
     );
-    assert!(!written.contains("git-writable"), "{written}");
+    for bad in [
+        "git-writable",
+        "mknod-ok",
+        "credentials-visible",
+        "config-written",
+    ] {
+        assert!(!written.contains(bad), "{bad}: {written}");
+    }
     assert!(!w.repo.join(".git/planted").exists());
+    assert!(!w.repo.join("blockdev").exists());
     let ev = events(&out_dir);
     assert!(ev.iter().all(|e| e["mode"] == "agent" && e["v"] == 1));
     assert!(ev.iter().any(|e| e["kind"] == "agent"), "{ev:?}");
@@ -142,4 +162,46 @@ fn a_bad_agent_spec_exits_2_with_the_forms() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// A directory that is no repository gets an empty read-only `.git`: the
+/// agent cannot make one for the next host git to read. A subdirectory of a
+/// repository mounts the whole work tree, so its `.git` is covered too.
+#[test]
+fn the_agent_cannot_plant_a_repository() {
+    let w = ws();
+    let plain = w.tmp.path().join("plain");
+    std::fs::create_dir_all(plain.join("sub")).unwrap();
+    let planter = w.tmp.path().join("plant.sh");
+    std::fs::write(
+        &planter,
+        "#!/bin/sh\nmkdir -p .git 2>/dev/null; printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > .git/config 2>/dev/null && echo planted\necho done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&planter, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
+        .args(["agent", "run", "--prompt", "x", "--agent"])
+        .arg(format!("cmd:{}", planter.display()))
+        .arg("--repo")
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("planted"));
+    assert!(!plain.join(".git/config").exists());
+    // From a subdirectory of a repository: the work tree's .git stays read-only.
+    std::fs::create_dir_all(w.repo.join("sub")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
+        .args(["agent", "run", "--prompt", "x", "--agent"])
+        .arg(format!("cmd:{}", planter.display()))
+        .arg("--repo")
+        .arg(w.repo.join("sub"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("planted"));
+    let cfg = std::fs::read_to_string(w.repo.join(".git/config")).unwrap();
+    assert!(!cfg.contains("fsmonitor"), "{cfg}");
 }

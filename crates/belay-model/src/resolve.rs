@@ -1,0 +1,150 @@
+//! Which model, where, with which key: resolved here for every mode and flag.
+//!
+//! The key's variable is the one named (`--llm-key-env`, `llm.api_key_env`),
+//! else `ANTHROPIC_API_KEY` for the Anthropic dialect and `OPENAI_API_KEY`
+//! otherwise. The base URL is the one given, else (where the caller allows it)
+//! `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`, else the dialect's default. The
+//! model is the one given, else `BELAY_MODEL`, else the dialect's default.
+//! Settings come from the environment first, then `./.env` ([`Settings`]).
+
+use crate::keys::{Secret, Settings};
+use crate::{Api, ClientConfig, ModelError, ModelSetup, PriceTable};
+
+/// What the caller knows.
+#[derive(Debug, Clone, Default)]
+pub struct ModelWanted<'a> {
+    pub api: Api,
+    pub model: Option<&'a str>,
+    pub base_url: Option<&'a str>,
+    /// The key's variable, when one is named.
+    pub key_env: Option<&'a str>,
+    /// Read the base URL from `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` when
+    /// none is given.
+    pub base_from_env: bool,
+    /// No key and no base URL is an error (else: no model).
+    pub required: bool,
+}
+
+/// A model to use, and its key (its variable's name and value, for the
+/// redactor).
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub setup: ModelSetup,
+    pub key: Option<(String, Secret)>,
+}
+
+/// The key's variable for `api` when none is named.
+pub fn default_key_env(api: Api) -> &'static str {
+    if api == Api::Anthropic {
+        "ANTHROPIC_API_KEY"
+    } else {
+        "OPENAI_API_KEY"
+    }
+}
+
+/// Resolve what `w` asks for against `settings`. `Ok(None)`: no model is
+/// configured and none is required.
+pub fn resolve(w: &ModelWanted<'_>, settings: &Settings) -> Result<Option<Resolved>, ModelError> {
+    let key_env = w
+        .key_env
+        .map(str::to_string)
+        .unwrap_or_else(|| default_key_env(w.api).to_string());
+    let key = settings.secret(&key_env);
+    let base_env = if w.api == Api::Anthropic {
+        "ANTHROPIC_BASE_URL"
+    } else {
+        "OPENAI_BASE_URL"
+    };
+    let base = w
+        .base_url
+        .map(str::to_string)
+        .or_else(|| w.base_from_env.then(|| settings.var(base_env)).flatten());
+    if key.is_none() && base.is_none() {
+        if w.required {
+            return Err(ModelError::NoKey { var: key_env });
+        }
+        return Ok(None);
+    }
+    let model = w
+        .model
+        .map(str::to_string)
+        .or_else(|| settings.var("BELAY_MODEL"))
+        .unwrap_or_else(|| {
+            match w.api {
+                Api::Anthropic => "claude-sonnet-4-5",
+                _ => "gpt-5-mini",
+            }
+            .to_string()
+        });
+    let base = base.unwrap_or_else(|| ClientConfig::default_base_url(w.api).to_string());
+    let mut config = ClientConfig::new(w.api, &base, &model);
+    config.key = key.clone();
+    Ok(Some(Resolved {
+        setup: ModelSetup {
+            config,
+            prices: PriceTable::builtin(),
+        },
+        key: key.map(|k| (key_env, k)),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn settings(dotenv: &str) -> Settings {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".env"), dotenv).unwrap();
+        Settings::load(d.path())
+    }
+
+    #[test]
+    fn keys_bases_and_models_resolve_one_way() {
+        let s = settings("BELAY_TEST_KEY_1=k-123\nBELAY_MODEL=m-from-env\n");
+        let r = resolve(
+            &ModelWanted {
+                api: Api::ChatCompletions,
+                key_env: Some("BELAY_TEST_KEY_1"),
+                ..Default::default()
+            },
+            &s,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.setup.config.model, "m-from-env");
+        assert_eq!(r.key.as_ref().unwrap().0, "BELAY_TEST_KEY_1");
+        assert_eq!(r.key.unwrap().1.expose(), "k-123");
+        // A base URL alone is enough (a server that needs no key).
+        let r = resolve(
+            &ModelWanted {
+                api: Api::Anthropic,
+                base_url: Some("http://127.0.0.1:9/v1"),
+                key_env: Some("BELAY_TEST_KEY_NONE"),
+                model: Some("x"),
+                ..Default::default()
+            },
+            &Settings::env_only(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.setup.config.base_url, "http://127.0.0.1:9/v1");
+        assert!(r.key.is_none());
+        // Neither: nothing, or an error naming the variable when required.
+        let none = ModelWanted {
+            key_env: Some("BELAY_TEST_KEY_NONE"),
+            ..Default::default()
+        };
+        assert!(resolve(&none, &Settings::env_only()).unwrap().is_none());
+        let e = resolve(
+            &ModelWanted {
+                required: true,
+                ..none
+            },
+            &Settings::env_only(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("BELAY_TEST_KEY_NONE"), "{e}");
+        assert_eq!(default_key_env(Api::Anthropic), "ANTHROPIC_API_KEY");
+    }
+}
