@@ -33,6 +33,23 @@ pub enum BuildEvent {
         duration: Duration,
         detail: String,
     },
+    /// A command ran (a block, its validation, a repair or probe, the clean
+    /// replay, an oracle command); the record is in `executions.jsonl`.
+    Executed {
+        block: String,
+        phase: String,
+        attempt: u32,
+        exit_code: Option<i64>,
+        timed_out: bool,
+        duration: Duration,
+    },
+    /// A checkpoint image was made (or adopted from the cache).
+    Checkpoint {
+        block: String,
+        image_ref: String,
+        kind: String,
+        cached: bool,
+    },
     Finished {
         ok: bool,
         final_image: Option<String>,
@@ -129,6 +146,37 @@ impl<'a> Recorder<'a> {
                 },
                 Some(id.clone()),
                 json!({"ok": ok, "cached": cached, "duration_s": duration.as_secs_f64(), "detail": detail}),
+            ),
+            BuildEvent::Executed {
+                block,
+                phase,
+                attempt,
+                exit_code,
+                timed_out,
+                duration,
+            } => (
+                // Each kind of command its own event kind.
+                match phase.as_str() {
+                    "validation" | "clean_replay_validation" => "validation",
+                    "repair" | "repair_prep" | "probe" | "llm_probe" | "llm_repair" => "repair",
+                    "oracle" => "oracle",
+                    "clean_replay" => "clean_replay",
+                    "docker_build" => "docker_build",
+                    "container_preflight" => "preflight",
+                    _ => "command",
+                },
+                Some(block.clone()),
+                json!({"phase": phase, "attempt": attempt, "exit_code": exit_code, "timed_out": timed_out, "duration_s": duration.as_secs_f64()}),
+            ),
+            BuildEvent::Checkpoint {
+                block,
+                image_ref,
+                kind,
+                cached,
+            } => (
+                "checkpoint",
+                Some(block.clone()),
+                json!({"image_ref": image_ref, "kind": kind, "cached": cached}),
             ),
             BuildEvent::Finished {
                 ok,

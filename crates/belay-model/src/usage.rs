@@ -78,11 +78,12 @@ impl PriceTable {
     }
 
     /// Read a TOML price table; its entries override the built-in ones.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub fn load(path: &Path) -> Result<Self, crate::ModelError> {
         let text = fs_err::read_to_string(path)
-            .map_err(|e| format!("cannot read the price table {}: {e}", path.display()))?;
-        let t: PriceTable = toml::from_str(&text)
-            .map_err(|e| format!("{}: not a price table: {e}", path.display()))?;
+            .map_err(|e| crate::ModelError::Config(format!("cannot read the price table: {e}")))?;
+        let t: PriceTable = toml::from_str(&text).map_err(|e| {
+            crate::ModelError::Config(format!("{}: not a price table: {e}", path.display()))
+        })?;
         let mut all = Self::builtin();
         all.models.extend(t.models);
         Ok(all)

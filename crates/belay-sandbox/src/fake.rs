@@ -38,6 +38,7 @@ struct State {
     removed: Vec<String>,
     networks: Vec<String>,
     images: BTreeMap<String, String>,
+    gone: Vec<String>,
     next: u64,
 }
 
@@ -116,12 +117,23 @@ impl ContainerRuntime for FakeRuntime {
             storage_driver: "none".into(),
         })
     }
-    async fn image_exists(&self, _image: &str) -> Result<bool, SandboxError> {
-        Ok(true)
+    async fn image_exists(&self, image: &str) -> Result<bool, SandboxError> {
+        Ok(!self.state().gone.iter().any(|g| g == image))
     }
+    /// Every image is there (a base image too), with an id derived from its
+    /// name, unless the fake committed it (its own id) or removed it.
     async fn image(&self, image: &str) -> Result<Option<ImageInfo>, SandboxError> {
-        Ok(self.state().images.get(image).map(|id| ImageInfo {
-            id: id.clone(),
+        let s = self.state();
+        if s.gone.iter().any(|g| g == image) {
+            return Ok(None);
+        }
+        let id = s
+            .images
+            .get(image)
+            .cloned()
+            .unwrap_or_else(|| format!("sha256:fake-{image}"));
+        Ok(Some(ImageInfo {
+            id,
             tags: vec![image.to_string()],
             labels: BTreeMap::new(),
             created: 0,
@@ -132,7 +144,9 @@ impl ContainerRuntime for FakeRuntime {
         Ok(Vec::new())
     }
     async fn remove_image(&self, image: &str) -> Result<(), SandboxError> {
-        self.state().images.remove(image);
+        let mut s = self.state();
+        s.images.remove(image);
+        s.gone.push(image.into());
         Ok(())
     }
     async fn tag_image(&self, image: &str, new_ref: &str) -> Result<(), SandboxError> {
@@ -240,7 +254,9 @@ impl ContainerRuntime for FakeRuntime {
         _labels: &BTreeMap<String, String>,
     ) -> Result<String, SandboxError> {
         let id = self.id("sha256:");
-        self.state().images.insert(image_ref.into(), id.clone());
+        let mut s = self.state();
+        s.images.insert(image_ref.into(), id.clone());
+        s.gone.retain(|g| g != image_ref);
         Ok(id)
     }
     async fn build(

@@ -70,6 +70,12 @@ impl Run<'_> {
     }
 
     pub(super) fn push_checkpoint(&mut self, cp: Checkpoint) {
+        self.obs.event(&BuildEvent::Checkpoint {
+            block: cp.block_id.clone(),
+            image_ref: cp.image_ref.clone(),
+            kind: cp.kind.clone(),
+            cached: cp.cached_from.is_some(),
+        });
         self.manifest
             .checkpoints
             .retain(|c| c.id != cp.id || c.kind != cp.kind);

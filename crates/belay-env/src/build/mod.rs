@@ -21,6 +21,8 @@
 mod checkpoints;
 mod container;
 mod exec;
+#[cfg(test)]
+mod fake_tests;
 mod finalize;
 mod recover;
 mod replay;

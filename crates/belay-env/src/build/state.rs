@@ -215,6 +215,14 @@ impl Run<'_> {
 
     pub(crate) fn record(&mut self, exec: Execution) -> Result<(), EnvError> {
         self.exec_log.append(&exec, &self.redactor)?;
+        self.obs.event(&BuildEvent::Executed {
+            block: exec.block_id.clone(),
+            phase: exec.phase.clone(),
+            attempt: exec.attempt,
+            exit_code: exec.exit_code,
+            timed_out: exec.timed_out,
+            duration: Duration::from_secs_f64(exec.duration_s.max(0.0)),
+        });
         self.manifest.executions.push(exec);
         Ok(())
     }

@@ -105,7 +105,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     })?;
     // Cost is priced by the model the CLI runs; Claude Code reports its own.
     let table = match &a.model.llm_prices {
-        Some(f) => belay_model::PriceTable::load(f).map_err(usage)?,
+        Some(f) => belay_model::PriceTable::load(f).map_err(|e| usage(e.to_string()))?,
         None => belay_model::PriceTable::builtin(),
     };
     let prices = spec.model.as_deref().and_then(|m| table.lookup(m));

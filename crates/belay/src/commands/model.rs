@@ -96,7 +96,7 @@ pub fn resolve_model(
     config.idle_timeout = a.llm_idle_timeout;
     config.max_output_tokens = a.llm_max_output_tokens;
     if let Some(f) = &a.llm_prices {
-        r.setup.prices = PriceTable::load(f).map_err(usage)?;
+        r.setup.prices = PriceTable::load(f).map_err(|e| usage(e.to_string()))?;
     }
     Ok(Some((r.setup, r.key)))
 }

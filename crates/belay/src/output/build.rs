@@ -117,6 +117,8 @@ impl BuildObserver for BuildView<'_> {
                     None => self.line(&format!("{id} {msg}")),
                 }
             }
+            // In the event log; the display shows blocks, not each command.
+            BuildEvent::Executed { .. } | BuildEvent::Checkpoint { .. } => {}
             BuildEvent::Finished {
                 ok,
                 final_image,
