@@ -170,3 +170,80 @@ pub struct Manifest {
 fn complete_default() -> bool {
     true
 }
+
+/// A line of `checkpoints.jsonl`: a checkpoint made, or the checkpoints from
+/// `first_stale` on retired by a rollback.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CheckpointRecord {
+    Retired { retired_from: u32 },
+    Made(Checkpoint),
+}
+
+/// Keep the checkpoints numbered below `first_stale`.
+pub fn retire_checkpoints(list: &mut Vec<Checkpoint>, first_stale: u32) {
+    list.retain(|c| {
+        c.id.get(..3)
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_none_or(|n| n < first_stale)
+    });
+}
+
+/// Add a checkpoint, replacing one of the same id and kind.
+pub fn add_checkpoint(list: &mut Vec<Checkpoint>, cp: Checkpoint) {
+    list.retain(|c| c.id != cp.id || c.kind != cp.kind);
+    list.push(cp);
+}
+
+/// The checkpoints a `checkpoints.jsonl` adds up to (a torn last line, from a
+/// kill, is skipped).
+pub fn replay_checkpoints(text: &str) -> Vec<Checkpoint> {
+    let mut list = Vec::new();
+    for line in text.lines() {
+        match serde_json::from_str::<CheckpointRecord>(line) {
+            Ok(CheckpointRecord::Made(cp)) => add_checkpoint(&mut list, cp),
+            Ok(CheckpointRecord::Retired { retired_from }) => {
+                retire_checkpoints(&mut list, retired_from)
+            }
+            Err(_) => {}
+        }
+    }
+    list
+}
+
+#[cfg(test)]
+mod checkpoint_log_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn cp(id: &str) -> String {
+        serde_json::to_string(&Checkpoint {
+            id: id.into(),
+            image_ref: format!("belay:r-{id}"),
+            block_id: format!("block-{id}"),
+            parent_image_ref: None,
+            kind: "success".into(),
+            image_id: String::new(),
+            created_at: String::new(),
+            cached_from: None,
+        })
+        .unwrap()
+    }
+
+    /// Made, retired by a rollback, made again; a torn last line is skipped.
+    #[test]
+    fn the_log_replays_to_the_live_checkpoints() {
+        let text = format!(
+            "{}\n{}\n{}\n{{\"retired_from\": 2}}\n{}\n{{\"id\": \"00",
+            cp("001-a"),
+            cp("002-b"),
+            cp("003-c"),
+            cp("002-b")
+        );
+        let ids: Vec<String> = replay_checkpoints(&text)
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(ids, ["001-a", "002-b"]);
+    }
+}

@@ -58,6 +58,10 @@ impl RunDir {
     pub fn executions(&self) -> PathBuf {
         self.root.join("executions.jsonl")
     }
+    /// The checkpoints as they are made (and retired by a rollback).
+    pub fn checkpoints(&self) -> PathBuf {
+        self.root.join("checkpoints.jsonl")
+    }
     pub fn containers(&self) -> PathBuf {
         self.root.join("containers.jsonl")
     }

@@ -349,7 +349,7 @@ impl ModelClient {
                 message: format!("the reply is not JSON ({e})"),
             })?;
             return dialect::parse(self.cfg.api, &v)
-                .map_err(|message| ModelError::Decode { url, message });
+                .map_err(|e| ModelError::Decode { url, message: e.0 });
         }
         let mut state = StreamState::new(self.cfg.api);
         let mut parser = SseParser::new();
@@ -394,7 +394,7 @@ impl ModelClient {
                     Err(message) => {
                         return Err(ModelError::Stream {
                             url,
-                            message: self.scrub(&message),
+                            message: self.scrub(&message.0),
                         })
                     }
                 }

@@ -636,7 +636,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
 }
 
 /// Read an agent file: YAML front matter between `---` lines, then the prompt.
-pub fn load_agent(file: &Path, name: &str) -> Result<AgentDef, String> {
+fn load_agent(file: &Path, name: &str) -> Result<AgentDef, String> {
     let text = fs_err::read_to_string(file)
         .map_err(|e| format!("agent `{name}`: cannot read {}: {e}", file.display()))?;
     let rest = text.strip_prefix("---\n").ok_or_else(|| {

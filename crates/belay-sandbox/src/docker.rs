@@ -532,14 +532,8 @@ impl ContainerRuntime for DockerRuntime {
             .ok()
             .and_then(|m| m.get(container).cloned());
         if let Some(mut p) = recorded {
-            let swept = p.sweep().map_err(|message| SandboxError::Docker {
-                op: "end a step's processes",
-                message,
-            })?;
-            p.wipe_scratch().map_err(|message| SandboxError::Docker {
-                op: "empty a step's /tmp",
-                message,
-            })?;
+            let swept = p.sweep()?;
+            p.wipe_scratch()?;
             if let Ok(mut m) = self.procs.lock() {
                 m.insert(container.to_string(), p);
             }

@@ -19,6 +19,7 @@
 //! next step starts with its own `HOME` (`/tmp`) and nothing a step left there
 //! (a `~/.netrc` holding a secret) reaches the next.
 
+use crate::SandboxError;
 use std::path::{Path, PathBuf};
 
 use belay_record::ProcessIdentity;
@@ -94,9 +95,13 @@ impl ContainerProcs {
     }
 
     /// Kill every process of the namespace but the container's own two.
-    pub fn sweep(&mut self) -> Result<Swept, String> {
+    pub fn sweep(&mut self) -> Result<Swept, SandboxError> {
+        let fail = |message: String| SandboxError::Docker {
+            op: "end a step's processes",
+            message,
+        };
         if !self.init.is_alive() {
-            return Err("the container's init is gone: it was stopped or removed during the step. Rerun the same command with --resume to continue in a new container".into());
+            return Err(fail("the container's init is gone: it was stopped or removed during the step. Rerun the same command with --resume to continue in a new container".into()));
         }
         if self.main.is_none() {
             self.main = oldest_child(self.init.pid);
@@ -117,29 +122,33 @@ impl ContainerProcs {
                 }
             }
         }
-        Err(format!(
+        Err(fail(format!(
             "processes kept appearing after 200 passes ({} killed)",
             swept.killed
-        ))
+        )))
     }
 
     /// Empty the container's `/tmp` and `/dev/shm` (run after [`Self::sweep`],
     /// when nothing in the container can race the removal; links are removed,
     /// never followed).
-    pub fn wipe_scratch(&self) -> Result<(), String> {
+    pub fn wipe_scratch(&self) -> Result<(), SandboxError> {
         let root = PathBuf::from(format!("/proc/{}/root", self.init.pid));
         for dir in ["tmp", "dev/shm"] {
-            empty_dir(&root.join(dir))?;
+            empty_dir(&root.join(dir)).map_err(|e| SandboxError::Io {
+                action: "empty a step's",
+                path: root.join(dir),
+                source: e,
+            })?;
         }
         Ok(())
     }
 }
 
-fn empty_dir(dir: &Path) -> Result<(), String> {
+fn empty_dir(dir: &Path) -> std::io::Result<()> {
     let rd = match fs_err::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+        Err(e) => return Err(e),
     };
     for e in rd.flatten() {
         let p = e.path();
@@ -152,7 +161,7 @@ fn empty_dir(dir: &Path) -> Result<(), String> {
         };
         if let Err(e) = r {
             if e.kind() != std::io::ErrorKind::NotFound {
-                return Err(format!("cannot remove {}: {e}", p.display()));
+                return Err(e);
             }
         }
     }

@@ -76,10 +76,10 @@ impl Run<'_> {
             kind: cp.kind.clone(),
             cached: cp.cached_from.is_some(),
         });
-        self.manifest
-            .checkpoints
-            .retain(|c| c.id != cp.id || c.kind != cp.kind);
-        self.manifest.checkpoints.push(cp);
+        if let Err(e) = self.checkpoint_log.append(&cp, &self.redactor) {
+            tracing::warn!("cannot record checkpoint {}: {e}", cp.image_ref);
+        }
+        crate::manifest::add_checkpoint(&mut self.manifest.checkpoints, cp);
     }
 
     /// Decide whether the next block continues in this container.

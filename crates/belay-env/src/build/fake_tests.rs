@@ -177,4 +177,15 @@ async fn an_engine_failure_mid_build_resumes_from_the_last_checkpoint() {
         .filter(|e| e["block_id"] == "b0" && e["phase"] == "block")
         .count();
     assert_eq!(b0_records, 1, "the first start's executions were lost");
+    // The first start's checkpoints came back from checkpoints.jsonl.
+    let cps: Vec<&str> = m["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["block_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        cps.contains(&"b0") && cps.contains(&"b1") && cps.contains(&"b2"),
+        "{cps:?}"
+    );
 }

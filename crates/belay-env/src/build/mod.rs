@@ -250,6 +250,7 @@ pub async fn build(
         obs,
         redactor,
         exec_log: JsonlAppender::open(&dir.executions())?,
+        checkpoint_log: JsonlAppender::open(&dir.checkpoints())?,
         container: None,
         retired: Vec::new(),
         removals: Vec::new(),
@@ -330,6 +331,8 @@ pub(crate) struct Run<'a> {
     pub(crate) redactor: Redactor,
     pub(crate) trust: HostTrust,
     pub(crate) exec_log: JsonlAppender,
+    /// `checkpoints.jsonl`: each checkpoint as it is made, and rollbacks.
+    pub(crate) checkpoint_log: JsonlAppender,
     pub(crate) container: Option<String>,
     /// Retired containers, removed in the background once the next container
     /// has started (so that removal never competes with the start).
@@ -778,11 +781,16 @@ impl Run<'_> {
                             // Checkpoints from block j on are stale: a resume must not
                             // pick them over the patched block.
                             let first_stale = j as u32 + 1;
-                            self.manifest.checkpoints.retain(|c| {
-                                c.id.get(..3)
-                                    .and_then(|n| n.parse::<u32>().ok())
-                                    .is_none_or(|n| n < first_stale)
-                            });
+                            crate::manifest::retire_checkpoints(
+                                &mut self.manifest.checkpoints,
+                                first_stale,
+                            );
+                            self.checkpoint_log.append(
+                                &crate::manifest::CheckpointRecord::Retired {
+                                    retired_from: first_stale,
+                                },
+                                &self.redactor,
+                            )?;
                             for b in blocks.iter_mut().take(i + 1).skip(j) {
                                 b.status = BlockStatus::Planned;
                                 b.cached = false;

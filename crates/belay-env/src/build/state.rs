@@ -20,6 +20,12 @@ pub(super) fn read_manifest(dir: &RunDir) -> Result<Option<Manifest>, EnvError> 
         Err(e) => return Err(EnvError::io("cannot read", p, e)),
     };
     if !m.complete {
+        let cps = dir.checkpoints();
+        m.checkpoints = match fs_err::read_to_string(&cps) {
+            Ok(t) => crate::manifest::replay_checkpoints(&t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(EnvError::io("cannot read", cps, e)),
+        };
         let log = dir.executions();
         m.executions = match fs_err::read_to_string(&log) {
             Ok(t) => t
@@ -172,18 +178,20 @@ impl Run<'_> {
         write_redacted_json(&self.dir.llm_usage(), &v, &self.redactor)
     }
 
-    /// The interim manifest: everything but the executions (appended to
-    /// `executions.jsonl` as they happen) and the blocks (each in
-    /// `blocks/<id>.json`), so that rewriting it after every block does not
-    /// grow with the build.
+    /// The interim manifest: everything but the executions, checkpoints
+    /// (appended to `executions.jsonl` and `checkpoints.jsonl` as they
+    /// happen) and blocks (each in `blocks/<id>.json`), so that rewriting it
+    /// after every block does not grow with the build.
     pub(crate) fn save(&mut self) -> Result<(), EnvError> {
         self.manifest.duration_s = round3(self.started.elapsed().as_secs_f64());
         let executions = std::mem::take(&mut self.manifest.executions);
         let blocks = std::mem::take(&mut self.manifest.blocks);
+        let checkpoints = std::mem::take(&mut self.manifest.checkpoints);
         self.manifest.complete = false;
         let r = write_redacted_json(&self.dir.manifest(), &self.manifest, &self.redactor);
         self.manifest.executions = executions;
         self.manifest.blocks = blocks;
+        self.manifest.checkpoints = checkpoints;
         r
     }
 

@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 
+use super::DecodeError;
 use super::{chunks, str_of, u64_at};
 use crate::sse::Event;
 use crate::types::{Message, Request, Response, ToolCall, Usage};
@@ -92,7 +93,7 @@ fn usage(v: &Value) -> Usage {
     }
 }
 
-pub fn parse(v: &Value) -> Result<Response, String> {
+pub fn parse(v: &Value) -> Result<Response, DecodeError> {
     let content = v
         .get("content")
         .and_then(Value::as_array)
@@ -133,7 +134,7 @@ pub struct Stream {
 }
 
 impl Stream {
-    pub fn on_event(&mut self, ev: &Event) -> Result<bool, String> {
+    pub fn on_event(&mut self, ev: &Event) -> Result<bool, DecodeError> {
         let v: Value = serde_json::from_str(&ev.data)
             .map_err(|e| format!("an Anthropic stream event that is not JSON ({e})"))?;
         let kind = v
@@ -152,7 +153,7 @@ impl Stream {
             "content_block_start" => {
                 let idx = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
                 if idx > self.blocks.len() + 64 {
-                    return Err(format!("a content block index {idx} out of range"));
+                    return Err(format!("a content block index {idx} out of range").into());
                 }
                 while self.blocks.len() <= idx {
                     self.blocks.push(Default::default());
@@ -193,7 +194,7 @@ impl Stream {
                     .pointer("/error/message")
                     .and_then(Value::as_str)
                     .unwrap_or("the model reported an error")
-                    .to_string())
+                    .into())
             }
             _ => {}
         }

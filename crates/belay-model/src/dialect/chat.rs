@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::DecodeError;
 use super::{args_text, chunks, str_of, u64_at};
 use crate::sse::Event;
 use crate::types::{Message, Request, Response, ToolCall, Usage};
@@ -76,7 +77,7 @@ fn usage(v: &Value) -> Usage {
     }
 }
 
-pub fn parse(v: &Value) -> Result<Response, String> {
+pub fn parse(v: &Value) -> Result<Response, DecodeError> {
     let choice = v
         .get("choices")
         .and_then(Value::as_array)
@@ -121,7 +122,7 @@ impl Stream {
         self.resp.finish_reason.is_some()
     }
 
-    pub fn on_event(&mut self, ev: &Event) -> Result<bool, String> {
+    pub fn on_event(&mut self, ev: &Event) -> Result<bool, DecodeError> {
         let data = ev.data.trim();
         if data == "[DONE]" {
             return Ok(true);
@@ -129,7 +130,7 @@ impl Stream {
         let v: Value = serde_json::from_str(data)
             .map_err(|e| format!("a Chat Completions stream chunk that is not JSON ({e})"))?;
         if let Some(msg) = super::error_message(&v) {
-            return Err(msg);
+            return Err(msg.into());
         }
         if self.resp.id.is_none() {
             self.resp.id = str_of(&v, "id");
@@ -158,7 +159,7 @@ impl Stream {
                         .unwrap_or(self.calls.len().saturating_sub(1));
                     // Bounded: an index far past the calls seen is malformed.
                     if idx > self.calls.len() + 64 {
-                        return Err(format!("a tool call index {idx} out of range"));
+                        return Err(format!("a tool call index {idx} out of range").into());
                     }
                     while self.calls.len() <= idx {
                         self.calls.push(Default::default());

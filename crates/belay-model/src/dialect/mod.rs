@@ -33,8 +33,26 @@ pub fn body(api: Api, req: &Request, model: &str, stream: bool) -> Value {
     }
 }
 
+/// Why a reply or a stream event could not be read (the client wraps it in
+/// `ModelError::Decode` or `ModelError::Stream` with the endpoint).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+
+impl From<String> for DecodeError {
+    fn from(s: String) -> Self {
+        DecodeError(s)
+    }
+}
+
+impl From<&str> for DecodeError {
+    fn from(s: &str) -> Self {
+        DecodeError(s.to_string())
+    }
+}
+
 /// A whole (non-streamed) reply.
-pub fn parse(api: Api, v: &Value) -> Result<Response, String> {
+pub fn parse(api: Api, v: &Value) -> Result<Response, DecodeError> {
     match api {
         Api::Responses => responses::parse(v),
         Api::ChatCompletions => chat::parse(v),
@@ -85,7 +103,7 @@ impl StreamState {
     }
 
     /// Take one event; `Ok(true)` when the stream says it is complete.
-    pub fn on_event(&mut self, ev: &Event) -> Result<bool, String> {
+    pub fn on_event(&mut self, ev: &Event) -> Result<bool, DecodeError> {
         match self {
             StreamState::Responses(s) => s.on_event(ev),
             StreamState::Chat(s) => s.on_event(ev),

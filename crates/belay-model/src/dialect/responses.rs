@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 
+use super::DecodeError;
 use super::{args_text, chunks, str_of, u64_at};
 use crate::sse::Event;
 use crate::types::{Message, Request, Response, ToolCall, Usage};
@@ -97,7 +98,7 @@ fn take_item(item: &Value, r: &mut Response) {
     }
 }
 
-pub fn parse(v: &Value) -> Result<Response, String> {
+pub fn parse(v: &Value) -> Result<Response, DecodeError> {
     let output = v
         .get("output")
         .and_then(Value::as_array)
@@ -126,7 +127,7 @@ pub struct Stream {
 }
 
 impl Stream {
-    pub fn on_event(&mut self, ev: &Event) -> Result<bool, String> {
+    pub fn on_event(&mut self, ev: &Event) -> Result<bool, DecodeError> {
         let v: Value = serde_json::from_str(&ev.data)
             .map_err(|e| format!("a Responses stream event that is not JSON ({e})"))?;
         let kind = v
@@ -170,7 +171,7 @@ impl Stream {
                     .or_else(|| v.get("message"))
                     .and_then(Value::as_str)
                     .unwrap_or("the model reported a failure");
-                return Err(msg.to_string());
+                return Err(msg.into());
             }
             _ => {}
         }
