@@ -13,6 +13,16 @@ fn sh(dir: &Path, args: &[&str]) {
     assert!(ok, "git {args:?}");
 }
 
+/// The marker files a planted command would have made in `dir`.
+fn markers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("MARKER"))
+        .collect()
+}
+
 async fn repo() -> (tempfile::TempDir, Git) {
     let d = tempfile::tempdir().unwrap();
     let ws = d.path().join("ws");
@@ -93,12 +103,7 @@ async fn planted_hooks_fsmonitor_filters_and_textconv_never_run() {
     git.run(&["checkout", "HEAD~1", "--", "a.txt"])
         .await
         .unwrap();
-    let ran: Vec<_> = std::fs::read_dir(d.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("MARKER"))
-        .collect();
+    let ran = markers(d.path());
     assert!(ran.is_empty(), "ran on the host: {ran:?}");
     // The committed blob is the file itself, not a filter's output.
     assert_eq!(git.run(&["show", "HEAD:b.txt"]).await.unwrap(), "new\n");
@@ -455,11 +460,6 @@ async fn planted_merge_drivers_and_remote_helpers_never_run() {
     // The driver is `false`: the merge conflicts instead of running a program.
     assert!(git.stash_apply(&sha).await.is_err());
     git.fetch("planted", &[]).await.unwrap();
-    let ran: Vec<_> = std::fs::read_dir(d.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("MARKER"))
-        .collect();
+    let ran = markers(d.path());
     assert!(ran.is_empty(), "ran on the host: {ran:?}");
 }

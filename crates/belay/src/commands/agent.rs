@@ -42,7 +42,9 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     })?;
     // The workspace is the whole work tree (a subdirectory would leave its
     // `.git` unmounted, for the agent to plant one the next host git reads).
-    let git = belay_vcs::Git::open(&given, &std::env::temp_dir().join("belay-no-hooks"))
+    // Hooks point at an empty directory belay owns (never a shared /tmp path
+    // another user could fill).
+    let git = belay_vcs::Git::open(&given, &belay_record::state_home().join("no-hooks"))
         .await
         .ok();
     let repo = git
