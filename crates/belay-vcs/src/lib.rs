@@ -64,7 +64,9 @@ pub enum VcsError {
     NoSuchStash(String),
     #[error("{rev} is not a branch, tag or commit of {url}")]
     NoSuchRevision { rev: String, url: String },
-    #[error("a git task was aborted ({0}): belay was shutting down or hit a bug; rerun the command")]
+    #[error(
+        "a git task was aborted ({0}): belay was shutting down or hit a bug; rerun the command"
+    )]
     Aborted(String),
     #[error("{0} is not a git work tree: run `git init` there, or point the run at one")]
     NotARepo(PathBuf),
