@@ -117,6 +117,7 @@ async fn main() {
         stdin: None,
         env: cli::scrubbed_env(),
         cwd: dir.clone(),
+        pid_file: None,
     };
     let mut parser = CodexParser::default();
     let mut seen = 0u64;

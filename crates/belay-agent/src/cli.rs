@@ -18,7 +18,11 @@ pub enum CliKind {
     Claude,
     Codex,
     Gemini,
-    /// Any command with the prompt as an argument (aider, grok, agy...): stdout is the answer.
+    /// xAI's grok CLI (`grok -p`): stdout is the answer.
+    Grok,
+    /// Google's Antigravity CLI (`agy -p`): stdout is the answer.
+    Antigravity,
+    /// Any command with the prompt as an argument or on stdin: stdout is the answer.
     Plain,
 }
 
@@ -29,9 +33,11 @@ impl std::str::FromStr for CliKind {
             "claude" => Ok(CliKind::Claude),
             "codex" => Ok(CliKind::Codex),
             "gemini" => Ok(CliKind::Gemini),
+            "grok" => Ok(CliKind::Grok),
+            "antigravity" | "agy" => Ok(CliKind::Antigravity),
             "plain" => Ok(CliKind::Plain),
             o => Err(format!(
-                "unknown agent CLI `{o}`: use claude, codex, gemini or plain"
+                "unknown agent CLI `{o}`: use claude, codex, gemini, grok, antigravity or plain"
             )),
         }
     }
@@ -55,6 +61,10 @@ pub struct CliCommand {
     pub stdin: Option<String>,
     /// Additions to the scrubbed environment.
     pub env: Vec<(String, String)>,
+    /// The prompt, for the launcher to write to this path before the CLI
+    /// starts (CLIs that take a prompt only as an argument are given an
+    /// instruction to read this file, so that the prompt is never in argv).
+    pub prompt_file: Option<(String, String)>,
 }
 
 /// An agent CLI and how to call it.
@@ -69,6 +79,9 @@ pub struct CliAgent {
     pub template: Vec<String>,
     /// Send the prompt on stdin instead of as an argument (long prompts).
     pub prompt_on_stdin: bool,
+    /// For grok and agy, which take a prompt only as an argument: where the
+    /// launcher writes the prompt, which the argument then names.
+    pub prompt_file: Option<String>,
     /// Let the CLI run tools without asking. An explicit opt-in: off by default.
     pub auto_approve: bool,
     pub endpoint: Option<Endpoint>,
@@ -85,12 +98,15 @@ impl CliAgent {
                 CliKind::Claude => "claude",
                 CliKind::Codex => "codex",
                 CliKind::Gemini => "gemini",
+                CliKind::Grok => "grok",
+                CliKind::Antigravity => "agy",
                 CliKind::Plain => "",
             }
             .to_string(),
             model: None,
             template: Vec::new(),
             prompt_on_stdin: false,
+            prompt_file: None,
             auto_approve: false,
             endpoint: None,
             max_turns: None,
@@ -103,7 +119,9 @@ impl CliAgent {
             CliKind::Claude => Box::new(ClaudeParser::default()),
             CliKind::Codex => Box::new(CodexParser::default()),
             CliKind::Gemini => Box::new(GeminiParser::default()),
-            CliKind::Plain => Box::new(PlainParser::default()),
+            CliKind::Grok | CliKind::Antigravity | CliKind::Plain => {
+                Box::new(PlainParser::default())
+            }
         }
     }
 
@@ -187,7 +205,12 @@ impl CliAgent {
                 argv.extend(self.extra_args.iter().cloned());
                 // codex reads the prompt from stdin when it is `-`.
                 argv.push(inline.unwrap_or_else(|| "-".into()));
-                return Ok(CliCommand { argv, stdin, env });
+                return Ok(CliCommand {
+                    argv,
+                    stdin,
+                    env,
+                    prompt_file: None,
+                });
             }
             CliKind::Gemini => {
                 // Without `-p`, gemini takes a piped prompt from stdin.
@@ -225,11 +248,55 @@ impl CliAgent {
                 } else {
                     Some(prompt.to_string())
                 };
-                return Ok(CliCommand { argv, stdin, env });
+                return Ok(CliCommand {
+                    argv,
+                    stdin,
+                    env,
+                    prompt_file: None,
+                });
+            }
+            CliKind::Grok | CliKind::Antigravity => {
+                // These take the prompt only after `-p`: it goes to a file,
+                // and the argument only says where (argv is visible in `ps`
+                // and capped at 128 KiB).
+                let Some(path) = &self.prompt_file else {
+                    return Err(AgentError::Config(format!(
+                        "{} takes its prompt as an argument: the launcher must give it a prompt file",
+                        self.program
+                    )));
+                };
+                argv.extend([
+                    "-p".to_string(),
+                    format!("Your task is in the file {path}. Read that file and carry out the task it describes."),
+                ]);
+                if self.auto_approve {
+                    argv.push(
+                        match self.kind {
+                            CliKind::Grok => "--always-approve",
+                            _ => "--dangerously-skip-permissions",
+                        }
+                        .into(),
+                    );
+                }
+                if let Some(m) = &self.model {
+                    argv.extend(["--model".into(), m.clone()]);
+                }
+                argv.extend(self.extra_args.iter().cloned());
+                return Ok(CliCommand {
+                    argv,
+                    stdin: None,
+                    env,
+                    prompt_file: Some((path.clone(), prompt.to_string())),
+                });
             }
         }
         argv.extend(self.extra_args.iter().cloned());
-        Ok(CliCommand { argv, stdin, env })
+        Ok(CliCommand {
+            argv,
+            stdin,
+            env,
+            prompt_file: None,
+        })
     }
 }
 
@@ -281,6 +348,28 @@ pub struct Launch {
     /// The complete environment (nothing is inherited).
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// Where the child's identity is kept while it runs, so that a later
+    /// belay can kill its group if this one is killed (see [`kill_recorded`]).
+    pub pid_file: Option<PathBuf>,
+}
+
+/// Kill the process group recorded in `pid_file` by a belay that was killed
+/// itself (kill -9) while its agent ran, if that process is still the same
+/// one (same pid, start time and boot), and remove the file. Whether a
+/// group was killed.
+pub fn kill_recorded(pid_file: &std::path::Path) -> bool {
+    let Ok(text) = fs_err::read_to_string(pid_file) else {
+        return false;
+    };
+    let _ = fs_err::remove_file(pid_file);
+    let Ok(id) = serde_json::from_str::<belay_record::ProcessIdentity>(&text) else {
+        return false;
+    };
+    if !id.is_alive() {
+        return false;
+    }
+    kill_group(Some(id.pid));
+    true
 }
 
 impl Launch {
@@ -295,7 +384,11 @@ impl Launch {
             argv,
             stdin,
             env: add,
+            prompt_file,
         } = agent.command(prompt)?;
+        if let Some((path, text)) = prompt_file {
+            write_private(std::path::Path::new(&path), text.as_bytes())?;
+        }
         let mut env = scrubbed_env();
         for (k, v) in add.into_iter().chain(extra_env.iter().cloned()) {
             env.retain(|(x, _)| *x != k);
@@ -306,8 +399,24 @@ impl Launch {
             stdin,
             env,
             cwd,
+            pid_file: None,
         })
     }
+}
+
+/// Write `bytes` to `path`, readable by its owner only.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> Result<(), AgentError> {
+    use fs_err::os::unix::fs::OpenOptionsExt;
+    use std::io::Write;
+    let mut f = fs_err::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| AgentError::Io(e.to_string()))?;
+    f.write_all(bytes)
+        .map_err(|e| AgentError::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 /// The longest line taken from a CLI; longer lines are cut (and reported).
@@ -347,6 +456,15 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
                 r.consume(n);
             }
         }
+    }
+}
+
+/// Removes a file when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = fs_err::remove_file(&self.0);
     }
 }
 
@@ -402,6 +520,17 @@ pub async fn run(
     let pid = child.id();
     // Whatever ends this function (a return, a dropped future), the group dies.
     let _group = GroupGuard(pid);
+    let _recorded = match (
+        &launch.pid_file,
+        pid.and_then(belay_record::ProcessIdentity::of),
+    ) {
+        (Some(f), Some(id)) => {
+            let text = serde_json::to_string(&id).map_err(|e| AgentError::Io(e.to_string()))?;
+            belay_record::atomic_write(f, text.as_bytes())?;
+            Some(RemoveOnDrop(f.clone()))
+        }
+        _ => None,
+    };
     let activity = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     if let (Some(text), Some(mut stdin)) = (launch.stdin.clone(), child.stdin.take()) {
         tokio::spawn(async move {

@@ -12,11 +12,13 @@ pub mod builtin;
 pub mod cli;
 mod event;
 pub mod parse;
+pub mod sandbox;
 pub mod session;
 pub mod spec;
 pub mod workspace;
 
 pub use event::{AgentEvent, AgentReport, Limits, StopReason};
+pub use sandbox::{AgentBox, BoxSpec};
 pub use session::{AgentSession, Placement};
 pub use spec::{AgentKind, AgentSpec, SpecError};
 
@@ -35,6 +37,10 @@ pub enum AgentError {
     Record(#[from] belay_record::RecordError),
     #[error("agent configuration: {0}")]
     Config(String),
+    #[error(transparent)]
+    Sandbox(#[from] belay_sandbox::SandboxError),
+    #[error(transparent)]
+    Vcs(#[from] belay_vcs::VcsError),
 }
 
 impl belay_record::Classify for AgentError {
@@ -45,6 +51,8 @@ impl belay_record::Classify for AgentError {
             AgentError::Io(_) => ExitClass::Failed,
             AgentError::Model(e) => e.exit_class(),
             AgentError::Record(e) => e.exit_class(),
+            AgentError::Sandbox(e) => e.exit_class(),
+            AgentError::Vcs(e) => e.exit_class(),
         }
     }
 }

@@ -30,6 +30,9 @@ use crate::spec::{AgentKind, AgentSpec};
 use crate::workspace::ContainerWorkspace;
 use crate::{AgentError, AgentEvent, AgentReport, Limits};
 
+/// Where a CLI that takes its prompt only as an argument finds it in a container.
+const CONTAINER_PROMPT_FILE: &str = "/tmp/.belay-prompt.md";
+
 /// Where an agent runs.
 pub enum Placement {
     /// In the running container `id`, in `workdir`, with `env` added.
@@ -97,6 +100,8 @@ pub fn program_of(spec: &AgentSpec, in_container: bool) -> Result<String, AgentE
         AgentKind::Codex => "codex",
         AgentKind::Claude => "claude",
         AgentKind::Gemini => "gemini",
+        AgentKind::Grok => "grok",
+        AgentKind::Antigravity => "agy",
     };
     if !in_container {
         return Ok(name.to_string());
@@ -205,6 +210,9 @@ pub struct AgentSession<'a> {
     pub logs: PathBuf,
     pub redactor: Redactor,
     pub events: Option<EventTarget>,
+    /// Where the running CLI's identity is kept (outside the agent's reach),
+    /// for [`crate::cli::kill_recorded`] after a crash of belay.
+    pub pid_file: Option<PathBuf>,
 }
 
 impl AgentSession<'_> {
@@ -273,9 +281,21 @@ impl AgentSession<'_> {
         let mut agent = CliAgent::new(kind);
         agent.program = program_of(&self.spec, in_container)?;
         agent.model = self.spec.model.clone();
+        // The prompt goes on stdin (or, for the CLIs that take it only as an
+        // argument, in a file): never in argv, where `ps` shows it and the
+        // kernel caps it at 128 KiB. Only a `cmd:` template that asks for
+        // `{prompt}` gets it as an argument.
+        agent.prompt_on_stdin = true;
         if let AgentKind::Command { args, .. } = &self.spec.kind {
             agent.template = args.clone();
             agent.prompt_on_stdin = !args.iter().any(|a| a.contains("{prompt}"));
+        }
+        if matches!(kind, CliKind::Grok | CliKind::Antigravity) {
+            agent.prompt_file = Some(if in_container {
+                CONTAINER_PROMPT_FILE.to_string()
+            } else {
+                self.logs.join("prompt.md").display().to_string()
+            });
         }
         agent.auto_approve = self.auto_approve;
         agent.endpoint = self.endpoint.clone();
@@ -293,7 +313,11 @@ impl AgentSession<'_> {
         match &self.placement {
             Placement::Host { cwd, env } => {
                 let agent = self.cli_agent(kind, false)?;
-                let launch = Launch::for_agent(&agent, prompt, cwd.clone(), env)?;
+                fs_err::create_dir_all(&self.logs).map_err(|e| {
+                    AgentError::Io(format!("cannot create {}: {e}", self.logs.display()))
+                })?;
+                let mut launch = Launch::for_agent(&agent, prompt, cwd.clone(), env)?;
+                launch.pid_file = self.pid_file.clone();
                 let mut parser = agent.parser();
                 cli::run(
                     &launch,
@@ -368,7 +392,16 @@ impl AgentSession<'_> {
                 .filter(|(k, _)| k != "HOME" && k != "CODEX_HOME")
                 .cloned(),
         );
-        let mut stdin_prompt = cmd.stdin.clone();
+        // A prompt file is written inside the container from stdin, first.
+        let mut stdin_prompt = cmd
+            .stdin
+            .clone()
+            .or_else(|| cmd.prompt_file.as_ref().map(|(_, text)| text.clone()));
+        let to_file = cmd
+            .prompt_file
+            .as_ref()
+            .map(|(path, _)| format!("umask 077; cat > '{path}'; "))
+            .unwrap_or_default();
         let mut argv: Vec<String> = vec!["docker".into(), "exec".into()];
         if stdin_prompt.is_some() {
             argv.push("-i".into());
@@ -385,7 +418,7 @@ impl AgentSession<'_> {
             argv.push(k.clone());
         }
         argv.push(id.to_string());
-        let redirect = if stdin_prompt.is_some() {
+        let redirect = if cmd.stdin.is_some() {
             ""
         } else {
             " < /dev/null"
@@ -396,7 +429,7 @@ impl AgentSession<'_> {
                 "-w".to_string(),
                 "sh".to_string(),
                 "-c".to_string(),
-                format!("mkdir -p \"${{CODEX_HOME:-/tmp/.codex}}\"; echo $$ > /tmp/.belay-agent.pid; exec \"$@\"{redirect}"),
+                format!("{to_file}mkdir -p \"${{CODEX_HOME:-/tmp/.codex}}\"; echo $$ > /tmp/.belay-agent.pid; exec \"$@\"{redirect}"),
                 "belay-agent".to_string(),
             ],
         );
@@ -421,6 +454,7 @@ impl AgentSession<'_> {
             stdin: stdin_prompt.take(),
             env: host_env,
             cwd: self.logs.clone(),
+            pid_file: self.pid_file.clone(),
         })
     }
 }

@@ -2,7 +2,8 @@
 //! and config file that names an agent:
 //!
 //! ```text
-//! builtin | codex | claude | gemini | cmd:PROGRAM ARG…     then optionally @MODEL
+//! builtin | codex | claude | gemini | grok | antigravity (agy) | cmd:PROGRAM ARG…
+//!     then optionally @MODEL
 //! ```
 //!
 //! * `codex@gpt-5-codex`: a named agent with its model;
@@ -24,6 +25,9 @@ pub enum AgentKind {
     Codex,
     Claude,
     Gemini,
+    Grok,
+    /// Google's Antigravity CLI, `agy`.
+    Antigravity,
     /// `cmd:`: the program, then its arguments.
     Command {
         program: String,
@@ -40,7 +44,7 @@ pub struct AgentSpec {
 
 /// Why a spec does not parse; the message says what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("agent spec `{spec}`: {why}. Use builtin, codex, claude, gemini or cmd:PROGRAM ARG… (each optionally followed by @MODEL)")]
+#[error("agent spec `{spec}`: {why}. Use builtin, codex, claude, gemini, grok, antigravity (agy) or cmd:PROGRAM ARG… (each optionally followed by @MODEL)")]
 pub struct SpecError {
     pub spec: String,
     pub why: String,
@@ -141,6 +145,8 @@ impl std::str::FromStr for AgentSpec {
             "codex" => AgentKind::Codex,
             "claude" => AgentKind::Claude,
             "gemini" => AgentKind::Gemini,
+            "grok" => AgentKind::Grok,
+            "antigravity" | "agy" => AgentKind::Antigravity,
             "" => return Err(err("it is empty")),
             _ => return Err(err(&format!("`{name}` is not an agent"))),
         };
@@ -156,6 +162,8 @@ impl AgentSpec {
             AgentKind::Codex => Some(CliKind::Codex),
             AgentKind::Claude => Some(CliKind::Claude),
             AgentKind::Gemini => Some(CliKind::Gemini),
+            AgentKind::Grok => Some(CliKind::Grok),
+            AgentKind::Antigravity => Some(CliKind::Antigravity),
             AgentKind::Command { .. } => Some(CliKind::Plain),
         }
     }
@@ -183,6 +191,8 @@ impl fmt::Display for AgentSpec {
             AgentKind::Codex => f.write_str("codex")?,
             AgentKind::Claude => f.write_str("claude")?,
             AgentKind::Gemini => f.write_str("gemini")?,
+            AgentKind::Grok => f.write_str("grok")?,
+            AgentKind::Antigravity => f.write_str("antigravity")?,
             AgentKind::Command { program, args } => {
                 write!(f, "cmd:{}", quoted(program))?;
                 for a in args {
@@ -218,6 +228,8 @@ mod tests {
         assert_eq!(c.kind, AgentKind::Codex);
         assert_eq!(c.model.as_deref(), Some("gpt-5-codex"));
         assert_eq!(p("claude").unwrap().model, None);
+        assert_eq!(p("agy@gemini-3").unwrap().kind, AgentKind::Antigravity);
+        assert_eq!(p("grok").unwrap().to_string(), "grok");
         let g = p("gemini@models/gemini-2.5-pro").unwrap();
         assert_eq!(g.model.as_deref(), Some("models/gemini-2.5-pro"));
         let cmd = p("cmd:./agent.sh --task '{prompt}' \"two words\" @small").unwrap();

@@ -34,6 +34,10 @@ pub struct CommitRequest {
     pub author: Option<(String, String)>,
     /// Paths (relative to the root) left out of the commit.
     pub exclude: Vec<String>,
+    /// Glob patterns (`**/.env`) left out of the commit.
+    pub exclude_globs: Vec<String>,
+    /// Commit even when nothing changed (an audit record).
+    pub allow_empty: bool,
     /// Gitlinks that may be committed: the submodules at the start of the run.
     pub submodules: Vec<String>,
     pub scan: Box<BlobScan>,
@@ -258,6 +262,9 @@ impl Git {
         for e in &req.exclude {
             args.push(format!(":(exclude,literal){e}"));
         }
+        for g in &req.exclude_globs {
+            args.push(format!(":(exclude,glob){g}"));
+        }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.run_blocking(&env, &refs)?;
         let mut links = Vec::new();
@@ -334,13 +341,16 @@ impl Git {
         if let Some(r) = refusal {
             return Ok(CommitOutcome::Refused(r));
         }
-        if total == 0 {
+        if total == 0 && !req.allow_empty {
             return Ok(CommitOutcome::Nothing);
         }
         stage.publish_to(self, &objects)?;
         let configured = self.run_blocking(&[], &["config", "user.email"]).is_ok();
         let author = req.author.as_ref().map(|(n, e)| (n.as_str(), e.as_str()));
-        let args = crate::commit_args(&req.message, author, configured);
+        let mut args = crate::commit_args(&req.message, author, configured);
+        if total == 0 {
+            args.push("--allow-empty".into());
+        }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.run_blocking(&[], &refs)?;
         let sha = self

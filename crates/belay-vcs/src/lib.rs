@@ -336,6 +336,27 @@ impl Git {
         Ok(files)
     }
 
+    /// After a crash between "record HEAD, then commit" and "record the
+    /// commit": the commit made on top of `before` with subject `message`,
+    /// if HEAD is that commit (so that a resume neither loses nor repeats it).
+    pub async fn recognise_commit(
+        &self,
+        before: &str,
+        message: &str,
+    ) -> Result<Option<String>, VcsError> {
+        let head = self.head().await?;
+        if head == before {
+            return Ok(None);
+        }
+        let parent = self.resolve_commit(&format!("{head}~1")).await?;
+        if parent.as_deref() != Some(before) {
+            return Ok(None);
+        }
+        let subject = self.run(&["log", "-1", "--format=%s", &head]).await?;
+        let first = message.lines().next().unwrap_or_default();
+        Ok((subject.trim_end() == first).then_some(head))
+    }
+
     /// The paths of `.gitmodules` submodules (the gitlinks a commit may hold).
     pub async fn submodule_paths(&self) -> Result<Vec<String>, VcsError> {
         if !self.root.join(".gitmodules").is_file() {

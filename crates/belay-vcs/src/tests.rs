@@ -44,6 +44,8 @@ fn no_scan() -> Box<BlobScan> {
 
 async fn commit(git: &Git, exclude: &[String]) -> CommitOutcome {
     git.commit_checked(CommitRequest {
+        exclude_globs: vec![],
+        allow_empty: false,
         message: "m".into(),
         author: Some(("t".into(), "t@t".into())),
         exclude: exclude.to_vec(),
@@ -166,6 +168,8 @@ async fn a_secret_refuses_the_commit_and_leaves_no_blob() {
     };
     let out = git
         .commit_checked(CommitRequest {
+            exclude_globs: vec![],
+            allow_empty: false,
             message: "m".into(),
             author: None,
             exclude: Vec::new(),

@@ -53,6 +53,8 @@ fn classify(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
     class::<belay_env::EnvError>(e)
         .or_else(|| class::<belay_pipeline::PipelineError>(e))
         .or_else(|| class::<belay_pipeline::LoadError>(e))
+        .or_else(|| class::<belay_plan::PlanError>(e))
+        .or_else(|| class::<belay_plan::generate::GenerateError>(e))
         .or_else(|| class::<belay_agent::AgentError>(e))
         .or_else(|| class::<belay_model::ModelError>(e))
         .or_else(|| class::<belay_model::replay::ReplayError>(e))

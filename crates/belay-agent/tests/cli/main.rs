@@ -239,8 +239,19 @@ turns:
 
 fn fake_cli(dir: &Path, name: &str, body: &str) -> String {
     let p: PathBuf = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Written by another process: a write descriptor of this one, inherited
+    // by a child another test forks meanwhile, would make exec fail with
+    // "text file busy".
+    let src = dir.join(format!(".{name}.src"));
+    std::fs::write(&src, format!("#!/bin/bash\n{body}\n")).unwrap();
+    let ok = std::process::Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&src)
+        .arg(&p)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "install {}", p.display());
     p.display().to_string()
 }
 
@@ -397,4 +408,47 @@ fn argv_and_opt_in_auto_approval() {
     let cmd = cl.command("p").unwrap();
     assert!(cmd.argv.windows(2).any(|w| w == ["--max-turns", "4"]));
     assert!(!cmd.argv.iter().any(|a| a.contains("dangerously")));
+}
+
+/// grok and agy take a prompt only after `-p`: the prompt goes to a private
+/// file, written before the CLI starts, and the argument only names it.
+#[test]
+fn grok_and_agy_get_the_prompt_in_a_file_never_in_argv() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt.md");
+    for (kind, program, approve) in [
+        (CliKind::Grok, "grok", "--always-approve"),
+        (
+            CliKind::Antigravity,
+            "agy",
+            "--dangerously-skip-permissions",
+        ),
+    ] {
+        let mut a = CliAgent::new(kind);
+        a.model = Some("m1".into());
+        assert!(
+            a.command("secret plan").is_err(),
+            "no prompt file, no command"
+        );
+        a.prompt_file = Some(file.display().to_string());
+        let cmd = a.command("the real prompt").unwrap();
+        assert_eq!(cmd.argv[0], program);
+        assert_eq!(cmd.argv[1], "-p");
+        assert!(cmd.argv[2].contains(&file.display().to_string()));
+        assert!(!cmd.argv.iter().any(|x| x.contains("the real prompt")));
+        assert!(cmd.argv.windows(2).any(|w| w == ["--model", "m1"]));
+        assert!(!cmd.argv.iter().any(|x| x == approve));
+        a.auto_approve = true;
+        let cmd = a.command("the real prompt").unwrap();
+        assert!(cmd.argv.iter().any(|x| x == approve));
+        let launch =
+            Launch::for_agent(&a, "the real prompt", dir.path().to_path_buf(), &[]).unwrap();
+        assert!(launch.stdin.is_none());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "the real prompt");
+        let mode = std::fs::metadata(&file).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+    }
 }

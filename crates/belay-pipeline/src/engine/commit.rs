@@ -61,17 +61,18 @@ impl Engine<'_> {
             exclude.extend(s.produces.iter().cloned());
             exclude.extend(s.artifact.iter().cloned());
         }
+        let template = step
+            .params
+            .get("message")
+            .and_then(|v| v.as_str())
+            .unwrap_or("belay: {pipeline} ({run_id})")
+            .to_string();
+        let message = self
+            .redactor
+            .redact(&self.render(&template, step))
+            .into_owned();
         if let Some(before) = self.state.commit_pending.clone() {
-            let head = self.git.head().await?;
-            if head != before
-                && self
-                    .git
-                    .resolve_commit(&format!("{head}~1"))
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|parent| parent == before)
-            {
+            if let Some(head) = self.git.recognise_commit(&before, &message).await? {
                 self.state.commit = Some(head.clone());
                 self.state.commit_pending = None;
                 self.save()?;
@@ -89,16 +90,6 @@ impl Engine<'_> {
             }
             self.state.commit_pending = None;
         }
-        let template = step
-            .params
-            .get("message")
-            .and_then(|v| v.as_str())
-            .unwrap_or("belay: {pipeline} ({run_id})")
-            .to_string();
-        let message = self
-            .redactor
-            .redact(&self.render(&template, step))
-            .into_owned();
         // A step may not change the pipeline's tooling (the file, the agents,
         // the shared files, the policy files) and get the change committed.
         let tooling = tooling_paths(self.p, &root);
@@ -144,6 +135,8 @@ impl Engine<'_> {
                 message: message.clone(),
                 author: None,
                 exclude,
+                exclude_globs: vec![],
+                allow_empty: false,
                 submodules,
                 scan: Box::new(move |_, r| scanner.scan(r)),
             })

@@ -247,6 +247,7 @@ impl Engine<'_> {
                 step: Some(step.name.clone()),
                 source: Kind::Agent.source(),
             }),
+            pid_file: None,
         };
         let report = session
             .run(&task)

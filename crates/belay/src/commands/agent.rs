@@ -6,18 +6,16 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use belay_agent::session::{container_mounts, EventTarget};
-use belay_agent::{AgentReport, AgentSession, Limits, Placement};
+use belay_agent::session::EventTarget;
+use belay_agent::{AgentBox, AgentReport, AgentSession, BoxSpec, Limits, Placement};
 use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle};
-use belay_sandbox::{ContainerRuntime, ContainerSpec, Mount, Network};
+use belay_sandbox::ContainerRuntime;
 
 use crate::cli::AgentRunArgs;
 use crate::commands::model::resolve_model;
 use crate::context::connect;
 use crate::exit::{usage, Failure, EXIT_FAILED};
 use crate::output::Printer;
-
-const WORKDIR: &str = "/workspace/repo";
 
 /// Run `fut` unless Ctrl-C or SIGTERM comes first (then the future is dropped,
 /// which kills an agent CLI's process group, and the caller cleans up).
@@ -168,6 +166,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             logs: out.clone(),
             redactor: redactor.clone(),
             events: Some(events),
+            pid_file: None,
         };
         // Interrupted, the run is dropped and its process group killed.
         match interruptible(async { Ok(session.run(&a.prompt).await?) }).await {
@@ -179,71 +178,26 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         }
     } else {
         let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
-        if !rt.image_exists(&a.image).await? {
-            return Err(usage(format!(
-                "image {} is not on this Docker engine: run `belay image bootstrap`, or pass --image (an image from `belay env build` works)",
-                a.image
-            )));
-        }
-        // A CLI reaches only the model endpoint, through the model route.
-        let route = match (&model, spec.is_builtin()) {
-            (Some((setup, _)), false) => Some(
-                belay_sandbox::route::model_route(
-                    rt.as_ref(),
-                    &format!("belay-{run_id}-model"),
-                    &setup.config.base_url,
-                )
-                .await?,
-            ),
-            _ => None,
-        };
-        let mut mounts = vec![Mount {
-            host: repo.clone(),
-            container: WORKDIR.into(),
-            read_only: false,
-        }];
-        mounts.extend(git_mounts(git.as_ref(), &repo, &out).await?);
-        mounts.extend(container_mounts(&spec)?);
-        let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
-        if let Some(r) = &route {
-            env.extend(r.env.iter().cloned());
-        }
-        let container = rt
-            .create(&ContainerSpec {
-                image: a.image.clone(),
-                run_id: run_id.clone(),
-                kind: "agent".into(),
-                network: if a.network && spec.is_builtin() {
-                    Network::Bridge
-                } else {
-                    Network::None
-                },
-                network_name: route.as_ref().map(|r| r.network.clone()),
-                working_dir: Some(WORKDIR.into()),
-                mounts,
-                env: env.clone(),
-                unowned: a.keep_container,
-                // The pipeline's step policy: no capabilities (no device
-                // nodes, no file capabilities, no set-id of others' files), a
-                // read-only root, a scratch /tmp, and the container's own
-                // processes out of the agent's reach.
-                read_only_rootfs: true,
-                drop_capabilities: true,
-                tmpfs: vec!["/tmp".into()],
-                idle_user: Some("65534:65534".into()),
-                ..Default::default()
-            })
-            .await?;
+        let agent_box = AgentBox::open(BoxSpec {
+            rt,
+            image: a.image.clone(),
+            run_id: run_id.clone(),
+            kind: "agent".into(),
+            repo: repo.clone(),
+            git: git.as_ref(),
+            records: out.clone(),
+            agent: &spec,
+            model_url: model.as_ref().map(|(s, _)| s.config.base_url.clone()),
+            network: a.network,
+            keep: a.keep_container,
+        })
+        .await?;
         let session = AgentSession {
-            endpoint: route.as_ref().and_then(|r| endpoint_of(r.url.clone())),
+            endpoint: agent_box
+                .endpoint_url()
+                .and_then(|u| endpoint_of(u.to_string())),
             spec,
-            placement: Placement::Container {
-                rt: rt.clone(),
-                id: container.clone(),
-                workdir: WORKDIR.into(),
-                env: route.as_ref().map(|r| r.env.clone()).unwrap_or_default(),
-                host_root: Some(repo.clone()),
-            },
+            placement: agent_box.placement(),
             limits,
             client: client.as_ref(),
             builtin: Default::default(),
@@ -253,33 +207,23 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             logs: out.join("tool-logs"),
             redactor: redactor.clone(),
             events: Some(events),
+            pid_file: None,
         };
         let result = interruptible(async { Ok(session.run(&a.prompt).await?) }).await;
         if a.keep_container {
-            p.note(&format!(
-                "kept container {container} (docker exec -it {container} bash)"
-            ));
-        } else {
-            let _ = rt.remove(&container).await;
-        }
-        if let Some(r) = route {
-            let net = r.network.clone();
-            drop(r);
-            let _ = rt.remove_network(&net).await;
+            let c = agent_box.id().to_string();
+            p.note(&format!("kept container {c} (docker exec -it {c} bash)"));
         }
         // What the agent wrote is untrusted: no set-id file stays behind, and
         // a planted repository is named. A walk that cannot finish fails the
         // command (fail closed).
-        let sweep = belay_sandbox::hostfs::sweep_workspace(&repo).map_err(|e| Failure {
-            code: crate::exit::EXIT_INFRA,
-            error: anyhow::anyhow!(
-                "cannot check the workspace for set-id files after the agent: {e}; remove that path and check {} by hand",
-                repo.display()
-            ),
-        });
-        let sweep = match sweep {
+        let sweep = match agent_box.close().await {
             Ok(s) => s,
-            Err(f) => {
+            Err(e) => {
+                let f = Failure {
+                    code: crate::exit::EXIT_INFRA,
+                    error: e.into(),
+                };
                 run.finish(failed_end(&run, &f.error));
                 return Err(f);
             }
@@ -365,59 +309,4 @@ fn terminal_safe(s: &str) -> String {
             }
         })
         .collect()
-}
-
-/// What keeps the agent from git: the repository's git dir read-only (also
-/// where `.git` is a file naming a git dir inside the tree), its config seen
-/// as a copy without credentials, and, in a directory that is no repository,
-/// an empty read-only `.git` so that the agent cannot make one.
-async fn git_mounts(
-    git: Option<&belay_vcs::Git>,
-    repo: &std::path::Path,
-    out: &std::path::Path,
-) -> Result<Vec<Mount>, Failure> {
-    let in_container = |host: &std::path::Path| -> Option<String> {
-        host.strip_prefix(repo)
-            .ok()
-            .map(|rel| format!("{WORKDIR}/{}", rel.display()))
-    };
-    let mut mounts = Vec::new();
-    let Some(git) = git else {
-        let empty = out.join("no-git");
-        fs_err::create_dir_all(&empty)?;
-        mounts.push(Mount {
-            host: empty,
-            container: format!("{WORKDIR}/.git"),
-            read_only: true,
-        });
-        return Ok(mounts);
-    };
-    let dot_git = repo.join(".git");
-    mounts.push(Mount {
-        host: dot_git.clone(),
-        container: format!("{WORKDIR}/.git"),
-        read_only: true,
-    });
-    let git_dir = git.git_dir().to_path_buf();
-    if git_dir != dot_git {
-        if let Some(c) = in_container(&git_dir) {
-            mounts.push(Mount {
-                host: git_dir.clone(),
-                container: c,
-                read_only: true,
-            });
-        }
-    }
-    if git_dir.join("config").is_file() {
-        if let Some(c) = in_container(&git_dir.join("config")) {
-            let view = out.join("git-config.sandbox");
-            git.write_sanitized_config(&view).await?;
-            mounts.push(Mount {
-                host: view,
-                container: c,
-                read_only: true,
-            });
-        }
-    }
-    Ok(mounts)
 }

@@ -9,6 +9,7 @@ mod doctor;
 pub mod env;
 mod image;
 pub mod model;
+mod plan;
 mod run;
 mod runs;
 
@@ -28,6 +29,7 @@ pub async fn run(cli: Cli, p: &Printer) -> Result<u8, Failure> {
         Command::Model(ModelCommand::Replay(a)) => model::replay(p, a).await,
         Command::Agent(AgentCommand::Run(a)) => agent::run(p, *a).await,
         Command::Run(a) => run::run(p, a).await,
+        Command::Plan(c) => plan::plan(p, c).await,
         Command::Runs(c) => runs::runs(p, c).await,
     }
 }

@@ -28,6 +28,11 @@ impl Printer {
         self.live.as_ref()
     }
 
+    /// Whether notes are off (`--quiet`).
+    pub fn is_quiet(&self) -> bool {
+        self.quiet
+    }
+
     /// A progress note.
     pub fn note(&self, text: &str) {
         if self.quiet {

@@ -193,11 +193,47 @@ fn every_mode_writes_one_envelope_and_registers_its_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // A plan run (one checkpoint; a scripted agent that marks its status).
+    let plan_repo = h.tmp.path().join("planned");
+    std::fs::create_dir_all(&plan_repo).unwrap();
+    std::fs::write(
+        plan_repo.join("plan_checkpoints.json"),
+        r#"{"plan_file": "p.md", "branch": "feature/x", "checkpoints": [{"id": "c1", "name": "one", "scope": "write one.txt", "status": "pending", "exit_criteria": ["one.txt exists"], "attempts": 0, "review_notes": ""}]}"#,
+    )
+    .unwrap();
+    init_repo(&plan_repo);
+    let src = h.tmp.path().join("agent.src");
+    std::fs::write(
+        &src,
+        "#!/bin/sh\np=$(cat)\ncase \"$p\" in *'Review ONLY'*) to=approved ;; *) to=built; echo one > one.txt ;; esac\nsed -i \"s/\\\"status\\\": \\\"[a-z]*\\\"/\\\"status\\\": \\\"$to\\\"/\" plan_checkpoints.json\n",
+    )
+    .unwrap();
+    let agent = h.tmp.path().join("agent.sh");
+    assert!(Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&src)
+        .arg(&agent)
+        .status()
+        .unwrap()
+        .success());
+    let spec = format!("cmd:{}", agent.display());
+    let out = h
+        .cmd()
+        .current_dir(&plan_repo)
+        .args(["plan", "run", "--developer", &spec, "--reviewer", &spec])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     let runs = h.list();
     let modes: BTreeSet<&str> = runs.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert_eq!(
         modes,
-        BTreeSet::from(["agent", "env", "pipeline"]),
+        BTreeSet::from(["agent", "env", "pipeline", "plan"]),
         "{runs:?}"
     );
     let mut kinds = serde_json::Map::new();

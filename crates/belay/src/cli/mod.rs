@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod plan;
+pub use plan::*;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "belay",
@@ -49,6 +52,11 @@ pub enum Command {
     /// transition; one commit ends it. Exit codes: 0 success, 1 the pipeline
     /// failed, 2 configuration error, 3 the machine failed (engine, disk, proxy).
     Run(RunArgs),
+    /// The checkpoint plan loop: a developer agent builds each checkpoint,
+    /// belay gates it, a reviewer approves it or sends it back; a commit per
+    /// step on a feature branch, never merged.
+    #[command(subcommand)]
+    Plan(PlanCommand),
     /// Every run of every mode: list, show, events (live with --follow), gc.
     #[command(subcommand)]
     Runs(RunsCommand),
@@ -354,7 +362,7 @@ impl From<LlmApi> for belay_model::Api {
     }
 }
 
-fn parse_secs(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_secs(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     if let Some(ms) = s.strip_suffix("ms") {
         return ms

@@ -1,0 +1,244 @@
+//! [`AgentBox`]: the container an agent works in, for every mode that runs
+//! an agent on a work tree (`belay agent run`, `belay plan run`, and the
+//! modes after them).
+//!
+//! The box has the step policy of the pipeline: no capabilities, a read-only
+//! root, a scratch `/tmp`, the container's own processes under an idle user.
+//! It mounts the whole work tree read-write at [`WORKDIR`] with its git dir
+//! read-only (also a git dir a `.git` file names inside the tree) and the
+//! repository's config as a credential-free copy; where the tree is no
+//! repository, an empty read-only `.git` keeps the agent from making one. A
+//! CLI reaches only its model endpoint (through [`belay_sandbox::route`]),
+//! the built-in agent's tools no network unless asked.
+//!
+//! Closing the box removes the container and its network and sweeps the
+//! work tree: what the agent wrote is untrusted, so no set-id file stays and
+//! planted repositories are named. A sweep that cannot finish is an error
+//! (fail closed).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use belay_sandbox::hostfs::WorkspaceSweep;
+use belay_sandbox::route::Route;
+use belay_sandbox::{ContainerRuntime, ContainerSpec, Mount, Network};
+
+use crate::session::container_mounts;
+use crate::{AgentError, AgentSpec, Placement};
+
+/// Where the work tree is in the container.
+pub const WORKDIR: &str = "/workspace/repo";
+
+/// What to open a box for.
+pub struct BoxSpec<'a> {
+    pub rt: Arc<dyn ContainerRuntime>,
+    pub image: String,
+    /// The run the container belongs to (its labels, its network's name).
+    pub run_id: String,
+    /// The container's `belay.kind` label (`agent`, `plan-developer`, …).
+    pub kind: String,
+    /// The work tree's root on the host.
+    pub repo: PathBuf,
+    /// The work tree's repository, if it is one.
+    pub git: Option<&'a belay_vcs::Git>,
+    /// A directory of belay's own, outside the work tree, for the files the
+    /// box mounts (the sanitized git config, the empty `.git`).
+    pub records: PathBuf,
+    pub agent: &'a AgentSpec,
+    /// The model endpoint a CLI must reach, if it needs one.
+    pub model_url: Option<String>,
+    /// The built-in agent's tools get the network (CLIs never do: they get
+    /// their endpoint only).
+    pub network: bool,
+    /// Leave the container for the user (not removed, not reaped).
+    pub keep: bool,
+}
+
+/// One open container for an agent.
+pub struct AgentBox {
+    rt: Arc<dyn ContainerRuntime>,
+    id: String,
+    route: Option<Route>,
+    repo: PathBuf,
+    keep: bool,
+}
+
+impl AgentBox {
+    /// Create and start the container.
+    pub async fn open(s: BoxSpec<'_>) -> Result<AgentBox, AgentError> {
+        if !s.rt.image_exists(&s.image).await? {
+            return Err(AgentError::Config(format!(
+                "image {} is not on this Docker engine: run `belay image bootstrap`, or pass --image (an image from `belay env build` works)",
+                s.image
+            )));
+        }
+        let route = match (&s.model_url, s.agent.is_builtin()) {
+            (Some(url), false) => Some(
+                belay_sandbox::route::model_route(
+                    s.rt.as_ref(),
+                    &format!("belay-{}-{:06x}", s.run_id, fastrand::u32(..0xff_ffff)),
+                    url,
+                )
+                .await?,
+            ),
+            _ => None,
+        };
+        let mut mounts = vec![Mount {
+            host: s.repo.clone(),
+            container: WORKDIR.into(),
+            read_only: false,
+        }];
+        mounts.extend(git_mounts(s.git, &s.repo, &s.records).await?);
+        mounts.extend(container_mounts(s.agent)?);
+        let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
+        if let Some(r) = &route {
+            env.extend(r.env.iter().cloned());
+        }
+        let created =
+            s.rt.create(&ContainerSpec {
+                image: s.image.clone(),
+                run_id: s.run_id.clone(),
+                kind: s.kind.clone(),
+                network: if s.network && s.agent.is_builtin() {
+                    Network::Bridge
+                } else {
+                    Network::None
+                },
+                network_name: route.as_ref().map(|r| r.network.clone()),
+                working_dir: Some(WORKDIR.into()),
+                mounts,
+                env,
+                unowned: s.keep,
+                read_only_rootfs: true,
+                drop_capabilities: true,
+                tmpfs: vec!["/tmp".into()],
+                idle_user: Some("65534:65534".into()),
+                ..Default::default()
+            })
+            .await;
+        let id = match created {
+            Ok(id) => id,
+            Err(e) => {
+                if let Some(r) = route {
+                    let net = r.network.clone();
+                    drop(r);
+                    let _ = s.rt.remove_network(&net).await;
+                }
+                return Err(e.into());
+            }
+        };
+        Ok(AgentBox {
+            rt: s.rt,
+            id,
+            route,
+            repo: s.repo,
+            keep: s.keep,
+        })
+    }
+
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The model endpoint as the container reaches it.
+    pub fn endpoint_url(&self) -> Option<&str> {
+        self.route.as_ref().map(|r| r.url.as_str())
+    }
+
+    /// Where an [`crate::AgentSession`] runs in this box.
+    pub fn placement(&self) -> Placement {
+        Placement::Container {
+            rt: self.rt.clone(),
+            id: self.id.clone(),
+            workdir: WORKDIR.into(),
+            env: self
+                .route
+                .as_ref()
+                .map(|r| r.env.clone())
+                .unwrap_or_default(),
+            host_root: Some(self.repo.clone()),
+        }
+    }
+
+    /// Remove the container (unless kept) and its network, then sweep the
+    /// work tree.
+    pub async fn close(self) -> Result<WorkspaceSweep, AgentError> {
+        if !self.keep {
+            let _ = self.rt.remove(&self.id).await;
+        }
+        if let Some(r) = self.route {
+            let net = r.network.clone();
+            drop(r);
+            let _ = self.rt.remove_network(&net).await;
+        }
+        let repo = self.repo.clone();
+        tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&repo))
+            .await
+            .map_err(|e| AgentError::Io(format!("the workspace sweep stopped: {e}")))?
+            .map_err(|e| {
+                AgentError::Io(format!(
+                    "cannot check the workspace for set-id files after the agent: {e}; remove that path and check {} by hand",
+                    self.repo.display()
+                ))
+            })
+    }
+}
+
+/// What keeps the agent from git: the repository's git dir read-only (also
+/// where `.git` is a file naming a git dir inside the tree), its config seen
+/// as a copy without credentials, and, in a directory that is no repository,
+/// an empty read-only `.git` so that the agent cannot make one.
+async fn git_mounts(
+    git: Option<&belay_vcs::Git>,
+    repo: &Path,
+    records: &Path,
+) -> Result<Vec<Mount>, AgentError> {
+    let in_container = |host: &Path| -> Option<String> {
+        host.strip_prefix(repo)
+            .ok()
+            .map(|rel| format!("{WORKDIR}/{}", rel.display()))
+    };
+    let mut mounts = Vec::new();
+    fs_err::create_dir_all(records)
+        .map_err(|e| AgentError::Io(format!("cannot create {}: {e}", records.display())))?;
+    let Some(git) = git else {
+        let empty = records.join("no-git");
+        fs_err::create_dir_all(&empty)
+            .map_err(|e| AgentError::Io(format!("cannot create {}: {e}", empty.display())))?;
+        mounts.push(Mount {
+            host: empty,
+            container: format!("{WORKDIR}/.git"),
+            read_only: true,
+        });
+        return Ok(mounts);
+    };
+    let dot_git = repo.join(".git");
+    mounts.push(Mount {
+        host: dot_git.clone(),
+        container: format!("{WORKDIR}/.git"),
+        read_only: true,
+    });
+    let git_dir = git.git_dir().to_path_buf();
+    if git_dir != dot_git {
+        if let Some(c) = in_container(&git_dir) {
+            mounts.push(Mount {
+                host: git_dir.clone(),
+                container: c,
+                read_only: true,
+            });
+        }
+    }
+    if git_dir.join("config").is_file() {
+        if let Some(c) = in_container(&git_dir.join("config")) {
+            let view = records.join("git-config.sandbox");
+            git.write_sanitized_config(&view).await?;
+            mounts.push(Mount {
+                host: view,
+                container: c,
+                read_only: true,
+            });
+        }
+    }
+    Ok(mounts)
+}

@@ -1,0 +1,125 @@
+//! Audit levels: how much agent text belay's records keep.
+//!
+//! * `full`: agent output, prompts and notes as they are;
+//! * `redacted` (the default): scrubbed for known secret shapes (PEM private
+//!   keys, AWS access keys, GitHub, Slack and OpenAI tokens, bearer tokens,
+//!   `token: value` assignments);
+//! * `off`: agent text dropped, replaced by `<suppressed by audit-level=off:
+//!   N chars>`.
+//!
+//! At every level the values of the secrets belay knows (the model key, the
+//! variables named by `--secret-env` and the environment's secret-looking
+//! variables) are redacted from every file belay writes. Agents always get the
+//! real prompt: the level changes what is recorded, never what they are told.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditLevel {
+    Off,
+    #[default]
+    Redacted,
+    Full,
+}
+
+impl std::str::FromStr for AuditLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(AuditLevel::Off),
+            "redacted" => Ok(AuditLevel::Redacted),
+            "full" => Ok(AuditLevel::Full),
+            o => Err(format!("audit level `{o}`: use off, redacted or full")),
+        }
+    }
+}
+
+fn shapes() -> &'static [Regex] {
+    static S: OnceLock<Vec<Regex>> = OnceLock::new();
+    S.get_or_init(|| {
+        [
+            r"(?s)-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|\z)",
+            r"AKIA[0-9A-Z]{16}",
+            r"gh[pousr]_[A-Za-z0-9]{36,}",
+            r"xox[baprs]-[A-Za-z0-9-]{10,}",
+            r"sk-[A-Za-z0-9_-]{20,}",
+            r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{20,}",
+            r"(?i)(api_key|secret|token|password|passwd)(\s*[:=]\s*)\S{6,}",
+        ]
+        .iter()
+        .filter_map(|p| Regex::new(p).ok())
+        .collect()
+    })
+}
+
+/// Text with known secret shapes replaced by `[REDACTED]`.
+pub fn scrub_shapes(text: &str) -> Cow<'_, str> {
+    let mut out = Cow::Borrowed(text);
+    for re in shapes() {
+        if re.is_match(&out) {
+            out = Cow::Owned(re.replace_all(&out, "[REDACTED]").into_owned());
+        }
+    }
+    out
+}
+
+impl AuditLevel {
+    /// Agent text as this level records it.
+    pub fn prepare(self, text: &str) -> String {
+        match self {
+            AuditLevel::Full => text.to_string(),
+            AuditLevel::Redacted => scrub_shapes(text).into_owned(),
+            AuditLevel::Off => format!(
+                "<suppressed by audit-level=off: {} chars>",
+                text.chars().count()
+            ),
+        }
+    }
+
+    /// Whether an agent's own event stream is recorded as it runs.
+    pub fn streams_agent_events(self) -> bool {
+        self == AuditLevel::Full
+    }
+}
+
+/// The environment's variables whose names say they hold a secret.
+pub fn secret_looking_env() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, v)| {
+            let k = k.to_ascii_uppercase();
+            v.len() >= 8
+                && ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
+                    .iter()
+                    .any(|w| k.contains(w))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn each_level_does_what_it_says() {
+        let t = "key AKIAABCDEFGHIJKLMNOP and token=abcdef123456 and ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        let r = AuditLevel::Redacted.prepare(t);
+        assert!(
+            !r.contains("AKIA") && !r.contains("abcdef123456") && !r.contains("ghp_"),
+            "{r}"
+        );
+        assert_eq!(AuditLevel::Full.prepare(t), t);
+        assert_eq!(
+            AuditLevel::Off.prepare("abc"),
+            "<suppressed by audit-level=off: 3 chars>"
+        );
+        let pem = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\ny";
+        assert_eq!(AuditLevel::Redacted.prepare(pem), "x\n[REDACTED]\ny");
+        assert_eq!(AuditLevel::default(), AuditLevel::Redacted);
+    }
+}

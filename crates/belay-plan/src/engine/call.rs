@@ -1,0 +1,271 @@
+//! One agent call: the plan file written from belay's state, the agent in a
+//! container of its own (or on the host, the opt-out), its limits, and after
+//! it the judging of what it changed in the plan file.
+//!
+//! A container per call means nothing an agent starts outlives its call: no
+//! process left behind can edit the plan file after belay has judged it, or
+//! the code after belay has committed it.
+
+use std::time::Duration;
+
+use belay_agent::session::EventTarget;
+use belay_agent::{AgentSpec, Limits};
+
+use super::Engine;
+use crate::events::PlanEvent;
+use crate::gate::{self, Judgement, Role};
+use crate::PlanError;
+
+/// What one call gave.
+pub(super) struct CallOutcome {
+    /// Why the call does not count (a non-zero exit, a limit), if it does not.
+    pub failure: Option<String>,
+    pub judgement: Judgement,
+    /// What to tell the agent next time (reverted changes).
+    pub feedback: Vec<String>,
+}
+
+/// The largest plan file belay reads back.
+const MAX_PLAN: u64 = 4 * 1024 * 1024;
+
+impl Engine<'_> {
+    fn spec_for(&self, role: Role) -> AgentSpec {
+        let (spec, flag, plan) = match role {
+            Role::Developer => (
+                &self.o.developer,
+                &self.o.developer_model,
+                &self.plan.developer_model,
+            ),
+            Role::Reviewer => (
+                &self.o.reviewer,
+                &self.o.reviewer_model,
+                &self.plan.reviewer_model,
+            ),
+        };
+        let mut spec = spec.clone();
+        // The flag (also `agent@model`), then the plan's `models`, then the
+        // CLI's own default.
+        spec.model = flag.clone().or(spec.model).or_else(|| plan.clone());
+        spec
+    }
+
+    pub(super) async fn call(
+        &mut self,
+        role: Role,
+        id: &str,
+        run_kind: &'static str,
+        prompt: &str,
+    ) -> Result<CallOutcome, PlanError> {
+        let before = self.write_plan()?;
+        let spec = self.spec_for(role);
+        let budget = self
+            .o
+            .max_cost_usd
+            .map(|m| (m - self.state.cost_usd).max(0.0));
+        if budget.is_some_and(|b| b <= 0.0) {
+            return Err(PlanError::Refused(format!(
+                "the run's cost budget (--max-cost ${:.2}) is spent: ${:.4} so far",
+                self.o.max_cost_usd.unwrap_or_default(),
+                self.state.cost_usd
+            )));
+        }
+        let trace = |action: &'static str| PlanEvent::AgentTrace {
+            action,
+            checkpoint: id.into(),
+            agent: spec.to_string(),
+            role: role.as_str(),
+            run_kind,
+            timeout_s: None,
+            prompt: None,
+            outcome: None,
+            exit_code: None,
+            answer: None,
+            cost_usd: None,
+            duration_s: None,
+        };
+        let mut start = trace("start");
+        if let PlanEvent::AgentTrace { timeout_s, .. } = &mut start {
+            *timeout_s = Some(self.o.timeout.as_secs_f64());
+        }
+        self.emit(Some(id), &start)?;
+        let mut shown = trace("prompt");
+        if let PlanEvent::AgentTrace { prompt: p, .. } = &mut shown {
+            *p = Some(self.o.audit.prepare(prompt));
+        }
+        self.emit(Some(id), &shown)?;
+        let n = self.state.agent_calls + 1;
+        let logs = self
+            .run
+            .path("agents")
+            .join(format!("{n:03}-{id}-{}", role.as_str()));
+        let limits = Limits {
+            max_turns: self.o.max_turns,
+            max_cost_usd: budget,
+            wall_time: Some(self.o.timeout),
+            idle: self.o.idle,
+            final_grace: Duration::from_secs(5),
+        };
+        let events = self.o.audit.streams_agent_events().then(|| EventTarget {
+            sink: self.run.sink().clone(),
+            step: Some(id.to_string()),
+            source: "agent",
+        });
+        let runner = crate::runner::Runner {
+            rt: self.o.rt.clone(),
+            image: &self.o.image,
+            on_host: self.o.on_host,
+            auto_approve: self.o.auto_approve,
+            endpoint: self.o.endpoint.as_ref(),
+            client: self.o.client.as_ref(),
+            prices: &self.o.prices,
+            redactor: self.run.redactor(),
+            run_id: &self.state.run_id,
+            git: &self.git,
+            records: self.run.path("box"),
+            warn: &*self.o.progress,
+        };
+        let result = runner
+            .run(crate::runner::Call {
+                spec: &spec,
+                kind: format!("plan-{}", role.as_str()),
+                prompt,
+                limits,
+                events,
+                logs,
+                pid_file: Some(self.run.path("agent.pid")),
+            })
+            .await;
+        self.state.agent_calls = n;
+        let (failure, mut finish) = match result {
+            Ok(report) => {
+                self.state.cost_usd += report.cost_usd;
+                let mut t = trace("finish");
+                if let PlanEvent::AgentTrace {
+                    outcome,
+                    exit_code,
+                    answer,
+                    cost_usd,
+                    duration_s,
+                    ..
+                } = &mut t
+                {
+                    *outcome = Some(report.stop.describe());
+                    *exit_code = report.exit_code;
+                    *answer = Some(self.o.audit.prepare(&report.final_text));
+                    *cost_usd = Some(report.cost_usd);
+                    *duration_s = Some(report.duration_s);
+                }
+                let failure = (!report.ok()).then(|| {
+                    format!(
+                        "the {} {}{}",
+                        role.as_str(),
+                        report.stop.describe(),
+                        report
+                            .exit_code
+                            .map(|c| format!(" (exit {c})"))
+                            .unwrap_or_default()
+                    )
+                });
+                (failure, t)
+            }
+            // A CLI that is not there, or a spec that cannot run, is the
+            // user's to fix: the run stops.
+            Err(
+                e @ (belay_agent::AgentError::Spawn { .. } | belay_agent::AgentError::Config(_)),
+            ) => return Err(e.into()),
+            Err(e) => {
+                let mut t = trace("finish");
+                if let PlanEvent::AgentTrace { outcome, .. } = &mut t {
+                    *outcome = Some(format!("error: {e}"));
+                }
+                (Some(format!("the {} failed: {e}", role.as_str())), t)
+            }
+        };
+        if let PlanEvent::AgentTrace { outcome, .. } = &mut finish {
+            if failure.is_none() && outcome.is_none() {
+                *outcome = Some("completed".into());
+            }
+        }
+        self.emit(Some(id), &finish)?;
+        // What the agent proposed in the plan file, judged; the rest reverted.
+        let after = belay_sandbox::hostfs::read(self.git.root(), &self.plan_rel, MAX_PLAN)
+            .ok()
+            .flatten();
+        let mut judgement = gate::judge(&before, after.as_deref(), role, id);
+        // The notes go into prompts, the plan file and its commits: no
+        // secret's value with them.
+        if let Some(n) = judgement.notes.take() {
+            judgement.notes = Some(self.run.redactor().redact(&n).into_owned());
+        }
+        let mut feedback = Vec::new();
+        if !judgement.violations.is_empty() {
+            self.emit(
+                Some(id),
+                &PlanEvent::ChangeReverted {
+                    checkpoint: id.into(),
+                    role: role.as_str(),
+                    violations: judgement.violations.clone(),
+                },
+            )?;
+            (self.o.progress)(&format!(
+                ">> reverted {} change(s) the {} made to {} that were not its to make",
+                judgement.violations.len(),
+                role.as_str(),
+                self.plan_rel
+            ));
+            for v in &judgement.violations {
+                feedback.push(format!(
+                    "belay reverted your change to {}: {}",
+                    v.field, v.what
+                ));
+            }
+        }
+        self.write_plan()?;
+        self.save()?;
+        Ok(CallOutcome {
+            failure,
+            judgement,
+            feedback,
+        })
+    }
+
+    /// The reviewer decides; it does not write code. Whatever it changed
+    /// besides the plan file is put back as the built commit has it.
+    pub(super) async fn revert_reviewer_edits(&mut self, id: &str) -> Result<(), PlanError> {
+        let changed: Vec<String> = self
+            .git
+            .dirty(&[])
+            .await?
+            .into_iter()
+            .filter(|p| p != &self.plan_rel)
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let keep = format!(":(exclude,literal){}", self.plan_rel);
+        self.git
+            .run(&[
+                "restore",
+                "--source=HEAD",
+                "--staged",
+                "--worktree",
+                "--",
+                ".",
+                &keep,
+            ])
+            .await?;
+        self.git.run(&["clean", "-fdq", "--", ".", &keep]).await?;
+        self.emit(
+            Some(id),
+            &PlanEvent::ReviewerEditsReverted {
+                checkpoint: id.into(),
+                paths: changed.iter().take(50).cloned().collect(),
+            },
+        )?;
+        (self.o.progress)(&format!(
+            ">> reverted the reviewer's edits to {} file(s): the reviewer only decides",
+            changed.len()
+        ));
+        Ok(())
+    }
+}

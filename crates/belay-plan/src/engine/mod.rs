@@ -1,0 +1,567 @@
+//! The loop: for each checkpoint, the developer builds it, belay runs the
+//! project's commands on it, the reviewer approves it or sends it back; every
+//! step is a commit on the feature branch, made by belay on the host with
+//! hooks off. The run state is saved after every transition, and a rerun of
+//! the same command after a `kill -9` goes on where it stopped.
+//!
+//! * [`setup`]: the checks before anything changes, the lock, the resume;
+//! * [`call`]: one agent call, in its own container, and the judging of the
+//!   plan file after it;
+//! * [`check`]: belay's own run of the build, test and lint commands;
+//! * [`commit`]: the commit point and its crash recovery.
+
+mod call;
+mod check;
+mod commit;
+mod setup;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use belay_agent::cli::Endpoint;
+use belay_agent::AgentSpec;
+use belay_model::{ModelClient, PriceTable};
+use belay_record::{Redactor, Registry, RunHandle, RunLock};
+use belay_sandbox::ContainerRuntime;
+use belay_vcs::Git;
+
+use crate::audit::AuditLevel;
+use crate::events::PlanEvent;
+use crate::gate::Role;
+use crate::schema::Plan;
+use crate::state::{Outcome, Phase, RunState, Stage};
+use crate::PlanError;
+
+pub use setup::{current_run, plan_key, reset, RunLocation};
+
+/// What `belay plan run` was asked to do.
+pub struct RunOptions {
+    /// The plan file, as given.
+    pub plan: PathBuf,
+    pub developer: AgentSpec,
+    pub reviewer: AgentSpec,
+    pub developer_model: Option<String>,
+    pub reviewer_model: Option<String>,
+    pub max_review_attempts: u32,
+    /// Per agent call: wall time, silence, actions.
+    pub timeout: Duration,
+    pub idle: Option<Duration>,
+    pub max_turns: Option<u32>,
+    /// For the whole run.
+    pub max_cost_usd: Option<f64>,
+    pub audit: AuditLevel,
+    /// Agents on the host instead of in containers (the documented opt-out).
+    pub on_host: bool,
+    /// On the host, let CLIs act without asking (in a container they always
+    /// may: the container is the sandbox).
+    pub auto_approve: bool,
+    pub image: String,
+    /// Where the agents' model is, as the host reaches it.
+    pub endpoint: Option<Endpoint>,
+    /// The built-in agent's client.
+    pub client: Option<ModelClient>,
+    pub prices: PriceTable,
+    /// The mechanical gate's limit per command.
+    pub gate_timeout: Duration,
+    pub redactor: Redactor,
+    pub registry: Registry,
+    /// The container engine (needed for containers and for the gate).
+    pub rt: Option<Arc<dyn ContainerRuntime>>,
+    /// Progress lines for the terminal.
+    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub branch: String,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    pub commits: Vec<String>,
+    pub cost_usd: f64,
+    pub agent_calls: u64,
+}
+
+/// The loop is over for now: why.
+enum Stop {
+    Halted(String),
+    Failed(String),
+}
+
+pub(crate) struct Engine<'a> {
+    o: &'a RunOptions,
+    plan: Plan,
+    plan_rel: String,
+    git: Git,
+    run: RunHandle,
+    state: RunState,
+    submodules: Vec<String>,
+    commits: Vec<String>,
+    index: PathBuf,
+    _lock: RunLock,
+}
+
+/// Run (or resume) the loop of the plan in `o.plan`.
+pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
+    let mut e = setup::open(o).await?;
+    let stop = e.drive().await;
+    e.end(stop).await
+}
+
+impl Engine<'_> {
+    fn say(&self, line: &str) {
+        (self.o.progress)(line);
+    }
+
+    fn emit(&self, step: Option<&str>, e: &PlanEvent) -> Result<(), PlanError> {
+        self.run.emit("engine", step, e)?;
+        Ok(())
+    }
+
+    fn save(&self) -> Result<(), PlanError> {
+        self.run.save_state(&self.state)?;
+        Ok(())
+    }
+
+    fn cp_mut(&mut self, id: &str) -> Result<&mut crate::state::CheckpointState, PlanError> {
+        self.state
+            .get_mut(id)
+            .ok_or_else(|| PlanError::Usage(format!("checkpoint `{id}` is not in the run state")))
+    }
+
+    /// The plan file as belay's state says it is.
+    fn write_plan(&self) -> Result<serde_json::Value, PlanError> {
+        let text = self.plan.render(&self.state.view());
+        belay_sandbox::hostfs::write(self.git.root(), &self.plan_rel, text.as_bytes())?;
+        Ok(serde_json::from_str(&text).unwrap_or_default())
+    }
+
+    async fn drive(&mut self) -> Result<(), Stop> {
+        let ids: Vec<String> = self.plan.checkpoints.iter().map(|c| c.id.clone()).collect();
+        for id in ids {
+            self.checkpoint(&id).await?;
+        }
+        Ok(())
+    }
+
+    fn failed(e: PlanError) -> Stop {
+        Stop::Failed(e.to_string())
+    }
+
+    async fn checkpoint(&mut self, id: &str) -> Result<(), Stop> {
+        let max = self.o.max_review_attempts;
+        loop {
+            let cp = self.state.get(id).cloned().ok_or_else(|| {
+                Stop::Failed(format!("checkpoint `{id}` is not in the run state"))
+            })?;
+            match cp.stage {
+                Stage::Approved => {
+                    // Approved in this run: its approval is recorded already.
+                    if cp
+                        .decided
+                        .as_ref()
+                        .is_some_and(|d| d.by == "reviewer" && d.run_id == self.state.run_id)
+                    {
+                        return Ok(());
+                    }
+                    self.say(&format!(">> {id} already approved: skip"));
+                    self.emit(
+                        Some(id),
+                        &PlanEvent::ApprovalComment {
+                            approval_status: "approved",
+                            checkpoint: id.into(),
+                            comment: self.o.audit.prepare(&cp.notes),
+                            review_attempt: cp.decided.as_ref().and_then(|d| d.review_attempt),
+                            source: "existing_checkpoint",
+                        },
+                    )
+                    .map_err(Self::failed)?;
+                    return Ok(());
+                }
+                Stage::Pending | Stage::Revising => {
+                    if cp.stage == Stage::Revising && cp.attempts >= max {
+                        return Err(Stop::Halted(format!(
+                            "{id} not approved after {} review attempt(s): halting for human review. Read the notes, then raise --max-review-attempts or run `belay plan reset {id}`",
+                            cp.attempts
+                        )));
+                    }
+                    if cp.failed_builds >= max {
+                        return Err(Stop::Halted(format!(
+                            "{id}: {} developer run(s) failed (agent errors, limits or a red gate): halting for human review. Read the events, then run `belay plan reset {id}`",
+                            cp.failed_builds
+                        )));
+                    }
+                    self.build(id, cp.stage == Stage::Revising).await?;
+                }
+                Stage::Built => {
+                    if cp.attempts >= max {
+                        return Err(Stop::Halted(format!(
+                            "{id}: its {} review attempt(s) are used: raise --max-review-attempts or run `belay plan reset {id}`",
+                            cp.attempts
+                        )));
+                    }
+                    self.review(id).await?;
+                }
+            }
+        }
+    }
+
+    /// One developer run: the call, belay's gate, the commit.
+    async fn build(&mut self, id: &str, revision: bool) -> Result<(), Stop> {
+        let run_kind = if revision { "revision" } else { "build" };
+        let cp_plan = self
+            .plan
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Stop::Failed(format!("checkpoint `{id}` is not in the plan")))?;
+        let st =
+            self.state.get(id).cloned().ok_or_else(|| {
+                Stop::Failed(format!("checkpoint `{id}` is not in the run state"))
+            })?;
+        if !revision && st.base.is_none() {
+            let head = self.git.head().await.map_err(|e| Self::failed(e.into()))?;
+            self.cp_mut(id).map_err(Self::failed)?.base = Some(head);
+        }
+        self.say(&format!(
+            "== CHECKPOINT {id}: {} ({run_kind}) ==",
+            cp_plan.name
+        ));
+        let prompt = if revision {
+            crate::prompts::revision(&self.plan_rel, &cp_plan, &st.notes, &st.feedback)
+        } else {
+            crate::prompts::developer(&self.plan, &self.plan_rel, &cp_plan, &st.feedback)
+        };
+        self.state.phase = Phase::Developing {
+            checkpoint: id.into(),
+        };
+        self.save().map_err(Self::failed)?;
+        let out = self
+            .call(Role::Developer, id, run_kind, &prompt)
+            .await
+            .map_err(Self::failed)?;
+        let mut feedback = out.feedback;
+        if let Some(n) = out.judgement.notes.clone() {
+            self.cp_mut(id).map_err(Self::failed)?.notes = n;
+        }
+        if let Some(fail) = out.failure {
+            return self.build_failed(id, fail, feedback).await;
+        }
+        if out.judgement.status != Some(crate::schema::Status::Built) {
+            feedback.push(format!(
+                "you did not set checkpoint '{id}' to 'built' in {}; belay judged your run by its exit and its gate",
+                self.plan_rel
+            ));
+        }
+        // belay's own gate: the project's commands, in a sandbox.
+        let gate = self.check(id).await.map_err(Self::failed)?;
+        if let Some(g) = &gate {
+            if !g.passed {
+                feedback.push(format!(
+                    "belay ran the project's commands and they failed; fix this before anything else:\n{}",
+                    g.summary
+                ));
+                return self
+                    .build_failed(id, "the project's commands failed".into(), feedback)
+                    .await;
+            }
+        }
+        {
+            let cp = self.cp_mut(id).map_err(Self::failed)?;
+            cp.feedback = feedback;
+            cp.stage = Stage::Built;
+        }
+        self.state.phase = Phase::Idle;
+        self.write_plan().map_err(Self::failed)?;
+        let message = if revision {
+            let n = st.revisions + 1;
+            self.cp_mut(id).map_err(Self::failed)?.revisions = n;
+            format!("{id}: revision {n}")
+        } else {
+            format!("{id}: built")
+        };
+        match self
+            .commit(message, Some(id), Some(Stage::Built), false)
+            .await
+            .map_err(Self::failed)?
+        {
+            commit::Committed::Yes | commit::Committed::Nothing => Ok(()),
+            commit::Committed::Refused(why) => {
+                let fb = vec![format!("belay refused to commit your change: {why}")];
+                let cp = self.cp_mut(id).map_err(Self::failed)?;
+                cp.stage = st.stage;
+                cp.revisions = st.revisions;
+                self.build_failed(id, format!("the commit was refused: {why}"), fb)
+                    .await
+            }
+        }
+    }
+
+    async fn build_failed(
+        &mut self,
+        id: &str,
+        reason: String,
+        feedback: Vec<String>,
+    ) -> Result<(), Stop> {
+        let n = {
+            let cp = self.cp_mut(id).map_err(Self::failed)?;
+            cp.failed_builds += 1;
+            cp.feedback = feedback;
+            cp.failed_builds
+        };
+        self.state.phase = Phase::Idle;
+        self.say(&format!(">> {id} not built: {reason}"));
+        self.emit(
+            Some(id),
+            &PlanEvent::BuildFailed {
+                checkpoint: id.into(),
+                reason,
+                failed_builds: n,
+            },
+        )
+        .map_err(Self::failed)?;
+        self.write_plan().map_err(Self::failed)?;
+        self.save().map_err(Self::failed)
+    }
+
+    /// One review: the call, its decision, the commit.
+    async fn review(&mut self, id: &str) -> Result<(), Stop> {
+        let st =
+            self.state.get(id).cloned().ok_or_else(|| {
+                Stop::Failed(format!("checkpoint `{id}` is not in the run state"))
+            })?;
+        // A review cut short by a crash keeps its number.
+        let attempt = match &self.state.phase {
+            Phase::Reviewing {
+                checkpoint,
+                attempt,
+            } if checkpoint == id => *attempt,
+            _ => st.attempts + 1,
+        };
+        self.cp_mut(id).map_err(Self::failed)?.attempts = attempt;
+        self.state.phase = Phase::Reviewing {
+            checkpoint: id.into(),
+            attempt,
+        };
+        self.save().map_err(Self::failed)?;
+        self.say(&format!(
+            "--- {id} review attempt {attempt}/{} ---",
+            self.o.max_review_attempts
+        ));
+        let cp_plan = self
+            .plan
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Stop::Failed(format!("checkpoint `{id}` is not in the plan")))?;
+        let gate = self.last_gate(id);
+        let diff = self.checkpoint_diff(&st).await;
+        let prompt = crate::prompts::reviewer(
+            &self.plan,
+            &self.plan_rel,
+            &cp_plan,
+            gate.as_ref(),
+            &diff,
+            &[],
+        );
+        let out = self
+            .call(Role::Reviewer, id, "review", &prompt)
+            .await
+            .map_err(Self::failed)?;
+        self.revert_reviewer_edits(id).await.map_err(Self::failed)?;
+        if let Some(fail) = out.failure {
+            // No decision: the attempt is used, the review is due again.
+            self.state.phase = Phase::Idle;
+            self.say(&format!(">> {id} review failed: {fail}"));
+            self.emit(
+                Some(id),
+                &PlanEvent::ReviewComment {
+                    checkpoint: id.into(),
+                    comment: self
+                        .o
+                        .audit
+                        .prepare(&format!("the reviewer failed: {fail}")),
+                    review_attempt: attempt,
+                    status: "built".into(),
+                },
+            )
+            .map_err(Self::failed)?;
+            self.write_plan().map_err(Self::failed)?;
+            return self.save().map_err(Self::failed);
+        }
+        let notes = out.judgement.notes.clone().unwrap_or_default();
+        let approved = out.judgement.status == Some(crate::schema::Status::Approved);
+        self.emit(
+            Some(id),
+            &PlanEvent::ReviewComment {
+                checkpoint: id.into(),
+                comment: self.o.audit.prepare(&notes),
+                review_attempt: attempt,
+                status: if approved { "approved" } else { "built" }.into(),
+            },
+        )
+        .map_err(Self::failed)?;
+        {
+            let run_id = self.state.run_id.clone();
+            let cp = self.cp_mut(id).map_err(Self::failed)?;
+            if out.judgement.notes.is_some() {
+                cp.notes = notes.clone();
+            }
+            if approved {
+                cp.decided = Some(crate::state::Decision {
+                    by: "reviewer".into(),
+                    review_attempt: Some(attempt),
+                    run_id,
+                });
+            }
+        }
+        self.state.phase = Phase::Idle;
+        if approved {
+            self.say(&format!(">> {id} APPROVED"));
+            self.emit(
+                Some(id),
+                &PlanEvent::ApprovalComment {
+                    approval_status: "approved",
+                    checkpoint: id.into(),
+                    comment: self.o.audit.prepare(&notes),
+                    review_attempt: Some(attempt),
+                    source: "reviewer",
+                },
+            )
+            .map_err(Self::failed)?;
+            self.cp_mut(id).map_err(Self::failed)?.stage = Stage::Approved;
+            self.write_plan().map_err(Self::failed)?;
+            match self
+                .commit(
+                    format!("{id}: approved"),
+                    Some(id),
+                    Some(Stage::Approved),
+                    true,
+                )
+                .await
+                .map_err(Self::failed)?
+            {
+                commit::Committed::Refused(why) => {
+                    return Err(Stop::Failed(format!(
+                        "the approval of {id} could not be committed: {why}"
+                    )))
+                }
+                _ => return Ok(()),
+            }
+        }
+        self.say(&format!(">> {id} sent back (review {attempt})"));
+        {
+            let cp = self.cp_mut(id).map_err(Self::failed)?;
+            cp.stage = Stage::Revising;
+            cp.feedback.clear();
+        }
+        self.write_plan().map_err(Self::failed)?;
+        self.save().map_err(Self::failed)
+    }
+
+    async fn checkpoint_diff(&self, st: &crate::state::CheckpointState) -> String {
+        const MAX: usize = 64 * 1024;
+        let Some(base) = &st.base else {
+            return String::new();
+        };
+        let mut d = self.git.diff(base, Some("HEAD")).await.unwrap_or_default();
+        if d.len() > MAX {
+            let mut cut = MAX;
+            while !d.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            d.truncate(cut);
+            d.push_str("\n… (the diff is cut at 64 KiB: read the rest in the repository)");
+        }
+        d
+    }
+
+    /// Record the end, make the audit commit, close the run.
+    async fn end(mut self, stop: Result<(), Stop>) -> Result<Report, PlanError> {
+        let (outcome, reason, message) = match stop {
+            Ok(()) => (Outcome::Completed, None, "audit: completed run"),
+            Err(Stop::Halted(r)) => (Outcome::Halted, Some(r), "audit: halted"),
+            Err(Stop::Failed(r)) => (Outcome::Failed, Some(r), "audit: run failed"),
+        };
+        let branch = self.state.branch.clone();
+        match outcome {
+            Outcome::Completed => {
+                self.say(&format!("### All checkpoints approved on branch {branch}."));
+                self.say("### No merge was performed. Review the branch and merge it only after explicit human approval.");
+            }
+            _ => self.say(&format!(
+                "### {}: {}",
+                if outcome == Outcome::Halted {
+                    "halted"
+                } else {
+                    "run failed"
+                },
+                reason.as_deref().unwrap_or_default()
+            )),
+        }
+        self.state.outcome = Some(outcome);
+        self.state.reason = reason.clone();
+        self.state.phase = Phase::Idle;
+        self.emit(
+            None,
+            &PlanEvent::RunOutcome {
+                outcome: match outcome {
+                    Outcome::Completed => "completed",
+                    Outcome::Halted => "halted",
+                    Outcome::Failed => "failed",
+                },
+                branch: Some(branch.clone()),
+                reason: reason.clone(),
+            },
+        )?;
+        let _ = self.write_plan();
+        let body = format!(
+            "{message}\n\nbelay plan run {}: {}\n{}",
+            self.state.run_id,
+            reason.as_deref().unwrap_or("every checkpoint approved"),
+            self.state
+                .checkpoints
+                .iter()
+                .map(|c| format!(
+                    "{}: {} (reviews {}, failed builds {})",
+                    c.id,
+                    c.stage.status().as_str(),
+                    c.attempts,
+                    c.failed_builds
+                ))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let body = self.run.redactor().redact(&body).into_owned();
+        if let Err(e) = self.commit(body, None, None, true).await {
+            self.say(&format!("the audit commit failed: {e}"));
+        }
+        self.save()?;
+        if outcome == Outcome::Completed {
+            let _ = fs_err::remove_file(&self.index);
+        }
+        self.run.finish(belay_record::RunEnd {
+            ok: outcome == Outcome::Completed,
+            duration_s: self.run.elapsed_s(),
+            tokens: 0,
+            cost_usd: self.state.cost_usd,
+            summary: Some(
+                self.run
+                    .redactor()
+                    .redact(reason.as_deref().unwrap_or("completed"))
+                    .into_owned(),
+            ),
+        });
+        Ok(Report {
+            run_id: self.state.run_id.clone(),
+            run_dir: self.run.dir().to_path_buf(),
+            branch,
+            outcome,
+            reason,
+            commits: self.commits.clone(),
+            cost_usd: self.state.cost_usd,
+            agent_calls: self.state.agent_calls,
+        })
+    }
+}

@@ -1,0 +1,326 @@
+//! Before anything changes: the plan is valid, the branch is not protected,
+//! the lock of the repository is held, the work tree is clean (or holds only
+//! what a killed run of this plan left), and only then the branch.
+//!
+//! The lock is per repository and kernel-held (`flock`): a `kill -9` frees
+//! it with the process, so it never goes stale. A run's records live under
+//! belay's state home, `plan/runs/<run id>/`; `plan/<key>.current` names the
+//! unfinished run of a plan file, which the same command resumes.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use belay_record::{Mode, OpenRun, RunHandle, RunLock};
+use belay_vcs::Git;
+
+use super::{Engine, RunOptions};
+use crate::events::PlanEvent;
+use crate::state::{Phase, RunState};
+use crate::{schema, PlanError};
+
+/// Where a plan's runs are kept.
+#[derive(Debug, Clone)]
+pub struct RunLocation {
+    pub root: PathBuf,
+    pub plan_rel: String,
+    /// `plan/<key>.current`: the unfinished run's id.
+    pub index: PathBuf,
+    /// The repository's lock.
+    pub lock: PathBuf,
+}
+
+impl RunLocation {
+    pub fn run_dir(id: &str) -> PathBuf {
+        belay_record::state_home().join("plan/runs").join(id)
+    }
+}
+
+fn key(text: &str) -> String {
+    hex::encode(&Sha256::digest(text.as_bytes())[..8])
+}
+
+/// The repository root, the plan's path in it, and where its runs are.
+pub async fn plan_key(plan: &Path) -> Result<(Git, RunLocation), PlanError> {
+    let abs = std::path::absolute(plan).map_err(|e| PlanError::io("resolve", plan, e))?;
+    let dir = abs
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let git = Git::open(&dir, &belay_record::state_home().join("no-hooks"))
+        .await
+        .map_err(|e| {
+            PlanError::Usage(format!(
+                "the plan {} is not in a git work tree ({e}): the loop commits each step, so it needs one. Run `git init` there",
+                plan.display()
+            ))
+        })?;
+    let root = git.root().to_path_buf();
+    let canon_dir = fs_err::canonicalize(&dir).map_err(|e| PlanError::io("resolve", &dir, e))?;
+    let name = abs.file_name().map(PathBuf::from).unwrap_or_default();
+    let rel = canon_dir
+        .join(&name)
+        .strip_prefix(&root)
+        .map(|p| p.display().to_string())
+        .map_err(|_| {
+            PlanError::Usage(format!(
+                "the plan {} is outside its repository {}",
+                plan.display(),
+                root.display()
+            ))
+        })?;
+    let home = belay_record::state_home().join("plan");
+    let repo_key = key(&git.git_dir().display().to_string());
+    let loc = RunLocation {
+        index: home.join(format!(
+            "{}.current",
+            key(&format!("{}\0{rel}", root.display()))
+        )),
+        lock: home.join("locks").join(format!("{repo_key}.lock")),
+        root,
+        plan_rel: rel,
+    };
+    Ok((git, loc))
+}
+
+fn lock(loc: &RunLocation) -> Result<RunLock, PlanError> {
+    if let Some(d) = loc.lock.parent() {
+        fs_err::create_dir_all(d).map_err(|e| PlanError::io("create", d, e))?;
+    }
+    RunLock::acquire(&loc.lock).map_err(|e| match e {
+        belay_record::RecordError::Locked { .. } => PlanError::Refused(format!(
+            "another belay plan command is working on {} (it holds {}): wait for it to end",
+            loc.root.display(),
+            loc.lock.display()
+        )),
+        o => o.into(),
+    })
+}
+
+/// The unfinished run of this plan and its state, if there is one.
+pub fn current_run(loc: &RunLocation) -> Result<Option<RunState>, PlanError> {
+    let id = match fs_err::read_to_string(&loc.index) {
+        Ok(s) => s.trim().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(PlanError::io("read", &loc.index, e)),
+    };
+    if belay_record::run_id::validate(&id).is_err() {
+        return Err(PlanError::Usage(format!(
+            "{} does not name a run: remove it to start a new run",
+            loc.index.display()
+        )));
+    }
+    Ok(RunHandle::load_state(&RunLocation::run_dir(&id))?)
+}
+
+/// `belay plan reset ID…`: clear checkpoints' attempts and failed builds in
+/// the unfinished run (a checkpoint sent back stays due for its revision).
+pub async fn reset(plan: &Path, ids: &[String]) -> Result<Vec<String>, PlanError> {
+    let (_git, loc) = plan_key(plan).await?;
+    let _lock = lock(&loc)?;
+    let Some(mut state) = current_run(&loc)? else {
+        return Err(PlanError::Usage(format!(
+            "no unfinished run of {}: there is nothing to reset (a new run starts from the plan file)",
+            plan.display()
+        )));
+    };
+    let mut done = Vec::new();
+    for id in ids {
+        let Some(cp) = state.get_mut(id) else {
+            return Err(PlanError::Usage(format!(
+                "checkpoint `{id}` is not in the run of {}",
+                plan.display()
+            )));
+        };
+        cp.attempts = 0;
+        cp.failed_builds = 0;
+        done.push(id.clone());
+    }
+    state.outcome = None;
+    let dir = RunLocation::run_dir(&state.run_id);
+    let text = serde_json::to_vec_pretty(&state).map_err(|e| PlanError::Usage(e.to_string()))?;
+    belay_record::atomic_write(&dir.join(belay_record::STATE_FILE), &text)?;
+    Ok(done)
+}
+
+/// Everything before the loop.
+pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
+    let plan = schema::load(&o.plan)?;
+    if o.max_review_attempts == 0 {
+        return Err(PlanError::Usage(
+            "--max-review-attempts must be 1 or more".into(),
+        ));
+    }
+    let (git, loc) = plan_key(&o.plan).await?;
+    let lock = lock(&loc)?;
+    let previous = current_run(&loc)?;
+    let resumed = previous.is_some();
+    let run_id = previous
+        .as_ref()
+        .map(|s| s.run_id.clone())
+        .unwrap_or_else(|| belay_record::run_id::generate("plan"));
+    let dir = RunLocation::run_dir(&run_id);
+    // What a killed run left running goes first.
+    let stale = belay_agent::cli::kill_recorded(&dir.join("agent.pid"));
+    if let Some(rt) = &o.rt {
+        let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
+    }
+    // The work tree: clean but for the plan file, unless a killed run of this
+    // plan left its agent's work in it.
+    let in_flight = previous.as_ref().is_some_and(|s| {
+        s.commit_pending.is_some()
+            || matches!(s.phase, Phase::Developing { .. } | Phase::Reviewing { .. })
+    });
+    let dirty: Vec<String> = git
+        .dirty(&[])
+        .await?
+        .into_iter()
+        .filter(|p| p != &loc.plan_rel)
+        .collect();
+    if !dirty.is_empty() && !in_flight {
+        return Err(PlanError::Refused(format!(
+            "the work tree has uncommitted changes ({}{}): the loop commits every step and does not mix them in. Commit or stash them and rerun; nothing was changed",
+            dirty.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            if dirty.len() > 5 { ", …" } else { "" }
+        )));
+    }
+    let branch = previous
+        .as_ref()
+        .map(|s| s.branch.clone())
+        .unwrap_or_else(|| plan.branch.clone());
+    if let Some(why) = schema::branch_problem(&branch) {
+        return Err(PlanError::Usage(why));
+    }
+    // Only now the branch: checked out, or made from HEAD.
+    if git.current_branch().await?.as_deref() != Some(branch.as_str()) {
+        if !dirty.is_empty() {
+            return Err(PlanError::Refused(format!(
+                "the work tree has changes of the killed run, but it is not on its branch {branch}: switch back to it (git switch {branch}) and rerun"
+            )));
+        }
+        if !git.branch_exists(&branch).await? {
+            let head = git.head().await.map_err(|e| {
+                PlanError::Refused(format!(
+                    "the repository has no commit to start {branch} from ({e}): make a first commit"
+                ))
+            })?;
+            git.branch_create(&branch, &head).await?;
+        }
+        git.switch(&branch).await?;
+    }
+    let mut redactor = o.redactor.clone();
+    for (k, v) in crate::audit::secret_looking_env() {
+        redactor.add(k, v);
+    }
+    let run = RunHandle::open(OpenRun {
+        dir,
+        id: &run_id,
+        mode: Mode::Plan,
+        title: Some(&format!("{} on {branch}", loc.plan_rel)),
+        redactor,
+        registry: o.registry.clone(),
+    })?;
+    let mut state = match previous {
+        Some(mut s) => {
+            s.follow_plan(&plan);
+            s.outcome = None;
+            s.reason = None;
+            s
+        }
+        None => RunState::new(&run_id, &loc.plan_rel, &plan),
+    };
+    state.branch = branch.clone();
+    if let Some(d) = loc.index.parent() {
+        fs_err::create_dir_all(d).map_err(|e| PlanError::io("create", d, e))?;
+    }
+    belay_record::atomic_write(&loc.index, run_id.as_bytes())?;
+    let submodules = git.submodule_paths().await?;
+    let mut e = Engine {
+        o,
+        plan,
+        plan_rel: loc.plan_rel.clone(),
+        git,
+        run,
+        state,
+        submodules,
+        commits: Vec::new(),
+        index: loc.index.clone(),
+        _lock: lock,
+    };
+    e.save()?;
+    e.emit(
+        None,
+        &PlanEvent::RunStarted {
+            plan: e.plan_rel.clone(),
+            branch: branch.clone(),
+            resumed,
+            audit_level: o.audit,
+            max_review_attempts: o.max_review_attempts,
+        },
+    )?;
+    if stale {
+        let checkpoint = match &e.state.phase {
+            Phase::Developing { checkpoint } | Phase::Reviewing { checkpoint, .. } => {
+                Some(checkpoint.clone())
+            }
+            Phase::Idle => None,
+        };
+        e.emit(None, &PlanEvent::StaleAgentKilled { checkpoint })?;
+    }
+    if resumed {
+        e.say(&format!("resuming run {run_id} on {branch}"));
+        e.recover().await?;
+    } else {
+        e.say(&format!("run {run_id} on {branch}"));
+    }
+    Ok(e)
+}
+
+impl Engine<'_> {
+    /// After a crash: a commit that was being made is recognised (or made),
+    /// and a review cut short has its reviewer's edits undone.
+    async fn recover(&mut self) -> Result<(), PlanError> {
+        if let Some(p) = self.state.commit_pending.clone() {
+            if let Some(sha) = self.git.recognise_commit(&p.before, &p.message).await? {
+                self.state.commit_pending = None;
+                if let (Some(id), Some(then)) = (&p.checkpoint, p.then) {
+                    if let Some(cp) = self.state.get_mut(id) {
+                        cp.stage = then;
+                    }
+                }
+                self.state.phase = Phase::Idle;
+                self.commits.push(sha.clone());
+                self.emit(
+                    p.checkpoint.as_deref(),
+                    &PlanEvent::CommitStatement {
+                        commit_hash: Some(sha),
+                        message: p.message.lines().next().unwrap_or_default().to_string(),
+                        status: "committed",
+                        reason: None,
+                        recovered: true,
+                    },
+                )?;
+                self.save()?;
+            } else if let (Some(id), Some(then)) = (p.checkpoint.clone(), p.then) {
+                // Not made: make it now (the tree still holds the work).
+                self.state.commit_pending = None;
+                if let Some(cp) = self.state.get_mut(&id) {
+                    cp.stage = then;
+                }
+                self.state.phase = Phase::Idle;
+                self.write_plan()?;
+                let allow_empty = then == crate::state::Stage::Approved;
+                self.commit(p.message.clone(), Some(&id), Some(then), allow_empty)
+                    .await?;
+            } else {
+                self.state.commit_pending = None;
+                self.save()?;
+            }
+        }
+        if let Phase::Reviewing { checkpoint, .. } = self.state.phase.clone() {
+            self.revert_reviewer_edits(&checkpoint).await?;
+        }
+        self.write_plan()?;
+        Ok(())
+    }
+}

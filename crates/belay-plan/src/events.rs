@@ -1,0 +1,108 @@
+//! The plan loop's events, in the shared envelope (`kind`, `data`). The
+//! peer's five (AGENT_TRACE, REVIEW_COMMENT, APPROVAL_COMMENT,
+//! COMMIT_STATEMENT, RUN_OUTCOME) keep their fields, as snake_case kinds;
+//! belay adds what its gates do.
+
+use serde::Serialize;
+
+use crate::gate::Violation;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GateCommand {
+    pub name: String,
+    pub command: String,
+    pub exit_code: i64,
+    pub timed_out: bool,
+    pub duration_s: f64,
+    pub output_tail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+pub enum PlanEvent {
+    RunStarted {
+        plan: String,
+        branch: String,
+        resumed: bool,
+        audit_level: crate::audit::AuditLevel,
+        max_review_attempts: u32,
+    },
+    /// An agent call: `action` start, prompt or finish (the peer's AGENT_TRACE).
+    AgentTrace {
+        action: &'static str,
+        checkpoint: String,
+        agent: String,
+        role: &'static str,
+        run_kind: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timeout_s: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        outcome: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        duration_s: Option<f64>,
+    },
+    /// Changes to the plan file that were not the agent's to make: reverted.
+    ChangeReverted {
+        checkpoint: String,
+        role: &'static str,
+        violations: Vec<Violation>,
+    },
+    /// Code the reviewer changed: reverted (the reviewer only decides).
+    ReviewerEditsReverted {
+        checkpoint: String,
+        paths: Vec<String>,
+    },
+    /// belay's own run of the project's commands.
+    Gate {
+        checkpoint: String,
+        passed: bool,
+        commands: Vec<GateCommand>,
+    },
+    /// The developer's call did not end well: not built, retried.
+    BuildFailed {
+        checkpoint: String,
+        reason: String,
+        failed_builds: u32,
+    },
+    ReviewComment {
+        checkpoint: String,
+        comment: String,
+        review_attempt: u32,
+        status: String,
+    },
+    ApprovalComment {
+        approval_status: &'static str,
+        checkpoint: String,
+        comment: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        review_attempt: Option<u32>,
+        source: &'static str,
+    },
+    CommitStatement {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        commit_hash: Option<String>,
+        message: String,
+        status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        recovered: bool,
+    },
+    /// Agent processes of a killed run, killed at the resume.
+    StaleAgentKilled { checkpoint: Option<String> },
+    RunOutcome {
+        outcome: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        branch: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}

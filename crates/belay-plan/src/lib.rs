@@ -1,0 +1,35 @@
+//! `belay plan`: the checkpoint plan loop.
+//!
+//! A plan file (`plan_checkpoints.json`, FORMATS.md §5) lists checkpoints.
+//! A developer agent builds each one, belay runs the project's own build,
+//! test and lint commands on it in a sandbox, and a reviewer agent approves it
+//! or sends it back with notes. Every step is a commit on a feature branch.
+//!
+//! Unlike the peer tool, the authoritative state (statuses, attempts, who
+//! decided) is belay's run state, never the file the agents edit: agents only
+//! *propose* changes through the plan file, and [`gate::judge`] applies the
+//! legal ones (the developer may mark its checkpoint built, only the reviewer
+//! may approve the checkpoint under review) and reverts everything else.
+//!
+//! * [`schema`]: parse and validate a plan file, errors at `file:line:col`;
+//! * [`init`]: turn an agent's answer into a plan file (`belay plan init`);
+//! * [`gate`]: what an agent changed in the plan file, and what of it stands;
+//! * [`state`]: the run state, saved atomically after every transition;
+//! * [`prompts`]: the developer, reviewer and revision prompts;
+//! * [`runner`]: one agent run, in a container of its own or on the host;
+//! * [`audit`]: the audit levels (`off`, `redacted`, `full`);
+//! * [`engine`]: the loop.
+
+pub mod audit;
+pub mod engine;
+mod error;
+pub mod events;
+pub mod gate;
+pub mod generate;
+pub mod init;
+pub mod prompts;
+pub mod runner;
+pub mod schema;
+pub mod state;
+
+pub use error::PlanError;

@@ -1,0 +1,122 @@
+//! One agent run on the work tree, in a container of its own (through
+//! [`belay_agent::AgentBox`]) or on the host (the opt-out): what `plan init`
+//! and every call of the loop share.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use belay_agent::cli::Endpoint;
+use belay_agent::session::EventTarget;
+use belay_agent::{
+    AgentBox, AgentError, AgentReport, AgentSession, AgentSpec, BoxSpec, Limits, Placement,
+};
+use belay_model::{ModelClient, PriceTable};
+use belay_record::Redactor;
+use belay_sandbox::ContainerRuntime;
+
+/// Where and how agents run.
+pub struct Runner<'a> {
+    pub rt: Option<Arc<dyn ContainerRuntime>>,
+    pub image: &'a str,
+    pub on_host: bool,
+    pub auto_approve: bool,
+    pub endpoint: Option<&'a Endpoint>,
+    pub client: Option<&'a ModelClient>,
+    pub prices: &'a PriceTable,
+    pub redactor: &'a Redactor,
+    pub run_id: &'a str,
+    pub git: &'a belay_vcs::Git,
+    /// belay's own directory for the box's files (outside the work tree).
+    pub records: PathBuf,
+    /// Progress lines.
+    pub warn: &'a (dyn Fn(&str) + Send + Sync),
+}
+
+/// One call.
+pub struct Call<'a> {
+    pub spec: &'a AgentSpec,
+    /// The container's `belay.kind` label.
+    pub kind: String,
+    pub prompt: &'a str,
+    pub limits: Limits,
+    pub events: Option<EventTarget>,
+    pub logs: PathBuf,
+    pub pid_file: Option<PathBuf>,
+}
+
+impl Runner<'_> {
+    pub async fn run(&self, c: Call<'_>) -> Result<AgentReport, AgentError> {
+        let prices = c.spec.model.as_deref().and_then(|m| self.prices.lookup(m));
+        if self.on_host {
+            let session = AgentSession {
+                spec: c.spec.clone(),
+                placement: Placement::Host {
+                    cwd: self.git.root().to_path_buf(),
+                    env: vec![],
+                },
+                limits: c.limits,
+                client: None,
+                builtin: Default::default(),
+                endpoint: self.endpoint.cloned(),
+                prices,
+                auto_approve: self.auto_approve,
+                logs: c.logs,
+                redactor: self.redactor.clone(),
+                events: c.events,
+                pid_file: c.pid_file,
+            };
+            return session.run(c.prompt).await;
+        }
+        let Some(rt) = self.rt.clone() else {
+            return Err(AgentError::Config(
+                "agents run in containers: start Docker (./scripts/setup-host.sh), or pass --on-host".into(),
+            ));
+        };
+        let agent_box = AgentBox::open(BoxSpec {
+            rt,
+            image: self.image.to_string(),
+            run_id: self.run_id.to_string(),
+            kind: c.kind,
+            repo: self.git.root().to_path_buf(),
+            git: Some(self.git),
+            records: self.records.clone(),
+            agent: c.spec,
+            model_url: self.endpoint.map(|e| e.base_url.clone()),
+            network: false,
+            keep: false,
+        })
+        .await?;
+        let endpoint = match (self.endpoint, agent_box.endpoint_url()) {
+            (Some(e), Some(url)) => Some(Endpoint {
+                base_url: url.to_string(),
+                api: e.api,
+                key: e.key.clone(),
+            }),
+            _ => None,
+        };
+        let session = AgentSession {
+            spec: c.spec.clone(),
+            placement: agent_box.placement(),
+            limits: c.limits,
+            client: self.client,
+            builtin: Default::default(),
+            endpoint,
+            prices,
+            // The container is the sandbox: the CLI's own approvals would only stall it.
+            auto_approve: true,
+            logs: c.logs,
+            redactor: self.redactor.clone(),
+            events: c.events,
+            pid_file: c.pid_file,
+        };
+        let report = session.run(c.prompt).await;
+        let sweep = agent_box.close().await?;
+        if !sweep.nested_git.is_empty() {
+            (self.warn)(&format!(
+                "warning: the agent left repositories in the work tree ({}); belay will not commit them",
+                sweep.nested_git.join(", ")
+            ));
+        }
+        report
+    }
+}

@@ -1,0 +1,690 @@
+//! The plan file, `plan_checkpoints.json` (FORMATS.md §5), with the peer's
+//! rules: required fields, unique ids, non-empty exit criteria, known
+//! statuses, and no protected branch. Every error names `file:line:col`.
+//!
+//! The file is kept as JSON values too ([`Plan::raw`]): fields belay does not
+//! know are carried through every rewrite untouched.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::PlanError;
+
+/// The plan file's default name.
+pub const DEFAULT_PLAN: &str = "plan_checkpoints.json";
+
+/// Branches the loop never works on.
+pub const PROTECTED: &[&str] = &["main", "master"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pending,
+    Built,
+    Approved,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Built => "built",
+            Status::Approved => "approved",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "pending" => Some(Status::Pending),
+            "built" => Some(Status::Built),
+            "approved" => Some(Status::Approved),
+            _ => None,
+        }
+    }
+}
+
+/// The project's own commands (a checkpoint may override each).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Commands {
+    pub build_cmd: Option<String>,
+    pub test_cmd: Option<String>,
+    pub lint_cmd: Option<String>,
+}
+
+impl Commands {
+    /// `(name, command)` in the order belay runs them.
+    pub fn list(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("build", &self.build_cmd),
+            ("test", &self.test_cmd),
+            ("lint", &self.lint_cmd),
+        ]
+        .into_iter()
+        .filter_map(|(n, c)| c.as_deref().map(|c| (n, c)))
+        .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Checkpoint {
+    pub id: String,
+    pub name: String,
+    pub scope: String,
+    pub status: Status,
+    pub exit_criteria: Vec<String>,
+    pub attempts: u32,
+    pub review_notes: String,
+    pub commands: Commands,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub plan_file: String,
+    pub branch: String,
+    pub project: Commands,
+    pub verify_in_review: bool,
+    pub developer_model: Option<String>,
+    pub reviewer_model: Option<String>,
+    pub checkpoints: Vec<Checkpoint>,
+    /// The file as JSON, unknown fields included.
+    pub raw: Value,
+}
+
+impl Plan {
+    pub fn get(&self, id: &str) -> Option<&Checkpoint> {
+        self.checkpoints.iter().find(|c| c.id == id)
+    }
+
+    /// The commands of checkpoint `id`: its own, else the project's.
+    pub fn commands_for(&self, id: &str) -> Commands {
+        let own = self.get(id).map(|c| c.commands.clone()).unwrap_or_default();
+        Commands {
+            build_cmd: own.build_cmd.or_else(|| self.project.build_cmd.clone()),
+            test_cmd: own.test_cmd.or_else(|| self.project.test_cmd.clone()),
+            lint_cmd: own.lint_cmd.or_else(|| self.project.lint_cmd.clone()),
+        }
+    }
+
+    /// The file's text with each checkpoint's `status`, `attempts` and
+    /// `review_notes` set from `view` (every other field as it was).
+    pub fn render(&self, view: &[(String, Status, u32, String)]) -> String {
+        let mut raw = self.raw.clone();
+        if let Some(cps) = raw.get_mut("checkpoints").and_then(Value::as_array_mut) {
+            for cp in cps.iter_mut() {
+                let Some(id) = cp.get("id").and_then(Value::as_str).map(String::from) else {
+                    continue;
+                };
+                if let (Some((_, st, at, notes)), Some(obj)) =
+                    (view.iter().find(|v| v.0 == id), cp.as_object_mut())
+                {
+                    obj.insert("status".into(), Value::String(st.as_str().into()));
+                    obj.insert("attempts".into(), Value::from(*at));
+                    obj.insert("review_notes".into(), Value::String(notes.clone()));
+                }
+            }
+        }
+        let mut text = serde_json::to_string_pretty(&raw).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+/// Whether `branch` is one the loop refuses.
+pub fn is_protected(branch: &str) -> bool {
+    let b = branch.strip_prefix("refs/heads/").unwrap_or(branch);
+    PROTECTED.contains(&b)
+}
+
+/// Why `branch` cannot be the loop's branch, if it cannot.
+pub fn branch_problem(branch: &str) -> Option<String> {
+    if branch.trim().is_empty() {
+        return Some("the branch is empty".into());
+    }
+    if is_protected(branch) {
+        return Some(format!(
+            "the branch `{branch}` is protected: the loop never works on main or master. Name a feature branch (feature/…)"
+        ));
+    }
+    let bad = branch.starts_with('-')
+        || branch.starts_with('/')
+        || branch.ends_with('/')
+        || branch.ends_with(".lock")
+        || branch.contains("..")
+        || branch.contains("//")
+        || branch.contains("@{")
+        || branch
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
+    bad.then(|| format!("`{branch}` is not a valid git branch name"))
+}
+
+/// Parse and validate the plan file at `path`.
+pub fn load(path: &Path) -> Result<Plan, PlanError> {
+    let text = fs_err::read_to_string(path).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            " (create one with `belay plan init`, or pass --state)"
+        } else {
+            ""
+        };
+        PlanError::Usage(format!(
+            "cannot read the plan {}: {e}{hint}",
+            path.display()
+        ))
+    })?;
+    parse(path, &text)
+}
+
+/// Parse and validate plan `text` (named `path` in errors).
+pub fn parse(path: &Path, text: &str) -> Result<Plan, PlanError> {
+    let raw: Value = serde_json::from_str(text).map_err(|e| PlanError::Invalid {
+        path: path.to_path_buf(),
+        line: e.line(),
+        col: e.column(),
+        message: format!("not valid JSON: {e}"),
+    })?;
+    validate(&raw).map_err(|(at, message)| {
+        let (line, col) = locate(text, &at);
+        PlanError::Invalid {
+            path: path.to_path_buf(),
+            line,
+            col,
+            message,
+        }
+    })
+}
+
+/// One step of a path into the JSON document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+type Fail = (Vec<Seg>, String);
+
+fn key(path: &[Seg], k: &str) -> Vec<Seg> {
+    let mut p = path.to_vec();
+    p.push(Seg::Key(k.into()));
+    p
+}
+
+fn req_str(
+    obj: &serde_json::Map<String, Value>,
+    at: &[Seg],
+    k: &str,
+    non_empty: bool,
+) -> Result<String, Fail> {
+    match obj.get(k) {
+        None => Err((at.to_vec(), format!("`{k}` is required"))),
+        Some(Value::String(s)) if non_empty && s.trim().is_empty() => {
+            Err((key(at, k), format!("`{k}` must not be empty")))
+        }
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err((key(at, k), format!("`{k}` must be a string"))),
+    }
+}
+
+fn opt_str(
+    obj: &serde_json::Map<String, Value>,
+    at: &[Seg],
+    k: &str,
+) -> Result<Option<String>, Fail> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err((
+            key(at, k),
+            format!("`{k}` must be a string (a shell command)"),
+        )),
+    }
+}
+
+fn commands(obj: &serde_json::Map<String, Value>, at: &[Seg]) -> Result<Commands, Fail> {
+    Ok(Commands {
+        build_cmd: opt_str(obj, at, "build_cmd")?,
+        test_cmd: opt_str(obj, at, "test_cmd")?,
+        lint_cmd: opt_str(obj, at, "lint_cmd")?,
+    })
+}
+
+/// The rules, on a parsed document; a failure says where (a JSON path) and why.
+pub fn validate(raw: &Value) -> Result<Plan, Fail> {
+    let root: Vec<Seg> = vec![];
+    let Some(top) = raw.as_object() else {
+        return Err((root, "the plan must be a JSON object".into()));
+    };
+    let plan_file = req_str(top, &root, "plan_file", true)?;
+    let branch = req_str(top, &root, "branch", true)?;
+    if let Some(why) = branch_problem(&branch) {
+        return Err((key(&root, "branch"), why));
+    }
+    let (project, verify_in_review) = match top.get("project") {
+        None | Some(Value::Null) => (Commands::default(), false),
+        Some(Value::Object(p)) => {
+            let at = key(&root, "project");
+            let verify = match p.get("verify_in_review") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err((
+                        key(&at, "verify_in_review"),
+                        "`verify_in_review` must be true or false".into(),
+                    ))
+                }
+            };
+            (commands(p, &at)?, verify)
+        }
+        Some(_) => return Err((key(&root, "project"), "`project` must be an object".into())),
+    };
+    let (developer_model, reviewer_model) = match top.get("models") {
+        None | Some(Value::Null) => (None, None),
+        Some(Value::Object(m)) => {
+            let at = key(&root, "models");
+            for k in m.keys() {
+                if k != "developer" && k != "reviewer" {
+                    return Err((
+                        key(&at, k),
+                        format!("`models` takes only `developer` and `reviewer`, not `{k}`"),
+                    ));
+                }
+            }
+            let one = |k: &str| -> Result<Option<String>, Fail> {
+                match m.get(k) {
+                    None => Ok(None),
+                    Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
+                    Some(_) => Err((
+                        key(&at, k),
+                        format!("`models.{k}` must be a non-empty string (a model name)"),
+                    )),
+                }
+            };
+            (one("developer")?, one("reviewer")?)
+        }
+        Some(_) => return Err((key(&root, "models"), "`models` must be an object".into())),
+    };
+    let cps = match top.get("checkpoints") {
+        None => return Err((root, "`checkpoints` is required".into())),
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err((
+                key(&root, "checkpoints"),
+                "`checkpoints` must list at least one checkpoint".into(),
+            ))
+        }
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err((
+                key(&root, "checkpoints"),
+                "`checkpoints` must be a list".into(),
+            ))
+        }
+    };
+    let mut seen = BTreeSet::new();
+    let mut checkpoints = Vec::new();
+    for (i, cp) in cps.iter().enumerate() {
+        let mut at = key(&root, "checkpoints");
+        at.push(Seg::Index(i));
+        let Some(o) = cp.as_object() else {
+            return Err((at, format!("checkpoint #{i} must be an object")));
+        };
+        let id = req_str(o, &at, "id", true)?;
+        if !seen.insert(id.clone()) {
+            return Err((
+                key(&at, "id"),
+                format!("checkpoint id `{id}` is used twice"),
+            ));
+        }
+        if id.contains(['\n', '\r']) || id.len() > 100 {
+            return Err((
+                key(&at, "id"),
+                "a checkpoint id is one short line (it starts commit messages)".into(),
+            ));
+        }
+        let name = match o.get("name") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err((key(&at, "name"), "`name` must be a string".into())),
+        };
+        let scope = req_str(o, &at, "scope", true)?;
+        let status = match o.get("status") {
+            None => Status::Pending,
+            Some(Value::String(s)) => Status::parse(s).ok_or_else(|| {
+                (
+                    key(&at, "status"),
+                    format!("status `{s}` is not one of pending, built, approved"),
+                )
+            })?,
+            Some(_) => {
+                return Err((
+                    key(&at, "status"),
+                    "`status` must be pending, built or approved".into(),
+                ))
+            }
+        };
+        let exit_criteria = match o.get("exit_criteria") {
+            None => {
+                return Err((
+                    at,
+                    format!("checkpoint `{id}`: `exit_criteria` is required"),
+                ))
+            }
+            Some(Value::Array(a)) if a.is_empty() => {
+                return Err((
+                    key(&at, "exit_criteria"),
+                    format!("checkpoint `{id}`: `exit_criteria` must list at least one criterion"),
+                ))
+            }
+            Some(Value::Array(a)) => {
+                let mut out = Vec::new();
+                for (j, c) in a.iter().enumerate() {
+                    let mut cat = key(&at, "exit_criteria");
+                    cat.push(Seg::Index(j));
+                    match c {
+                        Value::String(s) if !s.trim().is_empty() => out.push(s.clone()),
+                        _ => {
+                            return Err((
+                                cat,
+                                format!("checkpoint `{id}`: every exit criterion must be a non-empty string"),
+                            ))
+                        }
+                    }
+                }
+                out
+            }
+            Some(_) => {
+                return Err((
+                    key(&at, "exit_criteria"),
+                    "`exit_criteria` must be a list of strings".into(),
+                ))
+            }
+        };
+        let attempts = match o.get("attempts") {
+            None => 0,
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= u32::MAX as u64) => {
+                n.as_u64().unwrap_or(0) as u32
+            }
+            Some(_) => {
+                return Err((
+                    key(&at, "attempts"),
+                    "`attempts` must be a whole number, 0 or more".into(),
+                ))
+            }
+        };
+        let review_notes = match o.get("review_notes") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => {
+                return Err((
+                    key(&at, "review_notes"),
+                    "`review_notes` must be a string".into(),
+                ))
+            }
+        };
+        checkpoints.push(Checkpoint {
+            id,
+            name,
+            scope,
+            status,
+            exit_criteria,
+            attempts,
+            review_notes,
+            commands: commands(o, &at)?,
+        });
+    }
+    Ok(Plan {
+        plan_file,
+        branch,
+        project,
+        verify_in_review,
+        developer_model,
+        reviewer_model,
+        checkpoints,
+        raw: raw.clone(),
+    })
+}
+
+/// The 1-based line and column where the value at `path` starts in `text`
+/// (the start of the document when it cannot be found).
+pub fn locate(text: &str, path: &[Seg]) -> (usize, usize) {
+    let offset = Locator {
+        b: text.as_bytes(),
+        i: 0,
+    }
+    .find(path)
+    .unwrap_or(0);
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, col)
+}
+
+/// A small scanner over JSON text that walks to one value by its path.
+struct Locator<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Locator<'_> {
+    fn ws(&mut self) {
+        while self.i < self.b.len() && self.b[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let start = self.i;
+        if self.b.get(self.i) != Some(&b'"') {
+            return None;
+        }
+        self.i += 1;
+        while self.i < self.b.len() {
+            match self.b[self.i] {
+                b'\\' => self.i += 2,
+                b'"' => {
+                    self.i += 1;
+                    return serde_json::from_slice(&self.b[start..self.i]).ok();
+                }
+                _ => self.i += 1,
+            }
+        }
+        None
+    }
+
+    fn skip(&mut self) -> Option<()> {
+        self.ws();
+        match self.b.get(self.i)? {
+            b'"' => self.string().map(|_| ()),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                while self.i < self.b.len() {
+                    match self.b[self.i] {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.i += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.i += 1;
+                }
+                None
+            }
+            _ => {
+                while self.i < self.b.len() && !b",}] \t\r\n".contains(&self.b[self.i]) {
+                    self.i += 1;
+                }
+                Some(())
+            }
+        }
+    }
+
+    fn find(&mut self, path: &[Seg]) -> Option<usize> {
+        self.ws();
+        let Some((first, rest)) = path.split_first() else {
+            return Some(self.i);
+        };
+        match (first, self.b.get(self.i)?) {
+            (Seg::Key(k), b'{') => {
+                self.i += 1;
+                loop {
+                    self.ws();
+                    if self.b.get(self.i)? == &b'}' {
+                        return None;
+                    }
+                    let name = self.string()?;
+                    self.ws();
+                    if self.b.get(self.i)? != &b':' {
+                        return None;
+                    }
+                    self.i += 1;
+                    if &name == k {
+                        return self.find(rest);
+                    }
+                    self.skip()?;
+                    self.ws();
+                    if self.b.get(self.i)? == &b',' {
+                        self.i += 1;
+                    }
+                }
+            }
+            (Seg::Index(n), b'[') => {
+                self.i += 1;
+                for _ in 0..*n {
+                    self.skip()?;
+                    self.ws();
+                    if self.b.get(self.i)? != &b',' {
+                        return None;
+                    }
+                    self.i += 1;
+                }
+                self.find(rest)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    const GOOD: &str = r#"{
+  "plan_file": "docs/plan.md",
+  "branch": "feature/x",
+  "project": {"test_cmd": "make test", "verify_in_review": true},
+  "models": {"developer": "m1"},
+  "extra": {"kept": true},
+  "checkpoints": [
+    {"id": "c1", "name": "one", "scope": "do one", "status": "pending",
+     "exit_criteria": ["a"], "attempts": 0, "review_notes": ""},
+    {"id": "c2", "name": "two", "scope": "do two", "status": "approved",
+     "exit_criteria": ["b"], "attempts": 1, "review_notes": "ok", "test_cmd": "make t2"}
+  ]
+}"#;
+
+    fn err(text: &str) -> String {
+        parse(Path::new("plan.json"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_good_plan_parses_with_overrides_and_unknown_fields() {
+        let p = parse(Path::new("p.json"), GOOD).unwrap();
+        assert_eq!(p.checkpoints.len(), 2);
+        assert_eq!(p.developer_model.as_deref(), Some("m1"));
+        assert_eq!(p.commands_for("c1").test_cmd.as_deref(), Some("make test"));
+        assert_eq!(p.commands_for("c2").test_cmd.as_deref(), Some("make t2"));
+        let out = p.render(&[("c1".into(), Status::Built, 2, "n".into())]);
+        assert!(out.contains("\"kept\": true"), "{out}");
+        let back = parse(Path::new("p.json"), &out).unwrap();
+        assert_eq!(back.get("c1").unwrap().status, Status::Built);
+        assert_eq!(back.get("c1").unwrap().attempts, 2);
+    }
+
+    #[test]
+    fn every_rule_names_its_line_and_column() {
+        let dup = GOOD.replace("\"id\": \"c2\"", "\"id\": \"c1\"");
+        assert!(
+            err(&dup).starts_with("plan.json:10:12: checkpoint id `c1` is used twice"),
+            "{}",
+            err(&dup)
+        );
+        let main = GOOD.replace("feature/x", "main");
+        assert!(
+            err(&main).starts_with("plan.json:3:13: the branch `main` is protected"),
+            "{}",
+            err(&main)
+        );
+        let crit = GOOD.replace("[\"a\"]", "[]");
+        assert!(err(&crit).contains("plan.json:9:"), "{}", err(&crit));
+        assert!(err(&crit).contains("at least one criterion"));
+        let blank = GOOD.replace("[\"a\"]", "[\"  \"]");
+        assert!(err(&blank).contains("non-empty string"));
+        let st = GOOD.replace("\"approved\"", "\"done\"");
+        assert!(
+            err(&st).contains("status `done` is not one of"),
+            "{}",
+            err(&st)
+        );
+        let att = GOOD.replace("\"attempts\": 1", "\"attempts\": true");
+        assert!(err(&att).contains("whole number"));
+        let neg = GOOD.replace("\"attempts\": 1", "\"attempts\": -1");
+        assert!(err(&neg).contains("whole number"));
+        let models = GOOD.replace("\"developer\": \"m1\"", "\"qa\": \"m1\"");
+        assert!(err(&models).contains("only `developer` and `reviewer`"));
+        let torn = &GOOD[..60];
+        assert!(
+            err(torn).starts_with("plan.json:4:2: not valid JSON"),
+            "{}",
+            err(torn)
+        );
+        assert!(err("[]").contains("must be a JSON object"));
+        let no_scope = GOOD.replace("\"scope\": \"do one\", ", "");
+        assert!(err(&no_scope).contains("`scope` is required"));
+    }
+
+    #[test]
+    fn protected_and_bad_branches() {
+        for b in ["main", "master", "refs/heads/main"] {
+            assert!(is_protected(b));
+        }
+        assert!(!is_protected("feature/main"));
+        for b in ["", "-x", "a..b", "a b", "x.lock", "a:b"] {
+            assert!(branch_problem(b).is_some(), "{b}");
+        }
+        assert!(branch_problem("feature/csv-export").is_none());
+    }
+
+    proptest! {
+        /// No text makes the parser panic, and every error has a position.
+        #[test]
+        fn never_panics(s in "\\PC{0,200}") {
+            if let Err(e) = parse(Path::new("f"), &s) {
+                prop_assert!(e.to_string().starts_with("f:"));
+            }
+        }
+
+        /// Locating a checkpoint field points at that field's value.
+        #[test]
+        fn locate_points_at_the_value(i in 0usize..2) {
+            let (line, _) = locate(GOOD, &[Seg::Key("checkpoints".into()), Seg::Index(i), Seg::Key("id".into())]);
+            prop_assert_eq!(line, 8 + 2 * i);
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! `belay plan`: the checkpoint plan loop's flags.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::{parse_secs, LlmApi};
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Ask an agent for 2 to 6 ordered checkpoints and write the plan file.
+    ///
+    /// The answer must be raw JSON or exactly one fenced block; anything else
+    /// is refused with the reason, and the agent gets one correction round
+    /// (then exit 2). The branch defaults to feature/<slug>; main and master
+    /// are refused before the agent is called. The write is atomic and
+    /// exclusive: --force replaces an existing file.
+    Init(Box<PlanInitArgs>),
+    /// Check the plan file against the schema; errors name file:line:col.
+    Validate(PlanFileArgs),
+    /// The branch and each checkpoint's status and attempts (the unfinished
+    /// run's state, where there is one).
+    Status(PlanStatusArgs),
+    /// Run (or resume) the loop: developer, belay's gate, reviewer, a commit
+    /// per step on the feature branch. Exit 0 completed, 1 halted or failed,
+    /// 2 bad input.
+    Run(Box<PlanRunArgs>),
+    /// Clear checkpoints' attempts (reviews and failed builds) in the
+    /// unfinished run, so that a halted run can go on.
+    Reset(PlanResetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanFileArgs {
+    /// The plan file.
+    #[arg(long, default_value = belay_plan::schema::DEFAULT_PLAN)]
+    pub state: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanStatusArgs {
+    #[command(flatten)]
+    pub file: PlanFileArgs,
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanResetArgs {
+    #[command(flatten)]
+    pub file: PlanFileArgs,
+    /// The checkpoints to reset.
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+}
+
+/// Where the agents' model is.
+#[derive(Debug, Args)]
+pub struct PlanModelArgs {
+    /// The model endpoint the agents use, e.g. http://127.0.0.1:8081/v1
+    /// (default: $OPENAI_BASE_URL, else the CLI's vendor). In a container
+    /// a CLI reaches only this endpoint.
+    #[arg(long)]
+    pub openai_base_url: Option<String>,
+    /// The endpoint's wire dialect.
+    #[arg(long, value_enum, default_value = "responses")]
+    pub llm_api: LlmApi,
+    /// The environment variable that holds the endpoint's API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub llm_key_env: String,
+    /// Price table (TOML, USD per million tokens) for the cost of CLIs that
+    /// report none.
+    #[arg(long)]
+    pub llm_prices: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanInitArgs {
+    /// The feature, in words.
+    #[arg(
+        conflicts_with = "feature_file",
+        required_unless_present = "feature_file"
+    )]
+    pub feature: Option<String>,
+    /// The feature, in a Markdown file (recorded as the plan_file).
+    #[arg(long)]
+    pub feature_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub file: PlanFileArgs,
+    /// The branch (default feature/<slug of the feature>).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// The plan document recorded in the file (default
+    /// docs/implementation_plan.md, or the --feature-file).
+    #[arg(long)]
+    pub plan_file: Option<String>,
+    /// The planning agent: builtin, codex, claude, gemini, grok, antigravity
+    /// or cmd:PROGRAM ARG…, each optionally @MODEL.
+    #[arg(long, default_value = "claude")]
+    pub agent: belay_agent::AgentSpec,
+    /// Limit of the agent call.
+    #[arg(long, default_value = "1800s", value_parser = parse_secs)]
+    pub timeout: std::time::Duration,
+    /// Replace an existing plan file.
+    #[arg(long)]
+    pub force: bool,
+    /// Run the agent on the host instead of in a container.
+    #[arg(long)]
+    pub on_host: bool,
+    /// The container image agents run in.
+    #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
+    pub image: String,
+    #[command(flatten)]
+    pub model: PlanModelArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanRunArgs {
+    #[command(flatten)]
+    pub file: PlanFileArgs,
+    /// The developer agent (the one spec syntax: codex, claude@MODEL,
+    /// cmd:./dev.sh, …).
+    #[arg(long)]
+    pub developer: belay_agent::AgentSpec,
+    /// The reviewer agent.
+    #[arg(long)]
+    pub reviewer: belay_agent::AgentSpec,
+    /// The developer's model (before the plan's `models`, then the CLI's default).
+    #[arg(long)]
+    pub developer_model: Option<String>,
+    #[arg(long)]
+    pub reviewer_model: Option<String>,
+    /// Reviews a checkpoint may use (and developer runs that may fail) before
+    /// the loop halts for a human.
+    #[arg(long, default_value_t = 3)]
+    pub max_review_attempts: u32,
+    /// Wall time of each agent call.
+    #[arg(long, default_value = "1800s", value_parser = parse_secs)]
+    pub timeout: std::time::Duration,
+    /// Stop an agent call that prints nothing for this long.
+    #[arg(long, default_value = "600s", value_parser = parse_secs)]
+    pub idle: std::time::Duration,
+    /// Actions (tool calls, commands, edits) per agent call.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// The whole run's cost budget in USD.
+    #[arg(long)]
+    pub max_cost: Option<f64>,
+    /// How much agent text the run's records keep: off (none), redacted
+    /// (known secret shapes scrubbed), full. Known secrets' values are
+    /// scrubbed at every level.
+    #[arg(long, default_value = "redacted", env = "BELAY_PLAN_AUDIT_LEVEL")]
+    pub audit_level: belay_plan::audit::AuditLevel,
+    /// Limit of each build, test or lint command of belay's gate.
+    #[arg(long, default_value = "1800s", value_parser = parse_secs)]
+    pub gate_timeout: std::time::Duration,
+    /// Run the agents on the host instead of in containers (the gate still
+    /// runs in a container).
+    #[arg(long)]
+    pub on_host: bool,
+    /// With --on-host: let the CLIs act without asking (their
+    /// --dangerously-skip-permissions and the like). In a container they
+    /// always may: the container is the sandbox.
+    #[arg(long, requires = "on_host")]
+    pub auto_approve: bool,
+    /// More environment variables whose values are secrets (scrubbed from
+    /// every record and refused in every commit).
+    #[arg(long = "secret-env")]
+    pub secret_env: Vec<String>,
+    /// The container image agents and the gate run in.
+    #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
+    pub image: String,
+    #[command(flatten)]
+    pub model: PlanModelArgs,
+}

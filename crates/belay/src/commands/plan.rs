@@ -1,0 +1,329 @@
+//! `belay plan`: init, validate, status, run, reset: the checkpoint plan
+//! loop of `belay_plan`, over the shared agent, sandbox and git services.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use belay_plan::engine::{self, RunOptions};
+use belay_plan::schema;
+use belay_plan::state::Outcome;
+use belay_record::Redactor;
+use belay_sandbox::ContainerRuntime;
+
+use crate::cli::{
+    PlanCommand, PlanFileArgs, PlanInitArgs, PlanModelArgs, PlanResetArgs, PlanRunArgs,
+    PlanStatusArgs,
+};
+use crate::context::connect;
+use crate::exit::{usage, Failure, EXIT_FAILED};
+use crate::output::Printer;
+
+pub async fn plan(p: &Printer, c: PlanCommand) -> Result<u8, Failure> {
+    match c {
+        PlanCommand::Init(a) => init(p, *a).await,
+        PlanCommand::Validate(a) => validate(p, a),
+        PlanCommand::Status(a) => status(p, a).await,
+        PlanCommand::Run(a) => run(p, *a).await,
+        PlanCommand::Reset(a) => reset(p, a).await,
+    }
+}
+
+fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
+    let quiet = p.is_quiet();
+    Box::new(move |line: &str| {
+        if !quiet {
+            eprintln!("[belay] {line}");
+        }
+    })
+}
+
+/// The agents' endpoint, its key (a secret for the redactor) and prices.
+struct Model {
+    endpoint: Option<belay_agent::cli::Endpoint>,
+    prices: belay_model::PriceTable,
+    redactor: Redactor,
+}
+
+fn model(a: &PlanModelArgs) -> Result<Model, Failure> {
+    let api: belay_model::Api = a.llm_api.into();
+    let settings = match std::env::current_dir() {
+        Ok(d) => belay_model::keys::Settings::load(&d),
+        Err(_) => belay_model::keys::Settings::env_only(),
+    };
+    let key_env = if a.llm_key_env == "OPENAI_API_KEY" && api == belay_model::Api::Anthropic {
+        belay_model::resolve::default_key_env(api).to_string()
+    } else {
+        a.llm_key_env.clone()
+    };
+    let key = settings.secret(&key_env);
+    let mut redactor = crate::context::build_redactor();
+    if let Some(k) = &key {
+        redactor.add(key_env.clone(), k.expose());
+    }
+    let base = a.openai_base_url.clone().or_else(|| {
+        std::env::var(if api == belay_model::Api::Anthropic {
+            "ANTHROPIC_BASE_URL"
+        } else {
+            "OPENAI_BASE_URL"
+        })
+        .ok()
+    });
+    let prices = match &a.llm_prices {
+        Some(f) => belay_model::PriceTable::load(f).map_err(|e| usage(e.to_string()))?,
+        None => belay_model::PriceTable::builtin(),
+    };
+    Ok(Model {
+        endpoint: base.map(|base_url| belay_agent::cli::Endpoint { base_url, api, key }),
+        prices,
+        redactor,
+    })
+}
+
+/// The engine, when one is needed (agents in containers, or the gate).
+async fn engine_if(needed: bool) -> Result<Option<Arc<dyn ContainerRuntime>>, Failure> {
+    if !needed {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(connect().await?)))
+}
+
+fn validate(p: &Printer, a: PlanFileArgs) -> Result<u8, Failure> {
+    let plan = schema::load(&a.state)?;
+    p.out(format!(
+        "OK: {} ({} checkpoints, branch {})",
+        a.state.display(),
+        plan.checkpoints.len(),
+        plan.branch
+    ));
+    for c in &plan.checkpoints {
+        p.out(format!(
+            "  {:<12} {:<9} attempts={} {}",
+            c.id,
+            c.status.as_str(),
+            c.attempts,
+            c.name
+        ));
+    }
+    Ok(0)
+}
+
+async fn status(p: &Printer, a: PlanStatusArgs) -> Result<u8, Failure> {
+    let plan = schema::load(&a.file.state)?;
+    // The unfinished run's state is the truth where there is one.
+    let run = match engine::plan_key(&a.file.state).await {
+        Ok((_, loc)) => engine::current_run(&loc)?,
+        Err(_) => None,
+    };
+    let rows: Vec<serde_json::Value> = plan
+        .checkpoints
+        .iter()
+        .map(|c| {
+            let s = run.as_ref().and_then(|r| r.get(&c.id));
+            serde_json::json!({
+                "id": c.id,
+                "name": c.name,
+                "status": s.map(|s| s.stage.status()).unwrap_or(c.status),
+                "attempts": s.map(|s| s.attempts).unwrap_or(c.attempts),
+                "failed_builds": s.map(|s| s.failed_builds).unwrap_or(0),
+                "decided_by": s.and_then(|s| s.decided.as_ref()).map(|d| d.by.clone()),
+            })
+        })
+        .collect();
+    if a.json {
+        p.json(&serde_json::json!({
+            "plan": a.file.state,
+            "plan_file": plan.plan_file,
+            "branch": run.as_ref().map(|r| r.branch.clone()).unwrap_or(plan.branch.clone()),
+            "run_id": run.as_ref().map(|r| r.run_id.clone()),
+            "outcome": run.as_ref().and_then(|r| r.outcome),
+            "checkpoints": rows,
+        }));
+        return Ok(0);
+    }
+    p.out(format!("branch: {}", plan.branch));
+    p.out(format!("plan:   {}", plan.plan_file));
+    if let Some(r) = &run {
+        p.out(format!(
+            "run:    {} ({})",
+            r.run_id,
+            r.outcome
+                .map(|o| format!("{o:?}").to_lowercase())
+                .unwrap_or_else(|| "unfinished".into())
+        ));
+    }
+    for r in rows {
+        p.out(format!(
+            "  {:<12} {:<9} attempts={} {}",
+            r["id"].as_str().unwrap_or_default(),
+            r["status"].as_str().unwrap_or_default(),
+            r["attempts"],
+            r["name"].as_str().unwrap_or_default()
+        ));
+    }
+    Ok(0)
+}
+
+async fn reset(p: &Printer, a: PlanResetArgs) -> Result<u8, Failure> {
+    let done = engine::reset(&a.file.state, &a.ids).await?;
+    p.out(format!(
+        "reset the attempts of {}: the next `belay plan run` goes on with them",
+        done.join(", ")
+    ));
+    Ok(0)
+}
+
+async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
+    let (feature, default_doc, slug_from) = match (&a.feature, &a.feature_file) {
+        (Some(f), None) => (
+            f.clone(),
+            belay_plan::init::DEFAULT_PLAN_DOC.to_string(),
+            f.clone(),
+        ),
+        (None, Some(file)) => {
+            let text =
+                fs_err::read_to_string(file).map_err(|e| usage(format!("--feature-file: {e}")))?;
+            let stem = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (text, file.display().to_string(), stem)
+        }
+        _ => return Err(usage("give the feature as text, or --feature-file")),
+    };
+    if feature.trim().is_empty() {
+        return Err(usage("the feature description is empty"));
+    }
+    let branch = a
+        .branch
+        .clone()
+        .unwrap_or_else(|| belay_plan::init::default_branch(&slug_from));
+    // Refused before any agent is called.
+    if let Some(why) = schema::branch_problem(&branch) {
+        return Err(usage(why));
+    }
+    if a.file.state.exists() && !a.force {
+        return Err(usage(format!(
+            "{} already exists: pass --force to replace it",
+            a.file.state.display()
+        )));
+    }
+    let plan_doc = a.plan_file.clone().unwrap_or(default_doc);
+    let dir = std::path::absolute(&a.file.state)?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| ".".into());
+    let git = belay_vcs::Git::open(&dir, &belay_record::state_home().join("no-hooks"))
+        .await
+        .map_err(|e| usage(format!("{} is not in a git work tree: {e}", dir.display())))?;
+    let m = model(&a.model)?;
+    let rt = engine_if(!a.on_host).await?;
+    let run_id = belay_record::run_id::generate("plan-init");
+    let records = belay_record::state_home().join("plan/init").join(&run_id);
+    let warn = progress(p);
+    let runner = belay_plan::runner::Runner {
+        rt,
+        image: &a.image,
+        on_host: a.on_host,
+        auto_approve: false,
+        endpoint: m.endpoint.as_ref(),
+        client: None,
+        prices: &m.prices,
+        redactor: &m.redactor,
+        run_id: &run_id,
+        git: &git,
+        records: records.join("box"),
+        warn: &*warn,
+    };
+    p.note(&format!("asking {} for a plan of {}", a.agent, branch));
+    let plan = belay_plan::generate::generate(belay_plan::generate::Generate {
+        runner: &runner,
+        spec: &a.agent,
+        feature: &feature,
+        plan_file: &plan_doc,
+        branch: &branch,
+        timeout: a.timeout,
+        logs: records.join("logs"),
+    })
+    .await?;
+    belay_plan::init::write(&a.file.state, &plan, a.force)?;
+    let n = plan["checkpoints"].as_array().map(Vec::len).unwrap_or(0);
+    p.out(format!(
+        "wrote {} ({n} checkpoints, branch {branch}); next: belay plan validate && belay plan run --developer … --reviewer …",
+        a.file.state.display()
+    ));
+    Ok(0)
+}
+
+async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
+    let m = model(&a.model)?;
+    let mut redactor = m.redactor;
+    for name in &a.secret_env {
+        match std::env::var(name) {
+            Ok(v) if !v.is_empty() => redactor.add(name.clone(), v),
+            _ => {
+                return Err(usage(format!(
+                    "--secret-env {name}: the variable is not set"
+                )))
+            }
+        }
+    }
+    let plan = schema::load(&a.file.state)?;
+    let gate = plan
+        .checkpoints
+        .iter()
+        .any(|c| !plan.commands_for(&c.id).list().is_empty());
+    let rt = engine_if(!a.on_host || gate).await?;
+    let o = RunOptions {
+        plan: a.file.state.clone(),
+        developer: a.developer,
+        reviewer: a.reviewer,
+        developer_model: a.developer_model,
+        reviewer_model: a.reviewer_model,
+        max_review_attempts: a.max_review_attempts,
+        timeout: a.timeout,
+        idle: Some(a.idle),
+        max_turns: a.max_turns,
+        max_cost_usd: a.max_cost,
+        audit: a.audit_level,
+        on_host: a.on_host,
+        auto_approve: a.auto_approve,
+        image: a.image,
+        endpoint: m.endpoint,
+        client: None,
+        prices: m.prices,
+        gate_timeout: a.gate_timeout,
+        redactor,
+        registry: belay_record::Registry::default_location(),
+        rt,
+        progress: progress(p),
+    };
+    let report = engine::run(&o).await?;
+    p.note(&format!(
+        "run {}: {} agent call(s), ${:.4}; events in {}",
+        report.run_id,
+        report.agent_calls,
+        report.cost_usd,
+        report.run_dir.join("events.jsonl").display()
+    ));
+    match report.outcome {
+        Outcome::Completed => {
+            p.out(format!(
+                "completed: every checkpoint approved on {} (not merged)",
+                report.branch
+            ));
+            Ok(0)
+        }
+        Outcome::Halted | Outcome::Failed => {
+            p.out(format!(
+                "{}: {}",
+                if report.outcome == Outcome::Halted {
+                    "halted"
+                } else {
+                    "failed"
+                },
+                report.reason.unwrap_or_default()
+            ));
+            Ok(EXIT_FAILED)
+        }
+    }
+}

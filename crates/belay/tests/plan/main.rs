@@ -1,0 +1,895 @@
+//! `belay plan`: the checkpoint plan loop, end to end. Real git, the real
+//! Docker engine (agents and the gate in containers), real processes: the
+//! agents are scripted programs (`cmd:`) that edit the plan file the way an
+//! agent CLI would, and one test runs the real codex CLI against the
+//! scripted model server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../shared/pipeline.rs"]
+#[allow(dead_code)]
+mod common;
+#[path = "../shared/git.rs"]
+#[allow(dead_code)]
+mod git_cli;
+#[path = "../shared/replay.rs"]
+#[allow(dead_code)]
+mod replay;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use git_cli::{git, init_repo};
+use serde_json::{json, Value};
+
+/// The test agent: the prompt on stdin, what to do in its arguments. It
+/// finds its checkpoint in the prompt and edits the plan file with sed (the
+/// base image has no JSON tool), as an agent CLI would with its own tools.
+const AGENT: &str = r#"#!/bin/sh
+mode=$1
+p=$(cat)
+id=$(printf '%s\n' "$p" | sed -n "s/.*checkpoint '\([^']*\)'.*/\1/p" | head -n1)
+plan=plan_checkpoints.json
+set_field() {
+  sed -i "/\"id\": \"$1\"/,/\"$2\"/ s/\"$2\": \(.*[^,]\)\(,\{0,1\}\)$/\"$2\": $3\2/" "$plan"
+}
+built() {
+  echo "$id work" > "$id.txt"
+  set_field "$id" status '"built"'
+  set_field "$id" review_notes '"built it"'
+}
+case "$mode" in
+  dev) built ;;
+  dev-selfapprove) built; set_field "$id" status '"approved"' ;;
+  dev-approve-later) built; [ "$id" = c1 ] && set_field c2 status '"approved"' && set_field c2 scope '"nothing at all"' ;;
+  dev-reset) built; sed -i 's/"attempts": [0-9]*/"attempts": 0/' "$plan" ;;
+  dev-breaks-tests)
+    if printf '%s' "$p" | grep -q "they failed"; then echo ok > status.txt; else echo broken > status.txt; fi
+    built ;;
+  dev-hang) sh -c 'exec sleep 987654' & sleep 600 ;;
+  dev-fail) echo "cannot do it" >&2; exit 3 ;;
+  dev-leak)
+    if printf '%s' "$p" | grep -q "refused to commit"; then rm -f leak.txt; else echo "token $2" > leak.txt; fi
+    built; set_field "$id" review_notes "\"saw $2\""; echo "the secret is $2" ;;
+  rev-approve) set_field "$id" status '"approved"'; set_field "$id" review_notes '"looks good"' ;;
+  rev-reject) set_field "$id" status '"built"'; set_field "$id" review_notes '"fix more"' ;;
+  rev-edits) echo "reviewer was here" > "$id.txt"; echo planted > reviewer-new.txt; set_field "$id" status '"approved"' ;;
+  rev-slow) sleep 987655 ;;
+  rev-leak) set_field "$id" status '"approved"'; set_field "$id" review_notes "\"approved $2\""; echo "reviewed with $2" ;;
+  init-raw) cat "$2"; exit 0 ;;
+  init-fence) printf '```json\n'; cat "$2"; printf '\n```\n'; exit 0 ;;
+  init-prose) printf 'Here is the plan:\n```json\n'; cat "$2"; printf '\n```\n'; exit 0 ;;
+  init-twofence)
+    if printf '%s' "$p" | grep -q "previous answer was refused"; then cat "$2"; else
+      printf '```json\n'; cat "$2"; printf '\n```\n```json\n'; cat "$2"; printf '\n```\n'; fi; exit 0 ;;
+esac
+echo "agent $mode done on $id"
+"#;
+
+const INIT_ANSWER: &str = r#"{"checkpoints": [
+ {"id": "c1", "name": "one", "scope": "make c1.txt", "exit_criteria": ["c1.txt exists"], "status": "approved", "attempts": 7},
+ {"id": "c2", "name": "two", "scope": "make c2.txt", "exit_criteria": ["c2.txt exists"]}
+]}"#;
+
+struct Ws {
+    tmp: tempfile::TempDir,
+    repo: PathBuf,
+    agent: PathBuf,
+}
+
+fn plan_json(test_cmd: Option<&str>) -> Value {
+    let mut p = json!({
+        "plan_file": "docs/plan.md",
+        "branch": "feature/demo",
+        "checkpoints": [
+            {"id": "c1", "name": "first", "status": "pending", "scope": "write c1.txt",
+             "exit_criteria": ["c1.txt exists"], "attempts": 0, "review_notes": ""},
+            {"id": "c2", "name": "second", "status": "pending", "scope": "write c2.txt",
+             "exit_criteria": ["c2.txt exists"], "attempts": 0, "review_notes": ""}
+        ]
+    });
+    if let Some(t) = test_cmd {
+        p["project"] = json!({"test_cmd": t});
+    }
+    p
+}
+
+fn ws_with(plan: Value) -> Ws {
+    common::require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("README"), "demo\n").unwrap();
+    init_repo(&repo);
+    std::fs::write(
+        repo.join("plan_checkpoints.json"),
+        serde_json::to_string_pretty(&plan).unwrap(),
+    )
+    .unwrap();
+    git(&repo, &["add", "plan_checkpoints.json"]);
+    git(&repo, &["commit", "-qm", "the plan"]);
+    // Installed by another process: a write descriptor of this one, inherited
+    // by a child another test forks meanwhile, would make exec fail with
+    // "text file busy".
+    let src = tmp.path().join("agent.src");
+    std::fs::write(&src, AGENT).unwrap();
+    let agent = tmp.path().join("agent.sh");
+    assert!(Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&src)
+        .arg(&agent)
+        .status()
+        .unwrap()
+        .success());
+    Ws { tmp, repo, agent }
+}
+
+fn ws() -> Ws {
+    ws_with(plan_json(None))
+}
+
+impl Ws {
+    fn spec(&self, mode: &str) -> String {
+        format!("cmd:{} {mode}", self.agent.display())
+    }
+
+    fn state_home(&self) -> PathBuf {
+        self.tmp.path().join("state")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
+        c.env("BELAY_STATE_HOME", self.state_home())
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .current_dir(&self.repo);
+        c
+    }
+
+    fn run(&self, dev: &str, rev: &str, extra: &[&str]) -> Output {
+        self.cmd()
+            .args(["plan", "run", "--developer"])
+            .arg(self.spec(dev))
+            .arg("--reviewer")
+            .arg(self.spec(rev))
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
+    /// The branch's commit subjects since main, oldest first.
+    fn subjects(&self) -> Vec<String> {
+        git(
+            &self.repo,
+            &["log", "--reverse", "--format=%s", "main..feature/demo"],
+        )
+        .lines()
+        .map(String::from)
+        .collect()
+    }
+
+    fn run_dirs(&self) -> Vec<PathBuf> {
+        let d = self.state_home().join("plan/runs");
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.run_dirs()
+            .iter()
+            .flat_map(|d| {
+                std::fs::read_to_string(d.join("events.jsonl"))
+                    .unwrap_or_default()
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn kinds(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn no_process(marker: &str) -> bool {
+    let out = Command::new("pgrep").args(["-f", marker]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+/// Two checkpoints, built and approved: exactly the five commits on the
+/// feature branch, main untouched, the plan file approved in the last state,
+/// the peer's events in the shared envelope.
+#[test]
+fn the_happy_path_commits_each_step_on_the_feature_branch() {
+    let w = ws();
+    let main_before = git(&w.repo, &["rev-parse", "main"]);
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    assert_eq!(
+        w.subjects(),
+        [
+            "c1: built",
+            "c1: approved",
+            "c2: built",
+            "c2: approved",
+            "audit: completed run"
+        ]
+    );
+    assert_eq!(git(&w.repo, &["rev-parse", "main"]), main_before);
+    assert_eq!(
+        git(&w.repo, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        "feature/demo"
+    );
+    assert_eq!(git(&w.repo, &["status", "--porcelain"]), "");
+    assert_eq!(git(&w.repo, &["show", "feature/demo:c1.txt"]), "c1 work");
+    let plan: Value = serde_json::from_str(
+        &std::fs::read_to_string(w.repo.join("plan_checkpoints.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(plan["checkpoints"][0]["status"], "approved");
+    assert_eq!(plan["checkpoints"][1]["attempts"], 1);
+    // The built commit holds the work and the plan, nothing else.
+    let files = git(
+        &w.repo,
+        &["show", "--format=", "--name-only", "feature/demo~4"],
+    );
+    assert_eq!(files, "c1.txt\nplan_checkpoints.json");
+    for kind in [
+        "agent_trace",
+        "review_comment",
+        "approval_comment",
+        "commit_statement",
+        "run_outcome",
+    ] {
+        assert!(!w.kinds(kind).is_empty(), "no {kind} event");
+    }
+    // The whole sequence, as a snapshot: who was called, what was decided.
+    let seq: Vec<String> = w
+        .events()
+        .iter()
+        .map(|e| {
+            let d = &e["data"];
+            let mut s = format!(
+                "{} {}",
+                e["step"].as_str().unwrap_or("-"),
+                e["kind"].as_str().unwrap()
+            );
+            for k in [
+                "action", "role", "run_kind", "status", "source", "outcome", "message",
+            ] {
+                if let Some(v) = d[k].as_str() {
+                    if !(e["kind"] == "agent_trace" && k == "outcome") {
+                        s.push_str(&format!(" {k}={v}"));
+                    }
+                }
+            }
+            s
+        })
+        .collect();
+    insta::assert_json_snapshot!("happy_path_events", seq);
+    let outcome = &w.kinds("run_outcome")[0];
+    assert_eq!(outcome["data"]["outcome"], "completed");
+    assert_eq!(outcome["mode"], "plan");
+    let approvals = w.kinds("approval_comment");
+    assert!(approvals.iter().all(|a| a["data"]["source"] == "reviewer"));
+    // The loop's log is in the run directory, not in the repository.
+    assert!(!w.repo.join("logs").exists());
+    assert_eq!(
+        common::containers_of(w.run_dirs()[0].file_name().unwrap().to_str().unwrap()).len(),
+        0
+    );
+    // A rerun of a completed plan starts a new run that skips both.
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    assert_eq!(w.subjects().len(), 6);
+    let skipped = w
+        .kinds("approval_comment")
+        .into_iter()
+        .filter(|a| a["data"]["source"] == "existing_checkpoint")
+        .count();
+    assert_eq!(skipped, 2);
+}
+
+/// A reviewer that rejects three times: built, revision 1, revision 2, then
+/// the halt, exit 1. A rerun grants no hidden attempts; `plan reset` does.
+#[test]
+fn three_rejections_halt_and_a_rerun_grants_no_more_attempts() {
+    let w = ws();
+    let o = w.run("dev", "rev-reject", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(
+        w.subjects(),
+        [
+            "c1: built",
+            "c1: revision 1",
+            "c1: revision 2",
+            "audit: halted"
+        ]
+    );
+    assert!(
+        text(&o).contains("not approved after 3 review attempt(s)"),
+        "{}",
+        text(&o)
+    );
+    let reviews = w.kinds("review_comment");
+    assert_eq!(reviews.len(), 3);
+    assert_eq!(reviews[2]["data"]["review_attempt"], 3);
+    // The rerun halts at once: the attempts are the run's, not the file's.
+    let o = w.run("dev", "rev-approve", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(w.kinds("review_comment").len(), 3, "no review was granted");
+    assert_eq!(w.subjects().last().unwrap(), "audit: halted");
+    let status = w.cmd().args(["plan", "status", "--json"]).output().unwrap();
+    ok(&status);
+    let s: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(s["checkpoints"][0]["attempts"], 3);
+    // A reset is the documented way on.
+    ok(&w.cmd().args(["plan", "reset", "c1"]).output().unwrap());
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    assert_eq!(
+        w.subjects()[5..],
+        [
+            "c1: revision 3",
+            "c1: approved",
+            "c2: built",
+            "c2: approved",
+            "audit: completed run"
+        ]
+    );
+}
+
+/// A developer that approves its own checkpoint is reverted; the reviewer
+/// still decides, and the decision is the reviewer's in the events.
+#[test]
+fn a_self_approval_is_reverted_and_the_reviewer_decides() {
+    let w = ws();
+    let o = w.run(
+        "dev-selfapprove",
+        "rev-reject",
+        &["--max-review-attempts", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let reverted = w.kinds("change_reverted");
+    assert!(!reverted.is_empty());
+    let v = &reverted[0]["data"]["violations"][0];
+    assert_eq!(v["field"], "checkpoints[c1].status");
+    assert!(v["what"]
+        .as_str()
+        .unwrap()
+        .contains("only the reviewer approves"));
+    // Never committed as approved; the reviewer was asked and said no.
+    assert!(
+        !w.subjects().iter().any(|s| s.contains("approved")),
+        "{:?}",
+        w.subjects()
+    );
+    assert_eq!(w.kinds("review_comment")[0]["data"]["status"], "built");
+    let committed = git(&w.repo, &["show", "feature/demo~1:plan_checkpoints.json"]);
+    assert!(!committed.contains("\"approved\""), "{committed}");
+}
+
+/// A developer that approves a later checkpoint (and rewrites its scope) is
+/// reverted: that checkpoint is built and reviewed in its turn.
+#[test]
+fn approving_a_later_checkpoint_is_reverted_and_it_is_built_in_turn() {
+    let w = ws();
+    let o = w.run("dev-approve-later", "rev-approve", &[]);
+    ok(&o);
+    assert_eq!(
+        w.subjects(),
+        [
+            "c1: built",
+            "c1: approved",
+            "c2: built",
+            "c2: approved",
+            "audit: completed run"
+        ]
+    );
+    let fields: Vec<String> = w
+        .kinds("change_reverted")
+        .iter()
+        .flat_map(|e| e["data"]["violations"].as_array().unwrap().clone())
+        .map(|v| v["field"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        fields.contains(&"checkpoints[c2].status".to_string()),
+        "{fields:?}"
+    );
+    assert!(
+        fields.contains(&"checkpoints[c2].scope".to_string()),
+        "{fields:?}"
+    );
+    let plan = std::fs::read_to_string(w.repo.join("plan_checkpoints.json")).unwrap();
+    assert!(
+        plan.contains("write c2.txt") && !plan.contains("nothing at all"),
+        "{plan}"
+    );
+    assert_eq!(git(&w.repo, &["show", "feature/demo:c2.txt"]), "c2 work");
+}
+
+/// A developer that resets `attempts` in the plan file changes nothing: the
+/// loop still halts after three reviews.
+#[test]
+fn resetting_the_attempts_changes_nothing() {
+    let w = ws();
+    let o = w.run("dev-reset", "rev-reject", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(w.kinds("review_comment").len(), 3);
+    let resets = w
+        .kinds("change_reverted")
+        .iter()
+        .flat_map(|e| e["data"]["violations"].as_array().unwrap().clone())
+        .filter(|v| {
+            v["what"]
+                .as_str()
+                .unwrap()
+                .contains("agents cannot reset it")
+        })
+        .count();
+    assert_eq!(resets, 2, "both revisions' resets are recorded");
+}
+
+/// A change that breaks `test_cmd` goes back to the developer with the
+/// failing output, and the reviewer is not called for that attempt.
+#[test]
+fn a_red_gate_goes_back_to_the_developer_without_a_review() {
+    let w = ws_with(plan_json(Some(
+        "grep -qx ok status.txt || { echo status is $(cat status.txt); exit 1; }",
+    )));
+    let o = w.run("dev-breaks-tests", "rev-approve", &[]);
+    ok(&o);
+    let ev = w.events();
+    let order: Vec<String> = ev
+        .iter()
+        .filter(|e| {
+            e["kind"] == "gate" || (e["kind"] == "agent_trace" && e["data"]["action"] == "start")
+        })
+        .filter(|e| e["step"] == "c1")
+        .map(|e| {
+            if e["kind"] == "gate" {
+                format!("gate:{}", e["data"]["passed"])
+            } else {
+                e["data"]["role"].as_str().unwrap().to_string()
+            }
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "developer",
+            "gate:false",
+            "developer",
+            "gate:true",
+            "reviewer"
+        ]
+    );
+    let failed = &w.kinds("build_failed")[0];
+    assert_eq!(failed["data"]["checkpoint"], "c1");
+    let gate = w.kinds("gate")[0].clone();
+    assert!(gate["data"]["commands"][0]["output_tail"]
+        .as_str()
+        .unwrap()
+        .contains("status is broken"));
+    // The second developer prompt carried the failing output.
+    let prompts: Vec<String> = w
+        .kinds("agent_trace")
+        .iter()
+        .filter(|e| e["data"]["action"] == "prompt" && e["data"]["role"] == "developer")
+        .map(|e| e["data"]["prompt"].as_str().unwrap().to_string())
+        .collect();
+    assert!(prompts[1].contains("status is broken"), "{}", prompts[1]);
+    // The reviewer saw belay's gate and the diff.
+    let review = w
+        .kinds("agent_trace")
+        .into_iter()
+        .find(|e| e["data"]["action"] == "prompt" && e["data"]["role"] == "reviewer")
+        .unwrap();
+    let rp = review["data"]["prompt"].as_str().unwrap();
+    assert!(
+        rp.contains("belay ran the project's commands") && rp.contains("+c1 work"),
+        "{rp}"
+    );
+    assert_eq!(w.subjects()[0], "c1: built");
+    assert_eq!(git(&w.repo, &["show", "feature/demo:status.txt"]), "ok");
+}
+
+/// A developer that times out is not marked built, and its grandchild is
+/// dead, in a container and on the host.
+#[test]
+fn a_timed_out_developer_is_not_built_and_its_grandchild_dies() {
+    for on_host in [false, true] {
+        let w = ws();
+        let mut extra = vec!["--timeout", "3s", "--max-review-attempts", "1"];
+        if on_host {
+            extra.push("--on-host");
+        }
+        let t0 = Instant::now();
+        let o = w.run("dev-hang", "rev-approve", &extra);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(t0.elapsed() < Duration::from_secs(60));
+        assert_eq!(w.subjects(), ["audit: halted"], "on_host={on_host}");
+        let failed = w.kinds("build_failed");
+        assert_eq!(failed.len(), 1);
+        assert!(
+            failed[0]["data"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("wall time"),
+            "{failed:?}"
+        );
+        assert!(w.kinds("review_comment").is_empty());
+        assert!(
+            no_process("sleep 987654"),
+            "the grandchild survived (on_host={on_host})"
+        );
+    }
+}
+
+/// `kill -9` while the reviewer runs; the rerun continues at the review gate
+/// with the attempt intact, the killed agent is gone, no lock is stale.
+#[test]
+fn kill_9_then_rerun_continues_at_the_review_gate() {
+    let w = ws();
+    let mut child = w
+        .cmd()
+        .args(["plan", "run", "--developer"])
+        .arg(w.spec("dev"))
+        .arg("--reviewer")
+        .arg(w.spec("rev-slow"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let started = w
+            .kinds("agent_trace")
+            .iter()
+            .any(|e| e["data"]["action"] == "start" && e["data"]["role"] == "reviewer");
+        if started && !no_process("sleep 987655") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the reviewer never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    assert_eq!(w.subjects(), ["c1: built"]);
+    let run_id = w.run_dirs()[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let t1 = Instant::now();
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    eprintln!("resume to completion: {:?}", t1.elapsed());
+    assert_eq!(
+        w.subjects(),
+        [
+            "c1: built",
+            "c1: approved",
+            "c2: built",
+            "c2: approved",
+            "audit: completed run"
+        ]
+    );
+    let reviews = w.kinds("review_comment");
+    assert_eq!(
+        reviews[0]["data"]["review_attempt"], 1,
+        "the attempt is intact"
+    );
+    assert!(w
+        .kinds("run_started")
+        .iter()
+        .any(|e| e["data"]["resumed"] == true));
+    assert!(no_process("sleep 987655"), "the killed reviewer still runs");
+    assert!(common::containers_of(&run_id).is_empty());
+    assert_eq!(w.run_dirs().len(), 1, "the same run went on");
+}
+
+/// A canary in the environment and in the agents' output appears in no
+/// commit and in no file under the run directory, at every audit level. A
+/// file holding it is refused at the commit point.
+#[test]
+fn a_secret_reaches_no_commit_and_no_record_at_any_level() {
+    let canary = "canary-plan-7f3a91c2";
+    for level in ["off", "redacted", "full"] {
+        let w = ws();
+        let o = w
+            .cmd()
+            .env("PLAN_CANARY_TOKEN", canary)
+            .args(["plan", "run", "--audit-level", level, "--developer"])
+            .arg(format!("{} {canary}", w.spec("dev-leak")))
+            .arg("--reviewer")
+            .arg(format!("{} {canary}", w.spec("rev-leak")))
+            .output()
+            .unwrap();
+        ok(&o);
+        let log = Command::new("git")
+            .args(["log", "-p", "--all", "--format=%B"])
+            .current_dir(&w.repo)
+            .output()
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&log.stdout).contains(canary),
+            "{level}: in git"
+        );
+        let hits = replay::files_containing(&w.state_home(), canary);
+        assert!(hits.is_empty(), "{level}: {hits:?}");
+        assert!(!text(&o).contains(canary), "{level}: on the terminal");
+        let refused = w
+            .kinds("commit_statement")
+            .into_iter()
+            .filter(|e| e["data"]["status"] == "refused")
+            .count();
+        assert_eq!(
+            refused,
+            2,
+            "{level}: each leaking commit is refused once: {:#?}",
+            w.kinds("commit_statement")
+        );
+        let answer = w
+            .kinds("agent_trace")
+            .into_iter()
+            .find(|e| e["data"]["action"] == "finish")
+            .unwrap();
+        let a = answer["data"]["answer"].as_str().unwrap();
+        match level {
+            "off" => assert!(a.starts_with("<suppressed by audit-level=off"), "{a}"),
+            _ => assert!(a.contains("the secret is"), "{level}: {a}"),
+        }
+    }
+}
+
+/// The reviewer only decides: code it changes is put back.
+#[test]
+fn the_reviewers_edits_are_reverted() {
+    let w = ws();
+    let o = w.run("dev", "rev-edits", &[]);
+    ok(&o);
+    assert_eq!(git(&w.repo, &["show", "feature/demo:c1.txt"]), "c1 work");
+    assert!(!w.repo.join("reviewer-new.txt").exists());
+    assert_eq!(w.kinds("reviewer_edits_reverted").len(), 2);
+}
+
+/// A dirty work tree, a protected branch, a bad plan: refused before anything
+/// changes, with the reason.
+#[test]
+fn refusals_change_nothing() {
+    let w = ws();
+    std::fs::write(w.repo.join("README"), "changed\n").unwrap();
+    let o = w.run("dev", "rev-approve", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("uncommitted changes (README"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(git(&w.repo, &["rev-parse", "--abbrev-ref", "HEAD"]), "main");
+    assert!(git(&w.repo, &["branch", "--list", "feature/demo"]).is_empty());
+    git(&w.repo, &["checkout", "-q", "README"]);
+    let mut p = plan_json(None);
+    p["branch"] = json!("master");
+    std::fs::write(
+        w.repo.join("plan_checkpoints.json"),
+        serde_json::to_string_pretty(&p).unwrap(),
+    )
+    .unwrap();
+    let o = w.run("dev", "rev-approve", &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("plan_checkpoints.json:2:13: the branch `master` is protected"),
+        "{}",
+        text(&o)
+    );
+    let v = w.cmd().args(["plan", "validate"]).output().unwrap();
+    assert_eq!(v.status.code(), Some(2));
+}
+
+/// `plan init`: raw JSON and one fence are accepted and normalised; prose
+/// with a fence is refused twice (exit 2, nothing written); two fences get
+/// one correction; `main` is refused before any agent call; the write is
+/// exclusive.
+#[test]
+fn init_accepts_json_or_one_fence_and_corrects_once() {
+    let w = ws();
+    // In the work tree: the container sees it there too.
+    std::fs::write(w.repo.join("answer.json"), INIT_ANSWER).unwrap();
+    let init = |mode: &str, file: &str, extra: &[&str]| {
+        w.cmd()
+            .args(["plan", "init", "Add two files", "--state", file, "--agent"])
+            .arg(format!("{} answer.json", w.spec(mode)))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // In a container (the default), raw JSON.
+    let o = init("init-raw", "raw.json", &[]);
+    ok(&o);
+    let plan: Value =
+        serde_json::from_str(&std::fs::read_to_string(w.repo.join("raw.json")).unwrap()).unwrap();
+    assert_eq!(plan["branch"], "feature/add-two-files");
+    assert_eq!(plan["plan_file"], "docs/implementation_plan.md");
+    assert_eq!(plan["checkpoints"][0]["status"], "pending");
+    assert_eq!(plan["checkpoints"][0]["attempts"], 0);
+    ok(&w
+        .cmd()
+        .args(["plan", "validate", "--state", "raw.json"])
+        .output()
+        .unwrap());
+    ok(&init("init-fence", "fence.json", &["--on-host"]));
+    let o = init("init-prose", "prose.json", &["--on-host"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("mixes prose"), "{}", text(&o));
+    assert!(!w.repo.join("prose.json").exists());
+    let o = init("init-twofence", "two.json", &["--on-host"]);
+    ok(&o);
+    assert!(
+        text(&o).contains("2 code fences"),
+        "the refusal is shown: {}",
+        text(&o)
+    );
+    // main is refused before the agent is called (this agent does not exist).
+    let o = w
+        .cmd()
+        .args([
+            "plan",
+            "init",
+            "x",
+            "--state",
+            "m.json",
+            "--branch",
+            "main",
+            "--agent",
+            "cmd:/no/such/agent",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("protected"), "{}", text(&o));
+    // Exclusive: an existing file stays as it is.
+    let before = std::fs::read_to_string(w.repo.join("raw.json")).unwrap();
+    let o = init("init-raw", "raw.json", &["--on-host"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--force"));
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("raw.json")).unwrap(),
+        before
+    );
+    ok(&init("init-raw", "raw.json", &["--on-host", "--force"]));
+}
+
+/// The real codex CLI, pointed at the scripted model server, is developer and
+/// reviewer of one checkpoint, in its container.
+#[test]
+fn the_real_codex_cli_builds_and_reviews_a_checkpoint() {
+    let mut p = plan_json(None);
+    p["checkpoints"].as_array_mut().unwrap().truncate(1);
+    let w = ws_with(p);
+    let script = r#"
+turns:
+  - name: dev-edit
+    match: {api: responses, contains: "Work ONLY on checkpoint 'c1'"}
+    reply:
+      tool_calls:
+        - name: exec_command
+          arguments: {cmd: "echo 'c1 by codex' > c1.txt && sed -i '/\"id\": \"c1\"/,/\"status\"/ s/\"status\": \"pending\"/\"status\": \"built\"/' plan_checkpoints.json && echo dev-edit-done"}
+  - name: dev-done
+    match: {api: responses, contains: "dev-edit-done"}
+    reply: {text: "Wrote c1.txt and marked c1 built."}
+  - name: review-edit
+    match: {api: responses, contains: "Review ONLY checkpoint 'c1'"}
+    reply:
+      tool_calls:
+        - name: exec_command
+          arguments: {cmd: "grep -q codex c1.txt && sed -i '/\"id\": \"c1\"/,/\"status\"/ s/\"status\": \"built\"/\"status\": \"approved\"/' plan_checkpoints.json && echo review-edit-done"}
+  - name: review-done
+    match: {api: responses, contains: "review-edit-done"}
+    reply: {text: "Approved c1."}
+"#;
+    let server = replay::Replay::start(w.tmp.path(), script);
+    let o = w
+        .cmd()
+        .env("OPENAI_API_KEY", "sk-test-plan-codex-000000000000")
+        .args([
+            "plan",
+            "run",
+            "--developer",
+            "codex@gpt-5-codex",
+            "--reviewer",
+            "codex@gpt-5-codex",
+            "--openai-base-url",
+        ])
+        .arg(server.openai_base())
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        w.subjects(),
+        ["c1: built", "c1: approved", "audit: completed run"]
+    );
+    assert_eq!(
+        git(&w.repo, &["show", "feature/demo:c1.txt"]),
+        "c1 by codex"
+    );
+    let used: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(|r| r["turn_name"].as_str().map(String::from))
+        .collect();
+    assert_eq!(used, ["dev-edit", "dev-done", "review-edit", "review-done"]);
+    // The prompt reached codex on stdin, never in argv.
+    let traces = w.kinds("agent_trace");
+    assert!(traces
+        .iter()
+        .any(|e| e["data"]["agent"] == "codex@gpt-5-codex"));
+}
+
+/// The bundled example runs as its README says: c2's first build fails
+/// belay's gate and goes back without a review; everything is approved.
+#[test]
+fn the_bundled_example_runs() {
+    common::require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/plan-demo/run.sh");
+    let o = Command::new(script)
+        .env("BELAY", env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", tmp.path())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    ok(&o);
+    let t = text(&o);
+    assert!(t.contains("c2 gate FAILED: back to the developer"), "{t}");
+    let log: Vec<&str> = t
+        .lines()
+        .filter(|l| {
+            l.len() > 8 && l.as_bytes()[7] == b' ' && l[..7].bytes().all(|b| b.is_ascii_hexdigit())
+        })
+        .map(|l| &l[8..])
+        .collect();
+    assert_eq!(
+        log,
+        [
+            "audit: completed run",
+            "c2: approved",
+            "c2: built",
+            "c1: approved",
+            "c1: built"
+        ],
+        "{t}"
+    );
+}
