@@ -345,6 +345,23 @@ pub enum Planner {
     Rules,
 }
 
+/// Where a model is: its endpoint, its dialect, its key and its prices.
+#[derive(Debug, Clone, Args)]
+pub struct EndpointArgs {
+    /// Model endpoint, e.g. http://127.0.0.1:8081/v1 (default: $OPENAI_BASE_URL, else the vendor's).
+    #[arg(long)]
+    pub openai_base_url: Option<String>,
+    /// Wire dialect of the endpoint.
+    #[arg(long, value_enum, default_value = "responses")]
+    pub llm_api: LlmApi,
+    /// The environment variable that holds the API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub llm_key_env: String,
+    /// Price table (TOML, USD per million tokens) for the cost in llm-usage.json.
+    #[arg(long)]
+    pub llm_prices: Option<PathBuf>,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum LlmApi {
     Responses,
@@ -394,15 +411,8 @@ pub struct ModelArgs {
     /// Model name (default: $BELAY_MODEL).
     #[arg(long)]
     pub model: Option<String>,
-    /// Model endpoint, e.g. http://127.0.0.1:8081/v1 (default: $OPENAI_BASE_URL, else the vendor's).
-    #[arg(long)]
-    pub openai_base_url: Option<String>,
-    /// Wire dialect of the endpoint.
-    #[arg(long, value_enum, default_value = "responses")]
-    pub llm_api: LlmApi,
-    /// The environment variable that holds the API key.
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    pub llm_key_env: String,
+    #[command(flatten)]
+    pub endpoint: EndpointArgs,
     /// Retries on 429, 5xx, connection errors and dropped streams.
     #[arg(long, default_value_t = 3)]
     pub llm_retries: u32,
@@ -415,9 +425,6 @@ pub struct ModelArgs {
     /// Give up on a model stream that sends nothing for this long.
     #[arg(long, default_value = "120s", value_parser = parse_secs)]
     pub llm_idle_timeout: std::time::Duration,
-    /// Price table (TOML, USD per million tokens) for the cost in llm-usage.json.
-    #[arg(long)]
-    pub llm_prices: Option<PathBuf>,
     /// Ask for whole replies instead of SSE streams.
     #[arg(long)]
     pub llm_no_stream: bool,

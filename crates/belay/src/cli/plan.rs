@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::{parse_secs, LlmApi};
+use super::{parse_secs, EndpointArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum PlanCommand {
@@ -55,26 +55,6 @@ pub struct PlanResetArgs {
     pub ids: Vec<String>,
 }
 
-/// Where the agents' model is.
-#[derive(Debug, Args)]
-pub struct PlanModelArgs {
-    /// The model endpoint the agents use, e.g. http://127.0.0.1:8081/v1
-    /// (default: $OPENAI_BASE_URL, else the CLI's vendor). In a container
-    /// a CLI reaches only this endpoint.
-    #[arg(long)]
-    pub openai_base_url: Option<String>,
-    /// The endpoint's wire dialect.
-    #[arg(long, value_enum, default_value = "responses")]
-    pub llm_api: LlmApi,
-    /// The environment variable that holds the endpoint's API key.
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    pub llm_key_env: String,
-    /// Price table (TOML, USD per million tokens) for the cost of CLIs that
-    /// report none.
-    #[arg(long)]
-    pub llm_prices: Option<PathBuf>,
-}
-
 #[derive(Debug, Args)]
 pub struct PlanInitArgs {
     /// The feature, in words.
@@ -112,7 +92,7 @@ pub struct PlanInitArgs {
     #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
     pub image: String,
     #[command(flatten)]
-    pub model: PlanModelArgs,
+    pub model: EndpointArgs,
 }
 
 #[derive(Debug, Args)]
@@ -172,5 +152,5 @@ pub struct PlanRunArgs {
     #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
     pub image: String,
     #[command(flatten)]
-    pub model: PlanModelArgs,
+    pub model: EndpointArgs,
 }

@@ -104,7 +104,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         ))
     })?;
     // Cost is priced by the model the CLI runs; Claude Code reports its own.
-    let table = match &a.model.llm_prices {
+    let table = match &a.model.endpoint.llm_prices {
         Some(f) => belay_model::PriceTable::load(f).map_err(|e| usage(e.to_string()))?,
         None => belay_model::PriceTable::builtin(),
     };

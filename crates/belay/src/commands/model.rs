@@ -66,21 +66,42 @@ pub fn resolve_model(
     a: &crate::cli::ModelArgs,
     required: bool,
 ) -> Result<Option<ModelChoice>, Failure> {
+    let Some((mut setup, key)) = resolve_endpoint(&a.endpoint, a.model.as_deref(), required)?
+    else {
+        return Ok(None);
+    };
+    let config = &mut setup.config;
+    config.stream = !a.llm_no_stream;
+    config.retries = a.llm_retries;
+    config.retry_delay = a.llm_retry_delay;
+    config.timeout = a.llm_timeout;
+    config.idle_timeout = a.llm_idle_timeout;
+    config.max_output_tokens = a.llm_max_output_tokens;
+    Ok(Some((setup, key)))
+}
+
+/// The endpoint, its key and its prices (`model`: the model's name, if one
+/// is asked for); `None` when nothing is configured and nothing is required.
+pub fn resolve_endpoint(
+    e: &crate::cli::EndpointArgs,
+    model: Option<&str>,
+    required: bool,
+) -> Result<Option<ModelChoice>, Failure> {
     use belay_model::resolve::{resolve, ModelWanted};
     use belay_model::{Api, PriceTable};
     let settings = match std::env::current_dir() {
         Ok(d) => belay_model::keys::Settings::load(&d),
         Err(_) => belay_model::keys::Settings::env_only(),
     };
-    let api: Api = a.llm_api.into();
+    let api: Api = e.llm_api.into();
     // The flag's default names OpenAI's variable; the Anthropic dialect's
     // default is its own.
-    let key_env = (a.llm_key_env != "OPENAI_API_KEY" || api != Api::Anthropic)
-        .then_some(a.llm_key_env.as_str());
+    let key_env = (e.llm_key_env != "OPENAI_API_KEY" || api != Api::Anthropic)
+        .then_some(e.llm_key_env.as_str());
     let wanted = ModelWanted {
         api,
-        model: a.model.as_deref(),
-        base_url: a.openai_base_url.as_deref(),
+        model,
+        base_url: e.openai_base_url.as_deref(),
         key_env,
         base_from_env: true,
         required,
@@ -88,14 +109,7 @@ pub fn resolve_model(
     let Some(mut r) = resolve(&wanted, &settings).map_err(|e| usage(e.to_string()))? else {
         return Ok(None);
     };
-    let config = &mut r.setup.config;
-    config.stream = !a.llm_no_stream;
-    config.retries = a.llm_retries;
-    config.retry_delay = a.llm_retry_delay;
-    config.timeout = a.llm_timeout;
-    config.idle_timeout = a.llm_idle_timeout;
-    config.max_output_tokens = a.llm_max_output_tokens;
-    if let Some(f) = &a.llm_prices {
+    if let Some(f) = &e.llm_prices {
         r.setup.prices = PriceTable::load(f).map_err(|e| usage(e.to_string()))?;
     }
     Ok(Some((r.setup, r.key)))

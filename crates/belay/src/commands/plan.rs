@@ -11,7 +11,7 @@ use belay_record::Redactor;
 use belay_sandbox::ContainerRuntime;
 
 use crate::cli::{
-    PlanCommand, PlanFileArgs, PlanInitArgs, PlanModelArgs, PlanResetArgs, PlanRunArgs,
+    EndpointArgs, PlanCommand, PlanFileArgs, PlanInitArgs, PlanResetArgs, PlanRunArgs,
     PlanStatusArgs,
 };
 use crate::context::connect;
@@ -44,37 +44,25 @@ struct Model {
     redactor: Redactor,
 }
 
-fn model(a: &PlanModelArgs) -> Result<Model, Failure> {
-    let api: belay_model::Api = a.llm_api.into();
-    let settings = match std::env::current_dir() {
-        Ok(d) => belay_model::keys::Settings::load(&d),
-        Err(_) => belay_model::keys::Settings::env_only(),
-    };
-    let key_env = if a.llm_key_env == "OPENAI_API_KEY" && api == belay_model::Api::Anthropic {
-        belay_model::resolve::default_key_env(api).to_string()
-    } else {
-        a.llm_key_env.clone()
-    };
-    let key = settings.secret(&key_env);
+fn model(a: &EndpointArgs) -> Result<Model, Failure> {
     let mut redactor = crate::context::build_redactor();
-    if let Some(k) = &key {
-        redactor.add(key_env.clone(), k.expose());
-    }
-    let base = a.openai_base_url.clone().or_else(|| {
-        std::env::var(if api == belay_model::Api::Anthropic {
-            "ANTHROPIC_BASE_URL"
-        } else {
-            "OPENAI_BASE_URL"
-        })
-        .ok()
-    });
-    let prices = match &a.llm_prices {
-        Some(f) => belay_model::PriceTable::load(f).map_err(|e| usage(e.to_string()))?,
-        None => belay_model::PriceTable::builtin(),
+    let Some((setup, key)) = crate::commands::model::resolve_endpoint(a, None, false)? else {
+        return Ok(Model {
+            endpoint: None,
+            prices: belay_model::PriceTable::builtin(),
+            redactor,
+        });
     };
+    if let Some((name, k)) = &key {
+        redactor.add(name.clone(), k.expose());
+    }
     Ok(Model {
-        endpoint: base.map(|base_url| belay_agent::cli::Endpoint { base_url, api, key }),
-        prices,
+        endpoint: Some(belay_agent::cli::Endpoint {
+            base_url: setup.config.base_url.clone(),
+            api: setup.config.api,
+            key: key.map(|(_, k)| k),
+        }),
+        prices: setup.prices,
         redactor,
     })
 }
