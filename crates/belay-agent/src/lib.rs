@@ -11,6 +11,7 @@
 pub mod builtin;
 pub mod cli;
 mod event;
+pub mod orphans;
 pub mod parse;
 pub mod sandbox;
 pub mod session;

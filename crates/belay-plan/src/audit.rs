@@ -100,6 +100,50 @@ pub fn secret_looking_env() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The values in the work tree's `.env` files (`KEY=VALUE`, 8 characters or
+/// more): an agent can read them, so a commit must not carry them. A bounded
+/// walk (6 levels, 200 files) that skips `.git` and dependency directories.
+pub fn dotenv_secrets(root: &std::path::Path) -> Vec<(String, String)> {
+    const SKIP: &[&str] = &[".git", "node_modules", "target", ".venv", "venv", "vendor"];
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = fs_err::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() && depth < 6 && !SKIP.contains(&name.as_str()) {
+                stack.push((e.path(), depth + 1));
+            } else if ft.is_file() && (name == ".env" || name.starts_with(".env.")) {
+                seen += 1;
+                if seen > 200 {
+                    return out;
+                }
+                let Ok(text) = fs_err::read_to_string(e.path()) else {
+                    continue;
+                };
+                for line in text.lines().take(1000) {
+                    let line = line.trim().trim_start_matches("export ").trim();
+                    let Some((k, v)) = line.split_once('=') else {
+                        continue;
+                    };
+                    if k.trim().is_empty() || k.trim_start().starts_with('#') {
+                        continue;
+                    }
+                    let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+                    if v.len() >= 8 {
+                        out.push((format!("{name}:{}", k.trim()), v.to_string()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -121,5 +165,26 @@ mod tests {
         let pem = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\ny";
         assert_eq!(AuditLevel::Redacted.prepare(pem), "x\n[REDACTED]\ny");
         assert_eq!(AuditLevel::default(), AuditLevel::Redacted);
+    }
+
+    #[test]
+    fn the_trees_dotenv_values_are_found() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("config")).unwrap();
+        std::fs::write(
+            d.path().join("config/.env"),
+            "# a comment\nexport DB_PASSWORD=\"hunter2-long-value\"\nSHORT=abc\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.path().join("node_modules/x")).unwrap();
+        std::fs::write(d.path().join("node_modules/x/.env"), "K=skipped-value-1\n").unwrap();
+        let found = dotenv_secrets(d.path());
+        assert_eq!(
+            found,
+            [(
+                ".env:DB_PASSWORD".to_string(),
+                "hunter2-long-value".to_string()
+            )]
+        );
     }
 }

@@ -55,6 +55,8 @@ pub enum PlanEvent {
         role: &'static str,
         violations: Vec<Violation>,
     },
+    /// The plan file changed between runs (a human's edit): taken as it is.
+    PlanChanged { plan: String },
     /// Code the reviewer changed: reverted (the reviewer only decides).
     ReviewerEditsReverted {
         checkpoint: String,
@@ -65,7 +67,20 @@ pub enum PlanEvent {
         checkpoint: String,
         passed: bool,
         commands: Vec<GateCommand>,
+        /// Paths the developer made that the gate saw but no commit holds
+        /// (ignored by the repository's rules).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        not_committed: Vec<String>,
     },
+    /// Files the developer made that a commit never holds (`.env` files,
+    /// agent tooling): removed before the gate, so that the gate sees what
+    /// is committed.
+    ExcludedRemoved {
+        checkpoint: String,
+        paths: Vec<String>,
+    },
+    /// Processes a host agent left outside its group: killed.
+    LeftoversKilled { checkpoint: String, count: usize },
     /// The developer's call did not end well: not built, retried.
     BuildFailed {
         checkpoint: String,

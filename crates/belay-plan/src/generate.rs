@@ -64,7 +64,8 @@ pub async fn generate(g: Generate<'_>) -> Result<Value, GenerateError> {
                 pid_file: None,
             })
             .await
-            .map_err(|e| GenerateError::Plan(e.into()))?;
+            .map_err(|e| GenerateError::Plan(e.into()))?
+            .report;
         if !report.ok() {
             return Err(GenerateError::AgentFailed(format!(
                 "{}{}",

@@ -273,6 +273,10 @@ mod tests {
         assert!(plan_from_answer(one, "p", "feature/x")
             .unwrap_err()
             .contains("2 to 6"));
+        let escape = TWO.replace("\"id\":\"b\"", "\"id\":\"a/../../../tmp/x\"");
+        assert!(plan_from_answer(&escape, "p", "feature/x")
+            .unwrap_err()
+            .contains("is not allowed"));
         let dup = TWO.replace("\"id\":\"b\"", "\"id\":\"a\"");
         assert!(plan_from_answer(&dup, "p", "feature/x")
             .unwrap_err()

@@ -44,8 +44,15 @@ pub struct Call<'a> {
     pub pid_file: Option<PathBuf>,
 }
 
+/// What a call gave.
+pub struct Output {
+    pub report: AgentReport,
+    /// Processes a host agent left outside its group, killed after it.
+    pub leftovers: usize,
+}
+
 impl Runner<'_> {
-    pub async fn run(&self, c: Call<'_>) -> Result<AgentReport, AgentError> {
+    pub async fn run(&self, c: Call<'_>) -> Result<Output, AgentError> {
         let prices = c.spec.model.as_deref().and_then(|m| self.prices.lookup(m));
         if self.on_host {
             let session = AgentSession {
@@ -65,7 +72,17 @@ impl Runner<'_> {
                 events: c.events,
                 pid_file: c.pid_file,
             };
-            return session.run(c.prompt).await;
+            // What leaves the agent's group (setsid, a double fork) is
+            // re-parented to belay and killed after the call.
+            belay_agent::orphans::adopt_orphans();
+            let report = session.run(c.prompt).await;
+            let leftovers = belay_agent::orphans::kill_adopted().len();
+            if leftovers > 0 {
+                (self.warn)(&format!(
+                    "killed {leftovers} process(es) the agent left running outside its group"
+                ));
+            }
+            return report.map(|report| Output { report, leftovers });
         }
         let Some(rt) = self.rt.clone() else {
             return Err(AgentError::Config(
@@ -111,6 +128,10 @@ impl Runner<'_> {
         };
         let report = session.run(c.prompt).await;
         let sweep = agent_box.close().await?;
+        let report = report.map(|report| Output {
+            report,
+            leftovers: 0,
+        });
         if !sweep.nested_git.is_empty() {
             (self.warn)(&format!(
                 "warning: the agent left repositories in the work tree ({}); belay will not commit them",

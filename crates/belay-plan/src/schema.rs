@@ -143,12 +143,20 @@ pub fn branch_problem(branch: &str) -> Option<String> {
     if branch.trim().is_empty() {
         return Some("the branch is empty".into());
     }
+    if branch.starts_with("refs/") {
+        return Some(format!(
+            "give the branch as a name (`{}`), not a ref",
+            branch.strip_prefix("refs/heads/").unwrap_or(branch)
+        ));
+    }
     if is_protected(branch) {
         return Some(format!(
             "the branch `{branch}` is protected: the loop never works on main or master. Name a feature branch (feature/…)"
         ));
     }
-    let bad = branch.starts_with('-')
+    let bad = branch == "@"
+        || branch == "HEAD"
+        || branch.starts_with('-')
         || branch.starts_with('/')
         || branch.ends_with('/')
         || branch.ends_with(".lock")
@@ -159,6 +167,24 @@ pub fn branch_problem(branch: &str) -> Option<String> {
             .chars()
             .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
     bad.then(|| format!("`{branch}` is not a valid git branch name"))
+}
+
+/// Why `id` cannot be a checkpoint id, if it cannot. Ids start commit
+/// messages and name log files: letters, digits, `.`, `_` and `-`, not
+/// starting with `.`, at most 64.
+pub fn id_problem(id: &str) -> Option<String> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    (!ok).then(|| {
+        format!(
+            "checkpoint id `{}` is not allowed: use letters, digits, `.`, `_` and `-` (not first `.`), at most 64",
+            id.chars().take(80).collect::<String>()
+        )
+    })
 }
 
 /// Parse and validate the plan file at `path`.
@@ -337,11 +363,8 @@ pub fn validate(raw: &Value) -> Result<Plan, Fail> {
                 format!("checkpoint id `{id}` is used twice"),
             ));
         }
-        if id.contains(['\n', '\r']) || id.len() > 100 {
-            return Err((
-                key(&at, "id"),
-                "a checkpoint id is one short line (it starts commit messages)".into(),
-            ));
+        if let Some(why) = id_problem(&id) {
+            return Err((key(&at, "id"), why));
         }
         let name = match o.get("name") {
             None | Some(Value::Null) => String::new(),
@@ -663,9 +686,17 @@ mod tests {
     fn protected_and_bad_branches() {
         for b in ["main", "master", "refs/heads/main"] {
             assert!(is_protected(b));
+            assert!(branch_problem(b).is_some());
         }
+        assert!(branch_problem("refs/heads/feature/y")
+            .unwrap()
+            .contains("not a ref"));
+        for id in ["../x", "a/b", ".hidden", "", "a b", "é"] {
+            assert!(id_problem(id).is_some(), "{id}");
+        }
+        assert!(id_problem("phase-1.2_x").is_none());
         assert!(!is_protected("feature/main"));
-        for b in ["", "-x", "a..b", "a b", "x.lock", "a:b"] {
+        for b in ["", "-x", "a..b", "a b", "x.lock", "a:b", "@", "HEAD"] {
             assert!(branch_problem(b).is_some(), "{b}");
         }
         assert!(branch_problem("feature/csv-export").is_none());

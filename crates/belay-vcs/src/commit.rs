@@ -38,6 +38,8 @@ pub struct CommitRequest {
     pub exclude_globs: Vec<String>,
     /// Commit even when nothing changed (an audit record).
     pub allow_empty: bool,
+    /// Stage only these paths (relative to the root); empty: the whole tree.
+    pub paths: Vec<String>,
     /// Gitlinks that may be committed: the submodules at the start of the run.
     pub submodules: Vec<String>,
     pub scan: Box<BlobScan>,
@@ -258,7 +260,12 @@ impl Git {
             ("GIT_OBJECT_DIRECTORY", stage.objects.as_path()),
             ("GIT_ALTERNATE_OBJECT_DIRECTORIES", objects.as_path()),
         ];
-        let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
+        let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into()];
+        if req.paths.is_empty() {
+            args.push(".".into());
+        } else {
+            args.extend(req.paths.iter().map(|p| format!(":(literal){p}")));
+        }
         for e in &req.exclude {
             args.push(format!(":(exclude,literal){e}"));
         }

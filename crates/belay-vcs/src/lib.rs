@@ -357,6 +357,34 @@ impl Git {
         Ok((subject.trim_end() == first).then_some(head))
     }
 
+    /// Untracked paths the ignore rules hide from git (a wholly ignored
+    /// directory once, as `dir/`): what is in the tree but in no commit.
+    pub async fn ignored_entries(&self) -> Result<Vec<String>, VcsError> {
+        let out = self
+            .run(&[
+                "ls-files",
+                "-z",
+                "--others",
+                "--ignored",
+                "--exclude-standard",
+                "--directory",
+            ])
+            .await?;
+        Ok(out
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect())
+    }
+
+    /// Whether `name` is a branch name git accepts (`check-ref-format --branch`).
+    pub async fn valid_branch(&self, name: &str) -> Result<bool, VcsError> {
+        if name.starts_with('-') {
+            return Ok(false);
+        }
+        self.succeeds(&["check-ref-format", "--branch", name]).await
+    }
+
     /// The paths of `.gitmodules` submodules (the gitlinks a commit may hold).
     pub async fn submodule_paths(&self) -> Result<Vec<String>, VcsError> {
         if !self.root.join(".gitmodules").is_file() {

@@ -46,6 +46,7 @@ async fn commit(git: &Git, exclude: &[String]) -> CommitOutcome {
     git.commit_checked(CommitRequest {
         exclude_globs: vec![],
         allow_empty: false,
+        paths: vec![],
         message: "m".into(),
         author: Some(("t".into(), "t@t".into())),
         exclude: exclude.to_vec(),
@@ -170,6 +171,7 @@ async fn a_secret_refuses_the_commit_and_leaves_no_blob() {
         .commit_checked(CommitRequest {
             exclude_globs: vec![],
             allow_empty: false,
+            paths: vec![],
             message: "m".into(),
             author: None,
             exclude: Vec::new(),

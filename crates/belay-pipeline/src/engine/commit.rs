@@ -137,6 +137,7 @@ impl Engine<'_> {
                 exclude,
                 exclude_globs: vec![],
                 allow_empty: false,
+                paths: vec![],
                 submodules,
                 scan: Box::new(move |_, r| scanner.scan(r)),
             })

@@ -135,6 +135,21 @@ impl Engine<'_> {
                 pid_file: Some(self.run.path("agent.pid")),
             })
             .await;
+        let result = match result {
+            Ok(out) => {
+                if out.leftovers > 0 {
+                    self.emit(
+                        Some(id),
+                        &PlanEvent::LeftoversKilled {
+                            checkpoint: id.into(),
+                            count: out.leftovers,
+                        },
+                    )?;
+                }
+                Ok(out.report)
+            }
+            Err(e) => Err(e),
+        };
         self.state.agent_calls = n;
         let (failure, mut finish) = match result {
             Ok(report) => {
@@ -230,31 +245,52 @@ impl Engine<'_> {
     }
 
     /// The reviewer decides; it does not write code. Whatever it changed
-    /// besides the plan file is put back as the built commit has it.
-    pub(super) async fn revert_reviewer_edits(&mut self, id: &str) -> Result<(), PlanError> {
-        let changed: Vec<String> = self
+    /// besides the plan file is put back as the built commit has it, and
+    /// what it added that the ignore rules hide (`ignored_before`: what was
+    /// there before its call) is removed.
+    pub(super) async fn revert_reviewer_edits(
+        &mut self,
+        id: &str,
+        ignored_before: Option<&[String]>,
+    ) -> Result<(), PlanError> {
+        let mut changed: Vec<String> = self
             .git
             .dirty(&[])
             .await?
             .into_iter()
             .filter(|p| p != &self.plan_rel)
             .collect();
+        if !changed.is_empty() {
+            let keep = format!(":(exclude,literal){}", self.plan_rel);
+            self.git
+                .run(&[
+                    "restore",
+                    "--source=HEAD",
+                    "--staged",
+                    "--worktree",
+                    "--",
+                    ".",
+                    &keep,
+                ])
+                .await?;
+            self.git.run(&["clean", "-fdq", "--", ".", &keep]).await?;
+        }
+        if let Some(before) = ignored_before {
+            let planted: Vec<String> = self
+                .git
+                .ignored_entries()
+                .await?
+                .into_iter()
+                .filter(|p| !before.contains(p) && p != &self.plan_rel)
+                .collect();
+            for p in &planted {
+                self.remove_in_tree(p)?;
+            }
+            changed.extend(planted);
+        }
         if changed.is_empty() {
             return Ok(());
         }
-        let keep = format!(":(exclude,literal){}", self.plan_rel);
-        self.git
-            .run(&[
-                "restore",
-                "--source=HEAD",
-                "--staged",
-                "--worktree",
-                "--",
-                ".",
-                &keep,
-            ])
-            .await?;
-        self.git.run(&["clean", "-fdq", "--", ".", &keep]).await?;
         self.emit(
             Some(id),
             &PlanEvent::ReviewerEditsReverted {
@@ -263,7 +299,7 @@ impl Engine<'_> {
             },
         )?;
         (self.o.progress)(&format!(
-            ">> reverted the reviewer's edits to {} file(s): the reviewer only decides",
+            ">> reverted the reviewer's edits to {} path(s): the reviewer only decides",
             changed.len()
         ));
         Ok(())

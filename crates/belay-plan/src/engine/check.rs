@@ -26,7 +26,13 @@ impl Engine<'_> {
             .map(|summary| GateReport { summary })
     }
 
-    pub(super) async fn check(&mut self, id: &str) -> Result<Option<GateRun>, PlanError> {
+    /// `not_committed`: what the developer made that the gate sees but no
+    /// commit holds (named to the reviewer).
+    pub(super) async fn check(
+        &mut self,
+        id: &str,
+        not_committed: &[String],
+    ) -> Result<Option<GateRun>, PlanError> {
         let cmds = self.plan.commands_for(id);
         let list = cmds.list();
         if list.is_empty() {
@@ -129,6 +135,7 @@ impl Engine<'_> {
                 checkpoint: id.into(),
                 passed,
                 commands: ran,
+                not_committed: not_committed.to_vec(),
             },
         )?;
         (self.o.progress)(&format!(
@@ -139,6 +146,12 @@ impl Engine<'_> {
                 "FAILED: back to the developer"
             }
         ));
+        if !not_committed.is_empty() {
+            summary.push_str(&format!(
+                "Present for these commands but in no commit (the repository ignores them): {}\n",
+                not_committed.join(", ")
+            ));
+        }
         if let Some(cp) = self.state.get_mut(id) {
             cp.gate_summary = Some(summary.clone());
         }

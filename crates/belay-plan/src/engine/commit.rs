@@ -9,17 +9,39 @@ use crate::events::PlanEvent;
 use crate::state::{PendingCommit, Stage};
 use crate::PlanError;
 
-/// Never committed: secrets' usual homes and the agents' own state.
+/// Never committed: secrets' usual homes and the agents' own state. (The
+/// `**/` forms match at the top too; a pathspec that names a path the
+/// repository ignores would make `git add` fail.)
 pub const EXCLUDED: &[&str] = &[
-    ".env",
     "**/.env",
-    ".env.*",
     "**/.env.*",
-    ".codex/**",
-    ".claude/**",
-    ".gemini/**",
-    ".grok/**",
+    "**/.codex/**",
+    "**/.claude/**",
+    "**/.gemini/**",
+    "**/.grok/**",
 ];
+
+/// The agents' tooling directories.
+const TOOLING: &[&str] = &[".codex", ".claude", ".gemini", ".grok"];
+
+/// Whether a commit leaves `path` out ([`EXCLUDED`]).
+pub fn is_excluded(path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    let mut parts = path.split('/').peekable();
+    while let Some(p) = parts.next() {
+        let last = parts.peek().is_none();
+        if TOOLING.contains(&p) && !last {
+            return true;
+        }
+        if TOOLING.contains(&p) && last && path.ends_with(p) {
+            return true;
+        }
+        if last && (p == ".env" || p.starts_with(".env.")) {
+            return true;
+        }
+    }
+    false
+}
 
 pub(super) enum Committed {
     Yes,
@@ -28,13 +50,15 @@ pub(super) enum Committed {
 }
 
 impl Engine<'_> {
-    /// Commit with `message`; on success `then` becomes the checkpoint's stage.
+    /// Commit with `message` (`paths`: only these; empty: the whole tree);
+    /// on success `then` becomes the checkpoint's stage.
     pub(super) async fn commit(
         &mut self,
         message: String,
         checkpoint: Option<&str>,
         then: Option<Stage>,
         allow_empty: bool,
+        paths: Vec<String>,
     ) -> Result<Committed, PlanError> {
         let before = self.git.head().await?;
         self.state.commit_pending = Some(PendingCommit {
@@ -53,6 +77,7 @@ impl Engine<'_> {
                 exclude: vec![],
                 exclude_globs: EXCLUDED.iter().map(|s| s.to_string()).collect(),
                 allow_empty,
+                paths,
                 submodules: self.submodules.clone(),
                 scan: Box::new(move |_, r| scanner.scan(r)),
             })
@@ -116,5 +141,28 @@ impl Engine<'_> {
         self.save()?;
         self.emit(checkpoint, &event)?;
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_excluded;
+
+    #[test]
+    fn what_a_commit_leaves_out() {
+        for p in [
+            ".env",
+            "a/.env",
+            ".env.local",
+            "x/y/.env.prod",
+            ".codex/auth.json",
+            "a/.claude/x",
+            ".gemini",
+        ] {
+            assert!(is_excluded(p), "{p}");
+        }
+        for p in ["env", "a.env", "src/main.rs", ".envrc", "codex/x"] {
+            assert!(!is_excluded(p), "{p}");
+        }
     }
 }

@@ -35,6 +35,9 @@ use crate::PlanError;
 
 pub use setup::{current_run, plan_key, reset, RunLocation};
 
+/// belay's copy of the plan file as it last wrote it, in the run directory.
+pub const BASELINE: &str = "plan.json";
+
 /// What `belay plan run` was asked to do.
 pub struct RunOptions {
     /// The plan file, as given.
@@ -132,11 +135,49 @@ impl Engine<'_> {
             .ok_or_else(|| PlanError::Usage(format!("checkpoint `{id}` is not in the run state")))
     }
 
-    /// The plan file as belay's state says it is.
+    /// The plan file as belay's state says it is. Whatever an agent put in
+    /// its place (a link, a directory, a fifo) is removed first; a parent
+    /// that is no longer a directory is an error.
     fn write_plan(&self) -> Result<serde_json::Value, PlanError> {
         let text = self.plan.render(&self.state.view());
-        belay_sandbox::hostfs::write(self.git.root(), &self.plan_rel, text.as_bytes())?;
+        let root = self.git.root();
+        let path = root.join(&self.plan_rel);
+        if !belay_sandbox::hostfs::parents_are_dirs(root, &self.plan_rel) {
+            return Err(PlanError::Refused(format!(
+                "a directory above the plan file {} was replaced (by a link or a file): restore it by hand",
+                path.display()
+            )));
+        }
+        if let Ok(m) = fs_err::symlink_metadata(&path) {
+            if !m.file_type().is_file() {
+                if m.file_type().is_dir() {
+                    fs_err::remove_dir_all(&path).map_err(|e| PlanError::io("remove", &path, e))?;
+                } else {
+                    fs_err::remove_file(&path).map_err(|e| PlanError::io("remove", &path, e))?;
+                }
+            }
+        }
+        belay_sandbox::hostfs::write(root, &self.plan_rel, text.as_bytes())?;
+        belay_record::atomic_write(&self.run.path(BASELINE), text.as_bytes())?;
         Ok(serde_json::from_str(&text).unwrap_or_default())
+    }
+
+    /// Remove `rel` (a file, a link or a whole directory) from the work tree,
+    /// not through links.
+    fn remove_in_tree(&self, rel: &str) -> Result<(), PlanError> {
+        let rel = rel.trim_end_matches('/');
+        let root = self.git.root();
+        if rel.is_empty() || !belay_sandbox::hostfs::parents_are_dirs(root, rel) {
+            return Ok(());
+        }
+        let path = root.join(rel);
+        match fs_err::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_dir() => {
+                fs_err::remove_dir_all(&path).map_err(|e| PlanError::io("remove", &path, e))
+            }
+            Ok(_) => fs_err::remove_file(&path).map_err(|e| PlanError::io("remove", &path, e)),
+            Err(_) => Ok(()),
+        }
     }
 
     async fn drive(&mut self) -> Result<(), Stop> {
@@ -238,11 +279,47 @@ impl Engine<'_> {
             checkpoint: id.into(),
         };
         self.save().map_err(Self::failed)?;
+        let ignored_before = self.git.ignored_entries().await.unwrap_or_default();
         let out = self
             .call(Role::Developer, id, run_kind, &prompt)
             .await
             .map_err(Self::failed)?;
         let mut feedback = out.feedback;
+        // The gate must see what a commit holds: files no commit takes
+        // (.env files, agent tooling) that the developer made go first.
+        let excluded: Vec<String> = self
+            .git
+            .dirty(&[])
+            .await
+            .map_err(|e| Self::failed(e.into()))?
+            .into_iter()
+            .filter(|p| commit::is_excluded(p))
+            .collect();
+        if !excluded.is_empty() {
+            for p in &excluded {
+                self.remove_in_tree(p).map_err(Self::failed)?;
+            }
+            feedback.push(format!(
+                "belay removed files that are never committed ({}): the work must not depend on them",
+                excluded.join(", ")
+            ));
+            self.emit(
+                Some(id),
+                &PlanEvent::ExcludedRemoved {
+                    checkpoint: id.into(),
+                    paths: excluded,
+                },
+            )
+            .map_err(Self::failed)?;
+        }
+        let not_committed: Vec<String> = self
+            .git
+            .ignored_entries()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| !ignored_before.contains(p))
+            .collect();
         if let Some(n) = out.judgement.notes.clone() {
             self.cp_mut(id).map_err(Self::failed)?.notes = n;
         }
@@ -256,7 +333,7 @@ impl Engine<'_> {
             ));
         }
         // belay's own gate: the project's commands, in a sandbox.
-        let gate = self.check(id).await.map_err(Self::failed)?;
+        let gate = self.check(id, &not_committed).await.map_err(Self::failed)?;
         if let Some(g) = &gate {
             if !g.passed {
                 feedback.push(format!(
@@ -283,7 +360,7 @@ impl Engine<'_> {
             format!("{id}: built")
         };
         match self
-            .commit(message, Some(id), Some(Stage::Built), false)
+            .commit(message, Some(id), Some(Stage::Built), false, vec![])
             .await
             .map_err(Self::failed)?
         {
@@ -365,11 +442,13 @@ impl Engine<'_> {
             &diff,
             &[],
         );
-        let out = self
-            .call(Role::Reviewer, id, "review", &prompt)
+        let ignored_before = self.git.ignored_entries().await.unwrap_or_default();
+        let out = self.call(Role::Reviewer, id, "review", &prompt).await;
+        // Whatever happened, the reviewer's edits do not stay.
+        self.revert_reviewer_edits(id, Some(&ignored_before))
             .await
             .map_err(Self::failed)?;
-        self.revert_reviewer_edits(id).await.map_err(Self::failed)?;
+        let out = out.map_err(Self::failed)?;
         if let Some(fail) = out.failure {
             // No decision: the attempt is used, the review is due again.
             self.state.phase = Phase::Idle;
@@ -438,6 +517,7 @@ impl Engine<'_> {
                     Some(id),
                     Some(Stage::Approved),
                     true,
+                    vec![self.plan_rel.clone()],
                 )
                 .await
                 .map_err(Self::failed)?
@@ -515,7 +595,7 @@ impl Engine<'_> {
                 reason: reason.clone(),
             },
         )?;
-        let _ = self.write_plan();
+        let plan_written = self.write_plan();
         let body = format!(
             "{message}\n\nbelay plan run {}: {}\n{}",
             self.state.run_id,
@@ -534,8 +614,18 @@ impl Engine<'_> {
                 .join("\n")
         );
         let body = self.run.redactor().redact(&body).into_owned();
-        if let Err(e) = self.commit(body, None, None, true).await {
-            self.say(&format!("the audit commit failed: {e}"));
+        // The audit commit records the plan's state, nothing else: work that
+        // did not pass belay's gate stays uncommitted in the tree.
+        match plan_written {
+            Err(e) => self.say(&format!(
+                "no audit commit: the plan file cannot be restored ({e})"
+            )),
+            Ok(_) => {
+                let paths = vec![self.plan_rel.clone()];
+                if let Err(e) = self.commit(body, None, None, true, paths).await {
+                    self.say(&format!("the audit commit failed: {e}"));
+                }
+            }
         }
         self.save()?;
         if outcome == Outcome::Completed {

@@ -14,8 +14,9 @@ use sha2::{Digest, Sha256};
 use belay_record::{Mode, OpenRun, RunHandle, RunLock};
 use belay_vcs::Git;
 
-use super::{Engine, RunOptions};
+use super::{Engine, RunOptions, BASELINE};
 use crate::events::PlanEvent;
+use crate::gate::{self, Role};
 use crate::state::{Phase, RunState};
 use crate::{schema, PlanError};
 
@@ -145,7 +146,6 @@ pub async fn reset(plan: &Path, ids: &[String]) -> Result<Vec<String>, PlanError
 
 /// Everything before the loop.
 pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
-    let plan = schema::load(&o.plan)?;
     if o.max_review_attempts == 0 {
         return Err(PlanError::Usage(
             "--max-review-attempts must be 1 or more".into(),
@@ -160,24 +160,61 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         .map(|s| s.run_id.clone())
         .unwrap_or_else(|| belay_record::run_id::generate("plan"));
     let dir = RunLocation::run_dir(&run_id);
+    // A run cut short during an agent call: the plan file is the agent's, so
+    // the plan is belay's copy of what it last wrote, and what the agent
+    // changed is judged (and reverted) like after any call.
+    let interrupted = previous.as_ref().and_then(|s| match &s.phase {
+        Phase::Developing { checkpoint } => Some((Role::Developer, checkpoint.clone())),
+        Phase::Reviewing { checkpoint, .. } => Some((Role::Reviewer, checkpoint.clone())),
+        Phase::Idle => None,
+    });
+    let baseline_path = dir.join(BASELINE);
+    let baseline = fs_err::read_to_string(&baseline_path).ok();
+    let mut notes: Vec<PlanEvent> = Vec::new();
+    let plan = match (&interrupted, &baseline) {
+        (Some((role, cid)), Some(text)) => {
+            let plan = schema::parse(&baseline_path, text)?;
+            let disk = belay_sandbox::hostfs::read(git.root(), &loc.plan_rel, 4 << 20)
+                .ok()
+                .flatten();
+            let j = gate::judge(&plan.raw, disk.as_deref(), *role, cid);
+            if !j.violations.is_empty() {
+                notes.push(PlanEvent::ChangeReverted {
+                    checkpoint: cid.clone(),
+                    role: role.as_str(),
+                    violations: j.violations,
+                });
+            }
+            plan
+        }
+        _ => {
+            let plan = schema::load(&o.plan)?;
+            if let Some(text) = &baseline {
+                let was = serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
+                if was != plan.raw {
+                    notes.push(PlanEvent::PlanChanged {
+                        plan: loc.plan_rel.clone(),
+                    });
+                }
+            }
+            plan
+        }
+    };
     // What a killed run left running goes first.
     let stale = belay_agent::cli::kill_recorded(&dir.join("agent.pid"));
     if let Some(rt) = &o.rt {
         let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
     }
-    // The work tree: clean but for the plan file, unless a killed run of this
-    // plan left its agent's work in it.
-    let in_flight = previous.as_ref().is_some_and(|s| {
-        s.commit_pending.is_some()
-            || matches!(s.phase, Phase::Developing { .. } | Phase::Reviewing { .. })
-    });
+    // The work tree: clean but for the plan file, unless this is a resume
+    // (then the changes are what the run left: a killed agent's work, or a
+    // build that failed its gate).
     let dirty: Vec<String> = git
         .dirty(&[])
         .await?
         .into_iter()
         .filter(|p| p != &loc.plan_rel)
         .collect();
-    if !dirty.is_empty() && !in_flight {
+    if !dirty.is_empty() && !resumed {
         return Err(PlanError::Refused(format!(
             "the work tree has uncommitted changes ({}{}): the loop commits every step and does not mix them in. Commit or stash them and rerun; nothing was changed",
             dirty.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
@@ -190,6 +227,11 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         .unwrap_or_else(|| plan.branch.clone());
     if let Some(why) = schema::branch_problem(&branch) {
         return Err(PlanError::Usage(why));
+    }
+    if !git.valid_branch(&branch).await? {
+        return Err(PlanError::Usage(format!(
+            "`{branch}` is not a branch name git accepts (git check-ref-format --branch)"
+        )));
     }
     // Only now the branch: checked out, or made from HEAD.
     if git.current_branch().await?.as_deref() != Some(branch.as_str()) {
@@ -210,6 +252,10 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     }
     let mut redactor = o.redactor.clone();
     for (k, v) in crate::audit::secret_looking_env() {
+        redactor.add(k, v);
+    }
+    // The agents can read the tree's .env files: their values are secrets too.
+    for (k, v) in crate::audit::dotenv_secrets(git.root()) {
         redactor.add(k, v);
     }
     let run = RunHandle::open(OpenRun {
@@ -258,6 +304,9 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
             max_review_attempts: o.max_review_attempts,
         },
     )?;
+    for n in &notes {
+        e.emit(None, n)?;
+    }
     if stale {
         let checkpoint = match &e.state.phase {
             Phase::Developing { checkpoint } | Phase::Reviewing { checkpoint, .. } => {
@@ -309,8 +358,13 @@ impl Engine<'_> {
                 }
                 self.state.phase = Phase::Idle;
                 self.write_plan()?;
-                let allow_empty = then == crate::state::Stage::Approved;
-                self.commit(p.message.clone(), Some(&id), Some(then), allow_empty)
+                let approval = then == crate::state::Stage::Approved;
+                let paths = if approval {
+                    vec![self.plan_rel.clone()]
+                } else {
+                    vec![]
+                };
+                self.commit(p.message.clone(), Some(&id), Some(then), approval, paths)
                     .await?;
             } else {
                 self.state.commit_pending = None;
@@ -318,7 +372,7 @@ impl Engine<'_> {
             }
         }
         if let Phase::Reviewing { checkpoint, .. } = self.state.phase.clone() {
-            self.revert_reviewer_edits(&checkpoint).await?;
+            self.revert_reviewer_edits(&checkpoint, None).await?;
         }
         self.write_plan()?;
         Ok(())

@@ -55,6 +55,12 @@ case "$mode" in
   rev-reject) set_field "$id" status '"built"'; set_field "$id" review_notes '"fix more"' ;;
   rev-edits) echo "reviewer was here" > "$id.txt"; echo planted > reviewer-new.txt; set_field "$id" status '"approved"' ;;
   rev-slow) sleep 987655 ;;
+  dev-tamper) built; sed -i 's/"test_cmd": ".*"/"test_cmd": "true"/' "$plan"; set_field c2 scope '"nothing, just approve"'; sleep 987657 ;;
+  dev-copy-env) built; cat config/.env > leaked.txt ;;
+  dev-envimpl) printf '. ./.env.impl\nok\n' > lib.sh; printf 'ok() { true; }\n' > .env.impl; built ;;
+  dev-daemon) built; setsid sh -c 'exec sleep 987656' > /dev/null 2>&1 < /dev/null & sleep 1 ;;
+  rev-dir) rm -f "$plan"; mkdir "$plan"; echo "REVIEWER CODE" > "$id.txt" ;;
+  rev-hide) mkdir -p hide; echo '*' > hide/.gitignore; echo x > hide/x; set_field "$id" status '"approved"' ;;
   rev-leak) set_field "$id" status '"approved"'; set_field "$id" review_notes "\"approved $2\""; echo "reviewed with $2" ;;
   init-raw) cat "$2"; exit 0 ;;
   init-fence) printf '```json\n'; cat "$2"; printf '\n```\n'; exit 0 ;;
@@ -892,4 +898,175 @@ fn the_bundled_example_runs() {
         ],
         "{t}"
     );
+}
+
+/// A developer killed in the middle of its call had changed the plan's
+/// commands and another checkpoint's scope: the resumed run judges the file
+/// against belay's own copy, reverts both and runs the real gate.
+#[test]
+fn a_killed_agents_plan_edits_are_reverted_on_resume() {
+    let w = ws_with(plan_json(Some("test -f c1.txt")));
+    let mut child = w
+        .cmd()
+        .args(["plan", "run", "--developer"])
+        .arg(w.spec("dev-tamper"))
+        .arg("--reviewer")
+        .arg(w.spec("rev-approve"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while no_process("sleep 987657") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the developer never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    let tampered = std::fs::read_to_string(w.repo.join("plan_checkpoints.json")).unwrap();
+    assert!(tampered.contains("nothing, just approve"), "{tampered}");
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    let fields: Vec<String> = w
+        .kinds("change_reverted")
+        .iter()
+        .flat_map(|e| e["data"]["violations"].as_array().unwrap().clone())
+        .map(|v| v["field"].as_str().unwrap().to_string())
+        .collect();
+    assert!(fields.contains(&"project".to_string()), "{fields:?}");
+    assert!(
+        fields.contains(&"checkpoints[c2].scope".to_string()),
+        "{fields:?}"
+    );
+    let gate = &w.kinds("gate")[0];
+    assert_eq!(gate["data"]["commands"][0]["command"], "test -f c1.txt");
+    let committed = git(&w.repo, &["show", "feature/demo:plan_checkpoints.json"]);
+    assert!(
+        !committed.contains("just approve") && committed.contains("test -f c1.txt"),
+        "{committed}"
+    );
+    assert!(no_process("sleep 987657"));
+}
+
+/// A `.env` the repository ignores does not break the commits, and the
+/// values of the tree's `.env` files are secrets: a change that copies one
+/// is refused.
+#[test]
+fn the_trees_dotenv_values_are_secrets_and_an_ignored_env_is_fine() {
+    let w = ws();
+    std::fs::write(w.repo.join(".gitignore"), ".env\nconfig/.env\n").unwrap();
+    std::fs::write(w.repo.join(".env"), "TOP=top-level-value-1234\n").unwrap();
+    std::fs::create_dir_all(w.repo.join("config")).unwrap();
+    std::fs::write(
+        w.repo.join("config/.env"),
+        "DB_PASSWORD=hunter2-plan-db-pass\n",
+    )
+    .unwrap();
+    git(&w.repo, &["add", ".gitignore"]);
+    git(&w.repo, &["commit", "-qm", "ignore env"]);
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    assert_eq!(w.subjects().len(), 5);
+    let o = {
+        let w2 = &w;
+        git(&w2.repo, &["checkout", "-q", "main"]);
+        git(&w2.repo, &["branch", "-D", "feature/demo"]);
+        w2.run(
+            "dev-copy-env",
+            "rev-approve",
+            &["--max-review-attempts", "1"],
+        )
+    };
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let refused: Vec<Value> = w
+        .kinds("commit_statement")
+        .into_iter()
+        .filter(|e| e["data"]["status"] == "refused")
+        .collect();
+    assert!(
+        refused[0]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("leaked.txt"),
+        "{refused:?}"
+    );
+    let log = Command::new("git")
+        .args(["log", "-p", "--all"])
+        .current_dir(&w.repo)
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&log.stdout).contains("hunter2-plan-db-pass"));
+}
+
+/// The plan file replaced by a directory is put back; the run goes on (the
+/// reviewer's decision could not be read, so it is no approval) and nothing
+/// of the reviewer's reaches a commit.
+#[test]
+fn a_plan_file_replaced_by_a_directory_is_restored() {
+    let w = ws();
+    let o = w.run("dev", "rev-dir", &["--max-review-attempts", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("halted"), "{}", text(&o));
+    assert!(w.repo.join("plan_checkpoints.json").is_file());
+    let reverted = w.kinds("change_reverted");
+    assert_eq!(reverted[0]["data"]["violations"][0]["field"], "(file)");
+    assert_eq!(git(&w.repo, &["show", "feature/demo:c1.txt"]), "c1 work");
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("c1.txt")).unwrap(),
+        "c1 work\n"
+    );
+    assert_eq!(w.subjects(), ["c1: built", "audit: halted"]);
+}
+
+/// Files no commit holds (`.env.*`) that the developer made are removed
+/// before the gate: a change that depends on one fails the gate.
+#[test]
+fn the_gate_sees_what_a_commit_holds() {
+    let w = ws_with(plan_json(Some("sh lib.sh")));
+    let o = w.run(
+        "dev-envimpl",
+        "rev-approve",
+        &["--max-review-attempts", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let removed = w.kinds("excluded_removed");
+    assert_eq!(removed[0]["data"]["paths"][0], ".env.impl");
+    assert_eq!(w.kinds("gate")[0]["data"]["passed"], false);
+    assert!(w.kinds("review_comment").is_empty());
+}
+
+/// What the reviewer hides under its own ignore rules is removed too.
+#[test]
+fn the_reviewers_ignored_files_are_removed() {
+    let mut p = plan_json(None);
+    p["checkpoints"].as_array_mut().unwrap().truncate(1);
+    let w = ws_with(p);
+    let o = w.run("dev", "rev-hide", &[]);
+    ok(&o);
+    assert!(!w.repo.join("hide").exists());
+    let paths = &w.kinds("reviewer_edits_reverted")[0]["data"]["paths"];
+    assert!(
+        paths.as_array().unwrap().iter().any(|p| p == "hide/"),
+        "{paths}"
+    );
+}
+
+/// On the host, a process that leaves the agent's group (setsid) is killed
+/// after the call.
+#[test]
+fn a_host_agents_daemon_is_killed() {
+    let mut p = plan_json(None);
+    p["checkpoints"].as_array_mut().unwrap().truncate(1);
+    let w = ws_with(p);
+    let o = w.run("dev-daemon", "rev-approve", &["--on-host"]);
+    ok(&o);
+    assert!(no_process("sleep 987656"), "the daemon survived");
+    assert_eq!(w.kinds("leftovers_killed")[0]["data"]["count"], 1);
 }
