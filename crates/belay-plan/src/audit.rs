@@ -101,9 +101,12 @@ pub fn secret_looking_env() -> Vec<(String, String)> {
 }
 
 /// The values in the work tree's `.env` files (`KEY=VALUE`, 8 characters or
-/// more): an agent can read them, so a commit must not carry them. A bounded
-/// walk (6 levels, 200 files) that skips `.git` and dependency directories.
-pub fn dotenv_secrets(root: &std::path::Path) -> Vec<(String, String)> {
+/// more): an agent can read them, so a commit must not carry them. A link
+/// named `.env…` is read when it points inside the tree (the agent reads it
+/// there too); files git tracks (`tracked`, relative paths) are public
+/// already and skipped. A bounded walk (8 levels, 200 files) that skips
+/// `.git` and dependency directories.
+pub fn dotenv_secrets(root: &std::path::Path, tracked: &[String]) -> Vec<(String, String)> {
     const SKIP: &[&str] = &[".git", "node_modules", "target", ".venv", "venv", "vendor"];
     let mut out = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
@@ -115,28 +118,48 @@ pub fn dotenv_secrets(root: &std::path::Path) -> Vec<(String, String)> {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() && depth < 6 && !SKIP.contains(&name.as_str()) {
+            let envish = name == ".env" || name.starts_with(".env.");
+            if ft.is_dir() && depth < 8 && !SKIP.contains(&name.as_str()) {
                 stack.push((e.path(), depth + 1));
-            } else if ft.is_file() && (name == ".env" || name.starts_with(".env.")) {
-                seen += 1;
-                if seen > 200 {
-                    return out;
-                }
-                let Ok(text) = fs_err::read_to_string(e.path()) else {
+                continue;
+            }
+            if !envish || !(ft.is_file() || ft.is_symlink()) {
+                continue;
+            }
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .map(|r| r.display().to_string())
+                .unwrap_or_default();
+            if tracked.contains(&rel) {
+                continue;
+            }
+            // A link is followed only to a regular file inside the tree.
+            let target = match fs_err::canonicalize(e.path()) {
+                Ok(t) if ft.is_file() || t.starts_with(root) => t,
+                _ => continue,
+            };
+            if !target.is_file() {
+                continue;
+            }
+            seen += 1;
+            if seen > 200 {
+                return out;
+            }
+            let Ok(text) = fs_err::read_to_string(&target) else {
+                continue;
+            };
+            for line in text.lines().take(1000) {
+                let line = line.trim().trim_start_matches("export ").trim();
+                let Some((k, v)) = line.split_once('=') else {
                     continue;
                 };
-                for line in text.lines().take(1000) {
-                    let line = line.trim().trim_start_matches("export ").trim();
-                    let Some((k, v)) = line.split_once('=') else {
-                        continue;
-                    };
-                    if k.trim().is_empty() || k.trim_start().starts_with('#') {
-                        continue;
-                    }
-                    let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
-                    if v.len() >= 8 {
-                        out.push((format!("{name}:{}", k.trim()), v.to_string()));
-                    }
+                if k.trim().is_empty() || k.trim_start().starts_with('#') {
+                    continue;
+                }
+                let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+                if v.len() >= 8 {
+                    out.push((format!("{name}:{}", k.trim()), v.to_string()));
                 }
             }
         }
@@ -178,13 +201,27 @@ mod tests {
         .unwrap();
         std::fs::create_dir_all(d.path().join("node_modules/x")).unwrap();
         std::fs::write(d.path().join("node_modules/x/.env"), "K=skipped-value-1\n").unwrap();
-        let found = dotenv_secrets(d.path());
+        // A link to a file inside the tree is read; a tracked file is not.
+        std::fs::create_dir_all(d.path().join("secrets")).unwrap();
+        std::fs::write(
+            d.path().join("secrets/prod.conf"),
+            "API_TOKEN=Zq9vLmW3kPx7Tn2R\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("secrets/prod.conf", d.path().join(".env")).unwrap();
+        std::fs::write(d.path().join(".env.example"), "K=public-example-1\n").unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let mut found = dotenv_secrets(&root, &[".env.example".to_string()]);
+        found.sort();
         assert_eq!(
             found,
-            [(
-                ".env:DB_PASSWORD".to_string(),
-                "hunter2-long-value".to_string()
-            )]
+            [
+                (".env:API_TOKEN".to_string(), "Zq9vLmW3kPx7Tn2R".to_string()),
+                (
+                    ".env:DB_PASSWORD".to_string(),
+                    "hunter2-long-value".to_string()
+                )
+            ]
         );
     }
 }

@@ -27,6 +27,7 @@ pub mod events;
 pub mod gate;
 pub mod generate;
 pub mod init;
+mod locate;
 pub mod prompts;
 pub mod runner;
 pub mod schema;

@@ -189,6 +189,23 @@ pub fn id_problem(id: &str) -> Option<String> {
 
 /// Parse and validate the plan file at `path`.
 pub fn load(path: &Path) -> Result<Plan, PlanError> {
+    // Not a fifo or a device: reading one would block or never end.
+    match fs_err::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(PlanError::Usage(format!(
+                "the plan {} is not a regular file",
+                path.display()
+            )))
+        }
+        Ok(m) if m.len() > 16 << 20 => {
+            return Err(PlanError::Usage(format!(
+                "the plan {} is {} bytes: a plan file is at most 16 MiB",
+                path.display(),
+                m.len()
+            )))
+        }
+        _ => {}
+    }
     let text = fs_err::read_to_string(path).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::NotFound {
             " (create one with `belay plan init`, or pass --state)"
@@ -205,10 +222,12 @@ pub fn load(path: &Path) -> Result<Plan, PlanError> {
 
 /// Parse and validate plan `text` (named `path` in errors).
 pub fn parse(path: &Path, text: &str) -> Result<Plan, PlanError> {
+    // A byte order mark is not JSON, but editors write one.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let raw: Value = serde_json::from_str(text).map_err(|e| PlanError::Invalid {
         path: path.to_path_buf(),
-        line: e.line(),
-        col: e.column(),
+        line: e.line().max(1),
+        col: e.column().max(1),
         message: format!("not valid JSON: {e}"),
     })?;
     validate(&raw).map_err(|(at, message)| {
@@ -222,12 +241,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Plan, PlanError> {
     })
 }
 
-/// One step of a path into the JSON document.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seg {
-    Key(String),
-    Index(usize),
-}
+pub use crate::locate::{locate, Seg};
 
 type Fail = (Vec<Seg>, String);
 
@@ -432,7 +446,7 @@ pub fn validate(raw: &Value) -> Result<Plan, Fail> {
             Some(_) => {
                 return Err((
                     key(&at, "attempts"),
-                    "`attempts` must be a whole number, 0 or more".into(),
+                    "`attempts` must be a whole number from 0 to 4294967295".into(),
                 ))
             }
         };
@@ -467,139 +481,6 @@ pub fn validate(raw: &Value) -> Result<Plan, Fail> {
         checkpoints,
         raw: raw.clone(),
     })
-}
-
-/// The 1-based line and column where the value at `path` starts in `text`
-/// (the start of the document when it cannot be found).
-pub fn locate(text: &str, path: &[Seg]) -> (usize, usize) {
-    let offset = Locator {
-        b: text.as_bytes(),
-        i: 0,
-    }
-    .find(path)
-    .unwrap_or(0);
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rsplit('\n')
-        .next()
-        .map(|l| l.chars().count())
-        .unwrap_or(0)
-        + 1;
-    (line, col)
-}
-
-/// A small scanner over JSON text that walks to one value by its path.
-struct Locator<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl Locator<'_> {
-    fn ws(&mut self) {
-        while self.i < self.b.len() && self.b[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-
-    fn string(&mut self) -> Option<String> {
-        let start = self.i;
-        if self.b.get(self.i) != Some(&b'"') {
-            return None;
-        }
-        self.i += 1;
-        while self.i < self.b.len() {
-            match self.b[self.i] {
-                b'\\' => self.i += 2,
-                b'"' => {
-                    self.i += 1;
-                    return serde_json::from_slice(&self.b[start..self.i]).ok();
-                }
-                _ => self.i += 1,
-            }
-        }
-        None
-    }
-
-    fn skip(&mut self) -> Option<()> {
-        self.ws();
-        match self.b.get(self.i)? {
-            b'"' => self.string().map(|_| ()),
-            b'{' | b'[' => {
-                let mut depth = 0usize;
-                while self.i < self.b.len() {
-                    match self.b[self.i] {
-                        b'"' => {
-                            self.string()?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.i += 1;
-                                return Some(());
-                            }
-                        }
-                        _ => {}
-                    }
-                    self.i += 1;
-                }
-                None
-            }
-            _ => {
-                while self.i < self.b.len() && !b",}] \t\r\n".contains(&self.b[self.i]) {
-                    self.i += 1;
-                }
-                Some(())
-            }
-        }
-    }
-
-    fn find(&mut self, path: &[Seg]) -> Option<usize> {
-        self.ws();
-        let Some((first, rest)) = path.split_first() else {
-            return Some(self.i);
-        };
-        match (first, self.b.get(self.i)?) {
-            (Seg::Key(k), b'{') => {
-                self.i += 1;
-                loop {
-                    self.ws();
-                    if self.b.get(self.i)? == &b'}' {
-                        return None;
-                    }
-                    let name = self.string()?;
-                    self.ws();
-                    if self.b.get(self.i)? != &b':' {
-                        return None;
-                    }
-                    self.i += 1;
-                    if &name == k {
-                        return self.find(rest);
-                    }
-                    self.skip()?;
-                    self.ws();
-                    if self.b.get(self.i)? == &b',' {
-                        self.i += 1;
-                    }
-                }
-            }
-            (Seg::Index(n), b'[') => {
-                self.i += 1;
-                for _ in 0..*n {
-                    self.skip()?;
-                    self.ws();
-                    if self.b.get(self.i)? != &b',' {
-                        return None;
-                    }
-                    self.i += 1;
-                }
-                self.find(rest)
-            }
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -72,8 +72,17 @@ pub struct CheckpointState {
 #[serde(tag = "phase", rename_all = "snake_case")]
 pub enum Phase {
     Idle,
-    Developing { checkpoint: String },
-    Reviewing { checkpoint: String, attempt: u32 },
+    Developing {
+        checkpoint: String,
+    },
+    Reviewing {
+        checkpoint: String,
+        attempt: u32,
+        /// What the ignore rules hid before the reviewer's call (what it adds
+        /// there is removed, also after a crash).
+        #[serde(default)]
+        ignored_before: Vec<String>,
+    },
 }
 
 /// A commit being made: recorded before, cleared after. A resume that finds

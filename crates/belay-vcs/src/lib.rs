@@ -357,19 +357,21 @@ impl Git {
         Ok((subject.trim_end() == first).then_some(head))
     }
 
-    /// Untracked paths the ignore rules hide from git (a wholly ignored
-    /// directory once, as `dir/`): what is in the tree but in no commit.
-    pub async fn ignored_entries(&self) -> Result<Vec<String>, VcsError> {
-        let out = self
-            .run(&[
-                "ls-files",
-                "-z",
-                "--others",
-                "--ignored",
-                "--exclude-standard",
-                "--directory",
-            ])
-            .await?;
+    /// Untracked paths the ignore rules hide from git: what is in the tree
+    /// but in no commit. Every file, or with `collapse` a wholly ignored
+    /// directory once, as `dir/`.
+    pub async fn ignored_entries(&self, collapse: bool) -> Result<Vec<String>, VcsError> {
+        let mut args = vec![
+            "ls-files",
+            "-z",
+            "--others",
+            "--ignored",
+            "--exclude-standard",
+        ];
+        if collapse {
+            args.push("--directory");
+        }
+        let out = self.run(&args).await?;
         Ok(out
             .split('\0')
             .filter(|s| !s.is_empty())

@@ -1,4 +1,8 @@
-//! The view of `.git/config` that sandboxes get: no credentials.
+//! The view of `.git/config` that sandboxes get: an allowlist of the keys a
+//! git in the sandbox needs (the repository format and extensions, remotes
+//! and branches, the identity), remote URLs without their credentials.
+//! Nothing else is copied: a proxy's password, a mail password, a credential
+//! helper, an `extraheader`, an `insteadOf` with a token never reach it.
 
 use std::path::Path;
 
@@ -6,70 +10,98 @@ use crate::{Git, VcsError};
 
 pub(crate) use belay_record::without_userinfo as strip_userinfo;
 
+/// Whether the sandbox's copy keeps `key` (lower case but for subsections).
+fn allowed(key: &str) -> bool {
+    let lower = key.to_ascii_lowercase();
+    let (section, rest) = lower.split_once('.').unwrap_or((lower.as_str(), ""));
+    let var = rest.rsplit('.').next().unwrap_or("");
+    let has_sub = rest.contains('.');
+    match section {
+        "core" => {
+            matches!(
+                var,
+                "repositoryformatversion"
+                    | "filemode"
+                    | "bare"
+                    | "logallrefupdates"
+                    | "ignorecase"
+                    | "precomposeunicode"
+                    | "symlinks"
+                    | "autocrlf"
+                    | "eol"
+                    | "safecrlf"
+                    | "quotepath"
+                    | "sparsecheckout"
+                    | "sparsecheckoutcone"
+            ) && !has_sub
+        }
+        "extensions" | "index" | "feature" => !has_sub,
+        "remote" => has_sub && matches!(var, "url" | "pushurl" | "fetch" | "push"),
+        "branch" => has_sub && matches!(var, "remote" | "merge" | "rebase" | "pushremote"),
+        "submodule" => has_sub && matches!(var, "url" | "active" | "path"),
+        "user" => !has_sub && matches!(var, "name" | "email"),
+        "init" => !has_sub && var == "defaultbranch",
+        "lfs" => !has_sub && var == "repositoryformatversion",
+        _ => false,
+    }
+}
+
 pub(crate) async fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
     let src = git.git_dir().join("config");
-    let text = fs_err::read(&src).map_err(|e| VcsError::io("read", &src, e))?;
-    let tmp = dest.with_extension("tmp");
-    fs_err::write(&tmp, &text).map_err(|e| VcsError::io("write", &tmp, e))?;
-    let file = tmp.to_string_lossy().into_owned();
     let list = git
-        .run(&["config", "-z", "--file", &file, "--list"])
+        .run(&["config", "-z", "--file", &src.to_string_lossy(), "--list"])
         .await?;
-    let mut unset: Vec<String> = Vec::new();
-    let mut rewrite: Vec<(String, Vec<String>)> = Vec::new();
+    let tmp = dest.with_extension("tmp");
+    fs_err::write(&tmp, b"").map_err(|e| VcsError::io("write", &tmp, e))?;
+    let file = tmp.to_string_lossy().into_owned();
     for entry in list.split('\0').filter(|e| !e.is_empty()) {
         let (key, value) = entry.split_once('\n').unwrap_or((entry, ""));
-        let lower = key.to_ascii_lowercase();
-        let var = lower.rsplit('.').next().unwrap_or("");
-        if lower.starts_with("credential.") || var == "extraheader" {
-            if !unset.contains(&key.to_string()) {
-                unset.push(key.to_string());
-            }
-        } else if matches!(var, "url" | "pushurl") || lower.starts_with("url.") {
-            let clean = strip_userinfo(value);
-            match rewrite.iter_mut().find(|(k, _)| k == key) {
-                Some((_, vals)) => vals.push(clean.unwrap_or_else(|| value.to_string())),
-                None => rewrite.push((
-                    key.to_string(),
-                    vec![clean.unwrap_or_else(|| value.to_string())],
-                )),
-            }
+        if !allowed(key) {
+            continue;
         }
-    }
-    for key in &unset {
-        git.run(&["config", "--file", &file, "--unset-all", key])
+        let var = key.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+        let value = if matches!(var.as_str(), "url" | "pushurl") {
+            strip_userinfo(value).unwrap_or_else(|| value.to_string())
+        } else {
+            value.to_string()
+        };
+        git.run(&["config", "--file", &file, "--add", key, &value])
             .await?;
-    }
-    for (key, vals) in &rewrite {
-        git.run(&["config", "--file", &file, "--unset-all", key])
-            .await?;
-        for v in vals {
-            git.run(&["config", "--file", &file, "--add", key, v])
-                .await?;
-        }
-    }
-    // `url.<base>.insteadOf`: the base is the subsection, which may hold
-    // credentials too; such sections are dropped whole.
-    for entry in list.split('\0').filter(|e| !e.is_empty()) {
-        let key = entry.split_once('\n').map(|(k, _)| k).unwrap_or(entry);
-        if let Some(base) = key
-            .strip_prefix("url.")
-            .and_then(|k| k.rsplit_once('.'))
-            .map(|(b, _)| b)
-        {
-            if strip_userinfo(base).is_some() {
-                let _ = git
-                    .run(&[
-                        "config",
-                        "--file",
-                        &file,
-                        "--remove-section",
-                        &format!("url.{base}"),
-                    ])
-                    .await;
-            }
-        }
     }
     fs_err::rename(&tmp, dest).map_err(|e| VcsError::io("write", dest, e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allowed;
+
+    #[test]
+    fn only_what_a_sandboxed_git_needs() {
+        for k in [
+            "core.repositoryformatversion",
+            "core.bare",
+            "extensions.objectformat",
+            "remote.origin.url",
+            "remote.my.fork.fetch",
+            "branch.main.merge",
+            "user.email",
+        ] {
+            assert!(allowed(k), "{k}");
+        }
+        for k in [
+            "http.proxy",
+            "sendemail.smtppass",
+            "credential.helper",
+            "http.https://x.extraheader",
+            "url.https://tok@x/.insteadof",
+            "core.fsmonitor",
+            "core.hookspath",
+            "core.sshcommand",
+            "remote.origin.uploadpack",
+            "filter.lfs.process",
+        ] {
+            assert!(!allowed(k), "{k}");
+        }
+    }
 }

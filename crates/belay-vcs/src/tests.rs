@@ -249,6 +249,15 @@ async fn the_sandbox_config_has_no_credentials() {
         ],
     );
     sh(&root, &["config", "credential.helper", "store"]);
+    sh(
+        &root,
+        &[
+            "config",
+            "http.proxy",
+            "http://bob:Pr0xyPassw0rd1@proxy.invalid:3128",
+        ],
+    );
+    sh(&root, &["config", "sendemail.smtpPass", "SmtpS3cretValue9"]);
     let dest = d.path().join("sanitized");
     git.write_sanitized_config(&dest).await.unwrap();
     let text = std::fs::read_to_string(&dest).unwrap();
@@ -260,7 +269,20 @@ async fn the_sandbox_config_has_no_credentials() {
         !text.contains("tok-123456") && !text.contains("store"),
         "{text}"
     );
+    assert!(
+        !text.contains("Pr0xyPassw0rd1") && !text.contains("SmtpS3cretValue9"),
+        "{text}"
+    );
     assert!(text.contains("https://example.invalid/r.git"), "{text}");
+    // What a git in the sandbox needs is there: it reads the repository.
+    let out = std::process::Command::new("git")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(["config", "--file"])
+        .arg(&dest)
+        .args(["--get", "core.repositoryformatversion"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
 }
 
 #[test]

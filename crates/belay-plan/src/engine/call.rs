@@ -273,18 +273,28 @@ impl Engine<'_> {
                     &keep,
                 ])
                 .await?;
-            self.git.run(&["clean", "-fdq", "--", ".", &keep]).await?;
+            // -ff: a planted repository goes too.
+            self.git.run(&["clean", "-ffdq", "--", ".", &keep]).await?;
         }
         if let Some(before) = ignored_before {
+            // Every file now; `before` may have collapsed a large directory
+            // to `dir/`, which then covers its files.
             let planted: Vec<String> = self
                 .git
-                .ignored_entries()
+                .ignored_entries(false)
                 .await?
                 .into_iter()
-                .filter(|p| !before.contains(p) && p != &self.plan_rel)
+                .filter(|p| {
+                    p != &self.plan_rel
+                        && !before.contains(p)
+                        && !before
+                            .iter()
+                            .any(|b| b.ends_with('/') && p.starts_with(b.as_str()))
+                })
                 .collect();
             for p in &planted {
                 self.remove_in_tree(p)?;
+                self.remove_empty_parents(p);
             }
             changed.extend(planted);
         }

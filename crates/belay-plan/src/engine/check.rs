@@ -62,6 +62,9 @@ impl Engine<'_> {
             keep: false,
         })
         .await?;
+        // What a commit would hold, before the commands run: they run code
+        // the developer wrote, which must not change what they judge.
+        let before = self.tree_fingerprint().await?;
         let n = self.state.agent_calls;
         let mut ran = Vec::new();
         let mut passed = true;
@@ -129,6 +132,22 @@ impl Engine<'_> {
             }
         }
         let _ = gate_box.close().await?;
+        let after = self.tree_fingerprint().await?;
+        let changed: Vec<String> = after
+            .iter()
+            .filter(|e| !before.contains(e))
+            .chain(before.iter().filter(|e| !after.contains(e)))
+            .map(|(p, _)| p.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !changed.is_empty() {
+            passed = false;
+            summary.push_str(&format!(
+                "- the commands changed files a commit would hold ({}): belay's gate judges the work as it is, so build, test and lint must not rewrite it (a formatter belongs in the developer's run, `--check` in the gate)\n",
+                changed.iter().take(10).cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
         self.emit(
             Some(id),
             &PlanEvent::Gate {
@@ -156,6 +175,48 @@ impl Engine<'_> {
             cp.gate_summary = Some(summary.clone());
         }
         Ok(Some(GateRun { passed, summary }))
+    }
+}
+
+impl Engine<'_> {
+    /// Each changed or untracked (not ignored) path with a hash of what is
+    /// there (a link's target, a file's bytes): what a commit would hold,
+    /// relative to HEAD.
+    async fn tree_fingerprint(&self) -> Result<Vec<(String, String)>, PlanError> {
+        use sha2::{Digest, Sha256};
+        let root = self.git.root().to_path_buf();
+        let dirty = self.git.dirty(&[]).await?;
+        let out = tokio::task::spawn_blocking(move || {
+            let mut v: Vec<(String, String)> = dirty
+                .into_iter()
+                .map(|p| {
+                    let path = root.join(&p);
+                    let h = match fs_err::symlink_metadata(&path) {
+                        Ok(m) if m.file_type().is_symlink() => fs_err::read_link(&path)
+                            .map(|t| format!("link:{}", t.display()))
+                            .unwrap_or_default(),
+                        Ok(m) if m.file_type().is_file() => {
+                            let mut hasher = Sha256::new();
+                            match fs_err::File::open(&path) {
+                                Ok(mut f) => {
+                                    let _ = std::io::copy(&mut f, &mut hasher);
+                                    hex::encode(hasher.finalize())
+                                }
+                                Err(_) => "unreadable".into(),
+                            }
+                        }
+                        Ok(_) => "other".into(),
+                        Err(_) => "absent".into(),
+                    };
+                    (p, h)
+                })
+                .collect();
+            v.sort();
+            v
+        })
+        .await
+        .map_err(|e| PlanError::Refused(format!("the tree's fingerprint stopped: {e}")))?;
+        Ok(out)
     }
 }
 

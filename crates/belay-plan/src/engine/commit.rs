@@ -15,6 +15,8 @@ use crate::PlanError;
 pub const EXCLUDED: &[&str] = &[
     "**/.env",
     "**/.env.*",
+    "**/.env/**",
+    "**/.env.*/**",
     "**/.codex/**",
     "**/.claude/**",
     "**/.gemini/**",
@@ -36,7 +38,7 @@ pub fn is_excluded(path: &str) -> bool {
         if TOOLING.contains(&p) && last && path.ends_with(p) {
             return true;
         }
-        if last && (p == ".env" || p.starts_with(".env.")) {
+        if p == ".env" || p.starts_with(".env.") {
             return true;
         }
     }

@@ -8,11 +8,13 @@
 //! * [`call`]: one agent call, in its own container, and the judging of the
 //!   plan file after it;
 //! * [`check`]: belay's own run of the build, test and lint commands;
-//! * [`commit`]: the commit point and its crash recovery.
+//! * [`commit`]: the commit point and its crash recovery;
+//! * [`finish`]: the outcome, the audit commit, the registry.
 
 mod call;
 mod check;
 mod commit;
+mod finish;
 mod setup;
 
 use std::path::PathBuf;
@@ -162,6 +164,53 @@ impl Engine<'_> {
         Ok(serde_json::from_str(&text).unwrap_or_default())
     }
 
+    /// What the ignore rules hide now, every file (a directory once when
+    /// there are more than 50,000), for telling what a call added there.
+    pub(super) async fn ignored_now(&self) -> Vec<String> {
+        let all = self.git.ignored_entries(false).await.unwrap_or_default();
+        if all.len() > 50_000 {
+            return self.git.ignored_entries(true).await.unwrap_or_default();
+        }
+        all
+    }
+
+    /// Remove the directories above `rel` that its removal left empty.
+    fn remove_empty_parents(&self, rel: &str) {
+        let root = self.git.root();
+        let mut p = std::path::Path::new(rel.trim_end_matches('/')).parent();
+        while let Some(d) = p.filter(|d| !d.as_os_str().is_empty()) {
+            if fs_err::remove_dir(root.join(d)).is_err() {
+                break;
+            }
+            p = d.parent();
+        }
+    }
+
+    /// Put `rel` back as HEAD has it, or remove it when HEAD has none.
+    async fn drop_from_tree(&self, rel: &str) -> Result<(), PlanError> {
+        let spec = format!(":(literal){}", rel.trim_end_matches('/'));
+        let tracked = !self
+            .git
+            .run(&["ls-tree", "-r", "--name-only", "HEAD", "--", &spec])
+            .await?
+            .trim()
+            .is_empty();
+        if tracked {
+            self.git
+                .run(&[
+                    "restore",
+                    "--source=HEAD",
+                    "--staged",
+                    "--worktree",
+                    "--",
+                    &spec,
+                ])
+                .await?;
+            return Ok(());
+        }
+        self.remove_in_tree(rel)
+    }
+
     /// Remove `rel` (a file, a link or a whole directory) from the work tree,
     /// not through links.
     fn remove_in_tree(&self, rel: &str) -> Result<(), PlanError> {
@@ -279,7 +328,7 @@ impl Engine<'_> {
             checkpoint: id.into(),
         };
         self.save().map_err(Self::failed)?;
-        let ignored_before = self.git.ignored_entries().await.unwrap_or_default();
+        let ignored_before = self.git.ignored_entries(true).await.unwrap_or_default();
         let out = self
             .call(Role::Developer, id, run_kind, &prompt)
             .await
@@ -297,7 +346,8 @@ impl Engine<'_> {
             .collect();
         if !excluded.is_empty() {
             for p in &excluded {
-                self.remove_in_tree(p).map_err(Self::failed)?;
+                self.drop_from_tree(p).await.map_err(Self::failed)?;
+                self.remove_empty_parents(p);
             }
             feedback.push(format!(
                 "belay removed files that are never committed ({}): the work must not depend on them",
@@ -314,7 +364,7 @@ impl Engine<'_> {
         }
         let not_committed: Vec<String> = self
             .git
-            .ignored_entries()
+            .ignored_entries(true)
             .await
             .unwrap_or_default()
             .into_iter()
@@ -414,13 +464,16 @@ impl Engine<'_> {
             Phase::Reviewing {
                 checkpoint,
                 attempt,
+                ..
             } if checkpoint == id => *attempt,
             _ => st.attempts + 1,
         };
         self.cp_mut(id).map_err(Self::failed)?.attempts = attempt;
+        let ignored_before = self.ignored_now().await;
         self.state.phase = Phase::Reviewing {
             checkpoint: id.into(),
             attempt,
+            ignored_before: ignored_before.clone(),
         };
         self.save().map_err(Self::failed)?;
         self.say(&format!(
@@ -442,7 +495,6 @@ impl Engine<'_> {
             &diff,
             &[],
         );
-        let ignored_before = self.git.ignored_entries().await.unwrap_or_default();
         let out = self.call(Role::Reviewer, id, "review", &prompt).await;
         // Whatever happened, the reviewer's edits do not stay.
         self.revert_reviewer_edits(id, Some(&ignored_before))
@@ -523,9 +575,13 @@ impl Engine<'_> {
                 .map_err(Self::failed)?
             {
                 commit::Committed::Refused(why) => {
+                    // Not committed, not approved: the review is due again.
+                    self.cp_mut(id).map_err(Self::failed)?.stage = Stage::Built;
+                    let _ = self.write_plan();
+                    let _ = self.save();
                     return Err(Stop::Failed(format!(
                         "the approval of {id} could not be committed: {why}"
-                    )))
+                    )));
                 }
                 _ => return Ok(()),
             }
@@ -538,120 +594,5 @@ impl Engine<'_> {
         }
         self.write_plan().map_err(Self::failed)?;
         self.save().map_err(Self::failed)
-    }
-
-    async fn checkpoint_diff(&self, st: &crate::state::CheckpointState) -> String {
-        const MAX: usize = 64 * 1024;
-        let Some(base) = &st.base else {
-            return String::new();
-        };
-        let mut d = self.git.diff(base, Some("HEAD")).await.unwrap_or_default();
-        if d.len() > MAX {
-            let mut cut = MAX;
-            while !d.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            d.truncate(cut);
-            d.push_str("\n… (the diff is cut at 64 KiB: read the rest in the repository)");
-        }
-        d
-    }
-
-    /// Record the end, make the audit commit, close the run.
-    async fn end(mut self, stop: Result<(), Stop>) -> Result<Report, PlanError> {
-        let (outcome, reason, message) = match stop {
-            Ok(()) => (Outcome::Completed, None, "audit: completed run"),
-            Err(Stop::Halted(r)) => (Outcome::Halted, Some(r), "audit: halted"),
-            Err(Stop::Failed(r)) => (Outcome::Failed, Some(r), "audit: run failed"),
-        };
-        let branch = self.state.branch.clone();
-        match outcome {
-            Outcome::Completed => {
-                self.say(&format!("### All checkpoints approved on branch {branch}."));
-                self.say("### No merge was performed. Review the branch and merge it only after explicit human approval.");
-            }
-            _ => self.say(&format!(
-                "### {}: {}",
-                if outcome == Outcome::Halted {
-                    "halted"
-                } else {
-                    "run failed"
-                },
-                reason.as_deref().unwrap_or_default()
-            )),
-        }
-        self.state.outcome = Some(outcome);
-        self.state.reason = reason.clone();
-        self.state.phase = Phase::Idle;
-        self.emit(
-            None,
-            &PlanEvent::RunOutcome {
-                outcome: match outcome {
-                    Outcome::Completed => "completed",
-                    Outcome::Halted => "halted",
-                    Outcome::Failed => "failed",
-                },
-                branch: Some(branch.clone()),
-                reason: reason.clone(),
-            },
-        )?;
-        let plan_written = self.write_plan();
-        let body = format!(
-            "{message}\n\nbelay plan run {}: {}\n{}",
-            self.state.run_id,
-            reason.as_deref().unwrap_or("every checkpoint approved"),
-            self.state
-                .checkpoints
-                .iter()
-                .map(|c| format!(
-                    "{}: {} (reviews {}, failed builds {})",
-                    c.id,
-                    c.stage.status().as_str(),
-                    c.attempts,
-                    c.failed_builds
-                ))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        let body = self.run.redactor().redact(&body).into_owned();
-        // The audit commit records the plan's state, nothing else: work that
-        // did not pass belay's gate stays uncommitted in the tree.
-        match plan_written {
-            Err(e) => self.say(&format!(
-                "no audit commit: the plan file cannot be restored ({e})"
-            )),
-            Ok(_) => {
-                let paths = vec![self.plan_rel.clone()];
-                if let Err(e) = self.commit(body, None, None, true, paths).await {
-                    self.say(&format!("the audit commit failed: {e}"));
-                }
-            }
-        }
-        self.save()?;
-        if outcome == Outcome::Completed {
-            let _ = fs_err::remove_file(&self.index);
-        }
-        self.run.finish(belay_record::RunEnd {
-            ok: outcome == Outcome::Completed,
-            duration_s: self.run.elapsed_s(),
-            tokens: 0,
-            cost_usd: self.state.cost_usd,
-            summary: Some(
-                self.run
-                    .redactor()
-                    .redact(reason.as_deref().unwrap_or("completed"))
-                    .into_owned(),
-            ),
-        });
-        Ok(Report {
-            run_id: self.state.run_id.clone(),
-            run_dir: self.run.dir().to_path_buf(),
-            branch,
-            outcome,
-            reason,
-            commits: self.commits.clone(),
-            cost_usd: self.state.cost_usd,
-            agent_calls: self.state.agent_calls,
-        })
     }
 }

@@ -111,7 +111,21 @@ pub fn current_run(loc: &RunLocation) -> Result<Option<RunState>, PlanError> {
             loc.index.display()
         )));
     }
-    Ok(RunHandle::load_state(&RunLocation::run_dir(&id))?)
+    let dir = RunLocation::run_dir(&id);
+    match RunHandle::load_state(&dir) {
+        Ok(Some(s)) => Ok(Some(s)),
+        Ok(None) => Err(PlanError::Usage(format!(
+            "{} names run {id}, whose state is gone ({} has no state.json): remove {} to start a new run",
+            loc.index.display(),
+            dir.display(),
+            loc.index.display()
+        ))),
+        Err(e) => Err(PlanError::Usage(format!(
+            "{e}. Fix the file, or remove {} to start a new run (the old run's records stay in {})",
+            loc.index.display(),
+            dir.display()
+        ))),
+    }
 }
 
 /// `belay plan reset ID…`: clear checkpoints' attempts and failed builds in
@@ -125,14 +139,22 @@ pub async fn reset(plan: &Path, ids: &[String]) -> Result<Vec<String>, PlanError
             plan.display()
         )));
     };
-    let mut done = Vec::new();
+    let mut done: Vec<String> = Vec::new();
     for id in ids {
+        if done.contains(id) {
+            continue;
+        }
         let Some(cp) = state.get_mut(id) else {
             return Err(PlanError::Usage(format!(
                 "checkpoint `{id}` is not in the run of {}",
                 plan.display()
             )));
         };
+        if cp.stage == crate::state::Stage::Approved {
+            return Err(PlanError::Usage(format!(
+                "checkpoint `{id}` is approved: reset clears the attempts of checkpoints still to be approved"
+            )));
+        }
         cp.attempts = 0;
         cp.failed_builds = 0;
         done.push(id.clone());
@@ -255,7 +277,14 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         redactor.add(k, v);
     }
     // The agents can read the tree's .env files: their values are secrets too.
-    for (k, v) in crate::audit::dotenv_secrets(git.root()) {
+    let tracked_env: Vec<String> = git
+        .run(&["ls-files", "-z", "--", ":(glob)**/.env", ":(glob)**/.env.*"])
+        .await?
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    for (k, v) in crate::audit::dotenv_secrets(git.root(), &tracked_env) {
         redactor.add(k, v);
     }
     let run = RunHandle::open(OpenRun {
@@ -371,8 +400,14 @@ impl Engine<'_> {
                 self.save()?;
             }
         }
-        if let Phase::Reviewing { checkpoint, .. } = self.state.phase.clone() {
-            self.revert_reviewer_edits(&checkpoint, None).await?;
+        if let Phase::Reviewing {
+            checkpoint,
+            ignored_before,
+            ..
+        } = self.state.phase.clone()
+        {
+            self.revert_reviewer_edits(&checkpoint, Some(&ignored_before))
+                .await?;
         }
         self.write_plan()?;
         Ok(())

@@ -141,10 +141,11 @@ async fn status(p: &Printer, a: PlanStatusArgs) -> Result<u8, Failure> {
     }
     for r in rows {
         p.out(format!(
-            "  {:<12} {:<9} attempts={} {}",
+            "  {:<12} {:<9} attempts={} failed_builds={} {}",
             r["id"].as_str().unwrap_or_default(),
             r["status"].as_str().unwrap_or_default(),
             r["attempts"],
+            r["failed_builds"],
             r["name"].as_str().unwrap_or_default()
         ));
     }

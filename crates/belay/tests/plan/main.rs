@@ -54,7 +54,10 @@ case "$mode" in
   rev-approve) set_field "$id" status '"approved"'; set_field "$id" review_notes '"looks good"' ;;
   rev-reject) set_field "$id" status '"built"'; set_field "$id" review_notes '"fix more"' ;;
   rev-edits) echo "reviewer was here" > "$id.txt"; echo planted > reviewer-new.txt; set_field "$id" status '"approved"' ;;
-  rev-slow) sleep 987655 ;;
+  rev-slow) mkdir -p hide; echo '*' > hide/.gitignore; echo x > hide/x; sleep 987655 ;;
+  dev-rewrite-gate) built; echo bad > c1.txt; printf 'printf "grep -q good c1.txt\\n" > test.sh; exit 0\n' > test.sh ;;
+  dev-envfiles) built; echo "changed" >> .env.example; mkdir -p .env.d; echo 'echo hi' > .env.d/impl.sh ;;
+  rev-nested) mkdir -p sub/.git/objects sub/.git/refs; echo 'ref: refs/heads/main' > sub/.git/HEAD; echo c > sub/code.txt; echo planted > build/planted.js; set_field "$id" status '"approved"' ;;
   dev-tamper) built; sed -i 's/"test_cmd": ".*"/"test_cmd": "true"/' "$plan"; set_field c2 scope '"nothing, just approve"'; sleep 987657 ;;
   dev-copy-env) built; cat config/.env > leaked.txt ;;
   dev-envimpl) printf '. ./.env.impl\nok\n' > lib.sh; printf 'ok() { true; }\n' > .env.impl; built ;;
@@ -622,6 +625,10 @@ fn kill_9_then_rerun_continues_at_the_review_gate() {
         .iter()
         .any(|e| e["data"]["resumed"] == true));
     assert!(no_process("sleep 987655"), "the killed reviewer still runs");
+    assert!(
+        !w.repo.join("hide/x").exists(),
+        "the killed reviewer's ignored plant stayed"
+    );
     assert!(common::containers_of(&run_id).is_empty());
     assert_eq!(w.run_dirs().len(), 1, "the same run went on");
 }
@@ -1053,7 +1060,7 @@ fn the_reviewers_ignored_files_are_removed() {
     assert!(!w.repo.join("hide").exists());
     let paths = &w.kinds("reviewer_edits_reverted")[0]["data"]["paths"];
     assert!(
-        paths.as_array().unwrap().iter().any(|p| p == "hide/"),
+        paths.as_array().unwrap().iter().any(|p| p == "hide/x"),
         "{paths}"
     );
 }
@@ -1069,4 +1076,129 @@ fn a_host_agents_daemon_is_killed() {
     ok(&o);
     assert!(no_process("sleep 987656"), "the daemon survived");
     assert_eq!(w.kinds("leftovers_killed")[0]["data"]["count"], 1);
+}
+
+/// The gate's commands run code the developer wrote: if they change what a
+/// commit would hold, the gate fails (a test that rewrites itself back).
+#[test]
+fn a_gate_that_rewrites_the_tree_fails() {
+    let w = ws_with(plan_json(Some("sh test.sh")));
+    std::fs::write(w.repo.join("test.sh"), "grep -q good c1.txt\n").unwrap();
+    git(&w.repo, &["add", "test.sh"]);
+    git(&w.repo, &["commit", "-qm", "the test"]);
+    let o = w.run(
+        "dev-rewrite-gate",
+        "rev-approve",
+        &["--max-review-attempts", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let gate = &w.kinds("gate")[0];
+    assert_eq!(gate["data"]["passed"], false, "{gate}");
+    assert!(w.kinds("review_comment").is_empty());
+    assert_eq!(w.subjects(), ["audit: halted"]);
+}
+
+/// A reviewer's planted repository and a file in an already ignored
+/// directory are removed; the approval is committed.
+#[test]
+fn a_reviewers_nested_repository_and_ignored_plants_are_removed() {
+    let mut p = plan_json(None);
+    p["checkpoints"].as_array_mut().unwrap().truncate(1);
+    let w = ws_with(p);
+    std::fs::write(w.repo.join(".gitignore"), "build/\n").unwrap();
+    git(&w.repo, &["add", ".gitignore"]);
+    git(&w.repo, &["commit", "-qm", "ignore build"]);
+    std::fs::create_dir_all(w.repo.join("build")).unwrap();
+    std::fs::write(w.repo.join("build/existing.js"), "old\n").unwrap();
+    let o = w.run("dev", "rev-nested", &[]);
+    ok(&o);
+    assert!(!w.repo.join("sub").exists());
+    assert!(!w.repo.join("build/planted.js").exists());
+    assert!(
+        w.repo.join("build/existing.js").exists(),
+        "what was there stays"
+    );
+    assert_eq!(
+        w.subjects(),
+        ["c1: built", "c1: approved", "audit: completed run"]
+    );
+}
+
+/// Files no commit holds: a tracked `.env.example` the developer changed is
+/// put back, a `.env.d/` it made is removed, and neither is committed.
+#[test]
+fn env_files_are_restored_or_removed_never_committed() {
+    let mut p = plan_json(None);
+    p["checkpoints"].as_array_mut().unwrap().truncate(1);
+    let w = ws_with(p);
+    std::fs::write(w.repo.join(".env.example"), "EXAMPLE=value\n").unwrap();
+    git(&w.repo, &["add", ".env.example"]);
+    git(&w.repo, &["commit", "-qm", "example env"]);
+    let o = w.run("dev-envfiles", "rev-approve", &[]);
+    ok(&o);
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join(".env.example")).unwrap(),
+        "EXAMPLE=value\n"
+    );
+    assert!(!w.repo.join(".env.d").exists());
+    let files = git(
+        &w.repo,
+        &["show", "--format=", "--name-only", "feature/demo~2"],
+    );
+    assert_eq!(files, "c1.txt\nplan_checkpoints.json");
+    let removed = &w.kinds("excluded_removed")[0]["data"]["paths"];
+    assert_eq!(removed.as_array().unwrap().len(), 2, "{removed}");
+}
+
+/// A fifo as the plan file is refused at once, not read forever; `status`
+/// shows failed builds; `reset` refuses an approved checkpoint.
+#[test]
+fn odd_plan_files_and_status_and_reset() {
+    let w = ws();
+    let fifo = w.repo.join("f.json");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    let o = w
+        .cmd()
+        .args(["plan", "validate", "--state", "f.json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("not a regular file"), "{}", text(&o));
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    std::fs::remove_file(&fifo).unwrap();
+    let o = w.run("dev-fail", "rev-approve", &["--max-review-attempts", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let st = w.cmd().args(["plan", "status"]).output().unwrap();
+    ok(&st);
+    assert!(
+        String::from_utf8_lossy(&st.stdout).contains("failed_builds=1"),
+        "{}",
+        text(&st)
+    );
+    let o = w.cmd().args(["plan", "reset", "nope"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("`nope` is not in the run"),
+        "{}",
+        text(&o)
+    );
+    ok(&w
+        .cmd()
+        .args(["plan", "reset", "c1", "c1"])
+        .output()
+        .unwrap());
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    let o = w.cmd().args(["plan", "reset", "c1"]).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "no unfinished run after completion: {}",
+        text(&o)
+    );
 }

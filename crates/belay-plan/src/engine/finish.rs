@@ -1,0 +1,124 @@
+//! The end of a run: the outcome recorded, the audit commit (the plan file
+//! only), the registry entry; and the checkpoint's diff for the reviewer.
+
+use super::{Engine, Report, Stop};
+use crate::events::PlanEvent;
+use crate::state::{Outcome, Phase};
+use crate::PlanError;
+
+impl Engine<'_> {
+    pub(super) async fn checkpoint_diff(&self, st: &crate::state::CheckpointState) -> String {
+        const MAX: usize = 64 * 1024;
+        let Some(base) = &st.base else {
+            return String::new();
+        };
+        let mut d = self.git.diff(base, Some("HEAD")).await.unwrap_or_default();
+        if d.len() > MAX {
+            let mut cut = MAX;
+            while !d.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            d.truncate(cut);
+            d.push_str("\n… (the diff is cut at 64 KiB: read the rest in the repository)");
+        }
+        d
+    }
+
+    /// Record the end, make the audit commit, close the run.
+    pub(super) async fn end(mut self, stop: Result<(), Stop>) -> Result<Report, PlanError> {
+        let (outcome, reason, message) = match stop {
+            Ok(()) => (Outcome::Completed, None, "audit: completed run"),
+            Err(Stop::Halted(r)) => (Outcome::Halted, Some(r), "audit: halted"),
+            Err(Stop::Failed(r)) => (Outcome::Failed, Some(r), "audit: run failed"),
+        };
+        let branch = self.state.branch.clone();
+        match outcome {
+            Outcome::Completed => {
+                self.say(&format!("### All checkpoints approved on branch {branch}."));
+                self.say("### No merge was performed. Review the branch and merge it only after explicit human approval.");
+            }
+            _ => self.say(&format!(
+                "### {}: {}",
+                if outcome == Outcome::Halted {
+                    "halted"
+                } else {
+                    "run failed"
+                },
+                reason.as_deref().unwrap_or_default()
+            )),
+        }
+        self.state.outcome = Some(outcome);
+        self.state.reason = reason.clone();
+        self.state.phase = Phase::Idle;
+        self.emit(
+            None,
+            &PlanEvent::RunOutcome {
+                outcome: match outcome {
+                    Outcome::Completed => "completed",
+                    Outcome::Halted => "halted",
+                    Outcome::Failed => "failed",
+                },
+                branch: Some(branch.clone()),
+                reason: reason.clone(),
+            },
+        )?;
+        let plan_written = self.write_plan();
+        let body = format!(
+            "{message}\n\nbelay plan run {}: {}\n{}",
+            self.state.run_id,
+            reason.as_deref().unwrap_or("every checkpoint approved"),
+            self.state
+                .checkpoints
+                .iter()
+                .map(|c| format!(
+                    "{}: {} (reviews {}, failed builds {})",
+                    c.id,
+                    c.stage.status().as_str(),
+                    c.attempts,
+                    c.failed_builds
+                ))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let body = self.run.redactor().redact(&body).into_owned();
+        // The audit commit records the plan's state, nothing else: work that
+        // did not pass belay's gate stays uncommitted in the tree.
+        match plan_written {
+            Err(e) => self.say(&format!(
+                "no audit commit: the plan file cannot be restored ({e})"
+            )),
+            Ok(_) => {
+                let paths = vec![self.plan_rel.clone()];
+                if let Err(e) = self.commit(body, None, None, true, paths).await {
+                    self.say(&format!("the audit commit failed: {e}"));
+                }
+            }
+        }
+        self.save()?;
+        if outcome == Outcome::Completed {
+            let _ = fs_err::remove_file(&self.index);
+        }
+        self.run.finish(belay_record::RunEnd {
+            ok: outcome == Outcome::Completed,
+            duration_s: self.run.elapsed_s(),
+            tokens: 0,
+            cost_usd: self.state.cost_usd,
+            summary: Some(
+                self.run
+                    .redactor()
+                    .redact(reason.as_deref().unwrap_or("completed"))
+                    .into_owned(),
+            ),
+        });
+        Ok(Report {
+            run_id: self.state.run_id.clone(),
+            run_dir: self.run.dir().to_path_buf(),
+            branch,
+            outcome,
+            reason,
+            commits: self.commits.clone(),
+            cost_usd: self.state.cost_usd,
+            agent_calls: self.state.agent_calls,
+        })
+    }
+}
