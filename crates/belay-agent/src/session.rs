@@ -319,14 +319,19 @@ impl AgentSession<'_> {
                 let mut launch = Launch::for_agent(&agent, prompt, cwd.clone(), env)?;
                 launch.pid_file = self.pid_file.clone();
                 let mut parser = agent.parser();
-                cli::run(
+                let result = cli::run(
                     &launch,
                     parser.as_mut(),
                     &self.limits,
                     self.prices,
                     &mut |e| stream.push(e),
                 )
-                .await
+                .await;
+                // The prompt file of grok and agy is not a record to keep.
+                if let Some(f) = &agent.prompt_file {
+                    let _ = fs_err::remove_file(f);
+                }
+                result
             }
             Placement::Container {
                 rt,

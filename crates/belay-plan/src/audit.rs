@@ -146,20 +146,19 @@ pub fn dotenv_secrets(root: &std::path::Path, tracked: &[String]) -> Vec<(String
             if seen > 200 {
                 return out;
             }
-            let Ok(text) = fs_err::read_to_string(&target) else {
+            // At most 1 MiB of it.
+            let Ok(f) = fs_err::File::open(&target) else {
                 continue;
             };
-            for line in text.lines().take(1000) {
-                let line = line.trim().trim_start_matches("export ").trim();
-                let Some((k, v)) = line.split_once('=') else {
-                    continue;
-                };
-                if k.trim().is_empty() || k.trim_start().starts_with('#') {
-                    continue;
-                }
-                let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+            let mut text = String::new();
+            if std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
+                .is_err()
+            {
+                continue;
+            }
+            for (k, v) in belay_model::keys::parse_dotenv(&text) {
                 if v.len() >= 8 {
-                    out.push((format!("{name}:{}", k.trim()), v.to_string()));
+                    out.push((format!("{name}:{k}"), v));
                 }
             }
         }

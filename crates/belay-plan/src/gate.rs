@@ -160,15 +160,7 @@ pub fn judge(before: &Value, after: Option<&[u8]>, role: Role, cid: &str) -> Jud
             match f.as_str() {
                 "review_notes" if mine => match now {
                     Some(Value::String(s)) => {
-                        let mut s = s.clone();
-                        if s.len() > MAX_NOTES {
-                            let mut cut = MAX_NOTES;
-                            while !s.is_char_boundary(cut) {
-                                cut -= 1;
-                            }
-                            s.truncate(cut);
-                        }
-                        j.notes = Some(s);
+                        j.notes = Some(crate::truncate(s, MAX_NOTES).to_string());
                     }
                     _ => j.violations.push(Violation {
                         field,

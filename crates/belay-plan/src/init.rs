@@ -203,7 +203,13 @@ pub fn write(path: &Path, plan: &Value, force: bool) -> Result<(), PlanError> {
         path.file_name().and_then(|n| n.to_str()).unwrap_or("plan"),
         std::process::id()
     ));
-    let mut f = fs_err::File::create(&tmp).map_err(|e| PlanError::io("create", &tmp, e))?;
+    // A new file, never through a link someone left at that name.
+    let _ = fs_err::remove_file(&tmp);
+    let mut f = fs_err::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| PlanError::io("create", &tmp, e))?;
     f.write_all(text.as_bytes())
         .and_then(|_| f.sync_all())
         .map_err(|e| PlanError::io("write", &tmp, e))?;

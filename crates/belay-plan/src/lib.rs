@@ -34,3 +34,15 @@ pub mod schema;
 pub mod state;
 
 pub use error::PlanError;
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}

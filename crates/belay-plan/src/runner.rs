@@ -19,6 +19,9 @@ pub struct Runner<'a> {
     pub rt: Option<Arc<dyn ContainerRuntime>>,
     pub image: &'a str,
     pub on_host: bool,
+    /// Pass the CLIs' auto-approval flags (`--dangerously-skip-permissions`
+    /// and the like): only when the user opts in (`--auto-approve`), in a
+    /// container as on the host.
     pub auto_approve: bool,
     pub endpoint: Option<&'a Endpoint>,
     pub client: Option<&'a ModelClient>,
@@ -76,7 +79,10 @@ impl Runner<'_> {
             // re-parented to belay and killed after the call.
             belay_agent::orphans::adopt_orphans();
             let report = session.run(c.prompt).await;
-            let leftovers = belay_agent::orphans::kill_adopted().len();
+            let leftovers = tokio::task::spawn_blocking(belay_agent::orphans::kill_adopted)
+                .await
+                .map(|k| k.len())
+                .unwrap_or(0);
             if leftovers > 0 {
                 (self.warn)(&format!(
                     "killed {leftovers} process(es) the agent left running outside its group"
@@ -119,8 +125,8 @@ impl Runner<'_> {
             builtin: Default::default(),
             endpoint,
             prices,
-            // The container is the sandbox: the CLI's own approvals would only stall it.
-            auto_approve: true,
+            // Only when the user asked: a CLI's own approvals stay otherwise.
+            auto_approve: self.auto_approve,
             logs: c.logs,
             redactor: self.redactor.clone(),
             events: c.events,
@@ -132,6 +138,12 @@ impl Runner<'_> {
             report,
             leftovers: 0,
         });
+        if !sweep.setid_cleared.is_empty() {
+            (self.warn)(&format!(
+                "cleared set-id bits the agent left on {}",
+                sweep.setid_cleared.join(", ")
+            ));
+        }
         if !sweep.nested_git.is_empty() {
             (self.warn)(&format!(
                 "warning: the agent left repositories in the work tree ({}); belay will not commit them",

@@ -16,6 +16,9 @@ use crate::PlanError;
 /// The plan file's default name.
 pub const DEFAULT_PLAN: &str = "plan_checkpoints.json";
 
+/// The largest plan file belay reads.
+pub const MAX_PLAN_BYTES: u64 = 16 << 20;
+
 /// Branches the loop never works on.
 pub const PROTECTED: &[&str] = &["main", "master"];
 
@@ -197,7 +200,7 @@ pub fn load(path: &Path) -> Result<Plan, PlanError> {
                 path.display()
             )))
         }
-        Ok(m) if m.len() > 16 << 20 => {
+        Ok(m) if m.len() > MAX_PLAN_BYTES => {
             return Err(PlanError::Usage(format!(
                 "the plan {} is {} bytes: a plan file is at most 16 MiB",
                 path.display(),

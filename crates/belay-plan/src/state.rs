@@ -79,9 +79,9 @@ pub enum Phase {
         checkpoint: String,
         attempt: u32,
         /// What the ignore rules hid before the reviewer's call (what it adds
-        /// there is removed, also after a crash).
+        /// there is removed, also after a crash); `None`: unknown.
         #[serde(default)]
-        ignored_before: Vec<String>,
+        ignored_before: Option<Vec<String>>,
     },
 }
 
@@ -117,6 +117,10 @@ pub struct RunState {
     pub agent_calls: u64,
     pub outcome: Option<Outcome>,
     pub reason: Option<String>,
+    /// What the run left uncommitted when it stopped (work that failed its
+    /// gate): a resume accepts these in the tree, and nothing else.
+    #[serde(default)]
+    pub left_dirty: Vec<String>,
 }
 
 impl RunState {
@@ -158,6 +162,7 @@ impl RunState {
             agent_calls: 0,
             outcome: None,
             reason: None,
+            left_dirty: vec![],
         }
     }
 

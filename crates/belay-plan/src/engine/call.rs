@@ -25,9 +25,6 @@ pub(super) struct CallOutcome {
     pub feedback: Vec<String>,
 }
 
-/// The largest plan file belay reads back.
-const MAX_PLAN: u64 = 4 * 1024 * 1024;
-
 impl Engine<'_> {
     fn spec_for(&self, role: Role) -> AgentSpec {
         let (spec, flag, plan) = match role {
@@ -203,9 +200,13 @@ impl Engine<'_> {
         }
         self.emit(Some(id), &finish)?;
         // What the agent proposed in the plan file, judged; the rest reverted.
-        let after = belay_sandbox::hostfs::read(self.git.root(), &self.plan_rel, MAX_PLAN)
-            .ok()
-            .flatten();
+        let after = belay_sandbox::hostfs::read(
+            self.git.root(),
+            &self.plan_rel,
+            crate::schema::MAX_PLAN_BYTES,
+        )
+        .ok()
+        .flatten();
         let mut judgement = gate::judge(&before, after.as_deref(), role, id);
         // The notes go into prompts, the plan file and its commits: no
         // secret's value with them.
@@ -214,12 +215,20 @@ impl Engine<'_> {
         }
         let mut feedback = Vec::new();
         if !judgement.violations.is_empty() {
+            let recorded: Vec<crate::gate::Violation> = judgement
+                .violations
+                .iter()
+                .map(|v| crate::gate::Violation {
+                    field: v.field.clone(),
+                    what: self.o.audit.prepare(&v.what),
+                })
+                .collect();
             self.emit(
                 Some(id),
                 &PlanEvent::ChangeReverted {
                     checkpoint: id.into(),
                     role: role.as_str(),
-                    violations: judgement.violations.clone(),
+                    violations: recorded,
                 },
             )?;
             (self.o.progress)(&format!(
@@ -279,6 +288,9 @@ impl Engine<'_> {
         if let Some(before) = ignored_before {
             // Every file now; `before` may have collapsed a large directory
             // to `dir/`, which then covers its files.
+            let before_set: std::collections::HashSet<&str> =
+                before.iter().map(String::as_str).collect();
+            let collapsed: Vec<&String> = before.iter().filter(|b| b.ends_with('/')).collect();
             let planted: Vec<String> = self
                 .git
                 .ignored_entries(false)
@@ -286,10 +298,8 @@ impl Engine<'_> {
                 .into_iter()
                 .filter(|p| {
                     p != &self.plan_rel
-                        && !before.contains(p)
-                        && !before
-                            .iter()
-                            .any(|b| b.ends_with('/') && p.starts_with(b.as_str()))
+                        && !before_set.contains(p.as_str())
+                        && !collapsed.iter().any(|b| p.starts_with(b.as_str()))
                 })
                 .collect();
             for p in &planted {

@@ -115,8 +115,15 @@ impl Engine<'_> {
                     format!("FAILED (exit {})", out.exit_code)
                 }
             ));
-            if !ok && !tail.trim().is_empty() {
-                summary.push_str(&format!("```\n{}\n```\n", tail.trim_end()));
+            // A failure's output goes back to the developer; a pass's tail
+            // goes to the reviewer.
+            let shown = if ok {
+                last_chars(&tail, 1500)
+            } else {
+                tail.clone()
+            };
+            if !shown.trim().is_empty() {
+                summary.push_str(&format!("```\n{}\n```\n", shown.trim_end()));
             }
             ran.push(GateCommand {
                 name: name.into(),

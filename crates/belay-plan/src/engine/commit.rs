@@ -29,13 +29,8 @@ const TOOLING: &[&str] = &[".codex", ".claude", ".gemini", ".grok"];
 /// Whether a commit leaves `path` out ([`EXCLUDED`]).
 pub fn is_excluded(path: &str) -> bool {
     let path = path.trim_end_matches('/');
-    let mut parts = path.split('/').peekable();
-    while let Some(p) = parts.next() {
-        let last = parts.peek().is_none();
-        if TOOLING.contains(&p) && !last {
-            return true;
-        }
-        if TOOLING.contains(&p) && last && path.ends_with(p) {
+    for p in path.split('/') {
+        if TOOLING.contains(&p) {
             return true;
         }
         if p == ".env" || p.starts_with(".env.") {

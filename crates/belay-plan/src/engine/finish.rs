@@ -7,24 +7,53 @@ use crate::state::{Outcome, Phase};
 use crate::PlanError;
 
 impl Engine<'_> {
+    /// The checkpoint's change for the reviewer: the patch when it is small
+    /// (at most 4,000 changed lines, cut at 64 KiB), else the summary; never
+    /// more than that in memory.
     pub(super) async fn checkpoint_diff(&self, st: &crate::state::CheckpointState) -> String {
         const MAX: usize = 64 * 1024;
         let Some(base) = &st.base else {
             return String::new();
         };
-        let mut d = self.git.diff(base, Some("HEAD")).await.unwrap_or_default();
+        let numstat = self
+            .git
+            .run(&["diff", "--numstat", base, "HEAD", "--"])
+            .await
+            .unwrap_or_default();
+        let lines: u64 = numstat
+            .lines()
+            .map(|l| {
+                let mut f = l.split('\t');
+                let a = f.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+                let d = f.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+                a + d
+            })
+            .sum();
+        if lines > 4000 {
+            let stat = self
+                .git
+                .run(&["diff", "--stat", base, "HEAD", "--"])
+                .await
+                .unwrap_or_default();
+            return format!(
+                "{}\n… ({lines} changed lines: read the change in the repository)",
+                crate::truncate(&stat, MAX)
+            );
+        }
+        let d = self
+            .git
+            .run(&["diff", base, "HEAD", "--"])
+            .await
+            .unwrap_or_default();
         if d.len() > MAX {
-            let mut cut = MAX;
-            while !d.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            d.truncate(cut);
-            d.push_str("\n… (the diff is cut at 64 KiB: read the rest in the repository)");
+            return format!(
+                "{}\n… (the diff is cut at 64 KiB: read the rest in the repository)",
+                crate::truncate(&d, MAX)
+            );
         }
         d
     }
 
-    /// Record the end, make the audit commit, close the run.
     pub(super) async fn end(mut self, stop: Result<(), Stop>) -> Result<Report, PlanError> {
         let (outcome, reason, message) = match stop {
             Ok(()) => (Outcome::Completed, None, "audit: completed run"),
@@ -94,6 +123,16 @@ impl Engine<'_> {
                 }
             }
         }
+        // What stays uncommitted (work that failed its gate) is the run's:
+        // a resume accepts it, and nothing else.
+        self.state.left_dirty = self
+            .git
+            .dirty(&[])
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p != &self.plan_rel)
+            .collect();
         self.save()?;
         if outcome == Outcome::Completed {
             let _ = fs_err::remove_file(&self.index);

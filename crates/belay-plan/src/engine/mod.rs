@@ -58,8 +58,8 @@ pub struct RunOptions {
     pub audit: AuditLevel,
     /// Agents on the host instead of in containers (the documented opt-out).
     pub on_host: bool,
-    /// On the host, let CLIs act without asking (in a container they always
-    /// may: the container is the sandbox).
+    /// Let CLIs act without asking (their auto-approval flags): an explicit
+    /// opt-in, in a container as on the host.
     pub auto_approve: bool,
     pub image: String,
     /// Where the agents' model is, as the host reaches it.
@@ -164,14 +164,19 @@ impl Engine<'_> {
         Ok(serde_json::from_str(&text).unwrap_or_default())
     }
 
-    /// What the ignore rules hide now, every file (a directory once when
-    /// there are more than 50,000), for telling what a call added there.
-    pub(super) async fn ignored_now(&self) -> Vec<String> {
-        let all = self.git.ignored_entries(false).await.unwrap_or_default();
-        if all.len() > 50_000 {
-            return self.git.ignored_entries(true).await.unwrap_or_default();
+    /// What the ignore rules hide now (a directory once, as `dir/`, when
+    /// there are more than 50,000 files), for telling what a call added
+    /// there; `None` when git cannot say (then nothing is removed).
+    pub(super) async fn ignored_now(&self) -> Option<Vec<String>> {
+        let collapsed = self.git.ignored_entries(true).await.ok()?;
+        if collapsed.len() > 50_000 {
+            return Some(collapsed);
         }
-        all
+        let all = self.git.ignored_entries(false).await.ok()?;
+        if all.len() > 50_000 {
+            return Some(collapsed);
+        }
+        Some(all)
     }
 
     /// Remove the directories above `rel` that its removal left empty.
@@ -328,7 +333,13 @@ impl Engine<'_> {
             checkpoint: id.into(),
         };
         self.save().map_err(Self::failed)?;
-        let ignored_before = self.git.ignored_entries(true).await.unwrap_or_default();
+        let ignored_before: std::collections::HashSet<String> = self
+            .git
+            .ignored_entries(true)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
         let out = self
             .call(Role::Developer, id, run_kind, &prompt)
             .await
@@ -376,7 +387,7 @@ impl Engine<'_> {
         if let Some(fail) = out.failure {
             return self.build_failed(id, fail, feedback).await;
         }
-        if out.judgement.status != Some(crate::schema::Status::Built) {
+        if !revision && out.judgement.status != Some(crate::schema::Status::Built) {
             feedback.push(format!(
                 "you did not set checkpoint '{id}' to 'built' in {}; belay judged your run by its exit and its gate",
                 self.plan_rel
@@ -497,7 +508,7 @@ impl Engine<'_> {
         );
         let out = self.call(Role::Reviewer, id, "review", &prompt).await;
         // Whatever happened, the reviewer's edits do not stay.
-        self.revert_reviewer_edits(id, Some(&ignored_before))
+        self.revert_reviewer_edits(id, ignored_before.as_deref())
             .await
             .map_err(Self::failed)?;
         let out = out.map_err(Self::failed)?;
@@ -591,6 +602,10 @@ impl Engine<'_> {
             let cp = self.cp_mut(id).map_err(Self::failed)?;
             cp.stage = Stage::Revising;
             cp.feedback.clear();
+            // Notes the reviewer did not write are not its requested fixes.
+            if out.judgement.notes.is_none() {
+                cp.notes.clear();
+            }
         }
         self.write_plan().map_err(Self::failed)?;
         self.save().map_err(Self::failed)

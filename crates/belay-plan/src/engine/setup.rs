@@ -144,10 +144,12 @@ pub async fn reset(plan: &Path, ids: &[String]) -> Result<Vec<String>, PlanError
         if done.contains(id) {
             continue;
         }
+        let known: Vec<String> = state.checkpoints.iter().map(|c| c.id.clone()).collect();
         let Some(cp) = state.get_mut(id) else {
             return Err(PlanError::Usage(format!(
-                "checkpoint `{id}` is not in the run of {}",
-                plan.display()
+                "checkpoint `{id}` is not in the run of {} (its checkpoints: {})",
+                plan.display(),
+                known.join(", ")
             )));
         };
         if cp.stage == crate::state::Stage::Approved {
@@ -182,6 +184,11 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         .map(|s| s.run_id.clone())
         .unwrap_or_else(|| belay_record::run_id::generate("plan"));
     let dir = RunLocation::run_dir(&run_id);
+    // What a killed run left running goes first.
+    let stale = belay_agent::cli::kill_recorded(&dir.join("agent.pid"));
+    if let Some(rt) = &o.rt {
+        let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
+    }
     // A run cut short during an agent call: the plan file is the agent's, so
     // the plan is belay's copy of what it last wrote, and what the agent
     // changed is judged (and reverted) like after any call.
@@ -196,9 +203,13 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     let plan = match (&interrupted, &baseline) {
         (Some((role, cid)), Some(text)) => {
             let plan = schema::parse(&baseline_path, text)?;
-            let disk = belay_sandbox::hostfs::read(git.root(), &loc.plan_rel, 4 << 20)
-                .ok()
-                .flatten();
+            let disk = belay_sandbox::hostfs::read(
+                git.root(),
+                &loc.plan_rel,
+                crate::schema::MAX_PLAN_BYTES,
+            )
+            .ok()
+            .flatten();
             let j = gate::judge(&plan.raw, disk.as_deref(), *role, cid);
             if !j.violations.is_empty() {
                 notes.push(PlanEvent::ChangeReverted {
@@ -222,11 +233,6 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
             plan
         }
     };
-    // What a killed run left running goes first.
-    let stale = belay_agent::cli::kill_recorded(&dir.join("agent.pid"));
-    if let Some(rt) = &o.rt {
-        let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
-    }
     // The work tree: clean but for the plan file, unless this is a resume
     // (then the changes are what the run left: a killed agent's work, or a
     // build that failed its gate).
@@ -236,6 +242,25 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         .into_iter()
         .filter(|p| p != &loc.plan_rel)
         .collect();
+    // A resume accepts what the run left: anything after a kill during an
+    // agent call (the agent's partial work), else only the paths it recorded.
+    let foreign: Vec<String> = match (&previous, &interrupted) {
+        (Some(_), Some(_)) => vec![],
+        (Some(s), None) if s.commit_pending.is_some() => vec![],
+        (Some(s), None) => dirty
+            .iter()
+            .filter(|p| !s.left_dirty.contains(p))
+            .cloned()
+            .collect(),
+        (None, _) => dirty.clone(),
+    };
+    if resumed && !foreign.is_empty() {
+        return Err(PlanError::Refused(format!(
+            "the work tree has changes the stopped run did not leave ({}{}): commit or stash them, then rerun to go on",
+            foreign.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            if foreign.len() > 5 { ", …" } else { "" }
+        )));
+    }
     if !dirty.is_empty() && !resumed {
         return Err(PlanError::Refused(format!(
             "the work tree has uncommitted changes ({}{}): the loop commits every step and does not mix them in. Commit or stash them and rerun; nothing was changed",
@@ -284,7 +309,12 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         .filter(|s| !s.is_empty())
         .map(String::from)
         .collect();
-    for (k, v) in crate::audit::dotenv_secrets(git.root(), &tracked_env) {
+    let root = git.root().to_path_buf();
+    let found =
+        tokio::task::spawn_blocking(move || crate::audit::dotenv_secrets(&root, &tracked_env))
+            .await
+            .unwrap_or_default();
+    for (k, v) in found {
         redactor.add(k, v);
     }
     let run = RunHandle::open(OpenRun {
@@ -380,8 +410,10 @@ impl Engine<'_> {
                 )?;
                 self.save()?;
             } else if let (Some(id), Some(then)) = (p.checkpoint.clone(), p.then) {
-                // Not made: make it now (the tree still holds the work).
+                // Not made: make it now (the tree still holds the work). The
+                // plan file shows the stage the commit records.
                 self.state.commit_pending = None;
+                let was = self.state.get(&id).map(|c| c.stage);
                 if let Some(cp) = self.state.get_mut(&id) {
                     cp.stage = then;
                 }
@@ -393,8 +425,23 @@ impl Engine<'_> {
                 } else {
                     vec![]
                 };
-                self.commit(p.message.clone(), Some(&id), Some(then), approval, paths)
+                let made = self
+                    .commit(p.message.clone(), Some(&id), Some(then), approval, paths)
                     .await?;
+                if let super::commit::Committed::Refused(why) = made {
+                    // Refused: not built (or not approved) after all.
+                    if let Some(cp) = self.state.get_mut(&id) {
+                        cp.stage = match (then, was) {
+                            (crate::state::Stage::Approved, _) => crate::state::Stage::Built,
+                            (_, Some(w)) if w != then => w,
+                            _ if cp.revisions > 0 => crate::state::Stage::Revising,
+                            _ => crate::state::Stage::Pending,
+                        };
+                        cp.feedback = vec![format!("belay refused to commit your change: {why}")];
+                    }
+                    self.write_plan()?;
+                    self.save()?;
+                }
             } else {
                 self.state.commit_pending = None;
                 self.save()?;
@@ -406,7 +453,7 @@ impl Engine<'_> {
             ..
         } = self.state.phase.clone()
         {
-            self.revert_reviewer_edits(&checkpoint, Some(&ignored_before))
+            self.revert_reviewer_edits(&checkpoint, ignored_before.as_deref())
                 .await?;
         }
         self.write_plan()?;

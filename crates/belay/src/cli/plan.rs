@@ -139,10 +139,14 @@ pub struct PlanRunArgs {
     /// runs in a container).
     #[arg(long)]
     pub on_host: bool,
-    /// With --on-host: let the CLIs act without asking (their
-    /// --dangerously-skip-permissions and the like). In a container they
-    /// always may: the container is the sandbox.
-    #[arg(long, requires = "on_host")]
+    /// Let the CLIs act without asking: pass their auto-approval flags
+    /// (claude --dangerously-skip-permissions, codex
+    /// --dangerously-bypass-approvals-and-sandbox, gemini --yolo, grok
+    /// --always-approve, agy --dangerously-skip-permissions). Off unless given,
+    /// in a container as on the host; without it a headless CLI keeps its own
+    /// permission layer, which denies what it would ask for. In belay's
+    /// container it is the usual choice: the container is the sandbox.
+    #[arg(long)]
     pub auto_approve: bool,
     /// More environment variables whose values are secrets (scrubbed from
     /// every record and refused in every commit).

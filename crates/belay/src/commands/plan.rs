@@ -128,7 +128,12 @@ async fn status(p: &Printer, a: PlanStatusArgs) -> Result<u8, Failure> {
         }));
         return Ok(0);
     }
-    p.out(format!("branch: {}", plan.branch));
+    p.out(format!(
+        "branch: {}",
+        run.as_ref()
+            .map(|r| r.branch.as_str())
+            .unwrap_or(&plan.branch)
+    ));
     p.out(format!("plan:   {}", plan.plan_file));
     if let Some(r) = &run {
         p.out(format!(

@@ -806,7 +806,8 @@ fn init_accepts_json_or_one_fence_and_corrects_once() {
 }
 
 /// The real codex CLI, pointed at the scripted model server, is developer and
-/// reviewer of one checkpoint, in its container.
+/// reviewer of one checkpoint, in its container; its auto-approval flag only
+/// because the user passed --auto-approve.
 #[test]
 fn the_real_codex_cli_builds_and_reviews_a_checkpoint() {
     let mut p = plan_json(None);
@@ -840,6 +841,7 @@ turns:
         .args([
             "plan",
             "run",
+            "--auto-approve",
             "--developer",
             "codex@gpt-5-codex",
             "--reviewer",
@@ -1047,6 +1049,30 @@ fn the_gate_sees_what_a_commit_holds() {
     assert_eq!(removed[0]["data"]["paths"][0], ".env.impl");
     assert_eq!(w.kinds("gate")[0]["data"]["passed"], false);
     assert!(w.kinds("review_comment").is_empty());
+    // The work that failed the gate stays uncommitted; a rerun accepts it,
+    // and refuses a change the run did not leave.
+    assert!(w.repo.join("lib.sh").exists());
+    assert_eq!(w.subjects(), ["audit: halted"]);
+    std::fs::write(w.repo.join("README"), "a human's edit\n").unwrap();
+    let o = w.run(
+        "dev-envimpl",
+        "rev-approve",
+        &["--max-review-attempts", "1"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("did not leave (README)"), "{}", text(&o));
+    git(&w.repo, &["checkout", "-q", "README"]);
+    let o = w.run(
+        "dev-envimpl",
+        "rev-approve",
+        &["--max-review-attempts", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("halting for human review"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// What the reviewer hides under its own ignore rules is removed too.
