@@ -168,13 +168,9 @@ impl Engine<'_> {
     /// there are more than 50,000 files), for telling what a call added
     /// there; `None` when git cannot say (then nothing is removed).
     pub(super) async fn ignored_now(&self) -> Option<Vec<String>> {
-        let collapsed = self.git.ignored_entries(true).await.ok()?;
-        if collapsed.len() > 50_000 {
-            return Some(collapsed);
-        }
         let all = self.git.ignored_entries(false).await.ok()?;
         if all.len() > 50_000 {
-            return Some(collapsed);
+            return self.git.ignored_entries(true).await.ok();
         }
         Some(all)
     }
