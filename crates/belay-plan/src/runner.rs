@@ -57,24 +57,71 @@ pub struct Output {
 impl Runner<'_> {
     pub async fn run(&self, c: Call<'_>) -> Result<Output, AgentError> {
         let prices = c.spec.model.as_deref().and_then(|m| self.prices.lookup(m));
-        if self.on_host {
-            let session = AgentSession {
-                spec: c.spec.clone(),
-                placement: Placement::Host {
+        // Where: the host (the opt-out), or a box of the call's own.
+        let agent_box = if self.on_host {
+            None
+        } else {
+            let Some(rt) = self.rt.clone() else {
+                return Err(AgentError::Config(
+                    "agents run in containers: start Docker (./scripts/setup-host.sh), or pass --on-host".into(),
+                ));
+            };
+            Some(
+                AgentBox::open(BoxSpec {
+                    rt,
+                    image: self.image.to_string(),
+                    run_id: self.run_id.to_string(),
+                    kind: c.kind,
+                    repo: self.git.root().to_path_buf(),
+                    git: Some(self.git),
+                    records: self.records.clone(),
+                    agent: c.spec,
+                    model_url: self.endpoint.map(|e| e.base_url.clone()),
+                    network: false,
+                    keep: false,
+                })
+                .await?,
+            )
+        };
+        let (placement, endpoint, client) = match &agent_box {
+            None => (
+                Placement::Host {
                     cwd: self.git.root().to_path_buf(),
                     env: vec![],
                 },
-                limits: c.limits,
-                client: None,
-                builtin: Default::default(),
-                endpoint: self.endpoint.cloned(),
-                prices,
-                auto_approve: self.auto_approve,
-                logs: c.logs,
-                redactor: self.redactor.clone(),
-                events: c.events,
-                pid_file: c.pid_file,
-            };
+                self.endpoint.cloned(),
+                None,
+            ),
+            Some(b) => (
+                b.placement(),
+                // The endpoint as the container reaches it.
+                match (self.endpoint, b.endpoint_url()) {
+                    (Some(e), Some(url)) => Some(Endpoint {
+                        base_url: url.to_string(),
+                        api: e.api,
+                        key: e.key.clone(),
+                    }),
+                    _ => None,
+                },
+                self.client,
+            ),
+        };
+        let session = AgentSession {
+            spec: c.spec.clone(),
+            placement,
+            limits: c.limits,
+            client,
+            builtin: Default::default(),
+            endpoint,
+            prices,
+            // Only when the user asked: a CLI's own approvals stay otherwise.
+            auto_approve: self.auto_approve,
+            logs: c.logs,
+            redactor: self.redactor.clone(),
+            events: c.events,
+            pid_file: c.pid_file,
+        };
+        let Some(agent_box) = agent_box else {
             // What leaves the agent's group (setsid, a double fork) is
             // re-parented to belay and killed after the call.
             belay_agent::orphans::adopt_orphans();
@@ -89,55 +136,9 @@ impl Runner<'_> {
                 ));
             }
             return report.map(|report| Output { report, leftovers });
-        }
-        let Some(rt) = self.rt.clone() else {
-            return Err(AgentError::Config(
-                "agents run in containers: start Docker (./scripts/setup-host.sh), or pass --on-host".into(),
-            ));
-        };
-        let agent_box = AgentBox::open(BoxSpec {
-            rt,
-            image: self.image.to_string(),
-            run_id: self.run_id.to_string(),
-            kind: c.kind,
-            repo: self.git.root().to_path_buf(),
-            git: Some(self.git),
-            records: self.records.clone(),
-            agent: c.spec,
-            model_url: self.endpoint.map(|e| e.base_url.clone()),
-            network: false,
-            keep: false,
-        })
-        .await?;
-        let endpoint = match (self.endpoint, agent_box.endpoint_url()) {
-            (Some(e), Some(url)) => Some(Endpoint {
-                base_url: url.to_string(),
-                api: e.api,
-                key: e.key.clone(),
-            }),
-            _ => None,
-        };
-        let session = AgentSession {
-            spec: c.spec.clone(),
-            placement: agent_box.placement(),
-            limits: c.limits,
-            client: self.client,
-            builtin: Default::default(),
-            endpoint,
-            prices,
-            // Only when the user asked: a CLI's own approvals stay otherwise.
-            auto_approve: self.auto_approve,
-            logs: c.logs,
-            redactor: self.redactor.clone(),
-            events: c.events,
-            pid_file: c.pid_file,
         };
         let report = session.run(c.prompt).await;
         let sweep = agent_box.close().await?;
-        let report = report.map(|report| Output {
-            report,
-            leftovers: 0,
-        });
         if !sweep.setid_cleared.is_empty() {
             (self.warn)(&format!(
                 "cleared set-id bits the agent left on {}",
@@ -150,6 +151,9 @@ impl Runner<'_> {
                 sweep.nested_git.join(", ")
             ));
         }
-        report
+        report.map(|report| Output {
+            report,
+            leftovers: 0,
+        })
     }
 }

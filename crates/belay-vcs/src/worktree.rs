@@ -86,6 +86,23 @@ impl Git {
         self.run(&args).await
     }
 
+    /// Put the paths `pathspecs` (git pathspecs, `:(literal)…`, `:(exclude)…`)
+    /// back as HEAD has them, in the index and the work tree.
+    pub async fn restore_from_head(&self, pathspecs: &[&str]) -> Result<(), VcsError> {
+        let mut args = vec!["restore", "--source=HEAD", "--staged", "--worktree", "--"];
+        args.extend(pathspecs);
+        self.run(&args).await.map(|_| ())
+    }
+
+    /// Whether HEAD holds the file `rel`.
+    pub async fn in_head(&self, rel: &str) -> Result<bool, VcsError> {
+        let spec = format!(":(literal){rel}");
+        let out = self
+            .run(&["ls-tree", "-r", "--name-only", "HEAD", "--", &spec])
+            .await?;
+        Ok(!out.trim().is_empty())
+    }
+
     /// The paths that differ between `from` and `to`.
     pub async fn diff_names(&self, from: &str, to: &str) -> Result<Vec<String>, VcsError> {
         let out = self

@@ -271,17 +271,7 @@ impl Engine<'_> {
             .collect();
         if !changed.is_empty() {
             let keep = format!(":(exclude,literal){}", self.plan_rel);
-            self.git
-                .run(&[
-                    "restore",
-                    "--source=HEAD",
-                    "--staged",
-                    "--worktree",
-                    "--",
-                    ".",
-                    &keep,
-                ])
-                .await?;
+            self.git.restore_from_head(&[".", &keep]).await?;
             // -ff: a planted repository goes too.
             self.git.run(&["clean", "-ffdq", "--", ".", &keep]).await?;
         }

@@ -189,24 +189,10 @@ impl Engine<'_> {
 
     /// Put `rel` back as HEAD has it, or remove it when HEAD has none.
     async fn drop_from_tree(&self, rel: &str) -> Result<(), PlanError> {
-        let spec = format!(":(literal){}", rel.trim_end_matches('/'));
-        let tracked = !self
-            .git
-            .run(&["ls-tree", "-r", "--name-only", "HEAD", "--", &spec])
-            .await?
-            .trim()
-            .is_empty();
-        if tracked {
-            self.git
-                .run(&[
-                    "restore",
-                    "--source=HEAD",
-                    "--staged",
-                    "--worktree",
-                    "--",
-                    &spec,
-                ])
-                .await?;
+        let rel_file = rel.trim_end_matches('/');
+        if self.git.in_head(rel_file).await? {
+            let spec = format!(":(literal){rel_file}");
+            self.git.restore_from_head(&[&spec]).await?;
             return Ok(());
         }
         self.remove_in_tree(rel)

@@ -117,19 +117,8 @@ fn ws_with(plan: Value) -> Ws {
     .unwrap();
     git(&repo, &["add", "plan_checkpoints.json"]);
     git(&repo, &["commit", "-qm", "the plan"]);
-    // Installed by another process: a write descriptor of this one, inherited
-    // by a child another test forks meanwhile, would make exec fail with
-    // "text file busy".
-    let src = tmp.path().join("agent.src");
-    std::fs::write(&src, AGENT).unwrap();
     let agent = tmp.path().join("agent.sh");
-    assert!(Command::new("install")
-        .args(["-m", "0755"])
-        .arg(&src)
-        .arg(&agent)
-        .status()
-        .unwrap()
-        .success());
+    common::install_script(&agent, AGENT);
     Ws { tmp, repo, agent }
 }
 

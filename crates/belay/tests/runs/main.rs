@@ -202,20 +202,8 @@ fn every_mode_writes_one_envelope_and_registers_its_runs() {
     )
     .unwrap();
     init_repo(&plan_repo);
-    let src = h.tmp.path().join("agent.src");
-    std::fs::write(
-        &src,
-        "#!/bin/sh\np=$(cat)\ncase \"$p\" in *'Review ONLY'*) to=approved ;; *) to=built; echo one > one.txt ;; esac\nsed -i \"s/\\\"status\\\": \\\"[a-z]*\\\"/\\\"status\\\": \\\"$to\\\"/\" plan_checkpoints.json\n",
-    )
-    .unwrap();
     let agent = h.tmp.path().join("agent.sh");
-    assert!(Command::new("install")
-        .args(["-m", "0755"])
-        .arg(&src)
-        .arg(&agent)
-        .status()
-        .unwrap()
-        .success());
+    common::install_script(&agent, "#!/bin/sh\np=$(cat)\ncase \"$p\" in *'Review ONLY'*) to=approved ;; *) to=built; echo one > one.txt ;; esac\nsed -i \"s/\\\"status\\\": \\\"[a-z]*\\\"/\\\"status\\\": \\\"$to\\\"/\" plan_checkpoints.json\n");
     let spec = format!("cmd:{}", agent.display());
     let out = h
         .cmd()

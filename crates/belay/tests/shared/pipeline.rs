@@ -80,3 +80,19 @@ pub fn containers_of(run_id: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Install `text` as an executable at `dest`. Written by another process: a
+/// write descriptor of this one, inherited by a child another test forks
+/// meanwhile, would make exec fail with "text file busy".
+pub fn install_script(dest: &Path, text: &str) {
+    let src = dest.with_extension("src");
+    std::fs::write(&src, text).unwrap();
+    let ok = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&src)
+        .arg(dest)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "install {}", dest.display());
+}
