@@ -519,8 +519,14 @@ steps:
         .parse()
         .unwrap_or(0);
     assert!(rounds >= 20, "the loop ran {rounds} rounds");
+    // Each round, the racer either lost (the file was scrubbed) or won at
+    // that moment (the path was a link: refused, never followed).
     let scrubbed = ws.events_of("artifact_scrubbed").len();
-    assert!(scrubbed >= 20, "belay scrubbed {scrubbed} times");
+    let refused = ws.events_of("artifact_unreachable").len();
+    assert!(
+        scrubbed + refused >= 20 && scrubbed >= 5,
+        "belay scrubbed {scrubbed} times and refused {refused} times"
+    );
 }
 
 /// Finding 4. Step `plant` leaves a process disguised as the container's own
