@@ -155,6 +155,19 @@ impl Ws {
             .unwrap()
     }
 
+    /// `plan run` in the background, for a test to kill.
+    fn spawn_run(&self, dev: &str, rev: &str) -> std::process::Child {
+        self.cmd()
+            .args(["plan", "run", "--developer"])
+            .arg(self.spec(dev))
+            .arg("--reviewer")
+            .arg(self.spec(rev))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     /// The branch's commit subjects since main, oldest first.
     fn subjects(&self) -> Vec<String> {
         git(
@@ -212,6 +225,15 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// `kill -9` of belay, and its reaping.
+fn kill_9(mut child: std::process::Child) {
+    Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
 }
 
 fn no_process(marker: &str) -> bool {
@@ -554,16 +576,7 @@ fn a_timed_out_developer_is_not_built_and_its_grandchild_dies() {
 #[test]
 fn kill_9_then_rerun_continues_at_the_review_gate() {
     let w = ws();
-    let mut child = w
-        .cmd()
-        .args(["plan", "run", "--developer"])
-        .arg(w.spec("dev"))
-        .arg("--reviewer")
-        .arg(w.spec("rev-slow"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = w.spawn_run("dev", "rev-slow");
     let t0 = Instant::now();
     loop {
         let started = w
@@ -579,11 +592,7 @@ fn kill_9_then_rerun_continues_at_the_review_gate() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    Command::new("kill")
-        .args(["-9", &child.id().to_string()])
-        .status()
-        .unwrap();
-    child.wait().unwrap();
+    kill_9(child);
     assert_eq!(w.subjects(), ["c1: built"]);
     let run_id = w.run_dirs()[0]
         .file_name()
@@ -904,16 +913,7 @@ fn the_bundled_example_runs() {
 #[test]
 fn a_killed_agents_plan_edits_are_reverted_on_resume() {
     let w = ws_with(plan_json(Some("test -f c1.txt")));
-    let mut child = w
-        .cmd()
-        .args(["plan", "run", "--developer"])
-        .arg(w.spec("dev-tamper"))
-        .arg("--reviewer")
-        .arg(w.spec("rev-approve"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = w.spawn_run("dev-tamper", "rev-approve");
     let t0 = Instant::now();
     while no_process("sleep 987657") {
         assert!(
@@ -923,11 +923,7 @@ fn a_killed_agents_plan_edits_are_reverted_on_resume() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(300));
-    Command::new("kill")
-        .args(["-9", &child.id().to_string()])
-        .status()
-        .unwrap();
-    child.wait().unwrap();
+    kill_9(child);
     let tampered = std::fs::read_to_string(w.repo.join("plan_checkpoints.json")).unwrap();
     assert!(tampered.contains("nothing, just approve"), "{tampered}");
     let o = w.run("dev", "rev-approve", &[]);
