@@ -2,7 +2,8 @@
 # Set up a Debian machine to run belay and its tests. Idempotent: every step
 # checks before it acts, so running it again is cheap.
 #
-#  - installs the Docker engine (docker.io), debootstrap, git, Node.js/npm and
+#  - installs the Docker engine (docker.io), debootstrap, git, Node.js/npm,
+#    systemd (for `systemd-analyze verify`) and
 #    a C toolchain if missing;
 #  - installs the pinned agent CLIs (codex, Claude Code, gemini) from npm into
 #    /opt/belay-agents (the adapter tests run the real ones);
@@ -27,6 +28,7 @@ command -v curl >/dev/null || missing+=(curl)
 command -v npm >/dev/null || missing+=(nodejs npm)
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+command -v systemd-analyze >/dev/null || missing+=(systemd)  # `systemd-analyze verify` of the rounds units
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -118,6 +118,7 @@ async fn main() {
         env: cli::scrubbed_env(),
         cwd: dir.clone(),
         pid_file: None,
+        process: Default::default(),
     };
     let mut parser = CodexParser::default();
     let mut seen = 0u64;

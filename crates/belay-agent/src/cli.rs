@@ -88,6 +88,23 @@ pub struct CliAgent {
     /// The CLI's own turn limit flag, where it has one (belay enforces its own anyway).
     pub max_turns: Option<u32>,
     pub extra_args: Vec<String>,
+    /// A plain command that is one of the known CLIs with its event stream
+    /// on (`claude … --output-format stream-json`): read that stream, for
+    /// the usage, turns and cost (see [`stream_of`]).
+    pub stream: Option<CliKind>,
+}
+
+/// The event stream a plain command prints, when it is a known CLI asked for
+/// its JSON stream: `claude`/`gemini` with `stream-json`, `codex exec --json`.
+pub fn stream_of(program: &str, args: &[String]) -> Option<CliKind> {
+    let base = std::path::Path::new(program).file_name()?.to_str()?;
+    let has = |w: &str| args.iter().any(|a| a == w || a.ends_with(&format!("={w}")));
+    match base {
+        "claude" if has("stream-json") => Some(CliKind::Claude),
+        "gemini" if has("stream-json") => Some(CliKind::Gemini),
+        "codex" if has("--json") && has("exec") => Some(CliKind::Codex),
+        _ => None,
+    }
 }
 
 impl CliAgent {
@@ -111,11 +128,12 @@ impl CliAgent {
             endpoint: None,
             max_turns: None,
             extra_args: Vec::new(),
+            stream: None,
         }
     }
 
     pub fn parser(&self) -> Box<dyn StreamParser> {
-        match self.kind {
+        match self.stream.unwrap_or(self.kind) {
             CliKind::Claude => Box::new(ClaudeParser::default()),
             CliKind::Codex => Box::new(CodexParser::default()),
             CliKind::Gemini => Box::new(GeminiParser::default()),
@@ -351,6 +369,22 @@ pub struct Launch {
     /// Where the child's identity is kept while it runs, so that a later
     /// belay can kill its group if this one is killed (see [`kill_recorded`]).
     pub pid_file: Option<PathBuf>,
+    pub process: ProcessOptions,
+}
+
+/// How a process is watched beyond belay's limits.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessOptions {
+    /// A raw copy of the process's stdout and stderr, merged by line and
+    /// redacted as it is written (a round log).
+    pub transcript: Option<(PathBuf, belay_record::Redactor)>,
+    /// An output line holding this text counts as the final result: the
+    /// process then has [`Limits::final_grace`] to exit before its group is
+    /// killed (the peer's `terminal_marker`).
+    pub final_marker: Option<String>,
+    /// Tie the process's life to belay's: it is killed (SIGKILL) when belay
+    /// dies, even by `kill -9` (see [`crate::lifeline`]).
+    pub tie_to_parent: bool,
 }
 
 /// Kill the process group recorded in `pid_file` by a belay that was killed
@@ -400,6 +434,7 @@ impl Launch {
             env,
             cwd,
             pid_file: None,
+            process: ProcessOptions::default(),
         })
     }
 }
@@ -418,6 +453,9 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> Result<(), AgentError>
     f.write_all(bytes)
         .map_err(|e| AgentError::Io(format!("cannot write {}: {e}", path.display())))
 }
+
+/// How long output is still read after the program exited (or was killed).
+const EXIT_DRAIN: Duration = Duration::from_millis(200);
 
 /// The longest line taken from a CLI; longer lines are cut (and reported).
 pub const MAX_LINE: usize = 32 * 1024 * 1024;
@@ -457,6 +495,56 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
             }
         }
     }
+}
+
+/// The raw, redacted copy of a process's output.
+struct Transcript {
+    out: std::io::BufWriter<fs_err::File>,
+    red: belay_record::StreamRedactor,
+    buf: Vec<u8>,
+}
+
+impl Transcript {
+    fn create(path: &std::path::Path, red: belay_record::Redactor) -> Result<Self, AgentError> {
+        use fs_err::os::unix::fs::OpenOptionsExt;
+        let f = fs_err::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| AgentError::Io(e.to_string()))?;
+        Ok(Transcript {
+            out: std::io::BufWriter::new(f),
+            red: belay_record::StreamRedactor::new(red),
+            buf: Vec::new(),
+        })
+    }
+
+    /// Append `bytes` (a log that cannot be written loses lines, not the run).
+    fn write(t: &std::sync::Mutex<Transcript>, bytes: &[u8]) {
+        use std::io::Write;
+        if let Ok(mut t) = t.lock() {
+            let t = &mut *t;
+            t.buf.clear();
+            t.red.push(bytes, &mut t.buf);
+            let _ = t.out.write_all(&t.buf);
+        }
+    }
+
+    fn finish(t: &std::sync::Mutex<Transcript>) {
+        use std::io::Write;
+        if let Ok(mut t) = t.lock() {
+            let t = &mut *t;
+            t.buf.clear();
+            t.red.finish(&mut t.buf);
+            let _ = t.out.write_all(&t.buf);
+            let _ = t.out.flush();
+        }
+    }
+}
+
+fn memchr_str(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Removes a file when dropped.
@@ -499,8 +587,30 @@ pub async fn run(
         ));
     };
     let program = program.clone();
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(args)
+    // Tied to belay: the launcher is belay itself, which sets its parent-death
+    // signal and then becomes the program (`exec`, no process of its own).
+    let (exe, args): (String, Vec<String>) = if launch.process.tie_to_parent {
+        let me = std::env::current_exe()
+            .map_err(|e| AgentError::Io(format!("cannot find belay's own executable: {e}")))?;
+        let mut a = vec![
+            crate::lifeline::EXEC_ARG.to_string(),
+            std::process::id().to_string(),
+            "--".to_string(),
+            program.clone(),
+        ];
+        a.extend(args.iter().cloned());
+        (me.display().to_string(), a)
+    } else {
+        (program.clone(), args.to_vec())
+    };
+    let transcript = match &launch.process.transcript {
+        Some((path, red)) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            Transcript::create(path, red.clone())?,
+        ))),
+        None => None,
+    };
+    let mut cmd = tokio::process::Command::new(&exe);
+    cmd.args(&args)
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&launch.cwd)
@@ -539,6 +649,7 @@ pub async fn run(
         });
     }
     let stderr_activity = activity.clone();
+    let stderr_transcript = transcript.clone();
     let stderr_task = child.stderr.take().map(|mut e| {
         tokio::spawn(async move {
             let mut keep: Vec<u8> = Vec::new();
@@ -548,6 +659,9 @@ pub async fn run(
                     break;
                 }
                 stderr_activity.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(t) = &stderr_transcript {
+                    Transcript::write(t, &buf[..n]);
+                }
                 keep.extend_from_slice(&buf[..n]);
                 if keep.len() > 2 * STDERR_KEEP {
                     keep.drain(..keep.len() - STDERR_KEEP);
@@ -575,18 +689,45 @@ pub async fn run(
     let mut killed_after_result = false;
     let mut activity_seen = 0u64;
     let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+    // The program's own exit: what it left running (a `sleep &` holding the
+    // pipe) gets the grace time to finish its output, then goes.
+    let mut exited: Option<std::process::ExitStatus> = None;
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
 
     loop {
-        let deadline = [wall_deadline, idle_deadline, grace_deadline]
+        let deadline = [wall_deadline, idle_deadline, grace_deadline, drain_deadline]
             .into_iter()
             .flatten()
             .min()
             .unwrap_or(far);
         tokio::select! {
+            st = child.wait(), if exited.is_none() => {
+                match st {
+                    Ok(st) => exited = Some(st),
+                    Err(e) => return Err(AgentError::Io(format!("cannot wait for {program}: {e}"))),
+                }
+                // What it wrote is in the pipe; what it left running is a
+                // leftover, killed now. A process that left the group and
+                // holds the pipe gets a moment, not the budget.
+                kill_group(pid);
+                drain_deadline = Some(tokio::time::Instant::now() + EXIT_DRAIN);
+            }
             r = next_line(&mut reader, &mut line, &mut cut, &activity) => {
                 match r {
                     Ok(true) => {}
                     Ok(false) | Err(_) => break,
+                }
+                if let Some(t) = &transcript {
+                    line.push(b'\n');
+                    Transcript::write(t, &line);
+                    line.pop();
+                }
+                if grace_deadline.is_none() {
+                    if let Some(m) = &launch.process.final_marker {
+                        if !m.is_empty() && memchr_str(&line, m.as_bytes()) {
+                            grace_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
+                        }
+                    }
                 }
                 if let Some(i) = limits.idle {
                     idle_deadline = Some(tokio::time::Instant::now() + i);
@@ -633,7 +774,9 @@ pub async fn run(
                     idle_deadline = limits.idle.map(|i| now + i);
                     continue;
                 }
-                if grace_deadline.is_some_and(|g| now >= g) {
+                if drain_deadline.is_some_and(|d| now >= d) {
+                    // Exited; what holds its output open is a leftover.
+                } else if grace_deadline.is_some_and(|g| now >= g) {
                     killed_after_result = true;
                 } else if wall_deadline.is_some_and(|w| now >= w) {
                     stop = Some(StopReason::WallTime { limit_s: limits.wall_time.map(|d| d.as_secs_f64()).unwrap_or(0.0) });
@@ -646,7 +789,10 @@ pub async fn run(
     }
 
     // Stopped by a limit, or hanging after its result: kill the whole group.
-    let status = if stop.is_some() || killed_after_result {
+    let status = if let Some(st) = exited {
+        kill_group(pid); // what it left running
+        Some(st)
+    } else if stop.is_some() || killed_after_result {
         kill_group(pid);
         tokio::time::timeout(Duration::from_secs(10), child.wait())
             .await
@@ -680,14 +826,23 @@ pub async fn run(
             on_event(&ev);
         }
     }
+    // A stderr held open by a process that escaped the group is not waited for.
+    let stderr_wait = if exited.is_some() || stop.is_some() || killed_after_result {
+        EXIT_DRAIN
+    } else {
+        Duration::from_secs(2)
+    };
     let stderr_tail = match stderr_task {
-        Some(t) => tokio::time::timeout(Duration::from_secs(2), t)
+        Some(t) => tokio::time::timeout(stderr_wait, t)
             .await
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default(),
         None => String::new(),
     };
+    if let Some(t) = &transcript {
+        Transcript::finish(t);
+    }
 
     let (stop, final_text, interim) = match stop {
         Some(s) => {

@@ -11,8 +11,10 @@
 pub mod builtin;
 pub mod cli;
 mod event;
+pub mod lifeline;
 pub mod orphans;
 pub mod parse;
+pub mod runner;
 pub mod sandbox;
 pub mod session;
 pub mod spec;

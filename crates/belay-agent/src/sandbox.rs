@@ -52,6 +52,22 @@ pub struct BoxSpec<'a> {
     pub network: bool,
     /// Leave the container for the user (not removed, not reaped).
     pub keep: bool,
+    pub extras: BoxExtras,
+}
+
+/// What a mode adds to the default box.
+#[derive(Debug, Clone, Default)]
+pub struct BoxExtras {
+    /// Mount the git dir read-write, so that the agent can commit (the round
+    /// supervisor; hooks still never run on the host, and the config stays
+    /// belay's credential-free copy).
+    pub git_writable: bool,
+    /// More mounts: a CLI's own login directory (`~/.claude` at
+    /// `/tmp/.claude`).
+    pub mounts: Vec<Mount>,
+    /// A file belay holds a lock on for as long as it lives: the container
+    /// ends when belay does (see [`belay_sandbox::ContainerSpec::lifeline`]).
+    pub lifeline: Option<PathBuf>,
 }
 
 /// One open container for an agent.
@@ -88,8 +104,9 @@ impl AgentBox {
             container: WORKDIR.into(),
             read_only: false,
         }];
-        mounts.extend(git_mounts(s.git, &s.repo, &s.records).await?);
+        mounts.extend(git_mounts(s.git, &s.repo, &s.records, s.extras.git_writable).await?);
         mounts.extend(container_mounts(s.agent)?);
+        mounts.extend(s.extras.mounts.iter().cloned());
         let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
         if let Some(r) = &route {
             env.extend(r.env.iter().cloned());
@@ -113,6 +130,7 @@ impl AgentBox {
                 drop_capabilities: true,
                 tmpfs: vec!["/tmp".into()],
                 idle_user: Some("65534:65534".into()),
+                lifeline: s.extras.lifeline.clone(),
                 ..Default::default()
             })
             .await;
@@ -158,6 +176,8 @@ impl AgentBox {
                 .map(|r| r.env.clone())
                 .unwrap_or_default(),
             host_root: Some(self.repo.clone()),
+            // A kept container stays for the user: it gets the cleanup.
+            removed_after: !self.keep,
         }
     }
 
@@ -193,6 +213,7 @@ async fn git_mounts(
     git: Option<&belay_vcs::Git>,
     repo: &Path,
     records: &Path,
+    writable: bool,
 ) -> Result<Vec<Mount>, AgentError> {
     let in_container = |host: &Path| -> Option<String> {
         host.strip_prefix(repo)
@@ -217,7 +238,7 @@ async fn git_mounts(
     mounts.push(Mount {
         host: dot_git.clone(),
         container: format!("{WORKDIR}/.git"),
-        read_only: true,
+        read_only: !writable,
     });
     let git_dir = git.git_dir().to_path_buf();
     if git_dir != dot_git {
@@ -225,7 +246,7 @@ async fn git_mounts(
             mounts.push(Mount {
                 host: git_dir.clone(),
                 container: c,
-                read_only: true,
+                read_only: !writable,
             });
         }
     }

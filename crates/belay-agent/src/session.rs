@@ -44,6 +44,11 @@ pub enum Placement {
         workdir: String,
         env: Vec<(String, String)>,
         host_root: Option<PathBuf>,
+        /// The container is removed right after the agent (an
+        /// [`crate::AgentBox`]): what the CLI left dies with it, and no
+        /// cleanup exec is made (Docker holds a new exec for seconds while
+        /// an escaped process keeps the last one's output open).
+        removed_after: bool,
     },
     /// On this machine, in `cwd`: the explicit opt-out of the sandbox. Only
     /// CLIs run here (the built-in agent's tools always run in a container).
@@ -123,7 +128,9 @@ pub fn container_mounts(spec: &AgentSpec) -> Result<Vec<Mount>, AgentError> {
     let mut out = Vec::new();
     match &spec.kind {
         AgentKind::Builtin => {}
-        AgentKind::Command { .. } => {
+        AgentKind::Command { .. }
+            if !PathBuf::from(program_of(spec, true)?).starts_with(agents_dir()) =>
+        {
             let p = program_of(spec, true)?;
             out.push(Mount {
                 host: PathBuf::from(&p),
@@ -131,6 +138,7 @@ pub fn container_mounts(spec: &AgentSpec) -> Result<Vec<Mount>, AgentError> {
                 read_only: true,
             });
         }
+        // A pinned CLI (also as a `cmd:` program): the whole install and node.
         _ => {
             let dir = agents_dir();
             out.push(Mount {
@@ -213,6 +221,8 @@ pub struct AgentSession<'a> {
     /// Where the running CLI's identity is kept (outside the agent's reach),
     /// for [`crate::cli::kill_recorded`] after a crash of belay.
     pub pid_file: Option<PathBuf>,
+    /// The raw transcript, the terminal marker, the tie to belay's life.
+    pub process: cli::ProcessOptions,
 }
 
 impl AgentSession<'_> {
@@ -244,6 +254,7 @@ impl AgentSession<'_> {
             workdir,
             env,
             host_root,
+            ..
         } = &self.placement
         else {
             return Err(AgentError::Config(
@@ -286,9 +297,10 @@ impl AgentSession<'_> {
         // kernel caps it at 128 KiB. Only a `cmd:` template that asks for
         // `{prompt}` gets it as an argument.
         agent.prompt_on_stdin = true;
-        if let AgentKind::Command { args, .. } = &self.spec.kind {
+        if let AgentKind::Command { program, args } = &self.spec.kind {
             agent.template = args.clone();
             agent.prompt_on_stdin = !args.iter().any(|a| a.contains("{prompt}"));
+            agent.stream = cli::stream_of(program, args);
         }
         if matches!(kind, CliKind::Grok | CliKind::Antigravity) {
             agent.prompt_file = Some(if in_container {
@@ -318,6 +330,7 @@ impl AgentSession<'_> {
                 })?;
                 let mut launch = Launch::for_agent(&agent, prompt, cwd.clone(), env)?;
                 launch.pid_file = self.pid_file.clone();
+                launch.process = self.process.clone();
                 let mut parser = agent.parser();
                 let result = cli::run(
                     &launch,
@@ -338,6 +351,7 @@ impl AgentSession<'_> {
                 id,
                 workdir,
                 env,
+                removed_after,
                 ..
             } => {
                 let agent = self.cli_agent(kind, true)?;
@@ -354,6 +368,9 @@ impl AgentSession<'_> {
                     &mut |e| stream.push(e),
                 )
                 .await;
+                if *removed_after {
+                    return result;
+                }
                 // Whatever the CLI left running in the container goes with it.
                 let kill = ExecSpec {
                     argv: vec!["sh".into(), "-c".into(), "[ -f /tmp/.belay-agent.pid ] && kill -KILL -$(cat /tmp/.belay-agent.pid) 2>/dev/null; rm -f /tmp/.belay-agent.pid; true".into()],
@@ -428,14 +445,17 @@ impl AgentSession<'_> {
         } else {
             " < /dev/null"
         };
+        // The CLI runs in a session of its own (inner); when it exits, the
+        // outer shell kills what it left in that session, so that a
+        // background process holding its output does not keep `docker exec`
+        // (and the round) waiting, and exits with the CLI's status.
         argv.extend(
             [
-                "setsid".to_string(),
-                "-w".to_string(),
                 "sh".to_string(),
                 "-c".to_string(),
+                "inner=$1; shift; setsid -w sh -c \"$inner\" belay-agent \"$@\"; rc=$?; g=$(cat /tmp/.belay-agent.pid 2>/dev/null) && [ -n \"$g\" ] && kill -KILL -\"$g\" 2>/dev/null; exit $rc".to_string(),
+                "belay-wrap".to_string(),
                 format!("{to_file}mkdir -p \"${{CODEX_HOME:-/tmp/.codex}}\"; echo $$ > /tmp/.belay-agent.pid; exec \"$@\"{redirect}"),
-                "belay-agent".to_string(),
             ],
         );
         argv.extend(cmd.argv.iter().cloned());
@@ -460,6 +480,7 @@ impl AgentSession<'_> {
             env: host_env,
             cwd: self.logs.clone(),
             pid_file: self.pid_file.clone(),
+            process: self.process.clone(),
         })
     }
 }

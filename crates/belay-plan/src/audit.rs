@@ -87,19 +87,6 @@ impl AuditLevel {
     }
 }
 
-/// The environment's variables whose names say they hold a secret.
-pub fn secret_looking_env() -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, v)| {
-            let k = k.to_ascii_uppercase();
-            v.len() >= 8
-                && ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
-                    .iter()
-                    .any(|w| k.contains(w))
-        })
-        .collect()
-}
-
 /// The values in the work tree's `.env` files (`KEY=VALUE`, 8 characters or
 /// more): an agent can read them, so a commit must not carry them. A link
 /// named `.env…` is read when it points inside the tree (the agent reads it

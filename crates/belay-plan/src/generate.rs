@@ -7,8 +7,8 @@ use std::time::Duration;
 use belay_agent::{AgentSpec, Limits};
 use serde_json::Value;
 
-use crate::runner::{Call, Runner};
 use crate::PlanError;
+use belay_agent::runner::{Call, Runner};
 
 pub struct Generate<'a> {
     pub runner: &'a Runner<'a>,
@@ -62,6 +62,7 @@ pub async fn generate(g: Generate<'_>) -> Result<Value, GenerateError> {
                 events: None,
                 logs: g.logs.join(format!("round-{round}")),
                 pid_file: None,
+                process: Default::default(),
             })
             .await
             .map_err(|e| GenerateError::Plan(e.into()))?

@@ -16,7 +16,7 @@
 //! * [`gate`]: what an agent changed in the plan file, and what of it stands;
 //! * [`state`]: the run state, saved atomically after every transition;
 //! * [`prompts`]: the developer, reviewer and revision prompts;
-//! * [`runner`]: one agent run, in a container of its own or on the host;
+//! * agent runs go through [`belay_agent::runner`] (a container of their own, or the host);
 //! * [`audit`]: the audit levels (`off`, `redacted`, `full`);
 //! * [`engine`]: the loop.
 
@@ -29,7 +29,6 @@ pub mod generate;
 pub mod init;
 mod locate;
 pub mod prompts;
-pub mod runner;
 pub mod schema;
 pub mod state;
 

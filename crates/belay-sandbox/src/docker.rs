@@ -1,5 +1,8 @@
 //! The Docker Engine API backend.
 
+/// Where a container's lifeline is mounted.
+const LIFELINE: &str = "/run/belay-lifeline";
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -316,6 +319,14 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError> {
+        if let Some(l) = &spec.lifeline {
+            if !l.is_file() {
+                return Err(SandboxError::Docker {
+                    op: "create container",
+                    message: format!("the lifeline {} is not a file belay holds", l.display()),
+                });
+            }
+        }
         self.check()?;
         let mut lbl = spec.labels.clone();
         lbl.insert(labels::BELAY.into(), "true".into());
@@ -325,9 +336,15 @@ impl ContainerRuntime for DockerRuntime {
             lbl.extend(self.owner.clone());
         }
         let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let lifeline = spec.lifeline.as_ref().map(|l| Mount {
+            host: l.clone(),
+            container: LIFELINE.into(),
+            read_only: true,
+        });
         let mounts: Vec<String> = spec
             .mounts
             .iter()
+            .chain(lifeline.iter())
             .map(|m| {
                 format!(
                     "{}:{}:{}",
@@ -389,7 +406,11 @@ impl ContainerRuntime for DockerRuntime {
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
             user: spec.idle_user.clone(),
-            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            cmd: Some(match &spec.lifeline {
+                // Ends (and with it the container) once belay's lock goes.
+                Some(_) => vec!["flock".into(), "-s".into(), LIFELINE.into(), "true".into()],
+                None => vec!["sleep".into(), "infinity".into()],
+            }),
             entrypoint: Some(vec![]),
             env: Some(env),
             labels: Some(to_hash(&lbl)),

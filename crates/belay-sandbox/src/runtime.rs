@@ -76,6 +76,12 @@ pub struct ContainerSpec {
     /// CAP_SYS_PTRACE, CAP_KILL or CAP_SETUID). Not for containers that are
     /// committed as images (the user would be baked in).
     pub idle_user: Option<String>,
+    /// A host file that belay holds an exclusive `flock` on for as long as it
+    /// lives. The container's main process waits for that lock and then
+    /// exits, which ends the container: whatever kills belay, even
+    /// `kill -9`, ends everything in it. The image needs `flock`
+    /// (util-linux).
+    pub lifeline: Option<std::path::PathBuf>,
 }
 
 /// One command to execute in a running container.

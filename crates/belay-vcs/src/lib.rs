@@ -36,7 +36,7 @@ use std::process::Command;
 use std::time::Duration;
 
 pub use commit::{BlobScan, CommitOutcome, CommitRequest, Refusal, MAX_LISTED};
-pub use stash::Stash;
+pub use stash::{keep_pathspec, Stash};
 pub use worktree::Reset;
 
 #[derive(Debug, thiserror::Error)]

@@ -10,24 +10,52 @@ pub struct Stash {
     pub message: String,
 }
 
+/// A pathspec of the whole tree except the paths `keep` (relative to the
+/// root, taken literally); empty when nothing is kept.
+pub fn keep_pathspec(keep: &[String]) -> Vec<String> {
+    if keep.is_empty() {
+        return Vec::new();
+    }
+    std::iter::once(":/".to_string())
+        .chain(keep.iter().map(|k| format!(":(exclude,literal){k}")))
+        .collect()
+}
+
 impl Git {
     /// Stash every change (tracked, staged and untracked; ignored files stay),
     /// leaving the work tree at HEAD. The stash's SHA, or `None` when the tree
     /// was clean.
     pub async fn stash_push(&self, message: &str) -> Result<Option<String>, VcsError> {
-        if self.dirty(&[]).await?.is_empty() {
+        self.stash_push_except(message, &[]).await
+    }
+
+    /// [`Git::stash_push`], leaving the paths `keep` (relative to the root)
+    /// as they are: a supervisor's own inputs in the tree (its config, the
+    /// prompt) are not the agent's work.
+    pub async fn stash_push_except(
+        &self,
+        message: &str,
+        keep: &[String],
+    ) -> Result<Option<String>, VcsError> {
+        let spec = keep_pathspec(keep);
+        let spec: Vec<&str> = spec.iter().map(String::as_str).collect();
+        if self.dirty(&spec).await?.is_empty() {
             return Ok(None);
         }
         let before = self.stash_top().await?;
-        self.run(&[
+        let mut args = vec![
             "stash",
             "push",
             "--quiet",
             "--include-untracked",
             "--message",
             message,
-        ])
-        .await?;
+        ];
+        if !spec.is_empty() {
+            args.push("--");
+            args.extend(spec.iter().copied());
+        }
+        self.run(&args).await?;
         let after = self.stash_top().await?;
         if after == before {
             return Ok(None);

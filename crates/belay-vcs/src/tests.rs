@@ -491,3 +491,33 @@ async fn planted_merge_drivers_and_remote_helpers_never_run() {
     let ran = markers(d.path());
     assert!(ran.is_empty(), "ran on the host: {ran:?}");
 }
+
+/// The paths kept out of a stash stay in the tree as they were, untracked
+/// or changed; everything else goes into the stash.
+#[tokio::test]
+async fn a_stash_can_leave_named_paths_alone() {
+    let (_d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    std::fs::create_dir_all(root.join("prompts")).unwrap();
+    std::fs::write(root.join("prompts/main.md"), "the prompt\n").unwrap();
+    let keep = vec!["prompts/main.md".to_string()];
+    assert_eq!(
+        git.stash_push_except("only kept", &keep).await.unwrap(),
+        None
+    );
+    std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    std::fs::write(root.join("work.txt"), "new\n").unwrap();
+    let sha = git
+        .stash_push_except("round", &keep)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(git.dirty(&[]).await.unwrap(), ["prompts/main.md"]);
+    assert_eq!(
+        std::fs::read_to_string(root.join("prompts/main.md")).unwrap(),
+        "the prompt\n"
+    );
+    assert!(!root.join("work.txt").exists());
+    git.stash_apply(&sha).await.unwrap();
+    assert!(root.join("work.txt").exists());
+}

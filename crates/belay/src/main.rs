@@ -21,6 +21,20 @@ fn main() -> ExitCode {
              Run state is written atomically; rerunning the same command resumes where it stopped."
         );
     }));
+    // belay launching a tied agent (see belay_agent::lifeline): become it.
+    let mut raw = std::env::args_os();
+    if raw
+        .nth(1)
+        .is_some_and(|a| a == belay_agent::lifeline::EXEC_ARG)
+    {
+        let rest: Option<Vec<String>> = raw.map(|a| a.into_string().ok()).collect();
+        let why = match rest {
+            Some(rest) => belay_agent::lifeline::exec_tied(&rest),
+            None => "an argument is not UTF-8".to_string(),
+        };
+        eprintln!("belay: {why}");
+        return ExitCode::from(127);
+    }
     let cli = cli::Cli::parse();
     let filter = match cli.verbose {
         0 => "warn",

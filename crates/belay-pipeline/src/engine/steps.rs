@@ -177,6 +177,7 @@ impl Engine<'_> {
             let net = if step.network { Net::Open } else { Net::None };
             let c = self.container(net, step.workspace, step).await?;
             let placement = Placement::Container {
+                removed_after: false,
                 rt: self.rt.clone(),
                 id: c,
                 workdir: WORKDIR.into(),
@@ -202,6 +203,7 @@ impl Engine<'_> {
             };
             let prices = PriceTable::builtin().lookup(spec.model.as_deref().unwrap_or(""));
             let placement = Placement::Container {
+                removed_after: false,
                 rt: self.rt.clone(),
                 id: c,
                 workdir: WORKDIR.into(),
@@ -248,6 +250,7 @@ impl Engine<'_> {
                 source: Kind::Agent.source(),
             }),
             pid_file: None,
+            process: Default::default(),
         };
         let report = session
             .run(&task)

@@ -107,7 +107,7 @@ impl Engine<'_> {
             step: Some(id.to_string()),
             source: "agent",
         });
-        let runner = crate::runner::Runner {
+        let runner = belay_agent::runner::Runner {
             rt: self.o.rt.clone(),
             image: &self.o.image,
             on_host: self.o.on_host,
@@ -120,9 +120,11 @@ impl Engine<'_> {
             git: &self.git,
             records: self.run.path("box"),
             warn: &*self.o.progress,
+            extras: Default::default(),
+            agent_env: vec![],
         };
         let result = runner
-            .run(crate::runner::Call {
+            .run(belay_agent::runner::Call {
                 spec: &spec,
                 kind: format!("plan-{}", role.as_str()),
                 prompt,
@@ -130,6 +132,7 @@ impl Engine<'_> {
                 events,
                 logs,
                 pid_file: Some(self.run.path("agent.pid")),
+                process: Default::default(),
             })
             .await;
         let result = match result {

@@ -60,6 +60,7 @@ impl Engine<'_> {
             model_url: None,
             network: false,
             keep: false,
+            extras: Default::default(),
         })
         .await?;
         // What a commit would hold, before the commands run: they run code

@@ -298,7 +298,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         git.switch(&branch).await?;
     }
     let mut redactor = o.redactor.clone();
-    for (k, v) in crate::audit::secret_looking_env() {
+    for (k, v) in belay_model::keys::secret_looking_env() {
         redactor.add(k, v);
     }
     // The agents can read the tree's .env files: their values are secrets too.

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod plan;
+mod rounds;
 pub use plan::*;
+pub use rounds::*;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -57,6 +59,12 @@ pub enum Command {
     /// step on a feature branch, never merged.
     #[command(subcommand)]
     Plan(PlanCommand),
+    /// The round supervisor: an agent CLI round after round (phases, a round
+    /// context, stashes by SHA, a startup battery, a monitor, systemd units),
+    /// reading cli-agent-runner's agent-runner.toml. Exit codes are the
+    /// peer's: 0 ok, 1 the agent failed, 75 a breaker tripped, 76 not ready,
+    /// 78 bad config, 130 interrupted.
+    Rounds(RoundsArgs),
     /// Every run of every mode: list, show, events (live with --follow), gc.
     #[command(subcommand)]
     Runs(RunsCommand),

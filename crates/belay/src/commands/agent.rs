@@ -167,6 +167,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             redactor: redactor.clone(),
             events: Some(events),
             pid_file: None,
+            process: Default::default(),
         };
         // Interrupted, the run is dropped and its process group killed.
         match interruptible(async { Ok(session.run(&a.prompt).await?) }).await {
@@ -190,6 +191,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             model_url: model.as_ref().map(|(s, _)| s.config.base_url.clone()),
             network: a.network,
             keep: a.keep_container,
+            extras: Default::default(),
         })
         .await?;
         let session = AgentSession {
@@ -208,6 +210,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             redactor: redactor.clone(),
             events: Some(events),
             pid_file: None,
+            process: Default::default(),
         };
         let result = interruptible(async { Ok(session.run(&a.prompt).await?) }).await;
         if a.keep_container {

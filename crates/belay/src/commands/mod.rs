@@ -10,6 +10,7 @@ pub mod env;
 mod image;
 pub mod model;
 mod plan;
+mod rounds;
 mod run;
 mod runs;
 
@@ -30,6 +31,7 @@ pub async fn run(cli: Cli, p: &Printer) -> Result<u8, Failure> {
         Command::Agent(AgentCommand::Run(a)) => agent::run(p, *a).await,
         Command::Run(a) => run::run(p, a).await,
         Command::Plan(c) => plan::plan(p, c).await,
+        Command::Rounds(a) => rounds::rounds(p, a).await,
         Command::Runs(c) => runs::runs(p, c).await,
     }
 }

@@ -214,7 +214,7 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
     let run_id = belay_record::run_id::generate("plan-init");
     let records = belay_record::state_home().join("plan/init").join(&run_id);
     let warn = progress(p);
-    let runner = belay_plan::runner::Runner {
+    let runner = belay_agent::runner::Runner {
         rt,
         image: &a.image,
         on_host: a.on_host,
@@ -227,6 +227,8 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
         git: &git,
         records: records.join("box"),
         warn: &*warn,
+        extras: Default::default(),
+        agent_env: vec![],
     };
     p.note(&format!("asking {} for a plan of {}", a.agent, branch));
     let plan = belay_plan::generate::generate(belay_plan::generate::Generate {

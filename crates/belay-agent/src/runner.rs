@@ -1,13 +1,14 @@
 //! One agent run on the work tree, in a container of its own (through
-//! [`belay_agent::AgentBox`]) or on the host (the opt-out): what `plan init`
-//! and every call of the loop share.
+//! [`crate::AgentBox`]) or on the host (the opt-out): what every call of the
+//! plan loop and every round of the round supervisor share.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use belay_agent::cli::Endpoint;
-use belay_agent::session::EventTarget;
-use belay_agent::{
+use crate::cli::{Endpoint, ProcessOptions};
+use crate::sandbox::BoxExtras;
+use crate::session::EventTarget;
+use crate::{
     AgentBox, AgentError, AgentReport, AgentSession, AgentSpec, BoxSpec, Limits, Placement,
 };
 use belay_model::{ModelClient, PriceTable};
@@ -33,6 +34,12 @@ pub struct Runner<'a> {
     pub records: PathBuf,
     /// Progress lines.
     pub warn: &'a (dyn Fn(&str) + Send + Sync),
+    /// What the box adds to the default (a writable git dir, login
+    /// directories, the lifeline).
+    pub extras: BoxExtras,
+    /// The environment the agent gets beyond the scrubbed one (and, in a
+    /// container, the route's), on either placement.
+    pub agent_env: Vec<(String, String)>,
 }
 
 /// One call.
@@ -45,6 +52,7 @@ pub struct Call<'a> {
     pub events: Option<EventTarget>,
     pub logs: PathBuf,
     pub pid_file: Option<PathBuf>,
+    pub process: ProcessOptions,
 }
 
 /// What a call gave.
@@ -79,6 +87,7 @@ impl Runner<'_> {
                     model_url: self.endpoint.map(|e| e.base_url.clone()),
                     network: false,
                     keep: false,
+                    extras: self.extras.clone(),
                 })
                 .await?,
             )
@@ -87,13 +96,19 @@ impl Runner<'_> {
             None => (
                 Placement::Host {
                     cwd: self.git.root().to_path_buf(),
-                    env: vec![],
+                    env: self.agent_env.clone(),
                 },
                 self.endpoint.cloned(),
                 None,
             ),
             Some(b) => (
-                b.placement(),
+                {
+                    let mut p = b.placement();
+                    if let Placement::Container { env, .. } = &mut p {
+                        env.extend(self.agent_env.iter().cloned());
+                    }
+                    p
+                },
                 // The endpoint as the container reaches it.
                 match (self.endpoint, b.endpoint_url()) {
                     (Some(e), Some(url)) => Some(Endpoint {
@@ -120,13 +135,14 @@ impl Runner<'_> {
             redactor: self.redactor.clone(),
             events: c.events,
             pid_file: c.pid_file,
+            process: c.process,
         };
         let Some(agent_box) = agent_box else {
             // What leaves the agent's group (setsid, a double fork) is
             // re-parented to belay and killed after the call.
-            belay_agent::orphans::adopt_orphans();
+            crate::orphans::adopt_orphans();
             let report = session.run(c.prompt).await;
-            let leftovers = tokio::task::spawn_blocking(belay_agent::orphans::kill_adopted)
+            let leftovers = tokio::task::spawn_blocking(crate::orphans::kill_adopted)
                 .await
                 .map(|k| k.len())
                 .unwrap_or(0);

@@ -1,0 +1,112 @@
+//! The round's prompt: the prompt files joined, YAML front matter stripped,
+//! and the round context prepended (or left to a file, or skipped).
+
+use std::path::Path;
+
+use crate::config::{Config, ContextMode, Phase};
+use crate::state::RoundContext;
+
+/// The largest prompt file read.
+const MAX_PROMPT_FILE: u64 = 4 * 1024 * 1024;
+
+/// The prompt files of a round, joined. The first must exist; later
+/// missing ones are skipped (as the peer does). The error names the file.
+pub fn assemble_files(cfg: &Config, phase: Option<&Phase>) -> Result<String, String> {
+    let files = cfg.prompt_files(phase);
+    let mut parts = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        match read_prompt(f) {
+            Ok(t) => parts.push(if cfg.prompt.strip_frontmatter {
+                strip_frontmatter(&t).to_string()
+            } else {
+                t
+            }),
+            Err(e) if i > 0 && e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("prompt file {}: {e}", f.display())),
+        }
+    }
+    Ok(parts.join(&cfg.prompt.separator))
+}
+
+fn read_prompt(f: &Path) -> std::io::Result<String> {
+    let m = fs_err::metadata(f)?;
+    if !m.is_file() || m.len() > MAX_PROMPT_FILE {
+        return Err(std::io::Error::other("not a regular file under 4 MiB"));
+    }
+    fs_err::read_to_string(f)
+}
+
+/// Drop a leading `---` … `---` block.
+pub fn strip_frontmatter(t: &str) -> &str {
+    let Some(rest) = t
+        .strip_prefix("---\n")
+        .or_else(|| t.strip_prefix("---\r\n"))
+    else {
+        return t;
+    };
+    let mut off = 0;
+    for line in rest.split_inclusive('\n') {
+        off += line.len();
+        if line.trim_end() == "---" {
+            return rest[off..].trim_start_matches(['\r', '\n']);
+        }
+    }
+    t
+}
+
+/// The context block as it is prepended.
+pub fn context_block(ctx: &RoundContext) -> String {
+    let json = serde_json::to_string_pretty(ctx).unwrap_or_else(|_| "{}".into());
+    format!("```round-context\n{json}\n```\n\n")
+}
+
+/// The prompt the agent gets.
+pub fn with_context(cfg: &Config, body: &str, ctx: &RoundContext) -> String {
+    if cfg.prompt.inject_context && cfg.prompt.mode == ContextMode::Prepend {
+        format!("{}{body}", context_block(ctx))
+    } else {
+        body.to_string()
+    }
+}
+
+/// The peer's smoke check: non-empty, at least 500 bytes, and not starting
+/// with `-` or white space (a truncated or mangled prompt, or one a CLI
+/// would read as a flag).
+pub fn smoke(prompt: &str) -> Result<(), String> {
+    if prompt.is_empty() {
+        return Err("the assembled prompt is empty".into());
+    }
+    if let Some(c) = prompt.chars().next() {
+        if c == '-' || c.is_whitespace() {
+            return Err(format!(
+                "the assembled prompt starts with {c:?}: a CLI could read it as a flag, or the file lost its start"
+            ));
+        }
+    }
+    if prompt.len() < 500 {
+        return Err(format!(
+            "the assembled prompt is {} bytes, under 500: it looks truncated",
+            prompt.len()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontmatter_goes_and_the_smoke_check_reads_the_start() {
+        assert_eq!(strip_frontmatter("---\na: 1\n---\nbody"), "body");
+        assert_eq!(strip_frontmatter("no front\n---\n"), "no front\n---\n");
+        assert_eq!(strip_frontmatter("---\nunclosed"), "---\nunclosed");
+        assert!(smoke(&"x".repeat(500)).is_ok());
+        assert!(smoke(&"x".repeat(499)).unwrap_err().contains("499 bytes"));
+        assert!(smoke(&format!("-{}", "x".repeat(600)))
+            .unwrap_err()
+            .contains("flag"));
+        assert!(smoke(&format!("\n{}", "x".repeat(600))).is_err());
+        assert!(smoke("").is_err());
+    }
+}

@@ -1,0 +1,287 @@
+//! The agent of one round, through the shared runner: a container of the
+//! round's own (work tree and `.git` writable, only the model endpoint
+//! reachable, the CLI's login directory mounted, tied to this process by its
+//! lifeline), or the host. The budget kills everything the round started.
+
+use std::path::Path;
+use std::time::Duration;
+
+use belay_agent::cli::ProcessOptions;
+use belay_agent::runner::{Call, Runner};
+use belay_agent::sandbox::BoxExtras;
+use belay_agent::session::EventTarget;
+use belay_agent::{AgentKind, AgentReport, AgentSpec, Limits, StopReason};
+use belay_sandbox::Mount;
+
+use super::Outcome;
+use crate::config::{AgentConfig, PlacementKind};
+use crate::events::Usage;
+use crate::state::RoundContext;
+use crate::supervisor::Supervisor;
+use crate::RoundsError;
+
+/// Where the round's own read-only view (the context file) is in a container.
+const ROUND_VIEW: &str = "/run/belay-round";
+
+/// Resolves when the round must stop now.
+#[derive(Clone)]
+pub struct Killed(pub tokio::sync::watch::Receiver<bool>);
+
+impl Killed {
+    pub async fn wait(&mut self) {
+        while !*self.0.borrow() {
+            if self.0.changed().await.is_err() {
+                // The sender is gone: nobody can ask any more.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+pub(super) struct AgentCall<'a> {
+    pub agent: &'a AgentConfig,
+    pub round_num: u64,
+    pub phase: Option<&'a str>,
+    pub prompt: &'a str,
+    pub budget_s: f64,
+    pub log: &'a Path,
+    pub ctx: &'a RoundContext,
+    pub fresh_eyes: bool,
+    pub context_file: bool,
+    pub max_cost: Option<f64>,
+    pub max_turns: Option<u32>,
+    pub kill: Option<Killed>,
+}
+
+pub(super) struct Ran {
+    pub outcome: Outcome,
+    pub exit_code: Option<i32>,
+    pub usage: Usage,
+    pub usage_capable: bool,
+    pub leftovers: usize,
+    pub stop: String,
+    pub commands: Vec<String>,
+    pub stderr_tail: String,
+}
+
+/// A peer command naming a pinned CLI by its bare name runs the pinned
+/// install in a container (the host's script is not runnable there).
+fn container_spec(spec: &AgentSpec) -> AgentSpec {
+    let mut spec = spec.clone();
+    if let AgentKind::Command { program, .. } = &mut spec.kind {
+        if matches!(program.as_str(), "claude" | "codex" | "gemini") {
+            let pinned = belay_agent::session::agents_dir()
+                .join("node_modules/.bin")
+                .join(&*program);
+            if pinned.exists() {
+                *program = pinned.display().to_string();
+            }
+        }
+    }
+    spec
+}
+
+fn outcome_of(r: &AgentReport) -> Outcome {
+    match &r.stop {
+        StopReason::WallTime { .. } | StopReason::Idle { .. } => Outcome::TimedOut,
+        StopReason::TurnLimit { .. } | StopReason::CostLimit { .. } => Outcome::Limit,
+        _ if r.killed_after_result => Outcome::GraceKilled,
+        StopReason::Completed if r.exit_code.is_none_or(|c| c == 0) => Outcome::Clean,
+        _ => Outcome::Failed,
+    }
+}
+
+impl Supervisor {
+    pub(super) async fn run_agent(&self, c: AgentCall<'_>) -> Result<Ran, RoundsError> {
+        let cfg = &self.cfg;
+        let log_dir = self.log_dir();
+        let on_host = c.agent.placement == PlacementKind::Host;
+        let spec = if on_host {
+            c.agent.spec.clone()
+        } else {
+            container_spec(&c.agent.spec)
+        };
+        let view = log_dir.join(".round-view");
+        fs_err::create_dir_all(&view).map_err(|e| RoundsError::io("cannot create", &view, e))?;
+        let context_path = if on_host {
+            log_dir.join(crate::state::CONTEXT_FILE)
+        } else {
+            Path::new(ROUND_VIEW).join(crate::state::CONTEXT_FILE)
+        };
+        if !on_host {
+            crate::state::write(&view, crate::state::CONTEXT_FILE, c.ctx, self.redactor())?;
+        }
+        let mut env: Vec<(String, String)> = vec![
+            ("AGENT_RUNNER_ROUND_NUM".into(), c.round_num.to_string()),
+            (
+                "AGENT_RUNNER_LOG_DIR".into(),
+                if on_host {
+                    log_dir.display().to_string()
+                } else {
+                    ROUND_VIEW.into()
+                },
+            ),
+            (
+                "AGENT_RUNNER_CONTEXT_FILE".into(),
+                context_path.display().to_string(),
+            ),
+            (
+                "AGENT_RUNNER_REAP_GRACE_S".into(),
+                format!("{}", c.agent.sigterm_grace_s),
+            ),
+        ];
+        if let Some(p) = c.phase {
+            env.push(("AGENT_RUNNER_PHASE".into(), p.to_string()));
+        }
+        if c.fresh_eyes {
+            env.push(("AGENT_RUNNER_FRESH_EYES".into(), "1".into()));
+        }
+        env.extend(c.agent.env.iter().cloned());
+        for name in &c.agent.pass_env {
+            if let Some((k, v)) = self.passed_env.iter().find(|(k, _)| k == name) {
+                env.push((k.clone(), v.clone()));
+            }
+        }
+        let mut mounts = vec![Mount {
+            host: view.clone(),
+            container: ROUND_VIEW.into(),
+            read_only: true,
+        }];
+        for d in &c.agent.login_dirs {
+            if let Some(name) = d.file_name() {
+                mounts.push(Mount {
+                    host: d.clone(),
+                    container: format!("/tmp/{}", name.to_string_lossy()),
+                    read_only: false,
+                });
+            }
+        }
+        let _ = c.context_file; // the context file is always written; the prompt says where
+        let warn = |m: &str| (self.progress)(m);
+        let runner = Runner {
+            rt: self.rt.clone(),
+            image: &c.agent.image,
+            on_host,
+            auto_approve: c.agent.auto_approve,
+            endpoint: self.endpoint.as_ref(),
+            client: None,
+            prices: &self.prices,
+            redactor: self.redactor(),
+            run_id: self.run.id(),
+            git: &self.git,
+            records: log_dir.join(".box"),
+            warn: &warn,
+            extras: BoxExtras {
+                git_writable: true,
+                mounts,
+                lifeline: self.lifeline.as_ref().map(|l| l.path.clone()),
+            },
+            agent_env: env,
+        };
+        let grace = if cfg.runtime.grace_after_result_s > 0.0 {
+            cfg.runtime.grace_after_result_s
+        } else {
+            c.agent.sigterm_grace_s
+        };
+        let step = format!("R{}", c.round_num);
+        let call = Call {
+            spec: &spec,
+            kind: "rounds-agent".into(),
+            prompt: c.prompt,
+            limits: Limits {
+                max_turns: c.max_turns,
+                max_cost_usd: c.max_cost,
+                wall_time: Some(Duration::from_secs_f64(c.budget_s)),
+                idle: None,
+                final_grace: Duration::from_secs_f64(grace),
+            },
+            events: Some(EventTarget {
+                sink: self.run.sink().clone(),
+                step: Some(step),
+                source: "agent",
+            }),
+            logs: log_dir.join(".agent"),
+            pid_file: Some(log_dir.join("agent.pid")),
+            process: ProcessOptions {
+                transcript: Some((c.log.to_path_buf(), self.redactor().clone())),
+                final_marker: c.agent.terminal_marker.clone(),
+                tie_to_parent: true,
+            },
+        };
+        let usage_capable = match &spec.kind {
+            AgentKind::Command { program, args } => {
+                belay_agent::cli::stream_of(program, args).is_some()
+            }
+            AgentKind::Builtin => true,
+            _ => true,
+        };
+        let result = match c.kill {
+            Some(mut k) => {
+                tokio::select! {
+                    r = runner.run(call) => Some(r),
+                    _ = k.wait() => None,
+                }
+            }
+            None => Some(runner.run(call).await),
+        };
+        let Some(result) = result else {
+            // Stopped now: the host group died with the dropped call; the
+            // container goes here.
+            self.remove_round_containers().await;
+            let leftovers = if on_host {
+                tokio::task::spawn_blocking(belay_agent::orphans::kill_adopted)
+                    .await
+                    .map(|k| k.len())
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            return Ok(Ran {
+                outcome: Outcome::Killed,
+                exit_code: None,
+                usage: Usage {
+                    input_tokens: 0,
+                    output_tokens: 0,
+                    cached_tokens: 0,
+                    cost_usd: 0.0,
+                    turns: 0,
+                },
+                usage_capable,
+                leftovers,
+                stop: "killed".into(),
+                commands: vec![],
+                stderr_tail: String::new(),
+            });
+        };
+        let out = result?;
+        let r = out.report;
+        Ok(Ran {
+            outcome: outcome_of(&r),
+            exit_code: r.exit_code,
+            usage: Usage {
+                input_tokens: r.usage.input_tokens,
+                output_tokens: r.usage.output_tokens,
+                cached_tokens: r.usage.cached_tokens,
+                cost_usd: r.cost_usd,
+                turns: r.turns,
+            },
+            usage_capable,
+            leftovers: out.leftovers,
+            stop: r.stop.describe(),
+            commands: r.commands,
+            stderr_tail: r.stderr_tail,
+        })
+    }
+
+    /// Remove this project's round containers (after a round stopped now,
+    /// or left by a killed belay whose lifeline went).
+    pub async fn remove_round_containers(&self) {
+        let Some(rt) = &self.rt else { return };
+        let filter = format!("{}={}", belay_sandbox::labels::RUN, self.run.id());
+        if let Ok(list) = rt.list_containers(&[filter]).await {
+            for c in list {
+                let _ = rt.remove(&c.id).await;
+            }
+        }
+    }
+}

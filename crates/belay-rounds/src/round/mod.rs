@@ -1,0 +1,587 @@
+//! One round: battery, repository lock, round number and phase, round
+//! context, the agent under its budget, then the dirty tree, the status and
+//! the round's end: in that order, whatever way the agent ended.
+
+mod agent;
+mod dirty;
+mod recover;
+
+use std::time::Instant;
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use crate::config::ContextMode;
+use crate::events::{RoundEvent, Usage};
+use crate::lock::RepoLock;
+use crate::state::{self, DayUsage, OrphanBlock, OrphanState, Previous, RoundContext, Status};
+use crate::supervisor::Supervisor;
+use crate::RoundsError;
+
+pub use agent::Killed;
+
+/// How a round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The agent exited 0 (or gave its result).
+    Clean,
+    /// The agent exited non-zero, or reported failure.
+    Failed,
+    /// The round budget ran out: everything the round started was killed.
+    TimedOut,
+    /// The agent gave its result and did not exit within the grace: killed.
+    GraceKilled,
+    /// One of belay's cost or turn limits stopped the agent.
+    Limit,
+    /// Stopped now (a second SIGTERM, or `belay rounds kill`).
+    Killed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Clean => "clean",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::GraceKilled => "grace_killed",
+            Outcome::Limit => "limit",
+            Outcome::Killed => "killed",
+        }
+    }
+
+    /// The exit code of `belay rounds round` (the peer's).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Clean | Outcome::GraceKilled => crate::exit::OK,
+            Outcome::Killed => crate::exit::INTERRUPTED,
+            _ => crate::exit::AGENT_FAILED,
+        }
+    }
+}
+
+/// What a round did, for serve's breakers and the caller.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundOutcome {
+    pub round_num: u64,
+    pub phase: Option<String>,
+    pub outcome: Outcome,
+    pub exit_code: Option<i32>,
+    pub duration_s: f64,
+    pub usage: Usage,
+    /// The adapter reports usage for this agent (for the no-progress breaker).
+    pub usage_capable: bool,
+    pub new_commits: bool,
+    pub stashed: Option<String>,
+    pub auth_failed: bool,
+    /// A rate limit: its class and when it resets.
+    pub transient: Option<(String, Option<String>)>,
+    /// The agent's `.agent-done`: stop the loop, with its reason.
+    pub agent_done: Option<String>,
+    pub log: String,
+}
+
+/// Options of one round.
+#[derive(Default)]
+pub struct RoundOptions<'a> {
+    /// Run this phase instead of the rotation's.
+    pub phase: Option<&'a str>,
+    /// Resolved when the round must stop now.
+    pub kill: Option<Killed>,
+}
+
+fn utc_day(t: Timestamp) -> String {
+    t.to_string().chars().take(10).collect()
+}
+
+impl Supervisor {
+    /// Run one round. Errors are what kept the round from starting (the
+    /// battery, the lock, a limit already spent); once the agent started,
+    /// its end is an [`Outcome`], never an error.
+    pub async fn round(&self, o: RoundOptions<'_>) -> Result<RoundOutcome, RoundsError> {
+        let cfg = &self.cfg;
+        let log_dir = self.log_dir().to_path_buf();
+        if std::env::var_os("AGENT_RUNNER_SKIP_STARTUP_CHECK").is_none() {
+            let checks = crate::battery::run(cfg);
+            if let Some(code) = crate::battery::exit_code(&checks) {
+                let failed: Vec<String> = checks
+                    .iter()
+                    .filter(|c| !c.ok)
+                    .map(|c| format!("{}: {} (fix: {})", c.name, c.reason, c.how_to_fix))
+                    .collect();
+                for f in &failed {
+                    self.emit(None, &RoundEvent::SmokeCheckFailed { reason: f.clone() });
+                }
+                let msg = format!("the startup battery failed:\n  {}", failed.join("\n  "));
+                return Err(if code == crate::exit::CONFIG {
+                    RoundsError::Config(msg)
+                } else {
+                    RoundsError::Environment(msg)
+                });
+            }
+        }
+        let _repo_lock = RepoLock::acquire(&self.git_common, &cfg.path)?;
+        let status = self.recover().await?;
+
+        // Day limits are checked before anything is spent.
+        let now = Timestamp::now();
+        let mut day: DayUsage = state::read(&log_dir, state::DAY_FILE)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if day.day != utc_day(now) {
+            day = DayUsage {
+                day: utc_day(now),
+                ..Default::default()
+            };
+        }
+        if let Some(max) = cfg.limits.day_cost_usd.filter(|m| day.cost_usd >= *m) {
+            return Err(RoundsError::Environment(format!(
+                "the day's cost limit (${max:.2}) is spent (${:.2} today): the next round can start after 00:00 UTC (raise [limits] day_cost_usd to go on)",
+                day.cost_usd
+            )));
+        }
+        if let Some(max) = cfg.limits.day_turns.filter(|m| day.turns >= u64::from(*m)) {
+            return Err(RoundsError::Environment(format!(
+                "the day's turn limit ({max}) is spent: the next round can start after 00:00 UTC (raise [limits] day_turns to go on)"
+            )));
+        }
+
+        let round_num = status.round_num + 1;
+        let (phase_index, phase) = match o.phase {
+            Some(name) => match cfg.phases.iter().position(|p| p.name == name) {
+                Some(i) => (i, cfg.phases.get(i)),
+                None => {
+                    return Err(RoundsError::Config(format!(
+                        "--phase {name}: no such phase in [phases] list ({})",
+                        cfg.phases
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )))
+                }
+            },
+            None => match cfg.phase_of(round_num) {
+                Some((i, p)) => (i, Some(p)),
+                None => (0, None),
+            },
+        };
+        let phase_name = phase.map(|p| p.name.clone());
+        let started_at = belay_record::now_rfc3339();
+        let outstanding = self.outstanding_orphans().await?;
+        let previous = (status.round_num > 0).then(|| Previous {
+            round_num: status.round_num,
+            exit_code: status.last_exit_code,
+            duration_s: status.last_duration_s,
+            ended_at: status.last_completed_at.clone(),
+            outcome: status
+                .last_outcome
+                .clone()
+                .unwrap_or_else(|| "unknown".into()),
+            had_dirty_tree: outstanding
+                .stashes
+                .iter()
+                .any(|s| s.round_num == status.round_num),
+        });
+        let blocks: Vec<OrphanBlock> = outstanding.stashes.iter().map(OrphanBlock::from).collect();
+        let ctx = RoundContext {
+            round_num,
+            started_at: started_at.clone(),
+            phase: phase_name.clone(),
+            previous,
+            orphan_stash: blocks.last().cloned(),
+            orphan_stashes: blocks,
+        };
+        state::write(&log_dir, state::CONTEXT_FILE, &ctx, self.redactor())?;
+        let body = crate::prompt::assemble_files(cfg, phase).map_err(RoundsError::Config)?;
+        let prompt = crate::prompt::with_context(cfg, &body, &ctx);
+        let budget_s = cfg.budget_s(phase);
+        let agent_cfg = cfg.agent_of(phase);
+
+        let running = Status {
+            round_num,
+            running: true,
+            current_phase: phase_name.clone(),
+            phase_index,
+            started_at: Some(started_at.clone()),
+            holder: belay_record::ProcessIdentity::current(),
+            ..status.clone()
+        };
+        state::write(&log_dir, state::STATUS_FILE, &running, self.redactor())?;
+        let step = format!("R{round_num}");
+        self.emit(
+            Some(&step),
+            &RoundEvent::RoundStart {
+                round_num,
+                phase: phase_name.clone(),
+                budget_s,
+                placement: match agent_cfg.placement {
+                    crate::config::PlacementKind::Container => "container",
+                    crate::config::PlacementKind::Host => "host",
+                },
+            },
+        );
+        let head_before = self.git.head().await.ok();
+        let rounds_dir = log_dir.join("rounds");
+        fs_err::create_dir_all(&rounds_dir)
+            .map_err(|e| RoundsError::io("cannot create", &rounds_dir, e))?;
+        let stamp = now.strftime("%Y%m%dT%H%M%S").to_string();
+        let log = rounds_dir.join(format!("R{round_num}-{stamp}.log"));
+        point_current(&log_dir, &log);
+        let fresh_eyes = cfg
+            .runtime
+            .fresh_eyes_every_n
+            .is_some_and(|n| round_num % n == 0);
+        let remaining_cost = cfg.limits.day_cost_usd.map(|m| (m - day.cost_usd).max(0.0));
+        let remaining_turns = cfg
+            .limits
+            .day_turns
+            .map(|m| (u64::from(m).saturating_sub(day.turns)) as u32);
+        self.emit(
+            Some(&step),
+            &RoundEvent::AgentSpawn {
+                round_num,
+                timeout_s: budget_s,
+                agent: agent_cfg
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| agent_cfg.binary.clone()),
+            },
+        );
+        let t0 = Instant::now();
+        let ran = self
+            .run_agent(agent::AgentCall {
+                agent: agent_cfg,
+                round_num,
+                phase: phase_name.as_deref(),
+                prompt: &prompt,
+                budget_s,
+                log: &log,
+                ctx: &ctx,
+                fresh_eyes,
+                context_file: cfg.prompt.inject_context && cfg.prompt.mode == ContextMode::File,
+                max_cost: min_opt(cfg.limits.round_cost_usd, remaining_cost),
+                max_turns: min_opt(cfg.limits.round_turns, remaining_turns),
+                kill: o.kill,
+            })
+            .await;
+        let duration_s = t0.elapsed().as_secs_f64();
+        let ran = match ran {
+            Ok(r) => r,
+            Err(e) => {
+                // The agent could not start (no engine, a missing image):
+                // the round is recorded as failed before the error goes up.
+                self.finish(
+                    &running,
+                    round_num,
+                    None,
+                    Outcome::Failed,
+                    duration_s,
+                    &step,
+                    running.transient_active,
+                );
+                return Err(e);
+            }
+        };
+        let outcome = ran.outcome;
+        self.emit(
+            Some(&step),
+            &RoundEvent::AgentExit {
+                round_num,
+                exit_code: ran.exit_code,
+                duration_s,
+                timed_out: outcome == Outcome::TimedOut,
+                outcome: outcome.as_str().into(),
+            },
+        );
+        match outcome {
+            Outcome::TimedOut => self.emit(
+                Some(&step),
+                &RoundEvent::RoundTimeoutKill {
+                    round_num,
+                    reason: format!("exceeded round_budget_s={budget_s}"),
+                },
+            ),
+            Outcome::GraceKilled => self.emit(
+                Some(&step),
+                &RoundEvent::RoundGraceKill {
+                    round_num,
+                    reason: "the agent gave its result and did not exit within the grace".into(),
+                },
+            ),
+            Outcome::Limit => self.emit(
+                Some(&step),
+                &RoundEvent::LimitReached {
+                    round_num,
+                    limit: ran.stop.clone(),
+                },
+            ),
+            _ => {}
+        }
+        if ran.leftovers > 0 {
+            self.emit(
+                Some(&step),
+                &RoundEvent::LeftoversKilled {
+                    round_num,
+                    count: ran.leftovers,
+                },
+            );
+        }
+        if ran.usage.turns > 0
+            || ran.usage.input_tokens + ran.usage.output_tokens > 0
+            || ran.usage.cost_usd > 0.0
+        {
+            self.emit(
+                Some(&step),
+                &RoundEvent::AgentUsageRecorded {
+                    round_num,
+                    usage: ran.usage.clone(),
+                },
+            );
+        }
+        // What the output says about the outside.
+        let tail = crate::detect::tail(&log);
+        let tail = format!("{tail}\n{}", ran.stderr_tail);
+        let short_failure =
+            ran.exit_code != Some(0) && outcome != Outcome::TimedOut && duration_s < 60.0;
+        let auth_line = short_failure
+            .then(|| crate::detect::auth_failure(&tail, &cfg.monitor.auth_fail))
+            .flatten();
+        if let Some(line) = &auth_line {
+            self.emit(
+                Some(&step),
+                &RoundEvent::AgentAuthErrorDetected {
+                    round_num,
+                    line: line.clone(),
+                },
+            );
+        }
+        let transient = (outcome != Outcome::Clean)
+            .then(|| crate::detect::rate_limit(&tail, Timestamp::now()))
+            .flatten();
+        if let Some((line, at)) = &transient {
+            self.emit(
+                Some(&step),
+                &RoundEvent::TransientErrorDetected {
+                    round_num,
+                    class: "rate_limit".into(),
+                    reset_at: at.map(|t| t.to_string()),
+                    line: line.clone(),
+                },
+            );
+        } else if status.transient_active && outcome == Outcome::Clean {
+            self.emit(
+                Some(&step),
+                &RoundEvent::TransientErrorRecovered { round_num },
+            );
+        }
+        if short_failure && auth_line.is_none() {
+            if let Some(line) = crate::detect::network_failure(&tail) {
+                self.emit(
+                    Some(&step),
+                    &RoundEvent::AgentNetworkBlip { round_num, line },
+                );
+            }
+        }
+        if let Some((cmd, n)) = crate::detect::repetitive(
+            &ran.commands,
+            cfg.monitor.repetitive_window,
+            cfg.monitor.repetitive_threshold,
+        ) {
+            self.emit(
+                Some(&step),
+                &RoundEvent::AnomalyRepetitiveTool {
+                    round_num,
+                    command: cmd,
+                    count: n,
+                },
+            );
+        }
+
+        // The tree, whatever way the agent ended (its sentinel is not work).
+        let agent_done = self.take_agent_done();
+        let stashed = self
+            .handle_dirty(round_num, phase_name.as_deref(), outcome.as_str(), &step)
+            .await;
+        let new_commits = match (&head_before, self.git.head().await.ok()) {
+            (Some(a), Some(b)) => a != &b,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if let Some(reason) = &agent_done {
+            self.emit(
+                Some(&step),
+                &RoundEvent::AgentDone {
+                    reason: reason.clone(),
+                },
+            );
+        }
+
+        day.cost_usd += ran.usage.cost_usd;
+        day.turns += u64::from(ran.usage.turns);
+        day.rounds += 1;
+        state::write(&log_dir, state::DAY_FILE, &day, self.redactor())?;
+        let transient_active =
+            transient.is_some() || (status.transient_active && outcome != Outcome::Clean);
+        self.finish(
+            &running,
+            round_num,
+            ran.exit_code,
+            outcome,
+            duration_s,
+            &step,
+            transient_active,
+        );
+        self.prune_logs(&rounds_dir);
+        Ok(RoundOutcome {
+            round_num,
+            phase: phase_name,
+            outcome,
+            exit_code: ran.exit_code,
+            duration_s,
+            usage: ran.usage,
+            usage_capable: ran.usage_capable,
+            new_commits,
+            stashed,
+            auth_failed: auth_line.is_some(),
+            transient: transient
+                .map(|(_, at)| ("rate_limit".to_string(), at.map(|t| t.to_string()))),
+            agent_done,
+            log: log.display().to_string(),
+        })
+    }
+
+    /// Write the round's end: the status (`running: false`) and `round_end`.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        running: &Status,
+        round_num: u64,
+        exit_code: Option<i32>,
+        outcome: Outcome,
+        duration_s: f64,
+        step: &str,
+        transient_active: bool,
+    ) {
+        let done = Status {
+            transient_active,
+            running: false,
+            started_at: None,
+            holder: None,
+            last_completed_at: Some(belay_record::now_rfc3339()),
+            last_exit_code: exit_code,
+            last_duration_s: Some((duration_s * 1000.0).round() / 1000.0),
+            last_outcome: Some(outcome.as_str().into()),
+            ..running.clone()
+        };
+        if let Err(e) = state::write(self.log_dir(), state::STATUS_FILE, &done, self.redactor()) {
+            (self.progress)(&format!("warning: cannot write status.json: {e}"));
+        }
+        self.emit(
+            Some(step),
+            &RoundEvent::RoundEnd {
+                round_num,
+                exit_code,
+                outcome: outcome.as_str().into(),
+                duration_s,
+            },
+        );
+        if let Err(e) = self.run.sink().sync() {
+            (self.progress)(&format!("warning: cannot sync the event log: {e}"));
+        }
+    }
+
+    /// The stashes a round left that are still in the stash list.
+    async fn outstanding_orphans(&self) -> Result<OrphanState, RoundsError> {
+        let mut st: OrphanState = state::read(self.log_dir(), state::ORPHAN_FILE)
+            .map_err(|e| {
+                self.emit(
+                    None,
+                    &RoundEvent::StatusRecovered {
+                        reason: format!("orphan-state.json: {e}"),
+                    },
+                );
+                e
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if st.stashes.is_empty() {
+            return Ok(st);
+        }
+        let listed: Vec<String> = self
+            .git
+            .stash_list()
+            .await?
+            .into_iter()
+            .map(|s| s.sha)
+            .collect();
+        st.stashes.retain(|s| listed.contains(&s.sha));
+        Ok(st)
+    }
+
+    /// The agent's `.agent-done` sentinel in the work tree: read (200
+    /// characters), removed.
+    fn take_agent_done(&self) -> Option<String> {
+        let p = self.cfg.runtime.work_dir.join(".agent-done");
+        let meta = fs_err::symlink_metadata(&p).ok()?;
+        let text = if meta.is_file() && meta.len() <= 64 * 1024 {
+            fs_err::read_to_string(&p).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let _ = fs_err::remove_file(&p);
+        let reason: String = text
+            .trim()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
+        Some(if reason.is_empty() {
+            "the agent wrote .agent-done".into()
+        } else {
+            reason
+        })
+    }
+
+    /// Keep the newest `round_log_retention` logs; prune at most as many as
+    /// are kept per round (a lowered retention prunes gradually).
+    fn prune_logs(&self, dir: &std::path::Path) {
+        let keep = self.cfg.runtime.round_log_retention as usize;
+        if keep == 0 {
+            return;
+        }
+        let Ok(rd) = fs_err::read_dir(dir) else {
+            return;
+        };
+        let mut logs: Vec<(std::time::SystemTime, std::path::PathBuf)> = rd
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+            .collect();
+        logs.sort();
+        let excess = logs.len().saturating_sub(keep).min(keep);
+        for (_, p) in logs.into_iter().take(excess) {
+            let _ = fs_err::remove_file(p);
+        }
+    }
+}
+
+fn min_opt<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b < a { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `round-current.log` points at the running round's log.
+fn point_current(log_dir: &std::path::Path, log: &std::path::Path) {
+    let link = log_dir.join("round-current.log");
+    let tmp = log_dir.join(".round-current.log.tmp");
+    let _ = fs_err::remove_file(&tmp);
+    let rel = log.strip_prefix(log_dir).unwrap_or(log);
+    if std::os::unix::fs::symlink(rel, &tmp).is_ok() {
+        let _ = fs_err::rename(&tmp, &link);
+    }
+}

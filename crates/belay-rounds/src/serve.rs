@@ -1,0 +1,491 @@
+//! `serve`: rounds one after another in this one process, the monitor
+//! included. Before each round, in order: a stop request, the stop file,
+//! `max_rounds`, the schedule, a rate-limit pause. After it: the breakers
+//! (a crash loop, rounds without progress), then the restart delay.
+//! SIGTERM finishes the round and exits 0; a second one (or `kill`) stops
+//! the round now, records it as killed, and exits 130.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::sync::watch;
+
+use crate::config::TransientAction;
+use crate::events::RoundEvent;
+use crate::round::{Killed, Outcome, RoundOptions, RoundOutcome};
+use crate::supervisor::Supervisor;
+use crate::RoundsError;
+
+pub const SERVE_PID_FILE: &str = "serve.pid";
+
+/// Consecutive rounds that trip a breaker.
+const BREAKER_ROUNDS: u32 = 5;
+/// A failing round shorter than this counts toward the crash loop.
+const CRASH_ROUND_S: f64 = 60.0;
+/// A clean round shorter than this, without usage or commits, makes no progress.
+const STALL_ROUND_S: f64 = 30.0;
+const MAX_DELAY_S: f64 = 1800.0;
+
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub once: bool,
+    pub max_rounds: Option<u64>,
+    pub ignore_schedule: bool,
+    /// Run the monitor inside serve (the default).
+    pub monitor: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServeEnd {
+    pub exit_code: u8,
+    pub reason: String,
+    pub rounds: u64,
+}
+
+/// Stop requests: `graceful` after the round, `now` at once.
+#[derive(Clone)]
+pub struct Stops {
+    pub graceful: watch::Sender<Option<String>>,
+    pub now: watch::Sender<bool>,
+}
+
+impl Default for Stops {
+    fn default() -> Self {
+        Stops {
+            graceful: watch::channel(None).0,
+            now: watch::channel(false).0,
+        }
+    }
+}
+
+impl Stops {
+    /// SIGTERM and SIGINT: the first asks for a graceful stop, the next for
+    /// a stop now.
+    pub fn listen_for_signals(&self) -> Result<(), RoundsError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())
+            .map_err(|e| RoundsError::Environment(format!("cannot watch SIGTERM: {e}")))?;
+        let mut int = signal(SignalKind::interrupt())
+            .map_err(|e| RoundsError::Environment(format!("cannot watch SIGINT: {e}")))?;
+        let s = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                if s.graceful.borrow().is_some() {
+                    s.now.send_replace(true);
+                } else {
+                    s.graceful.send_replace(Some(format!("{name} received")));
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Sleep `d`, or less when a stop comes. Whether a stop came.
+async fn sleep_or_stop(d: Duration, stops: &Stops) -> bool {
+    let mut g = stops.graceful.subscribe();
+    if g.borrow().is_some() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = g.changed() => true,
+    }
+}
+
+fn until(t: Timestamp) -> Duration {
+    let ms = t.as_millisecond() - Timestamp::now().as_millisecond();
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+impl Supervisor {
+    pub async fn serve(&self, o: ServeOptions, stops: &Stops) -> Result<ServeEnd, RoundsError> {
+        let cfg = &self.cfg;
+        let log_dir = self.log_dir().to_path_buf();
+        let pid_file = log_dir.join(SERVE_PID_FILE);
+        if let Some(id) = belay_record::ProcessIdentity::current() {
+            let text = serde_json::to_string(&id).unwrap_or_default();
+            belay_record::atomic_write(&pid_file, text.as_bytes())?;
+        }
+        let max_rounds = o.max_rounds.or(cfg.runtime.max_rounds);
+        self.emit(
+            None,
+            &RoundEvent::ServeStarted {
+                pid: std::process::id(),
+                config: cfg.path.display().to_string(),
+                max_rounds,
+            },
+        );
+        let poke = std::sync::Arc::new(tokio::sync::Notify::new());
+        let monitor = o.monitor.then(|| self.spawn_monitor(stops, poke.clone()));
+        let end = self.serve_loop(&o, max_rounds, stops, &poke).await;
+        if let Some(m) = monitor {
+            m.abort();
+        }
+        let _ = fs_err::remove_file(&pid_file);
+        let end = match end {
+            Ok(e) => e,
+            Err(e) => ServeEnd {
+                exit_code: e.exit_code(),
+                reason: e.to_string(),
+                rounds: 0,
+            },
+        };
+        self.emit(
+            None,
+            &RoundEvent::ServeStopped {
+                reason: end.reason.clone(),
+                exit_code: end.exit_code,
+                rounds: end.rounds,
+            },
+        );
+        let _ = self.run.sink().sync();
+        Ok(end)
+    }
+
+    async fn serve_loop(
+        &self,
+        o: &ServeOptions,
+        max_rounds: Option<u64>,
+        stops: &Stops,
+        poke: &tokio::sync::Notify,
+    ) -> Result<ServeEnd, RoundsError> {
+        let cfg = &self.cfg;
+        let delay = Duration::from_secs_f64(cfg.runtime.restart_delay_s);
+        let mut rounds = 0u64;
+        let mut crashes = 0u32;
+        let mut stalls = 0u32;
+        let mut backoff_s = 60.0f64;
+        let mut paused_reported = false;
+        let end = |code: u8, reason: String, rounds: u64| {
+            Ok(ServeEnd {
+                exit_code: code,
+                reason,
+                rounds,
+            })
+        };
+        loop {
+            if let Some(why) = stops.graceful.borrow().clone() {
+                return end(crate::exit::OK, why, rounds);
+            }
+            if let Some(f) = &cfg.runtime.stop_file {
+                if f.exists() {
+                    let reason = fs_err::read_to_string(f)
+                        .unwrap_or_default()
+                        .chars()
+                        .take(200)
+                        .collect::<String>();
+                    self.emit(
+                        None,
+                        &RoundEvent::StopFileDetected {
+                            path: f.display().to_string(),
+                            reason: reason.trim().to_string(),
+                        },
+                    );
+                    return end(
+                        crate::exit::OK,
+                        format!("the stop file {} exists", f.display()),
+                        rounds,
+                    );
+                }
+            }
+            if let Some(m) = max_rounds.filter(|m| rounds >= *m) {
+                self.emit(None, &RoundEvent::MaxRoundsReached { max_rounds: m });
+                return end(crate::exit::OK, format!("max_rounds ({m}) reached"), rounds);
+            }
+            if !o.ignore_schedule {
+                if let Err(why) = cfg.schedule.check(Timestamp::now()) {
+                    let next = cfg.schedule.next_open(Timestamp::now());
+                    if !paused_reported {
+                        self.emit(
+                            None,
+                            &RoundEvent::SchedulePaused {
+                                reason: why.clone(),
+                                until: next.map(|t| t.to_string()),
+                            },
+                        );
+                        (self.progress)(&format!("paused: {why}"));
+                        paused_reported = true;
+                    }
+                    let wait = next
+                        .map(until)
+                        .unwrap_or(Duration::from_secs(3600))
+                        .max(Duration::from_secs(1));
+                    if sleep_or_stop(wait.min(Duration::from_secs(300)), stops).await {
+                        continue;
+                    }
+                    continue;
+                }
+                if paused_reported {
+                    self.emit(None, &RoundEvent::ScheduleResumed {});
+                    paused_reported = false;
+                }
+            }
+            let phase = self.phase_for_schedule(o.ignore_schedule).await;
+            let kill = Killed(stops.now.subscribe());
+            let result = self
+                .round(RoundOptions {
+                    phase: phase.as_deref(),
+                    kill: Some(kill),
+                })
+                .await;
+            let r: RoundOutcome = match result {
+                Ok(r) => r,
+                Err(RoundsError::Config(m)) => return end(crate::exit::CONFIG, m, rounds),
+                Err(e @ RoundsError::Environment(_))
+                | Err(e @ RoundsError::Record(_))
+                | Err(e @ RoundsError::Sandbox(_))
+                | Err(e @ RoundsError::Agent(_)) => {
+                    // Not ready (another agent in the repository, no engine,
+                    // a limit spent): wait twice the delay, then try again.
+                    let msg = e.to_string();
+                    (self.progress)(&format!("round not started: {msg}"));
+                    if o.once {
+                        return end(e.exit_code(), msg, rounds);
+                    }
+                    let wait = if msg.contains("00:00 UTC") {
+                        next_utc_day()
+                    } else {
+                        delay * 2
+                    };
+                    if sleep_or_stop(wait, stops).await {
+                        continue;
+                    }
+                    continue;
+                }
+                Err(e) => return end(e.exit_code(), e.to_string(), rounds),
+            };
+            rounds += 1;
+            // The monitor looks at the round at once (an auth failure stops
+            // the loop before the next round burns quota).
+            poke.notify_one();
+            (self.progress)(&format!(
+                "round {} {}: {}{} in {:.1} s",
+                r.round_num,
+                r.phase.as_deref().unwrap_or(""),
+                r.outcome.as_str(),
+                r.exit_code
+                    .map(|c| format!(" (exit {c})"))
+                    .unwrap_or_default(),
+                r.duration_s
+            ));
+            if r.outcome == Outcome::Killed {
+                return end(
+                    crate::exit::INTERRUPTED,
+                    "stopped now: the round was killed".into(),
+                    rounds,
+                );
+            }
+            if let Some(reason) = &r.agent_done {
+                return end(
+                    crate::exit::OK,
+                    format!("the agent is done: {reason}"),
+                    rounds,
+                );
+            }
+            if o.once {
+                return end(
+                    r.outcome.exit_code(),
+                    format!("one round ({})", r.outcome.as_str()),
+                    rounds,
+                );
+            }
+            // Breakers.
+            let failing = r.exit_code != Some(0)
+                && !matches!(r.outcome, Outcome::Clean | Outcome::GraceKilled)
+                && r.duration_s < CRASH_ROUND_S
+                && r.transient.is_none();
+            crashes = if failing { crashes + 1 } else { 0 };
+            let no_usage = r.usage.turns == 0 && r.usage.input_tokens + r.usage.output_tokens == 0;
+            let stalled = r.outcome == Outcome::Clean
+                && r.duration_s < STALL_ROUND_S
+                && no_usage
+                && !r.new_commits
+                && r.stashed.is_none();
+            stalls = if stalled { stalls + 1 } else { 0 };
+            if crashes >= BREAKER_ROUNDS {
+                self.emit(
+                    None,
+                    &RoundEvent::CrashLoop {
+                        rounds: crashes,
+                        delay_s: 0.0,
+                        tripped: true,
+                    },
+                );
+                return end(crate::exit::BREAKER, format!("crash loop: {crashes} rounds in a row failed within {CRASH_ROUND_S:.0} s; read the round logs, fix, then start again"), rounds);
+            }
+            if stalls >= BREAKER_ROUNDS {
+                self.emit(None, &RoundEvent::StalledNoProgress { rounds: stalls });
+                return end(crate::exit::BREAKER, format!("no progress: {stalls} short clean rounds with no usage, no commits and no changes"), rounds);
+            }
+            // The next start: a rate-limit pause, a crash back-off, or the delay.
+            let mut wait = delay;
+            if let Some((class, reset)) = &r.transient {
+                match cfg.runtime.transient_error_action {
+                    TransientAction::Stop => {
+                        return end(
+                            crate::exit::OK,
+                            format!("{class}: transient_error_action = stop"),
+                            rounds,
+                        )
+                    }
+                    TransientAction::Skip => {}
+                    TransientAction::BackOff => {
+                        let jitter = Duration::from_millis(fastrand::u64(0..30_000));
+                        wait = match reset.as_deref().and_then(|t| t.parse::<Timestamp>().ok()) {
+                            Some(t) if t > Timestamp::now() => until(t) + jitter,
+                            _ => {
+                                let w = Duration::from_secs_f64(backoff_s) + jitter;
+                                backoff_s = (backoff_s * 2.0).min(MAX_DELAY_S);
+                                w
+                            }
+                        };
+                        let at = Timestamp::now()
+                            .checked_add(jiff::SignedDuration::try_from(wait).unwrap_or_default())
+                            .unwrap_or(Timestamp::now());
+                        self.emit(
+                            None,
+                            &RoundEvent::TransientErrorBackoff {
+                                until: at.to_string(),
+                                class: class.clone(),
+                            },
+                        );
+                        (self.progress)(&format!("{class}: pausing until {at}"));
+                    }
+                }
+            } else {
+                backoff_s = 60.0;
+            }
+            if crashes > 0 {
+                let d = (cfg.runtime.restart_delay_s * 2f64.powi(crashes as i32)).min(MAX_DELAY_S);
+                self.emit(
+                    None,
+                    &RoundEvent::CrashLoop {
+                        rounds: crashes,
+                        delay_s: d,
+                        tripped: false,
+                    },
+                );
+                wait = wait.max(Duration::from_secs_f64(d));
+            }
+            if sleep_or_stop(wait, stops).await {
+                continue;
+            }
+        }
+    }
+
+    /// The phase to run when phase schedules say the rotation's phase is
+    /// closed and the policy is `skip`: the next open one. `None`: the
+    /// rotation's own.
+    async fn phase_for_schedule(&self, ignore: bool) -> Option<String> {
+        let cfg = &self.cfg;
+        if ignore || cfg.phases.iter().all(|p| p.schedule.is_none()) {
+            return None;
+        }
+        let status: crate::state::Status =
+            crate::state::read(self.log_dir(), crate::state::STATUS_FILE)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+        let n = status.round_num + 1;
+        let now = Timestamp::now();
+        let (i, p) = cfg.phase_of(n)?;
+        if p.schedule.as_ref().is_none_or(|s| s.check(now).is_ok()) {
+            return None;
+        }
+        if cfg.phase_policy == crate::config::PhasePolicy::Wait {
+            return None;
+        }
+        let len = cfg.phases.len();
+        for k in 1..len {
+            let q = &cfg.phases[(i + k) % len];
+            if q.schedule.as_ref().is_none_or(|s| s.check(now).is_ok()) {
+                self.emit(
+                    None,
+                    &RoundEvent::SchedulePhaseSkipped {
+                        phase: p.name.clone(),
+                        reason: format!("outside its schedule; running {}", q.name),
+                    },
+                );
+                return Some(q.name.clone());
+            }
+        }
+        None
+    }
+
+    /// The monitor inside serve: a task on this process's runtime.
+    fn spawn_monitor(
+        &self,
+        stops: &Stops,
+        poke: std::sync::Arc<tokio::sync::Notify>,
+    ) -> tokio::task::JoinHandle<()> {
+        let mut m = crate::monitor::Monitor::new(&self.cfg);
+        let sink = self.run.sink().clone();
+        let interval = Duration::from_secs_f64(self.cfg.monitor.interval_s);
+        let stops = stops.clone();
+        let progress_sink = sink.clone();
+        tokio::spawn(async move {
+            let _ = progress_sink.emit(
+                "monitor",
+                None,
+                &RoundEvent::MonitorStarted {
+                    mode: "serve".into(),
+                    interval_s: interval.as_secs_f64(),
+                },
+            );
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = poke.notified() => {}
+                }
+                let tick = m.tick(Timestamp::now());
+                for f in &tick.new {
+                    let _ = sink.emit(
+                        "monitor",
+                        None,
+                        &RoundEvent::MonitorAlertEmitted {
+                            detector: f.detector.as_str().into(),
+                            severity: format!("{:?}", f.severity).to_lowercase(),
+                            message: f.message.clone(),
+                        },
+                    );
+                }
+                for d in &tick.cleared {
+                    let _ = sink.emit(
+                        "monitor",
+                        None,
+                        &RoundEvent::MonitorAlertCleared {
+                            detector: d.as_str().into(),
+                        },
+                    );
+                }
+                if let Some(f) = tick.stop {
+                    let draining = m.view().open_round.is_some();
+                    stops.graceful.send_replace(Some(format!(
+                        "the monitor stopped the loop: {}: {}",
+                        f.detector.as_str(),
+                        f.message
+                    )));
+                    let _ = sink.emit(
+                        "monitor",
+                        None,
+                        &RoundEvent::MonitorAutoStopTriggered {
+                            detector: f.detector.as_str().into(),
+                            draining,
+                        },
+                    );
+                }
+            }
+        })
+    }
+}
+
+fn next_utc_day() -> Duration {
+    let now = Timestamp::now().as_second();
+    let next = (now / 86400 + 1) * 86400;
+    Duration::from_secs((next - now).max(1) as u64 + 5)
+}

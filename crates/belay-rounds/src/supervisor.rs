@@ -1,0 +1,212 @@
+//! [`Supervisor`]: one open project. It holds the run (the log dir as a
+//! belay run: its lock, `events.jsonl` in the shared envelope, the registry
+//! entry), the repository, the container engine, the model endpoint, and the
+//! lifeline that ties every round's container to this process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use belay_agent::cli::Endpoint;
+use belay_model::{PriceTable, Secret};
+use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle, RunLock};
+use belay_sandbox::ContainerRuntime;
+use sha2::Digest;
+
+use crate::config::{Config, PlacementKind};
+use crate::events::RoundEvent;
+use crate::RoundsError;
+
+/// A file this process holds a lock on for as long as it lives (see
+/// [`belay_sandbox::ContainerSpec::lifeline`]).
+pub struct Lifeline {
+    pub path: PathBuf,
+    _lock: RunLock,
+}
+
+impl Drop for Lifeline {
+    fn drop(&mut self) {
+        let _ = fs_err::remove_file(&self.path);
+    }
+}
+
+impl Lifeline {
+    fn hold() -> Result<Lifeline, RoundsError> {
+        let dir = belay_record::state_home().join("rounds/lifelines");
+        fs_err::create_dir_all(&dir).map_err(|e| RoundsError::io("cannot create", &dir, e))?;
+        let path = dir.join(format!("{}.lock", std::process::id()));
+        let lock = RunLock::acquire(&path)?;
+        // The container's idle user opens it to wait on the lock.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+        Ok(Lifeline { path, _lock: lock })
+    }
+}
+
+pub struct Supervisor {
+    pub cfg: Config,
+    pub run: RunHandle,
+    pub git: belay_vcs::Git,
+    /// The repository's common git dir (the lock's key).
+    pub git_common: PathBuf,
+    pub rt: Option<Arc<dyn ContainerRuntime>>,
+    pub endpoint: Option<Endpoint>,
+    pub prices: PriceTable,
+    /// The values of `pass_env`, passed to the agent by name.
+    pub passed_env: Vec<(String, String)>,
+    pub lifeline: Option<Lifeline>,
+    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// The run id of a project's rounds: stable per config and log dir.
+pub fn run_id(cfg: &Config) -> String {
+    let key =
+        hex::encode(&sha2::Sha256::digest(cfg.runtime.log_dir.as_os_str().as_encoded_bytes())[..4]);
+    format!(
+        "rounds-{}-{key}",
+        belay_record::run_id::sanitize(&cfg.project)
+    )
+}
+
+impl Supervisor {
+    /// Open the project: take the log dir's lock (a second supervisor of the
+    /// same log dir is refused, exit 76), open the repository and the event
+    /// log. `rt` is needed when any agent runs in a container; `redactor`
+    /// holds the host's secrets (the config's are added).
+    pub async fn open(
+        cfg: Config,
+        rt: Option<Arc<dyn ContainerRuntime>>,
+        mut redactor: Redactor,
+        progress: Box<dyn Fn(&str) + Send + Sync>,
+    ) -> Result<Supervisor, RoundsError> {
+        let mut passed_env = Vec::new();
+        let agents =
+            std::iter::once(&cfg.agent).chain(cfg.phases.iter().filter_map(|p| p.agent.as_ref()));
+        for a in agents.clone() {
+            for name in &a.pass_env {
+                match std::env::var(name) {
+                    Ok(v) => {
+                        redactor.add(name.clone(), v.clone());
+                        if !passed_env.iter().any(|(k, _)| k == name) {
+                            passed_env.push((name.clone(), v));
+                        }
+                    }
+                    Err(_) => {
+                        return Err(RoundsError::Config(format!(
+                            "{}: pass_env names {name}, which is not set in belay's environment: export it (or remove it from pass_env)",
+                            cfg.path.display()
+                        )))
+                    }
+                }
+            }
+            for (k, v) in &a.env {
+                if belay_model::keys::looks_secret(k) {
+                    redactor.add(k.clone(), v.clone());
+                }
+            }
+        }
+        let endpoint = match &cfg.agent.model_url {
+            None => None,
+            Some(url) => {
+                let key = match &cfg.agent.model_key_env {
+                    Some(k) => match std::env::var(k) {
+                        Ok(v) => {
+                            redactor.add(k.clone(), v.clone());
+                            Some(Secret::new(v))
+                        }
+                        Err(_) => {
+                            return Err(RoundsError::Config(format!(
+                                "{}: model_key_env names {k}, which is not set: export it",
+                                cfg.path.display()
+                            )))
+                        }
+                    },
+                    None => None,
+                };
+                Some(Endpoint {
+                    base_url: url.clone(),
+                    api: cfg.agent.model_api,
+                    key,
+                })
+            }
+        };
+        let log_dir = cfg.runtime.log_dir.clone();
+        fs_err::create_dir_all(&log_dir).map_err(|e| {
+            RoundsError::Environment(format!(
+                "cannot create the log dir {}: {e}",
+                log_dir.display()
+            ))
+        })?;
+        let id = run_id(&cfg);
+        let title = format!("rounds of {}", cfg.project);
+        let run = RunHandle::open(OpenRun {
+            dir: log_dir.clone(),
+            id: &id,
+            mode: Mode::Rounds,
+            title: Some(&title),
+            redactor,
+            registry: Registry::default_location(),
+        })
+        .map_err(|e| match e {
+            belay_record::RecordError::Locked { .. } => RoundsError::Environment(format!(
+                "another belay rounds holds the log dir {} (a serve or a round of this config is running): `belay rounds status` shows it",
+                log_dir.display()
+            )),
+            e => e.into(),
+        })?;
+        let git = belay_vcs::Git::open(
+            &cfg.runtime.work_dir,
+            &belay_record::state_home().join("no-hooks"),
+        )
+        .await
+        .map_err(|e| {
+            RoundsError::Config(format!("work_dir {}: {e}", cfg.runtime.work_dir.display()))
+        })?;
+        let common = git.run(&["rev-parse", "--git-common-dir"]).await?;
+        let common = PathBuf::from(common.trim());
+        let git_common = if common.is_absolute() {
+            common
+        } else {
+            cfg.runtime.work_dir.join(common)
+        };
+        let needs_box = std::iter::once(&cfg.agent)
+            .chain(cfg.phases.iter().filter_map(|p| p.agent.as_ref()))
+            .any(|a| a.placement == PlacementKind::Container);
+        let lifeline = if needs_box {
+            Some(Lifeline::hold()?)
+        } else {
+            None
+        };
+        if needs_box && rt.is_none() {
+            return Err(RoundsError::Environment(
+                "the agent runs in a container and Docker is not reachable: start it (./scripts/setup-host.sh), or set placement = \"host\" in [agent]".into(),
+            ));
+        }
+        Ok(Supervisor {
+            cfg,
+            run,
+            git,
+            git_common,
+            rt,
+            endpoint,
+            prices: PriceTable::builtin(),
+            passed_env,
+            lifeline,
+            progress,
+        })
+    }
+
+    /// Record an event; a log that cannot be written is reported, not fatal.
+    pub fn emit(&self, step: Option<&str>, ev: &RoundEvent) {
+        if let Err(e) = self.run.emit("rounds", step, ev) {
+            (self.progress)(&format!("warning: cannot record {}: {e}", ev.kind()));
+        }
+    }
+
+    pub fn redactor(&self) -> &Redactor {
+        self.run.redactor()
+    }
+
+    pub fn log_dir(&self) -> &std::path::Path {
+        &self.cfg.runtime.log_dir
+    }
+}

@@ -1,0 +1,206 @@
+//! `belay rounds`: the round supervisor of `belay_rounds`. Its exit codes
+//! are the peer's (0, 1, 75, 76, 78, 130), which units and scripts key on.
+
+mod control;
+mod monitor;
+mod observe;
+
+use std::sync::Arc;
+
+use belay_rounds::config::PlacementKind;
+use belay_rounds::round::RoundOptions;
+use belay_rounds::serve::{ServeOptions, Stops};
+use belay_rounds::{exit, Config, RoundsError, Supervisor};
+use belay_sandbox::ContainerRuntime;
+
+use crate::cli::{RoundArgs, RoundsArgs, RoundsCommand, RoundsInitArgs, ServeArgs};
+use crate::exit::Failure;
+use crate::output::Printer;
+
+/// A rounds error with the peer's exit code.
+pub(super) fn fail(e: RoundsError) -> Failure {
+    Failure {
+        code: e.exit_code(),
+        error: e.into(),
+    }
+}
+
+pub async fn rounds(p: &Printer, a: RoundsArgs) -> Result<u8, Failure> {
+    let config = a.config;
+    match a.command {
+        RoundsCommand::Init(i) => init(p, i).await,
+        RoundsCommand::Doctor(j) => doctor(p, &config, j.json),
+        RoundsCommand::Round(r) => round(p, &config, r).await,
+        RoundsCommand::Serve(s) => serve(p, &config, s).await,
+        RoundsCommand::Status(j) => observe::status(p, &load(&config)?, j.json),
+        RoundsCommand::Peek(k) => observe::peek(p, &load(&config)?, &k),
+        RoundsCommand::Watch(w) => observe::watch(p, &load(&config)?, &w).await,
+        RoundsCommand::Events(e) => observe::events(p, &load(&config)?, &e).await,
+        RoundsCommand::Start(s) => control::start(p, &load(&config)?, &s).await,
+        RoundsCommand::Stop(s) => control::stop(p, &load(&config)?, !s.no_wait).await,
+        RoundsCommand::Kill(_) => control::kill(p, &load(&config)?).await,
+        RoundsCommand::Restart(s) => {
+            let cfg = load(&config)?;
+            control::stop(p, &cfg, true).await?;
+            control::start(p, &cfg, &s).await
+        }
+        RoundsCommand::Install(i) => control::install(p, &load(&config)?, &i).await,
+        RoundsCommand::Uninstall(u) => control::uninstall(p, &load(&config)?, u.json).await,
+        RoundsCommand::Monitor(m) => monitor::monitor(p, &load(&config)?, &m).await,
+    }
+}
+
+pub(super) fn load(path: &std::path::Path) -> Result<Config, Failure> {
+    Config::load(path).map_err(fail)
+}
+
+fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
+    let quiet = p.is_quiet();
+    Box::new(move |line: &str| {
+        if !quiet {
+            eprintln!("[belay rounds] {line}");
+        }
+    })
+}
+
+async fn init(p: &Printer, a: RoundsInitArgs) -> Result<u8, Failure> {
+    let dir = std::env::current_dir().map_err(|e| {
+        fail(RoundsError::Environment(format!(
+            "no current directory: {e}"
+        )))
+    })?;
+    let r = belay_rounds::init::scaffold(&dir, &a.preset, a.force, !a.no_commit)
+        .await
+        .map_err(fail)?;
+    for f in &r.created {
+        p.out(format!("wrote {}", f.display()));
+    }
+    if let Some(c) = &r.committed {
+        p.out(format!("committed {}", &c[..c.len().min(12)]));
+    }
+    p.note("next: edit agent-runner.toml, then `belay rounds doctor` and `belay rounds round`");
+    Ok(0)
+}
+
+fn doctor(p: &Printer, config: &std::path::Path, json: bool) -> Result<u8, Failure> {
+    let cfg = match Config::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            if json {
+                p.json(&serde_json::json!({"ok": false, "checks": [{"name": "config_loaded", "ok": false, "reason": e.to_string(), "permanent": true}]}));
+                return Ok(exit::CONFIG);
+            }
+            return Err(fail(e));
+        }
+    };
+    let checks = belay_rounds::battery::run(&cfg);
+    let code = belay_rounds::battery::exit_code(&checks).unwrap_or(exit::OK);
+    if json {
+        p.json(&serde_json::json!({"ok": code == 0, "checks": checks, "notes": cfg.notes}));
+    } else {
+        for c in &checks {
+            if c.ok {
+                p.out(format!("ok    {}", c.name));
+            } else {
+                p.out(format!(
+                    "FAIL  {}: {} (fix: {})",
+                    c.name, c.reason, c.how_to_fix
+                ));
+            }
+        }
+        for n in &cfg.notes {
+            p.out(format!("note  {n}"));
+        }
+    }
+    Ok(code)
+}
+
+/// The engine, when an agent runs in a container (not ready: 76).
+async fn engine_for(cfg: &Config) -> Result<Option<Arc<dyn ContainerRuntime>>, Failure> {
+    let needed = std::iter::once(&cfg.agent)
+        .chain(cfg.phases.iter().filter_map(|ph| ph.agent.as_ref()))
+        .any(|a| a.placement == PlacementKind::Container);
+    if !needed {
+        return Ok(None);
+    }
+    match belay_sandbox::DockerRuntime::connect().await {
+        Ok(rt) => Ok(Some(Arc::new(rt))),
+        Err(e) => Err(fail(RoundsError::Environment(format!(
+            "the agent runs in a container and Docker is not reachable ({e}): start it (./scripts/setup-host.sh), or set placement = \"host\" in [agent]"
+        )))),
+    }
+}
+
+async fn open(p: &Printer, config: &std::path::Path) -> Result<Supervisor, Failure> {
+    let cfg = load(config)?;
+    let rt = engine_for(&cfg).await?;
+    Supervisor::open(cfg, rt, crate::context::build_redactor(), progress(p))
+        .await
+        .map_err(fail)
+}
+
+async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8, Failure> {
+    let sup = open(p, config).await?;
+    // One SIGTERM or SIGINT stops a lone round now (there is no loop to drain).
+    let stops = Stops::default();
+    stops.listen_for_signals().map_err(fail)?;
+    let mut graceful = stops.graceful.subscribe();
+    let now = stops.now.clone();
+    tokio::spawn(async move {
+        if graceful.changed().await.is_ok() {
+            now.send_replace(true);
+        }
+    });
+    let r = sup
+        .round(RoundOptions {
+            phase: a.phase.as_deref(),
+            kill: Some(belay_rounds::round::Killed(stops.now.subscribe())),
+        })
+        .await
+        .map_err(fail)?;
+    if a.json {
+        p.json(&r);
+    } else {
+        p.out(format!(
+            "round {}{}: {}{} in {:.1} s; log {}",
+            r.round_num,
+            r.phase
+                .as_deref()
+                .map(|ph| format!(" [{ph}]"))
+                .unwrap_or_default(),
+            r.outcome.as_str(),
+            r.exit_code
+                .map(|c| format!(" (exit {c})"))
+                .unwrap_or_default(),
+            r.duration_s,
+            r.log
+        ));
+        if let Some(s) = &r.stashed {
+            p.out(format!("the tree was left dirty: stashed as {s}"));
+        }
+    }
+    Ok(r.outcome.exit_code())
+}
+
+async fn serve(p: &Printer, config: &std::path::Path, a: ServeArgs) -> Result<u8, Failure> {
+    let sup = open(p, config).await?;
+    let stops = Stops::default();
+    stops.listen_for_signals().map_err(fail)?;
+    let end = sup
+        .serve(
+            ServeOptions {
+                once: a.once,
+                max_rounds: a.max_rounds,
+                ignore_schedule: a.ignore_schedule,
+                monitor: !a.no_monitor,
+            },
+            &stops,
+        )
+        .await
+        .map_err(fail)?;
+    p.note(&format!(
+        "serve stopped after {} round(s): {}",
+        end.rounds, end.reason
+    ));
+    Ok(end.exit_code)
+}
