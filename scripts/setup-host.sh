@@ -9,7 +9,8 @@
 #    /opt/belay-agents (the adapter tests run the real ones);
 #  - starts dockerd if it is not answering (systemd when there is one);
 #  - builds belay (release);
-#  - builds the default base image offline with `belay image bootstrap` if missing.
+#  - builds the default base image offline with `belay image bootstrap` if missing,
+#    and the round agents' image (the base plus git) the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,4 +76,6 @@ log "building belay"
 cargo build --release --locked -q -p belay
 target_dir="${CARGO_TARGET_DIR:-target}"
 "$target_dir/release/belay" image bootstrap
+# The image round agents work in: the base plus git, so that they can commit.
+"$target_dir/release/belay" image bootstrap --tag belay-agent:bookworm --include git,ca-certificates
 log "ready: $("$target_dir/release/belay" --version)"

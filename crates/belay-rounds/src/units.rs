@@ -91,6 +91,19 @@ pub fn stop_timeout_s(cfg: &Config) -> u64 {
     (budget + grace + 60.0).ceil() as u64
 }
 
+/// `PrivateTmp=yes`, unless a path the unit needs is under /tmp (a private
+/// /tmp would hide it).
+fn private_tmp(cfg: &Config) -> &'static str {
+    let under_tmp = [&cfg.runtime.work_dir, &cfg.runtime.log_dir, &cfg.path]
+        .iter()
+        .any(|p| p.starts_with("/tmp") || p.starts_with("/var/tmp"));
+    if under_tmp {
+        "# PrivateTmp is off: the work dir, log dir or config is under /tmp.\n"
+    } else {
+        "PrivateTmp=yes\n"
+    }
+}
+
 fn writable_paths(cfg: &Config) -> String {
     let mut paths = vec![
         cfg.runtime.work_dir.clone(),
@@ -130,8 +143,7 @@ MemoryMax={mem}\n\
 TasksMax={tasks}\n\
 ProtectSystem=strict\n\
 ProtectHome=read-only\n\
-PrivateTmp=yes\n\
-ReadWritePaths={rw}\n\
+{tmp}ReadWritePaths={rw}\n\
 \n\
 [Install]\n\
 WantedBy={wanted}\n",
@@ -145,6 +157,7 @@ WantedBy={wanted}\n",
         mem = o.memory_max,
         tasks = o.tasks_max,
         rw = writable_paths(cfg),
+        tmp = private_tmp(cfg),
         wanted = if o.system {
             "multi-user.target"
         } else {
@@ -171,8 +184,7 @@ MemoryMax=64M\n\
 TasksMax=16\n\
 ProtectSystem=strict\n\
 ProtectHome=read-only\n\
-PrivateTmp=yes\n\
-ReadWritePaths={log}\n\
+{tmp}ReadWritePaths={log}\n\
 \n\
 [Install]\n\
 WantedBy={wanted}\n",
@@ -183,6 +195,7 @@ WantedBy={wanted}\n",
         belay = q(&o.belay),
         config = q(&cfg.path),
         log = q(&cfg.runtime.log_dir),
+        tmp = private_tmp(cfg),
         wanted = if o.system {
             "multi-user.target"
         } else {
@@ -221,6 +234,8 @@ pub fn install(cfg: &Config, o: &UnitOptions) -> Result<Installed, RoundsError> 
         files,
         units: units.into_iter().map(|(n, _)| n).collect(),
     };
+    fs_err::create_dir_all(&cfg.runtime.log_dir)
+        .map_err(|e| RoundsError::io("cannot create", &cfg.runtime.log_dir, e))?;
     crate::state::write(
         &cfg.runtime.log_dir,
         INSTALLED_FILE,

@@ -163,14 +163,25 @@ pub fn render_sources(sources: &[AptSource], rootfs: &Path) -> String {
     out
 }
 
-/// Run `debootstrap --variant=minbase SUITE DIR MIRROR` as a child in its own
-/// process group with an explicit environment.
+/// Run `debootstrap --variant=minbase [--include=PKG,…] SUITE DIR MIRROR`
+/// as a child in its own process group with an explicit environment.
 pub async fn debootstrap(
     suite: &str,
     dir: &Path,
     mirror: &str,
+    include: &[String],
     log: &Path,
 ) -> Result<(), SandboxError> {
+    if let Some(bad) = include.iter().find(|p| {
+        p.is_empty()
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    }) {
+        return Err(SandboxError::Bootstrap(format!(
+            "`{bad}` is not a Debian package name"
+        )));
+    }
     if !which("debootstrap") {
         return Err(SandboxError::Bootstrap(
             "debootstrap is not installed. Install it with `apt-get install -y debootstrap` and retry".into(),
@@ -187,7 +198,11 @@ pub async fn debootstrap(
         .try_clone()
         .map_err(|e| SandboxError::io("cannot create log", log, e))?;
     let mut cmd = tokio::process::Command::new("debootstrap");
-    cmd.args(["--variant=minbase", suite])
+    cmd.arg("--variant=minbase");
+    if !include.is_empty() {
+        cmd.arg(format!("--include={}", include.join(",")));
+    }
+    cmd.arg(suite)
         .arg(dir)
         .arg(mirror)
         .env_clear()

@@ -43,8 +43,9 @@ pub struct AgentConfig {
     pub name: Option<String>,
 }
 
-/// The default image agents run in.
-pub const DEFAULT_IMAGE: &str = "belay-base:bookworm";
+/// The default image round agents run in: the base image plus git, so that
+/// they can commit (`./scripts/setup-host.sh` builds it).
+pub const DEFAULT_IMAGE: &str = "belay-agent:bookworm";
 
 /// Field-merge `over` onto `base` (a phase's `[phases.<name>.agent]`).
 pub(crate) fn merge(base: &RawAgent, over: &RawAgent) -> RawAgent {

@@ -204,6 +204,14 @@ impl Config {
     /// Check `text`, the config at `path`.
     pub fn parse(path: &Path, text: &str) -> Result<Config, RoundsError> {
         let src = Src { path, text };
+        // The version first: a file of another version fails on its version,
+        // not on whatever key that version lacks.
+        let table: toml::Table = toml::from_str(text).map_err(|e| toml_error(&src, &e))?;
+        if !table.contains_key("schema_version") {
+            return Err(src.err_file(
+                "no `schema_version`: add `schema_version = 1` at the top (the file is from an older cli-agent-runner; `agent-runner migrate` also upgrades it)",
+            ));
+        }
         let raw: RawConfig = toml::from_str(text).map_err(|e| toml_error(&src, &e))?;
         match raw.schema_version.as_ref().map(|v| *v.get_ref()) {
             Some(1) => {}

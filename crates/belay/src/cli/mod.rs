@@ -265,6 +265,10 @@ pub struct BootstrapArgs {
     /// Rebuild even if the tag already exists.
     #[arg(long)]
     pub force: bool,
+    /// Debian packages to add (comma-separated), e.g. `git` for the image
+    /// round agents work and commit in (belay-agent:<suite>).
+    #[arg(long, value_delimiter = ',')]
+    pub include: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

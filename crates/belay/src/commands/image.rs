@@ -42,7 +42,7 @@ pub async fn bootstrap(p: &Printer, a: BootstrapArgs) -> Result<u8, Failure> {
         log.display()
     ));
     let result = async {
-        bootstrap::debootstrap(&a.suite, &rootfs, &mirror, &log).await?;
+        bootstrap::debootstrap(&a.suite, &rootfs, &mirror, &a.include, &log).await?;
         let list = if sources.is_empty() {
             vec![bootstrap::AptSource {
                 uri: mirror.clone(),

@@ -1,0 +1,806 @@
+//! `belay rounds`: the round supervisor, end to end. Real git, the real
+//! Docker engine (rounds run in containers unless a test says host), real
+//! processes and signals; the agents are scripted programs in the peer's
+//! `command` form, and one test runs the real codex CLI against the scripted
+//! model server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../shared/pipeline.rs"]
+#[allow(dead_code)]
+mod common;
+#[path = "../shared/git.rs"]
+#[allow(dead_code)]
+mod git_cli;
+#[path = "../shared/replay.rs"]
+#[allow(dead_code)]
+mod replay;
+
+mod monitor;
+mod units;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use git_cli::{git, init_repo};
+use serde_json::Value;
+
+/// The test agent: the prompt on stdin, its mode in the first argument. A
+/// marker number in the second names its processes for `pgrep`.
+const AGENT: &str = r#"#!/bin/sh
+mode=$1
+mark=${2:-0}
+cat > "$AGENT_RUNNER_LOG_DIR/../prompt-$AGENT_RUNNER_ROUND_NUM.txt" 2>/dev/null || cat > /dev/null
+echo "round $AGENT_RUNNER_ROUND_NUM phase ${AGENT_RUNNER_PHASE:-none} mode $mode"
+case "$mode" in
+  commit) echo "r$AGENT_RUNNER_ROUND_NUM" >> log.txt; git add log.txt; git -c user.name=a -c user.email=a@a commit -qm "round $AGENT_RUNNER_ROUND_NUM" ;;
+  dirty) echo "work of $AGENT_RUNNER_ROUND_NUM" > "work-$AGENT_RUNNER_ROUND_NUM.txt" ;;
+  dirty-fail) echo "half done" > half.txt; echo "it broke" >&2; exit 3 ;;
+  same) echo "the same" > same.txt ;;
+  overrun) (setsid sh -c "exec sleep 77$mark" > /dev/null 2>&1 &); exec sleep 76$mark ;;
+  bg) sleep 75$mark & echo "left a sleep behind" ;;
+  slow) sleep 2; echo "slept" ;;
+  hang) echo "work" > hang.txt; exec sleep 74$mark ;;
+  auth) echo "Error: 401 Unauthorized: invalid x-api-key"; exit 1 ;;
+  ratelimit) echo "429 Too Many Requests: rate limit reached, try again in 1 seconds"; exit 1 ;;
+  done) echo "all finished" > .agent-done ;;
+esac
+exit 0
+"#;
+
+/// A prompt that passes the smoke check.
+fn prompt_text() -> String {
+    format!(
+        "Work on the project, round after round.\n{}",
+        "Keep going. ".repeat(50)
+    )
+}
+
+struct Proj {
+    tmp: tempfile::TempDir,
+    repo: PathBuf,
+    agent: PathBuf,
+    /// Names this test's agent processes for `pgrep` (tests run side by side).
+    mark: u32,
+}
+
+static NEXT_MARK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+fn proj() -> Proj {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("prompts")).unwrap();
+    std::fs::write(repo.join("README"), "demo\n").unwrap();
+    std::fs::write(repo.join("prompts/main.md"), prompt_text()).unwrap();
+    init_repo(&repo);
+    let agent = tmp.path().join("agent.sh");
+    common::install_script(&agent, AGENT);
+    let mark = (std::process::id() % 10_000) * 100
+        + NEXT_MARK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Proj {
+        tmp,
+        repo,
+        agent,
+        mark,
+    }
+}
+
+impl Proj {
+    fn state(&self) -> PathBuf {
+        self.tmp.path().join("state")
+    }
+
+    fn logs(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(format!("logs-{name}"))
+    }
+
+    /// A config `name` running the test agent in `mode`, with `extra` TOML
+    /// lines appended to the tables they name.
+    fn config(
+        &self,
+        name: &str,
+        mode: &str,
+        placement: &str,
+        runtime: &str,
+        extra: &str,
+    ) -> PathBuf {
+        let text = format!(
+            r#"schema_version = 1
+[agent]
+command = ["{agent}", "{mode}", "{mark}"]
+prompt_arg_template = []
+prompt_delivery = "stdin"
+placement = "{placement}"
+
+[runtime]
+work_dir = "{repo}"
+log_dir = "{logs}"
+restart_delay_s = 0.2
+{runtime}
+
+[prompt]
+file = "./prompts/main.md"
+{extra}
+"#,
+            agent = self.agent.display(),
+            mark = self.mark,
+            repo = self.repo.display(),
+            logs = self.logs(name).display(),
+        );
+        let p = self.tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn cmd(&self, config: &Path) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
+        c.env("BELAY_STATE_HOME", self.state())
+            .env("HOME", self.tmp.path())
+            .env_remove("OPENAI_API_KEY")
+            .arg("rounds")
+            .arg("--config")
+            .arg(config);
+        c
+    }
+
+    fn run(&self, config: &Path, args: &[&str]) -> Output {
+        self.cmd(config).args(args).output().unwrap()
+    }
+
+    fn events(&self, name: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.logs(name).join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect()
+    }
+
+    fn kinds(&self, name: &str, kind: &str) -> Vec<Value> {
+        self.events(name)
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+
+    fn json(&self, name: &str, file: &str) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.logs(name).join(file)).unwrap()).unwrap()
+    }
+
+    fn stash_shas(&self) -> Vec<String> {
+        git(&self.repo, &["stash", "list", "--format=%H"])
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+}
+
+/// The engine, and the image round agents run in (the base plus git).
+fn require_agent_image() {
+    common::require_engine();
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "belay-agent:bookworm"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "these tests need belay-agent:bookworm (./scripts/setup-host.sh builds it)"
+    );
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", show(o));
+}
+
+/// Processes whose command line holds `pattern`.
+fn pgrep(pattern: &str) -> Vec<String> {
+    let out = Command::new("pgrep")
+        .args(["-af", pattern])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains("pgrep"))
+        .map(String::from)
+        .collect()
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_rounds_rotate_phases_carry_context_and_record_everything() {
+    require_agent_image();
+    let p = proj();
+    let c = p.config(
+        "two",
+        "commit",
+        "container",
+        "round_budget_s = 60",
+        "[phases]\nlist = [\"diverge\", \"converge\"]",
+    );
+    ok(&p.run(&c, &["round"]));
+    let o = p.run(&c, &["round", "--json"]);
+    ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["round_num"], 2);
+    assert_eq!(r["phase"], "converge");
+    assert_eq!(r["outcome"], "clean");
+    assert_eq!(r["new_commits"], true);
+    // The agent committed from inside its container: .git was writable.
+    assert_eq!(
+        git(&p.repo, &["log", "--format=%s", "-2"]),
+        "round 2\nround 1"
+    );
+    let ctx = p.json("two", "round-context.json");
+    assert_eq!(ctx["round_num"], 2);
+    assert_eq!(ctx["phase"], "converge");
+    assert_eq!(ctx["previous"]["round_num"], 1);
+    assert_eq!(ctx["previous"]["exit_code"], 0);
+    assert_eq!(ctx["previous"]["outcome"], "clean");
+    assert_eq!(ctx["previous"]["had_dirty_tree"], false);
+    let status = p.json("two", "status.json");
+    assert_eq!(status["round_num"], 2);
+    assert_eq!(status["running"], false);
+    assert_eq!(status["current_phase"], "converge");
+    assert_eq!(status["phase_index"], 1);
+    assert_eq!(status["last_outcome"], "clean");
+    let kinds: Vec<String> = p
+        .events("two")
+        .iter()
+        .filter(|e| e["source"] == "rounds")
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    insta::assert_json_snapshot!("two_rounds_event_kinds", kinds);
+    // Every event is in the shared envelope, and each round has its log.
+    for e in p.events("two") {
+        assert_eq!(e["v"], 1);
+        assert_eq!(e["mode"], "rounds");
+    }
+    let logs: Vec<String> = std::fs::read_dir(p.logs("two").join("rounds"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert!(logs.iter().any(|l| l.starts_with("R1-")) && logs.iter().any(|l| l.starts_with("R2-")));
+    let r2 = logs.iter().find(|l| l.starts_with("R2-")).unwrap();
+    let text = std::fs::read_to_string(p.logs("two").join("rounds").join(r2)).unwrap();
+    assert!(
+        text.contains("round 2 phase converge mode commit"),
+        "{text}"
+    );
+    // `status` agrees, and the run is in `belay runs`.
+    let s = p.run(&c, &["status", "--json"]);
+    ok(&s);
+    let s: Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(s["state"], "idle");
+    let runs = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", p.state())
+        .args(["runs", "list", "--mode", "rounds", "--json"])
+        .output()
+        .unwrap();
+    ok(&runs);
+    assert!(
+        String::from_utf8_lossy(&runs.stdout).contains("rounds-repo-"),
+        "{}",
+        show(&runs)
+    );
+}
+
+#[test]
+fn a_dirty_tree_is_stashed_by_sha_after_clean_and_failed_exits() {
+    require_agent_image();
+    let p = proj();
+    let c = p.config("dirty", "dirty", "container", "round_budget_s = 60", "");
+    ok(&p.run(&c, &["round"]));
+    let first = p.stash_shas();
+    assert_eq!(first.len(), 1);
+    // The prompt file, the supervisor's own input, was not stashed with the work.
+    assert!(p.repo.join("prompts/main.md").exists());
+    assert!(!p.repo.join("work-1.txt").exists());
+    // A failed round's work is stashed too, and the next round is told.
+    let f = p.config(
+        "dirty",
+        "dirty-fail",
+        "container",
+        "round_budget_s = 60",
+        "",
+    );
+    let o = p.run(&f, &["round"]);
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    let shas = p.stash_shas();
+    assert_eq!(shas.len(), 2);
+    assert_eq!(
+        shas[1], first[0],
+        "the first stash is still named by its SHA"
+    );
+    let failed_sha = shas[0].clone();
+    assert!(git(
+        &p.repo,
+        &[
+            "stash",
+            "show",
+            "--include-untracked",
+            "--name-only",
+            &failed_sha
+        ]
+    )
+    .contains("half.txt"));
+    let s = p.config(
+        "dirty",
+        "same",
+        "container",
+        "round_budget_s = 60",
+        "[vcs]\nstash_idempotency_s = 600",
+    );
+    ok(&p.run(&s, &["round"]));
+    let ctx = p.json("dirty", "round-context.json");
+    assert_eq!(ctx["round_num"], 3);
+    assert_eq!(ctx["previous"]["outcome"], "failed");
+    assert_eq!(ctx["previous"]["exit_code"], 3);
+    assert_eq!(ctx["previous"]["had_dirty_tree"], true);
+    assert_eq!(ctx["orphan_stash"]["ref"], failed_sha.as_str());
+    assert_eq!(ctx["orphan_stash"]["round_num"], 2);
+    assert_eq!(ctx["orphan_stash"]["outcome"], "failed");
+    let all: Vec<&str> = ctx["orphan_stashes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ref"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        all,
+        [first[0].as_str(), failed_sha.as_str()],
+        "every outstanding stash is listed"
+    );
+    // Inside the idempotency window: the same changes again are not stashed
+    // twice (and stay in the tree); new changes are stashed all the same.
+    ok(&p.run(&s, &["round"]));
+    assert_eq!(p.kinds("dirty", "orphan_idempotent_skip").len(), 1);
+    assert!(
+        p.repo.join("same.txt").exists(),
+        "skipped changes stay in the tree"
+    );
+    let d = p.config(
+        "dirty",
+        "dirty",
+        "container",
+        "round_budget_s = 60",
+        "[vcs]\nstash_idempotency_s = 600",
+    );
+    std::fs::remove_file(p.repo.join("same.txt")).unwrap();
+    ok(&p.run(&d, &["round"]));
+    let after = p.stash_shas();
+    assert_eq!(after.len(), 4, "the new file was stashed inside the window");
+    assert!(git(
+        &p.repo,
+        &[
+            "stash",
+            "show",
+            "--include-untracked",
+            "--name-only",
+            &after[0]
+        ]
+    )
+    .contains("work-5.txt"));
+    let stashed: Vec<Value> = p.kinds("dirty", "orphan_stashed");
+    assert_eq!(stashed.len(), 4);
+    assert_eq!(stashed[1]["data"]["reason"], "failed_exit_with_dirty_tree");
+}
+
+#[test]
+fn the_budget_kills_a_double_forked_grandchild_in_a_container_and_on_the_host() {
+    require_agent_image();
+    let p = proj();
+    let mark = p.mark;
+    for placement in ["container", "host"] {
+        let c = p.config(placement, "overrun", placement, "round_budget_s = 2", "");
+        let t0 = Instant::now();
+        let o = p.run(&c, &["round", "--json"]);
+        assert_eq!(code(&o), 1, "{}", show(&o));
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["outcome"], "timed_out");
+        assert!(
+            t0.elapsed() < Duration::from_secs(12),
+            "{placement}: {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            pgrep(&format!("sleep 76{mark}")).is_empty(),
+            "{placement}: the agent survived"
+        );
+        assert!(
+            pgrep(&format!("sleep 77{mark}")).is_empty(),
+            "{placement}: the double-forked grandchild survived: {:?}",
+            pgrep(&format!("sleep 77{mark}"))
+        );
+        assert_eq!(p.kinds(placement, "round_timeout_kill").len(), 1);
+    }
+    assert!(
+        !p.kinds("host", "leftovers_killed").is_empty(),
+        "the host round names what it killed"
+    );
+}
+
+#[test]
+fn a_clean_exit_that_leaves_a_background_sleep_leaves_nothing_behind() {
+    require_agent_image();
+    let p = proj();
+    let mark = p.mark;
+    for placement in ["container", "host"] {
+        let c = p.config(placement, "bg", placement, "round_budget_s = 60", "");
+        let t0 = Instant::now();
+        let o = p.run(&c, &["round", "--json"]);
+        ok(&o);
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["outcome"], "clean", "{placement}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "{placement}: the round waited for the leftover: {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            pgrep(&format!("sleep 75{mark}")).is_empty(),
+            "{placement}: the background sleep survived"
+        );
+    }
+}
+
+/// Start `round` in the background and wait until the agent runs.
+fn start_hanging_round(p: &Proj, c: &Path, mark: u32) -> std::process::Child {
+    let child = p
+        .cmd(c)
+        .arg("round")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the agent to start", Duration::from_secs(20), || {
+        !pgrep(&format!("sleep 74{mark}")).is_empty()
+    });
+    child
+}
+
+#[test]
+fn kill_9_of_belay_takes_the_agent_with_it_and_the_next_round_records_it() {
+    require_agent_image();
+    let p = proj();
+    let mark = p.mark;
+    for placement in ["container", "host"] {
+        let c = p.config(placement, "hang", placement, "round_budget_s = 120", "");
+        let mut child = start_hanging_round(&p, &c, mark);
+        let t0 = Instant::now();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        wait_for(
+            "the agent to die with belay",
+            Duration::from_secs(2),
+            || pgrep(&format!("sleep 74{mark}")).is_empty(),
+        );
+        eprintln!(
+            "{placement}: the agent was gone {:?} after kill -9",
+            t0.elapsed()
+        );
+        let s = p.run(&c, &["status", "--json"]);
+        let s: Value = serde_json::from_slice(&s.stdout).unwrap();
+        assert_eq!(s["state"], "interrupted");
+        // The next round records the interrupted one and is told.
+        let d = p.config(placement, "commit", placement, "round_budget_s = 60", "");
+        ok(&p.run(&d, &["round"]));
+        let int = p.kinds(placement, "round_interrupted");
+        assert_eq!(int.len(), 1);
+        assert_eq!(int[0]["data"]["round_num"], 1);
+        let ctx = p.json(placement, "round-context.json");
+        assert_eq!(ctx["round_num"], 2);
+        assert_eq!(ctx["previous"]["outcome"], "interrupted");
+        assert_eq!(
+            ctx["previous"]["had_dirty_tree"], true,
+            "the interrupted round's tree was stashed"
+        );
+        assert_eq!(ctx["orphan_stash"]["outcome"], "interrupted");
+        let ends: Vec<String> = p
+            .kinds(placement, "round_end")
+            .iter()
+            .map(|e| e["data"]["outcome"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ends, ["interrupted", "clean"]);
+    }
+}
+
+#[test]
+fn one_agent_per_repository_even_with_two_configs() {
+    require_agent_image();
+    let p = proj();
+    let mark = p.mark;
+    let a = p.config("a", "hang", "host", "round_budget_s = 120", "");
+    let b = p.config("b", "commit", "host", "round_budget_s = 60", "");
+    let mut child = start_hanging_round(&p, &a, mark);
+    let o = p.run(&b, &["round"]);
+    assert_eq!(code(&o), 76, "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("another belay is running an agent in the repository"),
+        "{err}"
+    );
+    assert!(
+        err.contains("a.toml"),
+        "it names the holder's config: {err}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Once the holder is gone, the other config runs.
+    ok(&p.run(&b, &["round"]));
+}
+
+#[test]
+fn sigterm_finishes_the_round_then_serve_exits_0_and_a_second_stops_now() {
+    require_agent_image();
+    let p = proj();
+    let c = p.config("term", "slow", "container", "round_budget_s = 60", "");
+    let mut serve = p
+        .cmd(&c)
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("round 1 to start", Duration::from_secs(20), || {
+        !p.kinds("term", "agent_spawn").is_empty()
+    });
+    let pid = rustix::process::Pid::from_raw(serve.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let st = serve.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+    let ends = p.kinds("term", "round_end");
+    assert_eq!(ends.len(), 1, "the round finished, and no other started");
+    assert_eq!(ends[0]["data"]["outcome"], "clean");
+    let stopped = p.kinds("term", "serve_stopped");
+    assert!(stopped[0]["data"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("SIGTERM"));
+    assert_eq!(p.json("term", "status.json")["running"], false);
+    // Two SIGTERMs: the round is killed now and recorded as killed.
+    let h = p.config("term", "hang", "container", "round_budget_s = 60", "");
+    let mark = p.mark;
+    let mut serve = p
+        .cmd(&h)
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the agent to start", Duration::from_secs(20), || {
+        !pgrep(&format!("sleep 74{mark}")).is_empty()
+    });
+    let pid = rustix::process::Pid::from_raw(serve.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let st = serve.wait().unwrap();
+    assert_eq!(st.code(), Some(130));
+    let ends = p.kinds("term", "round_end");
+    assert_eq!(ends.last().unwrap()["data"]["outcome"], "killed");
+    assert!(pgrep(&format!("sleep 74{mark}")).is_empty());
+}
+
+#[test]
+fn serve_stops_at_max_rounds_and_at_the_agents_done_file() {
+    require_agent_image();
+    let p = proj();
+    let c = p.config("max", "commit", "host", "round_budget_s = 60", "");
+    let o = p.run(&c, &["serve", "--max-rounds", "3"]);
+    ok(&o);
+    assert_eq!(p.kinds("max", "round_end").len(), 3);
+    assert_eq!(p.kinds("max", "max_rounds_reached").len(), 1);
+    // The round context was prepended to the prompt the agent read.
+    let prompt = std::fs::read_to_string(p.tmp.path().join("prompt-3.txt")).unwrap();
+    assert!(prompt.starts_with("```round-context\n{"), "{prompt}");
+    assert!(
+        prompt.contains("\"round_num\": 3") && prompt.contains("Work on the project"),
+        "{prompt}"
+    );
+    let d = p.config("max", "done", "host", "round_budget_s = 60", "");
+    let o = p.run(&d, &["serve"]);
+    ok(&o);
+    let done = p.kinds("max", "agent_done");
+    assert_eq!(done[0]["data"]["reason"], "all finished");
+    assert!(!p.repo.join(".agent-done").exists());
+}
+
+#[test]
+fn the_peers_generated_config_loads_unchanged_and_bad_keys_name_their_line() {
+    let p = proj();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/rounds/fixtures");
+    for f in ["peer-claude.toml", "peer-aider.toml"] {
+        let dest = p.repo.join("agent-runner.toml");
+        std::fs::copy(fixtures.join(f), &dest).unwrap();
+        std::fs::copy(
+            fixtures.join("peer-prompt.md"),
+            p.repo.join("prompts/main.md"),
+        )
+        .unwrap();
+        let o = p.run(&dest, &["status", "--json"]);
+        ok(&o);
+        let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(s["project"], "repo");
+        // The peer's `~/.agent-runner/<project>/logs`, under this HOME.
+        let log_dir = s["log_dir"].as_str().unwrap();
+        assert!(
+            log_dir.starts_with(&p.tmp.path().join(".agent-runner").display().to_string())
+                && log_dir.ends_with("/logs"),
+            "{s}"
+        );
+        let d = p.run(&dest, &["doctor", "--json"]);
+        let d: Value = serde_json::from_slice(&d.stdout).unwrap();
+        let names: Vec<&str> = d["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"prompt_smoke_passes") && names.contains(&"agent_cli_in_path"),
+            "{d}"
+        );
+        assert!(
+            d["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "prompt_smoke_passes")
+                .unwrap()["ok"]
+                == true
+        );
+    }
+    let bad = |text: &str| -> String {
+        let f = p.tmp.path().join("bad.toml");
+        std::fs::write(&f, text).unwrap();
+        let o = p.run(&f, &["status"]);
+        assert_eq!(code(&o), 78, "{}", show(&o));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let base = format!("schema_version = 1\n[agent]\ncommand = [\"x\"]\nprompt_arg_template = [\"{{prompt}}\"]\n[runtime]\nwork_dir = \"{}\"\nlog_dir = \"/tmp/l\"\n", p.repo.display());
+    let e = bad(&format!(
+        "{base}round_budgit_s = 5\n[prompt]\nfile = \"p.md\"\n"
+    ));
+    assert!(
+        e.contains("bad.toml:8:1") && e.contains("round_budgit_s"),
+        "{e}"
+    );
+    let e = bad(&format!(
+        "{base}[prompt]\nfile = \"p.md\"\n[goal]\nledger = \"x\"\n"
+    ));
+    assert!(
+        e.contains("bad.toml:10:1") && e.contains("[goal] is not supported"),
+        "{e}"
+    );
+    let e = bad(&base.replace("schema_version = 1\n", ""));
+    assert!(e.contains("schema_version"), "{e}");
+    let e = bad(&format!(
+        "{base}[prompt]\nfile = \"p.md\"\n[vcs]\ndirty_action = \"shelve\"\n"
+    ));
+    assert!(
+        e.contains("bad.toml:11:16") && e.contains("use stash, ignore or auto_commit"),
+        "{e}"
+    );
+    // The seed's names are aliases.
+    let f = p.tmp.path().join("seed.toml");
+    std::fs::write(&f, format!("{}round_timeout_s = 7\n[prompt]\nfile = \"./prompts/main.md\"\n[vcs]\norphan_action = \"stash\"\n", base.replace("/tmp/l", &p.logs("seed").display().to_string()))).unwrap();
+    ok(&p.run(&f, &["status"]));
+}
+
+#[test]
+fn init_writes_a_config_belay_and_the_doctor_accept() {
+    let p = proj();
+    let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", p.state())
+        .env("HOME", p.tmp.path())
+        .current_dir(&p.repo)
+        .args(["rounds", "init", "--preset", "script"])
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        git(&p.repo, &["log", "-1", "--format=%s"]),
+        "belay rounds init --preset script"
+    );
+    assert!(std::fs::read_to_string(p.repo.join(".gitignore"))
+        .unwrap()
+        .contains("logs/"));
+    let again = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .current_dir(&p.repo)
+        .args(["rounds", "init"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&again), 78);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    let d = p.run(&p.repo.join("agent-runner.toml"), &["doctor"]);
+    let out = String::from_utf8_lossy(&d.stdout);
+    // The scaffold's agent script is the user's to write: the doctor says so.
+    assert_eq!(code(&d), 78, "{}", show(&d));
+    assert!(out.contains("FAIL  agent_cli_in_path"), "{out}");
+    assert!(out.contains("ok    prompt_smoke_passes"), "{out}");
+}
+
+#[test]
+fn the_real_codex_cli_runs_a_round_and_its_usage_is_recorded() {
+    require_agent_image();
+    let p = proj();
+    let script = r#"
+turns:
+  - name: edit
+    match: {api: responses, contains: "round-context"}
+    reply:
+      tool_calls:
+        - name: exec_command
+          arguments: {cmd: "echo 'by codex' > codex.txt && git add codex.txt && git -c user.name=c -c user.email=c@c commit -qm 'codex round' && echo edit-done"}
+  - name: done
+    match: {api: responses, contains: "edit-done"}
+    reply: {text: "Committed codex.txt."}
+"#;
+    let server = replay::Replay::start(p.tmp.path(), script);
+    let f = p.tmp.path().join("codex.toml");
+    std::fs::write(
+        &f,
+        format!(
+            "schema_version = 1\n[agent]\nagent = \"codex@gpt-5-codex\"\nmodel_url = \"{}\"\nmodel_key_env = \"OPENAI_API_KEY\"\nauto_approve = true\n[runtime]\nwork_dir = \"{}\"\nlog_dir = \"{}\"\nround_budget_s = 120\n[prompt]\nfile = \"./prompts/main.md\"\n",
+            server.openai_base(),
+            p.repo.display(),
+            p.logs("codex").display()
+        ),
+    )
+    .unwrap();
+    let o = p
+        .cmd(&f)
+        .env("OPENAI_API_KEY", "sk-test-rounds-codex-0000000000")
+        .args(["round", "--json"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["outcome"], "clean");
+    assert_eq!(git(&p.repo, &["log", "-1", "--format=%s"]), "codex round");
+    let usage = p.kinds("codex", "agent_usage_recorded");
+    assert_eq!(usage.len(), 1);
+    assert!(
+        usage[0]["data"]["input_tokens"].as_u64().unwrap() > 0,
+        "{usage:?}"
+    );
+    assert!(
+        usage[0]["data"]["turns"].as_u64().unwrap() >= 1,
+        "{usage:?}"
+    );
+    let used: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(|r| r["turn_name"].as_str().map(String::from))
+        .collect();
+    assert_eq!(used, ["edit", "done"]);
+    // The key is scrubbed from every file belay wrote.
+    assert!(
+        replay::files_containing(&p.logs("codex"), "sk-test-rounds-codex-0000000000").is_empty()
+    );
+}
