@@ -28,7 +28,7 @@ fn the_units_pass_systemd_analyze_verify_and_uninstall_removes_exactly_them() {
     ok(&o);
     let serve = dir.join("belay-rounds@repo.service");
     let monitor = dir.join("belay-rounds-monitor@repo.service");
-    let filters = vec![
+    let filters = [
         (
             regex::escape(&p.tmp.path().display().to_string()),
             "[TMP]".to_string(),
