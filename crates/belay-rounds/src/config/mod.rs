@@ -291,3 +291,34 @@ fn toml_error(src: &Src<'_>, e: &toml::de::Error) -> RoundsError {
 }
 
 mod resolve;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the text, parsing returns a config or an error naming
+        /// the file: it never panics.
+        #[test]
+        fn any_text_gives_a_config_or_an_error_naming_the_file(s in "\\PC{0,300}") {
+            let p = std::path::Path::new("/nonexistent/agent-runner.toml");
+            if let Err(e) = super::Config::parse(p, &s) {
+                prop_assert!(e.to_string().contains("agent-runner.toml"), "{e}");
+            }
+        }
+
+        /// Keys shuffled into a valid file: an unknown key is always named
+        /// with its line.
+        #[test]
+        fn an_unknown_key_names_its_line(key in "[a-z]{3,10}_x", line in 0usize..3) {
+            let mut lines = vec!["schema_version = 1", "[agent]", "command = [\"a\"]", "prompt_arg_template = [\"{prompt}\"]", "[runtime]", "work_dir = \"/\"", "log_dir = \"/tmp/l\"", "[prompt]", "file = \"p\""];
+            let at = [2, 5, 8][line];
+            let k = format!("{key} = 1");
+            lines.insert(at, &k);
+            let text = lines.join("\n");
+            let e = super::Config::parse(std::path::Path::new("/x/c.toml"), &text).unwrap_err().to_string();
+            prop_assert!(e.contains(&format!("/x/c.toml:{}:1", at + 1)) && e.contains(&key), "{e}");
+        }
+    }
+}

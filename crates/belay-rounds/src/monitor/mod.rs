@@ -8,6 +8,9 @@ pub mod health;
 pub mod http;
 pub mod view;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
