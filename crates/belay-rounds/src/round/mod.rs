@@ -404,6 +404,11 @@ impl Supervisor {
         let stashed = self
             .handle_dirty(round_num, phase_name.as_deref(), outcome.as_str(), &step)
             .await;
+        if let Err(e) = self.outstanding_orphans().await {
+            (self.progress)(&format!(
+                "warning: cannot check the outstanding stashes: {e}"
+            ));
+        }
         let new_commits = match (&head_before, self.git.head().await.ok()) {
             (Some(a), Some(b)) => a != &b,
             (None, Some(_)) => true,
@@ -517,7 +522,12 @@ impl Supervisor {
             .into_iter()
             .map(|s| s.sha)
             .collect();
+        let before = st.stashes.len();
         st.stashes.retain(|s| listed.contains(&s.sha));
+        // Applied and dropped (by the agent or a human): no longer outstanding.
+        if st.stashes.len() != before {
+            state::write(self.log_dir(), state::ORPHAN_FILE, &st, self.redactor())?;
+        }
         Ok(st)
     }
 

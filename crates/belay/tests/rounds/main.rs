@@ -804,3 +804,49 @@ turns:
         replay::files_containing(&p.logs("codex"), "sk-test-rounds-codex-0000000000").is_empty()
     );
 }
+
+/// The bundled example runs as its script says: three rounds, two phases;
+/// round 2's uncommitted work is stashed by SHA and round 3 applies it.
+#[test]
+fn the_bundled_example_runs_three_rounds() {
+    require_agent_image();
+    let tmp = tempfile::tempdir().unwrap();
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/rounds-demo/run.sh");
+    let o = Command::new(&script)
+        .env("BELAY", env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", tmp.path())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let config = out
+        .lines()
+        .find_map(|l| l.strip_prefix("config: "))
+        .unwrap();
+    let work = Path::new(config).parent().unwrap();
+    assert_eq!(
+        git(&work.join("repo"), &["log", "--format=%s"]),
+        "round 3: draft\nround 1: draft\nnotes: start"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("repo/NOTES.md")).unwrap(),
+        "- note 1: reviewed\n- note 3: drafted\n"
+    );
+    assert_eq!(
+        git(&work.join("repo"), &["stash", "list"]),
+        "",
+        "round 3 applied and dropped the stash"
+    );
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(work.join("logs/orphan-state.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        state["stashes"],
+        serde_json::json!([]),
+        "nothing is outstanding"
+    );
+    assert!(out.contains("state     idle"), "{out}");
+}
