@@ -102,6 +102,19 @@ pub enum RoundEvent {
         round_num: u64,
         limit: String,
     },
+    /// What the agent left in the git dir, undone.
+    GitDirRepaired {
+        round_num: u64,
+        restored: Vec<String>,
+        links_removed: Vec<String>,
+        modes_cleared: Vec<String>,
+        locks_removed: Vec<String>,
+    },
+    /// The config or a prompt file in the work tree, as belay loaded it.
+    ControlFileRestored {
+        round_num: u64,
+        paths: Vec<String>,
+    },
     DirtyDetected {
         round_num: u64,
         files: Vec<String>,

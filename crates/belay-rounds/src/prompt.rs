@@ -15,7 +15,7 @@ pub fn assemble_files(cfg: &Config, phase: Option<&Phase>) -> Result<String, Str
     let files = cfg.prompt_files(phase);
     let mut parts = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        match read_prompt(f) {
+        match read_prompt(f, &cfg.runtime.work_dir) {
             Ok(t) => parts.push(if cfg.prompt.strip_frontmatter {
                 strip_frontmatter(&t).to_string()
             } else {
@@ -28,7 +28,19 @@ pub fn assemble_files(cfg: &Config, phase: Option<&Phase>) -> Result<String, Str
     Ok(parts.join(&cfg.prompt.separator))
 }
 
-fn read_prompt(f: &Path) -> std::io::Result<String> {
+/// A prompt in the work tree (which the agent can write) is read only where
+/// it resolves inside the tree: a link planted there cannot make the next
+/// prompt carry a host file.
+fn read_prompt(f: &Path, work_dir: &Path) -> std::io::Result<String> {
+    if f.starts_with(work_dir) {
+        let real = fs_err::canonicalize(f)?;
+        if !real.starts_with(work_dir) {
+            return Err(std::io::Error::other(format!(
+                "it is in the work tree and leads outside it (to {})",
+                real.display()
+            )));
+        }
+    }
     let m = fs_err::metadata(f)?;
     if !m.is_file() || m.len() > MAX_PROMPT_FILE {
         return Err(std::io::Error::other("not a regular file under 4 MiB"));

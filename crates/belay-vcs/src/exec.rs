@@ -79,7 +79,12 @@ pub(crate) fn base_command(hooks: &Path, extra_env: &[(String, String)]) -> Comm
 /// drivers without a command or textconv. (A remote's `uploadpack` and
 /// `receivepack` are multi-valued, first one wins: fetch and push override
 /// them on their command line instead.)
-pub(crate) fn driver_overrides(names: &str) -> Vec<String> {
+///
+/// They are (key, value) pairs, passed through `GIT_CONFIG_KEY_n` and
+/// `GIT_CONFIG_VALUE_n`, never `-c key=value`: git splits `-c` at the first
+/// `=`, and a driver named `a=b` would make `-c filter.a=b.clean=` set
+/// `filter.a` and leave the driver running.
+pub(crate) fn driver_overrides(names: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for key in names.split('\0').map(str::trim).filter(|k| !k.is_empty()) {
         let lower = key.to_ascii_lowercase();
@@ -89,18 +94,21 @@ pub(crate) fn driver_overrides(names: &str) -> Vec<String> {
         let Some((_, var)) = rest.rsplit_once('.') else {
             continue;
         };
-        let set: &[&str] = match (section, var) {
-            ("filter", "clean" | "smudge" | "process" | "required") => {
-                &["clean=", "smudge=", "process=", "required=false"]
-            }
-            ("merge", "driver") => &["driver=false"],
-            ("diff", "command" | "textconv") => &["command=", "textconv="],
+        let set: &[(&str, &str)] = match (section, var) {
+            ("filter", "clean" | "smudge" | "process" | "required") => &[
+                ("clean", ""),
+                ("smudge", ""),
+                ("process", ""),
+                ("required", "false"),
+            ],
+            ("merge", "driver") => &[("driver", "false")],
+            ("diff", "command" | "textconv") => &[("command", ""), ("textconv", "")],
             _ => continue,
         };
         // The subsection keeps its case in the key git printed.
         let sub = &key[section.len() + 1..key.len() - var.len() - 1];
-        for k in set {
-            let o = format!("{section}.{sub}.{k}");
+        for (k, v) in set {
+            let o = (format!("{section}.{sub}.{k}"), v.to_string());
             if !out.contains(&o) {
                 out.push(o);
             }

@@ -26,6 +26,7 @@
 
 mod commit;
 mod exec;
+mod guard;
 mod remote;
 mod sanitize;
 mod stash;
@@ -36,6 +37,7 @@ use std::process::Command;
 use std::time::Duration;
 
 pub use commit::{BlobScan, CommitOutcome, CommitRequest, Refusal, MAX_LISTED};
+pub use guard::{GitDirGuard, GitDirRepair};
 pub use stash::{keep_pathspec, Stash};
 pub use worktree::Reset;
 
@@ -110,6 +112,8 @@ impl belay_record::Classify for VcsError {
 pub struct Git {
     root: PathBuf,
     git_dir: PathBuf,
+    /// The common git dir (the git dir itself, or a worktree's main one).
+    common_dir: PathBuf,
     /// An empty directory used as `core.hooksPath`.
     hooks: PathBuf,
     timeout: Duration,
@@ -149,7 +153,13 @@ impl Git {
         let out = exec::output(
             c,
             dir,
-            &["rev-parse", "--show-toplevel", "--absolute-git-dir"],
+            &[
+                "rev-parse",
+                "--show-toplevel",
+                "--absolute-git-dir",
+                "--path-format=absolute",
+                "--git-common-dir",
+            ],
             DEFAULT_TIMEOUT,
         )
         .await
@@ -158,12 +168,14 @@ impl Git {
             _ => VcsError::NotARepo(dir.to_path_buf()),
         })?;
         let mut lines = out.lines();
-        let (Some(top), Some(git_dir)) = (lines.next(), lines.next()) else {
+        let (Some(top), Some(git_dir), Some(common)) = (lines.next(), lines.next(), lines.next())
+        else {
             return Err(VcsError::NotARepo(dir.to_path_buf()));
         };
         Ok(Git {
             root: PathBuf::from(top.trim()),
             git_dir: PathBuf::from(git_dir.trim()),
+            common_dir: PathBuf::from(common.trim()),
             hooks: hooks_dir.to_path_buf(),
             timeout: DEFAULT_TIMEOUT,
             remote_env: Vec::new(),
@@ -197,6 +209,11 @@ impl Git {
         &self.root
     }
 
+    /// The common git dir, as it was when the repository was opened.
+    pub fn common_dir(&self) -> &Path {
+        &self.common_dir
+    }
+
     /// The repository's git directory (`.git`, or a worktree's).
     pub fn git_dir(&self) -> &Path {
         &self.git_dir
@@ -208,7 +225,11 @@ impl Git {
 
     fn scoped(&self, extra_env: &[(String, String)]) -> Command {
         let mut c = exec::base_command(&self.hooks, extra_env);
+        // The common dir as it was when the repository was opened: a
+        // `commondir` file written later (by a sandbox that can write the git
+        // dir) does not move git to another config.
         c.env("GIT_DIR", &self.git_dir)
+            .env("GIT_COMMON_DIR", &self.common_dir)
             .env("GIT_WORK_TREE", &self.root)
             .current_dir(&self.root);
         c
@@ -228,8 +249,11 @@ impl Git {
     }
 
     fn with_overrides(mut c: Command, names: &str) -> Command {
-        for o in exec::driver_overrides(names) {
-            c.arg("-c").arg(o);
+        let o = exec::driver_overrides(names);
+        c.env("GIT_CONFIG_COUNT", o.len().to_string());
+        for (i, (k, v)) in o.iter().enumerate() {
+            c.env(format!("GIT_CONFIG_KEY_{i}"), k)
+                .env(format!("GIT_CONFIG_VALUE_{i}"), v);
         }
         c
     }

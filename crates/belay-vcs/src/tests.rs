@@ -521,3 +521,128 @@ async fn a_stash_can_leave_named_paths_alone() {
     git.stash_apply(&sha).await.unwrap();
     assert!(root.join("work.txt").exists());
 }
+
+/// A filter driver named with `=` in it (`a=b`) is neutralised too: git
+/// splits `-c` at the first `=`, so belay's overrides travel in
+/// GIT_CONFIG_KEY_n / GIT_CONFIG_VALUE_n.
+#[tokio::test]
+async fn a_filter_named_with_an_equals_sign_never_runs() {
+    let (d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    let m = d.path().join("MARKER").display().to_string();
+    let mut cfg = std::fs::OpenOptions::new()
+        .append(true)
+        .open(root.join(".git/config"))
+        .unwrap();
+    use std::io::Write as _;
+    write!(
+        cfg,
+        "[filter \"a=b\"]\n\tclean = sh -c 'touch {m}-eq; cat'\n"
+    )
+    .unwrap();
+    std::fs::write(root.join(".gitattributes"), "* filter=a=b\n").unwrap();
+    std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    git.dirty(&[]).await.unwrap();
+    git.stash_push("s").await.unwrap();
+    assert!(
+        markers(d.path()).is_empty(),
+        "ran on the host: {:?}",
+        markers(d.path())
+    );
+}
+
+/// A `commondir` written after the repository was opened (a sandbox that can
+/// write the git dir) does not move belay's git to another config.
+#[tokio::test]
+async fn a_commondir_planted_later_is_ignored() {
+    let (d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    let m = d.path().join("MARKER").display().to_string();
+    let evil = root.join(".git/c");
+    std::fs::create_dir_all(&evil).unwrap();
+    let cp = |what: &str| {
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(root.join(".git").join(what))
+            .arg(evil.join(what))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    };
+    cp("objects");
+    cp("refs");
+    cp("HEAD");
+    std::fs::write(
+        evil.join("config"),
+        format!("[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch {m}-fsmonitor\n"),
+    )
+    .unwrap();
+    std::fs::write(root.join(".git/commondir"), "c\n").unwrap();
+    std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    git.dirty(&[]).await.unwrap();
+    git.stash_push("s").await.unwrap();
+    assert!(
+        markers(d.path()).is_empty(),
+        "ran on the host: {:?}",
+        markers(d.path())
+    );
+    assert_eq!(git.common_dir(), root.join(".git"));
+}
+
+/// The guard puts the git dir back after a sandbox wrote it: hooks, the
+/// redirecting files, links (a reflog linked to a host file), set-id bits,
+/// and the locks it left.
+#[tokio::test]
+async fn the_git_dir_guard_undoes_what_a_sandbox_planted() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    let g = root.join(".git");
+    std::fs::write(g.join("hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
+    let guard = git.guard_git_dir();
+    // What an agent leaves.
+    std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\ntouch /tmp/x\n").unwrap();
+    std::fs::write(g.join("hooks/pre-commit.sample"), "changed\n").unwrap();
+    std::fs::write(g.join("commondir"), "c\n").unwrap();
+    std::fs::write(g.join("info/attributes"), "* filter=x\n").unwrap();
+    let target = d.path().join("host-file");
+    std::fs::write(&target, "host\n").unwrap();
+    std::fs::create_dir_all(g.join("logs/refs")).unwrap();
+    std::os::unix::fs::symlink(&target, g.join("logs/refs/stash")).unwrap();
+    std::fs::write(g.join("suid"), "x").unwrap();
+    std::fs::set_permissions(g.join("suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::write(g.join("index.lock"), "").unwrap();
+    let r = guard.restore();
+    assert_eq!(r.links_removed, ["logs/refs/stash"]);
+    assert_eq!(r.locks_removed, ["index.lock"]);
+    assert_eq!(r.modes_cleared, ["suid"]);
+    assert_eq!(
+        r.restored,
+        [
+            "commondir",
+            "hooks/pre-commit",
+            "hooks/pre-commit.sample",
+            "info/attributes"
+        ]
+    );
+    assert!(!g.join("hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(g.join("hooks/pre-commit.sample")).unwrap(),
+        "#!/bin/sh\n"
+    );
+    assert!(!g.join("commondir").exists());
+    assert_eq!(
+        std::fs::metadata(g.join("suid"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o755
+    );
+    // The stash now writes its reflog in the git dir, never through the link.
+    std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    git.stash_push("after").await.unwrap().unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "host\n");
+    assert!(guard.restore().is_empty(), "a second pass finds nothing");
+}

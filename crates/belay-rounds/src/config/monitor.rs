@@ -76,8 +76,12 @@ impl MonitorConfig {
             repetitive_window: m.anomaly_repetitive_window.unwrap_or(0),
             repetitive_threshold: m.anomaly_repetitive_threshold.unwrap_or(0),
             round_progress_interval_s: m.round_progress_interval_s.unwrap_or(0.0),
-            supervisor_stale_threshold_s: m.supervisor_stale_threshold_s,
-            interval_s: m.interval_s.unwrap_or(30.0).max(0.05),
+            supervisor_stale_threshold_s: m.supervisor_stale_threshold_s.filter(|t| t.is_finite()),
+            interval_s: m
+                .interval_s
+                .filter(|i| i.is_finite())
+                .unwrap_or(30.0)
+                .clamp(0.05, 86400.0),
             disk_warning_pct: d.warning_pct.or(m.disk_warning_pct).unwrap_or(90.0),
             disk_critical_pct: d.critical_pct.or(m.disk_critical_pct).unwrap_or(95.0),
             growth_window_s: d.growth_window_s.unwrap_or(1800.0),

@@ -17,8 +17,24 @@ fn positive(
 ) -> Result<f64, RoundsError> {
     match v {
         None => Ok(default),
-        Some(s) if *s.get_ref() > 0.0 && s.get_ref().is_finite() => Ok(*s.get_ref()),
-        Some(s) => Err(src.err(s.span(), format!("{name} must be a number above 0"))),
+        Some(s) if *s.get_ref() > 0.0 && *s.get_ref() <= MAX_SECONDS => Ok(*s.get_ref()),
+        Some(s) => Err(src.err(
+            s.span(),
+            format!("{name} must be above 0 and at most {MAX_SECONDS} (30 days)"),
+        )),
+    }
+}
+
+/// The longest span any seconds setting may name (30 days).
+pub(crate) const MAX_SECONDS: f64 = 30.0 * 86400.0;
+
+/// A seconds setting that may be 0 (off), at most [`MAX_SECONDS`].
+fn seconds(src: &Src<'_>, v: Option<f64>, name: &str) -> Result<Option<f64>, RoundsError> {
+    match v {
+        Some(x) if !(0.0..=MAX_SECONDS).contains(&x) => Err(src.err_file(format!(
+            "{name} must be between 0 and {MAX_SECONDS} seconds"
+        ))),
+        o => Ok(o),
     }
 }
 
@@ -228,7 +244,7 @@ pub(super) fn resolve(src: &Src<'_>, raw: RawConfig) -> Result<Config, RoundsErr
                 let budget = o
                     .round_budget_s
                     .or(o.runtime.as_ref().and_then(|r| r.round_budget_s));
-                if budget.is_some_and(|b| b <= 0.0 || !b.is_finite()) {
+                if budget.is_some_and(|b| !(b > 0.0 && b <= MAX_SECONDS)) {
                     return Err(src.err(
                         span,
                         format!("[phases.{name}] round_budget_s must be above 0"),
@@ -279,14 +295,18 @@ pub(super) fn resolve(src: &Src<'_>, raw: RawConfig) -> Result<Config, RoundsErr
             stop_file: rt.stop_file.map(|f| expand(&f, &work_dir, &project)),
             fresh_eyes_every_n: rt.fresh_eyes_every_n.filter(|n| *n > 0),
             dry_run: rt.dry_run.unwrap_or(false),
-            grace_after_result_s: rt
-                .max_grace_after_result_s
-                .filter(|g| *g > 0.0)
-                .unwrap_or(0.0),
+            grace_after_result_s: seconds(
+                src,
+                rt.max_grace_after_result_s,
+                "max_grace_after_result_s",
+            )?
+            .filter(|g| *g > 0.0)
+            .unwrap_or(0.0),
         },
         prompt,
         dirty_action,
-        stash_idempotency_s: raw.vcs.stash_idempotency_s.unwrap_or(5.0).max(0.0),
+        stash_idempotency_s: seconds(src, raw.vcs.stash_idempotency_s, "stash_idempotency_s")?
+            .unwrap_or(5.0),
         phases,
         phase_policy,
         schedule,

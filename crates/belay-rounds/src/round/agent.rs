@@ -147,15 +147,13 @@ impl Supervisor {
             container: ROUND_VIEW.into(),
             read_only: true,
         }];
-        for d in &c.agent.login_dirs {
-            if let Some(name) = d.file_name() {
-                mounts.push(Mount {
-                    host: d.clone(),
-                    container: format!("/tmp/{}", name.to_string_lossy()),
-                    read_only: false,
-                });
-            }
-        }
+        let login = if on_host {
+            None
+        } else {
+            let (m, view) = super::login::prepare(&c.agent.login_dirs, &log_dir.join(".login"))?;
+            mounts.extend(m);
+            Some(view)
+        };
         let _ = c.context_file; // the context file is always written; the prompt says where
         let warn = |m: &str| (self.progress)(m);
         let runner = Runner {
@@ -224,6 +222,12 @@ impl Supervisor {
             }
             None => Some(runner.run(call).await),
         };
+        if let Some(back) = login.as_ref().map(|l| l.finish()).filter(|b| !b.is_empty()) {
+            (self.progress)(&format!(
+                "copied the refreshed login back: {}",
+                back.join(", ")
+            ));
+        }
         let Some(result) = result else {
             // Stopped now: the host group died with the dropped call; the
             // container goes here.

@@ -102,7 +102,7 @@ impl Supervisor {
 
     /// The supervisor's own inputs inside the work tree (the config, the
     /// prompt files, the stop file): never stashed, never the agent's work.
-    fn own_paths(&self) -> Vec<String> {
+    pub(super) fn own_paths(&self) -> Vec<String> {
         let cfg = &self.cfg;
         let root = &cfg.runtime.work_dir;
         let mut paths: Vec<&std::path::Path> = vec![cfg.path.as_path()];

@@ -4,6 +4,8 @@
 
 mod agent;
 mod dirty;
+mod guard;
+mod login;
 mod recover;
 
 use std::time::Instant;
@@ -249,6 +251,7 @@ impl Supervisor {
                     .unwrap_or_else(|| agent_cfg.binary.clone()),
             },
         );
+        let guard = self.take_guard()?;
         let t0 = Instant::now();
         let ran = self
             .run_agent(agent::AgentCall {
@@ -267,6 +270,8 @@ impl Supervisor {
             })
             .await;
         let duration_s = t0.elapsed().as_secs_f64();
+        // The agent's processes are gone: undo what it must not leave.
+        self.apply_guard(&guard, round_num, &step);
         let ran = match ran {
             Ok(r) => r,
             Err(e) => {

@@ -50,6 +50,9 @@ impl Supervisor {
             let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
         }
         let step = format!("R{}", status.round_num);
+        if let Some(g) = self.load_guard() {
+            self.apply_guard(&g, status.round_num, &step);
+        }
         self.emit(
             Some(&step),
             &RoundEvent::RoundInterrupted {

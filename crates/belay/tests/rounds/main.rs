@@ -15,6 +15,7 @@ mod git_cli;
 #[allow(dead_code)]
 mod replay;
 
+mod attacks;
 mod monitor;
 mod units;
 

@@ -1,0 +1,116 @@
+//! What the agent must not leave changed: the git dir (see
+//! [`belay_vcs::GitDirGuard`]) and the supervisor's own inputs in the work
+//! tree (the config and the prompt files, which the agent can write: an
+//! edited config would run its command, or `placement = "host"`, at the next
+//! start). Taken before the agent, recorded in the log dir (so that the next
+//! start can apply it when belay was killed mid-round), applied once the
+//! agent's processes are gone.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::events::RoundEvent;
+use crate::supervisor::Supervisor;
+use crate::RoundsError;
+
+pub const GUARD_FILE: &str = "round-guard.json";
+
+/// The largest own file kept (a config or a prompt).
+const MAX_OWN: u64 = 4 * 1024 * 1024;
+
+#[derive(Serialize, Deserialize)]
+pub struct RoundGuard {
+    git: belay_vcs::GitDirGuard,
+    /// Relative path in the work tree → content, as hex.
+    own: BTreeMap<String, String>,
+}
+
+impl Supervisor {
+    pub(super) fn take_guard(&self) -> Result<RoundGuard, RoundsError> {
+        let root = &self.cfg.runtime.work_dir;
+        let mut own = BTreeMap::new();
+        for rel in self.own_paths() {
+            let p = root.join(&rel);
+            match fs_err::symlink_metadata(&p) {
+                Ok(m) if m.is_file() && m.len() <= MAX_OWN => {
+                    let b = fs_err::read(&p).map_err(|e| RoundsError::io("cannot read", &p, e))?;
+                    own.insert(rel, hex::encode(b));
+                }
+                _ => {}
+            }
+        }
+        let g = RoundGuard {
+            git: self.git.guard_git_dir(),
+            own,
+        };
+        let text = serde_json::to_vec(&g).map_err(|e| {
+            RoundsError::io("cannot encode", self.log_dir(), std::io::Error::other(e))
+        })?;
+        belay_record::atomic_write(&self.log_dir().join(GUARD_FILE), &text)?;
+        Ok(g)
+    }
+
+    pub(super) fn load_guard(&self) -> Option<RoundGuard> {
+        let b = fs_err::read(self.log_dir().join(GUARD_FILE)).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
+    /// Put back what the agent changed; record what that was.
+    pub(super) fn apply_guard(&self, g: &RoundGuard, round_num: u64, step: &str) {
+        let r = g.git.restore();
+        if !r.is_empty() {
+            (self.progress)(&format!(
+                "undid what the agent left in the git dir: restored {:?}, links {:?}, modes {:?}, locks {:?}",
+                r.restored, r.links_removed, r.modes_cleared, r.locks_removed
+            ));
+            self.emit(
+                Some(step),
+                &RoundEvent::GitDirRepaired {
+                    round_num,
+                    restored: r.restored,
+                    links_removed: r.links_removed,
+                    modes_cleared: r.modes_cleared,
+                    locks_removed: r.locks_removed,
+                },
+            );
+        }
+        let root = &self.cfg.runtime.work_dir;
+        let mut restored = Vec::new();
+        for (rel, hexed) in &g.own {
+            let Ok(want) = hex::decode(hexed) else {
+                continue;
+            };
+            let p = root.join(rel);
+            let same = fs_err::symlink_metadata(&p).is_ok_and(|m| m.is_file())
+                && fs_err::read(&p).is_ok_and(|b| b == want);
+            if same {
+                continue;
+            }
+            if let Ok(m) = fs_err::symlink_metadata(&p) {
+                let _ = if m.is_dir() {
+                    fs_err::remove_dir_all(&p)
+                } else {
+                    fs_err::remove_file(&p)
+                };
+            }
+            if belay_record::atomic_write(&p, &want).is_ok() {
+                restored.push(rel.clone());
+            }
+        }
+        if !restored.is_empty() {
+            (self.progress)(&format!(
+                "the agent changed belay's own inputs; put back: {}",
+                restored.join(", ")
+            ));
+            self.emit(
+                Some(step),
+                &RoundEvent::ControlFileRestored {
+                    round_num,
+                    paths: restored,
+                },
+            );
+        }
+        let _ = fs_err::remove_file(self.log_dir().join(GUARD_FILE));
+    }
+}
