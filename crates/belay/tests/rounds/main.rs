@@ -851,3 +851,69 @@ fn the_bundled_example_runs_three_rounds() {
     );
     assert!(out.contains("state     idle"), "{out}");
 }
+
+/// A fake `claude` printing its stream-json: the adapter reads the usage,
+/// turns and cost; the round's turn limit stops the agent, and the day's
+/// limit, once spent, keeps the next round from starting (76).
+const FAKE_CLAUDE: &str = r#"#!/bin/sh
+cat > /dev/null
+n=${TOOL_CALLS:-1}
+i=1
+while [ $i -le $n ]; do
+  printf '{"type":"assistant","message":{"id":"m%s","content":[{"type":"tool_use","id":"t%s","name":"Bash","input":{"command":"ls %s"}}],"usage":{"input_tokens":100,"output_tokens":10}}}\n' $i $i $i
+  i=$((i+1))
+  sleep 0.1
+done
+printf '{"type":"result","subtype":"success","result":"done","num_turns":%s,"total_cost_usd":0.25,"usage":{"input_tokens":300,"output_tokens":30}}\n' $n
+"#;
+
+#[test]
+fn usage_comes_from_the_adapter_stream_and_the_limits_hold() {
+    require_agent_image();
+    let p = proj();
+    let bin = p.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    common::install_script(&bin.join("claude"), FAKE_CLAUDE);
+    let cfg = |name: &str, calls: u32, limits: &str| -> PathBuf {
+        let f = p.tmp.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &f,
+            format!(
+                "schema_version = 1\n[agent]\ncommand = [\"{}\", \"--verbose\", \"--output-format\", \"stream-json\"]\nprompt_arg_template = [\"-p\"]\nprompt_delivery = \"stdin\"\nplacement = \"host\"\nenv = {{ TOOL_CALLS = \"{calls}\" }}\n[runtime]\nwork_dir = \"{}\"\nlog_dir = \"{}\"\nround_budget_s = 60\n[prompt]\nfile = \"./prompts/main.md\"\n[limits]\n{limits}\n",
+                bin.join("claude").display(),
+                p.repo.display(),
+                p.logs("usage").display()
+            ),
+        )
+        .unwrap();
+        f
+    };
+    let c = cfg("ok", 3, "day_turns = 5");
+    let o = p.run(&c, &["round", "--json"]);
+    ok(&o);
+    let u = p.kinds("usage", "agent_usage_recorded");
+    assert_eq!(u.len(), 1);
+    assert_eq!(u[0]["data"]["turns"], 3);
+    assert!(
+        u[0]["data"]["input_tokens"].as_u64().unwrap() >= 300,
+        "{u:?}"
+    );
+    assert_eq!(u[0]["data"]["cost_usd"], 0.25);
+    let day = p.json("usage", "usage-day.json");
+    assert_eq!(day["turns"], 3);
+    // A round over its own turn limit is stopped.
+    let l = cfg("limit", 6, "round_turns = 2\nday_turns = 5");
+    let o = p.run(&l, &["round", "--json"]);
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["outcome"], "limit");
+    assert_eq!(p.kinds("usage", "limit_reached").len(), 1);
+    // The day's turns (3 + 3) are spent: the next round does not start.
+    let o = p.run(&c, &["round"]);
+    assert_eq!(code(&o), 76, "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("day's turn limit"),
+        "{}",
+        show(&o)
+    );
+}
