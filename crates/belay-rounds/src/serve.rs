@@ -335,11 +335,16 @@ impl Supervisor {
                     }
                     TransientAction::Skip => {}
                     TransientAction::BackOff => {
-                        let jitter = Duration::from_millis(fastrand::u64(0..30_000));
+                        // Jitter: up to a tenth of the wait, at most 30 s (many
+                        // loops sharing a quota do not all resume at once).
+                        let jitter = |w: Duration| {
+                            let cap = (w.as_millis() as u64 / 10).clamp(1, 30_000);
+                            w + Duration::from_millis(fastrand::u64(0..cap))
+                        };
                         wait = match reset.as_deref().and_then(|t| t.parse::<Timestamp>().ok()) {
-                            Some(t) if t > Timestamp::now() => until(t) + jitter,
+                            Some(t) if t > Timestamp::now() => jitter(until(t)),
                             _ => {
-                                let w = Duration::from_secs_f64(backoff_s) + jitter;
+                                let w = jitter(Duration::from_secs_f64(backoff_s));
                                 backoff_s = (backoff_s * 2.0).min(MAX_DELAY_S);
                                 w
                             }

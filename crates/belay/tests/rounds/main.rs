@@ -44,6 +44,9 @@ case "$mode" in
   hang) echo "work" > hang.txt; exec sleep 74$mark ;;
   auth) echo "Error: 401 Unauthorized: invalid x-api-key"; exit 1 ;;
   ratelimit) echo "429 Too Many Requests: rate limit reached, try again in 1 seconds"; exit 1 ;;
+  ratelimit-once)
+    if [ ! -e "$AGENT_RUNNER_LOG_DIR/limited" ]; then touch "$AGENT_RUNNER_LOG_DIR/limited"
+      echo "429 Too Many Requests: rate limit reached, try again in 1 seconds"; exit 1; fi ;;
   done) echo "all finished" > .agent-done ;;
 esac
 exit 0
@@ -916,4 +919,97 @@ fn usage_comes_from_the_adapter_stream_and_the_limits_hold() {
         "{}",
         show(&o)
     );
+}
+
+/// A rate limit with a reset time: serve pauses until it (plus a little
+/// jitter), then goes on; the next clean round records the recovery.
+#[test]
+fn a_rate_limit_pauses_serve_until_the_reset_time() {
+    require_agent_image();
+    let p = proj();
+    let r = p.config("rate", "ratelimit", "host", "round_budget_s = 60", "");
+    ok(&p.run(&r, &["serve", "--max-rounds", "1"]));
+    let t: Vec<Value> = p.kinds("rate", "transient_error_detected");
+    assert_eq!(t.len(), 1);
+    assert!(t[0]["data"]["reset_at"].is_string(), "{t:?}");
+    // One round that hits the limit, then a clean one: the pause between
+    // them is at least the 1 s the CLI asked for.
+    let once = p.config("rate", "ratelimit-once", "host", "round_budget_s = 60", "");
+    ok(&p.run(&once, &["serve", "--max-rounds", "2"]));
+    assert!(!p.kinds("rate", "transient_error_backoff").is_empty());
+    let starts = p.kinds("rate", "round_start");
+    let ends = p.kinds("rate", "round_end");
+    let at = |e: &Value| {
+        e["at"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+    };
+    let gap =
+        at(starts.last().unwrap()).as_millisecond() - at(&ends[ends.len() - 2]).as_millisecond();
+    assert!(gap >= 900, "resumed after {gap} ms, before the reset");
+    assert_eq!(ends.last().unwrap()["data"]["outcome"], "clean");
+    assert_eq!(p.kinds("rate", "transient_error_recovered").len(), 1);
+}
+
+#[test]
+fn the_breakers_stop_a_crash_loop_and_rounds_without_progress_with_75() {
+    require_agent_image();
+    let p = proj();
+    let f = p.config(
+        "crash",
+        "dirty-fail",
+        "host",
+        "round_budget_s = 60",
+        "[vcs]\ndirty_action = \"ignore\"",
+    );
+    let o = p.run(&f, &["serve"]);
+    assert_eq!(code(&o), 75, "{}", show(&o));
+    assert_eq!(p.kinds("crash", "round_end").len(), 5);
+    let cl = p.kinds("crash", "crash_loop");
+    assert!(cl.last().unwrap()["data"]["tripped"] == true);
+    // The delay doubled between the failing rounds.
+    let delays: Vec<f64> = cl
+        .iter()
+        .filter(|e| e["data"]["tripped"] == false)
+        .map(|e| e["data"]["delay_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(delays, [0.4, 0.8, 1.6, 3.2]);
+    let p = proj();
+    let n = p.config("noop", "noop", "host", "round_budget_s = 60", "");
+    let o = p.run(&n, &["serve"]);
+    assert_eq!(code(&o), 75, "{}", show(&o));
+    assert_eq!(p.kinds("noop", "stalled_no_progress").len(), 1);
+    assert_eq!(p.kinds("noop", "round_end").len(), 5);
+}
+
+#[test]
+fn outside_its_schedule_serve_waits_and_a_sigterm_still_stops_it() {
+    require_agent_image();
+    let p = proj();
+    let c = p.config(
+        "sched",
+        "commit",
+        "host",
+        "round_budget_s = 60",
+        "[schedule]\ntimezone = \"UTC\"\npause_windows = [\"00:00-24:00\"]\nrun_windows = []",
+    );
+    let mut serve = p
+        .cmd(&c)
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the pause", Duration::from_secs(20), || {
+        !p.kinds("sched", "schedule_paused").is_empty()
+    });
+    assert!(p.kinds("sched", "round_start").is_empty());
+    let pid = rustix::process::Pid::from_raw(serve.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert_eq!(serve.wait().unwrap().code(), Some(0));
+    // --ignore-schedule runs anyway.
+    ok(&p.run(&c, &["serve", "--ignore-schedule", "--max-rounds", "1"]));
+    assert_eq!(p.kinds("sched", "round_end").len(), 1);
 }
