@@ -117,6 +117,14 @@ fn writable_paths(cfg: &Config) -> String {
     paths.iter().map(|p| q(p)).collect::<Vec<_>>().join(" ")
 }
 
+/// The hardening the peer's units lack (each line ends in a newline).
+fn hardening(cfg: &Config, memory_max: &str, tasks_max: u32, rw: &str) -> String {
+    format!(
+        "NoNewPrivileges=yes\nMemoryMax={memory_max}\nTasksMax={tasks_max}\nProtectSystem=strict\nProtectHome=read-only\n{}ReadWritePaths={rw}\n",
+        private_tmp(cfg)
+    )
+}
+
 pub fn render_serve(cfg: &Config, o: &UnitOptions) -> String {
     format!(
         "# Written by `belay rounds install`; `belay rounds uninstall` removes it.\n\
@@ -138,12 +146,7 @@ RestartSec={delay}\n\
 KillMode=mixed\n\
 KillSignal=SIGTERM\n\
 TimeoutStopSec={stop}\n\
-NoNewPrivileges=yes\n\
-MemoryMax={mem}\n\
-TasksMax={tasks}\n\
-ProtectSystem=strict\n\
-ProtectHome=read-only\n\
-{tmp}ReadWritePaths={rw}\n\
+{hardening}\
 \n\
 [Install]\n\
 WantedBy={wanted}\n",
@@ -154,10 +157,7 @@ WantedBy={wanted}\n",
         config = q(&cfg.path),
         delay = cfg.runtime.restart_delay_s.ceil().max(1.0) as u64,
         stop = stop_timeout_s(cfg),
-        mem = o.memory_max,
-        tasks = o.tasks_max,
-        rw = writable_paths(cfg),
-        tmp = private_tmp(cfg),
+        hardening = hardening(cfg, &o.memory_max, o.tasks_max, &writable_paths(cfg)),
         wanted = if o.system {
             "multi-user.target"
         } else {
@@ -179,12 +179,7 @@ Type=simple\n\
 ExecStart={belay} rounds monitor --config {config} --mode events\n\
 Restart=always\n\
 RestartSec=10\n\
-NoNewPrivileges=yes\n\
-MemoryMax=64M\n\
-TasksMax=16\n\
-ProtectSystem=strict\n\
-ProtectHome=read-only\n\
-{tmp}ReadWritePaths={log}\n\
+{hardening}\
 \n\
 [Install]\n\
 WantedBy={wanted}\n",
@@ -194,8 +189,7 @@ WantedBy={wanted}\n",
         work = q(&cfg.runtime.work_dir),
         belay = q(&o.belay),
         config = q(&cfg.path),
-        log = q(&cfg.runtime.log_dir),
-        tmp = private_tmp(cfg),
+        hardening = hardening(cfg, "64M", 16, &q(&cfg.runtime.log_dir)),
         wanted = if o.system {
             "multi-user.target"
         } else {
