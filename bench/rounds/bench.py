@@ -136,6 +136,28 @@ def agent_cpu(sleep, n):
     return (t2.children_user + t2.children_system - t.children_user - t.children_system) / n
 
 
+def round_span(log_dir):
+    """Seconds from the first round_start to the last round_end, from the
+    event logs (belay's envelope `at`/`kind`, the peer's `ts`/`event`)."""
+    import datetime, glob
+    starts, ends = [], []
+    for f in glob.glob(os.path.join(log_dir, "events*.jsonl")):
+        for line in open(f):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            kind = e.get("kind") or e.get("event")
+            at = e.get("at") or e.get("ts")
+            if kind not in ("round_start", "round_end") or not at:
+                continue
+            t = datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+            (starts if kind == "round_start" else ends).append(t)
+    if not starts or not ends:
+        return None
+    return max(ends) - min(starts)
+
+
 def serve_cmd(tool, peer, cfg, n):
     if tool == "peer":
         return [peer, "serve", "--config", cfg, "--max-rounds", str(n)]
@@ -153,6 +175,7 @@ def overhead(tool, peer, placement, n, sleep, delay, agent_cpu_s):
             self_cpu = [s, c]
         time.sleep(0.01)
     wall = time.monotonic() - t0
+    span = round_span(os.path.join(d, "logs"))
     rounds = int(subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=os.path.join(d, "repo"), capture_output=True, text=True).stdout) - 1
     assert p.returncode == 0 and rounds == n, (tool, placement, p.returncode, rounds)
     # One `round` command.
@@ -165,6 +188,9 @@ def overhead(tool, peer, placement, n, sleep, delay, agent_cpu_s):
     return {
         "serve_wall_s": round(wall, 3),
         "overhead_per_round_s": round((wall - n * sleep - (n - 1) * delay) / n, 4),
+        # From the first round's start to the last one's end, by each tool's
+        # own events: serve's start and exit left out.
+        "loop_overhead_per_round_s": round((span - n * sleep - (n - 1) * delay) / n, 4) if span else None,
         "one_round_command_overhead_s": round(one - sleep, 4),
         "cpu_per_round_s": round(max(cpu, 0.0) / n, 4),
     }
@@ -224,7 +250,7 @@ def main():
     ap.add_argument("--peer", required=True, help="the agent-runner executable")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--sleep", type=float, default=0.3)
-    ap.add_argument("--delay", type=float, default=0.1)
+    ap.add_argument("--delay", type=int, default=1, help="restart_delay_s (the peer takes whole seconds)")
     a = ap.parse_args()
     acpu = agent_cpu(a.sleep, 5)
     out = {"rounds": a.rounds, "agent_sleep_s": a.sleep, "restart_delay_s": a.delay, "agent_cpu_per_round_s": round(acpu, 4)}
@@ -234,6 +260,7 @@ def main():
     p, h = out["peer"], out["belay_host"]
     out["ratios"] = {
         "overhead_host_vs_peer": round(h["overhead_per_round_s"] / p["overhead_per_round_s"], 3) if p["overhead_per_round_s"] > 0 else None,
+        "loop_overhead_host_vs_peer": round(h["loop_overhead_per_round_s"] / p["loop_overhead_per_round_s"], 3) if p.get("loop_overhead_per_round_s") else None,
         "cpu_host_vs_peer": round(h["cpu_per_round_s"] / p["cpu_per_round_s"], 3) if p["cpu_per_round_s"] > 0 else None,
         "memory_mid_round_host_vs_peer": round(h["memory"]["mid_round_mib_median"] / p["memory"]["mid_round_mib_median"], 3) if p["memory"]["mid_round_mib_median"] else None,
     }

@@ -322,6 +322,11 @@ impl Supervisor {
                 self.emit(None, &RoundEvent::StalledNoProgress { rounds: stalls });
                 return end(crate::exit::BREAKER, format!("no progress: {stalls} short clean rounds with no usage, no commits and no changes"), rounds);
             }
+            // The last round: no restart delay before saying so.
+            if let Some(m) = max_rounds.filter(|m| rounds >= *m) {
+                self.emit(None, &RoundEvent::MaxRoundsReached { max_rounds: m });
+                return end(crate::exit::OK, format!("max_rounds ({m}) reached"), rounds);
+            }
             // The next start: a rate-limit pause, a crash back-off, or the delay.
             let mut wait = delay;
             if let Some((class, reset)) = &r.transient {
