@@ -8,8 +8,11 @@ belay runs it on the host (`placement = "host"`, the peer's placement) and in
 a container (belay's default; the file is otherwise the same).
 
 - overhead per round: `serve --max-rounds N`, wall time minus the agent's own
-  time and the restart delays, divided by N; and one `round` command, wall
-  minus the agent's time (a process start included);
+  time (its sleep and its commit, measured by running it alone) and the
+  restart delays, divided by N; the same from the first round's start to the
+  last one's end by each tool's own events (serve's start and exit left
+  out); and one `round` command, wall minus the agent's time (a process start
+  included);
 - CPU per round: the supervisor's own user+system time (its process tree,
   less the agents' own CPU, measured by running the agent alone), per round;
 - resident memory, the monitor included: sampled from /proc every 20 ms while
@@ -124,16 +127,19 @@ def cpu_s(pid):
         return 0.0, 0.0
 
 
-def agent_cpu(sleep, n):
-    """The agent's own CPU per round, run alone."""
+def agent_alone(sleep, n):
+    """The agent's own wall time and CPU per round, run alone (its sleep and
+    its commit): what neither tool can make faster."""
     d, _ = setup(sleep, 1)
     repo = os.path.join(d, "repo")
     t = os.times()
+    t0 = time.monotonic()
     for i in range(n):
         subprocess.run([os.path.join(d, "agent.sh"), PROMPT], cwd=repo, env=dict(os.environ, BENCH_SLEEP=str(sleep)), stdout=subprocess.DEVNULL, check=True)
+    wall = (time.monotonic() - t0) / n
     t2 = os.times()
     shutil.rmtree(d, ignore_errors=True)
-    return (t2.children_user + t2.children_system - t.children_user - t.children_system) / n
+    return wall, (t2.children_user + t2.children_system - t.children_user - t.children_system) / n
 
 
 def round_span(log_dir):
@@ -164,7 +170,7 @@ def serve_cmd(tool, peer, cfg, n):
     return [BELAY, "-q", "rounds", "--config", cfg, "serve", "--max-rounds", str(n)]
 
 
-def overhead(tool, peer, placement, n, sleep, delay, agent_cpu_s):
+def overhead(tool, peer, placement, n, sleep, delay, agent_wall_s, agent_cpu_s):
     d, cfg = setup(sleep, delay, placement)
     t0 = time.monotonic()
     p = subprocess.Popen(serve_cmd(tool, peer, cfg, n), env=env_for(d), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -187,11 +193,11 @@ def overhead(tool, peer, placement, n, sleep, delay, agent_cpu_s):
     cpu = self_cpu[0] + self_cpu[1] - n * agent_cpu_s
     return {
         "serve_wall_s": round(wall, 3),
-        "overhead_per_round_s": round((wall - n * sleep - (n - 1) * delay) / n, 4),
+        "overhead_per_round_s": round((wall - n * agent_wall_s - (n - 1) * delay) / n, 4),
         # From the first round's start to the last one's end, by each tool's
         # own events: serve's start and exit left out.
-        "loop_overhead_per_round_s": round((span - n * sleep - (n - 1) * delay) / n, 4) if span else None,
-        "one_round_command_overhead_s": round(one - sleep, 4),
+        "loop_overhead_per_round_s": round((span - n * agent_wall_s - (n - 1) * delay) / n, 4) if span else None,
+        "one_round_command_overhead_s": round(one - agent_wall_s, 4),
         "cpu_per_round_s": round(max(cpu, 0.0) / n, 4),
     }
 
@@ -252,10 +258,10 @@ def main():
     ap.add_argument("--sleep", type=float, default=0.3)
     ap.add_argument("--delay", type=int, default=1, help="restart_delay_s (the peer takes whole seconds)")
     a = ap.parse_args()
-    acpu = agent_cpu(a.sleep, 5)
-    out = {"rounds": a.rounds, "agent_sleep_s": a.sleep, "restart_delay_s": a.delay, "agent_cpu_per_round_s": round(acpu, 4)}
+    awall, acpu = agent_alone(a.sleep, 10)
+    out = {"rounds": a.rounds, "agent_sleep_s": a.sleep, "restart_delay_s": a.delay, "agent_alone_wall_s": round(awall, 4), "agent_cpu_per_round_s": round(acpu, 4)}
     for name, tool, placement in [("peer", "peer", None), ("belay_host", "belay", "host"), ("belay_container", "belay", None)]:
-        out[name] = overhead(tool, a.peer, placement, a.rounds, a.sleep, a.delay, acpu)
+        out[name] = overhead(tool, a.peer, placement, a.rounds, a.sleep, a.delay, awall, acpu)
         out[name]["memory"] = memory(tool, a.peer, placement)
     p, h = out["peer"], out["belay_host"]
     out["ratios"] = {
