@@ -48,6 +48,7 @@ case "$mode" in
     if [ ! -e "$AGENT_RUNNER_LOG_DIR/limited" ]; then touch "$AGENT_RUNNER_LOG_DIR/limited"
       echo "429 Too Many Requests: rate limit reached, try again in 1 seconds"; exit 1; fi ;;
   done) echo "all finished" > .agent-done ;;
+  result-hang) echo '{"type":"result","subtype":"success"}'; exec sleep 73$mark ;;
 esac
 exit 0
 "#;
@@ -1012,4 +1013,40 @@ fn outside_its_schedule_serve_waits_and_a_sigterm_still_stops_it() {
     // --ignore-schedule runs anyway.
     ok(&p.run(&c, &["serve", "--ignore-schedule", "--max-rounds", "1"]));
     assert_eq!(p.kinds("sched", "round_end").len(), 1);
+}
+
+/// The terminal marker: an agent that printed its result and hangs is
+/// killed after the grace, and the round counts as done.
+#[test]
+fn an_agent_that_hangs_after_its_result_is_killed_after_the_grace() {
+    require_agent_image();
+    let p = proj();
+    for placement in ["host", "container"] {
+        let c = p.config(
+            placement,
+            "result-hang",
+            placement,
+            "round_budget_s = 60",
+            "",
+        );
+        let text = std::fs::read_to_string(&c)
+            .unwrap()
+            .replace("[runtime]", "sigterm_grace_s = 1\n[runtime]");
+        std::fs::write(&c, text).unwrap();
+        let t0 = Instant::now();
+        let o = p.run(&c, &["round", "--json"]);
+        ok(&o);
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["outcome"], "grace_killed", "{placement}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{placement}: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(p.kinds(placement, "round_grace_kill").len(), 1);
+        assert!(
+            pgrep(&format!("sleep 73{}", p.mark)).is_empty(),
+            "{placement}"
+        );
+    }
 }
