@@ -110,6 +110,11 @@ pub enum RoundEvent {
         modes_cleared: Vec<String>,
         locks_removed: Vec<String>,
     },
+    /// The git dir was beyond checking: no host git ran on it, the loop stops.
+    GitDirUnchecked {
+        round_num: u64,
+        error: String,
+    },
     /// The config or a prompt file in the work tree, as belay loaded it.
     ControlFileRestored {
         round_num: u64,

@@ -4,17 +4,26 @@
 //! read-write. Whatever the agent left there is read by the host's next git
 //! call, and by the user's own git later. So before the agent, the guard
 //! records what must not change: the hooks, the files that redirect git
-//! (`commondir`, `config.worktree`, alternates) and `info/attributes`. After
-//! the agent (its processes gone), it puts them back byte for byte and
-//! removes:
+//! (`commondir`, `config.worktree`, alternates, each linked worktree's
+//! `commondir` and `gitdir`), `info/attributes`, `info/exclude`, the replace
+//! refs, and every symbolic link already there (the user's own). After the
+//! agent (its processes gone), it puts them back and removes:
 //!
-//! - every symbolic link in the git dir's own places (its top level,
-//!   `refs/`, `logs/`, `hooks/`, `info/`, `objects/` and the object fan-out
-//!   dirs): git follows them when it writes a ref, a reflog or an object, so a
-//!   link is a write anywhere the host's user can write;
+//! - every *new* symbolic link in the git dir's own places (its top level,
+//!   `refs/`, `logs/`, `hooks/`, `info/`, `worktrees/`, `objects/` with its
+//!   fan-out, `pack/` and `info/`), at any depth: git appends to a reflog and
+//!   creates refs and objects through them, so a link is a write anywhere the
+//!   host's user can write. A dir git needs (`objects/pack`, `refs/heads`, …)
+//!   is made again where a link stood;
+//! - a `HEAD` that is no longer a regular file (put back as it was);
+//! - linked worktrees and replace refs the agent added;
 //! - set-id and world-writable bits anywhere in the git dir;
-//! - lock files made since the guard was taken (the agent is gone, so they
-//!   are stale, and they would block the next stash).
+//! - lock files whose inode changed since the guard was taken (ctime, which a
+//!   process cannot set back).
+//!
+//! The walk has a hard cap: a git dir with more entries than that is not
+//! checked half-way, it is refused ([`GuardError`]), and the caller must not
+//! run git on it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,29 +31,54 @@ use std::time::SystemTime;
 
 use crate::Git;
 
-/// The files and dirs whose content is put back (relative to the git dir).
+/// The files whose content is put back (relative to the git dir).
 const GUARDED_FILES: &[&str] = &[
     "commondir",
     "config.worktree",
     "objects/info/alternates",
     "objects/info/http-alternates",
     "info/attributes",
+    "info/exclude",
     "info/grafts",
 ];
 
-/// The places whose symbolic links are removed, walked to this depth.
+/// The places whose links are checked: (place, how deep; 0 is unbounded).
 const LINK_PLACES: &[(&str, usize)] = &[
     ("", 1),
-    ("refs", 16),
-    ("logs", 16),
-    ("hooks", 4),
-    ("info", 2),
-    ("objects", 2),
-    ("worktrees", 3),
+    ("refs", 0),
+    ("logs", 0),
+    ("hooks", 1),
+    ("info", 1),
+    ("worktrees", 0),
+    ("objects", 1),
+    ("objects/pack", 1),
+    ("objects/info", 1),
 ];
 
-/// At most this many entries are looked at (a bounded walk).
-const MAX_ENTRIES: usize = 200_000;
+/// Dirs git needs: made again where a link stood.
+const NEEDED_DIRS: &[&str] = &[
+    "objects",
+    "objects/pack",
+    "objects/info",
+    "refs",
+    "refs/heads",
+    "refs/tags",
+    "logs",
+    "logs/refs",
+    "hooks",
+    "info",
+];
+
+/// More entries than this in the git dir, and it is refused, not half-checked.
+pub const MAX_ENTRIES: usize = 2_000_000;
+
+/// The git dir could not be checked: the caller must not run git on it.
+#[derive(Debug, thiserror::Error)]
+#[error("the git dir {dir} holds more than {max} entries: belay does not run git on a git dir it cannot check; look at what the agent left there")]
+pub struct GuardError {
+    pub dir: PathBuf,
+    pub max: usize,
+}
 
 /// A record of the git dir, serialisable so that the next start can put it
 /// back when belay was killed while the sandbox ran (contents as hex).
@@ -55,8 +89,29 @@ pub struct GitDirGuard {
     files: BTreeMap<String, Option<Vec<u8>>>,
     #[serde(with = "hex_map")]
     hooks: BTreeMap<String, Vec<u8>>,
-    /// Unix seconds when the guard was taken (locks newer than it are stale).
-    taken_s: u64,
+    #[serde(with = "hex_opt")]
+    head: Option<Vec<u8>>,
+    /// The links already there (the user's), by relative path: their targets.
+    links: BTreeMap<String, PathBuf>,
+    worktrees: Vec<String>,
+    replace_refs: Vec<String>,
+    /// Unix seconds when the guard was taken (locks changed since are stale).
+    taken_s: i64,
+}
+
+mod hex_opt {
+    pub fn serialize<S: serde::Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        use serde::Serialize;
+        v.as_ref().map(hex::encode).serialize(s)
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        use serde::Deserialize;
+        Option::<String>::deserialize(d)?
+            .map(|h| hex::decode(h).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 mod hex_map {
@@ -113,7 +168,8 @@ mod hex_map_opt {
 /// What the guard repaired.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GitDirRepair {
-    /// Guarded files (and hooks) put back, by path relative to the git dir.
+    /// Guarded files, hooks, worktrees and replace refs put back or removed,
+    /// by path relative to the git dir.
     pub restored: Vec<String>,
     pub links_removed: Vec<String>,
     pub modes_cleared: Vec<String>,
@@ -137,33 +193,42 @@ fn read_regular(p: &Path) -> Option<Vec<u8>> {
     fs_err::read(p).ok()
 }
 
-fn hooks_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    if let Ok(rd) = fs_err::read_dir(dir) {
-        for e in rd.flatten() {
-            if let Some(b) = read_regular(&e.path()) {
-                out.insert(e.file_name().to_string_lossy().into_owned(), b);
-            }
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs_err::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Every file below `dir` (relative to `base`), bounded.
+fn files_below(base: &Path, dir: &Path, out: &mut Vec<String>, budget: &mut usize) {
+    let Ok(rd) = fs_err::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => files_below(base, &p, out, budget),
+            Ok(_) => out.push(rel(base, &p)),
+            Err(_) => {}
         }
     }
-    out
 }
 
 /// Replace whatever is at `p` (a link, a dir, a file) with `bytes`.
 fn put_back(p: &Path, bytes: &[u8], mode: u32) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    if let Ok(m) = fs_err::symlink_metadata(p) {
-        let gone = if m.is_dir() {
-            fs_err::remove_dir_all(p)
-        } else {
-            fs_err::remove_file(p)
-        };
-        if gone.is_err() {
-            return false;
-        }
-    }
-    if let Some(parent) = p.parent() {
-        let _ = fs_err::create_dir_all(parent);
+    if fs_err::symlink_metadata(p).is_ok() && !remove_any(p) {
+        return false;
     }
     fs_err::write(p, bytes).is_ok()
         && fs_err::set_permissions(p, std::fs::Permissions::from_mode(mode)).is_ok()
@@ -177,17 +242,74 @@ fn remove_any(p: &Path) -> bool {
     }
 }
 
+/// The links under the link places, by relative path (`Err` past the cap).
+fn links_of(g: &Path, seen: &mut usize) -> Result<BTreeMap<String, PathBuf>, ()> {
+    let mut out = BTreeMap::new();
+    for (place, depth) in LINK_PLACES {
+        let root = if place.is_empty() {
+            g.to_path_buf()
+        } else {
+            g.join(place)
+        };
+        // A place that is itself a link is found from its parent's walk.
+        if !place.is_empty()
+            && fs_err::symlink_metadata(&root).is_ok_and(|m| m.file_type().is_symlink())
+        {
+            continue;
+        }
+        let mut stack = vec![(root, 1usize)];
+        while let Some((dir, d)) = stack.pop() {
+            let Ok(rd) = fs_err::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                *seen += 1;
+                if *seen > MAX_ENTRIES {
+                    return Err(());
+                }
+                let Ok(ft) = e.file_type() else { continue };
+                let p = e.path();
+                if ft.is_symlink() {
+                    out.insert(rel(g, &p), fs_err::read_link(&p).unwrap_or_default());
+                } else if ft.is_dir() && (*depth == 0 || d < *depth) && !place.is_empty() {
+                    stack.push((p, d + 1));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl Git {
     /// Record the git dir before a sandbox that can write it.
     pub fn guard_git_dir(&self) -> GitDirGuard {
-        let files = GUARDED_FILES
+        let g = &self.git_dir;
+        let worktrees = names_in(&g.join("worktrees"));
+        let mut files: BTreeMap<String, Option<Vec<u8>>> = GUARDED_FILES
             .iter()
-            .map(|f| (f.to_string(), read_regular(&self.git_dir.join(f))))
+            .map(|f| (f.to_string(), read_regular(&g.join(f))))
             .collect();
+        for w in &worktrees {
+            for f in ["commondir", "gitdir", "config.worktree"] {
+                let name = format!("worktrees/{w}/{f}");
+                files.insert(name.clone(), read_regular(&g.join(&name)));
+            }
+        }
+        let mut replace_refs = Vec::new();
+        let mut budget = 100_000;
+        files_below(g, &g.join("refs/replace"), &mut replace_refs, &mut budget);
+        let mut seen = 0;
         GitDirGuard {
-            git_dir: self.git_dir.clone(),
+            git_dir: g.clone(),
             files,
-            hooks: hooks_of(&self.git_dir.join("hooks")),
+            hooks: names_in(&g.join("hooks"))
+                .into_iter()
+                .filter_map(|n| read_regular(&g.join("hooks").join(&n)).map(|b| (n, b)))
+                .collect(),
+            head: read_regular(&g.join("HEAD")),
+            links: links_of(g, &mut seen).unwrap_or_default(),
+            worktrees,
+            replace_refs,
             taken_s: unix_s(SystemTime::now()),
         }
     }
@@ -196,40 +318,40 @@ impl Git {
 impl GitDirGuard {
     /// Put the git dir back (see the module docs). Call it once the
     /// sandbox's processes are gone.
-    pub fn restore(&self) -> GitDirRepair {
+    pub fn restore(&self) -> Result<GitDirRepair, GuardError> {
         use std::os::unix::fs::PermissionsExt;
+        let too_big = || GuardError {
+            dir: self.git_dir.clone(),
+            max: MAX_ENTRIES,
+        };
         let mut r = GitDirRepair::default();
         let g = &self.git_dir;
-        // Links first: nothing below is written through one.
-        let mut seen = 0usize;
-        for (place, depth) in LINK_PLACES {
-            let root = if place.is_empty() {
-                g.clone()
-            } else {
-                g.join(place)
-            };
-            let mut stack = vec![(root, 0usize)];
-            while let Some((dir, d)) = stack.pop() {
-                if d >= *depth {
-                    continue;
+        // Links first: nothing below is written through one. Repeat until
+        // none is new: a removed link may uncover a place to walk.
+        for _ in 0..4 {
+            let mut seen = 0;
+            let now = links_of(g, &mut seen).map_err(|_| too_big())?;
+            let new: Vec<(String, PathBuf)> = now
+                .into_iter()
+                .filter(|(k, t)| self.links.get(k) != Some(t))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            for (k, _) in new {
+                let p = g.join(&k);
+                if fs_err::remove_file(&p).is_ok() {
+                    if NEEDED_DIRS.contains(&k.as_str()) {
+                        let _ = fs_err::create_dir_all(&p);
+                    }
+                    r.links_removed.push(k);
                 }
-                let Ok(rd) = fs_err::read_dir(&dir) else {
-                    continue;
-                };
-                for e in rd.flatten() {
-                    seen += 1;
-                    if seen > MAX_ENTRIES {
-                        break;
-                    }
-                    let Ok(ft) = e.file_type() else { continue };
-                    let p = e.path();
-                    if ft.is_symlink() {
-                        if fs_err::remove_file(&p).is_ok() {
-                            r.links_removed.push(rel(g, &p));
-                        }
-                    } else if ft.is_dir() && !place.is_empty() {
-                        stack.push((p, d + 1));
-                    }
+            }
+        }
+        if fs_err::symlink_metadata(g.join("HEAD")).map_or(true, |m| !m.is_file()) {
+            if let Some(h) = &self.head {
+                if put_back(&g.join("HEAD"), h, 0o644) {
+                    r.restored.push("HEAD".into());
                 }
             }
         }
@@ -248,25 +370,37 @@ impl GitDirGuard {
                 r.restored.push(name.clone());
             }
         }
+        for w in names_in(&g.join("worktrees")) {
+            if !self.worktrees.contains(&w) && remove_any(&g.join("worktrees").join(&w)) {
+                r.restored.push(format!("worktrees/{w}"));
+            }
+        }
+        let mut refs = Vec::new();
+        let mut budget = 100_000;
+        files_below(g, &g.join("refs/replace"), &mut refs, &mut budget);
+        for f in refs {
+            if !self.replace_refs.contains(&f) && fs_err::remove_file(g.join(&f)).is_ok() {
+                r.restored.push(f);
+            }
+        }
         let hooks_dir = g.join("hooks");
-        let now = hooks_of(&hooks_dir);
-        if let Ok(rd) = fs_err::read_dir(&hooks_dir) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let changed = match (self.hooks.get(&name), now.get(&name)) {
-                    (Some(a), Some(b)) => a != b,
-                    (Some(_), None) => true,
-                    (None, _) => true,
+        for name in names_in(&hooks_dir) {
+            let p = hooks_dir.join(&name);
+            let rel_name = format!("hooks/{name}");
+            if self.links.contains_key(&rel_name) {
+                continue; // the user's own linked hook
+            }
+            let changed = match (self.hooks.get(&name), read_regular(&p)) {
+                (Some(a), Some(b)) => *a != b,
+                _ => true,
+            };
+            if changed {
+                let ok = match self.hooks.get(&name) {
+                    Some(bytes) => put_back(&p, bytes, 0o755),
+                    None => remove_any(&p),
                 };
-                if changed {
-                    let p = e.path();
-                    let ok = match self.hooks.get(&name) {
-                        Some(bytes) => put_back(&p, bytes, 0o755),
-                        None => remove_any(&p),
-                    };
-                    if ok {
-                        r.restored.push(format!("hooks/{name}"));
-                    }
+                if ok {
+                    r.restored.push(rel_name);
                 }
             }
         }
@@ -276,7 +410,7 @@ impl GitDirGuard {
                 r.restored.push(format!("hooks/{name}"));
             }
         }
-        // Modes and stale locks, over the whole git dir (bounded).
+        // Modes and stale locks, over the whole git dir.
         let mut stack = vec![g.clone()];
         let mut seen = 0usize;
         while let Some(dir) = stack.pop() {
@@ -286,7 +420,7 @@ impl GitDirGuard {
             for e in rd.flatten() {
                 seen += 1;
                 if seen > MAX_ENTRIES {
-                    return r;
+                    return Err(too_big());
                 }
                 let p = e.path();
                 let Ok(m) = fs_err::symlink_metadata(&p) else {
@@ -304,25 +438,26 @@ impl GitDirGuard {
                 }
                 if m.is_dir() {
                     stack.push(p);
-                } else if p.extension().is_some_and(|x| x == "lock")
-                    && m.modified().is_ok_and(|t| unix_s(t) >= self.taken_s)
-                    && fs_err::remove_file(&p).is_ok()
-                {
-                    r.locks_removed.push(rel(g, &p));
+                } else if p.extension().is_some_and(|x| x == "lock") {
+                    use std::os::unix::fs::MetadataExt;
+                    if m.ctime() >= self.taken_s && fs_err::remove_file(&p).is_ok() {
+                        r.locks_removed.push(rel(g, &p));
+                    }
                 }
             }
         }
         r.restored.sort();
+        r.restored.dedup();
         r.links_removed.sort();
         r.modes_cleared.sort();
         r.locks_removed.sort();
-        r
+        Ok(r)
     }
 }
 
-fn unix_s(t: SystemTime) -> u64 {
+fn unix_s(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
+        .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
 }
 

@@ -613,7 +613,7 @@ async fn the_git_dir_guard_undoes_what_a_sandbox_planted() {
     std::fs::write(g.join("suid"), "x").unwrap();
     std::fs::set_permissions(g.join("suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
     std::fs::write(g.join("index.lock"), "").unwrap();
-    let r = guard.restore();
+    let r = guard.restore().unwrap();
     assert_eq!(r.links_removed, ["logs/refs/stash"]);
     assert_eq!(r.locks_removed, ["index.lock"]);
     assert_eq!(r.modes_cleared, ["suid"]);
@@ -644,5 +644,73 @@ async fn the_git_dir_guard_undoes_what_a_sandbox_planted() {
     std::fs::write(root.join("a.txt"), "changed\n").unwrap();
     git.stash_push("after").await.unwrap().unwrap();
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "host\n");
-    assert!(guard.restore().is_empty(), "a second pass finds nothing");
+    assert!(
+        guard.restore().unwrap().is_empty(),
+        "a second pass finds nothing"
+    );
+}
+
+/// The guard's second round of attacks: a link deep in `logs/`, a lock
+/// backdated with `touch -d`, a `HEAD` made a link, a linked
+/// `objects/pack`, a planted worktree and replace ref; and the user's own
+/// linked hook is kept.
+#[tokio::test]
+async fn the_guard_sees_deep_links_backdated_locks_and_keeps_the_users_links() {
+    let (d, git) = repo().await;
+    let root = git.root().to_path_buf();
+    let g = root.join(".git");
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    std::fs::write(root.join("scripts/pre-commit"), "#!/bin/sh\n").unwrap();
+    std::os::unix::fs::symlink("../../scripts/pre-commit", g.join("hooks/pre-commit")).unwrap();
+    let head = std::fs::read(g.join("HEAD")).unwrap();
+    let guard = git.guard_git_dir();
+    let target = d.path().join("host-file");
+    std::fs::write(&target, "host\n").unwrap();
+    let deep = g.join("logs/refs/heads/c1/c2/c3/c4/c5/c6/c7/c8/c9/c10/c11/c12/c13/c14/c15/c16/c17");
+    std::fs::create_dir_all(&deep).unwrap();
+    std::os::unix::fs::symlink(&target, deep.join("leaf")).unwrap();
+    std::fs::write(g.join("index.lock"), "").unwrap();
+    let old = std::process::Command::new("touch")
+        .args(["-d", "2001-01-01"])
+        .arg(g.join("index.lock"))
+        .status()
+        .unwrap();
+    assert!(old.success());
+    std::fs::remove_file(g.join("HEAD")).unwrap();
+    std::os::unix::fs::symlink(&target, g.join("HEAD")).unwrap();
+    std::fs::remove_dir_all(g.join("objects/pack")).unwrap();
+    std::os::unix::fs::symlink(d.path(), g.join("objects/pack")).unwrap();
+    std::fs::create_dir_all(g.join("worktrees/wt")).unwrap();
+    std::fs::write(g.join("worktrees/wt/commondir"), "../../evil\n").unwrap();
+    std::fs::create_dir_all(g.join("refs/replace")).unwrap();
+    std::fs::write(g.join("refs/replace/abc"), "0000\n").unwrap();
+    let r = guard.restore().unwrap();
+    assert!(r.links_removed.contains(&"HEAD".to_string()), "{r:?}");
+    assert!(
+        r.links_removed.contains(&"objects/pack".to_string()),
+        "{r:?}"
+    );
+    assert!(
+        r.links_removed.iter().any(|l| l.ends_with("c17/leaf")),
+        "{r:?}"
+    );
+    assert_eq!(r.locks_removed, ["index.lock"]);
+    assert!(
+        r.restored.contains(&"HEAD".to_string())
+            && r.restored.contains(&"worktrees/wt".to_string())
+            && r.restored.contains(&"refs/replace/abc".to_string()),
+        "{r:?}"
+    );
+    assert_eq!(std::fs::read(g.join("HEAD")).unwrap(), head);
+    assert!(g.join("objects/pack").is_dir());
+    assert!(
+        std::fs::symlink_metadata(g.join("hooks/pre-commit"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the user's linked hook stays"
+    );
+    std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    git.stash_push("after").await.unwrap().unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "host\n");
 }

@@ -39,6 +39,7 @@ pub struct AgentConfig {
     pub model_key_env: Option<String>,
     /// Host directories mounted at the same place under the container's home.
     pub login_dirs: Vec<PathBuf>,
+    pub login_write_back: bool,
     pub auto_approve: bool,
     pub name: Option<String>,
 }
@@ -69,6 +70,7 @@ pub(crate) fn merge(base: &RawAgent, over: &RawAgent) -> RawAgent {
         model_key_env,
         pass_env,
         login_dirs,
+        login_write_back,
         auto_approve
     )
 }
@@ -199,6 +201,7 @@ impl AgentConfig {
             model_api,
             model_key_env: raw.model_key_env.clone(),
             login_dirs,
+            login_write_back: raw.login_write_back.unwrap_or(false),
             auto_approve: raw.auto_approve.unwrap_or(false),
             name: raw.name.clone(),
         })

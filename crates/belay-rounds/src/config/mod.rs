@@ -113,6 +113,9 @@ pub struct Config {
     pub limits: Limits,
     /// Keys that load but do nothing in belay, with why (`doctor` shows them).
     pub notes: Vec<String>,
+    /// The file's text as loaded (put back if an agent edits a config that
+    /// lives in the work tree).
+    pub source: String,
 }
 
 /// Points into the config text.

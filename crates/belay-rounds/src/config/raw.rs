@@ -67,6 +67,9 @@ pub struct RawAgent {
     /// container's home (default: `~/.claude`, `~/.codex` or `~/.gemini`
     /// after the CLI, where it exists).
     pub login_dirs: Option<Vec<String>>,
+    /// Copy a refreshed login token back to the host's login dir after a
+    /// round (off: an agent could swap the user's login).
+    pub login_write_back: Option<bool>,
     /// Pass a belay spec's auto-approval flag (a peer `command` carries its own).
     pub auto_approve: Option<bool>,
 }

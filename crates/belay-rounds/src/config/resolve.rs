@@ -318,5 +318,6 @@ pub(super) fn resolve(src: &Src<'_>, raw: RawConfig) -> Result<Config, RoundsErr
             day_turns: l.day_turns,
         },
         notes,
+        source: src.text.to_string(),
     })
 }

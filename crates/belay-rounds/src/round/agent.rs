@@ -222,7 +222,12 @@ impl Supervisor {
             }
             None => Some(runner.run(call).await),
         };
-        if let Some(back) = login.as_ref().map(|l| l.finish()).filter(|b| !b.is_empty()) {
+        if let Some(back) = login
+            .as_ref()
+            .filter(|_| c.agent.login_write_back)
+            .map(|l| l.finish())
+            .filter(|b| !b.is_empty())
+        {
             (self.progress)(&format!(
                 "copied the refreshed login back: {}",
                 back.join(", ")

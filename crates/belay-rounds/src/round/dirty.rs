@@ -60,7 +60,12 @@ impl Supervisor {
         outcome: &str,
         step: &str,
     ) -> Option<String> {
-        let keep = self.own_paths();
+        // Repositories the agent planted inside the tree stay where they are
+        // (a stash cannot take a repository without a commit, and would fail
+        // whole); they are named in the event.
+        let mut keep = self.own_paths();
+        let nested = self.git.embedded_repositories().await.unwrap_or_default();
+        keep.extend(nested.iter().map(|n| n.trim_end_matches('/').to_string()));
         let spec = belay_vcs::keep_pathspec(&keep);
         let spec: Vec<&str> = spec.iter().map(String::as_str).collect();
         let files = match self.git.dirty(&spec).await {

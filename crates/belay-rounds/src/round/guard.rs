@@ -7,6 +7,7 @@
 //! agent's processes are gone.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,18 +27,71 @@ pub struct RoundGuard {
     own: BTreeMap<String, String>,
 }
 
+/// Make every dir from `root` down to `rel`'s parent a real dir: a link the
+/// agent put in place of one (`prompts -> /host/dir`) is removed, never
+/// followed. Whether the parent is a real dir now.
+fn real_parents(root: &Path, rel: &Path) -> bool {
+    let Some(parent) = rel.parent() else {
+        return true;
+    };
+    let mut at = root.to_path_buf();
+    for c in parent.components() {
+        let std::path::Component::Normal(c) = c else {
+            return false;
+        };
+        at.push(c);
+        match fs_err::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                if fs_err::remove_file(&at).is_err() || fs_err::create_dir(&at).is_err() {
+                    return false;
+                }
+            }
+            Err(_) => {
+                if fs_err::create_dir(&at).is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Read `root/rel` only through real dirs and only as a regular file.
+fn read_own(root: &Path, rel: &Path) -> Option<Vec<u8>> {
+    let mut at = root.to_path_buf();
+    for c in rel.parent()?.components() {
+        at.push(c);
+        if !fs_err::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+            return None;
+        }
+    }
+    let p = root.join(rel);
+    let m = fs_err::symlink_metadata(&p).ok()?;
+    (m.is_file() && m.len() <= MAX_OWN)
+        .then(|| fs_err::read(&p).ok())
+        .flatten()
+}
+
 impl Supervisor {
     pub(super) fn take_guard(&self) -> Result<RoundGuard, RoundsError> {
         let root = &self.cfg.runtime.work_dir;
+        let config_rel = self
+            .cfg
+            .path
+            .strip_prefix(root)
+            .ok()
+            .map(|r| r.display().to_string());
         let mut own = BTreeMap::new();
         for rel in self.own_paths() {
-            let p = root.join(&rel);
-            match fs_err::symlink_metadata(&p) {
-                Ok(m) if m.is_file() && m.len() <= MAX_OWN => {
-                    let b = fs_err::read(&p).map_err(|e| RoundsError::io("cannot read", &p, e))?;
-                    own.insert(rel, hex::encode(b));
-                }
-                _ => {}
+            // The config as belay loaded it, never as it is on disk now.
+            let bytes = if config_rel.as_deref() == Some(rel.as_str()) {
+                Some(self.cfg.source.as_bytes().to_vec())
+            } else {
+                read_own(root, Path::new(&rel))
+            };
+            if let Some(b) = bytes {
+                own.insert(rel, hex::encode(b));
             }
         }
         let g = RoundGuard {
@@ -56,9 +110,24 @@ impl Supervisor {
         serde_json::from_slice(&b).ok()
     }
 
-    /// Put back what the agent changed; record what that was.
-    pub(super) fn apply_guard(&self, g: &RoundGuard, round_num: u64, step: &str) {
-        let r = g.git.restore();
+    /// Put back what the agent changed; record what that was. A git dir that
+    /// cannot be checked stops the loop: no host git runs on it.
+    pub(super) fn apply_guard(
+        &self,
+        g: &RoundGuard,
+        round_num: u64,
+        step: &str,
+    ) -> Result<(), RoundsError> {
+        let r = g.git.restore().map_err(|e| {
+            self.emit(
+                Some(step),
+                &RoundEvent::GitDirUnchecked {
+                    round_num,
+                    error: e.to_string(),
+                },
+            );
+            RoundsError::Breaker(e.to_string())
+        })?;
         if !r.is_empty() {
             (self.progress)(&format!(
                 "undid what the agent left in the git dir: restored {:?}, links {:?}, modes {:?}, locks {:?}",
@@ -81,12 +150,14 @@ impl Supervisor {
             let Ok(want) = hex::decode(hexed) else {
                 continue;
             };
-            let p = root.join(rel);
-            let same = fs_err::symlink_metadata(&p).is_ok_and(|m| m.is_file())
-                && fs_err::read(&p).is_ok_and(|b| b == want);
-            if same {
+            let relp = Path::new(rel);
+            if read_own(root, relp).as_deref() == Some(want.as_slice()) {
                 continue;
             }
+            if !real_parents(root, relp) {
+                continue;
+            }
+            let p = root.join(relp);
             if let Ok(m) = fs_err::symlink_metadata(&p) {
                 let _ = if m.is_dir() {
                     fs_err::remove_dir_all(&p)
@@ -112,5 +183,6 @@ impl Supervisor {
             );
         }
         let _ = fs_err::remove_file(self.log_dir().join(GUARD_FILE));
+        Ok(())
     }
 }

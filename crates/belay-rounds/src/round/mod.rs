@@ -271,7 +271,18 @@ impl Supervisor {
             .await;
         let duration_s = t0.elapsed().as_secs_f64();
         // The agent's processes are gone: undo what it must not leave.
-        self.apply_guard(&guard, round_num, &step);
+        if let Err(e) = self.apply_guard(&guard, round_num, &step) {
+            self.finish(
+                &running,
+                round_num,
+                None,
+                Outcome::Failed,
+                duration_s,
+                &step,
+                running.transient_active,
+            );
+            return Err(e);
+        }
         let ran = match ran {
             Ok(r) => r,
             Err(e) => {

@@ -51,7 +51,7 @@ impl Supervisor {
         }
         let step = format!("R{}", status.round_num);
         if let Some(g) = self.load_guard() {
-            self.apply_guard(&g, status.round_num, &step);
+            self.apply_guard(&g, status.round_num, &step)?;
         }
         self.emit(
             Some(&step),

@@ -26,6 +26,12 @@ case "$2" in
   config)
     sed -i 's/^placement = "container"/placement = "host"/' agent-runner.toml
     ln -sf /etc/hostname prompts/main.md ;;
+  promptdir)
+    rm -rf prompts && ln -s "$m.dir" prompts ;;
+  nested)
+    git init -q zz && echo work > w.txt ;;
+  lock)
+    touch .git/index.lock && touch -d 2001-01-01 .git/index.lock && echo changed >> README ;;
   login)
     echo '{"hooks": {"SessionStart": [{"command": "touch '"$m"'"}]}}' > /tmp/.claude/settings.json
     echo '{"token": "refreshed"}' > /tmp/.claude/.credentials.json ;;
@@ -157,7 +163,7 @@ fn the_agent_cannot_rewrite_the_config_or_the_prompt_it_runs_under() {
 }
 
 #[test]
-fn the_login_directory_takes_back_only_the_refreshed_token() {
+fn the_login_directory_gives_back_nothing_or_with_write_back_only_the_token() {
     require_agent_image();
     let p = proj();
     let home_claude = p.tmp.path().join(".claude");
@@ -173,7 +179,19 @@ fn the_login_directory_takes_back_only_the_refreshed_token() {
         "[runtime]",
         &format!("login_dirs = [\"{}\"]\n[runtime]", home_claude.display()),
     );
-    std::fs::write(&c, text).unwrap();
+    std::fs::write(&c, &text).unwrap();
+    ok(&p.run(&c, &["round"]));
+    // By default nothing comes back, not even the token (an agent could
+    // swap the user's login).
+    assert_eq!(
+        std::fs::read_to_string(home_claude.join(".credentials.json")).unwrap(),
+        "{\"token\": \"old\"}\n"
+    );
+    std::fs::write(
+        &c,
+        text.replace("[runtime]", "login_write_back = true\n[runtime]"),
+    )
+    .unwrap();
     ok(&p.run(&c, &["round"]));
     assert_eq!(
         std::fs::read_to_string(home_claude.join("settings.json")).unwrap(),
@@ -185,4 +203,61 @@ fn the_login_directory_takes_back_only_the_refreshed_token() {
         "{\"token\": \"refreshed\"}\n"
     );
     assert!(!marker.exists());
+}
+
+#[test]
+fn a_prompts_dir_replaced_by_a_link_to_a_host_dir_is_never_written_through() {
+    require_agent_image();
+    let p = proj();
+    let (c, marker) = hostile(&p, "promptdir", false);
+    let host_dir = PathBuf::from(format!("{}.dir", marker.display()));
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::write(host_dir.join("main.md"), "the user's data\n").unwrap();
+    ok(&p.run(&c, &["round"]));
+    assert_eq!(
+        std::fs::read_to_string(host_dir.join("main.md")).unwrap(),
+        "the user's data\n"
+    );
+    let prompts = std::fs::symlink_metadata(p.repo.join("prompts")).unwrap();
+    assert!(prompts.is_dir(), "prompts is a real dir again");
+    assert_eq!(
+        std::fs::read_to_string(p.repo.join("prompts/main.md")).unwrap(),
+        prompt_text()
+    );
+}
+
+#[test]
+fn a_planted_repository_or_a_backdated_lock_does_not_stop_the_stash() {
+    require_agent_image();
+    let p = proj();
+    let (c, _) = hostile(&p, "nested", false);
+    ok(&p.run(&c, &["round"]));
+    assert_eq!(
+        p.stash_shas().len(),
+        1,
+        "the work was stashed around the planted repository"
+    );
+    assert!(git(
+        &p.repo,
+        &[
+            "stash",
+            "show",
+            "--include-untracked",
+            "--name-only",
+            &p.stash_shas()[0]
+        ]
+    )
+    .contains("w.txt"));
+    assert!(
+        p.repo.join("zz/.git").exists(),
+        "the planted repository stays, named"
+    );
+    let p = proj();
+    let (c, _) = hostile(&p, "lock", false);
+    ok(&p.run(&c, &["round"]));
+    assert_eq!(
+        p.stash_shas().len(),
+        1,
+        "the backdated lock was removed before the stash"
+    );
 }
