@@ -18,14 +18,31 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "state".to_string());
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = OpenOptions::new()
+    // A fresh name, created exclusively and never through a link: a
+    // directory a sandbox can write (a work tree) may hold a planted
+    // `.name.tmp.PID -> /elsewhere`.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut attempt = 0;
+    let (tmp, mut f) = loop {
+        let tmp = dir.join(format!(
+            ".{name}.tmp.{}.{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        match OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&tmp)
-            .map_err(|e| RecordError::io("cannot create", &tmp, e))?;
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                attempt += 1;
+            }
+            Err(e) => return Err(RecordError::io("cannot create", &tmp, e)),
+        }
+    };
+    let result = (|| {
         f.write_all(bytes)
             .map_err(|e| RecordError::io("cannot write", &tmp, e))?;
         f.sync_all()

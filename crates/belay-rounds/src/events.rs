@@ -109,6 +109,7 @@ pub enum RoundEvent {
         links_removed: Vec<String>,
         modes_cleared: Vec<String>,
         locks_removed: Vec<String>,
+        specials_removed: Vec<String>,
     },
     /// The git dir was beyond checking: no host git ran on it, the loop stops.
     GitDirUnchecked {

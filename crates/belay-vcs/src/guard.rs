@@ -40,6 +40,7 @@ const GUARDED_FILES: &[&str] = &[
     "info/attributes",
     "info/exclude",
     "info/grafts",
+    "shallow",
 ];
 
 /// The places whose links are checked: (place, how deep; 0 is unbounded).
@@ -74,10 +75,18 @@ pub const MAX_ENTRIES: usize = 2_000_000;
 
 /// The git dir could not be checked: the caller must not run git on it.
 #[derive(Debug, thiserror::Error)]
-#[error("the git dir {dir} holds more than {max} entries: belay does not run git on a git dir it cannot check; look at what the agent left there")]
-pub struct GuardError {
-    pub dir: PathBuf,
-    pub max: usize,
+pub enum GuardError {
+    #[error("the git dir {dir} holds more than {max} entries: belay does not run git on a git dir it cannot check; look at what the agent left there")]
+    TooBig { dir: PathBuf, max: usize },
+    #[error("cannot read {path} in the git dir ({why}): belay does not run git on a git dir it cannot check; look at what the agent left there")]
+    Unreadable { path: PathBuf, why: String },
+}
+
+fn unreadable(p: &Path, e: std::io::Error) -> GuardError {
+    GuardError::Unreadable {
+        path: p.to_path_buf(),
+        why: e.to_string(),
+    }
 }
 
 /// A record of the git dir, serialisable so that the next start can put it
@@ -91,8 +100,10 @@ pub struct GitDirGuard {
     hooks: BTreeMap<String, Vec<u8>>,
     #[serde(with = "hex_opt")]
     head: Option<Vec<u8>>,
-    /// The links already there (the user's), by relative path: their targets.
-    links: BTreeMap<String, PathBuf>,
+    /// The links already there (the user's): relative path → target, both
+    /// as hex of their bytes (names need not be UTF-8).
+    links: BTreeMap<String, String>,
+    /// Worktree names, as hex of their bytes.
     worktrees: Vec<String>,
     replace_refs: Vec<String>,
     /// Unix seconds when the guard was taken (locks changed since are stale).
@@ -174,6 +185,8 @@ pub struct GitDirRepair {
     pub links_removed: Vec<String>,
     pub modes_cleared: Vec<String>,
     pub locks_removed: Vec<String>,
+    /// FIFOs, sockets and devices (git makes none; a FIFO hangs git).
+    pub specials_removed: Vec<String>,
 }
 
 impl GitDirRepair {
@@ -182,6 +195,7 @@ impl GitDirRepair {
             && self.links_removed.is_empty()
             && self.modes_cleared.is_empty()
             && self.locks_removed.is_empty()
+            && self.specials_removed.is_empty()
     }
 }
 
@@ -193,13 +207,20 @@ fn read_regular(p: &Path) -> Option<Vec<u8>> {
     fs_err::read(p).ok()
 }
 
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs_err::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
+fn key(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    hex::encode(p.as_os_str().as_bytes())
+}
+
+fn from_key(g: &Path, k: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = hex::decode(k).ok()?;
+    Some(g.join(std::ffi::OsStr::from_bytes(&b)))
+}
+
+fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = fs_err::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     v.sort();
     v
@@ -242,8 +263,9 @@ fn remove_any(p: &Path) -> bool {
     }
 }
 
-/// The links under the link places, by relative path (`Err` past the cap).
-fn links_of(g: &Path, seen: &mut usize) -> Result<BTreeMap<String, PathBuf>, ()> {
+/// The links under the link places: key of the relative path → key of the
+/// target. A dir that cannot be read fails the walk.
+fn links_of(g: &Path, seen: &mut usize) -> Result<BTreeMap<String, String>, GuardError> {
     let mut out = BTreeMap::new();
     for (place, depth) in LINK_PLACES {
         let root = if place.is_empty() {
@@ -252,25 +274,31 @@ fn links_of(g: &Path, seen: &mut usize) -> Result<BTreeMap<String, PathBuf>, ()>
             g.join(place)
         };
         // A place that is itself a link is found from its parent's walk.
-        if !place.is_empty()
-            && fs_err::symlink_metadata(&root).is_ok_and(|m| m.file_type().is_symlink())
-        {
-            continue;
+        match fs_err::symlink_metadata(&root) {
+            Ok(m) if m.is_dir() => {}
+            _ => continue,
         }
         let mut stack = vec![(root, 1usize)];
         while let Some((dir, d)) = stack.pop() {
-            let Ok(rd) = fs_err::read_dir(&dir) else {
-                continue;
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(unreadable(&dir, e)),
             };
-            for e in rd.flatten() {
+            for e in rd {
+                let e = e.map_err(|x| unreadable(&dir, x))?;
                 *seen += 1;
                 if *seen > MAX_ENTRIES {
-                    return Err(());
+                    return Err(GuardError::TooBig {
+                        dir: g.to_path_buf(),
+                        max: MAX_ENTRIES,
+                    });
                 }
-                let Ok(ft) = e.file_type() else { continue };
+                let ft = e.file_type().map_err(|x| unreadable(&e.path(), x))?;
                 let p = e.path();
                 if ft.is_symlink() {
-                    out.insert(rel(g, &p), fs_err::read_link(&p).unwrap_or_default());
+                    let t = fs_err::read_link(&p).unwrap_or_default();
+                    out.insert(key(p.strip_prefix(g).unwrap_or(&p)), key(&t));
                 } else if ft.is_dir() && (*depth == 0 || d < *depth) && !place.is_empty() {
                     stack.push((p, d + 1));
                 }
@@ -291,24 +319,33 @@ impl Git {
             .collect();
         for w in &worktrees {
             for f in ["commondir", "gitdir", "config.worktree"] {
-                let name = format!("worktrees/{w}/{f}");
-                files.insert(name.clone(), read_regular(&g.join(&name)));
+                let p = Path::new("worktrees").join(w).join(f);
+                files.insert(key(&p), read_regular(&g.join(&p)));
             }
         }
         let mut replace_refs = Vec::new();
         let mut budget = 100_000;
         files_below(g, &g.join("refs/replace"), &mut replace_refs, &mut budget);
+        let hooks_dir = g.join("hooks");
+        // A hooks dir that is a link (the user's, into the tree) is not read.
+        let hooks = if fs_err::symlink_metadata(&hooks_dir).is_ok_and(|m| m.is_dir()) {
+            names_in(&hooks_dir)
+                .into_iter()
+                .filter_map(|n| {
+                    read_regular(&hooks_dir.join(&n)).map(|b| (n.to_string_lossy().into_owned(), b))
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         let mut seen = 0;
         GitDirGuard {
             git_dir: g.clone(),
             files,
-            hooks: names_in(&g.join("hooks"))
-                .into_iter()
-                .filter_map(|n| read_regular(&g.join("hooks").join(&n)).map(|b| (n, b)))
-                .collect(),
+            hooks,
             head: read_regular(&g.join("HEAD")),
             links: links_of(g, &mut seen).unwrap_or_default(),
-            worktrees,
+            worktrees: worktrees.iter().map(|w| key(Path::new(w))).collect(),
             replace_refs,
             taken_s: unix_s(SystemTime::now()),
         }
@@ -319,33 +356,53 @@ impl GitDirGuard {
     /// Put the git dir back (see the module docs). Call it once the
     /// sandbox's processes are gone.
     pub fn restore(&self) -> Result<GitDirRepair, GuardError> {
-        use std::os::unix::fs::PermissionsExt;
-        let too_big = || GuardError {
-            dir: self.git_dir.clone(),
-            max: MAX_ENTRIES,
-        };
+        use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
         let mut r = GitDirRepair::default();
         let g = &self.git_dir;
+        let show = |k: &str| {
+            from_key(Path::new(""), k)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        };
         // Links first: nothing below is written through one. Repeat until
         // none is new: a removed link may uncover a place to walk.
         for _ in 0..4 {
             let mut seen = 0;
-            let now = links_of(g, &mut seen).map_err(|_| too_big())?;
-            let new: Vec<(String, PathBuf)> = now
+            let now = links_of(g, &mut seen)?;
+            let new: Vec<String> = now
                 .into_iter()
                 .filter(|(k, t)| self.links.get(k) != Some(t))
+                .map(|(k, _)| k)
                 .collect();
             if new.is_empty() {
                 break;
             }
-            for (k, _) in new {
-                let p = g.join(&k);
+            for k in new {
+                let Some(p) = from_key(g, &k) else { continue };
                 if fs_err::remove_file(&p).is_ok() {
-                    if NEEDED_DIRS.contains(&k.as_str()) {
+                    let name = show(&k);
+                    if NEEDED_DIRS.contains(&name.as_str()) {
                         let _ = fs_err::create_dir_all(&p);
                     }
-                    r.links_removed.push(k);
+                    r.links_removed.push(name);
                 }
+            }
+        }
+        // The user's own links stay theirs: one replaced is put back.
+        for (k, t) in &self.links {
+            let (Some(p), Some(target)) = (from_key(g, k), from_key(Path::new(""), t)) else {
+                continue;
+            };
+            let same = fs_err::read_link(&p).is_ok_and(|now| now == target);
+            let parent_real = p
+                .parent()
+                .is_some_and(|d| fs_err::symlink_metadata(d).is_ok_and(|m| m.is_dir()));
+            if !same
+                && parent_real
+                && remove_any(&p)
+                && std::os::unix::fs::symlink(&target, &p).is_ok()
+            {
+                r.restored.push(show(k));
             }
         }
         if fs_err::symlink_metadata(g.join("HEAD")).map_or(true, |m| !m.is_file()) {
@@ -356,7 +413,15 @@ impl GitDirGuard {
             }
         }
         for (name, was) in &self.files {
-            let p = g.join(name);
+            // Plain names, or keys of worktree files.
+            let p = if GUARDED_FILES.contains(&name.as_str()) {
+                g.join(name)
+            } else {
+                match from_key(g, name) {
+                    Some(p) => p,
+                    None => continue,
+                }
+            };
             let now = read_regular(&p);
             let present = fs_err::symlink_metadata(&p).is_ok();
             let fixed = match was {
@@ -367,12 +432,16 @@ impl GitDirGuard {
                 _ => false,
             };
             if fixed {
-                r.restored.push(name.clone());
+                r.restored
+                    .push(p.strip_prefix(g).unwrap_or(&p).display().to_string());
             }
         }
         for w in names_in(&g.join("worktrees")) {
-            if !self.worktrees.contains(&w) && remove_any(&g.join("worktrees").join(&w)) {
-                r.restored.push(format!("worktrees/{w}"));
+            if !self.worktrees.contains(&key(Path::new(&w)))
+                && remove_any(&g.join("worktrees").join(&w))
+            {
+                r.restored
+                    .push(format!("worktrees/{}", w.to_string_lossy()));
             }
         }
         let mut refs = Vec::new();
@@ -384,49 +453,67 @@ impl GitDirGuard {
             }
         }
         let hooks_dir = g.join("hooks");
-        for name in names_in(&hooks_dir) {
-            let p = hooks_dir.join(&name);
-            let rel_name = format!("hooks/{name}");
-            if self.links.contains_key(&rel_name) {
-                continue; // the user's own linked hook
-            }
-            let changed = match (self.hooks.get(&name), read_regular(&p)) {
-                (Some(a), Some(b)) => *a != b,
-                _ => true,
-            };
-            if changed {
-                let ok = match self.hooks.get(&name) {
-                    Some(bytes) => put_back(&p, bytes, 0o755),
-                    None => remove_any(&p),
+        // Only a real hooks dir is put back (a linked one is the user's).
+        if fs_err::symlink_metadata(&hooks_dir).is_ok_and(|m| m.is_dir()) {
+            for name in names_in(&hooks_dir) {
+                let p = hooks_dir.join(&name);
+                let shown = name.to_string_lossy().into_owned();
+                if self
+                    .links
+                    .contains_key(&key(&Path::new("hooks").join(&name)))
+                {
+                    continue; // the user's linked hook, checked above
+                }
+                let changed = match (self.hooks.get(&shown), read_regular(&p)) {
+                    (Some(a), Some(b)) => *a != b,
+                    _ => true,
                 };
-                if ok {
-                    r.restored.push(rel_name);
+                if changed {
+                    let ok = match self.hooks.get(&shown) {
+                        Some(bytes) => put_back(&p, bytes, 0o755),
+                        None => remove_any(&p),
+                    };
+                    if ok {
+                        r.restored.push(format!("hooks/{shown}"));
+                    }
+                }
+            }
+            for (name, bytes) in &self.hooks {
+                let p = hooks_dir.join(name);
+                if fs_err::symlink_metadata(&p).is_err() && put_back(&p, bytes, 0o755) {
+                    r.restored.push(format!("hooks/{name}"));
                 }
             }
         }
-        for (name, bytes) in &self.hooks {
-            let p = hooks_dir.join(name);
-            if fs_err::symlink_metadata(&p).is_err() && put_back(&p, bytes, 0o755) {
-                r.restored.push(format!("hooks/{name}"));
-            }
-        }
-        // Modes and stale locks, over the whole git dir.
+        // Modes, special files and stale locks, over the whole git dir; a dir
+        // that cannot be read fails closed.
         let mut stack = vec![g.clone()];
         let mut seen = 0usize;
         while let Some(dir) = stack.pop() {
-            let Ok(rd) = fs_err::read_dir(&dir) else {
-                continue;
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(unreadable(&dir, e)),
             };
-            for e in rd.flatten() {
+            for e in rd {
+                let e = e.map_err(|x| unreadable(&dir, x))?;
                 seen += 1;
                 if seen > MAX_ENTRIES {
-                    return Err(too_big());
+                    return Err(GuardError::TooBig {
+                        dir: g.clone(),
+                        max: MAX_ENTRIES,
+                    });
                 }
                 let p = e.path();
-                let Ok(m) = fs_err::symlink_metadata(&p) else {
+                let m = fs_err::symlink_metadata(&p).map_err(|x| unreadable(&p, x))?;
+                let ft = m.file_type();
+                if ft.is_symlink() {
                     continue;
-                };
-                if m.file_type().is_symlink() {
+                }
+                if ft.is_fifo() || ft.is_socket() || ft.is_block_device() || ft.is_char_device() {
+                    if fs_err::remove_file(&p).is_ok() {
+                        r.specials_removed.push(rel(g, &p));
+                    }
                     continue;
                 }
                 let mode = m.permissions().mode();
@@ -436,21 +523,24 @@ impl GitDirGuard {
                         r.modes_cleared.push(rel(g, &p));
                     }
                 }
-                if m.is_dir() {
+                let is_lock = p.extension().is_some_and(|x| x == "lock");
+                if is_lock && m.ctime() >= self.taken_s && remove_any(&p) {
+                    r.locks_removed.push(rel(g, &p));
+                } else if ft.is_dir() {
                     stack.push(p);
-                } else if p.extension().is_some_and(|x| x == "lock") {
-                    use std::os::unix::fs::MetadataExt;
-                    if m.ctime() >= self.taken_s && fs_err::remove_file(&p).is_ok() {
-                        r.locks_removed.push(rel(g, &p));
-                    }
                 }
             }
         }
-        r.restored.sort();
-        r.restored.dedup();
-        r.links_removed.sort();
-        r.modes_cleared.sort();
-        r.locks_removed.sort();
+        for v in [
+            &mut r.restored,
+            &mut r.links_removed,
+            &mut r.modes_cleared,
+            &mut r.locks_removed,
+            &mut r.specials_removed,
+        ] {
+            v.sort();
+            v.dedup();
+        }
         Ok(r)
     }
 }

@@ -684,7 +684,40 @@ async fn the_guard_sees_deep_links_backdated_locks_and_keeps_the_users_links() {
     std::fs::write(g.join("worktrees/wt/commondir"), "../../evil\n").unwrap();
     std::fs::create_dir_all(g.join("refs/replace")).unwrap();
     std::fs::write(g.join("refs/replace/abc"), "0000\n").unwrap();
+    // The user's linked hook swapped for the agent's own file; a FIFO where
+    // git reads its index; a lock that is a dir; a link with a name that is
+    // not UTF-8.
+    std::fs::remove_file(g.join("hooks/pre-commit")).unwrap();
+    std::fs::write(g.join("hooks/pre-commit"), "#!/bin/sh\ntouch /tmp/pwned\n").unwrap();
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(g.join("FETCH_HEAD"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    std::fs::create_dir_all(g.join("refs/stash.lock")).unwrap();
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let odd = g
+            .join("logs/refs/heads")
+            .join(std::ffi::OsStr::from_bytes(b"b\xff"));
+        std::os::unix::fs::symlink(&target, odd).unwrap();
+    }
     let r = guard.restore().unwrap();
+    assert!(
+        r.links_removed
+            .iter()
+            .any(|l| l.starts_with("logs/refs/heads/b")),
+        "{r:?}"
+    );
+    assert_eq!(r.specials_removed, ["FETCH_HEAD"]);
+    assert!(
+        r.locks_removed.contains(&"refs/stash.lock".to_string()),
+        "{r:?}"
+    );
+    assert_eq!(
+        std::fs::read_link(g.join("hooks/pre-commit")).unwrap(),
+        std::path::Path::new("../../scripts/pre-commit")
+    );
     assert!(r.links_removed.contains(&"HEAD".to_string()), "{r:?}");
     assert!(
         r.links_removed.contains(&"objects/pack".to_string()),
@@ -694,7 +727,7 @@ async fn the_guard_sees_deep_links_backdated_locks_and_keeps_the_users_links() {
         r.links_removed.iter().any(|l| l.ends_with("c17/leaf")),
         "{r:?}"
     );
-    assert_eq!(r.locks_removed, ["index.lock"]);
+    assert_eq!(r.locks_removed, ["index.lock", "refs/stash.lock"]);
     assert!(
         r.restored.contains(&"HEAD".to_string())
             && r.restored.contains(&"worktrees/wt".to_string())

@@ -200,7 +200,9 @@ impl Config {
         let text = fs_err::read_to_string(path).map_err(|e| {
             RoundsError::Config(format!("cannot read the config {}: {e}", path.display()))
         })?;
-        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        // Canonical, as the work dir is: a config reached through a link into
+        // the work tree is still known as the tree's own (and put back).
+        let abs = fs_err::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Config::parse(&abs, &text)
     }
 

@@ -130,8 +130,8 @@ impl Supervisor {
         })?;
         if !r.is_empty() {
             (self.progress)(&format!(
-                "undid what the agent left in the git dir: restored {:?}, links {:?}, modes {:?}, locks {:?}",
-                r.restored, r.links_removed, r.modes_cleared, r.locks_removed
+                "undid what the agent left in the git dir: restored {:?}, links {:?}, modes {:?}, locks {:?}, special files {:?}",
+                r.restored, r.links_removed, r.modes_cleared, r.locks_removed, r.specials_removed
             ));
             self.emit(
                 Some(step),
@@ -141,6 +141,7 @@ impl Supervisor {
                     links_removed: r.links_removed,
                     modes_cleared: r.modes_cleared,
                     locks_removed: r.locks_removed,
+                    specials_removed: r.specials_removed,
                 },
             );
         }
