@@ -60,12 +60,7 @@ impl Supervisor {
         outcome: &str,
         step: &str,
     ) -> Option<String> {
-        // Repositories the agent planted inside the tree stay where they are
-        // (a stash cannot take a repository without a commit, and would fail
-        // whole); they are named in the event.
         let mut keep = self.own_paths();
-        let nested = self.git.embedded_repositories().await.unwrap_or_default();
-        keep.extend(nested.iter().map(|n| n.trim_end_matches('/').to_string()));
         let spec = belay_vcs::keep_pathspec(&keep);
         let spec: Vec<&str> = spec.iter().map(String::as_str).collect();
         let files = match self.git.dirty(&spec).await {
@@ -99,6 +94,11 @@ impl Supervisor {
                 None
             }
             DirtyAction::Stash => {
+                // Repositories the agent planted inside the tree stay where
+                // they are (a stash cannot take a repository without a
+                // commit, and would fail whole).
+                let nested = self.git.embedded_repositories().await.unwrap_or_default();
+                keep.extend(nested.iter().map(|n| n.trim_end_matches('/').to_string()));
                 self.stash(round_num, phase, outcome, step, files, &keep)
                     .await
             }
