@@ -19,6 +19,8 @@ pub struct MonitorConfig {
     /// `None`: 1.5 × the round budget; `Some(0)`: off.
     pub supervisor_stale_threshold_s: Option<f64>,
     pub interval_s: f64,
+    /// The filesystems the disk detectors watch (empty: the work and log dirs).
+    pub disk_paths: Vec<std::path::PathBuf>,
     pub disk_warning_pct: f64,
     pub disk_critical_pct: f64,
     pub growth_window_s: f64,
@@ -77,6 +79,13 @@ impl MonitorConfig {
             repetitive_threshold: m.anomaly_repetitive_threshold.unwrap_or(0),
             round_progress_interval_s: m.round_progress_interval_s.unwrap_or(0.0),
             supervisor_stale_threshold_s: m.supervisor_stale_threshold_s.filter(|t| t.is_finite()),
+            disk_paths: d
+                .paths
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(std::path::PathBuf::from)
+                .collect(),
             interval_s: m
                 .interval_s
                 .filter(|i| i.is_finite())

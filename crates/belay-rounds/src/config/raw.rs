@@ -203,6 +203,9 @@ pub struct RawDisk {
     /// belay's own: the shortest span a growth rate is computed over (the
     /// peer extrapolated from samples minutes apart).
     pub growth_min_span_s: Option<f64>,
+    /// belay's own: the filesystems to watch, by a path on each (default:
+    /// the work dir's and the log dir's).
+    pub paths: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -126,7 +126,11 @@ impl Monitor {
         Monitor {
             cfg: cfg.monitor.clone(),
             events: cfg.runtime.log_dir.join(belay_record::EVENTS_FILE),
-            disk_paths: vec![cfg.runtime.work_dir.clone(), cfg.runtime.log_dir.clone()],
+            disk_paths: if cfg.monitor.disk_paths.is_empty() {
+                vec![cfg.runtime.work_dir.clone(), cfg.runtime.log_dir.clone()]
+            } else {
+                cfg.monitor.disk_paths.clone()
+            },
             budget_s: cfg.runtime.round_budget_s,
             view: view::View::default(),
             samples: VecDeque::new(),

@@ -132,6 +132,13 @@ file = "./prompts/main.md"
             repo = self.repo.display(),
             logs = self.logs(name).display(),
         );
+        // The monitor inside serve watches the machine's real disk: a test
+        // that does not test it must not stop because the CI disk is full.
+        let text = if extra.contains("host_health.disk") {
+            text
+        } else {
+            format!("{text}\n[monitor.host_health.disk]\nwarning_pct = 100\ncritical_pct = 100\n")
+        };
         let p = self.tmp.path().join(format!("{name}.toml"));
         std::fs::write(&p, text).unwrap();
         p
@@ -816,12 +823,22 @@ turns:
 fn the_bundled_example_runs_three_rounds() {
     require_agent_image();
     let tmp = tempfile::tempdir().unwrap();
+    // The example's monitor watches its disk: on a filesystem of its own
+    // (where the test may mount one), a full CI disk does not stop it.
+    let fs = rustix::process::getuid()
+        .is_root()
+        .then(|| monitor::Tmpfs::mount(&tmp.path().join("fs"), 256));
+    let tmpdir = if fs.is_some() {
+        tmp.path().join("fs")
+    } else {
+        tmp.path().to_path_buf()
+    };
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/rounds-demo/run.sh");
     let o = Command::new(&script)
         .env("BELAY", env!("CARGO_BIN_EXE_belay"))
-        .env("BELAY_STATE_HOME", tmp.path())
-        .env("TMPDIR", tmp.path())
+        .env("BELAY_STATE_HOME", tmp.path().join("state"))
+        .env("TMPDIR", &tmpdir)
         .output()
         .unwrap();
     ok(&o);

@@ -74,10 +74,10 @@ fn is_root() -> bool {
 }
 
 /// A tmpfs of `mib` MiB at `dir`, unmounted when dropped.
-struct Tmpfs(PathBuf);
+pub(crate) struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(dir: &Path, mib: u32) -> Tmpfs {
+    pub(crate) fn mount(dir: &Path, mib: u32) -> Tmpfs {
         std::fs::create_dir_all(dir).unwrap();
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
@@ -119,7 +119,10 @@ fn a_filling_disk_warns_once_then_is_critical_once_and_stops_serve() {
         "commit",
         "host",
         "round_budget_s = 60",
-        "[monitor]\ninterval_s = 0.1",
+        &format!(
+            "[monitor]\ninterval_s = 0.1\n[monitor.host_health.disk]\npaths = [\"{}\"]",
+            p.logs("disk").display()
+        ),
     );
     fs.fill_to(92.0);
     let lines = monitor_lines(&p, &c, "3");
