@@ -116,15 +116,6 @@ impl Window {
                 || (self.days[(wd + 6) % 7] && minute < self.end)
         }
     }
-
-    /// Whether two windows share a minute of the week.
-    pub fn overlaps(&self, other: &Window) -> bool {
-        (0..7).any(|d| {
-            (0..1440)
-                .step_by(1)
-                .any(|m| self.contains(d, m) && other.contains(d, m))
-        })
-    }
 }
 
 impl Schedule {

@@ -47,7 +47,6 @@ pub(super) struct AgentCall<'a> {
     pub log: &'a Path,
     pub ctx: &'a RoundContext,
     pub fresh_eyes: bool,
-    pub context_file: bool,
     pub max_cost: Option<f64>,
     pub max_turns: Option<u32>,
     pub kill: Option<Killed>,
@@ -154,7 +153,6 @@ impl Supervisor {
             mounts.extend(m);
             Some(view)
         };
-        let _ = c.context_file; // the context file is always written; the prompt says where
         let warn = |m: &str| (self.progress)(m);
         let runner = Runner {
             rt: self.rt.clone(),

@@ -13,7 +13,6 @@ use std::time::Instant;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::config::ContextMode;
 use crate::events::{RoundEvent, Usage};
 use crate::lock::RepoLock;
 use crate::state::{self, DayUsage, OrphanBlock, OrphanState, Previous, RoundContext, Status};
@@ -263,7 +262,6 @@ impl Supervisor {
                 log: &log,
                 ctx: &ctx,
                 fresh_eyes,
-                context_file: cfg.prompt.inject_context && cfg.prompt.mode == ContextMode::File,
                 max_cost: min_opt(cfg.limits.round_cost_usd, remaining_cost),
                 max_turns: min_opt(cfg.limits.round_turns, remaining_turns),
                 kill: o.kill,
