@@ -9,6 +9,7 @@
 //!   a sandbox ([`workspace::Workspace`]).
 
 pub mod builtin;
+pub mod checks;
 pub mod cli;
 mod event;
 pub mod lifeline;

@@ -42,3 +42,33 @@ pub fn exec_tied(args: &[String]) -> String {
     let err = std::process::Command::new(program).args(&args[3..]).exec();
     format!("cannot start `{program}`: {err} (is it installed and on PATH?)")
 }
+
+/// A file this process holds a kernel lock on for as long as it lives: a
+/// container made with it as its [`belay_sandbox::ContainerSpec::lifeline`]
+/// waits on the lock and ends when belay does, even after a `kill -9`.
+pub struct Lifeline {
+    pub path: std::path::PathBuf,
+    _lock: belay_record::RunLock,
+}
+
+impl Drop for Lifeline {
+    fn drop(&mut self) {
+        let _ = fs_err::remove_file(&self.path);
+    }
+}
+
+impl Lifeline {
+    /// Hold `<state home>/lifelines/<pid>.lock`.
+    pub fn hold() -> Result<Lifeline, crate::AgentError> {
+        let dir = belay_record::state_home().join("lifelines");
+        fs_err::create_dir_all(&dir)
+            .map_err(|e| crate::AgentError::Io(format!("cannot create {}: {e}", dir.display())))?;
+        let path = dir.join(format!("{}.lock", std::process::id()));
+        let lock = belay_record::RunLock::acquire(&path)
+            .map_err(|e| crate::AgentError::Io(e.to_string()))?;
+        // The container's idle user opens it to wait on the lock.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+        Ok(Lifeline { path, _lock: lock })
+    }
+}

@@ -18,7 +18,6 @@ mod error;
 pub mod events;
 pub mod exit;
 pub mod init;
-pub mod lock;
 pub mod monitor;
 pub mod prompt;
 pub mod report;

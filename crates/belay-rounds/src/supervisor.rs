@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use belay_agent::cli::Endpoint;
 use belay_model::{PriceTable, Secret};
-use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle, RunLock};
+use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle};
 use belay_sandbox::ContainerRuntime;
 use sha2::Digest;
 
@@ -16,31 +16,7 @@ use crate::config::{Config, PlacementKind};
 use crate::events::RoundEvent;
 use crate::RoundsError;
 
-/// A file this process holds a lock on for as long as it lives (see
-/// [`belay_sandbox::ContainerSpec::lifeline`]).
-pub struct Lifeline {
-    pub path: PathBuf,
-    _lock: RunLock,
-}
-
-impl Drop for Lifeline {
-    fn drop(&mut self) {
-        let _ = fs_err::remove_file(&self.path);
-    }
-}
-
-impl Lifeline {
-    fn hold() -> Result<Lifeline, RoundsError> {
-        let dir = belay_record::state_home().join("rounds/lifelines");
-        fs_err::create_dir_all(&dir).map_err(|e| RoundsError::io("cannot create", &dir, e))?;
-        let path = dir.join(format!("{}.lock", std::process::id()));
-        let lock = RunLock::acquire(&path)?;
-        // The container's idle user opens it to wait on the lock.
-        use std::os::unix::fs::PermissionsExt;
-        let _ = fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
-        Ok(Lifeline { path, _lock: lock })
-    }
-}
+pub use belay_agent::lifeline::Lifeline;
 
 pub struct Supervisor {
     pub cfg: Config,

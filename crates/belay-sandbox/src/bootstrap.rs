@@ -14,6 +14,9 @@ use crate::SandboxError;
 /// The base image belay uses when no `--base-image` / `--base-dockerfile` is given.
 pub const DEFAULT_BASE_IMAGE: &str = "belay-base:bookworm";
 pub const DEFAULT_SUITE: &str = "bookworm";
+/// The image agents run in by default: the base with git and CA certificates
+/// (`scripts/setup-host.sh` builds it with `belay image bootstrap --include`).
+pub const AGENT_IMAGE: &str = "belay-agent:bookworm";
 
 /// One apt source entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,8 +25,10 @@
 //! any object reaches the repository (see `commit.rs`).
 
 mod commit;
+pub mod excludes;
 mod exec;
 mod guard;
+pub mod lock;
 mod remote;
 mod sanitize;
 mod stash;
@@ -38,6 +40,7 @@ use std::time::Duration;
 
 pub use commit::{BlobScan, CommitOutcome, CommitRequest, Refusal, MAX_LISTED};
 pub use guard::{GitDirGuard, GitDirRepair};
+pub use lock::RepoLock;
 pub use stash::{keep_pathspec, Stash};
 pub use worktree::Reset;
 
@@ -72,6 +75,10 @@ pub enum VcsError {
     Aborted(String),
     #[error("{0} is not a git work tree: run `git init` there, or point the run at one")]
     NotARepo(PathBuf),
+    #[error("the repository {} is locked ({holder}): one writer of a checkout at a time; wait for it, or stop that belay", repo.display())]
+    Locked { repo: PathBuf, holder: String },
+    #[error("belay's records: {0}")]
+    Record(String),
     #[error("cannot {op} {path}: {source}")]
     Io {
         op: &'static str,
@@ -98,6 +105,7 @@ impl belay_record::Classify for VcsError {
                 ExitClass::Infra
             }
             VcsError::Failed { .. } => ExitClass::Failed,
+            VcsError::Locked { .. } | VcsError::Record(_) => ExitClass::Infra,
             VcsError::Io { source, .. } => belay_record::io_class(source),
             VcsError::NotARepo(_)
             | VcsError::BadName(_)

@@ -4,8 +4,7 @@
 //! back to the developer and costs no review; the reviewer is given the
 //! output.
 
-use belay_agent::{AgentBox, AgentSpec, BoxSpec};
-use belay_sandbox::{ExecSpec, NoopObserver};
+use belay_agent::checks::last_chars;
 
 use super::Engine;
 use crate::events::{GateCommand, PlanEvent};
@@ -43,103 +42,66 @@ impl Engine<'_> {
                 "the plan has build, test or lint commands, which belay runs in a container: start Docker (./scripts/setup-host.sh)".into(),
             )
         })?;
-        // No agent runs here: the built-in spec mounts no CLI.
-        let none = AgentSpec {
-            kind: belay_agent::AgentKind::Builtin,
-            model: None,
-        };
-        let gate_box = AgentBox::open(BoxSpec {
-            rt: rt.clone(),
-            image: self.o.image.clone(),
-            run_id: self.state.run_id.clone(),
-            kind: "plan-gate".into(),
-            repo: self.git.root().to_path_buf(),
-            git: Some(&self.git),
-            records: self.run.path("box"),
-            agent: &none,
-            model_url: None,
-            network: false,
-            keep: false,
-            extras: Default::default(),
-        })
-        .await?;
         // What a commit would hold, before the commands run: they run code
         // the developer wrote, which must not change what they judge.
         let before = self.tree_fingerprint().await?;
         let n = self.state.agent_calls;
-        let mut ran = Vec::new();
-        let mut passed = true;
+        let commands: Vec<(String, String)> = list
+            .iter()
+            .map(|(name, cmd)| (name.to_string(), cmd.to_string()))
+            .collect();
+        let ran = belay_agent::checks::run(belay_agent::checks::Checks {
+            rt,
+            image: &self.o.image,
+            run_id: &self.state.run_id,
+            kind: "plan-gate",
+            tree: self.git.root(),
+            git: Some(&self.git),
+            records: self.run.path("box"),
+            commands: &commands,
+            timeout: self.o.gate_timeout,
+            log_prefix: self.run.path("gate").join(format!("{n:03}-{id}-")),
+            redactor: self.run.redactor(),
+        })
+        .await?;
+        let mut passed = ran.iter().all(|r| r.passed());
         let mut summary = String::new();
-        for (name, cmd) in list {
-            let log = self
-                .run
-                .path("gate")
-                .join(format!("{n:03}-{id}-{name}.log"));
-            if let Some(d) = log.parent() {
-                fs_err::create_dir_all(d).map_err(|e| PlanError::io("create", d, e))?;
-            }
-            let out = rt
-                .exec(
-                    gate_box.id(),
-                    &ExecSpec {
-                        argv: vec!["sh".into(), "-c".into(), cmd.to_string()],
-                        working_dir: Some(belay_agent::sandbox::WORKDIR.into()),
-                        env: vec![("HOME".into(), "/tmp".into())],
-                        timeout: Some(self.o.gate_timeout),
-                        log_path: log,
-                        log_limit: None,
-                    },
-                    self.run.redactor(),
-                    &NoopObserver,
-                )
-                .await;
-            let out = match out {
-                Ok(o) => o,
-                Err(e) => {
-                    let _ = gate_box.close().await;
-                    return Err(e.into());
-                }
-            };
-            let ok = out.success();
-            let mut tail = out.stdout_tail.clone();
-            if !out.stderr_tail.is_empty() {
-                tail.push_str(&out.stderr_tail);
-            }
-            let tail = last_chars(&tail, 4000);
+        for r in &ran {
+            let ok = r.passed();
             summary.push_str(&format!(
-                "- {name}: `{cmd}` {}\n",
+                "- {}: `{}` {}\n",
+                r.name,
+                r.command,
                 if ok {
                     "passed".to_string()
-                } else if out.timed_out {
+                } else if r.timed_out {
                     format!("TIMED OUT after {:.0}s", self.o.gate_timeout.as_secs_f64())
                 } else {
-                    format!("FAILED (exit {})", out.exit_code)
+                    format!("FAILED (exit {})", r.exit_code)
                 }
             ));
             // A failure's output goes back to the developer; a pass's tail
             // goes to the reviewer.
             let shown = if ok {
-                last_chars(&tail, 1500)
+                last_chars(&r.output_tail, 1500)
             } else {
-                tail.clone()
+                r.output_tail.clone()
             };
             if !shown.trim().is_empty() {
                 summary.push_str(&format!("```\n{}\n```\n", shown.trim_end()));
             }
-            ran.push(GateCommand {
-                name: name.into(),
-                command: cmd.into(),
-                exit_code: out.exit_code,
-                timed_out: out.timed_out,
-                duration_s: out.duration.as_secs_f64(),
-                output_tail: self.o.audit.prepare(&tail),
-            });
-            if !ok {
-                passed = false;
-                break;
-            }
         }
-        let _ = gate_box.close().await?;
+        let ran: Vec<GateCommand> = ran
+            .into_iter()
+            .map(|r| GateCommand {
+                output_tail: self.o.audit.prepare(&r.output_tail),
+                name: r.name,
+                command: r.command,
+                exit_code: r.exit_code,
+                timed_out: r.timed_out,
+                duration_s: r.duration_s,
+            })
+            .collect();
         let after = self.tree_fingerprint().await?;
         let changed: Vec<String> = after
             .iter()
@@ -226,9 +188,4 @@ impl Engine<'_> {
         .map_err(|e| PlanError::Refused(format!("the tree's fingerprint stopped: {e}")))?;
         Ok(out)
     }
-}
-
-fn last_chars(s: &str, n: usize) -> String {
-    let count = s.chars().count();
-    s.chars().skip(count.saturating_sub(n)).collect()
 }

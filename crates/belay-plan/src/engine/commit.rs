@@ -9,36 +9,7 @@ use crate::events::PlanEvent;
 use crate::state::{PendingCommit, Stage};
 use crate::PlanError;
 
-/// Never committed: secrets' usual homes and the agents' own state. (The
-/// `**/` forms match at the top too; a pathspec that names a path the
-/// repository ignores would make `git add` fail.)
-pub const EXCLUDED: &[&str] = &[
-    "**/.env",
-    "**/.env.*",
-    "**/.env/**",
-    "**/.env.*/**",
-    "**/.codex/**",
-    "**/.claude/**",
-    "**/.gemini/**",
-    "**/.grok/**",
-];
-
-/// The agents' tooling directories.
-const TOOLING: &[&str] = &[".codex", ".claude", ".gemini", ".grok"];
-
-/// Whether a commit leaves `path` out ([`EXCLUDED`]).
-pub fn is_excluded(path: &str) -> bool {
-    let path = path.trim_end_matches('/');
-    for p in path.split('/') {
-        if TOOLING.contains(&p) {
-            return true;
-        }
-        if p == ".env" || p.starts_with(".env.") {
-            return true;
-        }
-    }
-    false
-}
+pub use belay_vcs::excludes::is_excluded;
 
 pub(super) enum Committed {
     Yes,
@@ -72,7 +43,7 @@ impl Engine<'_> {
                 message: message.clone(),
                 author: None,
                 exclude: vec![],
-                exclude_globs: EXCLUDED.iter().map(|s| s.to_string()).collect(),
+                exclude_globs: belay_vcs::excludes::agent_exclude_globs(),
                 allow_empty,
                 paths,
                 submodules: self.submodules.clone(),
@@ -138,28 +109,5 @@ impl Engine<'_> {
         self.save()?;
         self.emit(checkpoint, &event)?;
         Ok(result)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_excluded;
-
-    #[test]
-    fn what_a_commit_leaves_out() {
-        for p in [
-            ".env",
-            "a/.env",
-            ".env.local",
-            "x/y/.env.prod",
-            ".codex/auth.json",
-            "a/.claude/x",
-            ".gemini",
-        ] {
-            assert!(is_excluded(p), "{p}");
-        }
-        for p in ["env", "a.env", "src/main.rs", ".envrc", "codex/x"] {
-            assert!(!is_excluded(p), "{p}");
-        }
     }
 }

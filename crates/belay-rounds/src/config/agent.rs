@@ -46,7 +46,7 @@ pub struct AgentConfig {
 
 /// The default image round agents run in: the base image plus git, so that
 /// they can commit (`./scripts/setup-host.sh` builds it).
-pub const DEFAULT_IMAGE: &str = "belay-agent:bookworm";
+pub const DEFAULT_IMAGE: &str = belay_sandbox::bootstrap::AGENT_IMAGE;
 
 /// Field-merge `over` onto `base` (a phase's `[phases.<name>.agent]`).
 pub(crate) fn merge(base: &RawAgent, over: &RawAgent) -> RawAgent {

@@ -3,14 +3,13 @@
 //! there is one and says what to change.
 
 mod agent;
-mod line;
 mod monitor;
 pub mod raw;
 
 use std::path::{Path, PathBuf};
 
 pub use agent::{AgentConfig, PlacementKind};
-pub use line::line_col;
+pub use belay_record::line_col;
 pub use monitor::{MonitorConfig, AUTH_FAIL_PATTERN};
 
 use crate::schedule::Schedule;

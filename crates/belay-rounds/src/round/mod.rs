@@ -14,10 +14,10 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::events::{RoundEvent, Usage};
-use crate::lock::RepoLock;
 use crate::state::{self, DayUsage, OrphanBlock, OrphanState, Previous, RoundContext, Status};
 use crate::supervisor::Supervisor;
 use crate::RoundsError;
+use belay_vcs::RepoLock;
 
 pub use agent::Killed;
 
@@ -121,7 +121,17 @@ impl Supervisor {
                 });
             }
         }
-        let _repo_lock = RepoLock::acquire(&self.git_common, &cfg.path)?;
+        let _repo_lock = RepoLock::try_acquire(
+            &self.git_common,
+            &format!("config {}", cfg.path.display()),
+        )
+        .map_err(|e| match e {
+            belay_vcs::VcsError::Locked { repo, holder } => RoundsError::Environment(format!(
+                "another belay is writing the repository {} ({holder}): one agent per repository; wait for its round to end",
+                repo.display()
+            )),
+            e => e.into(),
+        })?;
         let status = self.recover().await?;
 
         // Day limits are checked before anything is spent.

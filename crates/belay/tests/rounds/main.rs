@@ -553,7 +553,7 @@ fn one_agent_per_repository_even_with_two_configs() {
     assert_eq!(code(&o), 76, "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("another belay is running an agent in the repository"),
+        err.contains("another belay is writing the repository"),
         "{err}"
     );
     assert!(

@@ -1,4 +1,4 @@
-//! Byte offsets to `line:column`, for errors that point into a file.
+//! Byte offsets to `line:column`, for errors that point into a file (a config, a job, a plan).
 
 /// The 1-based line and column (in characters) of byte `offset` of `text`.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
