@@ -55,6 +55,7 @@ fn classify(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
         .or_else(|| class::<belay_pipeline::LoadError>(e))
         .or_else(|| class::<belay_plan::PlanError>(e))
         .or_else(|| class::<belay_plan::generate::GenerateError>(e))
+        .or_else(|| class::<belay_jobs::JobsError>(e))
         .or_else(|| class::<belay_agent::AgentError>(e))
         .or_else(|| class::<belay_model::ModelError>(e))
         .or_else(|| class::<belay_model::replay::ReplayError>(e))

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod jobs;
 mod plan;
 mod rounds;
+pub use jobs::*;
 pub use plan::*;
 pub use rounds::*;
 
@@ -65,6 +67,11 @@ pub enum Command {
     /// peer's: 0 ok, 1 the agent failed, 75 a breaker tripped, 76 not ready,
     /// 78 bad config, 130 interrupted.
     Rounds(RoundsArgs),
+    /// The job queue builder: requests by chat (XMPP), a drop directory,
+    /// HTTP or the command line, each job in its own worktree under an
+    /// iteration limit, with start and commit approval; belay commits and
+    /// pushes, the agent never does.
+    Jobs(JobsArgs),
     /// Every run of every mode: list, show, events (live with --follow), gc.
     #[command(subcommand)]
     Runs(RunsCommand),

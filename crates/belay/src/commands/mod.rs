@@ -8,6 +8,7 @@ mod batch;
 mod doctor;
 pub mod env;
 mod image;
+mod jobs;
 pub mod model;
 mod plan;
 mod rounds;
@@ -32,6 +33,7 @@ pub async fn run(cli: Cli, p: &Printer) -> Result<u8, Failure> {
         Command::Run(a) => run::run(p, a).await,
         Command::Plan(c) => plan::plan(p, c).await,
         Command::Rounds(a) => rounds::rounds(p, a).await,
+        Command::Jobs(a) => jobs::jobs(p, a).await,
         Command::Runs(c) => runs::runs(p, c).await,
     }
 }

@@ -1,0 +1,160 @@
+//! Chat commands, in German as in the seed and in English: what a message
+//! asks for, and the answer. Gates are the owner's alone; `/reset` is every
+//! sender's for their own context.
+
+use crate::gates;
+use crate::queue::{Dir, Queue};
+use crate::services::Services;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Accept(Option<String>),
+    Decline(Option<String>),
+    Approve(Option<String>),
+    Discard(Option<String>),
+    Reset,
+    Status,
+    Jobs,
+    Help,
+    Unknown(String),
+    /// Not a command: a request for the builder.
+    Request,
+}
+
+/// What a message body is.
+pub fn parse(body: &str) -> Command {
+    let t = body.trim();
+    if !t.starts_with('/') {
+        return Command::Request;
+    }
+    let mut words = t.splitn(2, char::is_whitespace);
+    let verb = words.next().unwrap_or_default().to_lowercase();
+    let arg = words
+        .next()
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(|a| a.split_whitespace().next().unwrap_or(a).to_string());
+    match verb.as_str() {
+        "/annehmen" | "/accept" => Command::Accept(arg),
+        "/ablehnen" | "/decline" => Command::Decline(arg),
+        "/freigeben" | "/approve" => Command::Approve(arg),
+        "/verwerfen" | "/discard" => Command::Discard(arg),
+        "/neu" | "/reset" => Command::Reset,
+        "/status" => Command::Status,
+        "/jobs" => Command::Jobs,
+        "/help" | "/hilfe" => Command::Help,
+        _ => Command::Unknown(verb),
+    }
+}
+
+const HELP: &str = "Send a request and I build it. /status: the queue. /jobs: your jobs. /reset (/neu): drop the carried context. The owner also has /accept, /decline (/annehmen, /ablehnen) for requests from others, and /approve, /discard (/freigeben, /verwerfen) for commits waiting for approval.";
+
+/// The state of the queue, in one message.
+pub fn status(q: &Queue) -> String {
+    let mut parts = Vec::new();
+    for d in Dir::ALL {
+        let n = q.list(d).map(|l| l.len()).unwrap_or(0);
+        parts.push(format!("{}: {n}", d.as_str()));
+    }
+    let running: Vec<String> = q
+        .list(Dir::Processing)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    let mut s = format!("Queue: {}.", parts.join(", "));
+    if !running.is_empty() {
+        s.push_str(&format!(" Running: {}.", running.join(", ")));
+    }
+    s
+}
+
+/// The jobs of `who` (an owner sees all), newest last.
+pub fn jobs(svc: &Services, who: &str) -> String {
+    let owner = svc.cfg.is_owner(who);
+    let mut lines = Vec::new();
+    for d in Dir::ALL {
+        for p in svc.queue.list(d).unwrap_or_default() {
+            let Ok(j) = Queue::read(&p) else { continue };
+            if owner || j.sender == who || j.requester() == who {
+                lines.push(format!("{} [{}] {}", j.id, d.as_str(), j.preview(60)));
+            }
+        }
+    }
+    if lines.is_empty() {
+        "No jobs in the queue.".into()
+    } else {
+        lines.join("\n")
+    }
+}
+
+fn need_id(verb: &str, id: &Option<String>) -> Result<String, String> {
+    id.clone()
+        .ok_or_else(|| format!("Give the job id, e.g. `{verb} <id>`."))
+}
+
+/// Answer a command from `from`; `None` for a request.
+pub async fn handle(svc: &Services, from: &str, cmd: &Command) -> Option<String> {
+    let gate = |verb: &str, id: &Option<String>| -> Result<String, String> {
+        if !svc.cfg.is_owner(from) {
+            return Err(format!("Only the owner may use {verb}."));
+        }
+        need_id(verb, id)
+    };
+    let r: Result<String, String> = match cmd {
+        Command::Request => return None,
+        Command::Help => Ok(HELP.into()),
+        Command::Unknown(v) => Ok(format!("Unknown command {v}. {HELP}")),
+        Command::Status => Ok(status(&svc.queue)),
+        Command::Jobs => Ok(jobs(svc, from)),
+        Command::Reset => gates::reset(svc, from).map_err(|e| e.to_string()),
+        Command::Accept(id) => match gate("/accept", id) {
+            Ok(id) => gates::accept(svc, &id, from).map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        },
+        Command::Decline(id) => match gate("/decline", id) {
+            Ok(id) => gates::decline(svc, &id, from).map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        },
+        Command::Approve(id) => match gate("/approve", id) {
+            Ok(id) => gates::approve(svc, &id, from)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        },
+        Command::Discard(id) => match gate("/discard", id) {
+            Ok(id) => gates::discard(svc, &id, from)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        },
+    };
+    Some(match r {
+        Ok(s) | Err(s) => s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn german_and_english_commands_parse_alike() {
+        assert_eq!(
+            parse("/annehmen j1 please"),
+            Command::Accept(Some("j1".into()))
+        );
+        assert_eq!(parse("/accept"), Command::Accept(None));
+        assert_eq!(
+            parse("  /Freigeben j2"),
+            Command::Approve(Some("j2".into()))
+        );
+        assert_eq!(parse("/verwerfen j3"), Command::Discard(Some("j3".into())));
+        assert_eq!(parse("/ablehnen j4"), Command::Decline(Some("j4".into())));
+        assert_eq!(parse("/neu"), Command::Reset);
+        assert_eq!(parse("/reset"), Command::Reset);
+        assert_eq!(parse("/status"), Command::Status);
+        assert_eq!(parse("/x"), Command::Unknown("/x".into()));
+        assert_eq!(parse("fix the title /approve j1"), Command::Request);
+    }
+}

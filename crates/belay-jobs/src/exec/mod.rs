@@ -1,0 +1,650 @@
+//! One job, start to end: its run (a `RunHandle` in `runs/<id>`), its
+//! repositories prepared ([`repos`]), the agent session ([`agent`]), the
+//! answer judged (the commit block; a fixer's FIX_RESULT, with one format
+//! correction), the checks, the commit and push or the hold
+//! ([`publish`]), the workspace put back, the completion record and the
+//! on-commit hook ([`crate::record`]), and the reply.
+
+pub mod agent;
+pub mod publish;
+pub mod repos;
+
+use std::time::Instant;
+
+use belay_agent::StopReason;
+use belay_record::{Mode, OpenRun, Registry, RunEnd, RunHandle};
+use serde::{Deserialize, Serialize};
+
+use crate::answer::{self, FixResult, Outcome};
+use crate::config::RepoConfig;
+use crate::context;
+use crate::events::JobEvent;
+use crate::job::{Job, Role};
+use crate::prompt::{self, Place};
+use crate::record::{self, CommitRef, CompletionRecord, Profile, Status, Telemetry, Tokens};
+use crate::services::Services;
+use crate::worker::Stop;
+use crate::JobsError;
+use agent::Session;
+use publish::RepoResult;
+use repos::Workspace;
+
+/// A job's change held for the owner's commit approval (`held/<id>.held`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Held {
+    pub job_id: String,
+    pub message: String,
+    pub repos: Vec<HeldRepo>,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeldRepo {
+    pub name: String,
+    pub path: std::path::PathBuf,
+    pub stash: String,
+    pub diffstat: String,
+}
+
+/// How a job ended.
+pub enum Ended {
+    Finished(Box<Finished>),
+    /// Stopped by SIGTERM: the workspace is back as it was.
+    Interrupted,
+}
+
+pub struct Finished {
+    pub record: CompletionRecord,
+    /// What the sender is told.
+    pub reply: String,
+    pub held: Option<Held>,
+}
+
+/// Open (or reopen) a job's run.
+pub fn open_run(svc: &Services, job: &Job) -> Result<RunHandle, JobsError> {
+    let title = format!("job {}: {}", job.id, job.preview(60));
+    Ok(RunHandle::open(OpenRun {
+        dir: svc.queue.run_dir(&job.id),
+        id: &job.id,
+        mode: Mode::Jobs,
+        title: Some(&title),
+        redactor: svc.redactor.clone(),
+        registry: Registry::default_location(),
+    })?)
+}
+
+/// The repositories a job may write.
+pub fn repos_of(svc: &Services, job: &Job) -> Result<Vec<RepoConfig>, JobsError> {
+    let owner = svc.cfg.is_owner(job.requester());
+    let repos: Vec<RepoConfig> = if job.repos.is_empty() {
+        svc.cfg.default_repos()
+    } else {
+        job.repos
+            .iter()
+            .map(|r| svc.cfg.repo_for(r, owner))
+            .collect::<Result<_, _>>()?
+    };
+    if repos.is_empty() {
+        return Err(JobsError::Refused(format!(
+            "job {} names no repository and the config has no default: submit with --repo PATH, or set `default = true` on a [[repo]] in jobs.toml",
+            job.id
+        )));
+    }
+    Ok(repos)
+}
+
+fn seconds_since(rfc3339: Option<&str>) -> Option<f64> {
+    let t: jiff::Timestamp = rfc3339?.parse().ok()?;
+    let d = jiff::Timestamp::now().duration_since(t);
+    Some(d.as_secs_f64().max(0.0))
+}
+
+struct Tally {
+    tokens: Tokens,
+    cost_usd: f64,
+    agent_s: f64,
+    turns: u32,
+}
+
+impl Tally {
+    fn add(&mut self, r: &belay_agent::AgentReport) {
+        self.tokens.input += r.usage.input_tokens;
+        self.tokens.output += r.usage.output_tokens;
+        self.tokens.cached_input += r.usage.cached_tokens;
+        self.cost_usd += r.cost_usd;
+        self.agent_s += r.duration_s;
+        self.turns += r.turns;
+    }
+}
+
+/// Run a claimed job.
+pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsError> {
+    let started = Instant::now();
+    let run = open_run(svc, job)?;
+    let spec = agent::spec_for(svc, job)?;
+    let repos = repos_of(svc, job)?;
+    let _ = run.emit(
+        "jobs",
+        None,
+        &JobEvent::JobStarted {
+            job_id: job.id.clone(),
+            sender: job.sender.clone(),
+            requested_by: job.requester().to_string(),
+            role: job.pipeline_role.as_str(),
+            agent: spec.to_string(),
+            iteration_limit: job.iteration_limit(),
+            repos: repos.iter().map(|r| r.name.clone()).collect(),
+            queued_s: seconds_since(job.created_at.as_deref()),
+        },
+    );
+    (svc.progress)(&format!(
+        "job {} started ({}, {})",
+        job.id,
+        spec,
+        job.pipeline_role.as_str()
+    ));
+    let ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
+    let mut tally = Tally {
+        tokens: Tokens::default(),
+        cost_usd: 0.0,
+        agent_s: 0.0,
+        turns: 0,
+    };
+    let outcome = judge_and_publish(svc, &run, job, &ws, &spec, stop, &mut tally).await;
+    let (pushed, keep): (Vec<(String, String)>, Vec<String>) = match &outcome {
+        Ok(Some(o)) => (
+            o.results
+                .iter()
+                .filter_map(|(n, r)| match r {
+                    RepoResult::Committed {
+                        hash,
+                        push_error: None,
+                        ..
+                    } => Some((n.clone(), hash.clone())),
+                    _ => None,
+                })
+                .collect(),
+            o.results
+                .iter()
+                .filter_map(|(n, r)| match r {
+                    RepoResult::Committed {
+                        push_error: Some(_),
+                        ..
+                    } => Some(n.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => (vec![], vec![]),
+    };
+    let targets: Vec<(String, String)> = ws
+        .repos
+        .iter()
+        .map(|r| (r.cfg.name.clone(), r.target.clone()))
+        .collect();
+    let notes = ws.finish(&run, &keep, &pushed).await;
+    let outcome = match outcome {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            let _ = run.emit(
+                "jobs",
+                None,
+                &JobEvent::JobInterrupted {
+                    job_id: job.id.clone(),
+                    reason: "belay is shutting down (SIGTERM)".into(),
+                },
+            );
+            // No end record: the registry shows the run interrupted once
+            // this process is gone.
+            return Ok(Ended::Interrupted);
+        }
+        Err(e) => Judged {
+            status: Status::Failed,
+            text: format!("The job failed: {e}"),
+            results: vec![],
+            fixer: None,
+            failure: Some(e.to_string()),
+            held: None,
+        },
+    };
+    let mut commits = Vec::new();
+    let mut lines = Vec::new();
+    let mut fixer = outcome.fixer.clone();
+    for (name, r) in &outcome.results {
+        let target = targets
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default();
+        match r {
+            RepoResult::Committed {
+                hash,
+                push_error: None,
+                ..
+            } => {
+                lines.push(format!(
+                    "{name}: committed and pushed to {target} (commit {hash})."
+                ));
+                commits.push(CommitRef {
+                    repo: name.clone(),
+                    branch: target.clone(),
+                    hash: hash.clone(),
+                });
+                if let Some(f) = &mut fixer {
+                    f.commit_hash = Some(hash.clone());
+                    f.pushed_branch = Some(target.clone());
+                }
+            }
+            RepoResult::Committed {
+                hash,
+                push_error: Some(e),
+                ..
+            } => {
+                lines.push(format!(
+                    "{name}: committed ({hash}) but the push to {target} failed; the commit is kept on branch {}:\n{e}",
+                    repos::job_branch(&job.id)
+                ));
+                commits.push(CommitRef {
+                    repo: name.clone(),
+                    branch: repos::job_branch(&job.id),
+                    hash: hash.clone(),
+                });
+            }
+            RepoResult::Refused(why) => lines.push(format!("{name}: not committed: {why}")),
+            RepoResult::Held { .. } => lines.push(format!(
+                "{name}: the change waits for the owner's approval (/approve {} or /discard {}).",
+                job.id, job.id
+            )),
+            RepoResult::Unchanged => {}
+        }
+    }
+    let status = outcome.status;
+    let mut reply = outcome.text.trim().to_string();
+    if !lines.is_empty() {
+        reply.push_str("\n\n");
+        reply.push_str(&lines.join("\n"));
+    }
+    for n in &notes {
+        reply.push_str("\n\n");
+        reply.push_str(n);
+    }
+    let record = CompletionRecord {
+        job_id: job.id.clone(),
+        status,
+        commits,
+        completed_at: belay_record::now_rfc3339(),
+        runtime: spec.to_string(),
+        configured_profile: Profile {
+            runtime: job.runtime.clone().unwrap_or_else(|| spec.to_string()),
+            model: job.model.clone().or(spec.model.clone()),
+            reasoning_effort: job.reasoning_effort.clone(),
+            iteration_limit: job.iteration_limit(),
+        },
+        telemetry: Telemetry {
+            tokens: tally.tokens.clone(),
+            cost_usd: tally.cost_usd,
+            duration_s: started.elapsed().as_secs_f64(),
+            agent_s: tally.agent_s,
+            turns: tally.turns,
+        },
+        report: reply.clone(),
+        pipeline_role: job.pipeline_role.as_str().into(),
+        pipeline_run_id: job.pipeline_run_id.clone(),
+        board_slug: job.board_slug.clone(),
+        fixer_outcome: fixer,
+        failure_detail: outcome.failure.clone(),
+        preserved_branch: (!keep.is_empty()).then(|| repos::job_branch(&job.id)),
+    };
+    finish_record(svc, &run, job, &record, &reply).await?;
+    let overhead = (started.elapsed().as_secs_f64() - tally.agent_s).max(0.0);
+    let _ = run.emit(
+        "jobs",
+        None,
+        &JobEvent::JobFinished {
+            job_id: job.id.clone(),
+            status: status.as_str().into(),
+            commits: record.commits.len(),
+            overhead_s: overhead,
+            duration_s: started.elapsed().as_secs_f64(),
+        },
+    );
+    run.finish(RunEnd {
+        ok: matches!(status, Status::Committed | Status::NoChanges | Status::Held),
+        duration_s: started.elapsed().as_secs_f64(),
+        tokens: tally.tokens.input + tally.tokens.output,
+        cost_usd: tally.cost_usd,
+        summary: Some(status.as_str().into()),
+    });
+    (svc.progress)(&format!("job {} {}", job.id, status.as_str()));
+    Ok(Ended::Finished(Box::new(Finished {
+        record,
+        reply,
+        held: outcome.held,
+    })))
+}
+
+/// Write the record, carry the reply into the sender's next job, run the
+/// hook for a commit.
+pub async fn finish_record(
+    svc: &Services,
+    run: &RunHandle,
+    job: &Job,
+    record: &CompletionRecord,
+    reply: &str,
+) -> Result<(), JobsError> {
+    let dir = job
+        .on_complete_dir
+        .clone()
+        .unwrap_or_else(|| svc.queue.sub("done"));
+    record::write(&dir, record, run.redactor())?;
+    if !job.fresh_session {
+        context::save(
+            &svc.queue,
+            job.requester(),
+            job.board_slug.as_deref(),
+            &job.id,
+            reply,
+            run.redactor(),
+        )?;
+    }
+    if record.status == Status::Committed && !svc.cfg.on_commit.is_empty() {
+        let path = dir.join(format!("{}.json", job.id));
+        let hook = record::run_hook(
+            &svc.cfg.on_commit,
+            &svc.queue.sub("hooks"),
+            &path,
+            record,
+            svc.cfg.on_commit_timeout,
+            &run.path("on-commit.log"),
+        )
+        .await;
+        match hook {
+            Ok(h) if !h.skipped => {
+                let _ = run.emit(
+                    "jobs",
+                    Some("hook"),
+                    &JobEvent::HookRan {
+                        hash: record
+                            .commits
+                            .first()
+                            .map(|c| c.hash.clone())
+                            .unwrap_or_default(),
+                        exit_code: h.exit_code,
+                        ok: h.ok,
+                    },
+                );
+                if !h.ok {
+                    svc.tell_owners(&format!(
+                        "The on-commit hook failed for job {} (exit {:?}); see {}",
+                        job.id,
+                        h.exit_code,
+                        run.path("on-commit.log").display()
+                    ));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => svc.tell_owners(&format!(
+                "The on-commit hook of job {} did not run: {e}",
+                job.id
+            )),
+        }
+    }
+    Ok(())
+}
+
+/// What the answer gave.
+struct Judged {
+    status: Status,
+    /// The answer as the sender sees it (without its blocks).
+    text: String,
+    results: Vec<(String, RepoResult)>,
+    fixer: Option<FixResult>,
+    failure: Option<String>,
+    held: Option<Held>,
+}
+
+impl Judged {
+    fn plain(status: Status, text: String) -> Judged {
+        Judged {
+            status,
+            text,
+            results: vec![],
+            fixer: None,
+            failure: None,
+            held: None,
+        }
+    }
+}
+
+fn places(ws: &Workspace, on_host: bool) -> Vec<Place> {
+    ws.repos
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Place {
+            name: r.cfg.name.clone(),
+            path: if on_host {
+                r.wt_path.display().to_string()
+            } else {
+                repos::container_path(i, &r.cfg.name)
+            },
+            target: format!("{}/{}", r.remote, r.target),
+            checks: r.cfg.checks.clone(),
+            commit_approval: r.cfg.commit_approval,
+        })
+        .collect()
+}
+
+/// The agent, the answer, the checks and the commits. `None`: stopped.
+async fn judge_and_publish(
+    svc: &Services,
+    run: &RunHandle,
+    job: &Job,
+    ws: &Workspace,
+    spec: &belay_agent::AgentSpec,
+    stop: &Stop,
+    tally: &mut Tally,
+) -> Result<Option<Judged>, JobsError> {
+    let on_host = svc.cfg.agent.placement == crate::config::Placement::Host;
+    let carried = if job.fresh_session {
+        None
+    } else {
+        context::load(&svc.queue, job.requester(), job.board_slug.as_deref())
+    };
+    let p = places(ws, on_host);
+    let prompt = match job.pipeline_role {
+        Role::Builder => prompt::builder(
+            &p,
+            job.requester(),
+            carried.as_ref().map(|c| c.text.as_str()),
+            &job.body,
+        ),
+        Role::Fixer => prompt::fixer(
+            &p,
+            job.requester(),
+            carried.as_ref().map(|c| c.text.as_str()),
+            &job.body,
+        ),
+    };
+    let limit = job.iteration_limit();
+    let report = match agent::session(svc, run, ws, spec, "answer", &prompt, limit, stop).await? {
+        Session::Stopped => return Ok(None),
+        Session::Done(r) => r,
+    };
+    tally.add(&report);
+    if report.interim || matches!(report.stop, StopReason::TurnLimit { .. }) {
+        return Ok(Some(Judged::plain(
+            Status::LimitReached,
+            prompt::interim(limit, &report.final_text),
+        )));
+    }
+    if !report.ok() {
+        let why = format!(
+            "the agent {}{}",
+            report.stop.describe(),
+            report
+                .exit_code
+                .map(|c| format!(" (exit {c})"))
+                .unwrap_or_default()
+        );
+        let mut j = Judged::plain(
+            Status::Failed,
+            format!(
+                "The job failed: {why}.\n{}",
+                belay_agent::checks::last_chars(report.stderr_tail.trim(), 1500)
+            ),
+        );
+        j.failure = Some(why);
+        return Ok(Some(j));
+    }
+    let (text, message, fixer) = match job.pipeline_role {
+        Role::Builder => {
+            let b = answer::commit_block(&report.final_text);
+            let mut text = b.text;
+            if let Some(p) = &b.problem {
+                text.push_str(&format!("\n\n{p}."));
+            }
+            (text, b.message, None)
+        }
+        Role::Fixer => match answer::fix_result(&report.final_text) {
+            Ok(a) => (a.result.summary.clone(), a.message, Some(a.result)),
+            Err(first) => {
+                let _ = run.emit(
+                    "jobs",
+                    Some("agent"),
+                    &JobEvent::FixResultInvalid {
+                        attempt: "answer",
+                        error: first.clone(),
+                    },
+                );
+                let fix = prompt::correction(&first, &report.final_text);
+                let second = match agent::session(
+                    svc,
+                    run,
+                    ws,
+                    spec,
+                    "correction",
+                    &fix,
+                    limit.min(5),
+                    stop,
+                )
+                .await?
+                {
+                    Session::Stopped => return Ok(None),
+                    Session::Done(r) => r,
+                };
+                tally.add(&second);
+                let verdict = if second.interim || !second.ok() {
+                    Err(format!("the correction {}", second.stop.describe()))
+                } else {
+                    answer::fix_result(&second.final_text)
+                };
+                match verdict {
+                    Ok(a) => (a.result.summary.clone(), a.message, Some(a.result)),
+                    Err(e) => {
+                        let _ = run.emit(
+                            "jobs",
+                            Some("agent"),
+                            &JobEvent::FixResultInvalid {
+                                attempt: "correction",
+                                error: e.clone(),
+                            },
+                        );
+                        let f = answer::fallback(&e);
+                        (f.summary.clone(), None, Some(f))
+                    }
+                }
+            }
+        },
+    };
+    let Some(message) = message else {
+        let note = if job.pipeline_role == Role::Builder && !text.contains("nothing was committed")
+        {
+            "\n\nNothing was committed: the answer has no commit block."
+        } else {
+            ""
+        };
+        let mut j = Judged::plain(Status::NoChanges, format!("{}{note}", text.trim()));
+        j.fixer = fixer;
+        return Ok(Some(j));
+    };
+    if let Some(failed) = publish::checks(svc, run, ws).await? {
+        let mut j = Judged::plain(Status::CheckFailed, format!("{}\n\n{failed}", text.trim()));
+        j.failure = Some(failed);
+        j.fixer = fixer;
+        return Ok(Some(j));
+    }
+    let mut results = Vec::new();
+    let mut held = Vec::new();
+    for r in &ws.repos {
+        let res = if r.cfg.commit_approval {
+            let diffstat =
+                r.wt.run(&["diff", "--stat", "HEAD"])
+                    .await
+                    .unwrap_or_default();
+            let res = publish::hold(run, r, &job.id).await?;
+            if let RepoResult::Held { stash } = &res {
+                held.push(HeldRepo {
+                    name: r.cfg.name.clone(),
+                    path: r.cfg.path.clone(),
+                    stash: stash.clone(),
+                    diffstat: diffstat.trim().to_string(),
+                });
+            }
+            res
+        } else {
+            publish::commit_and_push(svc, run, r, &message).await?
+        };
+        results.push((r.cfg.name.clone(), res));
+    }
+    let any = |f: fn(&RepoResult) -> bool| results.iter().any(|(_, r)| f(r));
+    let status = if any(|r| {
+        matches!(
+            r,
+            RepoResult::Committed {
+                push_error: Some(_),
+                ..
+            }
+        )
+    }) {
+        Status::PublishFailed
+    } else if any(|r| matches!(r, RepoResult::Refused(_))) {
+        Status::CheckFailed
+    } else if any(|r| matches!(r, RepoResult::Committed { .. })) {
+        Status::Committed
+    } else if !held.is_empty() {
+        Status::Held
+    } else {
+        Status::NoChanges
+    };
+    let mut text = text.trim().to_string();
+    if status == Status::NoChanges {
+        text.push_str("\n\nNothing was committed: no file changed.");
+    }
+    let failure = results.iter().find_map(|(_, r)| match r {
+        RepoResult::Committed {
+            push_error: Some(e),
+            ..
+        } => Some(e.clone()),
+        RepoResult::Refused(e) => Some(e.clone()),
+        _ => None,
+    });
+    let fixer = fixer.map(|mut f| {
+        if f.outcome == Outcome::Repaired && status != Status::Committed {
+            f.commit_hash = None;
+        }
+        f
+    });
+    Ok(Some(Judged {
+        status,
+        text,
+        results,
+        fixer,
+        failure,
+        held: (!held.is_empty()).then(|| Held {
+            job_id: job.id.clone(),
+            message,
+            repos: held,
+            created_at: belay_record::now_rfc3339(),
+        }),
+    }))
+}

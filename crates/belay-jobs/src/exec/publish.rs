@@ -1,0 +1,225 @@
+//! After the agent: the configured checks in the sandbox, then belay's
+//! commit on the host (hooks off, what is never committed left out, a
+//! secret refused) and the push; or, where the repository asks for commit
+//! approval, the diff held by SHA until the owner decides.
+
+use belay_record::RunHandle;
+use belay_vcs::{CommitOutcome, Git};
+
+use super::repos::{RepoWork, Workspace};
+use crate::events::JobEvent;
+use crate::services::Services;
+use crate::JobsError;
+
+/// What became of one repository's change.
+#[derive(Debug, Clone)]
+pub enum RepoResult {
+    Unchanged,
+    Committed {
+        hash: String,
+        files: usize,
+        /// Why the push failed, if it did (the commit stays on the job branch).
+        push_error: Option<String>,
+    },
+    Refused(String),
+    Held {
+        stash: String,
+    },
+}
+
+/// Run every repository's checks; the report of the first failure.
+pub async fn checks(
+    svc: &Services,
+    run: &RunHandle,
+    ws: &Workspace,
+) -> Result<Option<String>, JobsError> {
+    for r in &ws.repos {
+        if r.cfg.checks.is_empty() {
+            continue;
+        }
+        let rt = svc.rt.clone().ok_or_else(|| {
+            JobsError::Environment(format!(
+                "`{}` has checks, which belay runs in a container: start Docker (./scripts/setup-host.sh)",
+                r.cfg.name
+            ))
+        })?;
+        let commands: Vec<(String, String)> = r
+            .cfg
+            .checks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (format!("check{}", i + 1), c.clone()))
+            .collect();
+        let ran = belay_agent::checks::run(belay_agent::checks::Checks {
+            rt,
+            image: &svc.cfg.agent.image,
+            run_id: run.id(),
+            kind: "jobs-check",
+            tree: &r.wt_path,
+            git: Some(&r.wt),
+            records: run.path("box"),
+            commands: &commands,
+            timeout: svc.cfg.check_timeout,
+            log_prefix: run.path("checks").join(format!("{}-", r.cfg.name)),
+            redactor: run.redactor(),
+        })
+        .await?;
+        let passed = ran.iter().all(|c| c.passed());
+        let _ = run.emit(
+            "jobs",
+            Some("checks"),
+            &JobEvent::ChecksRan {
+                repo: r.cfg.name.clone(),
+                passed,
+                commands: ran.clone(),
+            },
+        );
+        if !passed {
+            let mut out = String::new();
+            if let Some(c) = ran.iter().find(|c| !c.passed()) {
+                out.push_str(&format!(
+                    "{}: the check `{}` {}; nothing was committed.\n",
+                    r.cfg.name,
+                    c.command,
+                    if c.timed_out {
+                        format!(
+                            "timed out after {:.0} s",
+                            svc.cfg.check_timeout.as_secs_f64()
+                        )
+                    } else {
+                        format!("failed (exit {})", c.exit_code)
+                    }
+                ));
+                if !c.output_tail.trim().is_empty() {
+                    out.push_str(&format!(
+                        "```\n{}\n```\n",
+                        belay_agent::checks::last_chars(c.output_tail.trim_end(), 2000)
+                    ));
+                }
+            }
+            return Ok(Some(out));
+        }
+    }
+    Ok(None)
+}
+
+/// Commit the worktree's change with belay's author, hooks off.
+pub async fn commit(
+    svc: &Services,
+    run: &RunHandle,
+    wt: &Git,
+    name: &str,
+    message: &str,
+) -> Result<RepoResult, JobsError> {
+    let scanner = run.redactor().scanner();
+    let submodules = wt.submodule_paths().await?;
+    let outcome = wt
+        .commit_checked(belay_vcs::CommitRequest {
+            message: message.to_string(),
+            author: Some(svc.cfg.author.clone()),
+            exclude: vec![],
+            exclude_globs: belay_vcs::excludes::agent_exclude_globs(),
+            allow_empty: false,
+            paths: vec![],
+            submodules,
+            scan: Box::new(move |_, r| scanner.scan(r)),
+        })
+        .await?;
+    Ok(match outcome {
+        CommitOutcome::Committed(c) => RepoResult::Committed {
+            hash: c.sha,
+            files: c.files_total,
+            push_error: None,
+        },
+        CommitOutcome::Nothing => RepoResult::Unchanged,
+        CommitOutcome::Refused(r) => {
+            let _ = run.emit(
+                "jobs",
+                Some("commit"),
+                &JobEvent::CommitRefused {
+                    repo: name.to_string(),
+                    reason: r.to_string(),
+                },
+            );
+            RepoResult::Refused(r.to_string())
+        }
+    })
+}
+
+/// Commit and push one repository of the workspace.
+pub async fn commit_and_push(
+    svc: &Services,
+    run: &RunHandle,
+    r: &RepoWork,
+    message: &str,
+) -> Result<RepoResult, JobsError> {
+    let mut res = commit(svc, run, &r.wt, &r.cfg.name, message).await?;
+    if let RepoResult::Committed {
+        hash,
+        files,
+        push_error,
+    } = &mut res
+    {
+        let _ = run.emit(
+            "jobs",
+            Some("commit"),
+            &JobEvent::Committed {
+                repo: r.cfg.name.clone(),
+                branch: r.target.clone(),
+                hash: hash.clone(),
+                files: *files,
+            },
+        );
+        if r.cfg.push {
+            match r
+                .wt
+                .push(&r.remote, &format!("HEAD:refs/heads/{}", r.target))
+                .await
+            {
+                Ok(()) => {
+                    let _ = run.emit(
+                        "jobs",
+                        Some("push"),
+                        &JobEvent::Pushed {
+                            repo: r.cfg.name.clone(),
+                            remote: r.remote.clone(),
+                            branch: r.target.clone(),
+                            hash: hash.clone(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    let _ = run.emit(
+                        "jobs",
+                        Some("push"),
+                        &JobEvent::PublishFailed {
+                            repo: r.cfg.name.clone(),
+                            reason: e.to_string(),
+                        },
+                    );
+                    *push_error = Some(e.to_string());
+                }
+            }
+        }
+    }
+    Ok(res)
+}
+
+/// Hold the worktree's change for the owner's approval: a stash by SHA in
+/// the repository's stash list.
+pub async fn hold(run: &RunHandle, r: &RepoWork, job_id: &str) -> Result<RepoResult, JobsError> {
+    match r.wt.stash_push(&format!("belay-job-{job_id}-held")).await? {
+        None => Ok(RepoResult::Unchanged),
+        Some(stash) => {
+            let _ = run.emit(
+                "jobs",
+                Some("commit"),
+                &JobEvent::HeldForApproval {
+                    repo: r.cfg.name.clone(),
+                    stash: stash.clone(),
+                },
+            );
+            Ok(RepoResult::Held { stash })
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The HTTP front end: a loopback endpoint for other tools (a board, a CI
+//! job) to submit jobs and read their status, with a bearer token. The
+//! gates are open over HTTP only when the config says the token is the
+//! owner's (`trusted = true`).
+//!
+//! `POST /jobs` (a job's fields; `body` required) → `201 {"id", "waits_for_approval"}`;
+//! `GET /jobs` → the queue; `GET /jobs/{id}` → where it is, and its record
+//! once done; `POST /jobs/{id}/{accept|decline|approve|discard}`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::config::HttpConfig;
+use crate::job::{Job, Role};
+use crate::queue::{Dir, Queue};
+use crate::services::Services;
+use crate::worker::Stop;
+use crate::{gates, JobsError};
+
+#[derive(Clone)]
+struct App {
+    svc: Arc<Services>,
+    wake: Arc<tokio::sync::Notify>,
+    token: Arc<String>,
+    cfg: HttpConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Submit {
+    body: String,
+    #[serde(default)]
+    requested_by: Option<String>,
+    #[serde(default)]
+    repos: Vec<String>,
+    #[serde(default)]
+    runtime: Option<String>,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    reasoning_effort: Option<String>,
+    #[serde(default)]
+    iteration_limit: Option<u32>,
+    #[serde(default)]
+    pipeline_role: Option<Role>,
+    #[serde(default)]
+    on_complete_dir: Option<std::path::PathBuf>,
+    #[serde(default)]
+    board_slug: Option<String>,
+    #[serde(default)]
+    pipeline_run_id: Option<String>,
+    #[serde(default)]
+    fresh_session: bool,
+}
+
+fn authorized(app: &App, h: &HeaderMap) -> bool {
+    let Some(v) = h.get("authorization").and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let Some(t) = v.strip_prefix("Bearer ") else {
+        return false;
+    };
+    // Constant time in the token's length.
+    let (a, b) = (t.as_bytes(), app.token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn err(code: StatusCode, msg: impl Into<String>) -> Response {
+    (code, Json(json!({"error": msg.into()}))).into_response()
+}
+
+fn refused(e: JobsError) -> Response {
+    let code = match belay_record::Classify::exit_class(&e) {
+        belay_record::ExitClass::Usage => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    err(code, e.to_string())
+}
+
+async fn submit(
+    State(app): State<App>,
+    h: HeaderMap,
+    body: Result<Json<Submit>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    if !authorized(&app, &h) {
+        return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
+    }
+    let s = match body {
+        Ok(Json(s)) => s,
+        Err(e) => return err(StatusCode::BAD_REQUEST, format!("not a valid job: {e}")),
+    };
+    let sender = format!("http:{}", app.cfg.name);
+    let mut job = Job::new(&sender, &s.body);
+    job.requested_by = Some(match (s.requested_by, app.cfg.trusted) {
+        (Some(r), _) => r,
+        (None, true) => crate::config::LOCAL_SENDER.to_string(),
+        (None, false) => sender.clone(),
+    });
+    job.repos = s.repos;
+    job.runtime = s.runtime;
+    job.agent = s.agent;
+    job.model = s.model;
+    job.reasoning_effort = s.reasoning_effort;
+    job.iteration_limit = s.iteration_limit;
+    job.pipeline_role = s.pipeline_role.unwrap_or_default();
+    job.on_complete_dir = s.on_complete_dir;
+    job.board_slug = s.board_slug;
+    job.pipeline_run_id = s.pipeline_run_id;
+    job.fresh_session = s.fresh_session;
+    job.source = Some("http".into());
+    match gates::submit(&app.svc, job) {
+        Ok(s) => {
+            app.wake.notify_waiters();
+            (
+                StatusCode::CREATED,
+                Json(json!({"id": s.id, "waits_for_approval": s.waits_for_approval})),
+            )
+                .into_response()
+        }
+        Err(e) => refused(e),
+    }
+}
+
+fn describe(q: &Queue, d: Dir, p: &std::path::Path) -> Option<Value> {
+    let j = Queue::read(p).ok()?;
+    Some(
+        json!({"id": j.id, "state": d.as_str(), "sender": j.sender, "requested_by": j.requester(), "preview": j.preview(80), "failure": j.belay.failure, "root": q.root()}),
+    )
+}
+
+async fn list(State(app): State<App>, h: HeaderMap) -> Response {
+    if !authorized(&app, &h) {
+        return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
+    }
+    let q = &app.svc.queue;
+    let mut out = Vec::new();
+    for d in Dir::ALL {
+        for p in q.list(d).unwrap_or_default() {
+            if let Some(v) = describe(q, d, &p) {
+                out.push(v);
+            }
+        }
+    }
+    Json(json!({"jobs": out})).into_response()
+}
+
+async fn show(State(app): State<App>, h: HeaderMap, Path(id): Path<String>) -> Response {
+    if !authorized(&app, &h) {
+        return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
+    }
+    let q = &app.svc.queue;
+    if let Some((d, p)) = q.find(&id) {
+        if let Some(v) = describe(q, d, &p) {
+            return Json(v).into_response();
+        }
+    }
+    let done = q.sub("done").join(format!("{id}.json"));
+    if belay_record::run_id::validate(&id).is_ok() {
+        if let Ok(t) = fs_err::read_to_string(&done) {
+            if let Ok(rec) = serde_json::from_str::<Value>(&t) {
+                return Json(json!({"id": id, "state": "done", "record": rec})).into_response();
+            }
+        }
+    }
+    err(StatusCode::NOT_FOUND, format!("no job {id}"))
+}
+
+async fn gate(
+    State(app): State<App>,
+    h: HeaderMap,
+    Path((id, verb)): Path<(String, String)>,
+) -> Response {
+    if !authorized(&app, &h) {
+        return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
+    }
+    if !app.cfg.trusted {
+        return err(
+            StatusCode::FORBIDDEN,
+            "the gates are the owner's: set trusted = true in [http] to open them to this token",
+        );
+    }
+    let by = crate::config::LOCAL_SENDER;
+    let r = match verb.as_str() {
+        "accept" => gates::accept(&app.svc, &id, by),
+        "decline" => gates::decline(&app.svc, &id, by),
+        "approve" => gates::approve(&app.svc, &id, by).await,
+        "discard" => gates::discard(&app.svc, &id, by).await,
+        o => {
+            return err(
+                StatusCode::NOT_FOUND,
+                format!("no gate `{o}`: accept, decline, approve or discard"),
+            )
+        }
+    };
+    app.wake.notify_waiters();
+    match r {
+        Ok(m) => Json(json!({"id": id, "message": m})).into_response(),
+        Err(e) => refused(e),
+    }
+}
+
+/// Serve until `stop`.
+pub async fn run(
+    svc: Arc<Services>,
+    wake: Arc<tokio::sync::Notify>,
+    mut stop: Stop,
+) -> Result<(), JobsError> {
+    let Some(cfg) = svc.cfg.http.clone() else {
+        return Ok(());
+    };
+    let token = std::env::var(&cfg.token_env).map_err(|_| {
+        JobsError::Config(format!(
+            "[http] token_env names {}, which is not set: export a random token there",
+            cfg.token_env
+        ))
+    })?;
+    if token.len() < 16 {
+        return Err(JobsError::Config(format!("[http] the token in {} is shorter than 16 characters: use a random one (openssl rand -hex 24)", cfg.token_env)));
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| JobsError::Environment(format!("cannot listen on {}: {e}", cfg.listen)))?;
+    let app = App {
+        svc: svc.clone(),
+        wake,
+        token: Arc::new(token),
+        cfg: cfg.clone(),
+    };
+    let router = Router::new()
+        .route("/jobs", post(submit).get(list))
+        .route("/jobs/{id}", get(show))
+        .route("/jobs/{id}/{verb}", post(gate))
+        .with_state(app);
+    (svc.progress)(&format!("http: listening on http://{}", cfg.listen));
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { stop.wait().await })
+        .await
+        .map_err(|e| JobsError::Environment(format!("the HTTP endpoint stopped: {e}")))
+}

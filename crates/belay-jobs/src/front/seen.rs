@@ -1,0 +1,58 @@
+//! The chat messages already made into jobs (by sender and message id),
+//! kept on disk, bounded: a message the server delivers again after a
+//! reconnect, or after belay's restart, makes no second job.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+/// How many message ids are remembered.
+pub const KEEP: usize = 5_000;
+
+pub struct Seen {
+    path: PathBuf,
+    keys: VecDeque<String>,
+}
+
+impl Seen {
+    pub fn load(path: &Path) -> Seen {
+        let keys = fs_err::read_to_string(path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<VecDeque<String>>(&t).ok())
+            .unwrap_or_default();
+        Seen {
+            path: path.to_path_buf(),
+            keys,
+        }
+    }
+
+    /// Whether this is the first time (and remember it).
+    pub fn first(&mut self, from: &str, id: &str) -> bool {
+        let key = format!("{from}\u{0}{id}");
+        if self.keys.contains(&key) {
+            return false;
+        }
+        self.keys.push_back(key);
+        while self.keys.len() > KEEP {
+            self.keys.pop_front();
+        }
+        if let Err(e) = belay_record::write_json_atomic(&self.path, &self.keys) {
+            tracing::warn!("cannot save the seen messages: {e}");
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_message_id_is_taken_once_even_after_a_restart() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("seen.json");
+        let mut s = super::Seen::load(&p);
+        assert!(s.first("a@x", "m1"));
+        assert!(!s.first("a@x", "m1"));
+        assert!(s.first("b@x", "m1"));
+        let mut again = super::Seen::load(&p);
+        assert!(!again.first("a@x", "m1"));
+    }
+}

@@ -1,0 +1,397 @@
+//! The XMPP front end (tokio-xmpp): TLS (STARTTLS) to the server, plain TCP
+//! only to a loopback test server. Requests from the owners and the allow
+//! list become jobs, messages within the batching window one job; commands
+//! are answered at once; replies leave the outbox chunked and paced. The
+//! client reconnects with back-off by itself; after every bind belay sends
+//! its presence and enables carbons again, and a message seen before (by
+//! its id) never makes a second job.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use tokio_xmpp::connect::DnsConfig;
+use tokio_xmpp::jid::{BareJid, Jid};
+use tokio_xmpp::parsers::carbons;
+use tokio_xmpp::parsers::iq::Iq;
+use tokio_xmpp::parsers::message::{Lang, Message, MessageType};
+use tokio_xmpp::parsers::ping::Ping;
+use tokio_xmpp::parsers::presence::{Presence, Show, Type as PresenceType};
+use tokio_xmpp::xmlstream::Timeouts;
+use tokio_xmpp::{Client, Event, IqRequest, IqResponseToken, Stanza};
+
+use crate::chat::{self, Command};
+use crate::config::XmppConfig;
+use crate::front::seen::Seen;
+use crate::job::Job;
+use crate::services::Services;
+use crate::worker::Stop;
+use crate::{gates, JobsError};
+
+const CARBONS_NS: &str = "urn:xmpp:carbons:2";
+/// A ping to the server this often: the connection's liveness.
+const PING_EVERY: Duration = Duration::from_secs(10);
+/// No bind and no answer to a ping for this long: the client is made anew
+/// (a resumption the server refuses, after its restart, would otherwise
+/// loop in the client for good).
+const DEAD_AFTER: Duration = Duration::from_secs(25);
+/// The back-off of making the client anew.
+const REBUILD_MAX: Duration = Duration::from_secs(60);
+
+/// Messages of one sender within the window.
+struct Batch {
+    texts: Vec<String>,
+    ids: Vec<String>,
+    deadline: Instant,
+}
+
+/// A reply being sent, chunk by chunk.
+struct Sending {
+    file: PathBuf,
+    to: Jid,
+    chunks: VecDeque<String>,
+}
+
+/// Split `text` into chunks of at most `n` characters, at line ends where
+/// there is one.
+pub fn chunks(text: &str, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut cur_len = 0;
+    for line in text.split_inclusive('\n') {
+        let len = line.chars().count();
+        if cur_len + len > n && !cur.is_empty() {
+            out.push(std::mem::take(&mut cur).trim_end().to_string());
+            cur_len = 0;
+        }
+        if len > n {
+            let chars: Vec<char> = line.chars().collect();
+            for piece in chars.chunks(n) {
+                out.push(piece.iter().collect::<String>().trim_end().to_string());
+            }
+            continue;
+        }
+        cur.push_str(line);
+        cur_len += len;
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim_end().to_string());
+    }
+    out.retain(|c| !c.is_empty());
+    out
+}
+
+fn client_for(x: &XmppConfig, jid: BareJid, password: String) -> Result<Client, JobsError> {
+    let timeouts = Timeouts::default();
+    if x.insecure_plaintext_loopback {
+        let server = x.server.clone().unwrap_or_default();
+        return Ok(Client::new_plaintext(
+            jid,
+            password,
+            DnsConfig::addr(&server),
+            timeouts,
+        ));
+    }
+    match &x.server {
+        Some(s) => {
+            let (host, port) = s
+                .rsplit_once(':')
+                .and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h.to_string(), p)))
+                .ok_or_else(|| JobsError::Config(format!("[xmpp] server `{s}`: give host:port")))?;
+            Ok(Client::new_starttls(
+                jid,
+                password,
+                DnsConfig::no_srv(&host, port),
+                timeouts,
+            ))
+        }
+        None => Ok(Client::new(jid, password)),
+    }
+}
+
+/// Run the chat front end until `stop`.
+pub async fn run(
+    svc: Arc<Services>,
+    wake: Arc<tokio::sync::Notify>,
+    mut stop: Stop,
+) -> Result<(), JobsError> {
+    let Some(x) = svc.cfg.xmpp.clone() else {
+        return Ok(());
+    };
+    let _ = tokio_xmpp::rustls::crypto::ring::default_provider().install_default();
+    let password = std::env::var(&x.password_env).map_err(|_| {
+        JobsError::Config(format!(
+            "[xmpp] password_env names {}, which is not set: export the account's password there",
+            x.password_env
+        ))
+    })?;
+    let me: BareJid = x
+        .jid
+        .parse()
+        .map_err(|e| JobsError::Config(format!("[xmpp] jid `{}`: {e}", x.jid)))?;
+    let mut client = client_for(&x, me.clone(), password.clone())?;
+    let server_jid: Jid = me
+        .domain()
+        .as_str()
+        .parse()
+        .map_err(|e| JobsError::Config(format!("[xmpp] jid `{}`: {e}", x.jid)))?;
+    let mut alive_until = Instant::now() + DEAD_AFTER;
+    let mut next_ping = Instant::now() + PING_EVERY;
+    let mut ping: Option<std::pin::Pin<Box<IqResponseToken>>> = None;
+    let mut rebuild_pause = Duration::from_secs(1);
+    let mut seen = Seen::load(&svc.queue.sub("xmpp-seen.json"));
+    let mut batches: BTreeMap<String, Batch> = BTreeMap::new();
+    let mut online = false;
+    let mut sending: Option<Sending> = None;
+    let mut next_send = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let far = Instant::now() + Duration::from_secs(86400 * 365);
+    loop {
+        let due = batches.values().map(|b| b.deadline).min().unwrap_or(far);
+        tokio::select! {
+            ev = client.next() => {
+                let Some(ev) = ev else {
+                    return Err(JobsError::Environment("the XMPP client stopped for good".into()));
+                };
+                match ev {
+                    Event::Online { bound_jid, resumed, .. } => {
+                        online = true;
+                        alive_until = Instant::now() + DEAD_AFTER;
+                        rebuild_pause = Duration::from_secs(1);
+                        (svc.progress)(&format!("xmpp: online as {bound_jid}{}", if resumed { " (resumed)" } else { "" }));
+                        let mut p = Presence::new(PresenceType::None);
+                        p.show = Some(Show::Chat);
+                        let _ = client.send_stanza(p.into()).await;
+                        // Carbons, again after every bind: a message to the
+                        // bare address reaches belay whichever resource the
+                        // server picks.
+                        let iq = Iq::from_set(format!("carbons-{:08x}", fastrand::u32(..)), carbons::Enable);
+                        let _ = client.send_stanza(iq.into()).await;
+                    }
+                    Event::Disconnected(e) => {
+                        if online {
+                            (svc.progress)(&format!("xmpp: disconnected ({e}); reconnecting"));
+                        }
+                        online = false;
+                    }
+                    Event::Stanza(Stanza::Message(m)) => {
+                        if let Some((from, id, body)) = incoming(&me, m) {
+                            on_message(&svc, &wake, &mut batches, &mut seen, &x, &from, id, &body).await;
+                        }
+                    }
+                    Event::Stanza(_) => {}
+                }
+            }
+            _ = tokio::time::sleep_until(due) => {
+                let now = Instant::now();
+                let ready: Vec<String> = batches.iter().filter(|(_, b)| b.deadline <= now).map(|(k, _)| k.clone()).collect();
+                for from in ready {
+                    if let Some(b) = batches.remove(&from) {
+                        flush(&svc, &wake, &from, b);
+                    }
+                }
+            }
+            _ = tick.tick(), if online => {
+                if Instant::now() < next_send {
+                    continue;
+                }
+                if sending.is_none() {
+                    if let Some((file, m)) = svc.outbox.pending().into_iter().next() {
+                        match m.to.parse::<Jid>() {
+                            Ok(to) => sending = Some(Sending { file, to, chunks: chunks(&m.text, x.chunk_chars).into() }),
+                            Err(_) => svc.outbox.done(&file),
+                        }
+                    }
+                }
+                if let Some(s) = &mut sending {
+                    if let Some(c) = s.chunks.front().cloned() {
+                        let msg = Message::new_with_type(MessageType::Chat, Some(s.to.clone())).with_body(Lang::default(), c);
+                        match tokio::time::timeout(Duration::from_secs(10), client.send_stanza(msg.into())).await {
+                            Ok(Ok(_)) => {
+                                s.chunks.pop_front();
+                                next_send = Instant::now() + x.chunk_pause;
+                            }
+                            _ => next_send = Instant::now() + Duration::from_secs(1),
+                        }
+                    }
+                    if s.chunks.is_empty() {
+                        svc.outbox.done(&s.file);
+                        sending = None;
+                    }
+                }
+            }
+            r = async {
+                match ping.as_mut() {
+                    Some(p) => p.await,
+                    None => std::future::pending().await,
+                }
+            }, if ping.is_some() => {
+                ping = None;
+                // Any answer (a result or an error) is the server's.
+                if r.is_ok() {
+                    alive_until = Instant::now() + DEAD_AFTER;
+                }
+            }
+            _ = tokio::time::sleep_until(next_ping.min(alive_until)) => {
+                let now = Instant::now();
+                if now >= alive_until {
+                    if online {
+                        (svc.progress)("xmpp: the server stopped answering; connecting anew");
+                    }
+                    online = false;
+                    ping = None;
+                    tokio::select! {
+                        _ = tokio::time::sleep(rebuild_pause) => {}
+                        _ = stop.wait() => break,
+                    }
+                    rebuild_pause = (rebuild_pause * 2).min(REBUILD_MAX);
+                    let old = std::mem::replace(&mut client, client_for(&x, me.clone(), password.clone())?);
+                    let _ = tokio::time::timeout(Duration::from_secs(1), old.send_end()).await;
+                    alive_until = Instant::now() + DEAD_AFTER + rebuild_pause;
+                    next_ping = Instant::now() + PING_EVERY;
+                    continue;
+                }
+                if now >= next_ping {
+                    next_ping = now + PING_EVERY;
+                    if online && ping.is_none() {
+                        let sent = tokio::time::timeout(
+                            Duration::from_secs(2),
+                            client.send_iq(Some(server_jid.clone()), IqRequest::Get(Ping.into())),
+                        )
+                        .await;
+                        if let Ok(token) = sent {
+                            ping = Some(Box::pin(token));
+                        }
+                    }
+                }
+            }
+            _ = stop.wait() => break,
+        }
+    }
+    // What is batched becomes jobs before belay goes: nothing said is lost.
+    for (from, b) in std::mem::take(&mut batches) {
+        flush(&svc, &wake, &from, b);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.send_end()).await;
+    Ok(())
+}
+
+/// The sender, message id and body of a chat message for belay; a received
+/// carbon counts (only from belay's own account), a sent one does not.
+fn incoming(me: &BareJid, m: Message) -> Option<(String, Option<String>, String)> {
+    if m.type_ == MessageType::Error || m.type_ == MessageType::Groupchat {
+        return None;
+    }
+    let mut m = m;
+    if let Some(p) = m.payloads.iter().find(|p| p.ns() == CARBONS_NS) {
+        if p.name() != "received" || m.from.as_ref().map(|f| f.to_bare()) != Some(me.clone()) {
+            return None;
+        }
+        let r = carbons::Received::try_from(p.clone()).ok()?;
+        m = r.forwarded.message;
+    }
+    let from = m.from.as_ref()?.to_bare();
+    if &from == me {
+        return None;
+    }
+    let body = m
+        .bodies
+        .get(&Lang::default())
+        .cloned()
+        .or_else(|| m.bodies.values().next().cloned())?;
+    if body.trim().is_empty() {
+        return None;
+    }
+    Some((from.to_string(), m.id.map(|i| i.0), body))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn on_message(
+    svc: &Services,
+    wake: &tokio::sync::Notify,
+    batches: &mut BTreeMap<String, Batch>,
+    seen: &mut Seen,
+    x: &XmppConfig,
+    from: &str,
+    id: Option<String>,
+    body: &str,
+) {
+    if !svc.cfg.may_request(from) {
+        tracing::info!(
+            "xmpp: ignored a message from {from}, who is neither an owner nor on the allow list"
+        );
+        return;
+    }
+    if let Some(id) = &id {
+        if !seen.first(from, id) {
+            tracing::info!("xmpp: message {id} from {from} seen before; no second job");
+            return;
+        }
+    }
+    match chat::parse(body) {
+        Command::Request => {
+            let b = batches.entry(from.to_string()).or_insert_with(|| Batch {
+                texts: vec![],
+                ids: vec![],
+                deadline: Instant::now(),
+            });
+            b.texts.push(body.trim().to_string());
+            b.ids.extend(id);
+            b.deadline = Instant::now() + x.batch_window;
+        }
+        cmd => {
+            // What the sender said before the command is a job of its own.
+            if let Some(b) = batches.remove(from) {
+                flush(svc, wake, from, b);
+            }
+            if let Some(reply) = chat::handle(svc, from, &cmd).await {
+                let _ = svc.outbox.send(from, &reply);
+            }
+            wake.notify_waiters();
+        }
+    }
+}
+
+fn flush(svc: &Services, wake: &tokio::sync::Notify, from: &str, b: Batch) {
+    let mut job = Job::new(from, &b.texts.join("\n\n"));
+    job.source = Some("xmpp".into());
+    job.source_ids = b.ids;
+    match gates::submit(svc, job) {
+        Ok(s) => {
+            if s.waits_for_approval {
+                let _ = svc.outbox.send(
+                    from,
+                    &format!("Your request (ID {}) waits for the owner's approval.", s.id),
+                );
+            }
+            wake.notify_waiters();
+        }
+        Err(e) => {
+            let _ = svc
+                .outbox
+                .send(from, &format!("Your request was not queued: {e}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn replies_are_chunked_at_line_ends_within_the_limit() {
+        let text = format!(
+            "{}\n{}\n{}",
+            "a".repeat(150),
+            "b".repeat(150),
+            "c".repeat(450)
+        );
+        let c = super::chunks(&text, 200);
+        assert!(c.iter().all(|x| x.chars().count() <= 200), "{c:?}");
+        assert_eq!(c.concat().replace('\n', ""), text.replace('\n', ""));
+        assert_eq!(c[0], "a".repeat(150));
+        assert_eq!(super::chunks("short", 200), vec!["short".to_string()]);
+    }
+}

@@ -1,0 +1,355 @@
+//! The gates, the same from the command line, the chat and HTTP: a job
+//! routed on submission (an owner's to the inbox, anyone else's to
+//! `pending/` and the owner asked), accept and decline, approve and discard
+//! of a held commit, reset of a sender's context, and requeue of a failed
+//! job. Only owners pass a gate; the agent never reaches one.
+
+use crate::config::RepoConfig;
+use crate::events::JobEvent;
+use crate::exec::{self, publish, publish::RepoResult, repos::Workspace, Held};
+use crate::job::Job;
+use crate::queue::{Dir, Queue};
+use crate::record::{CommitRef, CompletionRecord, Profile, Status};
+use crate::services::Services;
+use crate::{context, prompt, JobsError};
+
+/// Where a submitted job went.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub id: String,
+    pub waits_for_approval: bool,
+}
+
+/// Queue a job: an owner's runs, anyone else's waits for the start approval.
+pub fn submit(svc: &Services, mut job: Job) -> Result<Submitted, JobsError> {
+    if job.created_at.is_none() {
+        job.created_at = Some(belay_record::now_rfc3339());
+    }
+    job.belay = Default::default();
+    job.validate(std::path::Path::new(&format!("job {}", job.id)))?;
+    // Its repositories must resolve now, not when it runs.
+    exec::repos_of(svc, &job)?;
+    let owner = svc.cfg.is_owner(job.requester());
+    if owner {
+        svc.queue.add(Dir::Inbox, &job)?;
+    } else {
+        svc.queue.add(Dir::Pending, &job)?;
+        svc.tell_owners(&prompt::start_approval(
+            &job.id,
+            job.requester(),
+            &job.preview(400),
+        ));
+    }
+    Ok(Submitted {
+        id: job.id,
+        waits_for_approval: !owner,
+    })
+}
+
+fn need_owner(svc: &Services, by: &str) -> Result<(), JobsError> {
+    if svc.cfg.is_owner(by) {
+        Ok(())
+    } else {
+        Err(JobsError::Refused(format!(
+            "only the owner may do that ({by} is not an owner)"
+        )))
+    }
+}
+
+fn waiting(q: &Queue, id: &str, d: Dir) -> Result<(std::path::PathBuf, Job), JobsError> {
+    match q.find(id) {
+        Some((at, p)) if at == d => Ok((p.clone(), Queue::read(&p)?)),
+        Some((at, _)) => Err(JobsError::Refused(format!(
+            "job {id} is in {}/, not waiting in {}/",
+            at.as_str(),
+            d.as_str()
+        ))),
+        None => Err(JobsError::Refused(format!("no job with id {id}"))),
+    }
+}
+
+/// Start a third party's job.
+pub fn accept(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+    need_owner(svc, by)?;
+    let (path, mut job) = waiting(&svc.queue, id, Dir::Pending)?;
+    job.belay.accepted_by = Some(by.to_string());
+    svc.queue.relocate(&path, Dir::Inbox, &job)?;
+    Ok(format!(
+        "Job {id} from {} accepted; it starts next.",
+        job.requester()
+    ))
+}
+
+fn declined_record(svc: &Services, job: &Job, report: &str) -> Result<(), JobsError> {
+    let rec = CompletionRecord {
+        job_id: job.id.clone(),
+        status: Status::Declined,
+        commits: vec![],
+        completed_at: belay_record::now_rfc3339(),
+        runtime: job
+            .agent
+            .clone()
+            .or(job.runtime.clone())
+            .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
+        configured_profile: Profile {
+            runtime: job.runtime.clone().unwrap_or_default(),
+            model: job.model.clone(),
+            reasoning_effort: job.reasoning_effort.clone(),
+            iteration_limit: job.iteration_limit(),
+        },
+        telemetry: Default::default(),
+        report: report.to_string(),
+        pipeline_role: job.pipeline_role.as_str().into(),
+        pipeline_run_id: job.pipeline_run_id.clone(),
+        board_slug: job.board_slug.clone(),
+        fixer_outcome: None,
+        failure_detail: None,
+        preserved_branch: None,
+    };
+    let dir = job
+        .on_complete_dir
+        .clone()
+        .unwrap_or_else(|| svc.queue.sub("done"));
+    crate::record::write(&dir, &rec, &svc.redactor)?;
+    Ok(())
+}
+
+/// Drop a third party's job unseen.
+pub fn decline(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+    need_owner(svc, by)?;
+    let (path, job) = waiting(&svc.queue, id, Dir::Pending)?;
+    fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;
+    declined_record(svc, &job, "declined by the owner; not run")?;
+    let _ = svc
+        .outbox
+        .send(&job.sender, &format!("Your request {id} was not accepted."));
+    Ok(format!("Job {id} declined; it did not run."))
+}
+
+fn held_of(svc: &Services, id: &str) -> Result<(std::path::PathBuf, Job, Held), JobsError> {
+    let (path, job) = waiting(&svc.queue, id, Dir::Held)?;
+    let hp = svc.queue.dir(Dir::Held).join(format!("{id}.held"));
+    let text = fs_err::read_to_string(&hp).map_err(|e| JobsError::io("read", &hp, e))?;
+    let held: Held = serde_json::from_str(&text)
+        .map_err(|e| JobsError::Refused(format!("{}: {e}", hp.display())))?;
+    Ok((path, job, held))
+}
+
+fn repo_cfg(svc: &Services, name: &str, path: &std::path::Path) -> RepoConfig {
+    svc.cfg
+        .repos
+        .iter()
+        .find(|r| r.name == name)
+        .cloned()
+        .unwrap_or_else(|| RepoConfig::unconfigured(path))
+}
+
+/// Commit and push a held change: a fresh worktree from the upstream
+/// branch, the held stash applied by SHA, belay's commit.
+pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+    need_owner(svc, by)?;
+    let (path, job, held) = held_of(svc, id)?;
+    let run = exec::open_run(svc, &job)?;
+    let repos: Vec<RepoConfig> = held
+        .repos
+        .iter()
+        .map(|r| repo_cfg(svc, &r.name, &r.path))
+        .collect();
+    let ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
+    let mut results = Vec::new();
+    let mut problem = None;
+    for (r, h) in ws.repos.iter().zip(&held.repos) {
+        if let Err(e) = r.wt.stash_apply(&h.stash).await {
+            problem = Some(format!(
+                "the held change of {} no longer applies to {}/{}: {e}. /discard {id} and submit the request again",
+                h.name, r.remote, r.target
+            ));
+            break;
+        }
+        results.push((
+            r.cfg.name.clone(),
+            r.target.clone(),
+            publish::commit_and_push(svc, &run, r, &held.message).await?,
+        ));
+    }
+    let pushed: Vec<(String, String)> = results
+        .iter()
+        .filter_map(|(n, _, r)| match r {
+            RepoResult::Committed {
+                hash,
+                push_error: None,
+                ..
+            } => Some((n.clone(), hash.clone())),
+            _ => None,
+        })
+        .collect();
+    let keep: Vec<String> = results
+        .iter()
+        .filter(|(_, _, r)| {
+            matches!(
+                r,
+                RepoResult::Committed {
+                    push_error: Some(_),
+                    ..
+                }
+            )
+        })
+        .map(|(n, _, _)| n.clone())
+        .collect();
+    let notes = ws.finish(&run, &keep, &pushed).await;
+    if let Some(p) = problem {
+        return Err(JobsError::Refused(p));
+    }
+    // The held stashes are spent.
+    for h in &held.repos {
+        if let Ok(g) = belay_vcs::Git::open(&h.path, &exec::repos::hooks_dir()).await {
+            let _ = g.stash_drop(&h.stash).await;
+        }
+    }
+    let mut lines = Vec::new();
+    let mut commits = Vec::new();
+    let mut status = Status::NoChanges;
+    for (name, target, r) in &results {
+        match r {
+            RepoResult::Committed {
+                hash,
+                push_error: None,
+                ..
+            } => {
+                lines.push(format!(
+                    "{name}: committed and pushed to {target} (commit {hash})."
+                ));
+                commits.push(CommitRef {
+                    repo: name.clone(),
+                    branch: target.clone(),
+                    hash: hash.clone(),
+                });
+                if status != Status::PublishFailed {
+                    status = Status::Committed;
+                }
+            }
+            RepoResult::Committed {
+                hash,
+                push_error: Some(e),
+                ..
+            } => {
+                lines.push(format!(
+                    "{name}: committed ({hash}) but the push failed: {e}"
+                ));
+                commits.push(CommitRef {
+                    repo: name.clone(),
+                    branch: exec::repos::job_branch(id),
+                    hash: hash.clone(),
+                });
+                status = Status::PublishFailed;
+            }
+            RepoResult::Refused(why) => {
+                lines.push(format!("{name}: not committed: {why}"));
+                status = Status::CheckFailed;
+            }
+            _ => {}
+        }
+    }
+    lines.extend(notes);
+    let reply = format!("Job {id} approved by {by}.\n{}", lines.join("\n"));
+    let rec = CompletionRecord {
+        job_id: job.id.clone(),
+        status,
+        commits,
+        completed_at: belay_record::now_rfc3339(),
+        runtime: job
+            .agent
+            .clone()
+            .or(job.runtime.clone())
+            .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
+        configured_profile: Profile {
+            runtime: job.runtime.clone().unwrap_or_default(),
+            model: job.model.clone(),
+            reasoning_effort: job.reasoning_effort.clone(),
+            iteration_limit: job.iteration_limit(),
+        },
+        telemetry: Default::default(),
+        report: reply.clone(),
+        pipeline_role: job.pipeline_role.as_str().into(),
+        pipeline_run_id: job.pipeline_run_id.clone(),
+        board_slug: job.board_slug.clone(),
+        fixer_outcome: None,
+        failure_detail: None,
+        preserved_branch: (!keep.is_empty()).then(|| exec::repos::job_branch(id)),
+    };
+    exec::finish_record(svc, &run, &job, &rec, &reply).await?;
+    fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;
+    let _ = fs_err::remove_file(svc.queue.dir(Dir::Held).join(format!("{id}.held")));
+    if !svc.cfg.is_owner(&job.sender) {
+        let _ = svc.outbox.send(&job.sender, &reply);
+    }
+    run.finish(belay_record::RunEnd {
+        ok: status == Status::Committed,
+        summary: Some(format!("approved: {}", status.as_str())),
+        ..Default::default()
+    });
+    Ok(reply)
+}
+
+/// Drop a held change: its stash leaves the stash list, nothing is
+/// committed.
+pub async fn discard(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+    need_owner(svc, by)?;
+    let (path, job, held) = held_of(svc, id)?;
+    let run = exec::open_run(svc, &job)?;
+    for h in &held.repos {
+        let g = belay_vcs::Git::open(&h.path, &exec::repos::hooks_dir()).await?;
+        let _lock = belay_vcs::RepoLock::acquire(
+            g.common_dir(),
+            &format!("discard of job {id}"),
+            svc.cfg.lock_wait,
+        )
+        .await?;
+        match g.stash_drop(&h.stash).await {
+            Ok(()) | Err(belay_vcs::VcsError::NoSuchStash(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let _ = run.emit(
+            "jobs",
+            Some("commit"),
+            &JobEvent::CommitRefused {
+                repo: h.name.clone(),
+                reason: format!("discarded by {by}"),
+            },
+        );
+    }
+    let reply = format!("Job {id} discarded; nothing was committed.");
+    declined_record(svc, &job, &reply)?;
+    fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;
+    let _ = fs_err::remove_file(svc.queue.dir(Dir::Held).join(format!("{id}.held")));
+    if !svc.cfg.is_owner(&job.sender) {
+        let _ = svc.outbox.send(&job.sender, &reply);
+    }
+    run.finish(belay_record::RunEnd {
+        ok: true,
+        summary: Some("discarded".into()),
+        ..Default::default()
+    });
+    Ok(reply)
+}
+
+/// Drop a sender's carried context.
+pub fn reset(svc: &Services, sender: &str) -> Result<String, JobsError> {
+    let n = context::reset(&svc.queue, sender)?;
+    Ok(if n == 0 {
+        "There was no carried context; your next message starts afresh.".into()
+    } else {
+        "Context dropped. Your next message starts without the previous state.".into()
+    })
+}
+
+/// Put a failed job back in the inbox.
+pub fn requeue(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+    need_owner(svc, by)?;
+    let (path, mut job) = waiting(&svc.queue, id, Dir::Failed)?;
+    job.belay.failure = None;
+    job.belay.requeues = 0;
+    svc.queue.relocate(&path, Dir::Inbox, &job)?;
+    let _ = fs_err::remove_file(path.with_extension("json.reason"));
+    Ok(format!("Job {id} is back in the inbox."))
+}

@@ -1,0 +1,124 @@
+//! What every worker, gate and front end of one `belay jobs` process
+//! shares: the config, the queue, the engine, the model endpoint and the
+//! secrets to scrub, the outbox, the lifeline.
+
+use std::sync::Arc;
+
+use belay_agent::cli::Endpoint;
+use belay_agent::lifeline::Lifeline;
+use belay_model::keys::Secret;
+use belay_model::PriceTable;
+use belay_record::Redactor;
+use belay_sandbox::ContainerRuntime;
+
+use crate::config::{Config, Placement};
+use crate::notify::Outbox;
+use crate::queue::Queue;
+use crate::JobsError;
+
+pub struct Services {
+    pub cfg: Config,
+    pub queue: Queue,
+    pub rt: Option<Arc<dyn ContainerRuntime>>,
+    pub endpoint: Option<Endpoint>,
+    pub prices: PriceTable,
+    pub redactor: Redactor,
+    /// The values of `[agent] pass_env`, passed to the agent by name.
+    pub passed_env: Vec<(String, String)>,
+    pub lifeline: Option<Lifeline>,
+    pub outbox: Outbox,
+    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+fn secret_env(name: &str, what: &str, cfg: &Config) -> Result<String, JobsError> {
+    std::env::var(name).map_err(|_| {
+        JobsError::Config(format!(
+            "{}: {what} names the variable {name}, which is not set: export it",
+            cfg.path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "jobs.toml".into())
+        ))
+    })
+}
+
+impl Services {
+    /// Open the queue and resolve what the config names by reference.
+    /// `rt`: the engine, when agents or checks run in containers.
+    pub fn open(
+        cfg: Config,
+        rt: Option<Arc<dyn ContainerRuntime>>,
+        progress: Box<dyn Fn(&str) + Send + Sync>,
+    ) -> Result<Services, JobsError> {
+        let queue = Queue::open(&cfg.queue)?;
+        let mut redactor = Redactor::new(Vec::<(String, String)>::new());
+        for (k, v) in belay_model::keys::secret_looking_env() {
+            redactor.add(k, v);
+        }
+        let endpoint = match &cfg.agent.model_url {
+            None => None,
+            Some(url) => {
+                let key = match &cfg.agent.model_key_env {
+                    Some(k) => {
+                        let v = secret_env(k, "[agent] model_key_env", &cfg)?;
+                        redactor.add(k.clone(), v.clone());
+                        Some(Secret::new(v))
+                    }
+                    None => None,
+                };
+                redactor.add_url_credentials("model_url", url);
+                Some(Endpoint {
+                    base_url: url.clone(),
+                    api: cfg.agent.model_api,
+                    key,
+                })
+            }
+        };
+        if let Some(x) = &cfg.xmpp {
+            if let Ok(v) = std::env::var(&x.password_env) {
+                redactor.add(x.password_env.clone(), v);
+            }
+        }
+        if let Some(h) = &cfg.http {
+            if let Ok(v) = std::env::var(&h.token_env) {
+                redactor.add(h.token_env.clone(), v);
+            }
+        }
+        let mut passed_env = Vec::new();
+        for name in &cfg.agent.pass_env {
+            let v = secret_env(name, "[agent] pass_env", &cfg)?;
+            if belay_model::keys::looks_secret(name) {
+                redactor.add(name.clone(), v.clone());
+            }
+            passed_env.push((name.clone(), v));
+        }
+        let lifeline = if cfg.agent.placement == Placement::Container && rt.is_some() {
+            Some(Lifeline::hold()?)
+        } else {
+            None
+        };
+        let outbox = Outbox::new(&queue.sub("outbox"), redactor.clone());
+        Ok(Services {
+            cfg,
+            queue,
+            rt,
+            endpoint,
+            prices: PriceTable::builtin(),
+            redactor,
+            passed_env,
+            lifeline,
+            outbox,
+            progress,
+        })
+    }
+
+    /// Tell every owner (by chat where they have an address).
+    pub fn tell_owners(&self, text: &str) {
+        for o in &self.cfg.owners {
+            if let Err(e) = self.outbox.send(o, text) {
+                tracing::warn!("cannot queue a message for {o}: {e}");
+            }
+        }
+        (self.progress)(text);
+    }
+}

@@ -1,0 +1,259 @@
+//! `belay jobs work`: recovery of what a killed worker left, then N workers
+//! claiming jobs until the inbox is empty (`--once`) or belay is stopped.
+//! SIGTERM stops the running agents, puts their jobs back in the inbox with
+//! their workspaces as they were, and tells the owner.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::exec::{self, Ended};
+use crate::queue::{Claim, Dir, Recovered};
+use crate::record::Status;
+use crate::services::Services;
+use crate::{context, prompt, JobsError};
+
+/// Resolves when the worker must stop.
+#[derive(Clone)]
+pub struct Stop(pub tokio::sync::watch::Receiver<bool>);
+
+impl Stop {
+    pub async fn wait(&mut self) {
+        while !*self.0.borrow() {
+            if self.0.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    pub fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// What a `work` did.
+#[derive(Debug, Default, Clone)]
+pub struct Summary {
+    pub ran: usize,
+    pub interrupted: usize,
+    pub recovered: usize,
+}
+
+/// Undo what killed workers left, and requeue (once) or fail their jobs.
+pub async fn recover(svc: &Services) -> Result<usize, JobsError> {
+    let found = svc.queue.recover()?;
+    for (job, what) in &found {
+        let notes = exec::repos::undo(&svc.queue, &job.id, svc.cfg.lock_wait).await?;
+        let msg = match what {
+            Recovered::Requeued(m) | Recovered::Failed(m) => m.clone(),
+        };
+        let mut text = msg;
+        for n in notes {
+            text.push_str(&format!("\n{n}"));
+        }
+        svc.tell_owners(&text);
+    }
+    Ok(found.len())
+}
+
+/// Run workers until the inbox is empty (`once`) or `stop`.
+pub async fn work(
+    svc: Arc<Services>,
+    workers: usize,
+    once: bool,
+    stop: Stop,
+    wake: Arc<tokio::sync::Notify>,
+) -> Result<Summary, JobsError> {
+    let recovered = recover(&svc).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let svc = svc.clone();
+        let stop = stop.clone();
+        let wake = wake.clone();
+        tasks.spawn(async move { worker(&svc, once, stop, wake).await });
+    }
+    let mut sum = Summary {
+        recovered,
+        ..Default::default()
+    };
+    let mut first_err = None;
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(Ok(s)) => {
+                sum.ran += s.ran;
+                sum.interrupted += s.interrupted;
+            }
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(JobsError::Environment(format!("a worker stopped: {e}")));
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(sum),
+    }
+}
+
+async fn worker(
+    svc: &Services,
+    once: bool,
+    mut stop: Stop,
+    wake: Arc<tokio::sync::Notify>,
+) -> Result<Summary, JobsError> {
+    let mut sum = Summary::default();
+    loop {
+        if stop.is_set() {
+            return Ok(sum);
+        }
+        match svc.queue.claim()? {
+            Some(c) => {
+                if process(svc, c, &stop).await? {
+                    sum.interrupted += 1;
+                } else {
+                    sum.ran += 1;
+                }
+            }
+            None if once => return Ok(sum),
+            None => {
+                tokio::select! {
+                    _ = wake.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    _ = stop.wait() => return Ok(sum),
+                }
+            }
+        }
+    }
+}
+
+/// Reply to the job's sender, with the first-reply notice once.
+pub fn reply(svc: &Services, job: &crate::job::Job, text: &str) {
+    let mut text = text.to_string();
+    let new = crate::notify::is_chat_address(&job.sender)
+        && !context::introduced(&svc.queue, &job.sender);
+    if new {
+        let window = svc
+            .cfg
+            .xmpp
+            .as_ref()
+            .map(|x| x.batch_window.as_secs_f64())
+            .unwrap_or(3.0);
+        text = format!(
+            "{}\n\n{text}",
+            prompt::first_reply_notice(job.iteration_limit(), window)
+        );
+    }
+    match svc.outbox.send(&job.sender, &text) {
+        Ok(()) => {
+            if new {
+                let _ = context::mark_introduced(&svc.queue, &job.sender);
+            }
+        }
+        Err(e) => tracing::warn!("cannot queue the reply of job {}: {e}", job.id),
+    }
+}
+
+/// Run one claimed job and file it; whether it was interrupted.
+async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, JobsError> {
+    let mut job = claim.job.clone();
+    let ended = exec::run(svc, &job, stop).await;
+    let interrupted = match ended {
+        Ok(Ended::Finished(f)) => {
+            reply(svc, &job, &f.reply);
+            if let Some(h) = &f.held {
+                let text = serde_json::to_vec_pretty(h)
+                    .map_err(|e| JobsError::Environment(format!("cannot encode: {e}")))?;
+                belay_record::atomic_write(
+                    &svc.queue.dir(Dir::Held).join(format!("{}.held", job.id)),
+                    &text,
+                )?;
+                svc.queue.relocate(&claim.path, Dir::Held, &job)?;
+                let stat: Vec<String> = h
+                    .repos
+                    .iter()
+                    .map(|r| format!("{}:\n{}", r.name, r.diffstat))
+                    .collect();
+                svc.tell_owners(&format!(
+                    "Job {} from {} waits for your commit approval:\n\n{}\n\nCommit message: {}\n\n/approve {} (/freigeben) commits it; /discard {} (/verwerfen) drops it.",
+                    job.id,
+                    job.requester(),
+                    stat.join("\n"),
+                    h.message.lines().next().unwrap_or_default(),
+                    job.id,
+                    job.id
+                ));
+            } else if f.record.status == Status::Failed {
+                job.belay.failure = f.record.failure_detail.clone().or(Some("failed".into()));
+                svc.queue.relocate(&claim.path, Dir::Failed, &job)?;
+            } else {
+                let _ = fs_err::remove_file(&claim.path);
+            }
+            false
+        }
+        Ok(Ended::Interrupted) => {
+            job.belay.interrupted += 1;
+            svc.queue.relocate(&claim.path, Dir::Inbox, &job)?;
+            let text = format!(
+                "Job {} was interrupted by a shutdown of belay and is back in the queue; it runs again at the next start. Its worktree is gone and the checkout is as it was. /reset drops the carried context.",
+                job.id
+            );
+            svc.tell_owners(&text);
+            if !svc.cfg.is_owner(&job.sender) {
+                let _ = svc.outbox.send(&job.sender, &text);
+            }
+            true
+        }
+        Err(e) => {
+            // The job could not run (its repositories, its agent spec, a
+            // lock): failed, with the reason, and a record.
+            job.belay.failure = Some(e.to_string());
+            svc.queue.relocate(&claim.path, Dir::Failed, &job)?;
+            let text = format!("Job {} failed before its agent ran: {e}", job.id);
+            reply(svc, &job, &text);
+            if let Ok(run) = exec::open_run(svc, &job) {
+                let rec = crate::record::CompletionRecord {
+                    job_id: job.id.clone(),
+                    status: Status::Failed,
+                    commits: vec![],
+                    completed_at: belay_record::now_rfc3339(),
+                    runtime: job
+                        .agent
+                        .clone()
+                        .or(job.runtime.clone())
+                        .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
+                    configured_profile: crate::record::Profile {
+                        runtime: job.runtime.clone().unwrap_or_default(),
+                        model: job.model.clone(),
+                        reasoning_effort: job.reasoning_effort.clone(),
+                        iteration_limit: job.iteration_limit(),
+                    },
+                    telemetry: Default::default(),
+                    report: text.clone(),
+                    pipeline_role: job.pipeline_role.as_str().into(),
+                    pipeline_run_id: job.pipeline_run_id.clone(),
+                    board_slug: job.board_slug.clone(),
+                    fixer_outcome: None,
+                    failure_detail: Some(e.to_string()),
+                    preserved_branch: None,
+                };
+                let _ = exec::finish_record(svc, &run, &job, &rec, &text).await;
+                run.finish(belay_record::RunEnd {
+                    ok: false,
+                    summary: Some(format!("failed: {e}")),
+                    ..Default::default()
+                });
+            }
+            (svc.progress)(&format!("job {} failed: {e}", job.id));
+            false
+        }
+    };
+    let lock = svc.queue.sub("claims").join(format!("{}.lock", job.id));
+    drop(claim);
+    // A job back in the inbox keeps its lock file: another worker may be
+    // taking it right now, and a new file would be a second lock.
+    if !interrupted {
+        let _ = fs_err::remove_file(lock);
+    }
+    Ok(interrupted)
+}

@@ -1,0 +1,269 @@
+//! `belay jobs`: the job queue builder of `belay_jobs`. The command line is
+//! the owner (`local`): its gates pass.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use belay_jobs::config::{self, Placement, LOCAL_SENDER};
+use belay_jobs::queue::{Dir, Queue};
+use belay_jobs::worker::Stop;
+use belay_jobs::{gates, Config, Job, Services};
+use belay_sandbox::ContainerRuntime;
+
+use crate::cli::{JobsArgs, JobsCommand, SubmitArgs, WorkArgs};
+use crate::exit::{usage, Failure};
+use crate::output::Printer;
+
+fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
+    let quiet = p.is_quiet();
+    Box::new(move |line: &str| {
+        if !quiet {
+            eprintln!("[belay] {line}");
+        }
+    })
+}
+
+/// The engine, when agents or checks run in containers.
+async fn engine(cfg: &Config, needed: bool) -> Result<Option<Arc<dyn ContainerRuntime>>, Failure> {
+    let containers = cfg.agent.placement == Placement::Container
+        || cfg.repos.iter().any(|r| !r.checks.is_empty());
+    if !(needed && containers) {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(crate::context::connect().await?)))
+}
+
+pub async fn jobs(p: &Printer, a: JobsArgs) -> Result<u8, Failure> {
+    let cfg = config::locate(a.config.as_deref(), a.queue.as_deref())?;
+    // Only the worker and the commit gates need the engine.
+    let needs_engine = matches!(a.command, JobsCommand::Work(_) | JobsCommand::Approve(_));
+    let rt = engine(&cfg, needs_engine).await?;
+    let svc = Services::open(cfg, rt, progress(p))?;
+    match a.command {
+        JobsCommand::Submit(s) => submit(p, &svc, *s),
+        JobsCommand::Work(w) => work(p, svc, w).await,
+        JobsCommand::List(j) => list(p, &svc, j.json),
+        JobsCommand::Show(s) => show(p, &svc, &s.id, s.json),
+        JobsCommand::Accept(i) => said(p, gates::accept(&svc, &i.id, LOCAL_SENDER)),
+        JobsCommand::Decline(i) => said(p, gates::decline(&svc, &i.id, LOCAL_SENDER)),
+        JobsCommand::Approve(i) => said(p, gates::approve(&svc, &i.id, LOCAL_SENDER).await),
+        JobsCommand::Discard(i) => said(p, gates::discard(&svc, &i.id, LOCAL_SENDER).await),
+        JobsCommand::Reset(s) => said(
+            p,
+            gates::reset(&svc, s.sender.as_deref().unwrap_or(LOCAL_SENDER)),
+        ),
+        JobsCommand::Requeue(i) => said(p, gates::requeue(&svc, &i.id, LOCAL_SENDER)),
+    }
+}
+
+fn said(p: &Printer, r: Result<String, belay_jobs::JobsError>) -> Result<u8, Failure> {
+    p.out(r?);
+    Ok(0)
+}
+
+fn submit(p: &Printer, svc: &Services, s: SubmitArgs) -> Result<u8, Failure> {
+    let body = match s.body.as_deref() {
+        Some(b) if b != "-" => b.to_string(),
+        _ => {
+            let mut b = String::new();
+            std::io::stdin()
+                .read_to_string(&mut b)
+                .map_err(|e| usage(format!("cannot read the request from stdin: {e}")))?;
+            b
+        }
+    };
+    let mut job = Job::new(s.sender.as_deref().unwrap_or(LOCAL_SENDER), &body);
+    job.requested_by = s.requested_by;
+    job.repos = s
+        .repos
+        .iter()
+        .map(|r| {
+            // A path is made absolute here, where it was meant.
+            let path = std::path::Path::new(r);
+            if (r.contains('/') || path.exists()) && !path.is_absolute() {
+                std::path::absolute(path)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| r.clone())
+            } else {
+                r.clone()
+            }
+        })
+        .collect();
+    job.agent = s.agent;
+    job.runtime = s.runtime;
+    job.model = s.model;
+    job.reasoning_effort = s.reasoning_effort;
+    job.iteration_limit = s.iteration_limit;
+    job.pipeline_role = s.role.parse().map_err(usage)?;
+    job.on_complete_dir = s.on_complete.map(|d| std::path::absolute(&d).unwrap_or(d));
+    job.board_slug = s.board;
+    job.fresh_session = s.fresh;
+    job.source = Some("cli".into());
+    let r = gates::submit(svc, job)?;
+    if r.waits_for_approval {
+        p.out(format!(
+            "{} (waits for the owner's approval: belay jobs accept {})",
+            r.id, r.id
+        ));
+    } else {
+        p.out(&r.id);
+    }
+    Ok(0)
+}
+
+async fn work(p: &Printer, svc: Services, w: WorkArgs) -> Result<u8, Failure> {
+    let workers = w.workers.unwrap_or(svc.cfg.workers);
+    if workers == 0 || workers > 64 {
+        return Err(usage(format!("--workers {workers}: give 1 to 64")));
+    }
+    let svc = Arc::new(svc);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let tx = Arc::new(tx);
+    let stop = Stop(rx);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| usage(format!("cannot watch for SIGTERM: {e}")))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| usage(format!("cannot watch for SIGINT: {e}")))?;
+    let signal_tx = tx.clone();
+    let signals = tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = signal_tx.send(true);
+    });
+    let mut fronts = tokio::task::JoinSet::new();
+    if w.once {
+        if let Some(d) = &svc.cfg.drop {
+            belay_jobs::front::drop::sweep(&svc, &d.dir)?;
+        }
+    } else {
+        if svc.cfg.xmpp.is_some() {
+            fronts.spawn(belay_jobs::front::xmpp::run(
+                svc.clone(),
+                wake.clone(),
+                stop.clone(),
+            ));
+        }
+        if svc.cfg.http.is_some() {
+            fronts.spawn(belay_jobs::front::http::run(
+                svc.clone(),
+                wake.clone(),
+                stop.clone(),
+            ));
+        }
+        if svc.cfg.drop.is_some() {
+            fronts.spawn(belay_jobs::front::drop::run(
+                svc.clone(),
+                wake.clone(),
+                stop.clone(),
+            ));
+        }
+    }
+    p.note(&format!(
+        "jobs: queue {}, {workers} worker(s){}",
+        svc.queue.root().display(),
+        if w.once {
+            ", until the inbox is empty"
+        } else {
+            ""
+        }
+    ));
+    let mut workers_task = tokio::spawn(belay_jobs::worker::work(
+        svc.clone(),
+        workers,
+        w.once,
+        stop.clone(),
+        wake,
+    ));
+    // A front end that fails (a bad password, a busy port) stops the
+    // workers as SIGTERM would: belay does not run deaf.
+    let mut front_failed = None;
+    let summary = loop {
+        tokio::select! {
+            r = &mut workers_task => break r,
+            Some(f) = fronts.join_next() => {
+                if let Ok(Err(e)) = f {
+                    p.warn(&format!("a front end stopped: {e}; stopping the workers"));
+                    front_failed = Some(e);
+                    let _ = tx.send(true);
+                }
+            }
+        }
+    };
+    signals.abort();
+    fronts.shutdown().await;
+    let s = summary.map_err(|e| usage(format!("the workers stopped: {e}")))??;
+    if let Some(e) = front_failed {
+        return Err(e.into());
+    }
+    p.note(&format!(
+        "jobs: {} ran, {} interrupted, {} recovered",
+        s.ran, s.interrupted, s.recovered
+    ));
+    Ok(0)
+}
+
+fn list(p: &Printer, svc: &Services, json: bool) -> Result<u8, Failure> {
+    let mut rows = Vec::new();
+    for d in Dir::ALL {
+        for f in svc.queue.list(d)? {
+            match Queue::read(&f) {
+                Ok(j) => rows.push(serde_json::json!({
+                    "id": j.id, "state": d.as_str(), "sender": j.sender,
+                    "requested_by": j.requester(), "role": j.pipeline_role.as_str(),
+                    "preview": j.preview(60), "failure": j.belay.failure,
+                })),
+                Err(e) => rows.push(serde_json::json!({
+                    "id": f.file_stem().map(|s| s.to_string_lossy().into_owned()),
+                    "state": d.as_str(), "error": e.to_string(),
+                })),
+            }
+        }
+    }
+    if json {
+        p.json(&rows);
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        p.out("no jobs in the queue");
+    }
+    for r in rows {
+        p.out(format!(
+            "{:<26} {:<10} {:<24} {}",
+            r["id"].as_str().unwrap_or("?"),
+            r["state"].as_str().unwrap_or("?"),
+            r["requested_by"].as_str().unwrap_or(""),
+            r["preview"].as_str().or(r["error"].as_str()).unwrap_or("")
+        ));
+    }
+    Ok(0)
+}
+
+fn show(p: &Printer, svc: &Services, id: &str, json: bool) -> Result<u8, Failure> {
+    let found = svc.queue.find(id);
+    let record = fs_err::read_to_string(svc.queue.sub("done").join(format!("{id}.json")))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let job = found.as_ref().and_then(|(_, f)| Queue::read(f).ok());
+    if found.is_none() && record.is_none() {
+        return Err(usage(format!(
+            "no job {id} in {} (belay jobs list shows the queue)",
+            svc.queue.root().display()
+        )));
+    }
+    let v = serde_json::json!({
+        "id": id,
+        "state": found.as_ref().map(|(d, _)| d.as_str()).unwrap_or("done"),
+        "job": job,
+        "record": record,
+        "run_dir": svc.queue.run_dir(id),
+    });
+    if json {
+        p.json(&v);
+    } else {
+        p.out(serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    Ok(0)
+}
