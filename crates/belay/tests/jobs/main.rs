@@ -1,0 +1,950 @@
+//! `belay jobs`: the job queue builder, end to end. Real git (a local bare
+//! remote), the real Docker engine (agents and checks in containers), real
+//! processes (`belay jobs work` killed with SIGTERM and SIGKILL), a real
+//! XMPP server (prosody) and client (tokio-xmpp). The agents are scripted
+//! programs (`cmd:`) that edit files the way an agent CLI would; one is a
+//! scripted `claude` printing its stream-json, so that the iteration limit
+//! counts real tool calls.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../shared/pipeline.rs"]
+#[allow(dead_code)]
+mod common;
+#[path = "../shared/git.rs"]
+#[allow(dead_code)]
+mod git_cli;
+mod xmpp;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use git_cli::git;
+use serde_json::Value;
+
+/// The scripted agent: the prompt on stdin; the request's `@@` lines say
+/// what to do, as an agent CLI's tools would.
+const AGENT: &str = r#"#!/bin/sh
+p=$(cat)
+printf '%s\n' "$p" | grep '^@@' > /tmp/.directives.$$ 2>/dev/null || true
+while read -r verb rest; do
+  case "$verb" in
+    @@write) f=${rest%% *}; t=${rest#* }; printf '%s\n' "$t" > "$f" ;;
+    @@say) echo "$rest" ;;
+    @@commit) printf '===COMMIT-MESSAGE===\n%s\n===END-COMMIT-MESSAGE===\n' "$rest" ;;
+    @@sleep) sleep "$rest" ;;
+    @@sleep-unless) m=${rest%% *}; s=${rest#* }; if [ ! -e "$m" ]; then : > "$m"; sleep "$s"; fi ;;
+    @@append) echo "$BELAY_JOB_ID" >> "$rest" ;;
+    @@fail) echo "it broke" >&2; exit 3 ;;
+    @@ifprompt) pat=${rest%% *}; word=${rest#* }; if printf '%s' "$p" | grep -q "$pat"; then echo "$word"; fi ;;
+    @@sneak) if git add -A 2>/dev/null && git commit -qm sneaky 2>/dev/null; then echo SNEAK-COMMITTED; else echo SNEAK-REFUSED; fi
+             if touch .git/sneak 2>/dev/null; then echo SNEAK-WROTE-GIT; fi ;;
+  esac
+done < /tmp/.directives.$$
+rm -f /tmp/.directives.$$
+"#;
+
+/// A scripted `claude -p --output-format stream-json`: a tool call per
+/// step, each with a line of progress, then its result.
+const FAKE_CLAUDE: &str = r#"#!/bin/sh
+cat > /dev/null
+i=1
+while [ $i -le 8 ]; do
+  printf '{"type":"assistant","message":{"id":"a%s","content":[{"type":"text","text":"progress: step %s done"}]}}\n' $i $i
+  printf '{"type":"assistant","message":{"id":"m%s","content":[{"type":"tool_use","id":"t%s","name":"Bash","input":{"command":"ls %s"}}],"usage":{"input_tokens":100,"output_tokens":10}}}\n' $i $i $i
+  i=$((i+1))
+  sleep 0.2
+done
+printf '{"type":"result","subtype":"success","result":"all done","num_turns":8,"total_cost_usd":0.01,"usage":{"input_tokens":800,"output_tokens":80}}\n'
+"#;
+
+/// A scripted fixer: the first answer by its mode, and the answer to the
+/// format correction (whose prompt says so) by the same mode.
+const FIXER: &str = r#"#!/bin/sh
+mode=$1
+p=$(cat)
+corr=no
+if printf '%s' "$p" | grep -q 'could not be used only because'; then corr=yes; fi
+ni='{"schema_version":1,"outcome":"needs_input","summary":"I need the port","commit_hash":null,"pushed_branch":null,"tests":[],"question":"Which port?","required_action":"Say the port","review_required":false,"failure":null}'
+rep='{"schema_version":1,"outcome":"repaired","summary":"fixed the title","commit_hash":null,"pushed_branch":null,"tests":[{"command":"make test","result":"passed"}],"question":null,"required_action":null,"review_required":true,"failure":null}'
+block() { printf '===FIX_RESULT===\n%s\n===END_FIX_RESULT===\n' "$1"; }
+commit() { printf '===COMMIT-MESSAGE===\nfix: the title\n===END-COMMIT-MESSAGE===\n'; }
+case "$mode" in
+  valid) echo '<h1>fixed</h1>' > index.html; block "$rep"; commit ;;
+  extra-then-valid)
+    if [ $corr = no ]; then block '{"schema_version":1,"outcome":"needs_input","summary":"s","commit_hash":null,"pushed_branch":null,"tests":[],"question":"q?","required_action":"a","review_required":false,"failure":null,"target_phase":"x"}'
+    else block "$ni"; fi ;;
+  wrong-type) block '{"schema_version":"1","outcome":"needs_input","summary":"s","commit_hash":null,"pushed_branch":null,"tests":[],"question":"q?","required_action":"a","review_required":false,"failure":null}' ;;
+  commit-on-needs-input) echo '<h1>sneaky</h1>' > index.html; block "$ni"; commit ;;
+esac
+"#;
+
+struct Ws {
+    tmp: tempfile::TempDir,
+    repo: PathBuf,
+    remote: PathBuf,
+    agent: PathBuf,
+}
+
+fn ws() -> Ws {
+    let tmp = tempfile::tempdir().unwrap();
+    let remote = tmp.path().join("remote.git");
+    git(
+        tmp.path(),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    let repo = tmp.path().join("site");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("index.html"), "<h1>hello</h1>\n").unwrap();
+    std::fs::write(repo.join("README.md"), "a site\n").unwrap();
+    git_cli::init_repo(&repo);
+    git(
+        &repo,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    git(&repo, &["push", "-q", "-u", "origin", "main"]);
+    let agent = tmp.path().join("agent.sh");
+    common::install_script(&agent, AGENT);
+    Ws {
+        tmp,
+        repo,
+        remote,
+        agent,
+    }
+}
+
+impl Ws {
+    fn path(&self, p: &str) -> PathBuf {
+        self.tmp.path().join(p)
+    }
+
+    fn queue(&self) -> PathBuf {
+        self.path("queue")
+    }
+
+    /// jobs.toml: the owner, the agent (`placement`), the repository (with
+    /// `repo_extra` in its table), and `extra` tables.
+    fn config(&self, placement: &str, repo_extra: &str, extra: &str) -> PathBuf {
+        let f = self.path("jobs.toml");
+        std::fs::write(
+            &f,
+            format!(
+                "queue = \"queue\"\nowners = [\"owner@localhost\"]\n[agent]\nspec = \"cmd:{}\"\nplacement = \"{placement}\"\nwall_time_s = 120\n[commit]\nlock_wait_s = 30\n[[repo]]\nname = \"site\"\npath = \"site\"\n{repo_extra}\n{extra}\n",
+                self.agent.display()
+            ),
+        )
+        .unwrap();
+        f
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
+        c.env("BELAY_STATE_HOME", self.path("state"))
+            .env_remove("OPENAI_API_KEY")
+            .arg("jobs")
+            .arg("--config")
+            .arg(self.path("jobs.toml"))
+            .current_dir(self.tmp.path());
+        c
+    }
+
+    fn submit(&self, args: &[&str], body: &str) -> String {
+        let o = self
+            .cmd()
+            .arg("submit")
+            .args(args)
+            .arg(body)
+            .output()
+            .unwrap();
+        ok(&o);
+        text(&o).split_whitespace().next().unwrap().to_string()
+    }
+
+    fn work_once(&self, args: &[&str]) -> Output {
+        let o = self
+            .cmd()
+            .args(["work", "--once"])
+            .args(args)
+            .output()
+            .unwrap();
+        ok(&o);
+        o
+    }
+
+    fn spawn_work(&self, args: &[&str]) -> Child {
+        self.cmd()
+            .arg("work")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn record(&self, id: &str) -> Value {
+        let p = self.queue().join("done").join(format!("{id}.json"));
+        serde_json::from_str(
+            &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        )
+        .unwrap()
+    }
+
+    fn remote_log(&self) -> Vec<String> {
+        git(&self.remote, &["log", "--format=%s|%an", "main"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn events(&self, id: &str) -> Vec<Value> {
+        let p = self.queue().join("runs").join(id).join("events.jsonl");
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn wait_event(&self, id_dir: &str, kind: &str, timeout: Duration) {
+        let t = Instant::now();
+        while !self.events(id_dir).iter().any(|e| e["kind"] == kind) {
+            assert!(t.elapsed() < timeout, "no {kind} event in {timeout:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Where each job is: `(dir, id)`.
+    fn jobs_in(&self, dir: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.queue().join(dir))
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+                    .map(|n| n.trim_end_matches(".json").to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// The job ids of the runs that exist.
+    fn outbox(&self) -> Vec<Value> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.queue().join("outbox"))
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
+            .iter()
+            .filter_map(|p| serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok())
+            .collect()
+    }
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn require_agent_image() {
+    common::require_engine();
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "belay-agent:bookworm"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "these tests need belay-agent:bookworm (./scripts/setup-host.sh builds it)"
+    );
+}
+
+/// Every file of the tree but `.git`, with its bytes, and git's view of it.
+fn snapshot(dir: &Path) -> (Vec<(String, Vec<u8>)>, String) {
+    fn walk(root: &Path, d: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel == ".git" {
+                continue;
+            }
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    (files, git(dir, &["status", "--porcelain=v1", "-uall"]))
+}
+
+/// A job without a commit block commits nothing, though it changed files.
+#[test]
+fn no_commit_block_commits_nothing() {
+    require_agent_image();
+    let w = ws();
+    w.config("container", "", "");
+    let id = w.submit(
+        &[],
+        "@@write index.html <h1>changed</h1>\n@@say I changed it but forgot the block",
+    );
+    w.work_once(&[]);
+    let r = w.record(&id);
+    assert_eq!(r["status"], "no_changes", "{r}");
+    assert!(r["commits"].as_array().unwrap().is_empty());
+    assert!(
+        r["report"].as_str().unwrap().contains("no commit block"),
+        "{r}"
+    );
+    assert_eq!(w.remote_log().len(), 1, "{:?}", w.remote_log());
+    // The worktree and its branch are gone; the checkout is untouched.
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("index.html")).unwrap(),
+        "<h1>hello</h1>\n"
+    );
+    assert!(!git(&w.repo, &["branch", "--list", "builder-job-*"]).contains("builder-job"));
+    assert_eq!(git(&w.repo, &["worktree", "list"]).lines().count(), 1);
+    assert!(w.jobs_in("processing").is_empty() && w.jobs_in("inbox").is_empty());
+    // The run is in belay's history.
+    let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", w.path("state"))
+        .args(["runs", "list", "--mode", "jobs", "--json"])
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(text(&o).contains(&id), "{}", text(&o));
+}
+
+/// The iteration limit stops a scripted claude after its third tool call:
+/// the answer is the interim report, nothing is committed, and the report
+/// is in the sender's next prompt.
+#[test]
+fn the_iteration_limit_gives_an_interim_report_carried_into_the_next_job() {
+    require_agent_image();
+    let w = ws();
+    w.config("container", "", "");
+    let bin = w.path("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    common::install_script(&bin.join("claude"), FAKE_CLAUDE);
+    let claude = format!(
+        "cmd:{} -p --output-format stream-json",
+        bin.join("claude").display()
+    );
+    let id = w.submit(
+        &["--agent", &claude, "--iteration-limit", "3"],
+        "do a long thing",
+    );
+    w.work_once(&[]);
+    let r = w.record(&id);
+    assert_eq!(r["status"], "limit_reached", "{r}");
+    let report = r["report"].as_str().unwrap();
+    assert!(report.contains("iteration limit (3)"), "{report}");
+    assert!(report.contains("progress: step"), "{report}");
+    assert!(
+        !report.contains("step 5 done"),
+        "it ran past the limit: {report}"
+    );
+    assert!(r["commits"].as_array().unwrap().is_empty());
+    assert_eq!(w.remote_log().len(), 1);
+    // The next job of the same sender is given the report.
+    let next = w.submit(
+        &[],
+        "@@ifprompt Interim[[:space:]]report[[:space:]]by CARRIED-INTERIM\n@@say ok",
+    );
+    w.work_once(&[]);
+    let r2 = w.record(&next);
+    assert!(
+        r2["report"].as_str().unwrap().contains("CARRIED-INTERIM"),
+        "{r2}"
+    );
+    // Reset drops it.
+    ok(&w.cmd().args(["reset"]).output().unwrap());
+    let third = w.submit(
+        &[],
+        "@@ifprompt Interim[[:space:]]report[[:space:]]by CARRIED-INTERIM\n@@say ok",
+    );
+    w.work_once(&[]);
+    assert!(!w.record(&third)["report"]
+        .as_str()
+        .unwrap()
+        .contains("CARRIED"));
+}
+
+/// Uncommitted changes of the main checkout (modified, staged, deleted,
+/// untracked, CRLF, binary) are back byte for byte after a job that commits
+/// and after one that fails.
+#[test]
+fn foreign_changes_are_restored_byte_for_byte() {
+    require_agent_image();
+    let w = ws();
+    w.config("container", "", "");
+    std::fs::write(w.repo.join("index.html"), "<h1>mine</h1>\r\ntrailing   \n").unwrap();
+    std::fs::write(w.repo.join("new.bin"), [0u8, 1, 2, 255, 13, 10]).unwrap();
+    std::fs::write(w.repo.join("staged.txt"), "staged\n").unwrap();
+    git(&w.repo, &["add", "staged.txt"]);
+    std::fs::remove_file(w.repo.join("README.md")).unwrap();
+    std::fs::create_dir_all(w.repo.join("notes/deep")).unwrap();
+    std::fs::write(w.repo.join("notes/deep/n.md"), "untracked\n").unwrap();
+    let before = snapshot(&w.repo);
+    let good = w.submit(&[], "@@write page.html built\n@@commit add a page");
+    w.work_once(&[]);
+    assert_eq!(w.record(&good)["status"], "committed");
+    assert_eq!(snapshot(&w.repo).0, before.0, "the files changed");
+    let bad = w.submit(&[], "@@write page.html again\n@@fail");
+    w.work_once(&[]);
+    assert_eq!(w.record(&bad)["status"], "failed");
+    let after = snapshot(&w.repo);
+    assert_eq!(after.0, before.0, "the files changed after a failed job");
+    assert!(
+        after.1.contains("README.md") && after.1.contains("new.bin"),
+        "{}",
+        after.1
+    );
+    assert_eq!(git(&w.repo, &["stash", "list"]), "", "a stash was left");
+    assert_eq!(w.jobs_in("failed"), vec![bad]);
+}
+
+/// FIX_RESULT: a valid block commits; an extra field gets one correction;
+/// a wrong type twice, or a commit block on needs_input, end in the
+/// deterministic needs_input with nothing committed.
+#[test]
+fn fix_results_are_validated_and_corrected_once() {
+    require_agent_image();
+    let w = ws();
+    w.config("container", "", "");
+    let fixer = w.path("fixer.sh");
+    common::install_script(&fixer, FIXER);
+    let spec = |m: &str| format!("cmd:{} {m}", fixer.display());
+    let valid = w.submit(
+        &["--role", "fixer", "--agent", &spec("valid")],
+        "the title is wrong",
+    );
+    let extra = w.submit(
+        &["--role", "fixer", "--agent", &spec("extra-then-valid")],
+        "repair",
+    );
+    let wrong = w.submit(
+        &["--role", "fixer", "--agent", &spec("wrong-type")],
+        "repair",
+    );
+    let sneaky = w.submit(
+        &["--role", "fixer", "--agent", &spec("commit-on-needs-input")],
+        "repair",
+    );
+    w.work_once(&[]);
+    let r = w.record(&valid);
+    assert_eq!(r["status"], "committed", "{r}");
+    let f = &r["fixer_outcome"];
+    assert_eq!(f["outcome"], "repaired");
+    assert_eq!(f["commit_hash"], r["commits"][0]["hash"], "{r}");
+    assert_eq!(f["pushed_branch"], "main");
+    let r = w.record(&extra);
+    assert_eq!(r["fixer_outcome"]["outcome"], "needs_input", "{r}");
+    assert_eq!(
+        r["fixer_outcome"]["question"], "Which port?",
+        "the correction's answer stands: {r}"
+    );
+    let kinds: Vec<String> = w
+        .events(&extra)
+        .iter()
+        .filter(|e| e["kind"] == "fix_result_invalid")
+        .map(|e| e["data"]["error"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds.len(), 1, "{kinds:?}");
+    assert!(kinds[0].contains("target_phase"), "{kinds:?}");
+    for id in [&wrong, &sneaky] {
+        let r = w.record(id);
+        assert_eq!(r["status"], "no_changes", "{r}");
+        let f = &r["fixer_outcome"];
+        assert_eq!(f["outcome"], "needs_input", "{r}");
+        assert_eq!(
+            f["required_action"],
+            "Check and complete the FIX_RESULT details."
+        );
+        assert!(
+            f["summary"]
+                .as_str()
+                .unwrap()
+                .contains("even after one format correction"),
+            "{r}"
+        );
+        assert_eq!(
+            w.events(id)
+                .iter()
+                .filter(|e| e["kind"] == "fix_result_invalid")
+                .count(),
+            2
+        );
+    }
+    assert!(w.record(&sneaky)["fixer_outcome"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("only `repaired`"));
+    let log = w.remote_log();
+    assert_eq!(log.len(), 2, "only the valid fix is committed: {log:?}");
+    assert!(
+        log[0].starts_with("fix: the title|belay builder"),
+        "{log:?}"
+    );
+}
+
+/// SIGTERM mid-job: the agent's container goes, the job is back in the
+/// inbox, the owner is told, and the checkout is as it was.
+#[test]
+fn sigterm_mid_job_requeues_it_and_tells_the_owner() {
+    require_agent_image();
+    let w = ws();
+    w.config("container", "", "");
+    std::fs::write(w.repo.join("mine.txt"), "foreign\n").unwrap();
+    let before = snapshot(&w.repo);
+    let id = w.submit(&[], "@@write index.html half\n@@sleep 60\n@@commit never");
+    let child = w.spawn_work(&[]);
+    w.wait_event(&id, "agent_started", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(700));
+    let t = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stop_s = t.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stop_s < 20.0, "the stop took {stop_s} s");
+    assert_eq!(w.jobs_in("inbox"), vec![id.clone()]);
+    assert!(w.jobs_in("processing").is_empty());
+    let told: Vec<Value> = w
+        .outbox()
+        .into_iter()
+        .filter(|m| m["to"] == "owner@localhost")
+        .collect();
+    assert!(
+        told.iter()
+            .any(|m| m["text"].as_str().unwrap().contains("interrupted")),
+        "{told:?}"
+    );
+    assert_eq!(snapshot(&w.repo).0, before.0);
+    assert_eq!(git(&w.repo, &["worktree", "list"]).lines().count(), 1);
+    assert!(
+        common::containers_of(&id).is_empty(),
+        "a container of the job is left"
+    );
+    assert_eq!(w.remote_log().len(), 1);
+}
+
+/// kill -9 mid-job: the next start undoes the workspace (the foreign
+/// changes back), requeues the job once, and runs it.
+#[test]
+fn kill_9_mid_job_is_requeued_once_at_the_next_start() {
+    let w = ws();
+    w.config("host", "", "");
+    std::fs::write(w.repo.join("mine.txt"), "foreign\n").unwrap();
+    let before = snapshot(&w.repo);
+    let marker = w.path("slept");
+    let id = w.submit(&[], &format!("@@write index.html <h1>after the crash</h1>\n@@sleep-unless {} 60\n@@commit after a crash", marker.display()));
+    let mut child = w.spawn_work(&[]);
+    w.wait_event(&id, "agent_started", Duration::from_secs(60));
+    let t = Instant::now();
+    while !marker.exists() {
+        assert!(t.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(w.jobs_in("processing"), vec![id.clone()]);
+    assert!(
+        !w.repo.join("mine.txt").exists(),
+        "the foreign change is stashed while the job runs"
+    );
+    let o = w.work_once(&[]);
+    assert!(text(&o).contains("1 recovered"), "{}", text(&o));
+    assert_eq!(
+        snapshot(&w.repo).0,
+        before.0,
+        "the foreign changes are back"
+    );
+    let r = w.record(&id);
+    assert_eq!(r["status"], "committed", "{r}");
+    assert_eq!(
+        w.events(&id)
+            .iter()
+            .filter(|e| e["kind"] == "job_started")
+            .count(),
+        2
+    );
+    assert!(w.remote_log()[0].starts_with("after a crash|"));
+    assert_eq!(git(&w.repo, &["stash", "list"]), "");
+}
+
+/// Two worker processes (two workers each) on one queue: 50 jobs, each run
+/// exactly once.
+#[test]
+fn two_workers_run_fifty_jobs_exactly_once() {
+    let w = ws();
+    w.config("host", "", "");
+    let log = w.path("ran.log");
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        ids.push(w.submit(
+            &["--fresh"],
+            &format!("@@append {}\n@@say job {i}", log.display()),
+        ));
+    }
+    let a = w.spawn_work(&["--once", "--workers", "2"]);
+    let b = w.spawn_work(&["--once", "--workers", "2"]);
+    for c in [a, b] {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let ran = std::fs::read_to_string(&log).unwrap();
+    let mut lines: Vec<&str> = ran.lines().collect();
+    assert_eq!(lines.len(), 50, "{ran}");
+    lines.sort();
+    lines.dedup();
+    assert_eq!(lines.len(), 50, "a job ran twice");
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(lines, want.iter().map(String::as_str).collect::<Vec<_>>());
+    for id in &ids {
+        assert_eq!(w.record(id)["status"], "no_changes");
+    }
+    for d in ["inbox", "processing", "failed"] {
+        assert!(w.jobs_in(d).is_empty(), "{d}: {:?}", w.jobs_in(d));
+    }
+}
+
+/// Bad input: a malformed job file goes to failed/ with its line; a bad
+/// config names its line; an unknown repository is refused at submit.
+#[test]
+fn bad_job_files_and_configs_are_named_and_nothing_is_lost() {
+    let w = ws();
+    w.config("host", "", "");
+    std::fs::create_dir_all(w.queue().join("inbox")).unwrap();
+    std::fs::write(
+        w.queue().join("inbox").join("jbroken.json"),
+        "{\n \"id\": \"jbroken\",\n \"sender\": 7\n}",
+    )
+    .unwrap();
+    let good = w.submit(&[], "@@say fine");
+    w.work_once(&[]);
+    assert_eq!(w.record(&good)["status"], "no_changes");
+    let reason = std::fs::read_to_string(w.queue().join("failed/jbroken.json.reason")).unwrap();
+    assert!(reason.contains("jbroken.json:3:"), "{reason}");
+    assert!(
+        w.queue().join("failed/jbroken.json").exists(),
+        "the file is kept"
+    );
+    let o = w
+        .cmd()
+        .args(["submit", "--repo", "elsewhere", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("does not list"), "{}", text(&o));
+    std::fs::write(
+        w.path("jobs.toml"),
+        "queue = \"queue\"\n[agent]\nspek = 1\n",
+    )
+    .unwrap();
+    let o = w.cmd().arg("list").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("jobs.toml:3:1: unknown field `spek`"),
+        "{}",
+        text(&o)
+    );
+}
+
+fn xmpp_config(w: &Ws, port: u16, repo_extra: &str) {
+    w.config(
+        "container",
+        repo_extra,
+        &format!(
+            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{port}\"\ninsecure_plaintext_loopback = true\nallow = [\"friend@localhost\"]\nbatch_window_ms = 1500\nchunk_pause_ms = 100\n"
+        ),
+    );
+}
+
+/// `belay jobs work` with the chat front end; its stderr goes to
+/// `work.log` (shown when a wait fails).
+fn spawn_xmpp_work(w: &Ws) -> Child {
+    let log = std::fs::File::create(w.path("work.log")).unwrap();
+    let mut c = w.cmd();
+    c.env("BELAY_TEST_XMPP_PW", xmpp::PASSWORD)
+        .env("RUST_LOG", "belay=info,belay_jobs=info")
+        .arg("work")
+        .stdout(Stdio::null())
+        .stderr(log);
+    c.spawn().unwrap()
+}
+
+fn stop(w: &Ws, child: Child) -> String {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let mut child = child;
+    child.wait().unwrap();
+    std::fs::read_to_string(w.path("work.log")).unwrap_or_default()
+}
+
+/// The owner's request over XMPP (two messages within the window: one job)
+/// runs in a container in its own worktree, is committed and pushed by
+/// belay (the agent's own commit fails), and the owner gets the reply with
+/// the commit hash; the record says so.
+#[test]
+fn a_job_from_chat_end_to_end() {
+    require_agent_image();
+    let w = ws();
+    let server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner", "friend"]);
+    xmpp_config(&w, server.port, "");
+    let worker = spawn_xmpp_work(&w);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    std::thread::sleep(Duration::from_secs(2));
+    owner.send(
+        "builder@localhost",
+        "@@write index.html <h1>from chat</h1>\n@@sneak",
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    owner.send(
+        "builder@localhost",
+        "@@say done\n@@commit site: a title from chat",
+    );
+    let all = owner.wait_for("committed and pushed to main", Duration::from_secs(120));
+    let head = git(&w.remote, &["rev-parse", "main"]);
+    assert!(
+        all.contains(&head),
+        "the reply names the commit {head}: {all}"
+    );
+    assert!(
+        all.contains("Note: I am belay's builder"),
+        "the first reply has the notice: {all}"
+    );
+    assert!(
+        all.contains("SNEAK-REFUSED") && !all.contains("SNEAK-WROTE-GIT"),
+        "{all}"
+    );
+    let log = w.remote_log();
+    assert_eq!(log[0], "site: a title from chat|belay builder", "{log:?}");
+    assert_eq!(log.len(), 2);
+    assert_eq!(
+        git(&w.remote, &["show", "main:index.html"]),
+        "<h1>from chat</h1>"
+    );
+    let done: Vec<String> = std::fs::read_dir(w.queue().join("done"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        done.len(),
+        1,
+        "two messages within the window are one job: {done:?}"
+    );
+    let id = done[0].trim_end_matches(".json").to_string();
+    let r = w.record(&id);
+    assert_eq!(r["status"], "committed");
+    assert_eq!(r["commits"][0]["hash"], head.as_str());
+    assert_eq!(r["commits"][0]["repo"], "site");
+    assert_eq!(r["commits"][0]["branch"], "main");
+    assert!(r["runtime"].as_str().unwrap().starts_with("cmd:"));
+    assert_eq!(r["configured_profile"]["iteration_limit"], 20);
+    assert!(r["telemetry"]["duration_s"].as_f64().unwrap() > 0.0);
+    // /status and /jobs answer at once.
+    owner.send("builder@localhost", "/status");
+    owner.wait_for("Queue: inbox: 0", Duration::from_secs(20));
+    let err = stop(&w, worker);
+    assert!(err.contains("online as builder@localhost"), "{err}");
+}
+
+/// A third party's request waits for /annehmen and /ablehnen drops it; a
+/// repository with commit approval holds the change until /freigeben
+/// (committed) or /verwerfen (no trace in the repository).
+#[test]
+fn chat_gates_start_and_commit_approval() {
+    require_agent_image();
+    let w = ws();
+    let server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner", "friend"]);
+    xmpp_config(&w, server.port, "commit_approval = true");
+    let worker = spawn_xmpp_work(&w);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    let friend = xmpp::Chat::connect("friend", server.port, &w.path("work.log"));
+    std::thread::sleep(Duration::from_secs(2));
+    friend.send(
+        "builder@localhost",
+        "@@write index.html <h1>friend</h1>\n@@commit friend's title",
+    );
+    let asked = owner.wait_for_nth(
+        "New request from friend@localhost",
+        1,
+        Duration::from_secs(30),
+    );
+    let id = asked
+        .split("(ID ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    friend.wait_for("waits for the owner's approval", Duration::from_secs(10));
+    assert!(w.jobs_in("pending").contains(&id));
+    // A third party cannot pass the gate itself.
+    friend.send("builder@localhost", &format!("/annehmen {id}"));
+    friend.wait_for("Only the owner may use /accept", Duration::from_secs(10));
+    owner.send("builder@localhost", &format!("/annehmen {id}"));
+    owner.wait_for(
+        &format!("Job {id} from friend@localhost accepted"),
+        Duration::from_secs(10),
+    );
+    // It runs, and its commit waits for approval.
+    owner.wait_for(
+        &format!("Job {id} from friend@localhost waits for your commit approval"),
+        Duration::from_secs(120),
+    );
+    assert_eq!(w.remote_log().len(), 1, "held: nothing pushed yet");
+    owner.send("builder@localhost", &format!("/freigeben {id}"));
+    owner.wait_for(&format!("Job {id} approved"), Duration::from_secs(60));
+    friend.wait_for(&format!("Job {id} approved"), Duration::from_secs(20));
+    assert_eq!(w.remote_log()[0], "friend's title|belay builder");
+    assert_eq!(w.record(&id)["status"], "committed");
+    // Declined unseen.
+    friend.send(
+        "builder@localhost",
+        "@@write index.html never\n@@commit never",
+    );
+    let asked = owner.wait_for_nth(
+        "New request from friend@localhost",
+        2,
+        Duration::from_secs(30),
+    );
+    let second = asked
+        .split("(ID ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_ne!(second, id);
+    owner.send("builder@localhost", &format!("/ablehnen {second}"));
+    owner.wait_for(&format!("Job {second} declined"), Duration::from_secs(10));
+    assert!(
+        !w.queue().join("runs").join(&second).exists(),
+        "a declined job never ran"
+    );
+    assert_eq!(w.record(&second)["status"], "declined");
+    // The owner's own job is held too, and /verwerfen leaves no trace.
+    let refs_before = git(&w.repo, &["for-each-ref"]);
+    owner.send(
+        "builder@localhost",
+        "@@write index.html <h1>discard me</h1>\n@@commit discard me",
+    );
+    let held = owner.wait_for_nth(
+        "waits for your commit approval",
+        2,
+        Duration::from_secs(120),
+    );
+    let third = held
+        .strip_prefix("Job ")
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_ne!(third, id);
+    assert_eq!(
+        git(&w.repo, &["stash", "list"]).lines().count(),
+        1,
+        "the held change is a stash"
+    );
+    owner.send("builder@localhost", &format!("/verwerfen {third}"));
+    owner.wait_for(&format!("Job {third} discarded"), Duration::from_secs(30));
+    assert_eq!(git(&w.repo, &["stash", "list"]), "");
+    assert_eq!(
+        git(&w.repo, &["for-each-ref"]),
+        refs_before,
+        "a ref was left"
+    );
+    assert_eq!(git(&w.repo, &["worktree", "list"]).lines().count(), 1);
+    assert_eq!(w.remote_log().len(), 2);
+    assert_eq!(
+        git(&w.remote, &["show", "main:index.html"]),
+        "<h1>friend</h1>"
+    );
+    stop(&w, worker);
+}
+
+/// prosody restarted mid-session: belay reconnects, answers the next
+/// message, and a message delivered again (same id) makes no second job.
+#[test]
+fn chat_survives_a_server_restart_without_duplicate_jobs() {
+    require_agent_image();
+    let w = ws();
+    let mut server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner", "friend"]);
+    xmpp_config(&w, server.port, "");
+    let worker = spawn_xmpp_work(&w);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    std::thread::sleep(Duration::from_secs(2));
+    owner.send_with_id("builder@localhost", "@@say first answer", "msg-1");
+    owner.wait_for("first answer", Duration::from_secs(120));
+    server.restart();
+    // A new client for the owner (tokio-xmpp's own reconnect would try to
+    // resume the session the restarted server forgot).
+    drop(owner);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    // The bot is back once it answers.
+    let t = Instant::now();
+    loop {
+        owner.send("builder@localhost", "/status");
+        std::thread::sleep(Duration::from_secs(1));
+        if owner.count("Queue:") > 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(90),
+            "belay did not come back after the restart"
+        );
+    }
+    owner.send_with_id("builder@localhost", "@@say second answer", "msg-2");
+    owner.wait_for("second answer", Duration::from_secs(120));
+    // The same message again (as a server redelivers it): no job.
+    owner.send_with_id("builder@localhost", "@@say second answer", "msg-2");
+    std::thread::sleep(Duration::from_secs(4));
+    let done = std::fs::read_dir(w.queue().join("done")).unwrap().count();
+    assert_eq!(done, 2, "one job per message");
+    assert_eq!(owner.count("second answer"), 1);
+    let err = stop(&w, worker);
+    assert!(
+        err.matches("online as builder@localhost").count() >= 2,
+        "{err}"
+    );
+}
