@@ -3,7 +3,8 @@
 # checks before it acts, so running it again is cheap.
 #
 #  - installs the Docker engine (docker.io), debootstrap, git, Node.js/npm,
-#    systemd (for `systemd-analyze verify`) and
+#    systemd (for `systemd-analyze verify`), prosody (the jobs tests start
+#    private instances of it on loopback, with their own accounts) and
 #    a C toolchain if missing;
 #  - installs the pinned agent CLIs (codex, Claude Code, gemini) from npm into
 #    /opt/belay-agents (the adapter tests run the real ones);
@@ -30,6 +31,7 @@ command -v npm >/dev/null || missing+=(nodejs npm)
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v systemd-analyze >/dev/null || missing+=(systemd)  # `systemd-analyze verify` of the rounds units
+command -v prosody >/dev/null || missing+=(prosody)  # the XMPP server of the jobs tests (each test runs its own instance)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -245,9 +245,11 @@ pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
             "needs_input" => Outcome::NeedsInput,
             "not_applicable" => Outcome::NotApplicable,
             "failed" => Outcome::Failed,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "`outcome` `{other}` is not one of repaired, needs_input, not_applicable, failed"
-            )),
+            ))
+            }
         },
         Some(v) => return Err(format!("`outcome` must be a string, not {}", kind(v))),
         None => unreachable_missing()?,

@@ -28,6 +28,9 @@ pub struct Services {
     pub lifeline: Option<Lifeline>,
     pub outbox: Outbox,
     pub progress: Box<dyn Fn(&str) + Send + Sync>,
+    /// What the config names by reference and the environment lacks: fatal
+    /// for `work` ([`Services::ready`]), not for the queue's other verbs.
+    missing: Vec<JobsError>,
 }
 
 fn secret_env(name: &str, what: &str, cfg: &Config) -> Result<String, JobsError> {
@@ -55,15 +58,21 @@ impl Services {
         for (k, v) in belay_model::keys::secret_looking_env() {
             redactor.add(k, v);
         }
+        let mut missing = Vec::new();
         let endpoint = match &cfg.agent.model_url {
             None => None,
             Some(url) => {
                 let key = match &cfg.agent.model_key_env {
-                    Some(k) => {
-                        let v = secret_env(k, "[agent] model_key_env", &cfg)?;
-                        redactor.add(k.clone(), v.clone());
-                        Some(Secret::new(v))
-                    }
+                    Some(k) => match secret_env(k, "[agent] model_key_env", &cfg) {
+                        Ok(v) => {
+                            redactor.add(k.clone(), v.clone());
+                            Some(Secret::new(v))
+                        }
+                        Err(e) => {
+                            missing.push(e);
+                            None
+                        }
+                    },
                     None => None,
                 };
                 redactor.add_url_credentials("model_url", url);
@@ -86,8 +95,16 @@ impl Services {
         }
         let mut passed_env = Vec::new();
         for name in &cfg.agent.pass_env {
-            let v = secret_env(name, "[agent] pass_env", &cfg)?;
-            if belay_model::keys::looks_secret(name) {
+            let v = match secret_env(name, "[agent] pass_env", &cfg) {
+                Ok(v) => v,
+                Err(e) => {
+                    missing.push(e);
+                    continue;
+                }
+            };
+            // A value passed to the agent is scrubbed from every record,
+            // whatever its name: the agent can echo it anywhere.
+            if v.len() >= 8 {
                 redactor.add(name.clone(), v.clone());
             }
             passed_env.push((name.clone(), v));
@@ -109,7 +126,17 @@ impl Services {
             lifeline,
             outbox,
             progress,
+            missing,
         })
+    }
+
+    /// Whether everything a worker needs is there.
+    pub fn ready(&self) -> Result<(), JobsError> {
+        match self.missing.first() {
+            Some(JobsError::Config(m)) => Err(JobsError::Config(m.clone())),
+            Some(e) => Err(JobsError::Config(e.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// Tell every owner (by chat where they have an address).

@@ -63,6 +63,7 @@ pub async fn work(
     stop: Stop,
     wake: Arc<tokio::sync::Notify>,
 ) -> Result<Summary, JobsError> {
+    svc.ready()?;
     let recovered = recover(&svc).await?;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers.max(1) {

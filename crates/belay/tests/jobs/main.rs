@@ -13,6 +13,9 @@ mod common;
 #[path = "../shared/git.rs"]
 #[allow(dead_code)]
 mod git_cli;
+#[path = "../shared/replay.rs"]
+#[allow(dead_code)]
+mod replay;
 mod xmpp;
 
 use std::path::{Path, PathBuf};
@@ -947,4 +950,214 @@ fn chat_survives_a_server_restart_without_duplicate_jobs() {
         err.matches("online as builder@localhost").count() >= 2,
         "{err}"
     );
+}
+
+/// The repository's checks run in the sandbox before the commit (a failure
+/// is `check_failed` with the output, nothing pushed); a secret the agent
+/// writes is refused at the commit and is in no file belay wrote; the
+/// on-commit hook gets the record once per commit.
+#[test]
+fn checks_secrets_and_the_on_commit_hook() {
+    require_agent_image();
+    let w = ws();
+    let hook = w.path("hook.sh");
+    common::install_script(
+        &hook,
+        "#!/bin/sh\nrec=$(cat)\necho \"$BELAY_JOB_ID $BELAY_COMMITS $1\" >> \"$(dirname \"$0\")/hook.log\"\nprintf '%s' \"$rec\" | grep -q '\"status\": \"committed\"' || exit 9\n",
+    );
+    w.config(
+        "container",
+        "checks = [\"grep -q ok index.html\"]",
+        &format!("[hooks]\non_commit = [\"{}\"]\n", hook.display()),
+    );
+    // pass_env goes in [agent]: rewrite the file with it.
+    let cfg = std::fs::read_to_string(w.path("jobs.toml"))
+        .unwrap()
+        .replace(
+            "wall_time_s = 120\n",
+            "wall_time_s = 120\npass_env = [\"CANARY_TOKEN\"]\n",
+        );
+    std::fs::write(w.path("jobs.toml"), cfg).unwrap();
+    let canary = "canary-7f3e9a1c5b2d4e6f8a0b";
+    let run = |args: &[&str], body: &str| -> String {
+        let id = w.submit(args, body);
+        let o = w
+            .cmd()
+            .env("CANARY_TOKEN", canary)
+            .args(["work", "--once"])
+            .output()
+            .unwrap();
+        ok(&o);
+        id
+    };
+    let bad = run(&[], "@@write index.html not yet\n@@commit try");
+    let r = w.record(&bad);
+    assert_eq!(r["status"], "check_failed", "{r}");
+    assert!(
+        r["report"]
+            .as_str()
+            .unwrap()
+            .contains("grep -q ok index.html` failed (exit 1)"),
+        "{r}"
+    );
+    assert_eq!(w.remote_log().len(), 1);
+    let good = run(&[], "@@write index.html ok now\n@@commit checked");
+    let r = w.record(&good);
+    assert_eq!(r["status"], "committed", "{r}");
+    let hash = r["commits"][0]["hash"].as_str().unwrap().to_string();
+    let hook_log = std::fs::read_to_string(w.path("hook.log")).unwrap();
+    assert_eq!(hook_log.lines().count(), 1, "{hook_log}");
+    assert!(
+        hook_log.starts_with(&format!("{good} {hash} ")),
+        "{hook_log}"
+    );
+    assert!(
+        hook_log.trim_end().ends_with(&format!("done/{good}.json")),
+        "{hook_log}"
+    );
+    // An agent that writes the token it was passed into the tree.
+    let leaker = w.path("leaker.sh");
+    common::install_script(
+        &leaker,
+        "#!/bin/sh\ncat >/dev/null\necho ok > index.html\necho \"$CANARY_TOKEN\" > token.txt\necho done\nprintf '===COMMIT-MESSAGE===\\nleak\\n===END-COMMIT-MESSAGE===\\n'\n",
+    );
+    let leak = run(
+        &["--agent", &format!("cmd:{}", leaker.display())],
+        "write the token",
+    );
+    let r = w.record(&leak);
+    assert_eq!(r["status"], "check_failed", "{r}");
+    assert!(
+        r["report"]
+            .as_str()
+            .unwrap()
+            .contains("contains the value of secret `CANARY_TOKEN`"),
+        "{r}"
+    );
+    assert_eq!(w.remote_log().len(), 2, "only the checked commit is pushed");
+    let found = replay::files_containing(w.queue().as_path(), canary);
+    assert!(found.is_empty(), "the secret is in {found:?}");
+    assert_eq!(
+        std::fs::read_to_string(w.path("hook.log"))
+            .unwrap()
+            .lines()
+            .count(),
+        1,
+        "the hook ran for a commit only"
+    );
+}
+
+/// The HTTP endpoint: a token or 401, a job submitted and its record read
+/// back; the drop directory: a text file becomes a job, a broken JSON file
+/// goes to failed/ with the reason.
+#[test]
+fn http_and_drop_front_ends() {
+    let w = ws();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    w.config(
+        "host",
+        "",
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\ntoken_env = \"BELAY_TEST_HTTP_TOKEN\"\ntrusted = true\n[drop]\ndir = \"drop\"\npoll_ms = 100\n"),
+    );
+    let token = "tok-0123456789abcdef0123";
+    let log = std::fs::File::create(w.path("work.log")).unwrap();
+    let mut child = w
+        .cmd()
+        .env("BELAY_TEST_HTTP_TOKEN", token)
+        .arg("work")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/jobs");
+    let curl = |args: &[&str]| -> (String, String) {
+        let o = Command::new("curl")
+            .args(["-s", "-w", "\n%{http_code}", "--max-time", "10"])
+            .args(args)
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (body, code) = s.rsplit_once('\n').unwrap_or(("", ""));
+        (body.to_string(), code.to_string())
+    };
+    let t = Instant::now();
+    while curl(&[&url]).1 != "401" {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the endpoint did not come up: {}",
+            std::fs::read_to_string(w.path("work.log")).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let auth = format!("Authorization: Bearer {token}");
+    let bad = curl(&["-H", "Authorization: Bearer wrong-token-000000000", &url]);
+    assert_eq!(bad.1, "401");
+    let (body, code) = curl(&[
+        "-H",
+        &auth,
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        "{\"body\":\"@@say from http\",\"board_slug\":\"b1\"}",
+        &url,
+    ]);
+    assert_eq!(code, "201", "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, code) = curl(&[
+        "-H",
+        &auth,
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        r#"{"body":"x","owner":true}"#,
+        &url,
+    ]);
+    assert_eq!(code, "400", "unknown fields are refused");
+    let t = Instant::now();
+    let rec = loop {
+        let (body, code) = curl(&["-H", &auth, &format!("{url}/{id}")]);
+        assert_eq!(code, "200", "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        if v["state"] == "done" {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(rec["record"]["status"], "no_changes", "{rec}");
+    assert_eq!(rec["record"]["board_slug"], "b1");
+    assert!(rec["record"]["report"]
+        .as_str()
+        .unwrap()
+        .contains("from http"));
+    // The drop directory.
+    std::fs::write(w.path("drop/req.txt"), "@@say from a file\n").unwrap();
+    std::fs::write(w.path("drop/broken.json"), "{\"body\": 3}").unwrap();
+    let t = Instant::now();
+    while !w.queue().join("failed/broken.json.reason").exists()
+        || std::fs::read_dir(w.queue().join("done")).unwrap().count() < 2
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{}",
+            std::fs::read_to_string(w.path("work.log")).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let reason = std::fs::read_to_string(w.queue().join("failed/broken.json.reason")).unwrap();
+    assert!(reason.contains("broken.json:1:"), "{reason}");
+    assert!(!w.path("drop/req.txt").exists() && !w.path("drop/broken.json").exists());
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
 }
