@@ -27,9 +27,28 @@ pub fn submit(svc: &Services, mut job: Job) -> Result<Submitted, JobsError> {
     }
     job.belay = Default::default();
     job.validate(std::path::Path::new(&format!("job {}", job.id)))?;
-    // Its repositories must resolve now, not when it runs.
-    exec::repos_of(svc, &job)?;
     let owner = svc.cfg.is_owner(job.requester());
+    // What runs a program or writes a file of the host's choosing is the
+    // owner's to say: a third party's job takes the configured agent and
+    // the queue's record directory.
+    if !owner {
+        if let Some(a) = &job.agent {
+            return Err(JobsError::Refused(format!(
+                "job {}: only the owner's jobs may choose the agent (`{a}`); a request from {} runs the configured one",
+                job.id,
+                job.requester()
+            )));
+        }
+        if let Some(d) = &job.on_complete_dir {
+            return Err(JobsError::Refused(format!(
+                "job {}: only the owner's jobs may say where the record goes ({})",
+                job.id,
+                d.display()
+            )));
+        }
+    }
+    // Its repositories must resolve now, not when it runs.
+    let repos = exec::repos_of(svc, &job)?;
     if owner {
         svc.queue.add(Dir::Inbox, &job)?;
     } else {

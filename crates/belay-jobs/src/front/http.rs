@@ -100,10 +100,12 @@ async fn submit(
     };
     let sender = format!("http:{}", app.cfg.name);
     let mut job = Job::new(&sender, &s.body);
+    // Only the owner's token may speak for someone: an untrusted one asks
+    // as itself, whatever it says.
     job.requested_by = Some(match (s.requested_by, app.cfg.trusted) {
-        (Some(r), _) => r,
+        (Some(r), true) => r,
         (None, true) => crate::config::LOCAL_SENDER.to_string(),
-        (None, false) => sender.clone(),
+        (_, false) => sender.clone(),
     });
     job.repos = s.repos;
     job.runtime = s.runtime;

@@ -1161,3 +1161,29 @@ fn http_and_drop_front_ends() {
     .unwrap();
     assert!(child.wait().unwrap().success());
 }
+
+/// The bundled example: three jobs, two commits by belay.
+#[test]
+fn the_bundled_example_runs() {
+    require_agent_image();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/jobs-demo/run.sh");
+    let o = Command::new(script)
+        .env("BELAY", env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", tmp.path())
+        .output()
+        .unwrap();
+    ok(&o);
+    let out = text(&o);
+    assert!(out.contains("belay builder: site: a footer"), "{out}");
+    assert!(
+        out.contains("belay builder: site: the title says Welcome"),
+        "{out}"
+    );
+    assert_eq!(out.matches(": committed").count(), 2, "{out}");
+    assert_eq!(out.matches(": no_changes").count(), 1, "{out}");
+    assert!(
+        out.contains("waits for the owner's approval") || out.contains("pending"),
+        "{out}"
+    );
+}
