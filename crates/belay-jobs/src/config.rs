@@ -119,6 +119,8 @@ struct RawHttp {
 struct RawDrop {
     dir: PathBuf,
     poll_ms: Option<u64>,
+    #[serde(default)]
+    trusted: bool,
 }
 
 /// Where agents run.
@@ -210,6 +212,9 @@ pub struct HttpConfig {
 pub struct DropConfig {
     pub dir: PathBuf,
     pub poll: Duration,
+    /// The directory is the owner's alone: its jobs are the owner's.
+    /// Otherwise they are `drop`'s, and wait for an owner's approval.
+    pub trusted: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -498,6 +503,7 @@ impl Config {
             c.drop = Some(DropConfig {
                 dir: rel(&d.dir),
                 poll: Duration::from_millis(d.poll_ms.unwrap_or(500).max(50)),
+                trusted: d.trusted,
             });
         }
         Ok(c)

@@ -39,6 +39,13 @@ pub fn submit(svc: &Services, mut job: Job) -> Result<Submitted, JobsError> {
                 job.requester()
             )));
         }
+        if job.runtime.is_some() || job.model.is_some() || job.reasoning_effort.is_some() {
+            return Err(JobsError::Refused(format!(
+                "job {}: only the owner's jobs may choose the runtime, the model or the effort; a request from {} runs the configured agent",
+                job.id,
+                job.requester()
+            )));
+        }
         if let Some(d) = &job.on_complete_dir {
             return Err(JobsError::Refused(format!(
                 "job {}: only the owner's jobs may say where the record goes ({})",
@@ -53,11 +60,15 @@ pub fn submit(svc: &Services, mut job: Job) -> Result<Submitted, JobsError> {
         svc.queue.add(Dir::Inbox, &job)?;
     } else {
         svc.queue.add(Dir::Pending, &job)?;
-        svc.tell_owners(&prompt::start_approval(
-            &job.id,
-            job.requester(),
-            &job.preview(400),
-        ));
+        let names: Vec<&str> = repos.iter().map(|r| r.name.as_str()).collect();
+        let preview = format!(
+            "{}\n\n(repositories: {}; role: {}; iteration limit: {})",
+            job.preview(400),
+            names.join(", "),
+            job.pipeline_role.as_str(),
+            job.iteration_limit()
+        );
+        svc.tell_owners(&prompt::start_approval(&job.id, job.requester(), &preview));
     }
     Ok(Submitted {
         id: job.id,
@@ -90,6 +101,7 @@ fn waiting(q: &Queue, id: &str, d: Dir) -> Result<(std::path::PathBuf, Job), Job
 /// Start a third party's job.
 pub fn accept(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
+    let _gate = svc.queue.gate_lock(id)?;
     let (path, mut job) = waiting(&svc.queue, id, Dir::Pending)?;
     job.belay.accepted_by = Some(by.to_string());
     svc.queue.relocate(&path, Dir::Inbox, &job)?;
@@ -136,6 +148,7 @@ fn declined_record(svc: &Services, job: &Job, report: &str) -> Result<(), JobsEr
 /// Drop a third party's job unseen.
 pub fn decline(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
+    let _gate = svc.queue.gate_lock(id)?;
     let (path, job) = waiting(&svc.queue, id, Dir::Pending)?;
     fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;
     declined_record(svc, &job, "declined by the owner; not run")?;
@@ -167,6 +180,7 @@ fn repo_cfg(svc: &Services, name: &str, path: &std::path::Path) -> RepoConfig {
 /// branch, the held stash applied by SHA, belay's commit.
 pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
+    let _gate = svc.queue.gate_lock(id)?;
     let (path, job, held) = held_of(svc, id)?;
     let run = exec::open_run(svc, &job)?;
     let repos: Vec<RepoConfig> = held
@@ -175,21 +189,29 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
         .map(|r| repo_cfg(svc, &r.name, &r.path))
         .collect();
     let ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
+    // Every held change applies first, or nothing is committed; then each
+    // is committed and pushed. Whatever happens, the workspace is put back.
     let mut results = Vec::new();
     let mut problem = None;
     for (r, h) in ws.repos.iter().zip(&held.repos) {
         if let Err(e) = r.wt.stash_apply(&h.stash).await {
             problem = Some(format!(
-                "the held change of {} no longer applies to {}/{}: {e}. /discard {id} and submit the request again",
+                "the held change of {} no longer applies to {}/{}: {e}. Nothing was committed; /discard {id} and submit the request again",
                 h.name, r.remote, r.target
             ));
             break;
         }
-        results.push((
-            r.cfg.name.clone(),
-            r.target.clone(),
-            publish::commit_and_push(svc, &run, r, &held.message).await?,
-        ));
+    }
+    if problem.is_none() {
+        for r in &ws.repos {
+            match publish::commit_and_push(svc, &run, r, &held.message).await {
+                Ok(res) => results.push((r.cfg.name.clone(), r.target.clone(), res)),
+                Err(e) => {
+                    problem = Some(format!("{}: {e}", r.cfg.name));
+                    break;
+                }
+            }
+        }
     }
     let pushed: Vec<(String, String)> = results
         .iter()
@@ -215,15 +237,20 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
         })
         .map(|(n, _, _)| n.clone())
         .collect();
+    // The held stashes are spent once committed; they are dropped while the
+    // repositories' locks are still held (a drop is by position).
+    if problem.is_none() {
+        for (r, h) in ws.repos.iter().zip(&held.repos) {
+            let _ = r.main.stash_drop(&h.stash).await;
+        }
+    }
     let notes = ws.finish(&run, &keep, &pushed).await;
     if let Some(p) = problem {
-        return Err(JobsError::Refused(p));
-    }
-    // The held stashes are spent.
-    for h in &held.repos {
-        if let Ok(g) = belay_vcs::Git::open(&h.path, &exec::repos::hooks_dir()).await {
-            let _ = g.stash_drop(&h.stash).await;
+        if results.is_empty() {
+            return Err(JobsError::Refused(p));
         }
+        // Some were published: that is recorded, and the job is done.
+        svc.tell_owners(&format!("Job {id}: the approval stopped part way: {p}"));
     }
     let mut lines = Vec::new();
     let mut commits = Vec::new();
@@ -314,6 +341,7 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
 /// committed.
 pub async fn discard(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
+    let _gate = svc.queue.gate_lock(id)?;
     let (path, job, held) = held_of(svc, id)?;
     let run = exec::open_run(svc, &job)?;
     for h in &held.repos {
@@ -365,6 +393,7 @@ pub fn reset(svc: &Services, sender: &str) -> Result<String, JobsError> {
 /// Put a failed job back in the inbox.
 pub fn requeue(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
+    let _gate = svc.queue.gate_lock(id)?;
     let (path, mut job) = waiting(&svc.queue, id, Dir::Failed)?;
     job.belay.failure = None;
     job.belay.requeues = 0;

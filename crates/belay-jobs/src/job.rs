@@ -213,6 +213,24 @@ impl Job {
                 ));
             }
         }
+        for (k, v) in [
+            ("model", &self.model),
+            ("reasoning_effort", &self.reasoning_effort),
+        ] {
+            if let Some(v) = v {
+                let ok = !v.is_empty()
+                    && v.len() <= 128
+                    && !v.starts_with('-')
+                    && v.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._:/@-".contains(c));
+                if !ok {
+                    return Err(invalid(
+                        path,
+                        format!("`{k}` `{v}` is not a model name (letters, digits and ._:/@-, not starting with -)"),
+                    ));
+                }
+            }
+        }
         if let Some(a) = &self.agent {
             a.parse::<belay_agent::AgentSpec>()
                 .map_err(|e| invalid(path, format!("`agent`: {e}")))?;

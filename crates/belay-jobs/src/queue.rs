@@ -169,6 +169,15 @@ impl Queue {
                 at.as_str()
             )));
         }
+        // A finished job's id is taken too: its run and record stay.
+        if self.run_dir(&job.id).exists()
+            || self.sub("done").join(format!("{}.json", job.id)).exists()
+        {
+            return Err(JobsError::Refused(format!(
+                "the id {} belongs to a job that ran already: give another (or none)",
+                job.id
+            )));
+        }
         let path = self.file(d, &job.id);
         write_new(&path, job)?;
         Ok(path)
@@ -207,6 +216,24 @@ impl Queue {
             Err(belay_record::RecordError::Locked { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The job's lock for a gate (accept, decline, approve, discard,
+    /// requeue): one gate at a time per job, and no gate on a job a worker
+    /// runs. An approval holds it while it commits, so a start-up recovery
+    /// leaves it alone.
+    pub fn gate_lock(&self, id: &str) -> Result<belay_record::RunLock, JobsError> {
+        match self.claim_lock(id)? {
+            Some(l) => Ok(l),
+            None => Err(JobsError::Refused(format!(
+                "job {id} is being handled right now (a worker or another gate has it): try again in a moment"
+            ))),
+        }
+    }
+
+    /// The job's lock if it is free (nobody runs it or gates it).
+    pub fn try_lock_job(&self, id: &str) -> Result<Option<belay_record::RunLock>, JobsError> {
+        self.claim_lock(id)
     }
 
     /// Claim the oldest job of the inbox, if there is one. A file that is no

@@ -38,11 +38,94 @@ pub struct Summary {
     pub recovered: usize,
 }
 
-/// Undo what killed workers left, and requeue (once) or fail their jobs.
+/// Undo what killed workers left, and requeue (once) or fail their jobs;
+/// also undo the workspace of a gate (an approval) that was killed.
 pub async fn recover(svc: &Services) -> Result<usize, JobsError> {
     let found = svc.queue.recover()?;
+    let runs = svc.queue.sub("runs");
+    let mut stranded = Vec::new();
+    for e in fs_err::read_dir(&runs)
+        .map_err(|e| JobsError::io("read", &runs, e))?
+        .flatten()
+    {
+        let id = e.file_name().to_string_lossy().into_owned();
+        if found.iter().any(|(j, _)| j.id == id) || belay_record::run_id::validate(&id).is_err() {
+            continue;
+        }
+        let touched = belay_record::RunHandle::load_state::<exec::repos::JobState>(&e.path())
+            .ok()
+            .flatten()
+            .is_some_and(|s| !s.touched.is_empty());
+        if touched {
+            stranded.push(id);
+        }
+    }
+    for id in &stranded {
+        // Only when nobody holds the job (a live approval or worker does).
+        let Some(_lock) = svc.queue.try_lock_job(id)? else {
+            continue;
+        };
+        let notes = exec::repos::undo(&svc.queue, id, svc.cfg.lock_wait).await?;
+        let mut text = format!("job {id}: belay was killed while it held a worktree (an approval, or a commit); it is undone");
+        for n in notes {
+            text.push_str(&format!("\n{n}"));
+        }
+        svc.tell_owners(&text);
+    }
     for (job, what) in &found {
         let notes = exec::repos::undo(&svc.queue, &job.id, svc.cfg.lock_wait).await?;
+        // Pushed before belay was killed: recorded, not run again.
+        let pushed = exec::publish::published(&svc.queue.run_dir(&job.id));
+        if !pushed.is_empty() {
+            if let Some((_, p)) = svc.queue.find(&job.id) {
+                let _ = fs_err::remove_file(&p);
+            }
+            let hashes: Vec<String> = pushed
+                .iter()
+                .map(|c| format!("{} {}", c.repo, c.hash))
+                .collect();
+            let text = format!(
+                "Job {} was pushed ({}) before belay was killed; it is recorded as committed and not run again.",
+                job.id,
+                hashes.join(", ")
+            );
+            if let Ok(run) = exec::open_run(svc, job) {
+                let rec = crate::record::CompletionRecord {
+                    job_id: job.id.clone(),
+                    status: Status::Committed,
+                    commits: pushed,
+                    completed_at: belay_record::now_rfc3339(),
+                    runtime: job
+                        .agent
+                        .clone()
+                        .or(job.runtime.clone())
+                        .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
+                    configured_profile: crate::record::Profile {
+                        runtime: job.runtime.clone().unwrap_or_default(),
+                        model: job.model.clone(),
+                        reasoning_effort: job.reasoning_effort.clone(),
+                        iteration_limit: job.iteration_limit(),
+                    },
+                    telemetry: Default::default(),
+                    report: text.clone(),
+                    pipeline_role: job.pipeline_role.as_str().into(),
+                    pipeline_run_id: job.pipeline_run_id.clone(),
+                    board_slug: job.board_slug.clone(),
+                    fixer_outcome: None,
+                    failure_detail: None,
+                    preserved_branch: None,
+                };
+                exec::finish_record(svc, &run, job, &rec, &text).await?;
+                run.finish(belay_record::RunEnd {
+                    ok: true,
+                    summary: Some("committed (recovered after a kill)".into()),
+                    ..Default::default()
+                });
+            }
+            reply(svc, job, &text);
+            svc.tell_owners(&text);
+            continue;
+        }
         let msg = match what {
             Recovered::Requeued(m) | Recovered::Failed(m) => m.clone(),
         };
@@ -163,7 +246,10 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
         Ok(Ended::Finished(f)) => {
             reply(svc, &job, &f.reply);
             if let Some(h) = &f.held {
-                let text = serde_json::to_vec_pretty(h)
+                let mut v = serde_json::to_value(h)
+                    .map_err(|e| JobsError::Environment(format!("cannot encode: {e}")))?;
+                svc.redactor.redact_value(&mut v);
+                let text = serde_json::to_vec_pretty(&v)
                     .map_err(|e| JobsError::Environment(format!("cannot encode: {e}")))?;
                 belay_record::atomic_write(
                     &svc.queue.dir(Dir::Held).join(format!("{}.held", job.id)),
@@ -185,7 +271,11 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
                     job.id
                 ));
             } else if f.record.status == Status::Failed {
-                job.belay.failure = f.record.failure_detail.clone().or(Some("failed".into()));
+                job.belay.failure = Some(
+                    svc.redactor
+                        .redact(f.record.failure_detail.as_deref().unwrap_or("failed"))
+                        .into_owned(),
+                );
                 svc.queue.relocate(&claim.path, Dir::Failed, &job)?;
             } else {
                 let _ = fs_err::remove_file(&claim.path);
@@ -208,7 +298,7 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
         Err(e) => {
             // The job could not run (its repositories, its agent spec, a
             // lock): failed, with the reason, and a record.
-            job.belay.failure = Some(e.to_string());
+            job.belay.failure = Some(svc.redactor.redact(&e.to_string()).into_owned());
             svc.queue.relocate(&claim.path, Dir::Failed, &job)?;
             let text = format!("Job {} failed before its agent ran: {e}", job.id);
             reply(svc, &job, &text);
@@ -249,12 +339,11 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
             false
         }
     };
-    let lock = svc.queue.sub("claims").join(format!("{}.lock", job.id));
-    drop(claim);
-    // A job back in the inbox keeps its lock file: another worker may be
-    // taking it right now, and a new file would be a second lock.
+    // The lock file goes while the lock is still held (a job back in the
+    // inbox keeps it: another worker may be opening it right now).
     if !interrupted {
-        let _ = fs_err::remove_file(lock);
+        let _ = fs_err::remove_file(svc.queue.sub("claims").join(format!("{}.lock", job.id)));
     }
+    drop(claim);
     Ok(interrupted)
 }

@@ -144,6 +144,31 @@ pub async fn session(
         return Ok(Session::Stopped);
     };
     let report = result?.report;
+    // The box swept its first worktree; the others were mounts of its own.
+    if !on_host {
+        for r in ws.repos.iter().skip(1) {
+            let root = r.wt_path.clone();
+            let swept =
+                tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&root))
+                    .await
+                    .map_err(|e| {
+                        JobsError::Environment(format!("the worktree sweep stopped: {e}"))
+                    })?
+                    .map_err(|e| {
+                        JobsError::Environment(format!(
+                            "cannot check the worktree {} after the agent: {e}",
+                            r.wt_path.display()
+                        ))
+                    })?;
+            if !swept.setid_cleared.is_empty() {
+                (svc.progress)(&format!(
+                    "cleared set-id bits the agent left on {} in {}",
+                    swept.setid_cleared.join(", "),
+                    r.cfg.name
+                ));
+            }
+        }
+    }
     let _ = run.emit(
         "jobs",
         Some("agent"),

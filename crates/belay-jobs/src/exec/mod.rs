@@ -577,12 +577,11 @@ async fn judge_and_publish(
     let mut held = Vec::new();
     for r in &ws.repos {
         let res = if r.cfg.commit_approval {
-            let diffstat =
-                r.wt.run(&["diff", "--stat", "HEAD"])
-                    .await
-                    .unwrap_or_default();
             let res = publish::hold(run, r, &job.id).await?;
             if let RepoResult::Held { stash } = &res {
+                // What the owner approves is the whole stash: the new
+                // (untracked) files too, each named.
+                let diffstat = publish::held_summary(&r.main, stash).await;
                 held.push(HeldRepo {
                     name: r.cfg.name.clone(),
                     path: r.cfg.path.clone(),

@@ -111,6 +111,20 @@ pub async fn commit(
     name: &str,
     message: &str,
 ) -> Result<RepoResult, JobsError> {
+    // The message is the agent's text too: a secret in it is refused.
+    if run.redactor().redact(message) != message {
+        let why =
+            "the commit message contains the value of a secret; nothing was committed".to_string();
+        let _ = run.emit(
+            "jobs",
+            Some("commit"),
+            &JobEvent::CommitRefused {
+                repo: name.to_string(),
+                reason: why.clone(),
+            },
+        );
+        return Ok(RepoResult::Refused(why));
+    }
     let scanner = run.redactor().scanner();
     let submodules = wt.submodule_paths().await?;
     let outcome = wt
@@ -177,6 +191,9 @@ pub async fn commit_and_push(
                 .await
             {
                 Ok(()) => {
+                    // Saved at once: a belay killed from here on records the
+                    // job at its next start instead of running it again.
+                    note_published(run, &r.cfg.name, &r.target, hash)?;
                     let _ = run.emit(
                         "jobs",
                         Some("push"),
@@ -222,4 +239,52 @@ pub async fn hold(run: &RunHandle, r: &RepoWork, job_id: &str) -> Result<RepoRes
             Ok(RepoResult::Held { stash })
         }
     }
+}
+
+/// What a held stash holds, for the owner: each path with its change
+/// (`A` added, `M` modified, `D` deleted; new files included), then the
+/// stat.
+pub async fn held_summary(main: &Git, stash: &str) -> String {
+    let names = main
+        .run(&[
+            "stash",
+            "show",
+            "--include-untracked",
+            "--name-status",
+            stash,
+        ])
+        .await
+        .unwrap_or_default();
+    let stat = main
+        .run(&["stash", "show", "--include-untracked", "--stat", stash])
+        .await
+        .unwrap_or_default();
+    let stat_last = stat.lines().last().unwrap_or_default().trim();
+    format!("{}\n{stat_last}", names.trim_end())
+}
+
+/// The file of a job's pushed commits.
+pub const PUBLISHED: &str = "published.json";
+
+fn note_published(run: &RunHandle, repo: &str, branch: &str, hash: &str) -> Result<(), JobsError> {
+    let p = run.path(PUBLISHED);
+    let mut all: Vec<crate::record::CommitRef> = fs_err::read_to_string(&p)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.push(crate::record::CommitRef {
+        repo: repo.to_string(),
+        branch: branch.to_string(),
+        hash: hash.to_string(),
+    });
+    belay_record::write_json_atomic(&p, &all)?;
+    Ok(())
+}
+
+/// The commits a job pushed before belay was killed, if any.
+pub fn published(run_dir: &std::path::Path) -> Vec<crate::record::CommitRef> {
+    fs_err::read_to_string(run_dir.join(PUBLISHED))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
 }

@@ -1,7 +1,13 @@
-//! The file drop: a directory of the owner's where a file becomes a job. A
-//! `.json` file carries a job's fields (`id` and `sender` optional), any
-//! other file its body. A file that is no valid job goes to the queue's
-//! `failed/` with the reason: nothing dropped is lost.
+//! The file drop: a directory where a file becomes a job. A `.json` file
+//! carries a job's fields, any other file its body. A file is first moved
+//! into the queue (so it is taken once, whatever happens next), read without
+//! following links and only up to a size; one that is no valid job goes to
+//! the queue's `failed/` with the reason: nothing dropped is lost.
+//!
+//! Whoever can write the directory asks as `drop`, and waits for an owner's
+//! approval, unless `[drop] trusted = true` says the directory is the
+//! owner's alone (then its jobs are the owner's, and may say on whose
+//! behalf they are). A directory others may write is refused.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,13 +20,16 @@ use crate::services::Services;
 use crate::worker::Stop;
 use crate::{gates, JobsError};
 
+/// The largest file taken.
+pub const MAX_DROP_BYTES: u64 = 256 * 1024;
+/// The sender of an untrusted directory's jobs.
+pub const DROP_SENDER: &str = "drop";
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Dropped {
     #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
-    sender: Option<String>,
     #[serde(default)]
     requested_by: Option<String>,
     body: String,
@@ -48,11 +57,16 @@ struct Dropped {
     fresh_session: bool,
 }
 
-/// The job a dropped file makes.
-pub fn job_of(path: &Path, text: &str) -> Result<Job, JobsError> {
+/// The job a dropped file makes (`trusted`: the directory is the owner's).
+pub fn job_of(path: &Path, text: &str, trusted: bool) -> Result<Job, JobsError> {
+    let sender = if trusted {
+        crate::config::LOCAL_SENDER
+    } else {
+        DROP_SENDER
+    };
     let is_json = path.extension().is_some_and(|x| x == "json");
     if !is_json {
-        let mut j = Job::new(crate::config::LOCAL_SENDER, text);
+        let mut j = Job::new(sender, text);
         j.source = Some("drop".into());
         return Ok(j);
     }
@@ -64,14 +78,20 @@ pub fn job_of(path: &Path, text: &str) -> Result<Job, JobsError> {
             e.column()
         ))
     })?;
-    let mut j = Job::new(
-        d.sender.as_deref().unwrap_or(crate::config::LOCAL_SENDER),
-        &d.body,
-    );
+    let mut j = Job::new(sender, &d.body);
     if let Some(id) = d.id {
         j.id = id;
     }
-    j.requested_by = d.requested_by;
+    match (d.requested_by, trusted) {
+        (None, _) => {}
+        (Some(r), true) => j.requested_by = Some(r),
+        (Some(_), false) => {
+            return Err(JobsError::Refused(format!(
+                "{}: `requested_by` is only taken from a trusted drop directory ([drop] trusted = true)",
+                path.display()
+            )))
+        }
+    }
     j.repos = d.repos;
     j.runtime = d.runtime;
     j.agent = d.agent;
@@ -87,54 +107,116 @@ pub fn job_of(path: &Path, text: &str) -> Result<Job, JobsError> {
     Ok(j)
 }
 
+/// Refuse a drop directory others may write.
+fn check_dir(dir: &Path) -> Result<(), JobsError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = fs_err::symlink_metadata(dir).map_err(|e| JobsError::io("read", dir, e))?;
+    if !m.is_dir() {
+        return Err(JobsError::Config(format!(
+            "[drop] dir {} is not a directory",
+            dir.display()
+        )));
+    }
+    if m.permissions().mode() & 0o022 != 0 || m.uid() != rustix::process::geteuid().as_raw() {
+        return Err(JobsError::Config(format!(
+            "[drop] dir {} may be written by others than belay's user: make it theirs alone (chmod go-w, chown)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A file name not taken in `dir` (`name`, `name.1`, …).
+fn free_name(dir: &Path, name: &str) -> std::path::PathBuf {
+    let mut p = dir.join(name);
+    let mut i = 1;
+    while fs_err::symlink_metadata(&p).is_ok() {
+        p = dir.join(format!("{name}.{i}"));
+        i += 1;
+    }
+    p
+}
+
+/// Read a regular file (never through a link), at most [`MAX_DROP_BYTES`].
+fn read_plain(p: &Path) -> Result<String, JobsError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(
+            rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32,
+        )
+        .open(p)
+        .map_err(|e| {
+            JobsError::Refused(format!(
+                "{}: cannot open it ({e}); links are not followed",
+                p.display()
+            ))
+        })?;
+    let m = f.metadata().map_err(|e| JobsError::io("read", p, e))?;
+    if !m.is_file() {
+        return Err(JobsError::Refused(format!(
+            "{}: not a regular file",
+            p.display()
+        )));
+    }
+    if m.len() > MAX_DROP_BYTES {
+        return Err(JobsError::Refused(format!(
+            "{}: {} bytes, more than the {MAX_DROP_BYTES} a request may have",
+            p.display(),
+            m.len()
+        )));
+    }
+    let mut s = String::new();
+    f.take(MAX_DROP_BYTES)
+        .read_to_string(&mut s)
+        .map_err(|e| JobsError::Refused(format!("{}: not UTF-8 text ({e})", p.display())))?;
+    Ok(s)
+}
+
 /// Take every file of the drop directory once; how many became jobs.
-pub fn sweep(svc: &Services, dir: &Path) -> Result<usize, JobsError> {
+pub fn sweep(svc: &Services, dir: &Path, trusted: bool) -> Result<usize, JobsError> {
+    check_dir(dir)?;
     let rd = match fs_err::read_dir(dir) {
         Ok(r) => r,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(JobsError::io("read", dir, e)),
     };
-    let mut files: Vec<_> = rd
+    let mut names: Vec<String> = rd
         .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_file()
-                && !p
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
         .collect();
-    files.sort();
+    names.sort();
+    let staging = svc.queue.sub("dropped");
+    fs_err::create_dir_all(&staging).map_err(|e| JobsError::io("create", &staging, e))?;
     let mut n = 0;
-    for p in files {
-        let made = fs_err::read_to_string(&p)
-            .map_err(|e| JobsError::io("read", &p, e))
-            .and_then(|t| job_of(&p, &t))
+    for name in names {
+        // Into the queue first: taken once, whatever happens next.
+        let taken = free_name(&staging, &name);
+        if fs_err::rename(dir.join(&name), &taken).is_err() {
+            continue;
+        }
+        let made = read_plain(&taken)
+            .and_then(|t| job_of(&dir.join(&name), &t, trusted))
             .and_then(|j| gates::submit(svc, j));
         match made {
             Ok(_) => {
-                let _ = fs_err::remove_file(&p);
+                let _ = fs_err::remove_file(&taken);
                 n += 1;
             }
             Err(e) => {
-                // Into the queue's failed/, with the reason.
-                let dest = svc.queue.dir(Dir::Failed).join(
-                    p.file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| "dropped".into()),
-                );
-                if fs_err::rename(&p, &dest).is_ok() {
+                let dest = free_name(&svc.queue.dir(Dir::Failed), &name);
+                let why = svc.redactor.redact(&e.to_string()).into_owned();
+                if fs_err::rename(&taken, &dest).is_ok() {
+                    let mut reason = dest.clone().into_os_string();
+                    reason.push(".reason");
                     let _ = belay_record::atomic_write(
-                        &dest.with_extension(format!(
-                            "{}.reason",
-                            dest.extension()
-                                .map(|x| x.to_string_lossy().into_owned())
-                                .unwrap_or_default()
-                        )),
-                        format!("{e}\n").as_bytes(),
+                        std::path::Path::new(&reason),
+                        format!("{why}\n").as_bytes(),
                     );
                 }
-                (svc.progress)(&format!("drop: {} is no job: {e}", p.display()));
+                (svc.progress)(&format!("drop: {name} is no job: {why}"));
             }
         }
     }
@@ -150,9 +232,16 @@ pub async fn run(
     let Some(d) = svc.cfg.drop.clone() else {
         return Ok(());
     };
-    fs_err::create_dir_all(&d.dir).map_err(|e| JobsError::io("create", &d.dir, e))?;
+    if !d.dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&d.dir)
+            .map_err(|e| JobsError::io("create", &d.dir, e))?;
+    }
     loop {
-        if sweep(&svc, &d.dir)? > 0 {
+        if sweep(&svc, &d.dir, d.trusted)? > 0 {
             wake.notify_waiters();
         }
         tokio::select! {

@@ -191,21 +191,36 @@ async fn gate(
         );
     }
     let by = crate::config::LOCAL_SENDER;
-    let r = match verb.as_str() {
-        "accept" => gates::accept(&app.svc, &id, by),
-        "decline" => gates::decline(&app.svc, &id, by),
-        "approve" => gates::approve(&app.svc, &id, by).await,
-        "discard" => gates::discard(&app.svc, &id, by).await,
-        o => {
+    // A gate runs to its end even if the client goes away (an approval
+    // commits and pushes): it is a task of its own, awaited here.
+    let svc = app.svc.clone();
+    let task = tokio::spawn(async move {
+        match verb.as_str() {
+            "accept" => Some(gates::accept(&svc, &id, by).map(|m| (id, m))),
+            "decline" => Some(gates::decline(&svc, &id, by).map(|m| (id, m))),
+            "approve" => Some(gates::approve(&svc, &id, by).await.map(|m| (id, m))),
+            "discard" => Some(gates::discard(&svc, &id, by).await.map(|m| (id, m))),
+            _ => None,
+        }
+    });
+    let r = match task.await {
+        Ok(Some(r)) => r,
+        Ok(None) => {
             return err(
                 StatusCode::NOT_FOUND,
-                format!("no gate `{o}`: accept, decline, approve or discard"),
+                "no such gate: accept, decline, approve or discard",
+            )
+        }
+        Err(e) => {
+            return err(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the gate stopped: {e}"),
             )
         }
     };
     app.wake.notify_waiters();
     match r {
-        Ok(m) => Json(json!({"id": id, "message": m})).into_response(),
+        Ok((id, m)) => Json(json!({"id": id, "message": m})).into_response(),
         Err(e) => refused(e),
     }
 }

@@ -45,6 +45,7 @@ const REBUILD_MAX: Duration = Duration::from_secs(60);
 struct Batch {
     texts: Vec<String>,
     ids: Vec<String>,
+    first: Option<Instant>,
     deadline: Instant,
 }
 
@@ -288,14 +289,21 @@ fn incoming(me: &BareJid, m: Message) -> Option<(String, Option<String>, String)
     }
     let mut m = m;
     if let Some(p) = m.payloads.iter().find(|p| p.ns() == CARBONS_NS) {
-        if p.name() != "received" || m.from.as_ref().map(|f| f.to_bare()) != Some(me.clone()) {
+        // A carbon comes from the account itself, its bare address exactly
+        // (XEP-0280 §11); only a received one is a message for belay.
+        if p.name() != "received" || m.from != Some(Jid::from(me.clone())) {
             return None;
         }
         let r = carbons::Received::try_from(p.clone()).ok()?;
         m = r.forwarded.message;
+        if m.type_ == MessageType::Error || m.type_ == MessageType::Groupchat {
+            return None;
+        }
     }
     let from = m.from.as_ref()?.to_bare();
-    if &from == me {
+    // A person has a local part: a server or component address (`local`)
+    // is nobody's, and never the command line's owner.
+    if &from == me || from.node().is_none() {
         return None;
     }
     let body = m
@@ -311,8 +319,8 @@ fn incoming(me: &BareJid, m: Message) -> Option<(String, Option<String>, String)
 
 #[allow(clippy::too_many_arguments)]
 async fn on_message(
-    svc: &Services,
-    wake: &tokio::sync::Notify,
+    svc: &Arc<Services>,
+    wake: &Arc<tokio::sync::Notify>,
     batches: &mut BTreeMap<String, Batch>,
     seen: &mut Seen,
     x: &XmppConfig,
@@ -337,21 +345,37 @@ async fn on_message(
             let b = batches.entry(from.to_string()).or_insert_with(|| Batch {
                 texts: vec![],
                 ids: vec![],
+                first: None,
                 deadline: Instant::now(),
             });
             b.texts.push(body.trim().to_string());
             b.ids.extend(id);
-            b.deadline = Instant::now() + x.batch_window;
+            // The window moves with each message, up to ten windows from the
+            // first; a batch past the size of a request goes at once.
+            let first = b.first.get_or_insert_with(Instant::now);
+            b.deadline = (Instant::now() + x.batch_window).min(*first + x.batch_window * 10);
+            let size: usize = b.texts.iter().map(|t| t.chars().count()).sum();
+            if size > crate::job::MAX_BODY_CHARS {
+                if let Some(b) = batches.remove(from) {
+                    flush(svc, wake, from, b);
+                }
+            }
         }
         cmd => {
             // What the sender said before the command is a job of its own.
             if let Some(b) = batches.remove(from) {
                 flush(svc, wake, from, b);
             }
-            if let Some(reply) = chat::handle(svc, from, &cmd).await {
-                let _ = svc.outbox.send(from, &reply);
-            }
-            wake.notify_waiters();
+            // A gate can take a while (an approval commits and pushes): it
+            // runs beside the connection, and is not cut short with it.
+            let (svc, from) = (svc.clone(), from.to_string());
+            let wake = wake.clone();
+            tokio::spawn(async move {
+                if let Some(reply) = chat::handle(&svc, &from, &cmd).await {
+                    let _ = svc.outbox.send(&from, &reply);
+                }
+                wake.notify_waiters();
+            });
         }
     }
 }

@@ -136,7 +136,7 @@ async fn work(p: &Printer, svc: Services, w: WorkArgs) -> Result<u8, Failure> {
     let mut fronts = tokio::task::JoinSet::new();
     if w.once {
         if let Some(d) = &svc.cfg.drop {
-            belay_jobs::front::drop::sweep(&svc, &d.dir)?;
+            belay_jobs::front::drop::sweep(&svc, &d.dir, d.trusted)?;
         }
     } else {
         if svc.cfg.xmpp.is_some() {

@@ -818,6 +818,10 @@ fn chat_gates_start_and_commit_approval() {
         .next()
         .unwrap()
         .to_string();
+    assert!(
+        asked.contains("repositories: site; role: builder; iteration limit: 20"),
+        "{asked}"
+    );
     friend.wait_for("waits for the owner's approval", Duration::from_secs(10));
     assert!(w.jobs_in("pending").contains(&id));
     // A third party cannot pass the gate itself.
@@ -869,7 +873,7 @@ fn chat_gates_start_and_commit_approval() {
     let refs_before = git(&w.repo, &["for-each-ref"]);
     owner.send(
         "builder@localhost",
-        "@@write index.html <h1>discard me</h1>\n@@commit discard me",
+        "@@write index.html <h1>discard me</h1>\n@@write added.sh echo new\n@@commit discard me",
     );
     let held = owner.wait_for_nth(
         "waits for your commit approval",
@@ -884,6 +888,11 @@ fn chat_gates_start_and_commit_approval() {
         .unwrap()
         .to_string();
     assert_ne!(third, id);
+    // The owner is shown every path the change holds, new files too.
+    assert!(
+        held.contains("A\tadded.sh") && held.contains("M\tindex.html"),
+        "{held}"
+    );
     assert_eq!(
         git(&w.repo, &["stash", "list"]).lines().count(),
         1,
@@ -1061,7 +1070,7 @@ fn http_and_drop_front_ends() {
     w.config(
         "host",
         "",
-        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\ntoken_env = \"BELAY_TEST_HTTP_TOKEN\"\ntrusted = true\n[drop]\ndir = \"drop\"\npoll_ms = 100\n"),
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\ntoken_env = \"BELAY_TEST_HTTP_TOKEN\"\ntrusted = true\n[drop]\ndir = \"drop\"\npoll_ms = 100\ntrusted = true\n"),
     );
     let token = "tok-0123456789abcdef0123";
     let log = std::fs::File::create(w.path("work.log")).unwrap();
@@ -1186,4 +1195,51 @@ fn the_bundled_example_runs() {
         out.contains("waits for the owner's approval") || out.contains("pending"),
         "{out}"
     );
+}
+
+/// A third party's job cannot choose what runs or where the record goes,
+/// nor name a repository by path; a gate needs an owner.
+#[test]
+fn a_third_party_cannot_choose_the_agent_or_pass_a_gate() {
+    let w = ws();
+    w.config("host", "", "");
+    for (args, why) in [
+        (vec!["--agent", "cmd:/bin/sh"], "choose the agent"),
+        (vec!["--model", "gpt-5"], "choose the runtime, the model"),
+        (vec!["--on-complete", "/tmp"], "say where the record goes"),
+        (vec!["--repo", "/etc"], "does not list"),
+    ] {
+        let o = w
+            .cmd()
+            .args(["submit", "--sender", "friend@localhost"])
+            .args(&args)
+            .arg("x")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(why), "{args:?}: {}", text(&o));
+    }
+    let o = w
+        .cmd()
+        .args(["submit", "--model=--rm", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("is not a model name"), "{}", text(&o));
+    let id = w.submit(&["--sender", "friend@localhost"], "@@say hi");
+    assert_eq!(w.jobs_in("pending"), vec![id.clone()]);
+    // The owners were asked (by chat, through the outbox).
+    assert!(w
+        .outbox()
+        .iter()
+        .any(|m| m["to"] == "owner@localhost" && m["text"].as_str().unwrap().contains(&id)));
+    // A worker does not run it; the owner's decline drops it.
+    w.work_once(&[]);
+    assert_eq!(w.jobs_in("pending"), vec![id.clone()]);
+    ok(&w.cmd().args(["decline", &id]).output().unwrap());
+    assert!(w.jobs_in("pending").is_empty());
+    assert_eq!(w.record(&id)["status"], "declined");
+    // Its id is taken for good.
+    let o = w.cmd().args(["requeue", &id]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
 }
