@@ -138,7 +138,7 @@ def events(run_dir: Path):
 def ts(e):
     # The envelope's time: RFC 3339 with milliseconds.
     from datetime import datetime
-    return datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(e["at"].replace("Z", "+00:00")).timestamp()
 
 
 def rss_kib(pid: int) -> int:
@@ -214,7 +214,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=10)
     ap.add_argument("--window-ms", type=int, default=3000)
     a = ap.parse_args()
-    sh("cargo", "build", "-q", "--release", "-p", "belay", "-p", "belay-jobs", "--example", "xmpp_client", cwd=ROOT)
+    sh("cargo", "build", "-q", "--release", "-p", "belay", cwd=ROOT)
+    sh("cargo", "build", "-q", "--release", "-p", "belay-jobs", "--example", "xmpp_client", cwd=ROOT)
     belay = TARGET / "release" / "belay"
     client = TARGET / "release" / "examples" / "xmpp_client"
     res = [run(p, a.jobs, belay, client, a.window_ms) for p in ("container", "host")]

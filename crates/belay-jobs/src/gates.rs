@@ -9,7 +9,7 @@ use crate::events::JobEvent;
 use crate::exec::{self, publish, publish::RepoResult, repos::Workspace, Held};
 use crate::job::Job;
 use crate::queue::{Dir, Queue};
-use crate::record::{CommitRef, CompletionRecord, Profile, Status};
+use crate::record::{CommitRef, Status};
 use crate::services::Services;
 use crate::{context, prompt, JobsError};
 
@@ -112,31 +112,7 @@ pub fn accept(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
 }
 
 fn declined_record(svc: &Services, job: &Job, report: &str) -> Result<(), JobsError> {
-    let rec = CompletionRecord {
-        job_id: job.id.clone(),
-        status: Status::Declined,
-        commits: vec![],
-        completed_at: belay_record::now_rfc3339(),
-        runtime: job
-            .agent
-            .clone()
-            .or(job.runtime.clone())
-            .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
-        configured_profile: Profile {
-            runtime: job.runtime.clone().unwrap_or_default(),
-            model: job.model.clone(),
-            reasoning_effort: job.reasoning_effort.clone(),
-            iteration_limit: job.iteration_limit(),
-        },
-        telemetry: Default::default(),
-        report: report.to_string(),
-        pipeline_role: job.pipeline_role.as_str().into(),
-        pipeline_run_id: job.pipeline_run_id.clone(),
-        board_slug: job.board_slug.clone(),
-        fixer_outcome: None,
-        failure_detail: None,
-        preserved_branch: None,
-    };
+    let rec = exec::plain_record(svc, job, Status::Declined, vec![], report);
     let dir = job
         .on_complete_dir
         .clone()
@@ -298,30 +274,10 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
     }
     lines.extend(notes);
     let reply = format!("Job {id} approved by {by}.\n{}", lines.join("\n"));
-    let rec = CompletionRecord {
-        job_id: job.id.clone(),
-        status,
-        commits,
-        completed_at: belay_record::now_rfc3339(),
-        runtime: job
-            .agent
-            .clone()
-            .or(job.runtime.clone())
-            .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
-        configured_profile: Profile {
-            runtime: job.runtime.clone().unwrap_or_default(),
-            model: job.model.clone(),
-            reasoning_effort: job.reasoning_effort.clone(),
-            iteration_limit: job.iteration_limit(),
-        },
-        telemetry: Default::default(),
-        report: reply.clone(),
-        pipeline_role: job.pipeline_role.as_str().into(),
-        pipeline_run_id: job.pipeline_run_id.clone(),
-        board_slug: job.board_slug.clone(),
-        fixer_outcome: None,
-        failure_detail: None,
-        preserved_branch: (!keep.is_empty()).then(|| exec::repos::job_branch(id)),
+    let rec = {
+        let mut r = exec::plain_record(svc, &job, status, commits, &reply);
+        r.preserved_branch = (!keep.is_empty()).then(|| exec::repos::job_branch(id));
+        r
     };
     exec::finish_record(svc, &run, &job, &rec, &reply).await?;
     fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;

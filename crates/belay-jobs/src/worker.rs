@@ -90,31 +90,7 @@ pub async fn recover(svc: &Services) -> Result<usize, JobsError> {
                 hashes.join(", ")
             );
             if let Ok(run) = exec::open_run(svc, job) {
-                let rec = crate::record::CompletionRecord {
-                    job_id: job.id.clone(),
-                    status: Status::Committed,
-                    commits: pushed,
-                    completed_at: belay_record::now_rfc3339(),
-                    runtime: job
-                        .agent
-                        .clone()
-                        .or(job.runtime.clone())
-                        .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
-                    configured_profile: crate::record::Profile {
-                        runtime: job.runtime.clone().unwrap_or_default(),
-                        model: job.model.clone(),
-                        reasoning_effort: job.reasoning_effort.clone(),
-                        iteration_limit: job.iteration_limit(),
-                    },
-                    telemetry: Default::default(),
-                    report: text.clone(),
-                    pipeline_role: job.pipeline_role.as_str().into(),
-                    pipeline_run_id: job.pipeline_run_id.clone(),
-                    board_slug: job.board_slug.clone(),
-                    fixer_outcome: None,
-                    failure_detail: None,
-                    preserved_branch: None,
-                };
+                let rec = exec::plain_record(svc, job, Status::Committed, pushed, &text);
                 exec::finish_record(svc, &run, job, &rec, &text).await?;
                 run.finish(belay_record::RunEnd {
                     ok: true,
@@ -303,30 +279,10 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
             let text = format!("Job {} failed before its agent ran: {e}", job.id);
             reply(svc, &job, &text);
             if let Ok(run) = exec::open_run(svc, &job) {
-                let rec = crate::record::CompletionRecord {
-                    job_id: job.id.clone(),
-                    status: Status::Failed,
-                    commits: vec![],
-                    completed_at: belay_record::now_rfc3339(),
-                    runtime: job
-                        .agent
-                        .clone()
-                        .or(job.runtime.clone())
-                        .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
-                    configured_profile: crate::record::Profile {
-                        runtime: job.runtime.clone().unwrap_or_default(),
-                        model: job.model.clone(),
-                        reasoning_effort: job.reasoning_effort.clone(),
-                        iteration_limit: job.iteration_limit(),
-                    },
-                    telemetry: Default::default(),
-                    report: text.clone(),
-                    pipeline_role: job.pipeline_role.as_str().into(),
-                    pipeline_run_id: job.pipeline_run_id.clone(),
-                    board_slug: job.board_slug.clone(),
-                    fixer_outcome: None,
-                    failure_detail: Some(e.to_string()),
-                    preserved_branch: None,
+                let rec = {
+                    let mut r = exec::plain_record(svc, &job, Status::Failed, vec![], &text);
+                    r.failure_detail = Some(e.to_string());
+                    r
                 };
                 let _ = exec::finish_record(svc, &run, &job, &rec, &text).await;
                 run.finish(belay_record::RunEnd {

@@ -323,6 +323,42 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
     })))
 }
 
+/// A record for a job that ended without an agent's telemetry (declined,
+/// discarded, approved later, failed before its agent, recovered).
+pub fn plain_record(
+    svc: &Services,
+    job: &Job,
+    status: Status,
+    commits: Vec<CommitRef>,
+    report: &str,
+) -> CompletionRecord {
+    CompletionRecord {
+        job_id: job.id.clone(),
+        status,
+        commits,
+        completed_at: belay_record::now_rfc3339(),
+        runtime: job
+            .agent
+            .clone()
+            .or(job.runtime.clone())
+            .unwrap_or_else(|| svc.cfg.agent.spec.clone()),
+        configured_profile: Profile {
+            runtime: job.runtime.clone().unwrap_or_default(),
+            model: job.model.clone(),
+            reasoning_effort: job.reasoning_effort.clone(),
+            iteration_limit: job.iteration_limit(),
+        },
+        telemetry: Default::default(),
+        report: report.to_string(),
+        pipeline_role: job.pipeline_role.as_str().into(),
+        pipeline_run_id: job.pipeline_run_id.clone(),
+        board_slug: job.board_slug.clone(),
+        fixer_outcome: None,
+        failure_detail: None,
+        preserved_branch: None,
+    }
+}
+
 /// Write the record, carry the reply into the sender's next job, run the
 /// hook for a commit.
 pub async fn finish_record(
