@@ -286,7 +286,7 @@ impl Config {
             repos: vec![],
             author: ("belay builder".into(), "builder@belay.invalid".into()),
             check_timeout: Duration::from_secs(600),
-            lock_wait: Duration::from_secs(600),
+            lock_wait: Duration::from_secs(3600),
             on_commit: vec![],
             on_commit_timeout: Duration::from_secs(300),
             xmpp: None,
@@ -429,7 +429,7 @@ impl Config {
             raw.commit.check_timeout_s,
             600.0,
         )?;
-        c.lock_wait = secs(path, "[commit] lock_wait_s", raw.commit.lock_wait_s, 600.0)?;
+        c.lock_wait = secs(path, "[commit] lock_wait_s", raw.commit.lock_wait_s, 3600.0)?;
         c.on_commit = raw.hooks.on_commit;
         c.on_commit_timeout = secs(
             path,

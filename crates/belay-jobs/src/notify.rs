@@ -20,6 +20,9 @@ pub struct Message {
 pub struct Outbox {
     dir: PathBuf,
     redactor: belay_record::Redactor,
+    /// Whether a chat front end is configured to send what is queued
+    /// (without one, messages are logged, not kept).
+    chat: bool,
 }
 
 /// Is `who` a chat address (the others are the command line and tools,
@@ -29,10 +32,11 @@ pub fn is_chat_address(who: &str) -> bool {
 }
 
 impl Outbox {
-    pub fn new(dir: &Path, redactor: belay_record::Redactor) -> Outbox {
+    pub fn new(dir: &Path, redactor: belay_record::Redactor, chat: bool) -> Outbox {
         Outbox {
             dir: dir.to_path_buf(),
             redactor,
+            chat,
         }
     }
 
@@ -40,7 +44,7 @@ impl Outbox {
     /// logged instead.
     pub fn send(&self, to: &str, text: &str) -> Result<(), JobsError> {
         let text = self.redactor.redact(text).into_owned();
-        if !is_chat_address(to) {
+        if !is_chat_address(to) || !self.chat {
             tracing::info!("reply for {to}: {text}");
             return Ok(());
         }

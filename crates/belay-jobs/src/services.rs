@@ -114,7 +114,7 @@ impl Services {
         } else {
             None
         };
-        let outbox = Outbox::new(&queue.sub("outbox"), redactor.clone());
+        let outbox = Outbox::new(&queue.sub("outbox"), redactor.clone(), cfg.xmpp.is_some());
         Ok(Services {
             cfg,
             queue,

@@ -84,6 +84,15 @@ pub fn repos_of(svc: &Services, job: &Job) -> Result<Vec<RepoConfig>, JobsError>
             .map(|r| svc.cfg.repo_for(r, owner))
             .collect::<Result<_, _>>()?
     };
+    let mut names: Vec<&str> = repos.iter().map(|r| r.name.as_str()).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err(JobsError::Refused(format!(
+            "job {} names two repositories called `{}`: their worktrees would be one; give distinct [[repo]] names",
+            job.id,
+            names.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]).unwrap_or_default()
+        )));
+    }
     if repos.is_empty() {
         return Err(JobsError::Refused(format!(
             "job {} names no repository and the config has no default: submit with --repo PATH, or set `default = true` on a [[repo]] in jobs.toml",

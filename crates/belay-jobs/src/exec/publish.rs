@@ -125,6 +125,20 @@ pub async fn commit(
         );
         return Ok(RepoResult::Refused(why));
     }
+    // A link the agent made may not point outside the tree: the commit
+    // reaches the remote, a deploy, and a checkout that follows it.
+    if let Some(bad) = escaping_links(wt).await? {
+        let why = format!("the change holds a link that points outside the repository ({bad}); nothing was committed");
+        let _ = run.emit(
+            "jobs",
+            Some("commit"),
+            &JobEvent::CommitRefused {
+                repo: name.to_string(),
+                reason: why.clone(),
+            },
+        );
+        return Ok(RepoResult::Refused(why));
+    }
     let scanner = run.redactor().scanner();
     let submodules = wt.submodule_paths().await?;
     let outcome = wt
@@ -287,4 +301,36 @@ pub fn published(run_dir: &std::path::Path) -> Vec<crate::record::CommitRef> {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default()
+}
+
+/// The first changed or new path that is a symbolic link whose target is
+/// absolute or climbs out of the tree.
+async fn escaping_links(wt: &Git) -> Result<Option<String>, JobsError> {
+    for rel in wt.dirty(&[]).await? {
+        let rel = rel.as_str();
+        let p = wt.root().join(rel);
+        let Ok(m) = fs_err::symlink_metadata(&p) else {
+            continue;
+        };
+        if !m.file_type().is_symlink() {
+            continue;
+        }
+        let target = fs_err::read_link(&p).map_err(|e| JobsError::io("read the link", &p, e))?;
+        if target.is_absolute() {
+            return Ok(Some(format!("{rel} -> {}", target.display())));
+        }
+        // Depth of the link's directory, less each `..` of the target.
+        let mut depth = std::path::Path::new(rel).components().count() as i64 - 1;
+        for c in target.components() {
+            match c {
+                std::path::Component::ParentDir => depth -= 1,
+                std::path::Component::Normal(_) => depth += 1,
+                _ => {}
+            }
+            if depth < 0 {
+                return Ok(Some(format!("{rel} -> {}", target.display())));
+            }
+        }
+    }
+    Ok(None)
 }

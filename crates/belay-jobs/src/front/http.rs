@@ -144,11 +144,15 @@ async fn list(State(app): State<App>, h: HeaderMap) -> Response {
         return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
     }
     let q = &app.svc.queue;
+    // An untrusted token sees its own jobs only.
+    let mine = format!("http:{}", app.cfg.name);
     let mut out = Vec::new();
     for d in Dir::ALL {
         for p in q.list(d).unwrap_or_default() {
             if let Some(v) = describe(q, d, &p) {
-                out.push(v);
+                if app.cfg.trusted || v["sender"] == mine.as_str() {
+                    out.push(v);
+                }
             }
         }
     }
@@ -160,6 +164,24 @@ async fn show(State(app): State<App>, h: HeaderMap, Path(id): Path<String>) -> R
         return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
     }
     let q = &app.svc.queue;
+    let mine = format!("http:{}", app.cfg.name);
+    if !app.cfg.trusted {
+        // Its own jobs only: those whose run names it as the sender.
+        let own = q
+            .find(&id)
+            .and_then(|(_, p)| Queue::read(&p).ok())
+            .map(|j| j.sender == mine)
+            .or_else(|| {
+                let ev = q.run_dir(&id).join(belay_record::EVENTS_FILE);
+                fs_err::read_to_string(ev)
+                    .ok()
+                    .map(|t| t.contains(&format!("\"sender\":\"{mine}\"")))
+            })
+            .unwrap_or(false);
+        if !own {
+            return err(StatusCode::NOT_FOUND, format!("no job {id} of this token"));
+        }
+    }
     if let Some((d, p)) = q.find(&id) {
         if let Some(v) = describe(q, d, &p) {
             return Json(v).into_response();

@@ -38,6 +38,7 @@ while read -r verb rest; do
     @@sleep) sleep "$rest" ;;
     @@sleep-unless) m=${rest%% *}; s=${rest#* }; if [ ! -e "$m" ]; then : > "$m"; sleep "$s"; fi ;;
     @@append) echo "$BELAY_JOB_ID" >> "$rest" ;;
+    @@link) ln -s "${rest#* }" "${rest%% *}" ;;
     @@fail) echo "it broke" >&2; exit 3 ;;
     @@ifprompt) pat=${rest%% *}; word=${rest#* }; if printf '%s' "$p" | grep -q "$pat"; then echo "$word"; fi ;;
     @@sneak) if git add -A 2>/dev/null && git commit -qm sneaky 2>/dev/null; then echo SNEAK-COMMITTED; else echo SNEAK-REFUSED; fi
@@ -543,15 +544,11 @@ fn sigterm_mid_job_requeues_it_and_tells_the_owner() {
     assert!(stop_s < 20.0, "the stop took {stop_s} s");
     assert_eq!(w.jobs_in("inbox"), vec![id.clone()]);
     assert!(w.jobs_in("processing").is_empty());
-    let told: Vec<Value> = w
-        .outbox()
-        .into_iter()
-        .filter(|m| m["to"] == "owner@localhost")
-        .collect();
+    // The owner is told (with no chat configured, on belay's log).
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        told.iter()
-            .any(|m| m["text"].as_str().unwrap().contains("interrupted")),
-        "{told:?}"
+        err.contains(&format!("Job {id} was interrupted by a shutdown")),
+        "{err}"
     );
     assert_eq!(snapshot(&w.repo).0, before.0);
     assert_eq!(git(&w.repo, &["worktree", "list"]).lines().count(), 1);
@@ -1054,6 +1051,36 @@ fn checks_secrets_and_the_on_commit_hook() {
         1,
         "the hook ran for a commit only"
     );
+    // A link out of the tree is refused; one inside it is fine.
+    let out = run(
+        &[],
+        "@@write index.html ok\n@@link key /etc/passwd\n@@commit a link out",
+    );
+    let r = w.record(&out);
+    assert_eq!(r["status"], "check_failed", "{r}");
+    assert!(
+        r["report"]
+            .as_str()
+            .unwrap()
+            .contains("points outside the repository (key -> /etc/passwd)"),
+        "{r}"
+    );
+    let up = run(
+        &[],
+        "@@write index.html ok\n@@link up ../../x\n@@commit a link up",
+    );
+    assert_eq!(w.record(&up)["status"], "check_failed");
+    let inside = run(
+        &[],
+        "@@write index.html ok, linked\n@@link home.html index.html\n@@commit a link inside",
+    );
+    assert_eq!(
+        w.record(&inside)["status"],
+        "committed",
+        "{}",
+        w.record(&inside)
+    );
+    assert_eq!(w.remote_log().len(), 3);
 }
 
 /// The HTTP endpoint: a token or 401, a job submitted and its record read
@@ -1226,13 +1253,25 @@ fn a_third_party_cannot_choose_the_agent_or_pass_a_gate() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("is not a model name"), "{}", text(&o));
-    let id = w.submit(&["--sender", "friend@localhost"], "@@say hi");
+    let o = w
+        .cmd()
+        .args(["submit", "--sender", "friend@localhost", "@@say hi"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let id = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
     assert_eq!(w.jobs_in("pending"), vec![id.clone()]);
-    // The owners were asked (by chat, through the outbox).
-    assert!(w
-        .outbox()
-        .iter()
-        .any(|m| m["to"] == "owner@localhost" && m["text"].as_str().unwrap().contains(&id)));
+    // The owners are asked (with no chat configured, on belay's log).
+    assert!(
+        text(&o).contains(&format!("New request from friend@localhost (ID {id})")),
+        "{}",
+        text(&o)
+    );
+    assert!(w.outbox().is_empty(), "no chat: nothing is kept to send");
     // A worker does not run it; the owner's decline drops it.
     w.work_once(&[]);
     assert_eq!(w.jobs_in("pending"), vec![id.clone()]);
