@@ -98,6 +98,7 @@ impl Queue {
             "outbox",
             "worktrees",
             "hooks",
+            "dropped",
         ] {
             mkdir(&root.join(d))?;
         }

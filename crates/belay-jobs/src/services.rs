@@ -31,6 +31,8 @@ pub struct Services {
     /// What the config names by reference and the environment lacks: fatal
     /// for `work` ([`Services::ready`]), not for the queue's other verbs.
     missing: Vec<JobsError>,
+    /// The same for the front ends (`work` without `--once`).
+    missing_front: Vec<JobsError>,
 }
 
 fn secret_env(name: &str, what: &str, cfg: &Config) -> Result<String, JobsError> {
@@ -83,14 +85,17 @@ impl Services {
                 })
             }
         };
+        let mut missing_front = Vec::new();
         if let Some(x) = &cfg.xmpp {
-            if let Ok(v) = std::env::var(&x.password_env) {
-                redactor.add(x.password_env.clone(), v);
+            match secret_env(&x.password_env, "[xmpp] password_env", &cfg) {
+                Ok(v) => redactor.add(x.password_env.clone(), v),
+                Err(e) => missing_front.push(e),
             }
         }
         if let Some(h) = &cfg.http {
-            if let Ok(v) = std::env::var(&h.token_env) {
-                redactor.add(h.token_env.clone(), v);
+            match secret_env(&h.token_env, "[http] token_env", &cfg) {
+                Ok(v) => redactor.add(h.token_env.clone(), v),
+                Err(e) => missing_front.push(e),
             }
         }
         let mut passed_env = Vec::new();
@@ -127,7 +132,16 @@ impl Services {
             outbox,
             progress,
             missing,
+            missing_front,
         })
+    }
+
+    /// Whether everything the front ends need is there.
+    pub fn ready_front(&self) -> Result<(), JobsError> {
+        match self.missing_front.first() {
+            Some(e) => Err(JobsError::Config(e.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// Whether everything a worker needs is there.

@@ -60,6 +60,14 @@ pub struct Finished {
     pub held: Option<Held>,
 }
 
+/// Whether the repository `name` of a job is pushed (`push = true`).
+fn pushes(repos: &[(String, bool)], name: &str) -> bool {
+    repos
+        .iter()
+        .find(|(n, _)| n == name)
+        .is_none_or(|(_, p)| *p)
+}
+
 /// Open (or reopen) a job's run.
 pub fn open_run(svc: &Services, job: &Job) -> Result<RunHandle, JobsError> {
     let title = format!("job {}: {}", job.id, job.preview(60));
@@ -180,12 +188,23 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
                         push_error: Some(_),
                         ..
                     } => Some(n.clone()),
+                    // Not pushed by the config: the job branch keeps it.
+                    RepoResult::Committed { .. }
+                        if ws.repos.iter().any(|w| &w.cfg.name == n && !w.cfg.push) =>
+                    {
+                        Some(n.clone())
+                    }
                     _ => None,
                 })
                 .collect(),
         ),
         _ => (vec![], vec![]),
     };
+    let ws_names: Vec<(String, bool)> = ws
+        .repos
+        .iter()
+        .map(|r| (r.cfg.name.clone(), r.cfg.push))
+        .collect();
     let targets: Vec<(String, String)> = ws
         .repos
         .iter()
@@ -226,6 +245,21 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
             .map(|(_, t)| t.clone())
             .unwrap_or_default();
         match r {
+            RepoResult::Committed {
+                hash,
+                push_error: None,
+                ..
+            } if !pushes(&ws_names, name) => {
+                lines.push(format!(
+                    "{name}: committed on branch {} (commit {hash}); not pushed (push = false).",
+                    repos::job_branch(&job.id)
+                ));
+                commits.push(CommitRef {
+                    repo: name.clone(),
+                    branch: repos::job_branch(&job.id),
+                    hash: hash.clone(),
+                });
+            }
             RepoResult::Committed {
                 hash,
                 push_error: None,

@@ -25,11 +25,22 @@ impl Seen {
         }
     }
 
-    /// Whether this is the first time (and remember it).
-    pub fn first(&mut self, from: &str, id: &str) -> bool {
-        let key = format!("{from}\u{0}{id}");
+    fn key(from: &str, id: &str) -> String {
+        let mut id = id.to_string();
+        id.truncate(256);
+        format!("{from}\u{0}{id}")
+    }
+
+    /// Whether the message was taken before.
+    pub fn contains(&self, from: &str, id: &str) -> bool {
+        self.keys.contains(&Self::key(from, id))
+    }
+
+    /// Remember the message as taken.
+    pub fn remember(&mut self, from: &str, id: &str) {
+        let key = Self::key(from, id);
         if self.keys.contains(&key) {
-            return false;
+            return;
         }
         self.keys.push_back(key);
         while self.keys.len() > KEEP {
@@ -38,7 +49,6 @@ impl Seen {
         if let Err(e) = belay_record::write_json_atomic(&self.path, &self.keys) {
             tracing::warn!("cannot save the seen messages: {e}");
         }
-        true
     }
 }
 
@@ -49,10 +59,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("seen.json");
         let mut s = super::Seen::load(&p);
-        assert!(s.first("a@x", "m1"));
-        assert!(!s.first("a@x", "m1"));
-        assert!(s.first("b@x", "m1"));
-        let mut again = super::Seen::load(&p);
-        assert!(!again.first("a@x", "m1"));
+        assert!(!s.contains("a@x", "m1"));
+        s.remember("a@x", "m1");
+        assert!(s.contains("a@x", "m1"));
+        assert!(!s.contains("b@x", "m1"));
+        let again = super::Seen::load(&p);
+        assert!(again.contains("a@x", "m1"));
     }
 }

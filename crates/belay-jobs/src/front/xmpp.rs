@@ -192,7 +192,7 @@ pub async fn run(
                 let ready: Vec<String> = batches.iter().filter(|(_, b)| b.deadline <= now).map(|(k, _)| k.clone()).collect();
                 for from in ready {
                     if let Some(b) = batches.remove(&from) {
-                        flush(&svc, &wake, &from, b);
+                        flush(&svc, &wake, &mut seen, &from, b);
                     }
                 }
             }
@@ -275,7 +275,7 @@ pub async fn run(
     }
     // What is batched becomes jobs before belay goes: nothing said is lost.
     for (from, b) in std::mem::take(&mut batches) {
-        flush(&svc, &wake, &from, b);
+        flush(&svc, &wake, &mut seen, &from, b);
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), client.send_end()).await;
     Ok(())
@@ -284,7 +284,7 @@ pub async fn run(
 /// The sender, message id and body of a chat message for belay; a received
 /// carbon counts (only from belay's own account), a sent one does not.
 fn incoming(me: &BareJid, m: Message) -> Option<(String, Option<String>, String)> {
-    if m.type_ == MessageType::Error || m.type_ == MessageType::Groupchat {
+    if !matches!(m.type_, MessageType::Chat | MessageType::Normal) {
         return None;
     }
     let mut m = m;
@@ -296,7 +296,7 @@ fn incoming(me: &BareJid, m: Message) -> Option<(String, Option<String>, String)
         }
         let r = carbons::Received::try_from(p.clone()).ok()?;
         m = r.forwarded.message;
-        if m.type_ == MessageType::Error || m.type_ == MessageType::Groupchat {
+        if !matches!(m.type_, MessageType::Chat | MessageType::Normal) {
             return None;
         }
     }
@@ -335,13 +335,26 @@ async fn on_message(
         return;
     }
     if let Some(id) = &id {
-        if !seen.first(from, id) {
+        let batched = batches.get(from).is_some_and(|b| b.ids.contains(id));
+        if batched || seen.contains(from, id) {
             tracing::info!("xmpp: message {id} from {from} seen before; no second job");
             return;
         }
     }
     match chat::parse(body) {
         Command::Request => {
+            // A message that would make the batch larger than a request
+            // starts a batch of its own: what came before is one job.
+            let len = body.trim().chars().count();
+            let over = batches.get(from).is_some_and(|b| {
+                b.texts.iter().map(|t| t.chars().count() + 2).sum::<usize>() + len
+                    > crate::job::MAX_BODY_CHARS
+            });
+            if over {
+                if let Some(b) = batches.remove(from) {
+                    flush(svc, wake, seen, from, b);
+                }
+            }
             let b = batches.entry(from.to_string()).or_insert_with(|| Batch {
                 texts: vec![],
                 ids: vec![],
@@ -354,17 +367,14 @@ async fn on_message(
             // first; a batch past the size of a request goes at once.
             let first = b.first.get_or_insert_with(Instant::now);
             b.deadline = (Instant::now() + x.batch_window).min(*first + x.batch_window * 10);
-            let size: usize = b.texts.iter().map(|t| t.chars().count()).sum();
-            if size > crate::job::MAX_BODY_CHARS {
-                if let Some(b) = batches.remove(from) {
-                    flush(svc, wake, from, b);
-                }
-            }
         }
         cmd => {
             // What the sender said before the command is a job of its own.
             if let Some(b) = batches.remove(from) {
-                flush(svc, wake, from, b);
+                flush(svc, wake, seen, from, b);
+            }
+            if let Some(id) = &id {
+                seen.remember(from, id);
             }
             // A gate can take a while (an approval commits and pushes): it
             // runs beside the connection, and is not cut short with it.
@@ -380,7 +390,13 @@ async fn on_message(
     }
 }
 
-fn flush(svc: &Services, wake: &tokio::sync::Notify, from: &str, b: Batch) {
+/// Make the batch a job; its message ids are remembered only now (a belay
+/// killed inside the window has made no job, and takes the messages again
+/// when the server delivers them again).
+fn flush(svc: &Services, wake: &tokio::sync::Notify, seen: &mut Seen, from: &str, b: Batch) {
+    for id in &b.ids {
+        seen.remember(from, id);
+    }
     let mut job = Job::new(from, &b.texts.join("\n\n"));
     job.source = Some("xmpp".into());
     job.source_ids = b.ids;

@@ -116,6 +116,11 @@ async fn work(p: &Printer, svc: Services, w: WorkArgs) -> Result<u8, Failure> {
     if workers == 0 || workers > 64 {
         return Err(usage(format!("--workers {workers}: give 1 to 64")));
     }
+    // What is missing is said before anything starts.
+    svc.ready()?;
+    if !w.once {
+        svc.ready_front()?;
+    }
     let svc = Arc::new(svc);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tx = Arc::new(tx);

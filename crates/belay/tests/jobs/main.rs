@@ -1282,3 +1282,29 @@ fn a_third_party_cannot_choose_the_agent_or_pass_a_gate() {
     let o = w.cmd().args(["requeue", &id]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `push = false`: belay commits on the job branch, keeps it, and pushes
+/// nothing.
+#[test]
+fn without_push_the_commit_stays_on_the_job_branch() {
+    let w = ws();
+    w.config("host", "push = false", "");
+    let id = w.submit(&[], "@@write index.html <h1>local</h1>\n@@commit kept here");
+    w.work_once(&[]);
+    let r = w.record(&id);
+    assert_eq!(r["status"], "committed", "{r}");
+    let branch = format!("builder-job-{id}");
+    assert_eq!(r["commits"][0]["branch"], branch.as_str());
+    assert!(
+        r["report"]
+            .as_str()
+            .unwrap()
+            .contains("not pushed (push = false)"),
+        "{r}"
+    );
+    assert_eq!(
+        git(&w.repo, &["log", "-1", "--format=%s", &branch]),
+        "kept here"
+    );
+    assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
+}
