@@ -119,6 +119,62 @@ pub struct Job {
     pub belay: Bookkeeping,
 }
 
+/// A job as another tool asks for it (a drop file, an HTTP body): the
+/// fields a submitter may set. Who sent it, on whose behalf and under which
+/// id are the front end's to decide ([`Request::into_job`] leaves them).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub requested_by: Option<String>,
+    pub body: String,
+    #[serde(default)]
+    pub repos: Vec<String>,
+    #[serde(default)]
+    pub runtime: Option<String>,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub iteration_limit: Option<u32>,
+    #[serde(default)]
+    pub pipeline_role: Option<Role>,
+    #[serde(default)]
+    pub on_complete_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub board_slug: Option<String>,
+    #[serde(default)]
+    pub pipeline_run_id: Option<String>,
+    #[serde(default)]
+    pub fresh_session: bool,
+}
+
+impl Request {
+    /// A new job from `sender` with these fields (not `id`, not
+    /// `requested_by`).
+    pub fn into_job(self, sender: &str, source: &str) -> Job {
+        let mut j = Job::new(sender, &self.body);
+        j.repos = self.repos;
+        j.runtime = self.runtime;
+        j.agent = self.agent;
+        j.model = self.model;
+        j.reasoning_effort = self.reasoning_effort;
+        j.iteration_limit = self.iteration_limit;
+        j.pipeline_role = self.pipeline_role.unwrap_or_default();
+        j.on_complete_dir = self.on_complete_dir;
+        j.board_slug = self.board_slug;
+        j.pipeline_run_id = self.pipeline_run_id;
+        j.fresh_session = self.fresh_session;
+        j.source = Some(source.to_string());
+        j
+    }
+}
+
 /// A fresh job id: `j<UTC yyyymmddHHMMSS>-<8 hex>`, sortable by time, a valid
 /// run id and branch name.
 pub fn new_id() -> String {

@@ -12,9 +12,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
-
-use crate::job::{Job, Role};
+use crate::job::{Job, Request};
 use crate::queue::Dir;
 use crate::services::Services;
 use crate::worker::Stop;
@@ -24,38 +22,6 @@ use crate::{gates, JobsError};
 pub const MAX_DROP_BYTES: u64 = 256 * 1024;
 /// The sender of an untrusted directory's jobs.
 pub const DROP_SENDER: &str = "drop";
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Dropped {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    requested_by: Option<String>,
-    body: String,
-    #[serde(default)]
-    repos: Vec<String>,
-    #[serde(default)]
-    runtime: Option<String>,
-    #[serde(default)]
-    agent: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    reasoning_effort: Option<String>,
-    #[serde(default)]
-    iteration_limit: Option<u32>,
-    #[serde(default)]
-    pipeline_role: Option<Role>,
-    #[serde(default)]
-    on_complete_dir: Option<std::path::PathBuf>,
-    #[serde(default)]
-    board_slug: Option<String>,
-    #[serde(default)]
-    pipeline_run_id: Option<String>,
-    #[serde(default)]
-    fresh_session: bool,
-}
 
 /// The job a dropped file makes (`trusted`: the directory is the owner's).
 pub fn job_of(path: &Path, text: &str, trusted: bool) -> Result<Job, JobsError> {
@@ -70,7 +36,7 @@ pub fn job_of(path: &Path, text: &str, trusted: bool) -> Result<Job, JobsError> 
         j.source = Some("drop".into());
         return Ok(j);
     }
-    let d: Dropped = serde_json::from_str(text).map_err(|e| {
+    let mut d: Request = serde_json::from_str(text).map_err(|e| {
         JobsError::Refused(format!(
             "{}:{}:{}: not a valid job: {e}",
             path.display(),
@@ -78,11 +44,12 @@ pub fn job_of(path: &Path, text: &str, trusted: bool) -> Result<Job, JobsError> 
             e.column()
         ))
     })?;
-    let mut j = Job::new(sender, &d.body);
-    if let Some(id) = d.id {
+    let (id, requested_by) = (d.id.take(), d.requested_by.take());
+    let mut j = d.into_job(sender, "drop");
+    if let Some(id) = id {
         j.id = id;
     }
-    match (d.requested_by, trusted) {
+    match (requested_by, trusted) {
         (None, _) => {}
         (Some(r), true) => j.requested_by = Some(r),
         (Some(_), false) => {
@@ -92,18 +59,6 @@ pub fn job_of(path: &Path, text: &str, trusted: bool) -> Result<Job, JobsError> 
             )))
         }
     }
-    j.repos = d.repos;
-    j.runtime = d.runtime;
-    j.agent = d.agent;
-    j.model = d.model;
-    j.reasoning_effort = d.reasoning_effort;
-    j.iteration_limit = d.iteration_limit;
-    j.pipeline_role = d.pipeline_role.unwrap_or_default();
-    j.on_complete_dir = d.on_complete_dir;
-    j.board_slug = d.board_slug;
-    j.pipeline_run_id = d.pipeline_run_id;
-    j.fresh_session = d.fresh_session;
-    j.source = Some("drop".into());
     Ok(j)
 }
 

@@ -14,11 +14,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::config::HttpConfig;
-use crate::job::{Job, Role};
+use crate::job::Request;
 use crate::queue::{Dir, Queue};
 use crate::services::Services;
 use crate::worker::Stop;
@@ -30,36 +29,6 @@ struct App {
     wake: Arc<tokio::sync::Notify>,
     token: Arc<String>,
     cfg: HttpConfig,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Submit {
-    body: String,
-    #[serde(default)]
-    requested_by: Option<String>,
-    #[serde(default)]
-    repos: Vec<String>,
-    #[serde(default)]
-    runtime: Option<String>,
-    #[serde(default)]
-    agent: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    reasoning_effort: Option<String>,
-    #[serde(default)]
-    iteration_limit: Option<u32>,
-    #[serde(default)]
-    pipeline_role: Option<Role>,
-    #[serde(default)]
-    on_complete_dir: Option<std::path::PathBuf>,
-    #[serde(default)]
-    board_slug: Option<String>,
-    #[serde(default)]
-    pipeline_run_id: Option<String>,
-    #[serde(default)]
-    fresh_session: bool,
 }
 
 fn authorized(app: &App, h: &HeaderMap) -> bool {
@@ -89,36 +58,31 @@ fn refused(e: JobsError) -> Response {
 async fn submit(
     State(app): State<App>,
     h: HeaderMap,
-    body: Result<Json<Submit>, axum::extract::rejection::JsonRejection>,
+    body: Result<Json<Request>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     if !authorized(&app, &h) {
         return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
     }
-    let s = match body {
+    let mut s = match body {
         Ok(Json(s)) => s,
         Err(e) => return err(StatusCode::BAD_REQUEST, format!("not a valid job: {e}")),
     };
+    if s.id.is_some() {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "not a valid job: an id is belay's to give over HTTP",
+        );
+    }
     let sender = format!("http:{}", app.cfg.name);
-    let mut job = Job::new(&sender, &s.body);
     // Only the owner's token may speak for someone: an untrusted one asks
     // as itself, whatever it says.
-    job.requested_by = Some(match (s.requested_by, app.cfg.trusted) {
+    let requested_by = match (s.requested_by.take(), app.cfg.trusted) {
         (Some(r), true) => r,
         (None, true) => crate::config::LOCAL_SENDER.to_string(),
         (_, false) => sender.clone(),
-    });
-    job.repos = s.repos;
-    job.runtime = s.runtime;
-    job.agent = s.agent;
-    job.model = s.model;
-    job.reasoning_effort = s.reasoning_effort;
-    job.iteration_limit = s.iteration_limit;
-    job.pipeline_role = s.pipeline_role.unwrap_or_default();
-    job.on_complete_dir = s.on_complete_dir;
-    job.board_slug = s.board_slug;
-    job.pipeline_run_id = s.pipeline_run_id;
-    job.fresh_session = s.fresh_session;
-    job.source = Some("http".into());
+    };
+    let mut job = s.into_job(&sender, "http");
+    job.requested_by = Some(requested_by);
     match gates::submit(&app.svc, job) {
         Ok(s) => {
             app.wake.notify_waiters();
