@@ -9,7 +9,7 @@ use crate::events::JobEvent;
 use crate::exec::{self, publish, publish::RepoResult, repos::Workspace, Held};
 use crate::job::Job;
 use crate::queue::{Dir, Queue};
-use crate::record::{CommitRef, Status};
+use crate::record::Status;
 use crate::services::Services;
 use crate::{context, prompt, JobsError};
 
@@ -202,14 +202,14 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
         .collect();
     let keep: Vec<String> = results
         .iter()
-        .filter(|(_, _, r)| {
-            matches!(
-                r,
-                RepoResult::Committed {
-                    push_error: Some(_),
-                    ..
-                }
-            )
+        .filter(|(n, _, r)| match r {
+            RepoResult::Committed {
+                push_error: Some(_),
+                ..
+            } => true,
+            // Not pushed by the config: the job branch keeps it.
+            RepoResult::Committed { .. } => repos.iter().any(|c| &c.name == n && !c.push),
+            _ => false,
         })
         .map(|(n, _, _)| n.clone())
         .collect();
@@ -232,45 +232,25 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
     let mut commits = Vec::new();
     let mut status = Status::NoChanges;
     for (name, target, r) in &results {
-        match r {
-            RepoResult::Committed {
-                hash,
-                push_error: None,
-                ..
-            } => {
-                lines.push(format!(
-                    "{name}: committed and pushed to {target} (commit {hash})."
-                ));
-                commits.push(CommitRef {
-                    repo: name.clone(),
-                    branch: target.clone(),
-                    hash: hash.clone(),
-                });
-                if status != Status::PublishFailed {
-                    status = Status::Committed;
-                }
-            }
-            RepoResult::Committed {
-                hash,
-                push_error: Some(e),
-                ..
-            } => {
-                lines.push(format!(
-                    "{name}: committed ({hash}) but the push failed: {e}"
-                ));
-                commits.push(CommitRef {
-                    repo: name.clone(),
-                    branch: exec::repos::job_branch(id),
-                    hash: hash.clone(),
-                });
-                status = Status::PublishFailed;
-            }
-            RepoResult::Refused(why) => {
-                lines.push(format!("{name}: not committed: {why}"));
-                status = Status::CheckFailed;
-            }
-            _ => {}
-        }
+        let pushes = repos
+            .iter()
+            .find(|c| &c.name == name)
+            .is_none_or(|c| c.push);
+        let (line, commit) = publish::describe(name, target, id, pushes, r);
+        lines.extend(line);
+        commits.extend(commit);
+        status = match (status, r) {
+            (_, RepoResult::Refused(_)) => Status::CheckFailed,
+            (
+                _,
+                RepoResult::Committed {
+                    push_error: Some(_),
+                    ..
+                },
+            ) => Status::PublishFailed,
+            (Status::NoChanges, RepoResult::Committed { .. }) => Status::Committed,
+            (s, _) => s,
+        };
     }
     lines.extend(notes);
     let reply = format!("Job {id} approved by {by}.\n{}", lines.join("\n"));

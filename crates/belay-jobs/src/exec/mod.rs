@@ -244,61 +244,22 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
             .find(|(n, _)| n == name)
             .map(|(_, t)| t.clone())
             .unwrap_or_default();
-        match r {
-            RepoResult::Committed {
-                hash,
-                push_error: None,
-                ..
-            } if !pushes(&ws_names, name) => {
-                lines.push(format!(
-                    "{name}: committed on branch {} (commit {hash}); not pushed (push = false).",
-                    repos::job_branch(&job.id)
-                ));
-                commits.push(CommitRef {
-                    repo: name.clone(),
-                    branch: repos::job_branch(&job.id),
-                    hash: hash.clone(),
-                });
-            }
-            RepoResult::Committed {
-                hash,
-                push_error: None,
-                ..
-            } => {
-                lines.push(format!(
-                    "{name}: committed and pushed to {target} (commit {hash})."
-                ));
-                commits.push(CommitRef {
-                    repo: name.clone(),
-                    branch: target.clone(),
-                    hash: hash.clone(),
-                });
-                if let Some(f) = &mut fixer {
-                    f.commit_hash = Some(hash.clone());
-                    f.pushed_branch = Some(target.clone());
+        let (line, commit) = publish::describe(name, &target, &job.id, pushes(&ws_names, name), r);
+        lines.extend(line);
+        if let Some(c) = commit {
+            if let (
+                Some(f),
+                RepoResult::Committed {
+                    push_error: None, ..
+                },
+            ) = (&mut fixer, r)
+            {
+                if pushes(&ws_names, name) {
+                    f.commit_hash = Some(c.hash.clone());
+                    f.pushed_branch = Some(c.branch.clone());
                 }
             }
-            RepoResult::Committed {
-                hash,
-                push_error: Some(e),
-                ..
-            } => {
-                lines.push(format!(
-                    "{name}: committed ({hash}) but the push to {target} failed; the commit is kept on branch {}:\n{e}",
-                    repos::job_branch(&job.id)
-                ));
-                commits.push(CommitRef {
-                    repo: name.clone(),
-                    branch: repos::job_branch(&job.id),
-                    hash: hash.clone(),
-                });
-            }
-            RepoResult::Refused(why) => lines.push(format!("{name}: not committed: {why}")),
-            RepoResult::Held { .. } => lines.push(format!(
-                "{name}: the change waits for the owner's approval (/approve {} or /discard {}).",
-                job.id, job.id
-            )),
-            RepoResult::Unchanged => {}
+            commits.push(c);
         }
     }
     let status = outcome.status;

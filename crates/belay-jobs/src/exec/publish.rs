@@ -334,3 +334,40 @@ async fn escaping_links(wt: &Git) -> Result<Option<String>, JobsError> {
     }
     Ok(None)
 }
+
+/// What one repository's result tells the sender, and the commit it leaves
+/// (`pushes`: the repository's `push`).
+pub fn describe(
+    name: &str,
+    target: &str,
+    job_id: &str,
+    pushes: bool,
+    r: &RepoResult,
+) -> (Option<String>, Option<crate::record::CommitRef>) {
+    let branch = super::repos::job_branch(job_id);
+    let commit = |branch: &str, hash: &str| crate::record::CommitRef {
+        repo: name.to_string(),
+        branch: branch.to_string(),
+        hash: hash.to_string(),
+    };
+    match r {
+        RepoResult::Committed { hash, push_error: None, .. } if !pushes => (
+            Some(format!("{name}: committed on branch {branch} (commit {hash}); not pushed (push = false).")),
+            Some(commit(&branch, hash)),
+        ),
+        RepoResult::Committed { hash, push_error: None, .. } => (
+            Some(format!("{name}: committed and pushed to {target} (commit {hash}).")),
+            Some(commit(target, hash)),
+        ),
+        RepoResult::Committed { hash, push_error: Some(e), .. } => (
+            Some(format!("{name}: committed ({hash}) but the push to {target} failed; the commit is kept on branch {branch}:\n{e}")),
+            Some(commit(&branch, hash)),
+        ),
+        RepoResult::Refused(why) => (Some(format!("{name}: not committed: {why}")), None),
+        RepoResult::Held { .. } => (
+            Some(format!("{name}: the change waits for the owner's approval (/approve {job_id} or /discard {job_id}).")),
+            None,
+        ),
+        RepoResult::Unchanged => (None, None),
+    }
+}
