@@ -50,6 +50,13 @@ pub enum BuildEvent {
         kind: String,
         cached: bool,
     },
+    /// A repair was chosen for a failing block: the rule (or `llm`) and why.
+    Repair {
+        block: String,
+        rule: String,
+        hint: String,
+        attempt: u32,
+    },
     Finished {
         ok: bool,
         final_image: Option<String>,
@@ -177,6 +184,16 @@ impl<'a> Recorder<'a> {
                 "checkpoint",
                 Some(block.clone()),
                 json!({"image_ref": image_ref, "kind": kind, "cached": cached}),
+            ),
+            BuildEvent::Repair {
+                block,
+                rule,
+                hint,
+                attempt,
+            } => (
+                "repair_chosen",
+                Some(block.clone()),
+                json!({"rule": rule, "hint": hint, "attempt": attempt}),
             ),
             BuildEvent::Finished {
                 ok,

@@ -21,6 +21,8 @@ pub struct GateCommand {
 #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
 pub enum PlanEvent {
     RunStarted {
+        /// The repository root: `repo` + `plan` is the plan file.
+        repo: std::path::PathBuf,
         plan: String,
         branch: String,
         resumed: bool,

@@ -34,7 +34,7 @@ pub use identity::ProcessIdentity;
 pub use jsonl::JsonlAppender;
 pub use line::line_col;
 pub use lock::RunLock;
-pub use redact::{without_userinfo, Redactor, SecretScanner, StreamRedactor};
+pub use redact::{same_secret, without_userinfo, Redactor, SecretScanner, StreamRedactor};
 pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
 pub use run::{state_home, OpenRun, RunHandle, EVENTS_FILE, LOCK_FILE, STATE_FILE};
 pub use time::{now_rfc3339, unix_millis};

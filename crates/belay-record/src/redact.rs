@@ -429,6 +429,17 @@ impl SecretScanner {
     }
 }
 
+/// Whether a presented secret (a bearer token) equals the expected one, in
+/// time that depends only on their lengths.
+pub fn same_secret(presented: &[u8], expected: &[u8]) -> bool {
+    presented.len() == expected.len()
+        && presented
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
 /// Redacts a byte stream written in pieces: a secret split across pieces (or
 /// across stdout and stderr, merged into one log) is still scrubbed, because
 /// the last `longest - 1` bytes are held back until it is known that no

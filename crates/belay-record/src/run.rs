@@ -146,6 +146,18 @@ impl RunHandle {
         crate::atomic_write(&path, text.as_bytes())
     }
 
+    /// A text record of the run (`commits/<sha>.patch`), atomic and
+    /// redacted; its directory is made.
+    pub fn write_text(&self, name: &str, text: &str) -> Result<PathBuf, RecordError> {
+        let path = self.path(name);
+        if let Some(parent) = path.parent() {
+            fs_err::create_dir_all(parent)
+                .map_err(|e| RecordError::io("cannot create", parent, e))?;
+        }
+        crate::atomic_write(&path, self.redactor.redact(text).as_bytes())?;
+        Ok(path)
+    }
+
     /// The typed state of the run in `dir`, or `None` when it has none yet.
     /// A file that does not parse is an error naming the file and the line.
     pub fn load_state<T: DeserializeOwned>(dir: &Path) -> Result<Option<T>, RecordError> {

@@ -151,6 +151,9 @@ const CONTROL_FILES: &[&str] = &[
 /// How long one git call may take unless [`Git::with_timeout`] says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The most of a commit's patch a run records.
+pub const PATCH_RECORD_MAX: usize = 4 << 20;
+
 impl Git {
     /// Open the work tree containing `dir`. `hooks_dir`: an empty directory
     /// belay owns (created if missing), used as the hooks path.
@@ -463,6 +466,49 @@ impl Git {
     /// Undo staging (the work tree is untouched).
     pub async fn unstage(&self) -> Result<(), VcsError> {
         self.run(&["reset", "-q"]).await.map(|_| ())
+    }
+
+    /// The patch of commit `sha` for the run's record (`git show` with its
+    /// stat; no external diff or textconv driver runs), cut after `max`
+    /// bytes with a note saying so.
+    pub async fn commit_patch(&self, sha: &str, max: usize) -> Result<String, VcsError> {
+        let mut text = self
+            .run(&[
+                "show",
+                "--stat",
+                "--patch",
+                "--format=fuller",
+                "--no-color",
+                sha,
+                "--",
+            ])
+            .await?;
+        if text.len() > max {
+            let cut = (0..=max)
+                .rev()
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
+            text.truncate(cut);
+            text.push_str(&format!(
+                "\n[belay: the patch is cut at {max} bytes; `git show {sha}` has the rest]\n"
+            ));
+        }
+        Ok(text)
+    }
+
+    /// Record commit `sha` in the run as `commits/<sha>.patch`, for the audit
+    /// and the dashboard. A commit is never undone for its record: a failure
+    /// is logged.
+    pub async fn record_commit(&self, run: &belay_record::RunHandle, sha: &str) {
+        let name = format!("commits/{sha}.patch");
+        match self.commit_patch(sha, PATCH_RECORD_MAX).await {
+            Ok(p) => {
+                if let Err(e) = run.write_text(&name, &p) {
+                    tracing::warn!("cannot record the patch of {sha}: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("cannot read the patch of {sha}: {e}"),
+        }
     }
 
     /// Commit what is staged in the index.

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::ablation::Granularity;
 use crate::plan::{Block, BlockStatus};
+use crate::progress::BuildEvent;
 use crate::repair::{self, Proposal};
 use crate::{cache, safety, script, EnvError};
 
@@ -76,6 +77,12 @@ impl Run<'_> {
             };
             tried.push(p.fix.clone());
             history.push(p.rule_id.clone());
+            self.obs.event(&BuildEvent::Repair {
+                block: blocks[i].id.clone(),
+                rule: p.rule_id.clone(),
+                hint: p.hint.clone(),
+                attempt,
+            });
             self.phase(
                 "repair",
                 format!(

@@ -153,6 +153,9 @@ pub async fn commit(
             scan: Box::new(move |_, r| scanner.scan(r)),
         })
         .await?;
+    if let CommitOutcome::Committed(c) = &outcome {
+        wt.record_commit(run, &c.sha).await;
+    }
     Ok(match outcome {
         CommitOutcome::Committed(c) => RepoResult::Committed {
             hash: c.sha,

@@ -165,6 +165,7 @@ impl Engine<'_> {
             }
         };
         let sha = committed.sha;
+        self.git.record_commit(&self.run, &sha).await;
         self.state.commit = Some(sha.clone());
         self.save()?;
         self.event(

@@ -349,8 +349,22 @@ impl<'a> Engine<'a> {
         } else {
             Kind::RunStarted
         };
+        // The step graph, for a reader that draws it (the dashboard).
+        let graph: Vec<serde_json::Value> = p
+            .steps
+            .iter()
+            .map(|s| {
+                let kind = match &s.kind {
+                    StepKind::Agent { .. } => "agent",
+                    StepKind::Command { .. } => "command",
+                    StepKind::Action { .. } => "action",
+                };
+                serde_json::json!({"name": s.name, "kind": kind, "on_pass": s.on_pass.describe(),
+                    "on_fail": s.on_fail.describe(), "on_unverifiable": s.on_unverifiable.describe()})
+            })
+            .collect();
         let data = serde_json::json!({"pipeline": p.path, "attempt": e.state.attempt, "max_attempts": e.state.max_attempts,
-            "current": e.state.current, "clean_at_start": e.state.clean_at_start});
+            "current": e.state.current, "clean_at_start": e.state.clean_at_start, "steps": graph});
         e.event(kind, None, data)?;
         e.save()?;
         Ok(e)
@@ -502,10 +516,14 @@ impl<'a> Engine<'a> {
                 );
                 self.state.feedback = Some(self.redactor.redact(&fb).into_owned());
             }
+            // The feedback the next attempt gets goes with the route.
+            let feedback = (r.verdict != Verdict::Pass)
+                .then(|| self.state.feedback.clone())
+                .flatten();
             self.event(
                 Kind::Route,
                 Some(&name),
-                serde_json::json!({"verdict": r.verdict, "to": route.describe()}),
+                serde_json::json!({"verdict": r.verdict, "to": route.describe(), "feedback": feedback}),
             )?;
             match route {
                 Route::Success => return self.finish(Status::Succeeded, None),

@@ -54,6 +54,7 @@ impl Engine<'_> {
         let subject = message.lines().next().unwrap_or_default().to_string();
         let (result, event) = match outcome {
             Ok(belay_vcs::CommitOutcome::Committed(c)) => {
+                self.git.record_commit(&self.run, &c.sha).await;
                 self.commits.push(c.sha.clone());
                 self.say(&format!(
                     "   commit {} {subject}",

@@ -356,6 +356,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     e.emit(
         None,
         &PlanEvent::RunStarted {
+            repo: e.git.root().to_path_buf(),
             plan: e.plan_rel.clone(),
             branch: branch.clone(),
             resumed,

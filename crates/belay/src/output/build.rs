@@ -57,6 +57,8 @@ impl BuildObserver for BuildView<'_> {
                 }
             }
             BuildEvent::Phase { name, detail } => self.line(&format!("{name}: {detail}")),
+            // The phase line that follows says it.
+            BuildEvent::Repair { .. } => {}
             BuildEvent::Plan { blocks } => {
                 let ids: Vec<&str> = blocks.iter().map(|b| b.0.as_str()).collect();
                 self.line(&format!("plan: {}", ids.join(", ")));
