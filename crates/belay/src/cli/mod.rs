@@ -7,9 +7,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod jobs;
 mod plan;
 mod rounds;
+mod ui;
 pub use jobs::*;
 pub use plan::*;
 pub use rounds::*;
+pub use ui::*;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -75,6 +77,13 @@ pub enum Command {
     /// Every run of every mode: list, show, events (live with --follow), gc.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// A live web dashboard of every run of every mode: the step graph, env
+    /// build timelines, agents' turns, commits' diffs, logs, and approvals.
+    ///
+    /// It reads the registry and the runs' own records (what `belay runs`
+    /// reads), tails them, and prints a loopback URL with a random access
+    /// token; every request without it is refused.
+    Ui(UiArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,6 +168,8 @@ pub struct RunArgs {
     /// ~/.local/state/belay/pipelines/<name>-<hash>).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub viz: VizArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -496,6 +507,8 @@ pub struct BuildArgs {
     /// Keep the build container afterwards.
     #[arg(long)]
     pub keep_container: bool,
+    #[command(flatten)]
+    pub viz: VizArgs,
     /// Show command output live.
     #[arg(long)]
     pub stream_logs: bool,

@@ -131,6 +131,18 @@ pub async fn build(p: &Printer, a: BuildArgs) -> Result<u8, Failure> {
     opts.oracle_file = a.oracle_file.clone();
     opts.resume_from = a.resume_from.clone();
     opts.start_at_block = a.start_at_block.clone();
+    if a.viz.viz && opts.run_id.is_none() {
+        // The live view opens this run: its id is chosen here.
+        let name = fs_err::canonicalize(&a.repo)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "repo".into());
+        opts.run_id = Some(belay_record::run_id::generate(&name));
+    }
+    let _viz = match &opts.run_id {
+        Some(id) => crate::commands::ui::viz(p, &a.viz, id).await,
+        None => None,
+    };
     let view = BuildView::new(p, a.stream_logs);
     let outcome = belay_env::build::build(&rt, &opts, &view).await?;
     let m = &outcome.manifest;

@@ -14,6 +14,7 @@ mod plan;
 mod rounds;
 mod run;
 mod runs;
+mod ui;
 
 use crate::cli::{AgentCommand, Cli, Command, EnvCommand, ImageCommand, ModelCommand};
 use crate::exit::Failure;
@@ -35,5 +36,6 @@ pub async fn run(cli: Cli, p: &Printer) -> Result<u8, Failure> {
         Command::Rounds(a) => rounds::rounds(p, a).await,
         Command::Jobs(a) => jobs::jobs(p, a).await,
         Command::Runs(c) => runs::runs(p, c).await,
+        Command::Ui(a) => ui::ui(p, a).await,
     }
 }

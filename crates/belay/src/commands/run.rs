@@ -42,6 +42,7 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
         p.name,
         engine.run_dir().display()
     ));
+    let _viz = crate::commands::ui::viz(out, &a.viz, engine.run_id()).await;
     let res = engine.run().await?;
     out.out(format!(
         "{} {}: {} after {} step run(s), attempt {}{}{}; records in {}",
