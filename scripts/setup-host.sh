@@ -4,8 +4,9 @@
 #
 #  - installs the Docker engine (docker.io), debootstrap, git, Node.js/npm,
 #    systemd (for `systemd-analyze verify`), prosody (the jobs tests start
-#    private instances of it on loopback, with their own accounts) and
-#    a C toolchain if missing;
+#    private instances of it on loopback, with their own accounts),
+#    chromium and chromium-driver (the dashboard's tests drive a headless
+#    browser) and a C toolchain if missing;
 #  - installs the pinned agent CLIs (codex, Claude Code, gemini) from npm into
 #    /opt/belay-agents (the adapter tests run the real ones);
 #  - starts dockerd if it is not answering (systemd when there is one);
@@ -32,6 +33,8 @@ command -v g++ >/dev/null || missing+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v systemd-analyze >/dev/null || missing+=(systemd)  # `systemd-analyze verify` of the rounds units
 command -v prosody >/dev/null || missing+=(prosody)  # the XMPP server of the jobs tests (each test runs its own instance)
+command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser tests (headless)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
