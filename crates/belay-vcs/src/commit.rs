@@ -161,6 +161,47 @@ impl Git {
     /// Run git and hand each NUL-terminated entry of its output to `f`
     /// (which returns whether to go on), with bounded memory; stderr's tail
     /// goes into the error.
+    /// The first `max` bytes git prints for `args` (diff drivers off), and
+    /// whether it printed more; git is stopped once `max` is read, so a
+    /// 300 MB patch costs `max` bytes, not 300 MB.
+    pub(crate) fn capped_blocking(
+        &self,
+        args: &[&str],
+        max: usize,
+    ) -> Result<(Vec<u8>, bool), VcsError> {
+        let args = exec::patch_safe(args);
+        let mut child = self
+            .command_blocking()?
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| VcsError::Spawn {
+                dir: self.root.clone(),
+                source,
+            })?;
+        let dog = Watchdog::start(child.id(), self.timeout);
+        let io = |e| VcsError::io("read the output of git in", &self.root, e);
+        let mut out = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            stdout
+                .take(max as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(io)?;
+        }
+        let more = out.len() > max;
+        if more {
+            out.truncate(max);
+            let _ = child.kill();
+        }
+        let status = child.wait().map_err(io)?;
+        dog.check(&self.root, &args)?;
+        if !more && !status.success() {
+            return Err(exec::failed(&self.root, &args, String::new()));
+        }
+        Ok((out, more))
+    }
+
     fn stream(
         &self,
         env: &[(&str, &Path)],

@@ -152,7 +152,7 @@ const CONTROL_FILES: &[&str] = &[
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The most of a commit's patch a run records.
-pub const PATCH_RECORD_MAX: usize = 4 << 20;
+pub const PATCH_RECORD_MAX: usize = 2 << 20;
 
 impl Git {
     /// Open the work tree containing `dir`. `hooks_dir`: an empty directory
@@ -472,23 +472,25 @@ impl Git {
     /// stat; no external diff or textconv driver runs), cut after `max`
     /// bytes with a note saying so.
     pub async fn commit_patch(&self, sha: &str, max: usize) -> Result<String, VcsError> {
-        let mut text = self
-            .run(&[
-                "show",
-                "--stat",
-                "--patch",
-                "--format=fuller",
-                "--no-color",
-                sha,
-                "--",
-            ])
-            .await?;
-        if text.len() > max {
-            let cut = (0..=max)
-                .rev()
-                .find(|i| text.is_char_boundary(*i))
-                .unwrap_or(0);
-            text.truncate(cut);
+        let git = self.clone();
+        let rev = sha.to_string();
+        let (bytes, more) = blocking(move || {
+            git.capped_blocking(
+                &[
+                    "show",
+                    "--stat",
+                    "--patch",
+                    "--format=fuller",
+                    "--no-color",
+                    &rev,
+                    "--",
+                ],
+                max,
+            )
+        })
+        .await?;
+        let mut text = String::from_utf8_lossy(&bytes).into_owned();
+        if more {
             text.push_str(&format!(
                 "\n[belay: the patch is cut at {max} bytes; `git show {sha}` has the rest]\n"
             ));

@@ -103,6 +103,9 @@ async fn planted_hooks_fsmonitor_filters_and_textconv_never_run() {
     };
     assert_eq!(c.files.len(), 3);
     git.run(&["log", "-p", "-1"]).await.unwrap();
+    // The run's record of the commit runs no driver either.
+    let patch = git.commit_patch(&c.sha, 1 << 20).await.unwrap();
+    assert!(patch.contains("+new") && patch.contains("b.txt"), "{patch}");
     git.run(&["checkout", "HEAD~1", "--", "a.txt"])
         .await
         .unwrap();
@@ -746,4 +749,25 @@ async fn the_guard_sees_deep_links_backdated_locks_and_keeps_the_users_links() {
     std::fs::write(root.join("a.txt"), "changed\n").unwrap();
     git.stash_push("after").await.unwrap().unwrap();
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "host\n");
+}
+
+/// A commit's patch is recorded up to a bound: git is stopped there, and the
+/// record says it was cut.
+#[tokio::test]
+async fn a_big_commits_patch_is_cut_at_its_bound() {
+    let (_d, git) = repo().await;
+    let big: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(git.root().join("big.txt"), &big).unwrap();
+    let c = match commit(&git, &[]).await {
+        CommitOutcome::Committed(c) => c,
+        other => panic!("{other:?}"),
+    };
+    let patch = git.commit_patch(&c.sha, 10_000).await.unwrap();
+    assert!(patch.len() < 10_200, "{}", patch.len());
+    assert!(
+        patch.contains("+line 0\n") && patch.contains("cut at 10000 bytes"),
+        "{patch:.300}"
+    );
+    let whole = git.commit_patch(&c.sha, 1 << 20).await.unwrap();
+    assert!(whole.contains("+line 19999") && !whole.contains("cut at"));
 }

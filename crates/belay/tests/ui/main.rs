@@ -230,6 +230,54 @@ async fn a_live_pipeline_run_in_the_browser() {
             "return [...document.querySelectorAll('#console pre.log')].some(p => p.textContent.includes('token=[REDACTED:api-token]'))",
         )
         .await;
+        // A search in the failing run's log, typed and clicked on the page.
+        b.c.find(fantoccini::Locator::Css(
+            "#console .step-run[data-verdict=fail] input.log-search",
+        ))
+        .await
+        .unwrap()
+        .send_keys("add 2 3")
+        .await
+        .unwrap();
+        b.click("#console .step-run[data-verdict=fail] .log-search-go").await;
+        let hits = b
+            .until(
+                "the search's hits",
+                10,
+                "const h = document.querySelectorAll('#console .step-run[data-verdict=fail] .hits .hit'); return h.length && [...h].map(x => x.textContent)",
+            )
+            .await;
+        assert!(hits[0].as_str().unwrap().contains("FAIL: add 2 3 gave -1"), "{hits}");
+        // The agents' turns, tokens and cost: per step, and the run's total
+        // as the registry has it.
+        let agents = b
+            .until(
+                "the agents",
+                10,
+                "const a = [...document.querySelectorAll('#agents .agent')]; return a.length === 2 && a.map(x => [x.dataset.step, x.querySelectorAll('.turn').length, x.querySelector('summary').textContent])",
+            )
+            .await;
+        assert_eq!(agents[0][0], "dev", "{agents}");
+        assert_eq!(agents[1][0], "review", "{agents}");
+        assert!(agents[0][1].as_u64().unwrap() > 2, "{agents}");
+        let tokens = ui.json(&format!("/api/runs/{id}"))["tokens"].as_u64().unwrap();
+        assert!(tokens > 0);
+        b.until(
+            "the run's tokens",
+            10,
+            &format!("return document.getElementById('run-tokens').textContent === '{tokens}'"),
+        )
+        .await;
+        let per_step: u64 = agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let t = a[2].as_str().unwrap();
+                t.split(" tokens").next().unwrap().rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        assert_eq!(per_step, tokens, "{agents}");
         // The commit's diff.
         let diff = b
             .until(
