@@ -158,9 +158,6 @@ impl Git {
         Ok(out)
     }
 
-    /// Run git and hand each NUL-terminated entry of its output to `f`
-    /// (which returns whether to go on), with bounded memory; stderr's tail
-    /// goes into the error.
     /// The first `max` bytes git prints for `args` (diff drivers off), and
     /// whether it printed more; git is stopped once `max` is read, so a
     /// 300 MB patch costs `max` bytes, not 300 MB.
@@ -170,16 +167,7 @@ impl Git {
         max: usize,
     ) -> Result<(Vec<u8>, bool), VcsError> {
         let args = exec::patch_safe(args);
-        let mut child = self
-            .command_blocking()?
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|source| VcsError::Spawn {
-                dir: self.root.clone(),
-                source,
-            })?;
+        let mut child = self.spawn_piped(&[], &args, Stdio::null())?;
         let dog = Watchdog::start(child.id(), self.timeout);
         let io = |e| VcsError::io("read the output of git in", &self.root, e);
         let mut out = Vec::new();
@@ -202,25 +190,37 @@ impl Git {
         Ok((out, more))
     }
 
+    /// git with `env` and `args`, its stdout piped.
+    fn spawn_piped(
+        &self,
+        env: &[(&str, &Path)],
+        args: &[&str],
+        stderr: Stdio,
+    ) -> Result<std::process::Child, VcsError> {
+        let mut c = self.command_blocking()?;
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.args(args)
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|source| VcsError::Spawn {
+                dir: self.root.clone(),
+                source,
+            })
+    }
+
+    /// Run git and hand each NUL-terminated entry of its output to `f`
+    /// (which returns whether to go on), with bounded memory; stderr's tail
+    /// goes into the error.
     fn stream(
         &self,
         env: &[(&str, &Path)],
         args: &[&str],
         mut f: impl FnMut(&[u8]) -> Result<bool, VcsError>,
     ) -> Result<(), VcsError> {
-        let mut c = self.command_blocking()?;
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| VcsError::Spawn {
-                dir: self.root.clone(),
-                source,
-            })?;
+        let mut child = self.spawn_piped(env, args, Stdio::piped())?;
         let dog = Watchdog::start(child.id(), self.timeout);
         let err = child.stderr.take().map(|mut e| {
             std::thread::spawn(move || {

@@ -23,6 +23,27 @@ use serde_json::Value;
 
 const CANARY: &str = "canary-secret-ui-5d1e77b2";
 
+/// The one event of the synthetic runs.
+#[derive(serde::Serialize)]
+#[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+enum Tick {
+    Tick { n: u32 },
+}
+
+/// A run opened the way every engine opens one, in `dir`, in the registry
+/// of `home`: its events come from the test.
+fn synthetic_run(home: &Path, dir: PathBuf, id: &str, mode: Mode) -> RunHandle {
+    RunHandle::open(OpenRun {
+        dir,
+        id,
+        mode,
+        title: Some("a synthetic run"),
+        redactor: Redactor::default(),
+        registry: Registry::at(home),
+    })
+    .unwrap()
+}
+
 /// Where the docs' screenshots go when `BELAY_UI_SCREENSHOTS` names a
 /// directory (`docs/images` when they are renewed).
 fn docs_png(name: &str) -> Option<PathBuf> {
@@ -424,24 +445,16 @@ async fn an_env_build_timeline_in_the_browser() {
 /// event of the log exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_server_loses_and_repeats_nothing() {
-    #[derive(serde::Serialize)]
-    #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
-    enum Ev {
-        Tick { n: u32 },
-    }
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    let run = RunHandle::open(OpenRun {
-        dir: tmp.path().join("runs/resume-1"),
-        id: "resume-1",
-        mode: Mode::Agent,
-        title: Some("ticks"),
-        redactor: Redactor::default(),
-        registry: Registry::at(&home),
-    })
-    .unwrap();
+    let run = synthetic_run(
+        &home,
+        tmp.path().join("runs/resume-1"),
+        "resume-1",
+        Mode::Agent,
+    );
     for n in 0..15 {
-        run.emit("engine", None, &Ev::Tick { n }).unwrap();
+        run.emit("engine", None, &Tick::Tick { n }).unwrap();
     }
     let port = free_port();
     let ui = Ui::start(&home, port, "tok-restart-1", &[]);
@@ -454,14 +467,14 @@ async fn a_restarted_server_loses_and_repeats_nothing() {
         // Stop the server; the run goes on writing.
         drop(ui);
         for n in 15..30 {
-            writer.emit("engine", None, &Ev::Tick { n }).unwrap();
+            writer.emit("engine", None, &Tick::Tick { n }).unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         b.until("the page to see the server gone", 10, "return document.getElementById('conn').dataset.state === 'reconnecting'")
             .await;
         let ui = Ui::start(&home, port, "tok-restart-1", &[]);
         for n in 30..40 {
-            writer.emit("engine", None, &Ev::Tick { n }).unwrap();
+            writer.emit("engine", None, &Tick::Tick { n }).unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         b.until("40 events", 30, "return document.querySelectorAll('#events tr.event').length === 40")
@@ -591,15 +604,7 @@ async fn an_approval_clicked_on_the_page() {
 async fn the_server_refuses_what_it_must() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    let run = RunHandle::open(OpenRun {
-        dir: tmp.path().join("runs/sec-1"),
-        id: "sec-1",
-        mode: Mode::Agent,
-        title: None,
-        redactor: Redactor::default(),
-        registry: Registry::at(&home),
-    })
-    .unwrap();
+    let run = synthetic_run(&home, tmp.path().join("runs/sec-1"), "sec-1", Mode::Agent);
     std::fs::create_dir_all(tmp.path().join("runs/sec-1/logs")).unwrap();
     std::fs::write(tmp.path().join("secret.txt"), "outside").unwrap();
     std::os::unix::fs::symlink(
@@ -776,11 +781,6 @@ fn median(v: &mut [f64]) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a benchmark: bench/ui/run.sh"]
 async fn bench_figures() {
-    #[derive(serde::Serialize)]
-    #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
-    enum Ev {
-        Tick { n: u32 },
-    }
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
@@ -789,19 +789,11 @@ async fn bench_figures() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_idle = empty.rss();
     drop(empty);
-    let reg = Registry::at(&home);
     for i in 0..1000 {
         let id = format!("bench-{i:04}");
-        let run = RunHandle::open(OpenRun {
-            dir: tmp.path().join("runs").join(&id),
-            id: &id,
-            mode: [Mode::Env, Mode::Pipeline, Mode::Plan, Mode::Jobs][i % 4],
-            title: Some("a run of the benchmark"),
-            redactor: Redactor::default(),
-            registry: reg.clone(),
-        })
-        .unwrap();
-        run.emit("engine", None, &Ev::Tick { n: 0 }).unwrap();
+        let mode = [Mode::Env, Mode::Pipeline, Mode::Plan, Mode::Jobs][i % 4];
+        let run = synthetic_run(&home, tmp.path().join("runs").join(&id), &id, mode);
+        run.emit("engine", None, &Tick::Tick { n: 0 }).unwrap();
         run.finish(belay_record::RunEnd {
             ok: i % 7 != 0,
             duration_s: 3.0,
@@ -810,15 +802,12 @@ async fn bench_figures() {
             summary: None,
         });
     }
-    let live = RunHandle::open(OpenRun {
-        dir: tmp.path().join("runs/bench-live"),
-        id: "bench-live",
-        mode: Mode::Agent,
-        title: None,
-        redactor: Redactor::default(),
-        registry: reg.clone(),
-    })
-    .unwrap();
+    let live = synthetic_run(
+        &home,
+        tmp.path().join("runs/bench-live"),
+        "bench-live",
+        Mode::Agent,
+    );
     let ui = Ui::start(&home, 0, "tok-bench-1", &[]);
     let url = ui.url.clone();
     let (first, loads, lat, rss_runs) = {
@@ -845,7 +834,7 @@ async fn bench_figures() {
         let mut appended = Vec::new();
         for n in 0..100 {
             let t = belay_record::unix_millis();
-            let seq = live.emit("engine", None, &Ev::Tick { n }).unwrap();
+            let seq = live.emit("engine", None, &Tick::Tick { n }).unwrap();
             appended.push((seq, t));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
