@@ -929,3 +929,119 @@ async fn the_demo_replays_its_recordings() {
         "{d}"
     );
 }
+
+/// The scripted agent of the commit-approval test: it writes the page and
+/// gives belay's commit block.
+const PAGE_AGENT: &str = "#!/bin/sh\ncat > /dev/null\nprintf '<h1>approved</h1>\\n' > index.html\nprintf '===COMMIT-MESSAGE===\\nfix: the title\\n===END-COMMIT-MESSAGE===\\n'\n";
+
+/// A job whose change waits for the commit approval (`held/`): the page shows
+/// every path of it, and Approve clicked on the page commits and pushes it,
+/// as `belay jobs approve` does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_approval_clicked_on_the_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let remote = tmp.path().join("remote.git");
+    git_cli::git(
+        tmp.path(),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    let site = tmp.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("index.html"), "<h1>hello</h1>\n").unwrap();
+    git_cli::init_repo(&site);
+    git_cli::git(
+        &site,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    git_cli::git(&site, &["push", "-q", "-u", "origin", "main"]);
+    let agent = tmp.path().join("agent.sh");
+    std::fs::write(&agent, PAGE_AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let queue = tmp.path().join("queue");
+    let cfg = tmp.path().join("jobs.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "queue = \"{}\"\nowners = [\"owner@localhost\"]\n[agent]\nspec = \"cmd:{}\"\nplacement = \"host\"\nwall_time_s = 60\n[[repo]]\nname = \"site\"\npath = \"{}\"\ncommit_approval = true\n",
+            queue.display(),
+            agent.display(),
+            site.display()
+        ),
+    )
+    .unwrap();
+    let jobs = |args: &[&str]| {
+        let o = cmd_belay(&home)
+            .current_dir(tmp.path())
+            .args(["jobs", "--config"])
+            .arg(&cfg)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let id = jobs(&["submit", "fix the title"])
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    jobs(&["work", "--once"]);
+    assert!(
+        queue.join("held").join(format!("{id}.json")).exists(),
+        "the change is not held"
+    );
+    let pushed = || git_cli::git(&remote, &["log", "--format=%s", "main"]);
+    assert_eq!(pushed(), "initial", "held: nothing is pushed yet");
+    let ui = Ui::start(
+        &home,
+        0,
+        "tok-held-1",
+        &["--jobs-config", cfg.to_str().unwrap()],
+    );
+    let url = format!("{}#/attention", ui.url);
+    let id2 = id.clone();
+    with_browser("commit_approval", |b: Browser| async move {
+        let id = id2;
+        b.c.goto(&url).await.unwrap();
+        let card = b
+            .until(
+                "the held change",
+                20,
+                &format!("const c = document.querySelector(\".card[data-kind=job_commit][data-id='{id}']\"); return c && c.textContent"),
+            )
+            .await;
+        assert!(card.as_str().unwrap().contains("index.html"), "the held paths are not shown: {card}");
+        b.click(&format!(".card[data-id='{id}'] button[data-verb=approve]")).await;
+        b.until(
+            "the approval's answer",
+            60,
+            &format!("return !document.querySelector(\".card[data-id='{id}']\")"),
+        )
+        .await;
+        b
+    })
+    .await;
+    assert_eq!(
+        pushed().lines().next(),
+        Some("fix: the title"),
+        "the approved change is not pushed"
+    );
+    assert!(!queue.join("held").join(format!("{id}.json")).exists());
+    let rec: Value = serde_json::from_str(
+        &std::fs::read_to_string(queue.join("done").join(format!("{id}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rec["status"], "committed", "{rec}");
+}
