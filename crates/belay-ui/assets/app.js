@@ -517,7 +517,11 @@ async function runView(root, id) {
     fold(R, v);
     if (/commit|run_end|checkpoint|block_finished|route|step_end/.test(v.kind)) refetch();
     if (/command|step_start|block_finished|run_end/.test(v.kind)) logList();
-    schedule();
+    // A change of a step's state is drawn at once, so that the page shows
+    // every state a step went through, however fast; agents' many turns
+    // are drawn together.
+    if (STATE_KINDS.has(v.kind)) draw();
+    else schedule();
   };
   return {
     onRegistry: refetch,
@@ -525,6 +529,9 @@ async function runView(root, id) {
     model: R,
   };
 }
+
+const STATE_KINDS = new Set(['run_started', 'run_resumed', 'step_start', 'step_end', 'route', 'attempt', 'run_end',
+  'plan', 'block_started', 'block_finished', 'cache_hit', 'checkpoint', 'repair_chosen']);
 
 function eventRow(v) {
   const data = v.data === null || v.data === undefined ? '' : JSON.stringify(v.data);
