@@ -261,17 +261,17 @@ pub(crate) async fn log(
         Ok(e) => e,
         Err(r) => return *r,
     };
-    let Some(path) = files::inside(&e.dir, &q.path) else {
+    let Some(file) = files::inside(&e.dir, &q.path) else {
         return not_found(format!("no log {} in run {id}", q.path));
     };
     if q.download.is_some() {
-        return download(&app, &path).await;
+        let name = q.path.rsplit('/').next().unwrap_or("log").to_string();
+        return download(&app, tokio::fs::File::from_std(file), &name);
     }
     if let Some(needle) = q.q.as_deref().filter(|n| !n.is_empty()) {
         let needle = needle.to_string();
-        let p = path.clone();
         let red = app.redactor.clone();
-        let r = tokio::task::spawn_blocking(move || files::search(&p, &needle, 500, &red)).await;
+        let r = tokio::task::spawn_blocking(move || files::search(file, &needle, 500, &red)).await;
         return match r {
             Ok(Ok((hits, more))) => redacted_json(&app, json!({"hits": hits, "more": more})),
             Ok(Err(e)) => internal(e),
@@ -280,8 +280,7 @@ pub(crate) async fn log(
     }
     let max = q.max.unwrap_or(256 << 10).min(4 << 20);
     let from = q.from;
-    let p = path.clone();
-    match tokio::task::spawn_blocking(move || files::slice(&p, from, max)).await {
+    match tokio::task::spawn_blocking(move || files::slice(file, from, max)).await {
         Ok(Ok((start, end, t))) => {
             redacted_json(&app, json!({"from": start, "to": end, "text": t}))
         }
@@ -292,15 +291,8 @@ pub(crate) async fn log(
 
 /// The whole file, streamed through the redactor (a secret split across
 /// two reads is still caught).
-async fn download(app: &App, path: &std::path::Path) -> Response {
-    let f = match tokio::fs::File::open(path).await {
-        Ok(f) => f,
-        Err(e) => return internal(e),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().replace('"', ""))
-        .unwrap_or_else(|| "log".into());
+fn download(app: &App, f: tokio::fs::File, name: &str) -> Response {
+    let name = name.replace('"', "");
     let mut red = Some(StreamRedactor::new(app.redactor.clone()));
     let chunks = tokio_util_stream(f).map(move |chunk| {
         let mut out = Vec::new();

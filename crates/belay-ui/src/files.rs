@@ -3,7 +3,7 @@
 //! be gigabytes).
 
 use std::io::{BufRead, Read, Seek, SeekFrom};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 
 use serde::Serialize;
 
@@ -30,34 +30,41 @@ pub(crate) fn is_run_dir(dir: &Path) -> bool {
             || plain(&dir.join(belay_record::EVENTS_FILE), true))
 }
 
-/// `rel` inside `dir`: plain components only, no link on the way, a
-/// regular file at the end.
-pub(crate) fn inside(dir: &Path, rel: &str) -> Option<PathBuf> {
+/// `rel` inside `dir`, opened: plain components only, a regular file at the
+/// end. It is opened once, beneath `dir` and through no symbolic link
+/// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so a link put on
+/// the way after a check cannot redirect the read.
+pub(crate) fn inside(dir: &Path, rel: &str) -> Option<std::fs::File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
     let rel = Path::new(rel);
-    if rel.as_os_str().is_empty() || rel.components().count() > 8 {
+    if rel.as_os_str().is_empty()
+        || rel.components().count() > 8
+        || !rel.components().all(|c| matches!(c, Component::Normal(_)))
+    {
         return None;
     }
-    let mut p = dir.to_path_buf();
-    for c in rel.components() {
-        match c {
-            Component::Normal(n) => p.push(n),
-            _ => return None,
-        }
-        let m = std::fs::symlink_metadata(&p).ok()?;
-        if m.file_type().is_symlink() {
-            return None;
-        }
-    }
-    std::fs::symlink_metadata(&p)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|_| p)
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let base = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let fd = rustix::fs::openat2(
+        &base,
+        rel,
+        flags,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
+    )
+    .ok()?;
+    let f = std::fs::File::from(fd);
+    f.metadata().ok().filter(|m| m.is_file()).map(|_| f)
 }
 
 /// A small record, or `None` when it is missing or too big to be one.
 pub(crate) fn read_record(dir: &Path, name: &str, max: u64) -> Option<String> {
-    let p = inside(dir, name)?;
-    let f = std::fs::File::open(&p).ok()?;
+    let f = inside(dir, name)?;
     if f.metadata().ok()?.len() > max {
         return None;
     }
@@ -68,8 +75,7 @@ pub(crate) fn read_record(dir: &Path, name: &str, max: u64) -> Option<String> {
 
 /// The first event of `kind` in the head (`max` bytes) of a run's log.
 pub(crate) fn first_event(dir: &Path, kind: &str, max: u64) -> Option<serde_json::Value> {
-    let p = inside(dir, belay_record::EVENTS_FILE)?;
-    let f = std::fs::File::open(p).ok()?;
+    let f = inside(dir, belay_record::EVENTS_FILE)?;
     std::io::BufReader::new(f.take(max))
         .lines()
         .map_while(Result::ok)
@@ -139,12 +145,11 @@ pub(crate) const MIN_PIECE: u64 = 64 << 10;
 /// line), at most `max` bytes, ending at a line end when it holds one, cut
 /// back to whole UTF-8 characters. Its start and end offsets.
 pub(crate) fn slice(
-    path: &Path,
+    mut f: std::fs::File,
     from: Option<u64>,
     max: u64,
 ) -> std::io::Result<(u64, u64, String)> {
     let max = max.max(MIN_PIECE);
-    let mut f = std::fs::File::open(path)?;
     let size = f.metadata()?.len();
     let mut start = from.unwrap_or(size.saturating_sub(max)).min(size);
     f.seek(SeekFrom::Start(start))?;
@@ -183,12 +188,11 @@ pub(crate) struct Hit {
 /// most `limit` of them, each cut to 2,000 characters.
 /// Lines are matched as redacted: a search cannot find a secret out.
 pub(crate) fn search(
-    path: &Path,
+    f: std::fs::File,
     needle: &str,
     limit: usize,
     redactor: &belay_record::Redactor,
 ) -> std::io::Result<(Vec<Hit>, bool)> {
-    let f = std::fs::File::open(path)?;
     let mut r = std::io::BufReader::new(f);
     let needle = needle.to_lowercase();
     let mut hits = Vec::new();
@@ -251,24 +255,24 @@ mod tests {
         // Links (to a file, to a directory) are not listed; records are not logs.
         assert_eq!(listed, ["logs/a.log"]);
         let red = belay_record::Redactor::new([("K".to_string(), "Two two".to_string())]);
-        let (hits, _) = search(&d.join("logs/a.log"), "TWO", 10, &red).unwrap();
+        let (hits, _) = search(inside(d, "logs/a.log").unwrap(), "TWO", 10, &red).unwrap();
         assert!(hits.is_empty(), "a search found a secret out: {hits:?}");
-        let (hits, more) = search(&d.join("logs/a.log"), "thr", 10, &red).unwrap();
+        let (hits, more) = search(inside(d, "logs/a.log").unwrap(), "thr", 10, &red).unwrap();
         assert_eq!((hits.len(), hits[0].line, more), (1, 3, false));
         // A tail starts at a whole line, and a piece ends at one.
         let big: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
         std::fs::write(d.join("logs/big.log"), &big).unwrap();
-        let (from, to, text) = slice(&d.join("logs/big.log"), None, 1).unwrap();
+        let (from, to, text) = slice(inside(d, "logs/big.log").unwrap(), None, 1).unwrap();
         assert_eq!(to, big.len() as u64);
         assert!(text.starts_with("line ") && text.ends_with('\n'));
         assert_eq!(&big[from as usize..], text);
-        let (_, to, text) = slice(&d.join("logs/big.log"), Some(0), 1).unwrap();
+        let (_, to, text) = slice(inside(d, "logs/big.log").unwrap(), Some(0), 1).unwrap();
         assert!(text.ends_with('\n') && to <= MIN_PIECE && to > MIN_PIECE - 20);
         // A cut inside a character waits for the rest.
         let mut u = "a".repeat(MIN_PIECE as usize - 1);
         u.push('é');
         std::fs::write(d.join("logs/u.log"), &u).unwrap();
-        let (_, to, _) = slice(&d.join("logs/u.log"), Some(0), 2).unwrap();
+        let (_, to, _) = slice(inside(d, "logs/u.log").unwrap(), Some(0), 2).unwrap();
         assert_eq!(to, MIN_PIECE - 1);
     }
 }
