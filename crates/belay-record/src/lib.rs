@@ -29,7 +29,7 @@ mod time;
 pub use atomic::{atomic_write, write_json_atomic};
 pub use error::RecordError;
 pub use events::{Envelope, EventSink, Mode};
-pub use exit::{io_class, Classify, ExitClass};
+pub use exit::{io_class, io_code, Classify, ErrorCode, ExitClass, ERROR_CODES};
 pub use identity::ProcessIdentity;
 pub use jsonl::JsonlAppender;
 pub use line::line_col;
