@@ -140,6 +140,37 @@ impl DockerRuntime {
         &self.negotiated
     }
 
+    /// Whether a container is there and running.
+    async fn is_running(&self, container: &str) -> bool {
+        self.docker
+            .inspect_container(container, None)
+            .await
+            .ok()
+            .and_then(|c| c.state)
+            .and_then(|s| s.running)
+            .unwrap_or(false)
+    }
+
+    /// Whether a container stops within a second: a command killed by
+    /// SIGKILL is often the first sign of its container being killed, which
+    /// the engine shows a moment later.
+    async fn ends_soon(&self, container: &str) -> bool {
+        for _ in 0..10 {
+            if !self.is_running(container).await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// The sticky failure of a container that ended under a running exec.
+    fn container_gone(&self, container: &str) -> SandboxError {
+        SandboxError::Infra(self.sticky.raise(InfraFailure::ContainerGone {
+            container: container.chars().take(12).collect(),
+        }))
+    }
+
     /// Map an API error: infra failures become sticky, others keep their context.
     fn api_err(&self, op: &'static str, e: bollard::errors::Error) -> SandboxError {
         match classify_api_error(&e) {
@@ -387,6 +418,7 @@ impl ContainerRuntime for DockerRuntime {
             nano_cpus: spec.nano_cpus,
             pids_limit: Some(spec.pids_limit.unwrap_or(DEFAULT_PIDS)).filter(|p| *p > 0),
             init: Some(true),
+            extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
             ..Default::default()
         };
         // Commands keep the image's user; the idle processes get another.
@@ -406,10 +438,13 @@ impl ContainerRuntime for DockerRuntime {
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
             user: spec.idle_user.clone(),
-            cmd: Some(match &spec.lifeline {
+            cmd: Some(match (&spec.cmd, &spec.lifeline) {
+                (Some(cmd), _) => cmd.clone(),
                 // Ends (and with it the container) once belay's lock goes.
-                Some(_) => vec!["flock".into(), "-s".into(), LIFELINE.into(), "true".into()],
-                None => vec!["sleep".into(), "infinity".into()],
+                (None, Some(_)) => {
+                    vec!["flock".into(), "-s".into(), LIFELINE.into(), "true".into()]
+                }
+                (None, None) => vec!["sleep".into(), "infinity".into()],
             }),
             entrypoint: Some(vec![]),
             env: Some(env),
@@ -519,6 +554,38 @@ impl ContainerRuntime for DockerRuntime {
             op: "create a network",
             message: format!("network {name} has no gateway address"),
         })
+    }
+
+    async fn connect_network(
+        &self,
+        container: &str,
+        network: &str,
+    ) -> Result<String, SandboxError> {
+        self.check()?;
+        self.docker
+            .connect_network(
+                network,
+                bollard::models::NetworkConnectRequest {
+                    container: container.to_string(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| self.api_err("connect a network", e))?;
+        let c = self
+            .docker
+            .inspect_container(container, None)
+            .await
+            .map_err(|e| self.api_err("inspect a container", e))?;
+        c.network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut n| n.remove(network))
+            .and_then(|e| e.ip_address)
+            .filter(|ip| !ip.is_empty())
+            .ok_or_else(|| SandboxError::Docker {
+                op: "connect a network",
+                message: format!("the container has no address on {network}"),
+            })
     }
 
     async fn remove_network(&self, name: &str) -> Result<(), SandboxError> {
@@ -858,16 +925,31 @@ impl ContainerRuntime for DockerRuntime {
             }
         }
         let (stdout_tail, stderr_tail, log_bytes) = sink.finish()?;
-        let inspect = self
-            .docker
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| self.api_err("inspect exec", e))?;
+        let inspect = match self.docker.inspect_exec(&exec.id).await {
+            Ok(i) => i,
+            Err(e) => {
+                if !self.is_running(container).await {
+                    return Err(self.container_gone(container));
+                }
+                return Err(self.api_err("inspect exec", e));
+            }
+        };
         let exit_code = match inspect.exit_code {
             Some(c) => c,
             None if timed_out => 137,
+            // No exit code and no container: the command did not end, its
+            // container did (killed or removed from outside).
+            None if !self.is_running(container).await => {
+                return Err(self.container_gone(container));
+            }
             None => -1,
         };
+        // A command killed with its container (SIGKILL from `docker rm -f`,
+        // `docker kill`, the engine's OOM of the whole container) is the
+        // machine's failure, not the command's.
+        if exit_code == 137 && !timed_out && self.ends_soon(container).await {
+            return Err(self.container_gone(container));
+        }
         if !timed_out {
             let tail = format!("{stdout_tail}\n{stderr_tail}");
             if let Some(f) = classify_exit(exit_code, &tail) {

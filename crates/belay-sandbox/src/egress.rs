@@ -81,6 +81,12 @@ fn command_lines(program: &str, args: &[&str]) -> Vec<String> {
 pub struct Allow {
     pub hosts: BTreeSet<String>,
     pub ports: BTreeSet<u16>,
+    /// Any host on the internet on the allowed ports (`egress: {class:
+    /// browser}`: broad, but every connection is logged). A name that
+    /// resolves to a loopback, private, link-local or otherwise
+    /// non-public address is still refused, and the proxy dials the address
+    /// it checked, so DNS cannot point it back at the host's services.
+    pub public: bool,
 }
 
 impl Allow {
@@ -90,8 +96,92 @@ impl Allow {
         Allow {
             hosts: hosts.into_iter().collect(),
             ports,
+            public: false,
         }
     }
+
+    /// The browser class: every public host on ports 80 and 443.
+    pub fn public_web() -> Self {
+        Allow {
+            hosts: BTreeSet::new(),
+            ports: [80, 443].into(),
+            public: true,
+        }
+    }
+}
+
+/// Whether an address is on the public internet: not loopback, private,
+/// link-local, shared (CGNAT), unique-local, multicast, documentation,
+/// benchmarking or unspecified.
+pub fn is_public(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v) => {
+            let o = v.octets();
+            !(v.is_loopback()
+                || v.is_private()
+                || v.is_link_local()
+                || v.is_broadcast()
+                || v.is_multicast()
+                || v.is_unspecified()
+                || v.is_documentation()
+                || o[0] == 0
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+                || (o[0] == 198 && (o[1] == 18 || o[1] == 19))
+                || o[0] >= 240)
+        }
+        IpAddr::V6(v) => {
+            if let Some(m) = v.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(m));
+            }
+            let s = v.segments();
+            !(v.is_loopback()
+                || v.is_unspecified()
+                || v.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
+                // NAT64 (both prefixes), 6to4, discard-only, IPv4-compatible.
+                || (s[0] == 0x0064 && s[1] == 0xff9b)
+                || s[0] == 0x2002
+                || (s[0] == 0x0100 && s[1..4] == [0, 0, 0])
+                || s[..6] == [0, 0, 0, 0, 0, 0])
+        }
+    }
+}
+
+/// Whether an address is one of this host's own (binding it succeeds only then).
+fn is_local(ip: std::net::IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+/// Resolve `host` and keep it only when every address is public: (the
+/// address to dial, or why not).
+async fn public_address(host: &str, port: u16) -> Result<SocketAddr, String> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("{host} has no address"));
+    }
+    if let Some(a) = addrs.iter().find(|a| !is_public(a.ip())) {
+        return Err(format!(
+            "{host} resolves to {}, which is not a public address",
+            a.ip()
+        ));
+    }
+    // The proxy runs in the host's own network: one of the host's own public
+    // addresses would reach its services past the bridge's fence.
+    if let Some(a) = addrs.iter().find(|a| is_local(a.ip())) {
+        return Err(format!(
+            "{host} resolves to {}, an address of this host",
+            a.ip()
+        ));
+    }
+    Ok(addrs[0])
 }
 
 /// The package registries this machine is configured for: the apt sources,
@@ -242,9 +332,22 @@ async fn serve(
             .unwrap_or(80);
         (h, port, false)
     };
-    let allowed = allow.hosts.contains(&host) && allow.ports.contains(&port);
+    let listed = allow.hosts.contains(&host) && allow.ports.contains(&port);
+    // The browser class: a public host on an allowed port, dialled at the
+    // address that was checked.
+    let mut checked: Option<SocketAddr> = None;
+    let mut why_not = None;
+    if !listed && allow.public && allow.ports.contains(&port) {
+        match public_address(&host, port).await {
+            Ok(a) => checked = Some(a),
+            Err(e) => why_not = Some(e),
+        }
+    }
+    let allowed = listed || checked.is_some();
     if let Ok(mut l) = log.lock() {
-        if l.len() < 10_000 {
+        // Refusals are capped (a step could flood them); what got through is
+        // always recorded, up to a far larger bound.
+        if l.len() < 10_000 || (allowed && l.len() < 200_000) {
             l.push(Decision {
                 host: host.clone(),
                 port,
@@ -253,11 +356,20 @@ async fn serve(
         }
     }
     if !allowed {
-        let body = format!("belay egress: {host}:{port} is not allowed for this step (only the package registries, or the model endpoint, are)\n");
+        let body = match why_not {
+            Some(w) => format!("belay egress: {host}:{port} is refused: {w}\n"),
+            None => format!("belay egress: {host}:{port} is not allowed for this step (only the package registries, or the model endpoint, are)\n"),
+        };
         let resp = format!("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
         return sock.write_all(resp.as_bytes()).await;
     }
-    let dial = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host.as_str(), port)));
+    let dial = async {
+        match checked {
+            Some(a) => TcpStream::connect(a).await,
+            None => TcpStream::connect((host.as_str(), port)).await,
+        }
+    };
+    let dial = tokio::time::timeout(CONNECT_TIMEOUT, dial);
     let mut upstream = match dial.await.unwrap_or_else(|_| {
         Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -362,6 +474,63 @@ mod tests {
             Some("registry.example".into())
         );
         assert_eq!(url_host("http:///x"), None);
+    }
+
+    #[test]
+    fn public_addresses_are_the_internet_only() {
+        for a in [
+            "93.184.216.34",
+            "2606:2800:220:1:248:1893:25c8:1946",
+            "1.1.1.1",
+        ] {
+            assert!(is_public(a.parse().unwrap()), "{a}");
+        }
+        for a in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.17.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
+            "198.18.0.1",
+            "240.0.0.1",
+        ] {
+            assert!(!is_public(a.parse().unwrap()), "{a}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_browser_class_refuses_a_name_that_points_at_the_host() {
+        let p = EgressProxy::start("127.0.0.1:0".parse().unwrap(), Allow::public_web())
+            .await
+            .unwrap();
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(b"CONNECT localhost:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403") && out.contains("not a public address"),
+            "{out}"
+        );
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(b"CONNECT example.com:22 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403"),
+            "a port other than 80/443: {out}"
+        );
+        assert_eq!(p.drain().len(), 2, "every connection is logged");
     }
 
     #[tokio::test]

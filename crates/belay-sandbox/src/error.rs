@@ -75,4 +75,14 @@ impl belay_record::Classify for SandboxError {
             | SandboxError::Bootstrap(_) => ExitClass::Failed,
         }
     }
+
+    fn error_code(&self) -> &'static str {
+        match self {
+            SandboxError::Infra(_) | SandboxError::Docker { .. } => "BELAY-E301",
+            SandboxError::Route(_) => "BELAY-E303",
+            SandboxError::Io { source, .. } => belay_record::io_code(source),
+            SandboxError::ImageMissing { .. } => "BELAY-E106",
+            e => e.exit_class().error_code(),
+        }
+    }
 }

@@ -187,6 +187,14 @@ impl ContainerRuntime for FakeRuntime {
     async fn remove_network(&self, _name: &str) -> Result<(), SandboxError> {
         Ok(())
     }
+    async fn connect_network(
+        &self,
+        _container: &str,
+        network: &str,
+    ) -> Result<String, SandboxError> {
+        self.state().networks.push(network.into());
+        Ok("127.0.0.1".into())
+    }
     fn remove_detached(&self, container: &str) -> tokio::task::JoinHandle<()> {
         self.state().removed.push(container.into());
         tokio::spawn(async {})

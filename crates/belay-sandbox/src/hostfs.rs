@@ -215,7 +215,9 @@ pub fn write(root: &Path, rel: &str, content: &[u8]) -> Result<(), HostFsError> 
     let path = root.join(rel);
     let mode = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => Some(st.st_mode & 0o7777),
+            // The permission bits only: a set-id bit a step set on the file
+            // is not carried over to what belay writes.
+            FileType::RegularFile => Some(st.st_mode & 0o777),
             FileType::Symlink => {
                 return Err(refused(
                     rel,

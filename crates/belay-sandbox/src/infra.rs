@@ -31,6 +31,12 @@ pub enum InfraFailure {
          log and free disk (`docker system df`), then rerun the same command to resume"
     )]
     DaemonError { status: u16, detail: String },
+    #[error(
+        "container {container} stopped or vanished while a command ran in it (it was \
+         killed or removed from outside belay, or the engine lost it). Check `docker \
+         events` and the daemon log, then rerun the same command to resume"
+    )]
+    ContainerGone { container: String },
 }
 
 /// Classify a finished exec: 125 is the engine's own failure code, and 126 with

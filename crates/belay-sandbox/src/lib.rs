@@ -27,10 +27,12 @@ pub mod hostfs;
 pub mod infra;
 pub mod labels;
 pub mod logsink;
+pub mod path;
 pub mod procs;
 pub mod reaper;
 pub mod route;
 mod runtime;
+pub mod seccomp;
 mod tarstream;
 pub mod trust;
 

@@ -82,6 +82,11 @@ pub struct ContainerSpec {
     /// `kill -9`, ends everything in it. The image needs `flock`
     /// (util-linux).
     pub lifeline: Option<std::path::PathBuf>,
+    /// The main process instead of the idle one (a relay).
+    pub cmd: Option<Vec<String>>,
+    /// `host:ip` entries for `/etc/hosts` (`host-gateway` is the engine's
+    /// address of the host).
+    pub extra_hosts: Vec<String>,
 }
 
 /// One command to execute in a running container.
@@ -183,6 +188,9 @@ pub trait ContainerRuntime: Send + Sync {
     async fn ensure_network(&self, name: &str, internal: bool)
         -> Result<NetworkInfo, SandboxError>;
     async fn remove_network(&self, name: &str) -> Result<(), SandboxError>;
+    /// Attach a running container to another network; its address there.
+    async fn connect_network(&self, container: &str, network: &str)
+        -> Result<String, SandboxError>;
     /// Remove a container in the background; await the handle before exiting.
     fn remove_detached(&self, container: &str) -> tokio::task::JoinHandle<()>;
     async fn list_containers(
