@@ -15,6 +15,7 @@ mod client;
 pub mod dialect;
 mod error;
 pub mod keys;
+pub mod provider;
 pub mod replay;
 pub mod resolve;
 pub mod sse;
