@@ -476,6 +476,12 @@ impl<'a> BuiltinAgent<'a> {
                                 is_error,
                             },
                         );
+                        // The engine failed under the agent: nothing more
+                        // can run, so stop now (no further model calls).
+                        if let Some(message) = self.workspace.infra_error() {
+                            stop = Some(StopReason::Infra { message });
+                            break 'iterations;
+                        }
                         if let Some(pattern) = stuck.push(call, &out, self.config.stuck_repeats) {
                             stop = Some(StopReason::Stuck { pattern });
                             break 'iterations;

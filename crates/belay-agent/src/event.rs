@@ -125,11 +125,20 @@ pub enum StopReason {
     IterationLimit {
         limit: u32,
     },
+    /// The sandbox itself failed (the container engine refused an exec, the
+    /// container is gone): no command can run, so the agent is stopped at
+    /// once rather than left to iterate on error strings.
+    Infra {
+        message: String,
+    },
 }
 
 impl StopReason {
     pub fn is_limit(&self) -> bool {
-        !matches!(self, StopReason::Completed | StopReason::Failed { .. })
+        !matches!(
+            self,
+            StopReason::Completed | StopReason::Failed { .. } | StopReason::Infra { .. }
+        )
     }
 
     pub fn describe(&self) -> String {
@@ -144,6 +153,7 @@ impl StopReason {
             StopReason::IterationLimit { limit } => {
                 format!("iteration limit reached ({limit} iterations)")
             }
+            StopReason::Infra { message } => format!("the sandbox failed: {message}"),
         }
     }
 }

@@ -138,9 +138,7 @@ impl AgentBox {
             Ok(id) => id,
             Err(e) => {
                 if let Some(r) = route {
-                    let net = r.network.clone();
-                    drop(r);
-                    let _ = s.rt.remove_network(&net).await;
+                    r.close(s.rt.as_ref()).await;
                 }
                 return Err(e.into());
             }
@@ -176,6 +174,7 @@ impl AgentBox {
                 .map(|r| r.env.clone())
                 .unwrap_or_default(),
             host_root: Some(self.repo.clone()),
+            host_dirs: vec![],
             // A kept container stays for the user: it gets the cleanup.
             removed_after: !self.keep,
         }
@@ -188,9 +187,7 @@ impl AgentBox {
             let _ = self.rt.remove(&self.id).await;
         }
         if let Some(r) = self.route {
-            let net = r.network.clone();
-            drop(r);
-            let _ = self.rt.remove_network(&net).await;
+            r.close(self.rt.as_ref()).await;
         }
         let repo = self.repo.clone();
         tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&repo))

@@ -44,6 +44,11 @@ pub enum Placement {
         workdir: String,
         env: Vec<(String, String)>,
         host_root: Option<PathBuf>,
+        /// Other host directories bound read-write into the container
+        /// (container path, host path), where the built-in agent's writes go
+        /// straight to the host too (a read-only root filesystem refuses the
+        /// engine's archive upload on older engines even into a bind mount).
+        host_dirs: Vec<(String, PathBuf)>,
         /// The container is removed right after the agent (an
         /// [`crate::AgentBox`]): what the CLI left dies with it, and no
         /// cleanup exec is made (Docker holds a new exec for seconds while
@@ -67,11 +72,7 @@ pub fn agents_dir() -> PathBuf {
 
 /// The host's node binary (the pinned CLIs are node programs).
 fn host_node() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("node"))
-        .find(|p| p.is_file())
-        .and_then(|p| fs_err::canonicalize(p).ok())
+    belay_sandbox::path::find_program("node")
 }
 
 /// The program a CLI spec runs: the pinned CLI under [`agents_dir`] in a
@@ -89,12 +90,7 @@ pub fn program_of(spec: &AgentSpec, in_container: bool) -> Result<String, AgentE
             let found = if p.components().count() > 1 {
                 fs_err::canonicalize(&p).ok()
             } else {
-                std::env::var_os("PATH").and_then(|path| {
-                    std::env::split_paths(&path)
-                        .map(|d| d.join(&p))
-                        .find(|c| c.is_file())
-                        .and_then(|c| fs_err::canonicalize(c).ok())
-                })
+                belay_sandbox::path::find_program(program)
             };
             return found.map(|f| f.display().to_string()).ok_or_else(|| {
                 AgentError::Config(format!(
@@ -254,6 +250,7 @@ impl AgentSession<'_> {
             workdir,
             env,
             host_root,
+            host_dirs,
             ..
         } = &self.placement
         else {
@@ -276,6 +273,9 @@ impl AgentSession<'_> {
         );
         if let Some(h) = host_root {
             ws = ws.with_host_mount(h.clone());
+        }
+        for (dir, h) in host_dirs {
+            ws = ws.with_host_dir(dir, h.clone());
         }
         let mut config = self.builtin.clone();
         if let Some(t) = self.limits.max_turns {

@@ -27,6 +27,11 @@ pub trait Workspace: Send + Sync {
     async fn write_file(&self, path: &str, content: &[u8]) -> Result<(), String>;
     /// The workspace directory (absolute, as tools see it).
     fn root(&self) -> &str;
+    /// The sandbox failure that ended this workspace (sticky): once the
+    /// engine fails an exec, no further command runs and the agent stops.
+    fn infra_error(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How much command output a tool result carries.
@@ -41,10 +46,14 @@ pub struct ContainerWorkspace {
     redactor: Redactor,
     env: Vec<(String, String)>,
     seq: AtomicU64,
+    /// The first engine failure (sticky).
+    infra: std::sync::Mutex<Option<String>>,
     /// The workspace is this host directory, bind-mounted read-write at
     /// `workdir`: writes under it go straight to the host (a read-only root
     /// filesystem refuses the engine's archive upload).
     host_root: Option<PathBuf>,
+    /// Other host directories bound read-write: (container dir, host dir).
+    host_dirs: Vec<(String, PathBuf)>,
 }
 
 impl ContainerWorkspace {
@@ -65,8 +74,29 @@ impl ContainerWorkspace {
             redactor,
             env,
             seq: AtomicU64::new(0),
+            infra: std::sync::Mutex::new(None),
             host_root: None,
+            host_dirs: Vec::new(),
         }
+    }
+
+    /// An engine error: the machine's (sticky, it ends the agent) or not.
+    fn classify(&self, e: belay_sandbox::SandboxError) -> String {
+        let text = e.to_string();
+        if belay_record::Classify::exit_class(&e) == belay_record::ExitClass::Infra {
+            if let Ok(mut g) = self.infra.lock() {
+                g.get_or_insert_with(|| text.clone());
+            }
+        }
+        text
+    }
+
+    /// Write files under `dir` (a container path) through the host directory
+    /// bound there.
+    pub fn with_host_dir(mut self, dir: &str, host: PathBuf) -> Self {
+        self.host_dirs
+            .push((dir.trim_end_matches('/').to_string(), host));
+        self
     }
 
     /// Write files under the workspace through the host directory bound there.
@@ -122,11 +152,14 @@ impl Workspace for ContainerWorkspace {
             log_path: log_path.clone(),
             log_limit: None,
         };
+        if let Some(e) = self.infra_error() {
+            return Err(e);
+        }
         let out = self
             .rt
             .exec(&self.container, &spec, &self.redactor, &NoopObserver)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| self.classify(e))?;
         let mut output = log_tail(&log_path, OUTPUT_TAIL);
         if output.is_empty() {
             output = format!("{}{}", out.stdout_tail, out.stderr_tail);
@@ -139,14 +172,27 @@ impl Workspace for ContainerWorkspace {
     }
 
     async fn read_file(&self, path: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, String> {
+        if let Some(e) = self.infra_error() {
+            return Err(e);
+        }
         self.rt
             .read_file(&self.container, &self.abs(path), max_bytes)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| self.classify(e))
+    }
+
+    fn infra_error(&self) -> Option<String> {
+        self.infra.lock().ok().and_then(|g| g.clone())
     }
 
     async fn write_file(&self, path: &str, content: &[u8]) -> Result<(), String> {
         let abs = self.abs(path);
+        for (dir, host) in &self.host_dirs {
+            if let Some(rel) = abs.strip_prefix(&format!("{dir}/")) {
+                // Never through a link.
+                return belay_sandbox::hostfs::write(host, rel, content).map_err(|e| e.to_string());
+            }
+        }
         if let Some(root) = &self.host_root {
             if let Some(rel) = abs.strip_prefix(&format!("{}/", self.workdir)) {
                 // Never through a link, never into .git (belay_sandbox::hostfs).
@@ -180,7 +226,7 @@ impl Workspace for ContainerWorkspace {
         self.rt
             .put_files(&self.container, &[(abs, content.to_vec(), mode)])
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| self.classify(e))
     }
 
     fn root(&self) -> &str {
