@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::engine::{state_dir_for, DEFAULT_IMAGE, WORKDIR};
+use crate::engine::{state_dir_for, ARTIFACTS, DEFAULT_IMAGE, WORKDIR};
 use crate::schema::{Access, DepsPolicy, Pipeline, StepKind};
 
 pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
@@ -24,12 +24,28 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
                 .unwrap_or_else(|| "OPENAI_API_KEY".into());
             let _ = writeln!(
                 s,
-                "model: {} via {} ({}), key from ${key}",
+                "model: {} via {} ({}{}), key from ${key}{}",
                 l.model,
                 l.base_url.as_deref().unwrap_or("the vendor's endpoint"),
                 l.api
                     .map(|a| a.to_string())
-                    .unwrap_or_else(|| "responses".into())
+                    .unwrap_or_else(|| "responses".into()),
+                p.llm_provider
+                    .as_ref()
+                    .map(|pr| format!(", from the provider prefix `{pr}/`"))
+                    .unwrap_or_default(),
+                if l.api_key_env.is_some() {
+                    " (must be set)"
+                } else {
+                    ""
+                },
+            );
+            let _ = writeln!(
+                s,
+                "model call timeout: {}",
+                l.timeout
+                    .map(|t| format!("{t}s"))
+                    .unwrap_or_else(|| "none (agent runs are long)".into())
             );
         }
         None => {
@@ -62,14 +78,35 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
     if !p.caches.is_empty() {
         let _ = writeln!(
             s,
-            "caches (rw, never synced back): {}",
+            "caches (rw, shared across runs, never committed): {}",
             p.caches
                 .iter()
-                .map(|c| c.path.as_str())
+                .map(|c| match c.in_workspace() {
+                    Some(rel) => format!("{WORKDIR}/{rel}"),
+                    None => c.path.clone(),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         );
     }
+    let _ = writeln!(
+        s,
+        "artifacts: {ARTIFACTS} in every step (the run's own directory, rw, outside the worktree)"
+    );
+    let _ = writeln!(
+        s,
+        "commit excludes: the tooling, the artifacts, .venv-sandbox{}{}",
+        if p.caches.iter().any(|c| c.in_workspace().is_some()) {
+            ", the workspace caches"
+        } else {
+            ""
+        },
+        if p.sync_excludes.is_empty() {
+            String::new()
+        } else {
+            format!(", sync_excludes {}", p.sync_excludes.join(", "))
+        }
+    );
     if !p.secrets.is_empty() {
         let _ = writeln!(s, "secrets (refs only):");
         for (name, r) in &p.secrets {
@@ -106,21 +143,16 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
         if !matches!(&st.kind, StepKind::Action { action } if action == "commit") {
             let _ = writeln!(
                 s,
-                "     sandbox: network {}, workspace {} at {WORKDIR}{}{}",
+                "     sandbox: network {}, workspace {} at {WORKDIR}{}",
                 if !st.network {
                     "none"
-                } else if p.egress.presets.is_empty() {
-                    "bridge"
                 } else {
-                    "internal, out only through the egress proxy (package registries)"
+                    st.egress.describe()
                 },
                 match st.workspace {
                     Access::Rw => "rw",
                     Access::Ro => "ro",
                 },
-                st.timeout_s
-                    .map(|t| format!(", timeout {t}s"))
-                    .unwrap_or_default(),
                 if st.secrets.is_empty() {
                     String::new()
                 } else {
@@ -129,7 +161,40 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
             );
         }
         if let Some(setup) = &st.setup {
-            let _ = writeln!(s, "     setup (network on, stamp-cached): {setup}");
+            let _ = writeln!(
+                s,
+                "     setup (network on, stamp-cached, {}): {setup}",
+                if st.setup_secrets && !st.secrets.is_empty() {
+                    "with the step's secrets"
+                } else {
+                    "no secrets"
+                }
+            );
+        }
+        let timeout = st
+            .timeout_s
+            .map(|t| format!("timeout {t}s"))
+            .unwrap_or_else(|| "timeout none".into());
+        match &st.kind {
+            StepKind::Agent { .. } => {
+                let _ = writeln!(
+                    s,
+                    "     limits: max_iterations {}, {timeout}, attempts {}{}",
+                    st.max_iterations
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|| "uncapped".into()),
+                    p.max_attempts,
+                    if st.max_iterations.is_none() && st.timeout_s.is_none() {
+                        " (nothing bounds this agent but its own end: consider a timeout)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            StepKind::Action { action } if action == "commit" => {}
+            _ => {
+                let _ = writeln!(s, "     limits: {timeout}");
+            }
         }
         if let (Some(a), Some(v)) = (&st.artifact, &st.verdicts) {
             let _ = writeln!(

@@ -3,6 +3,7 @@
 //! sandbox with its own policy; state is checkpointed after every transition;
 //! one gated commit ends the run.
 
+pub mod compat;
 pub mod dryrun;
 pub mod engine;
 pub mod events;

@@ -25,6 +25,10 @@ impl belay_record::Classify for LoadError {
     fn exit_class(&self) -> belay_record::ExitClass {
         belay_record::ExitClass::Usage
     }
+
+    fn error_code(&self) -> &'static str {
+        "BELAY-E101"
+    }
 }
 
 fn yes() -> bool {
@@ -95,18 +99,83 @@ pub enum DepsPolicy {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Cache {
-    /// Path inside the container.
+    /// Where the cache is in the container: an absolute path, or a path
+    /// relative to the workspace (agentic-dev-loop's form, e.g.
+    /// `qa/node_modules`), which is then never committed.
     pub path: String,
     /// Name of the host directory under `<state_dir>/caches/` (default: from the path).
     #[serde(default)]
     pub name: Option<String>,
 }
 
+impl Cache {
+    /// The path relative to the workspace, for a cache inside it.
+    pub fn in_workspace(&self) -> Option<&str> {
+        (!self.path.starts_with('/')).then(|| self.path.trim_end_matches('/'))
+    }
+}
+
+/// A cache as written: `{path, name}`, or just the path (agentic-dev-loop).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum RawCache {
+    Path(String),
+    Full(Cache),
+}
+
+/// The egress of networked steps: none of it (the run's fenced bridge), the
+/// `package-registries` preset through the allowlisting proxy, or the
+/// browser class (every public host on 80/443 through the proxy, logged).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Egress {
     #[serde(default)]
     pub presets: Vec<String>,
+    #[serde(default)]
+    pub class: Option<EgressClass>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum EgressClass {
+    /// Broad but logged: any public address on ports 80 and 443.
+    Browser,
+}
+
+/// What a networked step can reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpenNet {
+    /// The run's bridge: the internet, the host fenced off.
+    Bridge,
+    /// Only the package registries, through the proxy.
+    Registries,
+    /// Any public host on 80/443, through the proxy, every connection logged.
+    Browser,
+}
+
+impl Egress {
+    pub fn kind(&self) -> OpenNet {
+        if self.class == Some(EgressClass::Browser) {
+            OpenNet::Browser
+        } else if self.presets.is_empty() {
+            OpenNet::Bridge
+        } else {
+            OpenNet::Registries
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match self.kind() {
+            OpenNet::Bridge => "bridge (the host fenced off)",
+            OpenNet::Registries => {
+                "internal, out only through the egress proxy (package registries)"
+            }
+            OpenNet::Browser => {
+                "internal, out through the egress proxy to any public host on 80/443, every connection logged (class browser)"
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
@@ -203,6 +272,14 @@ pub struct RawStep {
     pub on_fail: Option<Spanned<Target>>,
     #[serde(default)]
     pub on_unverifiable: Option<Spanned<Target>>,
+    /// This step's egress (agentic-dev-loop puts it on the step); the
+    /// pipeline's `egress` otherwise.
+    #[serde(default)]
+    pub egress: Option<Spanned<Egress>>,
+    /// Give the step's secrets to its `setup:` too (default: setup runs
+    /// with the network and without secrets).
+    #[serde(default)]
+    pub setup_secrets: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -229,11 +306,16 @@ pub struct RawPipeline {
     #[serde(default)]
     pub lockfiles: Vec<String>,
     #[serde(default)]
-    pub caches: Vec<Cache>,
+    pub caches: Vec<Spanned<RawCache>>,
     #[serde(default)]
     pub sync_excludes: Vec<String>,
     #[serde(default)]
     pub egress: Option<Egress>,
+    /// agentic-dev-loop's Python extensions: refused with the mapping.
+    #[serde(default)]
+    pub extensions: Option<Spanned<serde_json::Value>>,
+    #[serde(default)]
+    pub extensions_dir: Option<Spanned<serde_json::Value>>,
 }
 
 /// What a step does.
@@ -313,7 +395,11 @@ pub struct Step {
     pub timeout_s: Option<u64>,
     pub env: BTreeMap<String, String>,
     pub setup: Option<String>,
+    /// Whether `setup:` gets the step's secrets.
+    pub setup_secrets: bool,
     pub network: bool,
+    /// What a networked step reaches (the step's `egress`, else the pipeline's).
+    pub egress: Egress,
     pub workspace: Access,
     pub secrets: Vec<String>,
     pub on_pass: Route,
@@ -343,6 +429,8 @@ pub struct Pipeline {
     pub sync_excludes: Vec<String>,
     pub egress: Egress,
     pub agents: BTreeMap<String, AgentDef>,
+    /// The provider prefix `llm.model` had (`openai/…`), which chose the dialect.
+    pub llm_provider: Option<String>,
 }
 
 pub const EGRESS_PRESETS: &[&str] = &["package-registries"];
@@ -368,6 +456,22 @@ pub fn load(path: &Path) -> Result<Pipeline, LoadError> {
     let text = fs_err::read_to_string(path)
         .map_err(|e| err(0, 0, format!("cannot read the pipeline file: {e}")))?;
     parse(&text, path)
+}
+
+/// Where `key:` is first written in the text (1-based line and column of the
+/// key), or (1, 1): for the fields whose values carry no span.
+pub(crate) fn key_location(text: &str, key: &str) -> (u64, u64) {
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        let t = t.strip_prefix("- ").unwrap_or(t);
+        if t.strip_prefix(key)
+            .is_some_and(|r| r.trim_start().starts_with(':'))
+        {
+            let col = line.len() - line.trim_start().len() + 1;
+            return (i as u64 + 1, col as u64);
+        }
+    }
+    (1, 1)
 }
 
 fn location_of(message: &str) -> (u64, u64) {
@@ -431,16 +535,101 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
     if max_attempts == 0 {
         return Err(err(1, 1, "`max_attempts` must be at least 1".into()));
     }
-    for p in &raw.egress.clone().unwrap_or_default().presets {
-        if !EGRESS_PRESETS.contains(&p.as_str()) {
-            return Err(err(
-                1,
-                1,
-                format!(
-                    "unknown egress preset `{p}`: known presets are {}",
-                    EGRESS_PRESETS.join(", ")
-                ),
-            ));
+    if let Some(x) = raw.extensions.as_ref().or(raw.extensions_dir.as_ref()) {
+        let key = if raw.extensions.is_some() {
+            "extensions"
+        } else {
+            "extensions_dir"
+        };
+        return Err(err(
+            x.referenced.line(),
+            x.referenced.column(),
+            format!("`{key}` is agentic-dev-loop's Python plugin hook; belay runs no Python in the host and has no plugins. Map each use instead: a document loader (the AI-DLC one too) becomes `additional_files: [the documents]`; a consumer action becomes a step `action: NAME` with `params: {{script: \"...\"}}` (it runs in the sandbox); a tool becomes an agent CLI (`runner:` in the agent file). Then remove `{key}`. `belay run --explain-compat FILE` shows how every key maps"),
+        ));
+    }
+    let check_egress = |e: &Egress, l: u64, c: u64| -> Result<(), LoadError> {
+        for p in &e.presets {
+            if !EGRESS_PRESETS.contains(&p.as_str()) {
+                return Err(err(
+                    l,
+                    c,
+                    format!(
+                        "unknown egress preset `{p}`: known presets are {}",
+                        EGRESS_PRESETS.join(", ")
+                    ),
+                ));
+            }
+        }
+        if e.class.is_some() && !e.presets.is_empty() {
+            return Err(err(l, c, "`egress` gives both `class: browser` (any public host) and `presets`; give one: the class already allows what the presets would".into()));
+        }
+        Ok(())
+    };
+    let pipeline_egress = raw.egress.clone().unwrap_or_default();
+    let (el, ec) = key_location(text, "egress");
+    check_egress(&pipeline_egress, el, ec)?;
+    let mut caches = Vec::new();
+    for c in &raw.caches {
+        let cache = match &c.value {
+            RawCache::Path(path) => Cache {
+                path: path.clone(),
+                name: None,
+            },
+            RawCache::Full(c) => c.clone(),
+        };
+        if let Some(name) = &cache.name {
+            let plain = !name.is_empty()
+                && !name.starts_with('.')
+                && name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
+            if !plain {
+                return Err(err(c.referenced.line(), c.referenced.column(), format!("cache name `{name}`: a plain name (letters, digits, `-`, `_`, `.`; not starting with `.`), the directory under <state_dir>/caches/")));
+            }
+        }
+        if let Some(rel) = cache.in_workspace() {
+            let bad = rel.is_empty()
+                || Path::new(rel)
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+                || rel.eq_ignore_ascii_case(".git")
+                || rel.to_ascii_lowercase().starts_with(".git/");
+            if bad {
+                return Err(err(c.referenced.line(), c.referenced.column(), format!("cache `{}`: a workspace cache is a plain relative path inside the workspace (no `..`, not `.git`), or give an absolute path in the container", cache.path)));
+            }
+        }
+        caches.push(cache);
+    }
+    if let Some(sc) = &raw.isolation.seccomp_profile {
+        let (l, c) = key_location(text, "seccomp_profile");
+        match belay_sandbox::seccomp::parse(sc) {
+            Err(m) => return Err(err(l, c, format!("isolation.seccomp_profile: {m}"))),
+            Ok(belay_sandbox::seccomp::ProfileRef::File(f)) => {
+                if !dir.join(f).is_file() {
+                    return Err(err(l, c, format!("isolation.seccomp_profile: {} is not a file. Give a seccomp JSON profile relative to the pipeline file, or a bundled one ({})", dir.join(f).display(),
+                        belay_sandbox::seccomp::BUNDLED.iter().map(|(n, _)| format!("bundled:{n}")).collect::<Vec<_>>().join(", "))));
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    let mut llm = raw.llm.clone();
+    let mut llm_provider = None;
+    if let Some(l) = llm.as_mut() {
+        if l.api.is_none() {
+            if let Some((prov, model)) = belay_model::provider::split(&l.model) {
+                if !prov.has_default_endpoint && l.base_url.is_none() {
+                    let (ll, lc) = key_location(text, "model");
+                    return Err(err(ll, lc, format!("llm.model `{}`: provider `{}/` has no endpoint belay knows; give `llm.base_url` (its OpenAI-compatible URL)", l.model, prov.prefix)));
+                }
+                llm_provider = Some(prov.prefix.to_string());
+                l.api = Some(prov.api);
+                l.model = model.to_string();
+            }
+        }
+        if l.api_key_env.as_deref() == Some("") {
+            let (ll, lc) = key_location(text, "api_key_env");
+            return Err(err(ll, lc, "llm.api_key_env is empty: name the environment variable that holds the key, or leave it out for a server that needs none".into()));
         }
     }
     for (name, s) in &raw.secrets {
@@ -568,7 +757,19 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
             timeout_s: r.timeout,
             env: r.env.clone(),
             setup: r.setup.clone(),
+            setup_secrets: r.setup_secrets,
             network: r.network,
+            egress: match &r.egress {
+                Some(e) => {
+                    let (el, ec) = (e.referenced.line(), e.referenced.column());
+                    check_egress(&e.value, el, ec)?;
+                    if !r.network {
+                        return Err(err(el, ec, format!("step `{}` gives `egress` without `network: true`: egress only applies to a networked step. Add `network: true`, or remove `egress`", r.name)));
+                    }
+                    e.value.clone()
+                }
+                None => pipeline_egress.clone(),
+            },
             workspace: r
                 .mounts
                 .as_ref()
@@ -619,7 +820,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
         path: path.to_path_buf(),
         dir,
         additional_files: raw.additional_files,
-        llm: raw.llm,
+        llm,
         max_attempts,
         agents_dir: raw.agents_dir,
         steps,
@@ -628,10 +829,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
         state_dir: raw.state_dir,
         deps_policy: raw.deps_policy,
         lockfiles: raw.lockfiles,
-        caches: raw.caches,
+        caches,
         sync_excludes: raw.sync_excludes,
-        egress: raw.egress.unwrap_or_default(),
+        egress: pipeline_egress,
         agents,
+        llm_provider,
     })
 }
 

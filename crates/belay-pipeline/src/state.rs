@@ -51,6 +51,19 @@ pub struct RunState {
     pub git_control_at_start: BTreeMap<String, String>,
     pub started_at: String,
     pub updated_at: String,
+    /// A run that ended because its attempts ran out: the retry route it
+    /// could not take, so `--resume ID --max-attempts N` can take it.
+    #[serde(default)]
+    pub exhausted: Option<Exhausted>,
+}
+
+/// Where an exhausted run stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exhausted {
+    /// The gate that failed last.
+    pub step: String,
+    /// The step its retry route goes to.
+    pub next: String,
 }
 
 /// The pipeline's own files in a run directory (the state and the event log

@@ -61,6 +61,7 @@ impl Engine<'_> {
             exclude.extend(s.produces.iter().cloned());
             exclude.extend(s.artifact.iter().cloned());
         }
+        exclude.extend(never_committed(self.p));
         let template = step
             .params
             .get("message")
@@ -135,7 +136,7 @@ impl Engine<'_> {
                 message: message.clone(),
                 author: None,
                 exclude,
-                exclude_globs: vec![],
+                exclude_globs: self.p.sync_excludes.clone(),
                 allow_empty: false,
                 paths: vec![],
                 submodules,

@@ -52,7 +52,7 @@ pub fn resolve_secrets(p: &Pipeline) -> Result<BTreeMap<String, String>, Pipelin
                     out.insert(r.clone(), v);
                 }
                 _ => {
-                    return Err(PipelineError::Config(format!(
+                    return Err(PipelineError::MissingSecret(format!(
                         "secret `{r}` (used by step `{}`) is missing: set the environment variable {} (provider `{}`)",
                         s.name, def.key, def.from
                     )))
@@ -81,8 +81,19 @@ pub fn tooling_paths(p: &Pipeline, git_root: &Path) -> Vec<String> {
         v.extend(rel(&p.dir.join(f)));
     }
     // Policy files: a step must not be able to swap them, nor get them committed.
-    if let Some(f) = &p.isolation.seccomp_profile {
+    if let Some(f) = p
+        .isolation
+        .seccomp_profile
+        .as_ref()
+        .filter(|f| !f.starts_with(belay_sandbox::seccomp::PREFIX))
+    {
         v.extend(rel(&p.dir.join(f)));
+    }
+    // The peer's tooling directories, when the repository has them.
+    for d in ["tools", "aidlc-docs"] {
+        if git_root.join(d).is_dir() {
+            v.push(d.to_string());
+        }
     }
     v.retain(|s| !s.is_empty());
     v
@@ -127,43 +138,121 @@ pub(super) fn workspace_path(root: &Path, rel: &str) -> Result<PathBuf, Pipeline
 }
 
 /// Load-time checks that need the host: git state of the tooling, the `.env`
-/// ban, the secrets. Returns the git handle, whether the worktree was clean,
-/// and the resolved secrets.
+/// ban, the secrets. Returns the git handle, the files the worktree has
+/// uncommitted (outside `sync_excludes` and the caches), and the resolved
+/// secrets.
 pub(super) async fn host_checks(
     p: &Pipeline,
     state_dir: &Path,
-) -> Result<(Git, bool, BTreeMap<String, String>), PipelineError> {
+) -> Result<(Git, Vec<String>, BTreeMap<String, String>), PipelineError> {
     let git = Git::open(&p.dir, &state_dir.join("no-hooks")).await?;
     let root = git.root().to_path_buf();
     if let Ok(sd) = fs_err::canonicalize(state_dir) {
         if sd.starts_with(&root) {
-            return Err(PipelineError::Config(format!(
+            return Err(PipelineError::NotReady(format!(
                 "the state directory {} is inside the workspace {}, where steps could change it: set `state_dir` (or --state-dir) outside",
                 sd.display(),
                 root.display()
             )));
         }
     }
+    self_check(p, &root)?;
     let tooling = tooling_paths(p, &root);
     let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
     let dirty = git.dirty(&refs).await?;
     if !dirty.is_empty() {
-        return Err(PipelineError::Config(format!(
+        return Err(PipelineError::NotReady(format!(
             "the pipeline's tooling must be committed before a run; these files differ from HEAD: {}. Commit them (git add + git commit) and rerun",
             dirty.join(", ")
         )));
     }
     let envs = env_files(&root);
     if !envs.is_empty() {
-        return Err(PipelineError::Config(format!(
+        return Err(PipelineError::NotReady(format!(
             "the workspace holds {}: secrets belong in the host environment and `secrets:` refs, not in files steps can read. Move them out of {} (.env.example, .env.template and .env.sample are allowed)",
             envs.join(", "),
             root.display()
         )));
     }
-    let clean = git.dirty(&[]).await?.is_empty();
+    let specs = commit_pathspecs(p);
+    let refs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    let dirty = git.dirty(&refs).await?;
     let secrets = resolve_secrets(p)?;
-    Ok((git, clean, secrets))
+    Ok((git, dirty, secrets))
+}
+
+/// The startup self-check: neither belay nor an agent's program may be
+/// inside the workspace, where a step could replace what the host runs next.
+fn self_check(p: &Pipeline, root: &Path) -> Result<(), PipelineError> {
+    let root = fs_err::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    if let Some(exe) = std::env::current_exe()
+        .ok()
+        .and_then(|e| fs_err::canonicalize(e).ok())
+    {
+        if exe.starts_with(&root) {
+            return Err(PipelineError::NotReady(format!(
+                "belay itself ({}) is inside the workspace {}: a step could replace the program the host runs next. Run a belay installed outside it (e.g. `cargo install --path crates/belay`, or a copy in /usr/local/bin)",
+                exe.display(),
+                root.display()
+            )));
+        }
+    }
+    // The git the host runs (from PATH): a workspace directory on PATH
+    // (direnv, `./bin`) would let a step plant it.
+    if let Some(git) = belay_sandbox::path::find_program("git") {
+        if git.starts_with(&root) {
+            return Err(PipelineError::NotReady(format!(
+                "the git on PATH ({}) is inside the workspace {}: a step could replace the git the host runs. Take the workspace's directories off PATH",
+                git.display(),
+                root.display()
+            )));
+        }
+    }
+    for def in p.agents.values() {
+        let Ok(spec) = agent_spec(def) else { continue };
+        for m in belay_agent::session::container_mounts(&spec).unwrap_or_default() {
+            let host = fs_err::canonicalize(&m.host).unwrap_or(m.host.clone());
+            if host.starts_with(&root) {
+                return Err(PipelineError::NotReady(format!(
+                    "agent `{}` runs {}, which is inside the workspace {}: a step could rewrite it before the next agent step runs it on the host's behalf. Keep agent programs outside the workspace",
+                    def.name,
+                    host.display(),
+                    root.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a commit never holds besides the tooling and the artifacts: the
+/// workspace caches and the sandbox's own venv (agentic-dev-loop's
+/// `.venv-sandbox`), as literal paths.
+pub(super) fn never_committed(p: &Pipeline) -> Vec<String> {
+    let mut v: Vec<String> = p
+        .caches
+        .iter()
+        .filter_map(|c| c.in_workspace().map(String::from))
+        .collect();
+    v.push(".venv-sandbox".into());
+    v
+}
+
+/// The pathspecs of "the worktree the commit would take": everything but
+/// [`never_committed`] and `sync_excludes`.
+pub(super) fn commit_pathspecs(p: &Pipeline) -> Vec<String> {
+    let mut v = vec![".".to_string()];
+    v.extend(
+        never_committed(p)
+            .into_iter()
+            .map(|e| format!(":(exclude,literal){e}")),
+    );
+    v.extend(
+        p.sync_excludes
+            .iter()
+            .map(|g| format!(":(exclude,glob){g}")),
+    );
+    v
 }
 
 /// The variable that holds the model key: `llm.api_key_env`, else the dialect's usual one.
@@ -175,6 +264,15 @@ pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, P
     let Some(llm) = &p.llm else {
         return Ok((None, None));
     };
+    // A variable the file names must be set, with or without `base_url`:
+    // the first agent step would fail late otherwise.
+    if let Some(var) = &llm.api_key_env {
+        if std::env::var(var).map_or(true, |v| v.is_empty()) {
+            return Err(PipelineError::MissingSecret(format!(
+                "the pipeline's llm names its key variable {var} (llm.api_key_env), which is not set: export {var}=..., or remove api_key_env for a server that needs no key"
+            )));
+        }
+    }
     let wanted = ModelWanted {
         api: llm.api.unwrap_or(Api::Responses),
         model: Some(&llm.model),
@@ -185,7 +283,7 @@ pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, P
     };
     let mut r = resolve(&wanted, &belay_model::keys::Settings::env_only())
         .map_err(|e| match e {
-            belay_model::ModelError::NoKey { var } => PipelineError::Config(format!(
+            belay_model::ModelError::NoKey { var } => PipelineError::MissingSecret(format!(
                 "the pipeline's llm needs its key: set {var} (named by llm.api_key_env), or give llm.base_url for a server that needs none"
             )),
             e => PipelineError::Config(e.to_string()),

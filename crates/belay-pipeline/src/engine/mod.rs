@@ -21,10 +21,11 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::events::{Event, Kind};
-use crate::schema::{Access, DepsPolicy, Pipeline, Route, Step, StepKind};
-use crate::state::{RunState, Status, LLM_USAGE_FILE, LOGS_DIR, SUMMARY_FILE};
+use crate::schema::{Access, DepsPolicy, OpenNet, Pipeline, Route, Step, StepKind};
+use crate::state::{Exhausted, RunState, Status, LLM_USAGE_FILE, LOGS_DIR, SUMMARY_FILE};
 use crate::verdict::{self, Verdict};
 
+mod artifacts;
 mod commit;
 mod host;
 mod sandbox;
@@ -40,6 +41,12 @@ use util::*;
 
 /// Where the workspace is inside step containers.
 pub const WORKDIR: &str = "/workspace/repo";
+/// Where the run's artifacts (`artifact:`, `produces:`) are inside step
+/// containers: the run's own directory, outside the worktree, writable by
+/// every step (a read-only reviewer too).
+pub const ARTIFACTS: &str = "/workspace/artifacts";
+/// The run directory's folder of artifacts.
+pub const ARTIFACTS_DIR: &str = "artifacts";
 /// The default image of step containers.
 pub const DEFAULT_IMAGE: &str = "belay-base:bookworm";
 /// The user of step containers' own processes (their init and idle main
@@ -77,6 +84,27 @@ pub enum PipelineError {
     /// mid-run): exit 1.
     #[error("{0}")]
     Failed(String),
+    /// The sandbox failed under a running step (the engine refused an exec,
+    /// the container is gone): exit 3, no retry.
+    #[error("{0}")]
+    SandboxFailed(String),
+    /// SIGINT or SIGTERM: the step was stopped and recorded, the run can be
+    /// resumed: exit 130.
+    #[error("{0}")]
+    Interrupted(String),
+    /// A run that cannot be resumed as asked: exit 2.
+    #[error("{0}")]
+    Resume(String),
+    /// The workspace is not ready for a run (tooling, `.env`, the state
+    /// directory, belay inside it): exit 2.
+    #[error("{0}")]
+    NotReady(String),
+    /// A secret or the model's key is missing: exit 2.
+    #[error("{0}")]
+    MissingSecret(String),
+    /// Another run of the pipeline holds its lock: exit 2.
+    #[error("{0}")]
+    Locked(String),
 }
 
 impl belay_record::Classify for PipelineError {
@@ -88,8 +116,32 @@ impl belay_record::Classify for PipelineError {
             PipelineError::Record(e) => e.exit_class(),
             PipelineError::Vcs(e) => e.exit_class(),
             PipelineError::Agent { source, .. } => source.exit_class(),
-            PipelineError::Infra(_) => ExitClass::Infra,
+            PipelineError::Infra(_) | PipelineError::SandboxFailed(_) => ExitClass::Infra,
             PipelineError::Failed(_) => ExitClass::Failed,
+            PipelineError::Interrupted(_) => ExitClass::Interrupted,
+            PipelineError::Resume(_)
+            | PipelineError::NotReady(_)
+            | PipelineError::MissingSecret(_)
+            | PipelineError::Locked(_) => ExitClass::Usage,
+        }
+    }
+
+    fn error_code(&self) -> &'static str {
+        match self {
+            PipelineError::Sandbox(e) => e.error_code(),
+            PipelineError::Record(e) => e.error_code(),
+            PipelineError::Vcs(e) => e.error_code(),
+            PipelineError::Agent { source, .. } => match source.exit_class() {
+                belay_record::ExitClass::Failed => "BELAY-E201",
+                c => c.error_code(),
+            },
+            PipelineError::Infra(_) => "BELAY-E303",
+            PipelineError::SandboxFailed(_) => "BELAY-E302",
+            PipelineError::Resume(_) => "BELAY-E104",
+            PipelineError::NotReady(_) => "BELAY-E103",
+            PipelineError::MissingSecret(_) => "BELAY-E102",
+            PipelineError::Locked(_) => "BELAY-E105",
+            e => belay_record::Classify::exit_class(e).error_code(),
         }
     }
 }
@@ -103,6 +155,25 @@ pub struct RunOptions {
     pub state_dir: Option<PathBuf>,
     /// The run registry (default: the user's, `belay_record::state_home`).
     pub registry: Option<PathBuf>,
+    /// A stop request (the reason), e.g. from SIGINT/SIGTERM: the current
+    /// step is stopped and recorded as interrupted, the containers are
+    /// removed, and `--resume` continues it.
+    pub stop: Option<tokio::sync::watch::Receiver<Option<String>>>,
+    /// Told every event as it is written (the console).
+    pub observer: Option<Observer>,
+}
+
+/// What an [`Observer`] is told: (kind, step, data).
+pub type ObserveFn = dyn Fn(Kind, Option<&str>, &serde_json::Value) + Send + Sync;
+
+/// A function told each event as it is written.
+#[derive(Clone)]
+pub struct Observer(pub Arc<ObserveFn>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 /// How a run ended.
@@ -125,8 +196,9 @@ pub struct Outcome {
 enum Net {
     /// No network.
     None,
-    /// `network: true`: the bridge, or the egress proxy when presets are set.
-    Open,
+    /// `network: true`: the run's bridge, or the egress proxy (presets, or
+    /// the browser class).
+    Open(OpenNet),
     /// An agent CLI: only the model endpoint is reachable.
     Model,
 }
@@ -157,9 +229,9 @@ pub struct Engine<'a> {
     /// (`.venv`, `node_modules`...), each kept in a named volume of the run
     /// that Docker fills from the image: a bind-mounted workspace would hide them.
     env_volumes: Option<Vec<(String, String)>>,
-    /// The internal network and the allowlisting proxy of networked steps,
-    /// when the pipeline names egress presets.
-    egress: Option<NetRoute>,
+    /// The internal networks and the proxies of networked steps with an
+    /// egress policy (presets, the browser class), made on first use.
+    egress: Vec<(OpenNet, NetRoute)>,
     /// The run's own bridge for `network: true` steps without presets: the
     /// internet, but not the host's services.
     open_net: Option<(String, belay_sandbox::firewall::Firewall)>,
@@ -178,6 +250,21 @@ pub struct Engine<'a> {
     /// Tokens and cost of the agents so far (for the run registry).
     tokens: u64,
     cost_usd: f64,
+    stop: Option<tokio::sync::watch::Receiver<Option<String>>>,
+    observer: Option<Observer>,
+}
+
+/// Wait for a stop request; its reason.
+async fn stop_requested(stop: &mut tokio::sync::watch::Receiver<Option<String>>) -> String {
+    loop {
+        if let Some(why) = stop.borrow().clone() {
+            return why;
+        }
+        if stop.changed().await.is_err() {
+            // The sender is gone: no stop will come.
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// The pipeline's model client, and its key (name, value) for the redactor.
@@ -198,40 +285,78 @@ impl<'a> Engine<'a> {
             ))
         })?;
         let lock = RunLock::acquire(&state_dir.join("pipeline.lock")).map_err(|e| match e {
-            belay_record::RecordError::Locked { .. } => PipelineError::Config(format!(
+            belay_record::RecordError::Locked { .. } => PipelineError::Locked(format!(
                 "another belay run of this pipeline is in progress (lock {}); wait for it to finish",
                 state_dir.join("pipeline.lock").display()
             )),
             other => other.into(),
         })?;
-        let (git, clean, secrets) = host_checks(p, &state_dir).await?;
+        let (git, dirty, secrets) = host_checks(p, &state_dir).await?;
+        let clean = dirty.is_empty();
+        let mut resumed_budget = None;
         let pipeline_hash = hash_file(&p.path)?;
         let now = belay_record::now_rfc3339();
         let state = match &opts.resume {
             Some(id) => {
                 belay_record::run_id::validate(id)
-                    .map_err(|e| PipelineError::Config(e.to_string()))?;
+                    .map_err(|e| PipelineError::Resume(e.to_string()))?;
                 let dir = state_dir.join("runs").join(id);
                 let mut st: RunState = RunHandle::load_state(&dir)?.ok_or_else(|| {
-                    PipelineError::Config(format!(
+                    PipelineError::Resume(format!(
                         "no run {id} to resume (no {}); `belay runs list --mode pipeline` lists runs",
                         dir.join(belay_record::STATE_FILE).display(),
                     ))
                 })?;
                 if st.pipeline_hash != pipeline_hash {
-                    return Err(PipelineError::Config(format!(
+                    return Err(PipelineError::Resume(format!(
                         "run {id} was started with a different {}: resume needs the same pipeline file (start a new run instead)",
                         p.path.display()
                     )));
                 }
-                if st.status != Status::Running {
-                    return Err(PipelineError::Config(format!(
-                        "run {id} already ended ({:?}); nothing to resume",
-                        st.status
-                    )));
-                }
-                if let Some(n) = opts.max_attempts {
-                    st.max_attempts = n;
+                match (st.status, st.exhausted.clone(), opts.max_attempts) {
+                    (Status::Running, _, n) => {
+                        if let Some(n) = n {
+                            resumed_budget = Some((st.max_attempts, n));
+                            st.max_attempts = n;
+                        }
+                    }
+                    // An exhausted run continues with a larger budget: the
+                    // retry route it could not take, with its feedback.
+                    (Status::Failed, Some(ex), Some(n)) if n > st.attempt => {
+                        resumed_budget = Some((st.max_attempts, n));
+                        st.max_attempts = n;
+                        st.status = Status::Running;
+                        st.attempt += 1;
+                        st.verdicts.clear();
+                        st.current = Some(ex.next.clone());
+                        st.failure = None;
+                        st.exhausted = None;
+                    }
+                    (Status::Failed, Some(_), Some(n)) => {
+                        return Err(PipelineError::Resume(format!(
+                            "run {id} used {} attempt(s); --max-attempts {n} gives it none more. Pass a larger number",
+                            st.attempt
+                        )));
+                    }
+                    (Status::Failed, Some(_), None) => {
+                        return Err(PipelineError::Resume(format!(
+                            "run {id} used all {} attempts; continue it with a larger budget: --resume {id} --max-attempts N (N > {})",
+                            st.max_attempts, st.attempt
+                        )));
+                    }
+                    (status, _, _) => {
+                        return Err(PipelineError::Resume(format!(
+                            "run {id} already ended ({}{}); only an interrupted run, or one that used all its attempts, can be resumed",
+                            match status {
+                                Status::Succeeded => "succeeded",
+                                _ => "failed",
+                            },
+                            st.failure
+                                .as_ref()
+                                .map(|f| format!(": {f}"))
+                                .unwrap_or_default()
+                        )));
+                    }
                 }
                 st
             }
@@ -258,6 +383,7 @@ impl<'a> Engine<'a> {
                     git_control_at_start: git.control_files(),
                     started_at: now.clone(),
                     updated_at: now,
+                    exhausted: None,
                 }
             }
         };
@@ -288,13 +414,15 @@ impl<'a> Engine<'a> {
                 .map(belay_record::Registry::at)
                 .unwrap_or_else(belay_record::Registry::default_location),
         })?;
-        let logs = run.path(LOGS_DIR);
-        fs_err::create_dir_all(&logs).map_err(|e| {
-            PipelineError::Config(format!(
-                "cannot create {}: {e}. Pass --state-dir with a writable directory",
-                logs.display()
-            ))
-        })?;
+        for dir in [LOGS_DIR, ARTIFACTS_DIR] {
+            let dir = run.path(dir);
+            fs_err::create_dir_all(&dir).map_err(|e| {
+                PipelineError::Config(format!(
+                    "cannot create {}: {e}. Pass --state-dir with a writable directory",
+                    dir.display()
+                ))
+            })?;
+        }
         // Containers a killed run left behind.
         let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
         let image = p
@@ -308,6 +436,18 @@ impl<'a> Engine<'a> {
             )));
         }
         let seccomp = match &p.isolation.seccomp_profile {
+            Some(f) if f.starts_with(belay_sandbox::seccomp::PREFIX) => {
+                let text = match belay_sandbox::seccomp::parse(f) {
+                    Ok(belay_sandbox::seccomp::ProfileRef::Bundled(_, text)) => text.to_string(),
+                    Ok(_) | Err(_) => {
+                        return Err(PipelineError::Config(format!(
+                            "isolation.seccomp_profile {f}: not a profile belay ships"
+                        )))
+                    }
+                };
+                let hash = hex::encode(Sha256::digest(text.as_bytes()));
+                Some((PathBuf::from(f), text, hash))
+            }
             Some(f) => {
                 let path = p.dir.join(f);
                 let text = read_policy(&path, git.root()).map_err(|e| {
@@ -330,7 +470,7 @@ impl<'a> Engine<'a> {
             secrets,
             containers: HashMap::new(),
             env_volumes: None,
-            egress: None,
+            egress: Vec::new(),
             open_net: None,
             seccomp,
             model_route: None,
@@ -343,6 +483,8 @@ impl<'a> Engine<'a> {
             nested_git: Vec::new(),
             tokens: 0,
             cost_usd: 0.0,
+            stop: opts.stop.clone(),
+            observer: opts.observer.clone(),
         };
         let kind = if opts.resume.is_some() {
             Kind::RunResumed
@@ -363,9 +505,21 @@ impl<'a> Engine<'a> {
                     "on_fail": s.on_fail.describe(), "on_unverifiable": s.on_unverifiable.describe()})
             })
             .collect();
-        let data = serde_json::json!({"pipeline": p.path, "attempt": e.state.attempt, "max_attempts": e.state.max_attempts,
+        let mut data = serde_json::json!({"pipeline": p.path, "attempt": e.state.attempt, "max_attempts": e.state.max_attempts,
             "current": e.state.current, "clean_at_start": e.state.clean_at_start, "steps": graph});
+        if let Some((before, now)) = resumed_budget {
+            data["budget"] =
+                serde_json::json!({"max_attempts_before": before, "max_attempts": now});
+        }
         e.event(kind, None, data)?;
+        if opts.resume.is_none() && !dirty.is_empty() {
+            e.event(
+                Kind::UntrackedAtStart,
+                None,
+                serde_json::json!({"files": cap_list(&dirty), "files_total": dirty.len(),
+                    "hint": "the commit point refuses to mix these into its commit: commit or stash them, .gitignore build output, or list it in sync_excludes"}),
+            )?;
+        }
         e.save()?;
         Ok(e)
     }
@@ -392,6 +546,9 @@ impl<'a> Engine<'a> {
     ) -> Result<(), PipelineError> {
         self.run
             .emit(kind.source(), step, &Event { kind, data: &data })?;
+        if let Some(o) = &self.observer {
+            (o.0)(kind, step, &data);
+        }
         Ok(())
     }
 
@@ -401,14 +558,11 @@ impl<'a> Engine<'a> {
         for (_, c) in self.containers.drain() {
             let _ = self.rt.remove(&c).await;
         }
-        let model_net = self.model_route.take().map(|r| r.network);
-        if let Some(route) = self.egress.take() {
-            let net = route.network.clone();
-            drop(route);
-            let _ = self.rt.remove_network(&net).await;
+        if let Some(route) = self.model_route.take() {
+            route.close(self.rt.as_ref()).await;
         }
-        if let Some(net) = model_net {
-            let _ = self.rt.remove_network(&net).await;
+        for (_, route) in std::mem::take(&mut self.egress) {
+            route.close(self.rt.as_ref()).await;
         }
         if let Some((net, fence)) = self.open_net.take() {
             drop(fence);
@@ -474,17 +628,44 @@ impl<'a> Engine<'a> {
                 serde_json::json!({"n": n, "attempt": self.state.attempt, "step_kind": &step.kind}),
             )?;
             let t = Instant::now();
-            let r = self.run_step(&step, n).await;
+            let r = match self.stop.clone() {
+                Some(mut stop) => {
+                    tokio::select! {
+                        r = self.run_step(&step, n) => r,
+                        why = stop_requested(&mut stop) => Err(PipelineError::Interrupted(why)),
+                    }
+                }
+                None => self.run_step(&step, n).await,
+            };
             let took = t.elapsed().as_secs_f64();
-            // The end of a step happens even when it failed to run.
-            self.end_step_processes(&name).await?;
+            let r = match r {
+                Err(PipelineError::Interrupted(why)) => {
+                    // The step starts again on `--resume`; its processes end below.
+                    self.event(
+                        Kind::StepInterrupted,
+                        Some(&name),
+                        serde_json::json!({"n": n, "reason": &why, "after_s": (took * 1000.0).round() / 1000.0}),
+                    )?;
+                    Err(PipelineError::Interrupted(format!(
+                        "{why}: step `{name}` was stopped and recorded, its containers removed; continue with `belay run {} --resume {}`",
+                        self.p.path.display(),
+                        self.state.run_id
+                    )))
+                }
+                r => r,
+            };
+            // The end of a step happens even when it failed to run (and
+            // its own failure is the one reported).
+            let ended = self.end_step_processes(&name).await;
             let r = r?;
+            ended?;
+            self.collect_outputs(&step)?;
             self.scrub_outputs(&step)?;
-            let decisions = self
+            let decisions: Vec<_> = self
                 .egress
-                .as_ref()
-                .map(NetRoute::drain_decisions)
-                .unwrap_or_default();
+                .iter()
+                .flat_map(|(_, r)| r.drain_decisions())
+                .collect();
             for d in decisions {
                 self.event(
                     Kind::Egress,
@@ -535,9 +716,13 @@ impl<'a> Engine<'a> {
                     if retry {
                         if self.state.attempt >= self.state.max_attempts {
                             let why = format!(
-                                "all {} attempts used; the last failing gate was `{name}`",
-                                self.state.max_attempts
+                                "all {} attempts used; the last failing gate was `{name}` (continue with --resume {} --max-attempts N)",
+                                self.state.max_attempts, self.state.run_id
                             );
+                            self.state.exhausted = Some(Exhausted {
+                                step: name.clone(),
+                                next,
+                            });
                             return self.finish(Status::Failed, Some(why));
                         }
                         self.state.attempt += 1;

@@ -11,6 +11,46 @@ impl Engine<'_> {
     /// recorded identity, never by name; and empty `/tmp` (the steps' `HOME`)
     /// and `/dev/shm`.
     pub(super) async fn end_step_processes(&mut self, step: &str) -> Result<(), PipelineError> {
+        self.kill_leftovers(step).await?;
+        // A step runs as root: a set-id file it left would be a root shell
+        // for anyone on the host.
+        let root = self.git.root().to_path_buf();
+        let swept = belay_sandbox::hostfs::sweep_workspace(&root).map_err(|e| {
+            PipelineError::Infra(format!("cannot check the workspace for set-id files after step `{step}`: {e}. belay walks the whole workspace as root after every step; a path it cannot open stops the run. Remove that path, then resume the run"))
+        })?;
+        self.nested_git = swept.nested_git;
+        let mut setid = swept.setid_cleared;
+        // The other directories steps write that live on the host: the run's
+        // artifacts and the caches.
+        let mut others = vec![self.artifacts_dir()];
+        others.extend(self.p.caches.iter().map(|c| self.cache_dir(c)));
+        for dir in others.into_iter().filter(|d| d.is_dir()) {
+            let swept = belay_sandbox::hostfs::sweep_workspace(&dir).map_err(|e| {
+                PipelineError::Infra(format!("cannot check {} for set-id files after step `{step}`: {e}. Remove that path, then resume the run", dir.display()))
+            })?;
+            setid.extend(
+                swept
+                    .setid_cleared
+                    .into_iter()
+                    .map(|f| format!("{}/{f}", dir.display())),
+            );
+        }
+        if !setid.is_empty() {
+            self.event(
+                Kind::SetidCleared,
+                Some(step),
+                serde_json::json!({"paths": cap_list(&setid)}),
+            )?;
+        }
+        if self.p.isolation.allow_git_mutations {
+            self.check_git_control(step)?;
+        }
+        Ok(())
+    }
+
+    /// Kill every process the step left in the run's containers (not the
+    /// sweeps of the step's end: those follow in [`Self::end_step_processes`]).
+    pub(super) async fn kill_leftovers(&mut self, step: &str) -> Result<(), PipelineError> {
         let containers: Vec<String> = self.containers.values().cloned().collect();
         let mut killed = 0;
         for c in containers {
@@ -22,24 +62,6 @@ impl Engine<'_> {
                 Some(step),
                 serde_json::json!({"killed": killed}),
             )?;
-        }
-        // A step runs as root: a set-id file it left would be a root shell
-        // for anyone on the host.
-        let root = self.git.root().to_path_buf();
-        let swept = belay_sandbox::hostfs::sweep_workspace(&root).map_err(|e| {
-            PipelineError::Infra(format!("cannot check the workspace for set-id files after step `{step}`: {e}. belay walks the whole workspace as root after every step; a path it cannot open stops the run. Remove that path, then resume the run"))
-        })?;
-        self.nested_git = swept.nested_git;
-        let setid = swept.setid_cleared;
-        if !setid.is_empty() {
-            self.event(
-                Kind::SetidCleared,
-                Some(step),
-                serde_json::json!({"paths": cap_list(&setid)}),
-            )?;
-        }
-        if self.p.isolation.allow_git_mutations {
-            self.check_git_control(step)?;
         }
         Ok(())
     }
@@ -68,72 +90,6 @@ impl Engine<'_> {
             changed.join(", "),
             self.git.git_dir().display()
         )))
-    }
-
-    /// Scrub secret values out of a step's declared outputs (its artifact and
-    /// `produces` files): they are records of the run, and may be read by the
-    /// next steps and by people.
-    pub(super) fn scrub_outputs(&mut self, step: &Step) -> Result<(), PipelineError> {
-        if self.redactor.is_empty() {
-            return Ok(());
-        }
-        let root = self.git.root().to_path_buf();
-        for rel in step.produces.iter().chain(step.artifact.iter()) {
-            // Streamed: any size, nothing cut, never through a link.
-            match belay_sandbox::hostfs::scrub(&root, rel, &self.redactor) {
-                Ok(true) => self.event(
-                    Kind::ArtifactScrubbed,
-                    Some(&step.name),
-                    serde_json::json!({"path": rel}),
-                )?,
-                Ok(false) => {}
-                Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => self.event(
-                    Kind::ArtifactUnreachable,
-                    Some(&step.name),
-                    serde_json::json!({"path": rel, "why": e.to_string()}),
-                )?,
-                Err(e) => {
-                    return Err(PipelineError::Infra(format!(
-                        "cannot scrub {rel}: {e}; check that belay may write the workspace"
-                    )))
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Delete a step's declared outputs before an attempt (stale artifacts never decide).
-    pub(super) fn hygiene(&mut self, step: &Step) -> Result<(), PipelineError> {
-        let root = self.git.root().to_path_buf();
-        for rel in step.produces.iter().chain(step.artifact.iter()) {
-            workspace_path(&root, rel)?;
-            let removed = match belay_sandbox::hostfs::remove(&root, rel) {
-                Ok(r) => r,
-                // A link on the way (a step's doing): there is no stale file
-                // belay could read through it, so nothing to delete.
-                Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => {
-                    self.event(
-                        Kind::ArtifactUnreachable,
-                        Some(&step.name),
-                        serde_json::json!({"path": rel, "why": e.to_string()}),
-                    )?;
-                    false
-                }
-                Err(e) => {
-                    return Err(PipelineError::Infra(format!(
-                    "cannot delete the stale {rel}: {e}; check that belay may write the workspace"
-                )))
-                }
-            };
-            if removed {
-                self.event(
-                    Kind::ArtifactDeleted,
-                    Some(&step.name),
-                    serde_json::json!({"path": rel}),
-                )?;
-            }
-        }
-        Ok(())
     }
 
     /// The run's bridge for `network: true` (made on first use): NAT to the
@@ -165,20 +121,33 @@ impl Engine<'_> {
         Ok(net)
     }
 
-    /// The internal network and the proxy on it (started on first use):
-    /// (network name, proxy URL).
-    pub(super) async fn egress_proxy(&mut self) -> Result<(String, String), PipelineError> {
-        if let Some(r) = &self.egress {
+    /// The internal network and the proxy on it for a kind of egress
+    /// (started on first use): (network name, proxy URL).
+    pub(super) async fn egress_proxy(
+        &mut self,
+        kind: OpenNet,
+    ) -> Result<(String, String), PipelineError> {
+        if let Some((_, r)) = self.egress.iter().find(|(k, _)| *k == kind) {
             return Ok((r.network.clone(), r.url.clone()));
         }
-        let net = format!("belay-{}-egress", self.state.run_id);
-        let allow = belay_sandbox::egress::package_registries();
+        let (net, allow, presets) = match kind {
+            OpenNet::Browser => (
+                format!("belay-{}-browser", self.state.run_id),
+                belay_sandbox::egress::Allow::public_web(),
+                vec![],
+            ),
+            _ => (
+                format!("belay-{}-egress", self.state.run_id),
+                belay_sandbox::egress::package_registries(),
+                vec!["package-registries".to_string()],
+            ),
+        };
         let route =
             belay_sandbox::route::egress_route(self.rt.as_ref(), &net, allow.clone()).await?;
-        self.event(Kind::EgressProxy, None, serde_json::json!({"network": &net, "proxy": &route.url, "presets": &self.p.egress.presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
-            "firewall": route.firewall_chain()}))?;
+        self.event(Kind::EgressProxy, None, serde_json::json!({"network": &net, "proxy": &route.url, "class": kind, "presets": presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
+            "any_public_host": allow.public, "firewall": route.firewall_chain()}))?;
         let out = (route.network.clone(), route.url.clone());
-        self.egress = Some(route);
+        self.egress.push((kind, route));
         Ok(out)
     }
 
@@ -283,14 +252,22 @@ impl Engine<'_> {
         if let Some(c) = self.containers.get(&key) {
             return Ok(c.clone());
         }
-        let network = net == Net::Open;
+        let network = matches!(net, Net::Open(_));
         let root = self.git.root().to_path_buf();
         let env_volumes = self.env_volumes().await?;
-        let mut mounts = vec![Mount {
-            host: root.clone(),
-            container: WORKDIR.into(),
-            read_only: access == Access::Ro,
-        }];
+        let artifacts = self.artifacts_dir();
+        let mut mounts = vec![
+            Mount {
+                host: root.clone(),
+                container: WORKDIR.into(),
+                read_only: access == Access::Ro,
+            },
+            Mount {
+                host: artifacts,
+                container: ARTIFACTS.into(),
+                read_only: false,
+            },
+        ];
         for (name, dir) in &env_volumes {
             mounts.push(Mount {
                 host: PathBuf::from(name),
@@ -331,22 +308,32 @@ impl Engine<'_> {
             });
         }
         for c in &self.p.caches {
-            let name = c
-                .name
-                .clone()
-                .unwrap_or_else(|| sanitize(c.path.trim_start_matches('/')));
-            let host = self.state_dir.join("caches").join(name);
+            let host = self.cache_dir(c);
             fs_err::create_dir_all(&host).map_err(|e| {
                 PipelineError::Config(format!(
                     "cannot create the cache {}: {e}; check that the state directory is writable",
                     host.display()
                 ))
             })?;
+            let container = match c.in_workspace() {
+                Some(rel) => format!("{WORKDIR}/{rel}"),
+                None => c.path.clone(),
+            };
             mounts.push(Mount {
                 host,
-                container: c.path.clone(),
+                container,
                 read_only: false,
             });
+        }
+        // The host's own `.venv` (a developer's, for local tests) is not the
+        // sandbox's: steps get an empty one in its place, so they can neither
+        // run the host's interpreter nor write into it. An image's own
+        // `.venv` (an env volume) is not the host's.
+        let mut tmpfs = vec!["/tmp".to_string()];
+        // (Not following a link a step may have put there.)
+        let host_venv = fs_err::symlink_metadata(root.join(".venv")).is_ok_and(|m| m.is_dir());
+        if host_venv && !env_volumes.iter().any(|(_, d)| d == ".venv") {
+            tmpfs.push(format!("{WORKDIR}/.venv"));
         }
         let trust = belay_sandbox::trust::HostTrust::detect();
         let mut env = vec![
@@ -377,8 +364,8 @@ impl Engine<'_> {
                     }
                 }
             }
-        } else if network && !self.p.egress.presets.is_empty() {
-            let (name, proxy_url) = self.egress_proxy().await?;
+        } else if let Net::Open(kind @ (OpenNet::Registries | OpenNet::Browser)) = net {
+            let (name, proxy_url) = self.egress_proxy(kind).await?;
             for k in [
                 "HTTP_PROXY",
                 "HTTPS_PROXY",
@@ -395,6 +382,16 @@ impl Engine<'_> {
             network_name = Some(self.open_network().await?);
         }
         let seccomp = match &self.seccomp {
+            Some((_, text, _))
+                if self
+                    .p
+                    .isolation
+                    .seccomp_profile
+                    .as_ref()
+                    .is_some_and(|f| f.starts_with(belay_sandbox::seccomp::PREFIX)) =>
+            {
+                Some(text.clone())
+            }
             Some((path, text, hash)) => {
                 // Read once at the start; a change since is a step's doing.
                 let now = read_policy(path, self.git.root())
@@ -428,7 +425,7 @@ impl Engine<'_> {
             memory_bytes: self.p.isolation.memory.as_deref().and_then(parse_memory),
             pids_limit: self.p.isolation.pids,
             nano_cpus: self.p.isolation.cpus.map(|c| (c * 1e9) as i64),
-            tmpfs: vec!["/tmp".into()],
+            tmpfs,
             seccomp_profile: seccomp,
             network_name,
             idle_user: Some(IDLE_USER.into()),
@@ -437,8 +434,9 @@ impl Engine<'_> {
         let id = self.rt.create(&spec).await?;
         let net_desc = match net {
             Net::None => "none",
-            Net::Open if self.p.egress.presets.is_empty() => "run bridge, host fenced off",
-            Net::Open => "internal + egress proxy",
+            Net::Open(OpenNet::Bridge) => "run bridge, host fenced off",
+            Net::Open(OpenNet::Registries) => "internal + egress proxy (package registries)",
+            Net::Open(OpenNet::Browser) => "internal + egress proxy (any public host, logged)",
             Net::Model => "internal, model endpoint only",
         };
         let memory = spec
@@ -452,6 +450,15 @@ impl Engine<'_> {
         Ok(id)
     }
 
+    /// A cache's host directory: `<state_dir>/caches/<name>`.
+    pub(super) fn cache_dir(&self, c: &crate::schema::Cache) -> PathBuf {
+        let name = c
+            .name
+            .clone()
+            .unwrap_or_else(|| sanitize(c.path.trim_start_matches('/')));
+        self.state_dir.join("caches").join(name)
+    }
+
     /// The cap of a step log (`isolation.log_limit`).
     pub(super) fn log_limit(&self) -> Option<u64> {
         self.p.isolation.log_limit.as_deref().and_then(parse_size)
@@ -463,6 +470,7 @@ impl Engine<'_> {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        env.push(("BELAY_ARTIFACTS".into(), ARTIFACTS.into()));
         for r in &step.secrets {
             if let (Some(def), Some(v)) = (self.p.secrets.get(r), self.secrets.get(r)) {
                 env.push((def.key.clone(), v.clone()));
@@ -484,7 +492,15 @@ impl Engine<'_> {
         timeout: Option<Duration>,
     ) -> Result<(i64, bool, String), PipelineError> {
         let c = self
-            .container(if network { Net::Open } else { Net::None }, access, step)
+            .container(
+                if network {
+                    Net::Open(step.egress.kind())
+                } else {
+                    Net::None
+                },
+                access,
+                step,
+            )
             .await?;
         let log = self
             .run
@@ -533,10 +549,16 @@ impl Engine<'_> {
             )?;
             return Ok(None);
         }
-        // Setup provisions (installs): it gets the network.
+        // Setup provisions (installs): it gets the network, and the step's
+        // secrets only when the step says so (a networked install is where a
+        // secret would leak).
+        let mut provision = step.clone();
+        if !step.setup_secrets {
+            provision.secrets.clear();
+        }
         let (code, timed_out, out) = self
             .exec(
-                step,
+                &provision,
                 n,
                 "setup",
                 &setup,

@@ -103,13 +103,21 @@ impl Engine<'_> {
             "\n\n## Task context\nPipeline `{}`, step `{}`, attempt {} of {}. The workspace is {WORKDIR}; your changes there are kept. You cannot commit (git is read-only for you): the pipeline commits once every gate passes.\n",
             self.p.name, step.name, self.state.attempt, self.state.max_attempts
         ));
+        s.push_str(&format!("Artifacts (summaries, findings, reports) go in {ARTIFACTS}, outside the worktree: the earlier steps' are there to read.\n"));
         if !step.produces.is_empty() {
+            let files: Vec<String> = step
+                .produces
+                .iter()
+                .map(|f| format!("{ARTIFACTS}/{f}"))
+                .collect();
             s.push_str(&format!(
-                "Write these files: {}.\n",
-                step.produces.join(", ")
+                "Write these files: {} (your final answer becomes {} if you write none).\n",
+                files.join(", "),
+                files[0]
             ));
         }
         if let (Some(a), Some(v)) = (&step.artifact, &step.verdicts) {
+            let a = format!("{ARTIFACTS}/{a}");
             let mut choices = format!("`VERDICT: {}` or `VERDICT: {}`", v.pass, v.fail);
             if let Some(u) = &v.unverifiable {
                 choices.push_str(&format!(" (or `VERDICT: {u}` when it cannot be checked)"));
@@ -174,7 +182,11 @@ impl Engine<'_> {
             if self.model.is_none() {
                 return Err(PipelineError::Config(format!("step `{}` runs agent `{agent}`, which needs the pipeline's `llm` block (model, base_url, api_key_env)", step.name)));
             }
-            let net = if step.network { Net::Open } else { Net::None };
+            let net = if step.network {
+                Net::Open(step.egress.kind())
+            } else {
+                Net::None
+            };
             let c = self.container(net, step.workspace, step).await?;
             let placement = Placement::Container {
                 removed_after: false,
@@ -183,6 +195,7 @@ impl Engine<'_> {
                 workdir: WORKDIR.into(),
                 env: self.step_env(step),
                 host_root: (step.workspace == Access::Rw).then(|| self.git.root().to_path_buf()),
+                host_dirs: vec![(ARTIFACTS.to_string(), self.artifacts_dir())],
             };
             (placement, None, None, Duration::from_secs(5))
         } else {
@@ -209,6 +222,7 @@ impl Engine<'_> {
                 workdir: WORKDIR.into(),
                 env: self.step_env(step),
                 host_root: None,
+                host_dirs: vec![],
             };
             (placement, Some(endpoint), prices, Duration::from_secs(10))
         };
@@ -217,7 +231,9 @@ impl Engine<'_> {
             spec,
             placement,
             limits: belay_agent::Limits {
-                max_turns: Some(step.max_iterations.unwrap_or(30)),
+                // Uncapped unless the step caps it, as agentic-dev-loop:
+                // the step's wall time (and cost, when priced) bound it.
+                max_turns: Some(step.max_iterations.unwrap_or(u32::MAX)),
                 wall_time: step.timeout_s.map(Duration::from_secs),
                 final_grace,
                 ..belay_agent::Limits::default()
@@ -261,6 +277,18 @@ impl Engine<'_> {
             })?;
         self.event(Kind::AgentReport, Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
             "cost_usd": report.cost_usd, "files_changed": report.files_changed, "exit_code": report.exit_code, "final_text": tail(&report.final_text, 4096), "stderr_tail": tail(&report.stderr_tail, 2048)}))?;
+        if let belay_agent::StopReason::Infra { message } = &report.stop {
+            // Not the agent's failure and not a gate's: the machine's. No
+            // retry (it would fail the same way), exit 3.
+            return Err(PipelineError::SandboxFailed(format!(
+                "agent step `{}`: the container engine failed under the agent ({message}). No command can run in the step's container, so the run stopped without retrying; check the engine (`docker info`, `docker system df`, the daemon's log), then `--resume {}`",
+                step.name, self.state.run_id
+            )));
+        }
+        // Before the verdict is read: whatever the step left running (a
+        // process its code under test started) is ended, so nothing can
+        // rewrite the artifact between the agent's end and belay's read.
+        self.kill_leftovers(&step.name).await?;
         self.agent_result(step, &report)
     }
 
@@ -278,16 +306,14 @@ impl Engine<'_> {
         } else {
             vec![]
         };
+        // What the agent wrote in the workspace (an older prompt's habit) is
+        // moved to the artifacts first; then its answer fills a missing summary.
+        self.collect_outputs(step)?;
+        self.capture_summary(step, &report.final_text)?;
         if let (Some(a), Some(v)) = (&step.artifact, &step.verdicts) {
-            workspace_path(self.git.root(), a)?;
-            let read = belay_sandbox::hostfs::read(self.git.root(), a, 16 * 1024 * 1024);
-            return Ok(match read {
-                Ok(Some(bytes)) => {
+            return Ok(match self.read_artifact(a) {
+                Some(text) => {
                     // Redacted before it is cut, so no secret is split.
-                    let text = self
-                        .redactor
-                        .redact(&String::from_utf8_lossy(&bytes))
-                        .into_owned();
                     let (verdict, why) = verdict::read(&text, v);
                     StepResult {
                         verdict,
@@ -296,7 +322,7 @@ impl Engine<'_> {
                         missing_deps: missing,
                     }
                 }
-                Ok(None) | Err(_) => StepResult {
+                None => StepResult {
                     verdict: Verdict::Retry,
                     detail: format!(
                         "the agent wrote no readable {a} (stop: {})",

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
+mod compat;
+
 const DEMO: &str = include_str!("../../../../examples/pipeline-demo/repo/pipeline.yaml");
 
 fn demo_dir() -> std::path::PathBuf {
