@@ -6,13 +6,16 @@
 #    systemd (for `systemd-analyze verify`), prosody (the jobs tests start
 #    private instances of it on loopback, with their own accounts),
 #    chromium and chromium-driver (the dashboard's tests drive a headless
-#    browser) and a C toolchain if missing;
+#    browser), podman and catatonit (the pipeline runs on Podman's
+#    Docker-compatible socket too) and a C toolchain if missing;
 #  - installs the pinned agent CLIs (codex, Claude Code, gemini) from npm into
 #    /opt/belay-agents (the adapter tests run the real ones);
 #  - starts dockerd if it is not answering (systemd when there is one);
 #  - builds belay (release);
 #  - builds the default base image offline with `belay image bootstrap` if missing,
-#    and the round agents' image (the base plus git) the same way.
+#    and the round agents' image (the base plus git) the same way;
+#  - starts Podman's Docker-compatible service on /run/podman/podman.sock
+#    (rootful) and gives it the base image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +38,8 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)  # `systemd-analyze 
 command -v prosody >/dev/null || missing+=(prosody)  # the XMPP server of the jobs tests (each test runs its own instance)
 command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser tests (headless)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v podman >/dev/null || missing+=(podman)  # the pipeline's Podman test (its Docker-compatible socket)
+[ -x /usr/libexec/podman/catatonit ] || [ -x /usr/bin/catatonit ] || missing+=(catatonit)  # Podman's container init
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -84,3 +89,36 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 # The image round agents work in: the base plus git, so that they can commit.
 "$target_dir/release/belay" image bootstrap --tag belay-agent:bookworm --include git,ca-certificates
 log "ready: $("$target_dir/release/belay" --version)"
+
+# Podman's Docker-compatible socket, for the pipeline's Podman test. On a
+# host whose own limits are below Podman's defaults (a container or a small
+# VM), containers would fail to start ("error setting rlimits"): Podman is
+# told the host's limits.
+nofile=$(ulimit -Hn); nproc=$(ulimit -Hu); pid_max=$(cat /proc/sys/kernel/pid_max)
+[ "$nproc" = unlimited ] && nproc=$pid_max
+[ "$nproc" -gt "$pid_max" ] && nproc=$pid_max
+if [ "$nofile" != unlimited ] && [ "$nofile" -lt 1048576 ]; then
+  conf=/etc/containers/containers.conf.d/belay-limits.conf
+  want=$(printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' "$nofile" "$nofile" "$nproc" "$nproc")
+  if [ "$(cat "$conf" 2>/dev/null)" != "$want" ]; then
+    mkdir -p "$(dirname "$conf")"
+    printf '%s\n' "$want" > "$conf"
+    pkill -f "podman system service" 2>/dev/null || true
+  fi
+fi
+podman_sock=/run/podman/podman.sock
+if ! curl -sf --unix-socket "$podman_sock" http://d/_ping >/dev/null 2>&1; then
+  log "starting podman's Docker-compatible service on $podman_sock (log: /var/log/podman-service.log)"
+  mkdir -p /run/podman
+  nohup podman system service --time=0 "unix://$podman_sock" >/var/log/podman-service.log 2>&1 &
+  for _ in $(seq 1 30); do
+    curl -sf --unix-socket "$podman_sock" http://d/_ping >/dev/null 2>&1 && break
+    sleep 1
+  done
+  curl -sf --unix-socket "$podman_sock" http://d/_ping >/dev/null 2>&1 || die "podman's service did not come up within 30 s; see /var/log/podman-service.log"
+fi
+if ! podman image exists belay-base:bookworm; then
+  log "giving podman the base image"
+  docker save belay-base:bookworm | podman load -q >/dev/null
+fi
+log "podman $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version)"

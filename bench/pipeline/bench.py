@@ -42,6 +42,15 @@ def chain(n, command="true"):
     return "\n".join(lines) + "\n"
 
 
+def binaries():
+    """The current build and, when BASELINE names one, a baseline build."""
+    found = {"current": BELAY, "baseline": os.environ.get("BASELINE")}
+    found = {k: v for k, v in found.items() if v and os.path.exists(v)}
+    if "current" not in found:
+        sys.exit(f"{BELAY} is missing: cargo build --release -p belay")
+    return found
+
+
 def events(state):
     runs = os.path.join(state, "runs")
     run = sorted(os.listdir(runs))[-1]

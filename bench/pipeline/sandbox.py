@@ -88,10 +88,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only-commit", action="store_true", help="skip the overhead rounds")
     a = ap.parse_args()
-    binaries = {"current": bench.BELAY, "baseline": os.environ.get("BASELINE")}
-    binaries = {k: v for k, v in binaries.items() if v and os.path.exists(v)}
-    if "current" not in binaries:
-        sys.exit(f"{bench.BELAY} is missing: cargo build --release -p belay")
+    binaries = bench.binaries()
     out = {"cache": "base image present; fresh repository and state per round"}
     per = {k: [] for k in binaries}
     for _ in range(0 if a.only_commit else a.rounds):

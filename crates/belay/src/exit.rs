@@ -18,8 +18,22 @@ pub struct Failure {
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
         let error = e.into();
-        let code = class_of(&error).code();
+        let code = class_of(&error).0.code();
         Failure { code, error }
+    }
+}
+
+impl Failure {
+    /// The stable code (`BELAY-E…`, `docs/troubleshooting.md`).
+    pub fn error_code(&self) -> &'static str {
+        match class_of(&self.error) {
+            (_, Some(c)) => c,
+            (class, None) => match self.code {
+                EXIT_USAGE => ExitClass::Usage.error_code(),
+                EXIT_INFRA => ExitClass::Infra.error_code(),
+                _ => class.error_code(),
+            },
+        }
     }
 }
 
@@ -34,21 +48,22 @@ pub fn usage(msg: impl Into<String>) -> Failure {
 
 /// The class of the first library error in the chain (the outermost one
 /// decides: a pipeline error that wraps an engine failure says so itself).
-fn class_of(e: &anyhow::Error) -> ExitClass {
+fn class_of(e: &anyhow::Error) -> (ExitClass, Option<&'static str>) {
     for cause in e.chain() {
-        if let Some(c) = classify(cause) {
-            return c;
+        if let Some((c, code)) = classify(cause) {
+            return (c, Some(code));
         }
     }
-    ExitClass::Failed
+    (ExitClass::Failed, None)
 }
 
-/// Each library's error types, once; their own `exit_class` decides.
-fn classify(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
+/// Each library's error types, once; their own `exit_class` and `error_code` decide.
+fn classify(e: &(dyn std::error::Error + 'static)) -> Option<(ExitClass, &'static str)> {
     fn class<T: Classify + std::error::Error + 'static>(
         e: &(dyn std::error::Error + 'static),
-    ) -> Option<ExitClass> {
-        e.downcast_ref::<T>().map(Classify::exit_class)
+    ) -> Option<(ExitClass, &'static str)> {
+        e.downcast_ref::<T>()
+            .map(|x| (x.exit_class(), x.error_code()))
     }
     class::<belay_env::EnvError>(e)
         .or_else(|| class::<belay_pipeline::PipelineError>(e))
@@ -65,6 +80,6 @@ fn classify(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
         .or_else(|| class::<belay_record::RecordError>(e))
         .or_else(|| {
             e.downcast_ref::<std::io::Error>()
-                .map(belay_record::io_class)
+                .map(|x| (belay_record::io_class(x), belay_record::io_code(x)))
         })
 }

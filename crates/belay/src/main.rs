@@ -63,7 +63,7 @@ fn main() -> ExitCode {
     match rt.block_on(commands::run(cli, &printer)) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            printer.error(&f.error);
+            printer.error_coded(f.error_code(), &f.error);
             ExitCode::from(f.code)
         }
     }

@@ -84,6 +84,19 @@ pub enum Command {
     /// reads), tails them, and prints a loopback URL with a random access
     /// token; every request without it is refused.
     Ui(UiArgs),
+    /// belay's network relay, run inside a relay container (not for people).
+    #[command(hide = true)]
+    Relay(RelayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// Where to listen, e.g. 0.0.0.0:3128.
+    #[arg(long)]
+    pub listen: std::net::SocketAddr,
+    /// Where to carry each connection, host:port.
+    #[arg(long)]
+    pub to: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,14 +161,20 @@ pub struct RunsGcArgs {
 pub struct RunArgs {
     /// The pipeline file.
     pub pipeline: PathBuf,
-    /// Print the resolved plan (steps, routing, sandbox policy, secret refs)
-    /// and exit: no Docker, no model, no state.
+    /// Print the resolved plan (steps, routing, sandbox policy, secret refs,
+    /// every limit) and exit: no Docker, no model, no state.
     #[arg(long)]
     pub dry_run: bool,
-    /// Continue this run at the step it stopped at.
+    /// Print how each key of an agentic-dev-loop pipeline file maps onto
+    /// belay (same, mapped, or refused with what to write), and exit. Works
+    /// on a file that does not load.
+    #[arg(long)]
+    pub explain_compat: bool,
+    /// Continue this run: an interrupted one at the step it stopped at, or
+    /// one that used all its attempts (with a larger --max-attempts).
     #[arg(long)]
     pub resume: Option<String>,
-    /// Override the pipeline's max_attempts.
+    /// Override the pipeline's max_attempts (with --resume: the new budget).
     #[arg(long)]
     pub max_attempts: Option<u32>,
     /// Re-run every step's `setup:` (ignore the provision stamps).

@@ -11,6 +11,7 @@ mod image;
 mod jobs;
 pub mod model;
 mod plan;
+mod relay;
 mod rounds;
 mod run;
 mod runs;
@@ -37,5 +38,6 @@ pub async fn run(cli: Cli, p: &Printer) -> Result<u8, Failure> {
         Command::Jobs(a) => jobs::jobs(p, a).await,
         Command::Runs(c) => runs::runs(p, c).await,
         Command::Ui(a) => ui::ui(p, a).await,
+        Command::Relay(a) => relay::relay(a).await,
     }
 }

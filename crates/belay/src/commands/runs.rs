@@ -256,7 +256,15 @@ async fn gc(p: &Printer, reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
             let _ = rt.remove_image(&i.id).await;
         }
         // The pipeline's named volumes and networks of the run.
-        for suffix in ["egress", "model", "open"] {
+        for suffix in [
+            "egress",
+            "model",
+            "open",
+            "browser",
+            "egress-up",
+            "model-up",
+            "browser-up",
+        ] {
             let _ = rt
                 .remove_network(&format!("belay-{}-{suffix}", e.run_id))
                 .await;

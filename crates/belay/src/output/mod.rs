@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod build;
+pub mod pipeline;
 
 use std::io::{IsTerminal, Write};
 
@@ -48,7 +49,13 @@ impl Printer {
 
     /// The error and its causes, each cause once (library errors often say
     /// their source in their own message already).
-    pub fn error(&self, e: &anyhow::Error) {
+    /// The error with its stable code: `belay: error[BELAY-E302]: …`
+    /// (`docs/troubleshooting.md` explains each code).
+    pub fn error_coded(&self, code: &str, e: &anyhow::Error) {
+        self.to_stderr(&format!("belay: error[{code}]: {}", Self::causes(e)));
+    }
+
+    fn causes(e: &anyhow::Error) -> String {
         let mut text = String::new();
         for cause in e.chain() {
             let c = cause.to_string();
@@ -59,7 +66,7 @@ impl Printer {
                 text.push_str(&c);
             }
         }
-        self.to_stderr(&format!("belay: error: {text}"));
+        text
     }
 
     fn to_stderr(&self, line: &str) {

@@ -92,28 +92,13 @@ struct Ws {
 
 fn ws() -> Ws {
     let tmp = tempfile::tempdir().unwrap();
-    let remote = tmp.path().join("remote.git");
-    git(
+    let (repo, remote) = git_cli::site_with_remote(
         tmp.path(),
         &[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            remote.to_str().unwrap(),
+            ("index.html", "<h1>hello</h1>\n"),
+            ("README.md", "a site\n"),
         ],
     );
-    let repo = tmp.path().join("site");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("index.html"), "<h1>hello</h1>\n").unwrap();
-    std::fs::write(repo.join("README.md"), "a site\n").unwrap();
-    git_cli::init_repo(&repo);
-    git(
-        &repo,
-        &["remote", "add", "origin", remote.to_str().unwrap()],
-    );
-    git(&repo, &["push", "-q", "-u", "origin", "main"]);
     let agent = tmp.path().join("agent.sh");
     common::install_script(&agent, AGENT);
     Ws {

@@ -20,6 +20,8 @@ use git_cli::{git, init_repo};
 use replay::{files_containing, Replay};
 use serde_json::Value;
 
+mod parity;
+
 struct Ws {
     _tmp: tempfile::TempDir,
     repo: PathBuf,
@@ -56,14 +58,36 @@ fn demo_script() -> String {
 
 impl Ws {
     fn run(&self, extra: &[&str]) -> assert_cmd::assert::Assert {
-        belay()
-            .arg("run")
+        self.command(extra, &[]).assert()
+    }
+
+    /// `belay run` of the workspace's pipeline, with `env` set.
+    fn command(&self, extra: &[&str], env: &[(&str, &str)]) -> assert_cmd::Command {
+        let mut c = belay();
+        c.arg("run")
             .arg(self.repo.join("pipeline.yaml"))
             .arg("--state-dir")
             .arg(&self.state)
             .args(extra)
-            .timeout(Duration::from_secs(300))
-            .assert()
+            .timeout(Duration::from_secs(300));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// `belay run` as a child process (to signal or kill it).
+    fn spawn(&self) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_belay"))
+            .arg("run")
+            .arg(self.repo.join("pipeline.yaml"))
+            .arg("--state-dir")
+            .arg(&self.state)
+            .env_remove("OPENAI_API_KEY")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     fn run_dir(&self) -> PathBuf {
@@ -135,8 +159,11 @@ fn a_full_run_feeds_back_the_failing_gate_and_commits() {
         !ws.repo.join("../HOOK-RAN").exists(),
         "a repository hook ran"
     );
-    // The review artifact is the loop's paperwork, not part of the commit.
-    assert!(ws.repo.join("review-findings.md").exists());
+    // The review artifact is the loop's paperwork: in the run's artifacts,
+    // not in the worktree, and not in the commit.
+    assert!(ws.run_dir().join("artifacts/review-findings.md").exists());
+    assert!(!ws.repo.join("review-findings.md").exists());
+    assert_eq!(git(&ws.repo, &["status", "--porcelain"]), "");
 
     let ev = ws.events();
     let kinds: Vec<&str> = ev.iter().map(|e| e["kind"].as_str().unwrap()).collect();
@@ -225,16 +252,7 @@ fn kill_9_then_resume_lands_the_same_commit() {
     let want = git(&straight.repo, &["diff", "HEAD~1", "HEAD"]);
 
     let ws = workspace(&demo_script(), slow);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_belay"))
-        .arg("run")
-        .arg(ws.repo.join("pipeline.yaml"))
-        .arg("--state-dir")
-        .arg(&ws.state)
-        .env_remove("OPENAI_API_KEY")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ws.spawn();
     // Wait for the second visit of the test gate (attempt 2, after feedback).
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -714,7 +732,10 @@ turns:
         .stdout(predicates::str::contains(
             "Extend requirements.lock with these pins and re-run: requests==2.32.3, rich==13.7.1",
         ));
-    let notes = std::fs::read_to_string(ws.repo.join("notes.md")).unwrap();
+    // The declared output was moved out of the worktree into the run's
+    // artifacts, scrubbed on the way.
+    assert!(!ws.repo.join("notes.md").exists());
+    let notes = std::fs::read_to_string(ws.run_dir().join("artifacts/notes.md")).unwrap();
     assert_eq!(notes, "used token [REDACTED:tok] to check\n");
     assert!(files_containing(&ws.state, "canary-dep-secret-42").is_empty());
 }

@@ -31,3 +31,36 @@ pub fn init_repo(dir: &Path) {
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-q", "-m", "initial"]);
 }
+
+/// A repository `<dir>/site` of `files` (name, text), first commit pushed to a
+/// bare `<dir>/remote.git` as `origin/main`: (the repository, the remote).
+#[allow(dead_code)]
+pub fn site_with_remote(
+    dir: &Path,
+    files: &[(&str, &str)],
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let remote = dir.join("remote.git");
+    git(
+        dir,
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    for (name, text) in files {
+        std::fs::write(site.join(name), text).unwrap();
+    }
+    init_repo(&site);
+    git(
+        &site,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    git(&site, &["push", "-q", "-u", "origin", "main"]);
+    (site, remote)
+}

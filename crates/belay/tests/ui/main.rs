@@ -941,27 +941,8 @@ const PAGE_AGENT: &str = "#!/bin/sh\ncat > /dev/null\nprintf '<h1>approved</h1>\
 async fn a_commit_approval_clicked_on_the_page() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    let remote = tmp.path().join("remote.git");
-    git_cli::git(
-        tmp.path(),
-        &[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            remote.to_str().unwrap(),
-        ],
-    );
-    let site = tmp.path().join("site");
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("index.html"), "<h1>hello</h1>\n").unwrap();
-    git_cli::init_repo(&site);
-    git_cli::git(
-        &site,
-        &["remote", "add", "origin", remote.to_str().unwrap()],
-    );
-    git_cli::git(&site, &["push", "-q", "-u", "origin", "main"]);
+    let (site, remote) =
+        git_cli::site_with_remote(tmp.path(), &[("index.html", "<h1>hello</h1>\n")]);
     let agent = tmp.path().join("agent.sh");
     std::fs::write(&agent, PAGE_AGENT).unwrap();
     std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
