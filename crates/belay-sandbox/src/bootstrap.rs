@@ -248,6 +248,95 @@ pub async fn debootstrap(
     Ok(())
 }
 
+/// The mirror for `suite`: the host's apt source for it, else the host's
+/// main Debian source (not a security or vendor one), which serves every suite.
+pub fn host_mirror(root: &Path, suite: &str) -> Option<String> {
+    let all = all_host_sources(root);
+    mirror_for(&host_sources(root, suite), suite).or_else(|| {
+        all.iter()
+            .find(|s| {
+                s.components.iter().any(|c| c == "main")
+                    && !s.uri.contains("security")
+                    && s.suites.iter().any(|x| !x.contains('-'))
+            })
+            .map(|s| s.uri.clone())
+    })
+}
+
+/// What `belay image bootstrap` builds.
+#[derive(Debug, Clone)]
+pub struct ImageRequest {
+    pub suite: String,
+    pub tag: String,
+    pub include: Vec<String>,
+    /// Defaults to [`host_mirror`].
+    pub mirror: Option<String>,
+    /// Where debootstrap's log and the root filesystem go (removed after).
+    pub work_dir: PathBuf,
+}
+
+/// Build a base image offline: debootstrap `suite` from the mirror, write the
+/// matching apt sources into it, and import it as `tag`. `note` hears what
+/// happens. Returns the image id.
+pub async fn build_image(
+    rt: &dyn crate::ContainerRuntime,
+    req: &ImageRequest,
+    note: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String, SandboxError> {
+    let root = Path::new("/");
+    let sources = host_sources(root, &req.suite);
+    let Some(mirror) = req.mirror.clone().or_else(|| host_mirror(root, &req.suite)) else {
+        return Err(SandboxError::Bootstrap(format!(
+            "no apt source for suite {} in /etc/apt/sources.list or /etc/apt/sources.list.d; pass --mirror URL",
+            req.suite
+        )));
+    };
+    let rootfs = req.work_dir.join("rootfs");
+    fs_err::create_dir_all(&req.work_dir)
+        .map_err(|e| SandboxError::io("cannot create", &req.work_dir, e))?;
+    let log = req.work_dir.join("debootstrap.log");
+    note(&format!(
+        "debootstrap {} from {mirror} (log: {})",
+        req.suite,
+        log.display()
+    ));
+    let result = async {
+        debootstrap(&req.suite, &rootfs, &mirror, &req.include, &log).await?;
+        let list = if sources.is_empty() {
+            vec![AptSource {
+                uri: mirror.clone(),
+                suites: vec![req.suite.clone()],
+                components: vec!["main".into()],
+                signed_by: None,
+            }]
+        } else {
+            sources.clone()
+        };
+        let text = render_sources(&list, &rootfs);
+        let apt = rootfs.join("etc/apt");
+        let dir = apt.join("sources.list.d");
+        fs_err::create_dir_all(&dir).map_err(|e| SandboxError::io("cannot create", &dir, e))?;
+        let _ = fs_err::remove_file(apt.join("sources.list"));
+        let file = dir.join("belay.sources");
+        fs_err::write(&file, text).map_err(|e| SandboxError::io("cannot write", &file, e))?;
+        note(&format!("importing {}", req.tag));
+        let changes = vec![
+            "LABEL belay=true".to_string(),
+            "LABEL belay.kind=base".to_string(),
+            format!("LABEL belay.suite={}", req.suite),
+            "ENV LANG=C.UTF-8".to_string(),
+            "CMD [\"bash\"]".to_string(),
+        ];
+        rt.import_rootfs(&rootfs, &req.tag, changes).await
+    }
+    .await;
+    let _ = fs_err::remove_dir_all(&rootfs);
+    if result.is_ok() {
+        let _ = fs_err::remove_dir_all(&req.work_dir);
+    }
+    result
+}
+
 pub(crate) fn which(bin: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)

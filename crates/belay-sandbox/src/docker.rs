@@ -266,6 +266,15 @@ impl ContainerRuntime for DockerRuntime {
         Ok(self.image(image).await?.is_some())
     }
 
+    async fn import_rootfs(
+        &self,
+        rootfs: &Path,
+        image_ref: &str,
+        changes: Vec<String>,
+    ) -> Result<String, SandboxError> {
+        self.import_rootfs_dir(rootfs, image_ref, changes).await
+    }
+
     async fn image(&self, image: &str) -> Result<Option<ImageInfo>, SandboxError> {
         self.check()?;
         match self.docker.inspect_image(image).await {
@@ -1110,7 +1119,7 @@ impl DockerRuntime {
     /// Import a root filesystem directory as an image (`docker import`), streaming
     /// `tar -C DIR -c .` (which keeps device nodes, hard links and ownership)
     /// straight into the Engine API.
-    pub async fn import_rootfs(
+    pub async fn import_rootfs_dir(
         &self,
         rootfs: &Path,
         image_ref: &str,

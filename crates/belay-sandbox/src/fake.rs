@@ -120,6 +120,15 @@ impl ContainerRuntime for FakeRuntime {
     async fn image_exists(&self, image: &str) -> Result<bool, SandboxError> {
         Ok(!self.state().gone.iter().any(|g| g == image))
     }
+    async fn import_rootfs(
+        &self,
+        _rootfs: &std::path::Path,
+        image_ref: &str,
+        _changes: Vec<String>,
+    ) -> Result<String, SandboxError> {
+        self.state().gone.retain(|g| g != image_ref);
+        Ok(format!("sha256:fake-import-{image_ref}"))
+    }
     /// Every image is there (a base image too), with an id derived from its
     /// name, unless the fake committed it (its own id) or removed it.
     async fn image(&self, image: &str) -> Result<Option<ImageInfo>, SandboxError> {

@@ -169,6 +169,14 @@ pub trait ContainerRuntime: Send + Sync {
     async fn list_images(&self, label_filters: &[String]) -> Result<Vec<ImageInfo>, SandboxError>;
     async fn remove_image(&self, image: &str) -> Result<(), SandboxError>;
     async fn tag_image(&self, image: &str, new_ref: &str) -> Result<(), SandboxError>;
+    /// Import a root filesystem directory as an image (`docker import`) with
+    /// Dockerfile `changes` (`LABEL …`, `ENV …`); returns its id.
+    async fn import_rootfs(
+        &self,
+        rootfs: &std::path::Path,
+        image_ref: &str,
+        changes: Vec<String>,
+    ) -> Result<String, SandboxError>;
 
     /// Create and start a container that idles until commands are exec'd into it.
     /// It carries `belay=true`, `belay.run` and the owner labels.
