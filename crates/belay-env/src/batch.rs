@@ -8,6 +8,7 @@
 //! asked. Failures go to `failed-projects.log`; the summary to
 //! `build-projects-summary.json`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -247,6 +248,9 @@ pub struct ProjectResult {
     pub final_image: Option<String>,
     pub manifest: Option<PathBuf>,
     pub error: Option<String>,
+    /// The manifest's failure class (`needs network at collection: host …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -261,6 +265,10 @@ pub struct BatchSummary {
     pub ok: usize,
     pub failed: usize,
     pub skipped: usize,
+    /// Failed projects per failure class (`needs network at collection`,
+    /// or `unclassified`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failure_classes: BTreeMap<String, usize>,
     pub projects: Vec<ProjectResult>,
 }
 
@@ -281,6 +289,21 @@ impl BuildObserver for ProjectObserver<'_> {
         self.inner.project_event(self.name, event);
     }
     fn output(&self, _block: &str, _stream: belay_sandbox::StreamKind, _bytes: &[u8]) {}
+}
+
+/// Failed projects per class: a classified failure by its class (the host
+/// left out), the rest as `unclassified`.
+fn failure_classes(results: &[ProjectResult]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for r in results.iter().filter(|r| r.status == "failed") {
+        let class = r
+            .failure_class
+            .as_deref()
+            .map(|c| c.split(": host").next().unwrap_or(c).to_string())
+            .unwrap_or_else(|| "unclassified".to_string());
+        *out.entry(class).or_insert(0) += 1;
+    }
+    out
 }
 
 pub const SUMMARY_FILE: &str = "build-projects-summary.json";
@@ -403,6 +426,7 @@ pub async fn build_projects(
         ok: results.iter().filter(|r| r.status == "ok").count(),
         failed: results.iter().filter(|r| r.status == "failed").count(),
         skipped: results.iter().filter(|r| r.status == "skipped").count(),
+        failure_classes: failure_classes(&results),
         projects: results,
     };
     belay_record::write_json_atomic(&opts.projects_dir.join(SUMMARY_FILE), &summary)?;
@@ -466,6 +490,7 @@ async fn run_project(
         final_image: None,
         manifest: None,
         error: None,
+        failure_class: None,
     };
     let manifest_path = state_dir.join("runs").join(&run_id).join("manifest.json");
     if opts.skip_existing_success {
@@ -521,6 +546,7 @@ async fn run_project(
             result.blocks = m.blocks.len();
             result.final_image = m.final_image.clone();
             result.error = m.error.clone();
+            result.failure_class = m.failure_class.clone();
             result.manifest = Some(m.manifest_path.clone());
         }
         Err(e) => {

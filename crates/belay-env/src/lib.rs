@@ -4,15 +4,19 @@
 
 pub mod ablation;
 pub mod analyze;
+pub mod base_suite;
 pub mod batch;
 pub mod build;
 pub mod cache;
+pub mod debian_contents;
 pub mod dockerfile;
 mod error;
 pub mod gc;
 pub mod llm;
 pub mod manifest;
+pub mod module_dists;
 pub mod oracle;
+pub mod package_cache;
 pub mod plan;
 pub mod preflight;
 pub mod progress;

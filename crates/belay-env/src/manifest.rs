@@ -128,8 +128,16 @@ pub struct Manifest {
     pub llm_usage_path: PathBuf,
     pub dockerfile_path: Option<PathBuf>,
     pub base_image: Option<String>,
+    /// The Debian suite of the default base, and why it was chosen (absent
+    /// with --base-image / --base-dockerfile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_suite: Option<crate::base_suite::SuiteChoice>,
     pub final_image: Option<String>,
     pub error: Option<String>,
+    /// What kind of failure repair could not fix, when it is a known kind
+    /// (`needs network at collection: host …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<String>,
     pub llm_usage: LlmUsage,
     pub ablation_mode: String,
     pub progress_control: ProgressControl,

@@ -419,13 +419,37 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
     if !apt.is_empty() {
         p.runtime.push(apt_install(&apt));
     }
+    if py.needs_git {
+        if let Some(v) = &py.vcs_versioning {
+            p.runtime.push(format!(
+                "# The version comes from git metadata ({v}): git must run on the checkout."
+            ));
+        }
+        p.runtime.push(format!(
+            "git config --global --add safe.directory {REPO_DIR}"
+        ));
+    }
     p.runtime.push(format!(
         "if [ ! -x {VENV_PY} ]; then python3 -m venv .venv; fi"
     ));
     p.runtime.push(format!("{VENV_PY} --version"));
+    p.runtime.push(
+        "# uv resolves and installs (pip when it cannot be had); it lives in its own virtualenv, never in the project's."
+            .to_string(),
+    );
+    // uv's wheel is kept in pip's cache directory and installed from there:
+    // pip's HTTP cache keeps nothing behind a proxy that strips cache headers.
+    p.runtime.extend([
+        format!("if [ ! -x {UV} ]; then"),
+        "  wheels=\"${PIP_CACHE_DIR:-$HOME/.cache/pip}/belay-wheels\"".to_string(),
+        "  python3 -m venv /opt/belay/uv \\".to_string(),
+        "    && { ls \"$wheels\"/uv-*.whl >/dev/null 2>&1 || /opt/belay/uv/bin/pip download --disable-pip-version-check --progress-bar off --no-deps --only-binary :all: -d \"$wheels\" uv; } \\".to_string(),
+        "    && /opt/belay/uv/bin/pip install --disable-pip-version-check --no-index --find-links \"$wheels\" uv \\".to_string(),
+        "    || echo 'belay: uv could not be installed; pip installs instead' >&2".to_string(),
+        "fi".to_string(),
+    ]);
     p.runtime_validation.push(format!("test -x {VENV_PY}"));
 
-    let pip = format!("{VENV_PY} -m pip install --disable-pip-version-check");
     let tool = |name: &str, pkg: &str| -> Vec<String> {
         vec![
             format!("# {name} runs from its own virtualenv so that it never lands in the project's."),
@@ -452,11 +476,22 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
             ));
         }
         PythonInstaller::Pip => {
-            // The plain requirements file first, then the rest in name order.
+            // One resolver call for the requirements and the project: two
+            // calls let the second backtrack through every version of a
+            // loosely pinned dependency the first already chose.
             let mut files = py.requirement_files.clone();
             files.sort_by_key(|f| (f != "requirements.txt", f.clone()));
+            let mut args: Vec<String> = Vec::new();
             for f in &files {
-                p.deps.push(format!("{pip} -r {}", q(f)));
+                match py.resolved_requirements.get(f) {
+                    Some(resolved) => {
+                        p.deps.push(format!(
+                            "# {f} names paths relative to itself: its lines are passed with those paths resolved."
+                        ));
+                        args.extend(resolved.iter().map(|a| q(a)));
+                    }
+                    None => args.push(format!("-r {}", q(f))),
+                }
             }
             if py.installable {
                 let target = if py.test_extras.is_empty() {
@@ -464,7 +499,10 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                 } else {
                     format!(".[{}]", py.test_extras.join(","))
                 };
-                p.deps.push(format!("{pip} -e {}", q(&target)));
+                args.push(format!("-e {}", q(&target)));
+            }
+            if !args.is_empty() {
+                p.deps.extend(py_install(&args.join(" ")));
             }
         }
     }
@@ -473,14 +511,46 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
         None => format!("{VENV_PY} -m pip check"),
     });
     if ctx.test_frameworks.iter().any(|f| f == "pytest") {
-        p.test.push(format!(
-            "if ! {VENV_PY} -m pytest --version >/dev/null 2>&1; then {pip} pytest; fi"
-        ));
+        if py.test_plugins.is_empty() {
+            p.test.push(format!(
+                "if ! {VENV_PY} -m pytest --version >/dev/null 2>&1; then"
+            ));
+            p.test
+                .extend(py_install("pytest").into_iter().map(|l| format!("  {l}")));
+            p.test.push("fi".to_string());
+        } else {
+            // The plugins the test configuration names: without them
+            // collection fails with "unrecognized arguments".
+            for need in &py.test_plugins {
+                p.test
+                    .push(format!("# {} needs {}", need.because, need.distribution));
+            }
+            let mut pkgs = vec!["pytest".to_string()];
+            pkgs.extend(py.test_plugins.iter().map(|n| q(&n.distribution)));
+            p.test.extend(py_install(&pkgs.join(" ")));
+        }
         p.test_validation.push(format!(
             "{{ {VENV_PY} -m pytest --collect-only -q; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }}"
         ));
     }
     p
+}
+
+/// Where belay's own uv lives in build containers (never in the project's venv).
+pub const UV: &str = "/opt/belay/uv/bin/uv";
+
+/// Lines that install `args` into the project's venv with one resolver call:
+/// uv when the runtime block could install it, pip otherwise (and the log
+/// says which).
+fn py_install(args: &str) -> Vec<String> {
+    vec![
+        format!("if [ -x {UV} ]; then"),
+        format!("  UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {UV} pip install --python {VENV_PY} {args}"),
+        "else".to_string(),
+        "  echo 'belay: uv is not available; pip installs instead' >&2".to_string(),
+        format!("  {VENV_PY} -m pip install --disable-pip-version-check {args}"),
+        "fi".to_string(),
+    ]
 }
 
 fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {

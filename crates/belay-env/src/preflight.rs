@@ -51,6 +51,7 @@ pub fn script() -> String {
          echo \"os_id=${ID:-unknown}\"\n\
          echo \"os_version=${VERSION_ID:-unknown}\"\n\
          echo \"os_pretty=${PRETTY_NAME:-unknown}\"\n\
+         echo \"os_codename=${VERSION_CODENAME:-}\"\n\
          echo \"arch=$(uname -m)\"\n\
          echo \"user=$(id -un 2>/dev/null || id -u)\"\n\
          echo \"nproc=$(nproc 2>/dev/null || echo 1)\"\n\
@@ -82,6 +83,9 @@ pub struct RuntimeNotes {
     pub os_id: String,
     pub os_version: String,
     pub os_pretty: String,
+    /// `VERSION_CODENAME` (`bookworm`), empty when the image does not say.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub os_codename: String,
     pub arch: String,
     pub user: String,
     pub nproc: u32,
@@ -114,6 +118,7 @@ impl RuntimeNotes {
                 "os_id" => n.os_id = v,
                 "os_version" => n.os_version = v,
                 "os_pretty" => n.os_pretty = v,
+                "os_codename" => n.os_codename = v,
                 "arch" => n.arch = v,
                 "user" => n.user = v,
                 "nproc" => n.nproc = v.parse().unwrap_or(1),
@@ -156,6 +161,25 @@ impl RuntimeNotes {
             observed: false,
             ..Default::default()
         }
+    }
+
+    /// The Debian suite of the image: its codename, or the one its version
+    /// number stands for.
+    pub fn debian_suite(&self) -> Option<String> {
+        if !self.os_codename.is_empty() {
+            return Some(self.os_codename.clone());
+        }
+        if self.os_id != "debian" {
+            return None;
+        }
+        let suite = match self.os_version.split('.').next()? {
+            "11" => "bullseye",
+            "12" => "bookworm",
+            "13" => "trixie",
+            "14" => "forky",
+            _ => return None,
+        };
+        Some(suite.to_string())
     }
 
     pub fn has(&self, tool: &str) -> bool {

@@ -87,3 +87,19 @@ impl RunDir {
             .join(format!("{phase}-attempt-{attempt}.log"))
     }
 }
+
+/// The machine's cache directory (preflight results, passed oracles, the
+/// Debian Contents index, the package download caches): `$BELAY_CACHE_DIR`,
+/// else `$XDG_CACHE_HOME/belay`, else `~/.cache/belay`, else
+/// `<state-dir>/cache`.
+pub fn machine_cache_dir(state_dir: &Path) -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("BELAY_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("belay")))
+        .or_else(|| env("HOME").map(|h| h.join(".cache").join("belay")))
+        .unwrap_or_else(|| state_dir.join("cache"))
+}

@@ -8,6 +8,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::EnvError;
 
+mod pytest_plugins;
+mod python;
+mod requirements;
+
+pub use pytest_plugins::PluginNeed;
+pub use python::{PythonFacts, PythonInstaller};
+pub use requirements::RequirementFile;
+
 /// What belay learned about a repository, written as `context.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RepoContext {
@@ -57,34 +65,6 @@ impl Language {
             Language::Java => "java",
         }
     }
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct PythonFacts {
-    pub project_name: Option<String>,
-    /// Importable top-level package, when it can be located.
-    pub import_name: Option<String>,
-    pub requires_python: Option<String>,
-    /// Version hints from .python-version, Pipfile, tox envlist, classifiers.
-    pub version_hints: Vec<String>,
-    pub installer: PythonInstaller,
-    pub installable: bool,
-    pub requirement_files: Vec<String>,
-    pub extras: Vec<String>,
-    pub test_extras: Vec<String>,
-    pub dependencies: Vec<String>,
-    pub needs_git: bool,
-    pub has_tox: bool,
-}
-
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum PythonInstaller {
-    #[default]
-    Pip,
-    Poetry,
-    Uv,
-    Pipenv,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -150,7 +130,7 @@ pub fn analyze(repo: &Path) -> Result<RepoContext, EnvError> {
     };
     let mut frameworks = BTreeSet::new();
 
-    if let Some(py) = python(&f, &mut frameworks, &mut ctx.warnings) {
+    if let Some(py) = python::python(&f, &mut frameworks, &mut ctx.warnings) {
         ctx.languages.push(Language::Python);
         ctx.python = Some(py);
     }
@@ -194,8 +174,26 @@ pub fn analyze(repo: &Path) -> Result<RepoContext, EnvError> {
     Ok(ctx)
 }
 
+/// Whether `module` is the project's own package (installing it from PyPI
+/// would install a stranger's): its import name, or a package or module at
+/// the root or under `src/`, `lib/`, `lib3/` or `python/`.
+pub fn is_local_module(root: &Path, import_name: Option<&str>, module: &str) -> bool {
+    if import_name == Some(module) {
+        return true;
+    }
+    ["", "src", "lib", "lib3", "python"].iter().any(|d| {
+        let base = if d.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(d)
+        };
+        base.join(module).join("__init__.py").is_file()
+            || base.join(format!("{module}.py")).is_file()
+    })
+}
+
 /// Reads of the repository's top-level files.
-struct Files {
+pub(crate) struct Files {
     root: PathBuf,
 }
 
@@ -241,10 +239,13 @@ impl Files {
             root: root.to_path_buf(),
         }
     }
-    fn exists(&self, rel: &str) -> bool {
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+    pub(crate) fn exists(&self, rel: &str) -> bool {
         self.root.join(rel).exists()
     }
-    fn read(&self, rel: &str) -> Option<String> {
+    pub(crate) fn read(&self, rel: &str) -> Option<String> {
         fs_err::read_to_string(self.root.join(rel)).ok()
     }
     fn markers(&self) -> Vec<String> {
@@ -255,7 +256,7 @@ impl Files {
             .collect()
     }
     /// Top-level and one-level-deep file names matching `pred` (sorted).
-    fn find(&self, max_depth: usize, pred: &dyn Fn(&Path) -> bool) -> Vec<String> {
+    pub(crate) fn find(&self, max_depth: usize, pred: &dyn Fn(&Path) -> bool) -> Vec<String> {
         let mut out = Vec::new();
         let mut stack = vec![(self.root.clone(), 0usize)];
         while let Some((dir, depth)) = stack.pop() {
@@ -306,243 +307,6 @@ pub fn requirement_name(req: &str) -> Option<String> {
         .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         .collect();
     (!name.is_empty()).then(|| name.to_ascii_lowercase().replace('_', "-"))
-}
-
-fn python(
-    f: &Files,
-    frameworks: &mut BTreeSet<String>,
-    warnings: &mut Vec<String>,
-) -> Option<PythonFacts> {
-    let pyproject = f.read("pyproject.toml");
-    let setup_py = f.read("setup.py");
-    let setup_cfg = f.read("setup.cfg");
-    let pipfile = f.read("Pipfile");
-    let mut req_files = f.find(1, &|p| {
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let parent_is_req = p
-            .parent()
-            .and_then(|d| d.file_name())
-            .is_some_and(|d| d == "requirements");
-        (name.starts_with("requirements") && (name.ends_with(".txt") || name.ends_with(".in")))
-            || (parent_is_req && name.ends_with(".txt"))
-    });
-    // A compiled .txt supersedes its .in.
-    let txts: BTreeSet<String> = req_files
-        .iter()
-        .filter(|r| r.ends_with(".txt"))
-        .cloned()
-        .collect();
-    req_files.retain(|r| !(r.ends_with(".in") && txts.contains(&r.replace(".in", ".txt"))));
-    if pyproject.is_none()
-        && setup_py.is_none()
-        && setup_cfg.is_none()
-        && pipfile.is_none()
-        && req_files.is_empty()
-    {
-        return None;
-    }
-    let mut py = PythonFacts::default();
-    let mut deps: Vec<String> = Vec::new();
-    let mut pytest_config = f.exists("pytest.ini") || f.exists("conftest.py");
-    if let Some(text) = &pyproject {
-        match text.parse::<toml::Table>() {
-            Ok(t) => {
-                let project = t.get("project").and_then(|p| p.as_table());
-                py.project_name = project
-                    .and_then(|p| p.get("name"))
-                    .and_then(|n| n.as_str())
-                    .map(String::from);
-                py.requires_python = project
-                    .and_then(|p| p.get("requires-python"))
-                    .and_then(|n| n.as_str())
-                    .map(String::from);
-                if let Some(list) = project
-                    .and_then(|p| p.get("dependencies"))
-                    .and_then(|d| d.as_array())
-                {
-                    deps.extend(list.iter().filter_map(|d| d.as_str()).map(String::from));
-                }
-                if let Some(extras) = project
-                    .and_then(|p| p.get("optional-dependencies"))
-                    .and_then(|d| d.as_table())
-                {
-                    for (k, v) in extras {
-                        py.extras.push(k.clone());
-                        if let Some(a) = v.as_array() {
-                            deps.extend(a.iter().filter_map(|d| d.as_str()).map(String::from));
-                        }
-                    }
-                }
-                let tool = t.get("tool").and_then(|x| x.as_table());
-                if let Some(poetry) = tool
-                    .and_then(|x| x.get("poetry"))
-                    .and_then(|x| x.as_table())
-                {
-                    if py.project_name.is_none() {
-                        py.project_name = poetry
-                            .get("name")
-                            .and_then(|n| n.as_str())
-                            .map(String::from);
-                    }
-                    for section in ["dependencies", "dev-dependencies"] {
-                        if let Some(d) = poetry.get(section).and_then(|d| d.as_table()) {
-                            deps.extend(d.keys().filter(|k| *k != "python").cloned());
-                            if let Some(v) = d.get("python").and_then(|v| v.as_str()) {
-                                py.version_hints.push(format!("poetry python {v}"));
-                            }
-                        }
-                    }
-                    if let Some(groups) = poetry.get("group").and_then(|g| g.as_table()) {
-                        for g in groups.values() {
-                            if let Some(d) = g.get("dependencies").and_then(|d| d.as_table()) {
-                                deps.extend(d.keys().cloned());
-                            }
-                        }
-                    }
-                    py.installer = PythonInstaller::Poetry;
-                }
-                if tool.is_some_and(|x| x.contains_key("pytest")) {
-                    pytest_config = true;
-                }
-                if tool.is_some_and(|x| x.contains_key("setuptools_scm") || x.contains_key("hatch"))
-                    && text.contains("vcs")
-                    || tool.is_some_and(|x| x.contains_key("setuptools_scm"))
-                {
-                    py.needs_git = true;
-                }
-                py.installable = t.contains_key("build-system")
-                    || project.is_some()
-                    || py.installer == PythonInstaller::Poetry;
-            }
-            Err(e) => warnings.push(format!(
-                "pyproject.toml is not valid TOML ({}); it is ignored",
-                e.message()
-            )),
-        }
-    }
-    if f.exists("uv.lock") {
-        py.installer = PythonInstaller::Uv;
-    } else if f.exists("poetry.lock") {
-        py.installer = PythonInstaller::Poetry;
-    } else if pipfile.is_some() && pyproject.is_none() && setup_py.is_none() {
-        py.installer = PythonInstaller::Pipenv;
-    }
-    if setup_py.is_some() || setup_cfg.is_some() {
-        py.installable = true;
-    }
-    let rx_python_requires = regex::Regex::new(r#"python_requires\s*=\s*['"]?([^'"\n,)]+)"#).ok();
-    for text in [&setup_py, &setup_cfg].into_iter().flatten() {
-        if py.requires_python.is_none() {
-            if let Some(c) = rx_python_requires.as_ref().and_then(|r| r.captures(text)) {
-                py.requires_python = Some(c[1].trim().to_string());
-            }
-        }
-        if text.contains("setuptools_scm") || text.contains("use_scm_version") {
-            py.needs_git = true;
-        }
-        if text.contains("pytest") {
-            pytest_config |= text.contains("[tool:pytest]");
-        }
-    }
-    if let Some(text) = &setup_cfg {
-        if let Some(extras) = text.split("[options.extras_require]").nth(1) {
-            for line in extras.lines().skip(1) {
-                if line.starts_with('[') {
-                    break;
-                }
-                if let Some((k, _)) = line.split_once('=') {
-                    if !line.starts_with(char::is_whitespace) && !k.trim().is_empty() {
-                        py.extras.push(k.trim().to_string());
-                    }
-                }
-            }
-        }
-    }
-    if let Some(v) = f.read(".python-version") {
-        if let Some(line) = v.lines().next() {
-            py.version_hints
-                .push(format!(".python-version {}", line.trim()));
-        }
-    }
-    if let Some(text) = &pipfile {
-        if let Some(c) = regex::Regex::new(r#"python_version\s*=\s*"([^"]+)""#)
-            .ok()
-            .and_then(|r| r.captures(text))
-        {
-            py.version_hints
-                .push(format!("Pipfile python_version {}", &c[1]));
-        }
-        for line in text.lines() {
-            if let Some((k, _)) = line.split_once('=') {
-                let k = k.trim().trim_matches('"');
-                if !k.is_empty()
-                    && !line.starts_with('[')
-                    && !matches!(k, "url" | "verify_ssl" | "name" | "python_version")
-                {
-                    deps.push(k.to_string());
-                }
-            }
-        }
-    }
-    if let Some(text) = f.read("tox.ini") {
-        py.has_tox = true;
-        if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("envlist")) {
-            py.version_hints.push(format!("tox {}", line.trim()));
-        }
-        pytest_config |= text.contains("[pytest]") || text.contains("pytest");
-    }
-    for rf in &req_files {
-        if let Some(text) = f.read(rf) {
-            for line in text.lines() {
-                let l = line.trim();
-                if l.contains("git+") {
-                    py.needs_git = true;
-                }
-                deps.push(l.to_string());
-            }
-        }
-    }
-    py.requirement_files = req_files
-        .into_iter()
-        .filter(|r| r.ends_with(".txt"))
-        .collect();
-    let mut names: BTreeSet<String> = deps.iter().filter_map(|d| requirement_name(d)).collect();
-    names.remove("python");
-    py.dependencies = names.into_iter().collect();
-    py.extras.sort();
-    py.extras.dedup();
-    py.test_extras = py
-        .extras
-        .iter()
-        .filter(|e| matches!(e.as_str(), "test" | "tests" | "testing" | "dev" | "develop"))
-        .cloned()
-        .collect();
-    let has_test_files = !f
-        .find(2, &|p| {
-            let n = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (n.starts_with("test_") || n.ends_with("_test.py")) && n.ends_with(".py")
-        })
-        .is_empty();
-    if pytest_config || py.dependencies.iter().any(|d| d == "pytest") || has_test_files {
-        frameworks.insert("pytest".to_string());
-    }
-    // The importable package: src/<name>, <name>/ or <name>.py.
-    if let Some(name) = &py.project_name {
-        let module = name.to_ascii_lowercase().replace(['-', '.'], "_");
-        if f.exists(&format!("src/{module}/__init__.py"))
-            || f.exists(&format!("{module}/__init__.py"))
-            || f.exists(&format!("{module}.py"))
-        {
-            py.import_name = Some(module);
-        }
-    }
-    Some(py)
 }
 
 fn node(

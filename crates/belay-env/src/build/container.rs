@@ -17,14 +17,49 @@ impl Run<'_> {
                 Ok(img.clone())
             }
             BaseSpec::Default => {
-                if !self.rt.image_exists(DEFAULT_BASE_IMAGE).await? {
-                    return Err(SandboxError::ImageMissing {
-                        image: DEFAULT_BASE_IMAGE.into(),
-                        hint: "It is belay's default base image, built offline from your apt mirror: run `belay image bootstrap` (about a minute), or pass --base-image / --base-dockerfile".into(),
+                // A Python project whose requires-python (or version hints)
+                // leaves out bookworm's Python gets the suite that has one.
+                let choice = crate::base_suite::choose(self.ctx.python.as_ref())?;
+                let image = choice.image();
+                self.phase(
+                    "base",
+                    format!("{image} (Python {}): {}", choice.python, choice.reason),
+                );
+                self.manifest.base_suite = Some(choice.clone());
+                if !self.rt.image_exists(&image).await? {
+                    if image == DEFAULT_BASE_IMAGE {
+                        return Err(SandboxError::ImageMissing {
+                            image: DEFAULT_BASE_IMAGE.into(),
+                            hint: "It is belay's default base image, built offline from your apt mirror: run `belay image bootstrap` (about a minute), or pass --base-image / --base-dockerfile".into(),
+                        }
+                        .into());
                     }
-                    .into());
+                    // Another suite's base is made the way `belay image
+                    // bootstrap --suite <suite>` makes it.
+                    self.phase(
+                        "base",
+                        format!(
+                            "{image} is missing: building it as `belay image bootstrap --suite {}` does",
+                            choice.suite
+                        ),
+                    );
+                    let req = belay_sandbox::bootstrap::ImageRequest {
+                        suite: choice.suite.clone(),
+                        tag: image.clone(),
+                        include: Vec::new(),
+                        mirror: None,
+                        work_dir: self.dir.root.join(format!("bootstrap-{}", choice.suite)),
+                    };
+                    let obs = self.obs;
+                    belay_sandbox::bootstrap::build_image(self.rt, &req, &|m: &str| {
+                        obs.event(&BuildEvent::Phase {
+                            name: "base".into(),
+                            detail: m.to_string(),
+                        })
+                    })
+                    .await?;
                 }
-                Ok(DEFAULT_BASE_IMAGE.to_string())
+                Ok(image)
             }
             BaseSpec::Dockerfile(df) => {
                 let df = df.canonicalize().map_err(|e| {
@@ -108,6 +143,11 @@ impl Run<'_> {
             working_dir: Some(REPO_DIR.to_string()),
             // Kept containers are the user's: the reaper must leave them alone.
             unowned: self.opts.keep_container,
+            mounts: self
+                .package_caches
+                .as_ref()
+                .map(|c| c.mounts())
+                .unwrap_or_default(),
             ..Default::default()
         };
         let id = self.rt.create(&spec).await?;

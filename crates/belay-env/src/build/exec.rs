@@ -24,7 +24,13 @@ impl Run<'_> {
         let spec = ExecSpec {
             argv,
             working_dir: Some(REPO_DIR.to_string()),
-            env: self.trust.proxy_env.clone(),
+            env: {
+                let mut env = self.trust.proxy_env.clone();
+                if let Some(c) = &self.package_caches {
+                    env.extend(c.exec_env());
+                }
+                env
+            },
             timeout: Some(timeout),
             log_path: log_path.clone(),
             log_limit: None,

@@ -3,18 +3,9 @@
 
 use super::*;
 
-/// Where preflight results are cached: `$BELAY_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/belay`, else `~/.cache/belay`, else `<state-dir>/cache`.
+/// Where preflight results are cached: the machine's cache directory.
 pub(super) fn preflight_cache_dir(state_dir: &Path) -> PathBuf {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    env("BELAY_CACHE_DIR")
-        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("belay")))
-        .or_else(|| env("HOME").map(|h| h.join(".cache").join("belay")))
-        .unwrap_or_else(|| state_dir.join("cache"))
+    crate::rundir::machine_cache_dir(state_dir)
 }
 
 /// Where a passed oracle command is remembered: keyed by the image id and the
@@ -27,6 +18,15 @@ pub(super) fn oracle_cache_file(state_dir: &Path, image_id: &str, command: &str)
     preflight_cache_dir(state_dir)
         .join("oracle")
         .join(format!("{key}.passed"))
+}
+
+/// The class of the first failed oracle command, from its log.
+fn report_failure_class(report: Option<&OracleReport>) -> Option<crate::repair::Classified> {
+    report?
+        .commands
+        .iter()
+        .filter(|c| !c.ok)
+        .find_map(|c| crate::repair::classify(&crate::repair::failure_text(&c.log_path, "", "")))
 }
 
 impl Run<'_> {
@@ -93,6 +93,7 @@ impl Run<'_> {
             self.trust.ca_bundle.is_some(),
             run_rel.as_deref(),
             &self.excluded,
+            self.opts.package_cache,
         );
         belay_record::atomic_write(
             &self.dir.dockerfile(),
@@ -104,8 +105,16 @@ impl Run<'_> {
             let ok = report.ok;
             self.manifest.oracle = Some(report);
             if !ok {
+                // The oracle runs offline: a suite that needs the network to
+                // collect is named as such, with its host.
+                let class = report_failure_class(self.manifest.oracle.as_ref());
+                let why = class
+                    .as_ref()
+                    .map(|c| format!(": {}", c.detail))
+                    .unwrap_or_default();
+                self.manifest.failure_class = class.map(|c| c.detail);
                 self.manifest.error = Some(format!(
-                    "the oracle {} failed on {final_ref}",
+                    "the oracle {} failed on {final_ref}{why}",
                     file.display()
                 ));
                 return Ok(());

@@ -24,6 +24,7 @@ mod exec;
 #[cfg(test)]
 mod fake_tests;
 mod finalize;
+mod lookups;
 mod recover;
 mod replay;
 mod state;
@@ -100,6 +101,9 @@ pub struct BuildOptions {
     pub max_probe_failures: u32,
     /// Reuse matching checkpoints of earlier builds on the same engine.
     pub cache: bool,
+    /// Mount the machine's package download caches into build containers
+    /// (`--no-package-cache` turns it off).
+    pub package_cache: bool,
     /// Replay the final scripts even when the forward run already was one.
     pub force_clean_replay: bool,
     /// Plan and repair with this model (the rules stay the fallback).
@@ -129,6 +133,7 @@ impl BuildOptions {
             max_repair_attempts: 2,
             max_probe_failures: 5,
             cache: true,
+            package_cache: true,
             force_clean_replay: false,
             llm: None,
         }
@@ -266,6 +271,13 @@ pub async fn build(
         diverged: false,
         current_checkpoint: None,
         llm,
+        package_caches: if opts.package_cache {
+            Some(crate::package_cache::PackageCaches::open(
+                &preflight_cache_dir(&dir.state_dir),
+            )?)
+        } else {
+            None
+        },
     };
     // Attempt numbers continue across starts, so that no earlier log is overwritten.
     if let Some(prev) = &previous {
@@ -351,6 +363,8 @@ pub(crate) struct Run<'a> {
     pub(crate) attempts: HashMap<(String, String), u32>,
     /// Image ids of checkpoint refs seen in this run.
     pub(crate) image_ids: HashMap<String, String>,
+    /// The machine's package caches this build mounts (and its apt slot).
+    pub(crate) package_caches: Option<crate::package_cache::PackageCaches>,
     /// The forward state may differ from a clean run of the final scripts
     /// (a repair ran in a live, unrolled-back container).
     pub(crate) diverged: bool,

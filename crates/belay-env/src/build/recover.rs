@@ -55,7 +55,17 @@ impl Run<'_> {
                 &failure_now.stdout_tail,
                 &failure_now.stderr_tail,
             );
-            let mut proposals = repair::propose(&text, &self.ctx, &tried);
+            // A suite that needs the network to collect cannot be repaired
+            // (and the oracle runs offline): say so rather than retry.
+            if let Some(c) = repair::classify(&text) {
+                self.manifest.failure_class = Some(c.detail.clone());
+                return Ok(Recovery::Failed(format!(
+                    "{}; {}",
+                    failure_now.summary, c.detail
+                )));
+            }
+            let lookups = self.lookups(&text).await;
+            let mut proposals = repair::propose_with(&text, &self.ctx, &tried, &lookups);
             if let Some(p) = self
                 .llm_proposal(blocks, i, &text, &proposals, &tried)
                 .await?

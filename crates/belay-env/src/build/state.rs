@@ -82,8 +82,10 @@ pub(super) fn new_manifest(
         llm_usage_path: dir.llm_usage(),
         dockerfile_path: None,
         base_image: previous.and_then(|p| p.base_image.clone()),
+        base_suite: None,
         final_image: None,
         error: None,
+        failure_class: None,
         llm_usage: previous
             .map(|p| p.llm_usage.clone())
             .filter(|u| !u.planner.is_empty())

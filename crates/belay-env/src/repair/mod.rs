@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use regex::{Captures, Regex};
 
 use crate::analyze::RepoContext;
+use crate::module_dists;
 
 /// One repair rule.
 #[derive(Debug)]
@@ -29,392 +30,42 @@ pub struct Rule {
     pub hint: &'static str,
 }
 
-/// Placeholders in fixes and probes:
-/// `{apt}`: install with apt (refreshing lists when they are missing);
-/// `{pip}`: install into the project's venv (created when missing);
-/// `{1}`: capture group 1; `{header:1}`, `{cmd:1}`, `{pc:1}`, `{module:1}`: capture 1
-/// mapped through the header / command / pkg-config / Python module tables;
-/// `{node_major}`: the major version the project's `engines.node` asks for.
-pub const RULES: &[Rule] = &[
-    Rule {
-        id: "apt-lists-missing",
-        pattern: r"E: Unable to locate package|E: Package '[^']+' has no installation candidate|Failed to fetch .* 404\s+Not Found",
-        fix: "apt-get update -q",
-        probe: None,
-        blame: None,
-        hint: "the package index is missing or stale",
-    },
-    Rule {
-        id: "dpkg-interrupted",
-        pattern: r"dpkg was interrupted, you must manually run",
-        fix: "dpkg --configure -a",
-        probe: None,
-        blame: None,
-        hint: "an earlier dpkg run was interrupted",
-    },
-    Rule {
-        id: "transient-network",
-        pattern: r"Temporary failure (in name resolution|resolving)|Could not resolve host|Connection reset by peer|ReadTimeoutError|Read timed out|ETIMEDOUT|ECONNRESET|503 Service Unavailable|EAI_AGAIN",
-        fix: "sleep 5",
-        probe: None,
-        blame: None,
-        hint: "a transient network error: replay the block",
-    },
-    Rule {
-        id: "pep668-externally-managed",
-        pattern: r"externally-managed-environment",
-        fix: "{ [ -x /workspace/repo/.venv/bin/python ] || python3 -m venv /workspace/repo/.venv; } && export PATH=/workspace/repo/.venv/bin:$PATH",
-        probe: None,
-        blame: None,
-        hint: "PEP 668 blocks the system pip: install into the project venv",
-    },
-    Rule {
-        id: "python-venv-missing",
-        pattern: r"ensurepip is not\s+available|No module named '?(venv|ensurepip)'?",
-        fix: "{apt} python3-venv",
-        probe: Some("dpkg -s python3-venv"),
-        blame: None,
-        hint: "python3-venv is not installed",
-    },
-    Rule {
-        id: "python-headers",
-        pattern: r"Python\.h: No such file or directory",
-        fix: "{apt} python3-dev build-essential",
-        probe: Some("dpkg -s python3-dev"),
-        blame: None,
-        hint: "Python headers are missing",
-    },
-    Rule {
-        id: "pg-config",
-        pattern: r"pg_config executable not found|Error: pg_config|pg_config: (command )?not found|libpq-fe\.h: No such file",
-        fix: "{apt} libpq-dev build-essential python3-dev",
-        probe: Some("command -v pg_config"),
-        blame: None,
-        hint: "PostgreSQL client headers (pg_config) are missing",
-    },
-    Rule {
-        id: "mysql-config",
-        pattern: r"mysql_config: (command )?not found|mysql_config not found|Can not find valid pkg-config name.*mysqlclient",
-        fix: "{apt} default-libmysqlclient-dev pkg-config build-essential python3-dev",
-        probe: Some("command -v mysql_config"),
-        blame: None,
-        hint: "MySQL client headers are missing",
-    },
-    Rule {
-        id: "openssl-sys",
-        pattern: r"Could not find directory of OpenSSL installation|openssl-sys|Package openssl was not found",
-        fix: "{apt} libssl-dev pkg-config",
-        probe: Some("dpkg -s libssl-dev"),
-        blame: None,
-        hint: "OpenSSL development files are missing",
-    },
-    Rule {
-        id: "missing-c-header",
-        pattern: r"fatal error: ([\w/.+-]+\.h): No such file or directory",
-        fix: "{apt} {header:1}",
-        probe: None,
-        blame: None,
-        hint: "a C header is missing: install the package that ships it",
-    },
-    Rule {
-        id: "pkg-config-package",
-        pattern: r"Package '?([\w.+-]+)'?,? (required by '[^']*', )?(was )?not found|No package '([\w.+-]+)' found",
-        fix: "{apt} pkg-config {pc:1}",
-        probe: None,
-        blame: None,
-        hint: "a library known to pkg-config is missing",
-    },
-    Rule {
-        id: "pkg-config-missing",
-        pattern: r"pkg-config: (command )?not found|Could not find pkg-config|`pkg-config` (command|executable) (could not be found|not found)|pkg-config binary .* not found",
-        fix: "{apt} pkg-config",
-        probe: Some("command -v pkg-config"),
-        blame: None,
-        hint: "pkg-config is missing",
-    },
-    Rule {
-        id: "c-compiler-missing",
-        pattern: r"error: command '[^']*(gcc|cc|g\+\+|clang)' failed: No such file or directory|unable to execute '[^']*gcc'|linker `cc` not found|No CMAKE_C(XX)?_COMPILER could be found|gcc: (command )?not found|cc: (command )?not found|C compiler cannot create executables|error: Microsoft Visual C\+\+|You need a C compiler",
-        fix: "{apt} build-essential",
-        probe: Some("command -v gcc && command -v g++ && command -v make"),
-        blame: None,
-        hint: "no C/C++ compiler",
-    },
-    Rule {
-        id: "node-engine",
-        pattern: r"is older than the project's engines\.node|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
-        fix: "npm install -g --no-audit --no-fund node@{node_major} && hash -r && node --version",
-        probe: None,
-        blame: None,
-        hint: "the distribution's node is older than engines.node: install the required node from the npm registry",
-    },
-    Rule {
-        id: "go-too-old",
-        pattern: r"go\.mod requires go >= ?([0-9.]+)|requires go(\s|>=)+([0-9.]+) \(running go|go: go\.mod requires go",
-        fix: "mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources | head -n1) && echo \"deb $mirror bookworm-backports main\" > /etc/apt/sources.list.d/belay-backports.list && apt-get update -q && apt-get install -y -q --no-install-recommends -t bookworm-backports golang-1.22-go && ln -sf /usr/lib/go-1.22/bin/go /usr/local/bin/go && hash -r && go version",
-        probe: None,
-        blame: None,
-        hint: "the distribution's Go is older than go.mod asks: install a newer Go from the distribution's backports",
-    },
-    Rule {
-        id: "gradlew-not-executable",
-        pattern: r"\./gradlew: Permission denied|\./mvnw: Permission denied",
-        fix: "chmod +x gradlew mvnw 2>/dev/null || chmod +x gradlew || chmod +x mvnw",
-        probe: None,
-        blame: None,
-        hint: "the build wrapper is not executable",
-    },
-    Rule {
-        id: "venv-broken",
-        pattern: r"\.venv/bin/python3?: (No such file or directory|not found|cannot execute)|bad interpreter: .*\.venv/bin/python",
-        fix: "rm -rf /workspace/repo/.venv",
-        probe: None,
-        blame: Some("python-runtime"),
-        hint: "the virtualenv made by the runtime block is broken: recreate it there",
-    },
-    Rule {
-        id: "node-modules-missing",
-        pattern: r"node_modules/\.bin/[\w.-]+: (No such file or directory|not found)|Cannot find module '([\w@/.-]+)'",
-        fix: "rm -rf /workspace/repo/node_modules",
-        probe: None,
-        blame: Some("node-deps"),
-        hint: "node_modules from the dependency block is incomplete: reinstall there",
-    },
-    Rule {
-        id: "python-extension-not-built",
-        pattern: r"No module named '?([A-Za-z_]\w*)\._\w+'?",
-        fix: "{apt} {ext:1} && {pip} --no-deps --force-reinstall --no-build-isolation -e /workspace/repo || {pip} --no-deps --force-reinstall -e /workspace/repo",
-        probe: None,
-        blame: None,
-        hint: "a package's C extension was not built because its library was missing: install the library and rebuild",
-    },
-    Rule {
-        id: "pytest-hook-removed",
-        pattern: r"are declared in the hookimpl but can not be found in the hookspec",
-        fix: "{pip} 'pytest<8'",
-        probe: None,
-        blame: None,
-        hint: "the test suite's conftest uses hook arguments newer pytest removed: pin pytest 7",
-    },
-    Rule {
-        id: "local-module-not-installed",
-        pattern: r"No module named '?([A-Za-z_][\w]*)",
-        fix: "{pip} -e /workspace/repo",
-        probe: None,
-        blame: None,
-        hint: "the project's own package is not installed in the venv",
-    },
-    Rule {
-        id: "python-module-missing",
-        pattern: r"No module named '?([A-Za-z_][\w]*)",
-        fix: "{pip} {module:1}",
-        probe: None,
-        blame: None,
-        hint: "a Python module is missing from the venv",
-    },
-    Rule {
-        id: "pytest-too-new",
-        pattern: r"PytestRemovedIn(\d+)Warning",
-        fix: "{pip} 'pytest<{dec:1}'",
-        probe: None,
-        blame: None,
-        hint: "the test suite uses pytest behaviour that the installed pytest turned into errors: pin the last pytest that allows it",
-    },
-    Rule {
-        id: "command-not-found",
-        pattern: r"(?:^|[\s:])([a-z][\w.+-]*): (?:command )?not found\s*$",
-        fix: "{apt} {cmd:1}",
-        probe: Some("command -v {1}"),
-        blame: None,
-        hint: "a command is missing: install the package that provides it",
-    },
-];
+mod classify;
+mod rules;
+mod tables;
 
-/// Headers -> Debian packages.
-const HEADER_PKG: &[(&str, &str)] = &[
-    ("ffi.h", "libffi-dev"),
-    ("openssl/ssl.h", "libssl-dev"),
-    ("openssl/opensslv.h", "libssl-dev"),
-    ("ssl.h", "libssl-dev"),
-    ("libxml/xmlversion.h", "libxml2-dev libxslt1-dev"),
-    ("libxml/parser.h", "libxml2-dev"),
-    ("libxslt/xsltconfig.h", "libxslt1-dev"),
-    ("zlib.h", "zlib1g-dev"),
-    ("bzlib.h", "libbz2-dev"),
-    ("lzma.h", "liblzma-dev"),
-    ("sqlite3.h", "libsqlite3-dev"),
-    ("readline/readline.h", "libreadline-dev"),
-    ("ncurses.h", "libncurses-dev"),
-    ("curses.h", "libncurses-dev"),
-    ("yaml.h", "libyaml-dev"),
-    ("jpeglib.h", "libjpeg-dev"),
-    ("png.h", "libpng-dev"),
-    ("ft2build.h", "libfreetype-dev"),
-    ("cairo.h", "libcairo2-dev"),
-    ("uuid/uuid.h", "uuid-dev"),
-    ("gmp.h", "libgmp-dev"),
-    ("mpfr.h", "libmpfr-dev"),
-    ("hdf5.h", "libhdf5-dev"),
-    ("lber.h", "libldap2-dev libsasl2-dev"),
-    ("ldap.h", "libldap2-dev libsasl2-dev"),
-    ("sasl/sasl.h", "libsasl2-dev"),
-    ("krb5.h", "libkrb5-dev"),
-    ("gssapi/gssapi.h", "libkrb5-dev"),
-    ("portaudio.h", "portaudio19-dev"),
-    ("snappy-c.h", "libsnappy-dev"),
-    ("lz4.h", "liblz4-dev"),
-    ("zstd.h", "libzstd-dev"),
-    ("pcre.h", "libpcre3-dev"),
-    ("libpq-fe.h", "libpq-dev"),
-    ("mysql.h", "default-libmysqlclient-dev"),
-    ("Python.h", "python3-dev"),
-    ("X11/Xlib.h", "libx11-dev"),
-    ("GL/gl.h", "libgl-dev"),
-    ("curl/curl.h", "libcurl4-openssl-dev"),
-    ("expat.h", "libexpat1-dev"),
-    ("gdbm.h", "libgdbm-dev"),
-    ("magic.h", "libmagic-dev"),
-    ("systemd/sd-daemon.h", "libsystemd-dev"),
-    ("dbus/dbus.h", "libdbus-1-dev"),
-    ("glib.h", "libglib2.0-dev"),
-    ("libusb.h", "libusb-1.0-0-dev"),
-    ("sodium.h", "libsodium-dev"),
-    ("event.h", "libevent-dev"),
-    ("geos_c.h", "libgeos-dev"),
-    ("proj.h", "libproj-dev"),
-    ("gdal.h", "libgdal-dev"),
-];
+pub use classify::{classify, Classified, NETWORK_AT_COLLECTION};
+pub use rules::RULES;
+use tables::{CMD_PKG, EXT_PKG, HEADER_PKG, PC_PKG};
 
-/// Commands -> Debian packages (a command not listed is looked up by its own name).
-const CMD_PKG: &[(&str, &str)] = &[
-    ("gcc", "build-essential"),
-    ("cc", "build-essential"),
-    ("g++", "build-essential"),
-    ("c++", "build-essential"),
-    ("make", "make"),
-    ("python", "python-is-python3"),
-    ("python3", "python3 python3-venv"),
-    ("pip", "python3-pip"),
-    ("pip3", "python3-pip"),
-    ("node", "nodejs"),
-    ("nodejs", "nodejs"),
-    ("npm", "npm"),
-    ("npx", "npm"),
-    ("cargo", "cargo"),
-    ("rustc", "rustc"),
-    ("go", "golang-go"),
-    ("gofmt", "golang-go"),
-    ("java", "default-jdk-headless"),
-    ("javac", "default-jdk-headless"),
-    ("mvn", "maven"),
-    ("gradle", "gradle"),
-    ("cmake", "cmake"),
-    ("ninja", "ninja-build"),
-    ("meson", "meson"),
-    ("autoreconf", "autoconf automake libtool"),
-    ("autoconf", "autoconf"),
-    ("automake", "automake"),
-    ("libtool", "libtool"),
-    ("libtoolize", "libtool"),
-    ("pkg-config", "pkg-config"),
-    ("git", "git"),
-    ("curl", "curl"),
-    ("wget", "wget"),
-    ("unzip", "unzip"),
-    ("zip", "zip"),
-    ("xz", "xz-utils"),
-    ("bzip2", "bzip2"),
-    ("patch", "patch"),
-    ("swig", "swig"),
-    ("protoc", "protobuf-compiler"),
-    ("jq", "jq"),
-    ("file", "file"),
-    ("ps", "procps"),
-    ("which", "debianutils"),
-    ("sqlite3", "sqlite3"),
-    ("psql", "postgresql-client"),
-    ("redis-server", "redis-server"),
-    ("gfortran", "gfortran"),
-    ("perl", "perl"),
-    ("ruby", "ruby"),
-    ("tree", "tree"),
-];
+/// What repair looked up before proposing (the lookups that need IO).
+#[derive(Debug, Clone, Default)]
+pub struct Lookups {
+    /// Shared library file name -> the Debian package that ships it.
+    pub sonames: std::collections::BTreeMap<String, String>,
+}
 
-/// pkg-config names -> Debian packages (others become `lib<name>-dev`).
-const PC_PKG: &[(&str, &str)] = &[
-    ("libffi", "libffi-dev"),
-    ("openssl", "libssl-dev"),
-    ("libssl", "libssl-dev"),
-    ("libpq", "libpq-dev"),
-    ("zlib", "zlib1g-dev"),
-    ("libxml-2.0", "libxml2-dev"),
-    ("libxslt", "libxslt1-dev"),
-    ("sqlite3", "libsqlite3-dev"),
-    ("mysqlclient", "default-libmysqlclient-dev"),
-    ("libsystemd", "libsystemd-dev"),
-    ("dbus-1", "libdbus-1-dev"),
-    ("glib-2.0", "libglib2.0-dev"),
-    ("cairo", "libcairo2-dev"),
-    ("gobject-introspection-1.0", "libgirepository1.0-dev"),
-    ("x11", "libx11-dev"),
-    ("libcurl", "libcurl4-openssl-dev"),
-    ("libzstd", "libzstd-dev"),
-    ("liblzma", "liblzma-dev"),
-    ("libsodium", "libsodium-dev"),
-];
-
-/// Packages whose C extension (`pkg._ext`) needs a system library to be built.
-const EXT_PKG: &[(&str, &str)] = &[
-    ("yaml", "libyaml-dev"),
-    ("lxml", "libxml2-dev libxslt1-dev"),
-    ("psycopg2", "libpq-dev"),
-    ("cffi", "libffi-dev"),
-    ("_cffi_backend", "libffi-dev"),
-    ("zmq", "libzmq3-dev"),
-    ("snappy", "libsnappy-dev"),
-    ("ldap", "libldap2-dev libsasl2-dev"),
-    ("gssapi", "libkrb5-dev"),
-    ("cairo", "libcairo2-dev"),
-];
-
-/// Python import names -> distributions (others install under their own name).
-const MODULE_DIST: &[(&str, &str)] = &[
-    ("yaml", "PyYAML"),
-    ("PIL", "Pillow"),
-    ("cv2", "opencv-python-headless"),
-    ("sklearn", "scikit-learn"),
-    ("skimage", "scikit-image"),
-    ("bs4", "beautifulsoup4"),
-    ("dateutil", "python-dateutil"),
-    ("dotenv", "python-dotenv"),
-    ("jwt", "PyJWT"),
-    ("Crypto", "pycryptodome"),
-    ("OpenSSL", "pyOpenSSL"),
-    ("attr", "attrs"),
-    ("serial", "pyserial"),
-    ("usb", "pyusb"),
-    ("magic", "python-magic"),
-    ("gi", "PyGObject"),
-    ("docx", "python-docx"),
-    ("jose", "python-jose"),
-    ("google", "protobuf"),
-    ("pkg_resources", "setuptools"),
-    ("setuptools", "setuptools"),
-    ("wheel", "wheel"),
-    ("_cffi_backend", "cffi"),
-    ("MySQLdb", "mysqlclient"),
-    ("psycopg2", "psycopg2-binary"),
-    ("zmq", "pyzmq"),
-    ("Levenshtein", "python-Levenshtein"),
-    ("lxml", "lxml"),
-    ("pytest", "pytest"),
-    ("railroad", "railroad-diagrams"),
-    ("hypothesis", "hypothesis"),
-    ("mock", "mock"),
-    ("nose", "pynose"),
-    ("freezegun", "freezegun"),
-    ("tomllib", "tomli"),
-];
+/// The shared libraries a failure says are missing (`libGL.so.1`), for the
+/// Contents index lookup.
+pub fn missing_sonames(text: &str) -> Vec<String> {
+    static RE: OnceLock<Option<Regex>> = OnceLock::new();
+    let Some(re) = RE
+        .get_or_init(|| {
+            Regex::new(r"(lib[\w.+-]*?\.so(?:\.\d+)*): cannot open shared object file").ok()
+        })
+        .as_ref()
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for c in re.captures_iter(text) {
+        let s = c[1].to_string();
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
 
 /// A proposed repair.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -451,22 +102,12 @@ fn lookup(table: &[(&str, &str)], key: &str) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-/// Whether `module` is the project's own package (installing it from PyPI
-/// would install a stranger's).
 fn is_local_module(ctx: &RepoContext, module: &str) -> bool {
-    if ctx.python.as_ref().and_then(|p| p.import_name.as_deref()) == Some(module) {
-        return true;
-    }
-    let root = &ctx.repo_path;
-    ["", "src", "lib", "lib3", "python"].iter().any(|d| {
-        let base = if d.is_empty() {
-            root.to_path_buf()
-        } else {
-            root.join(d)
-        };
-        base.join(module).join("__init__.py").is_file()
-            || base.join(format!("{module}.py")).is_file()
-    })
+    crate::analyze::is_local_module(
+        &ctx.repo_path,
+        ctx.python.as_ref().and_then(|p| p.import_name.as_deref()),
+        module,
+    )
 }
 
 /// Render a template; `None` when a placeholder cannot be filled.
@@ -476,6 +117,8 @@ fn render(
     caps: &Captures,
     ctx: &RepoContext,
     all_missing: &[String],
+    lookups: &Lookups,
+    text: &str,
 ) -> Option<String> {
     let cap1 = caps
         .iter()
@@ -507,29 +150,51 @@ fn render(
             lookup(PC_PKG, &c).unwrap_or_else(|| format!("lib{}-dev", c.trim_start_matches("lib")));
         out = out.replace("{pc:1}", &pkg);
     }
+    if out.contains("{soname:1}") {
+        let pkg = lookups.sonames.get(cap1.as_deref()?)?;
+        out = out.replace("{soname:1}", pkg);
+    }
+    // A module is the project's own when its top-level package is.
+    let top = |m: &str| m.split('.').next().unwrap_or(m).to_string();
     let module = cap1.clone();
     match rule.id {
         "local-module-not-installed" => {
             let m = module?;
-            if !is_local_module(ctx, &m) {
+            if !is_local_module(ctx, &top(&m)) {
                 return None;
             }
         }
         "python-module-missing" => {
             let m = module?;
-            if is_local_module(ctx, &m) || matches!(m.as_str(), "venv" | "ensurepip") {
+            let own = |m: &str| is_local_module(ctx, &top(m)) || matches!(m, "venv" | "ensurepip");
+            if own(&m) {
                 return None;
             }
             // Every missing module the output names, so that one round installs them all.
             let mut dists: Vec<String> = Vec::new();
-            for m in all_missing
-                .iter()
-                .filter(|m| !is_local_module(ctx, m) && !matches!(m.as_str(), "venv" | "ensurepip"))
-            {
-                let d = lookup(MODULE_DIST, m).unwrap_or_else(|| m.replace('_', "-"));
+            for m in all_missing.iter().filter(|m| !own(m)) {
+                let d = match module_dists::distribution_in_text(m, text) {
+                    Some(d) => d.to_string(),
+                    // A shared namespace (`google`) without the dotted import
+                    // that says which of its distributions: no guess.
+                    None if module_dists::is_namespace(m) => continue,
+                    None => module_dists::distribution_or_own(m),
+                };
+                // A bound such as `setuptools<81` is quoted for the shell.
+                let d = if d
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                {
+                    d
+                } else {
+                    format!("'{d}'")
+                };
                 if !dists.contains(&d) {
                     dists.push(d);
                 }
+            }
+            if dists.is_empty() {
+                return None;
             }
             out = out.replace("{module:1}", &dists.join(" "));
         }
@@ -551,6 +216,16 @@ fn render(
 
 /// Fixes for a failure, most specific first, skipping fixes already `tried`.
 pub fn propose(text: &str, ctx: &RepoContext, tried: &[String]) -> Vec<Proposal> {
+    propose_with(text, ctx, tried, &Lookups::default())
+}
+
+/// [`propose`], with what was looked up for this failure.
+pub fn propose_with(
+    text: &str,
+    ctx: &RepoContext,
+    tried: &[String],
+    lookups: &Lookups,
+) -> Vec<Proposal> {
     let mut out: Vec<Proposal> = Vec::new();
     for (i, re) in compiled() {
         let rule = &RULES[*i];
@@ -562,7 +237,7 @@ pub fn propose(text: &str, ctx: &RepoContext, tried: &[String]) -> Vec<Proposal>
             .captures_iter(text)
             .filter_map(|c| c.get(1).map(|m| m.as_str().to_string()))
             .collect();
-        let Some(fix) = render(rule, rule.fix, &caps, ctx, &all) else {
+        let Some(fix) = render(rule, rule.fix, &caps, ctx, &all, lookups, text) else {
             continue;
         };
         if tried.contains(&fix) || out.iter().any(|p| p.fix == fix) {
@@ -570,7 +245,9 @@ pub fn propose(text: &str, ctx: &RepoContext, tried: &[String]) -> Vec<Proposal>
         }
         out.push(Proposal {
             rule_id: rule.id.to_string(),
-            probe: rule.probe.and_then(|p| render(rule, p, &caps, ctx, &all)),
+            probe: rule
+                .probe
+                .and_then(|p| render(rule, p, &caps, ctx, &all, lookups, text)),
             blame: rule.blame.map(String::from),
             hint: rule.hint.to_string(),
             fix,
@@ -662,6 +339,14 @@ mod tests {
         ("E   pytest.PytestRemovedIn10Warning: Passing a non-Collection iterable to parametrize is deprecated.", "pytest-too-new", "pytest<9"),
         ("E   ModuleNotFoundError: No module named 'railroad'\nE   ModuleNotFoundError: No module named 'jinja2'", "python-module-missing", "railroad-diagrams jinja2"),
         ("bash: line 1: cmake: command not found", "command-not-found", "cmake"),
+        ("E   ModuleNotFoundError: No module named 'xdist'", "python-module-missing", "pytest-xdist"),
+        ("    import pkg_resources\nModuleNotFoundError: No module named 'pkg_resources'", "python-module-missing", "'setuptools<81'"),
+        ("tests/test_proto.py:1: in <module>\n    from google.protobuf import descriptor\nE   ModuleNotFoundError: No module named 'google.protobuf'", "python-module-missing", "protobuf"),
+        ("  error: subprocess-exited-with-error\n  Error parsing\n  Traceback (most recent call last):\n    File \"/tmp/pip-build-env/overlay/lib/python3.11/site-packages/pbr/core.py\", line 105, in pbr\n  Exception: Versioning for this project requires either an sdist tarball, or access to an upstream git repository. It's also possible that there is a mismatch between the package name in setup.cfg and the argument given to pbr.version.VersionInfo. Project name pbrdemo was given, but was not able to be found.", "needs-git", "install -y -q --no-install-recommends -o Dpkg::Use-Pty=0 git"),
+        ("  LookupError: setuptools-scm was unable to detect version for /workspace/repo.", "needs-git", "safe.directory"),
+        ("fatal: detected dubious ownership in repository at '/workspace/repo'\nTo add an exception for this directory, call:", "git-dubious-ownership", "safe.directory /workspace/repo"),
+        ("ImportError while loading conftest '/workspace/repo/tests/conftest.py'.\nsrc/glibdemo/__init__.py:3: in <module>\n    _gobject = ctypes.CDLL(\"libgobject-2.0.so.0\")\nE   OSError: libgobject-2.0.so.0: cannot open shared object file: No such file or directory", "shared-library-missing", "libglib2.0-0"),
+        ("E   ImportError: libGL.so.1: cannot open shared object file: No such file or directory", "shared-library-missing", "libgl1"),
         ("/bin/sh: 1: javac: not found", "command-not-found", "default-jdk-headless"),
     ];
 
@@ -681,11 +366,20 @@ mod tests {
         }
     }
 
+    /// What the Contents index says of the libraries in [`CASES`].
+    fn lookups() -> Lookups {
+        let mut l = Lookups::default();
+        l.sonames.insert("libGL.so.1".into(), "libgl1".into());
+        l.sonames
+            .insert("libgobject-2.0.so.0".into(), "libglib2.0-0".into());
+        l
+    }
+
     #[test]
     fn rules_pick_the_right_fix() {
         let c = ctx();
         for (text, id, fragment) in CASES {
-            let p = propose(text, &c, &[]);
+            let p = propose_with(text, &c, &[], &lookups());
             let first = p
                 .first()
                 .unwrap_or_else(|| panic!("no proposal for {id}: {text}"));
@@ -751,6 +445,16 @@ mod tests {
         let text = "fatal error: ffi.h: No such file or directory";
         let first = propose(text, &c, &[]).remove(0);
         assert!(propose(text, &c, &[first.fix]).is_empty());
+    }
+
+    #[test]
+    fn sonames_are_read_from_the_failure_and_need_a_lookup() {
+        let text = "E   OSError: libgobject-2.0.so.0: cannot open shared object file: No such file or directory";
+        assert_eq!(missing_sonames(text), ["libgobject-2.0.so.0"]);
+        // Without the Contents index the rule proposes nothing rather than guess.
+        assert!(propose(text, &ctx(), &[])
+            .iter()
+            .all(|p| p.rule_id != "shared-library-missing"));
     }
 
     #[test]

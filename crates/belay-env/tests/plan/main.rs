@@ -17,9 +17,13 @@ fn render(name: &str) -> String {
     let blocks = plan_rules(&ctx, &RuntimeNotes::assumed_debian()).unwrap();
     let mut ctx_json = serde_json::to_value(&ctx).unwrap();
     ctx_json["repo_path"] = serde_json::Value::String("<repo>".into());
+    let suite = belay_env::base_suite::choose(ctx.python.as_ref()).unwrap();
     let mut out = format!(
-        "context:\n{}\n",
-        serde_json::to_string_pretty(&ctx_json).unwrap()
+        "context:\n{}\nbase: {} (Python {}): {}\n",
+        serde_json::to_string_pretty(&ctx_json).unwrap(),
+        suite.image(),
+        suite.python,
+        suite.reason
     );
     for b in &blocks {
         out.push_str(&format!(
@@ -53,6 +57,14 @@ plan_snapshot!(three_languages, "polyglot");
 plan_snapshot!(no_manifest, "empty-repo");
 plan_snapshot!(python_vendored_native_dependency, "py-native-ffi");
 plan_snapshot!(python_broken_tests, "py-broken-tests");
+plan_snapshot!(python_test_plugins, "py-test-plugins");
+plan_snapshot!(python_import_names, "py-import-names");
+plan_snapshot!(python_shared_library, "py-shared-lib");
+plan_snapshot!(python_monorepo, "py-monorepo");
+plan_snapshot!(python_network_at_collection, "py-network-collect");
+plan_snapshot!(python_pbr, "py-pbr");
+plan_snapshot!(python_resolver, "py-resolver");
+plan_snapshot!(python_312, "py-python312");
 
 #[test]
 fn every_fixture_has_a_snapshot_test() {

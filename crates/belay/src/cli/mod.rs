@@ -378,6 +378,9 @@ pub struct GcArgs {
     /// Show what would be removed.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also clear the machine's package download caches (pip, uv, npm, yarn, apt).
+    #[arg(long)]
+    pub package_caches: bool,
 }
 
 fn parse_age(s: &str) -> Result<std::time::Duration, String> {
@@ -598,6 +601,10 @@ pub struct ControlArgs {
     /// Do not reuse checkpoints of earlier builds.
     #[arg(long)]
     pub no_cache: bool,
+    /// Do not mount the machine's package download caches (pip, uv, npm,
+    /// yarn, apt) into build containers, nor cache mounts into the Dockerfile.
+    #[arg(long)]
+    pub no_package_cache: bool,
     /// Replay the final scripts from the base image even when no repair changed them.
     #[arg(long)]
     pub force_clean_replay: bool,

@@ -18,6 +18,8 @@ use crate::output::Printer;
 pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
     let setup = crate::commands::model::model_setup(&a.llm)?;
     let mut ctx = belay_env::analyze::analyze(&a.repo)?;
+    // The suite `env build` would base the project on (a planning error when none fits).
+    let suite = belay_env::base_suite::choose(ctx.python.as_ref())?;
     let notes = RuntimeNotes::assumed_debian();
     let mut blocks = plan_rules(&ctx, &notes)?;
     let out = a
@@ -64,8 +66,7 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
         )?;
     }
     if a.json {
-        let v =
-            serde_json::json!({"out": out, "planner": planner, "context": ctx, "blocks": blocks});
+        let v = serde_json::json!({"out": out, "planner": planner, "base_suite": suite, "context": ctx, "blocks": blocks});
         p.json(&v);
         return Ok(0);
     }
@@ -82,6 +83,12 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
     if !ctx.test_frameworks.is_empty() {
         p.out(format!("tests: {}", ctx.test_frameworks.join(", ")));
     }
+    p.out(format!(
+        "base: {} (Python {}): {}",
+        suite.image(),
+        suite.python,
+        suite.reason
+    ));
     for w in &ctx.warnings {
         p.out(format!("warning: {w}"));
     }
@@ -192,6 +199,7 @@ pub fn build_options(repo: &Path, c: &CommonBuildArgs) -> Result<BuildOptions, F
     opts.max_repair_attempts = c.control.max_repair_attempts;
     opts.max_probe_failures = c.control.max_probe_failures;
     opts.cache = !c.control.no_cache;
+    opts.package_cache = !c.control.no_package_cache;
     opts.force_clean_replay = c.control.force_clean_replay;
     opts.oracle_collect_only = c.control.oracle_collect_only;
     Ok(opts)
@@ -227,6 +235,19 @@ pub async fn gc(p: &Printer, a: GcArgs) -> Result<u8, Failure> {
             " (--include-final removes them)"
         }
     ));
+    if a.package_caches {
+        let dir = belay_env::rundir::machine_cache_dir(Path::new(".belay"));
+        let (bytes, files) = if a.dry_run {
+            belay_env::package_cache::usage(&dir)
+        } else {
+            belay_env::package_cache::clear(&dir)?
+        };
+        p.out(format!(
+            "{verb} the package caches in {}: {files} file(s), {:.1} MiB",
+            belay_env::package_cache::root(&dir).display(),
+            bytes as f64 / (1024.0 * 1024.0)
+        ));
+    }
     Ok(0)
 }
 

@@ -7,6 +7,7 @@ mod ablation;
 mod batch;
 mod builds;
 mod cache;
+mod classes;
 mod cli;
 mod common;
 mod custom;

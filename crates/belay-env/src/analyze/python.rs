@@ -1,0 +1,336 @@
+//! What the repository's Python files say: the project, its requirements,
+//! its installer, its Python version hints, and whether its version comes
+//! from git.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{pytest_plugins, requirement_name, requirements, Files, PluginNeed};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PythonFacts {
+    pub project_name: Option<String>,
+    /// Importable top-level package, when it can be located.
+    pub import_name: Option<String>,
+    pub requires_python: Option<String>,
+    /// Version hints from .python-version, Pipfile, tox envlist, classifiers.
+    pub version_hints: Vec<String>,
+    pub installer: PythonInstaller,
+    pub installable: bool,
+    pub requirement_files: Vec<String>,
+    /// Requirements files that name paths relative to themselves, with the
+    /// installer arguments that stand for them (see `requirements.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resolved_requirements: BTreeMap<String, Vec<String>>,
+    pub extras: Vec<String>,
+    pub test_extras: Vec<String>,
+    pub dependencies: Vec<String>,
+    pub needs_git: bool,
+    /// What derives the version from git metadata (`pbr`, `setuptools-scm`,
+    /// `versioneer`, `hatch-vcs`, `dunamai`, `git describe in setup.py`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcs_versioning: Option<String>,
+    pub has_tox: bool,
+    /// pytest plugins the test configuration names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test_plugins: Vec<PluginNeed>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PythonInstaller {
+    #[default]
+    Pip,
+    Poetry,
+    Uv,
+    Pipenv,
+}
+
+pub(super) fn python(
+    f: &Files,
+    frameworks: &mut BTreeSet<String>,
+    warnings: &mut Vec<String>,
+) -> Option<PythonFacts> {
+    let pyproject = f.read("pyproject.toml");
+    let setup_py = f.read("setup.py");
+    let setup_cfg = f.read("setup.cfg");
+    let pipfile = f.read("Pipfile");
+    let mut req_files = f.find(1, &|p| {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parent_is_req = p
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|d| d == "requirements");
+        (name.starts_with("requirements") && (name.ends_with(".txt") || name.ends_with(".in")))
+            || (parent_is_req && name.ends_with(".txt"))
+    });
+    // A compiled .txt supersedes its .in.
+    let txts: BTreeSet<String> = req_files
+        .iter()
+        .filter(|r| r.ends_with(".txt"))
+        .cloned()
+        .collect();
+    req_files.retain(|r| !(r.ends_with(".in") && txts.contains(&r.replace(".in", ".txt"))));
+    if pyproject.is_none()
+        && setup_py.is_none()
+        && setup_cfg.is_none()
+        && pipfile.is_none()
+        && req_files.is_empty()
+    {
+        return None;
+    }
+    let mut py = PythonFacts::default();
+    let mut deps: Vec<String> = Vec::new();
+    let mut pytest_config = f.exists("pytest.ini") || f.exists("conftest.py");
+    if let Some(text) = &pyproject {
+        match text.parse::<toml::Table>() {
+            Ok(t) => {
+                let project = t.get("project").and_then(|p| p.as_table());
+                py.project_name = project
+                    .and_then(|p| p.get("name"))
+                    .and_then(|n| n.as_str())
+                    .map(String::from);
+                py.requires_python = project
+                    .and_then(|p| p.get("requires-python"))
+                    .and_then(|n| n.as_str())
+                    .map(String::from);
+                if let Some(list) = project
+                    .and_then(|p| p.get("dependencies"))
+                    .and_then(|d| d.as_array())
+                {
+                    deps.extend(list.iter().filter_map(|d| d.as_str()).map(String::from));
+                }
+                if let Some(extras) = project
+                    .and_then(|p| p.get("optional-dependencies"))
+                    .and_then(|d| d.as_table())
+                {
+                    for (k, v) in extras {
+                        py.extras.push(k.clone());
+                        if let Some(a) = v.as_array() {
+                            deps.extend(a.iter().filter_map(|d| d.as_str()).map(String::from));
+                        }
+                    }
+                }
+                let tool = t.get("tool").and_then(|x| x.as_table());
+                if let Some(poetry) = tool
+                    .and_then(|x| x.get("poetry"))
+                    .and_then(|x| x.as_table())
+                {
+                    if py.project_name.is_none() {
+                        py.project_name = poetry
+                            .get("name")
+                            .and_then(|n| n.as_str())
+                            .map(String::from);
+                    }
+                    for section in ["dependencies", "dev-dependencies"] {
+                        if let Some(d) = poetry.get(section).and_then(|d| d.as_table()) {
+                            deps.extend(d.keys().filter(|k| *k != "python").cloned());
+                            if let Some(v) = d.get("python").and_then(|v| v.as_str()) {
+                                py.version_hints.push(format!("poetry python {v}"));
+                            }
+                        }
+                    }
+                    if let Some(groups) = poetry.get("group").and_then(|g| g.as_table()) {
+                        for g in groups.values() {
+                            if let Some(d) = g.get("dependencies").and_then(|d| d.as_table()) {
+                                deps.extend(d.keys().cloned());
+                            }
+                        }
+                    }
+                    py.installer = PythonInstaller::Poetry;
+                }
+                if tool.is_some_and(|x| x.contains_key("pytest")) {
+                    pytest_config = true;
+                }
+                if tool.is_some_and(|x| x.contains_key("setuptools_scm") || x.contains_key("hatch"))
+                    && text.contains("vcs")
+                    || tool.is_some_and(|x| x.contains_key("setuptools_scm"))
+                {
+                    py.needs_git = true;
+                }
+                py.installable = t.contains_key("build-system")
+                    || project.is_some()
+                    || py.installer == PythonInstaller::Poetry;
+            }
+            Err(e) => warnings.push(format!(
+                "pyproject.toml is not valid TOML ({}); it is ignored",
+                e.message()
+            )),
+        }
+    }
+    if f.exists("uv.lock") {
+        py.installer = PythonInstaller::Uv;
+    } else if f.exists("poetry.lock") {
+        py.installer = PythonInstaller::Poetry;
+    } else if pipfile.is_some() && pyproject.is_none() && setup_py.is_none() {
+        py.installer = PythonInstaller::Pipenv;
+    }
+    if setup_py.is_some() || setup_cfg.is_some() {
+        py.installable = true;
+    }
+    let rx_python_requires = regex::Regex::new(r#"python_requires\s*=\s*['"]?([^'"\n,)]+)"#).ok();
+    for text in [&setup_py, &setup_cfg].into_iter().flatten() {
+        if py.requires_python.is_none() {
+            if let Some(c) = rx_python_requires.as_ref().and_then(|r| r.captures(text)) {
+                py.requires_python = Some(c[1].trim().to_string());
+            }
+        }
+        if text.contains("setuptools_scm") || text.contains("use_scm_version") {
+            py.needs_git = true;
+        }
+        if text.contains("pytest") {
+            pytest_config |= text.contains("[tool:pytest]");
+        }
+    }
+    if let Some(text) = &setup_cfg {
+        if let Some(extras) = text.split("[options.extras_require]").nth(1) {
+            for line in extras.lines().skip(1) {
+                if line.starts_with('[') {
+                    break;
+                }
+                if let Some((k, _)) = line.split_once('=') {
+                    if !line.starts_with(char::is_whitespace) && !k.trim().is_empty() {
+                        py.extras.push(k.trim().to_string());
+                    }
+                }
+            }
+        }
+    }
+    // "Programming Language :: Python :: 3.12": the versions the project says it supports.
+    if let Ok(rx) = regex::Regex::new(r"Programming Language :: Python :: (3\.\d+)\b") {
+        let mut seen = BTreeSet::new();
+        for text in [&pyproject, &setup_py, &setup_cfg].into_iter().flatten() {
+            for c in rx.captures_iter(text) {
+                if seen.insert(c[1].to_string()) {
+                    py.version_hints.push(format!("classifier {}", &c[1]));
+                }
+            }
+        }
+    }
+    if let Some(v) = f.read(".python-version") {
+        if let Some(line) = v.lines().next() {
+            py.version_hints
+                .push(format!(".python-version {}", line.trim()));
+        }
+    }
+    if let Some(text) = &pipfile {
+        if let Some(c) = regex::Regex::new(r#"python_version\s*=\s*"([^"]+)""#)
+            .ok()
+            .and_then(|r| r.captures(text))
+        {
+            py.version_hints
+                .push(format!("Pipfile python_version {}", &c[1]));
+        }
+        for line in text.lines() {
+            if let Some((k, _)) = line.split_once('=') {
+                let k = k.trim().trim_matches('"');
+                if !k.is_empty()
+                    && !line.starts_with('[')
+                    && !matches!(k, "url" | "verify_ssl" | "name" | "python_version")
+                {
+                    deps.push(k.to_string());
+                }
+            }
+        }
+    }
+    if let Some(text) = f.read("tox.ini") {
+        py.has_tox = true;
+        if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("envlist")) {
+            py.version_hints.push(format!("tox {}", line.trim()));
+        }
+        pytest_config |= text.contains("[pytest]") || text.contains("pytest");
+    }
+    let txt_files: Vec<String> = req_files
+        .iter()
+        .filter(|r| r.ends_with(".txt"))
+        .cloned()
+        .collect();
+    for rf in requirements::read_all(f, &req_files, warnings) {
+        if rf.lines.iter().any(|l| l.contains("git+")) {
+            py.needs_git = true;
+        }
+        deps.extend(rf.lines);
+        if !rf.resolved.is_empty() && txt_files.contains(&rf.path) {
+            py.resolved_requirements.insert(rf.path, rf.resolved);
+        }
+    }
+    py.requirement_files = txt_files;
+    let mut names: BTreeSet<String> = deps.iter().filter_map(|d| requirement_name(d)).collect();
+    names.remove("python");
+    py.dependencies = names.into_iter().collect();
+    py.extras.sort();
+    py.extras.dedup();
+    py.test_extras = py
+        .extras
+        .iter()
+        .filter(|e| matches!(e.as_str(), "test" | "tests" | "testing" | "dev" | "develop"))
+        .cloned()
+        .collect();
+    let has_test_files = !f
+        .find(2, &|p| {
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (n.starts_with("test_") || n.ends_with("_test.py")) && n.ends_with(".py")
+        })
+        .is_empty();
+    if pytest_config || py.dependencies.iter().any(|d| d == "pytest") || has_test_files {
+        frameworks.insert("pytest".to_string());
+    }
+    // The importable package: src/<name>, <name>/ or <name>.py.
+    if let Some(name) = &py.project_name {
+        let module = name.to_ascii_lowercase().replace(['-', '.'], "_");
+        if f.exists(&format!("src/{module}/__init__.py"))
+            || f.exists(&format!("{module}/__init__.py"))
+            || f.exists(&format!("{module}.py"))
+        {
+            py.import_name = Some(module);
+        }
+    }
+    py.vcs_versioning =
+        vcs_versioning(f, [&pyproject, &setup_py, &setup_cfg].into_iter().flatten());
+    if py.vcs_versioning.is_some() {
+        py.needs_git = true;
+    }
+    if frameworks.contains("pytest") {
+        let import_name = py.import_name.clone();
+        py.test_plugins = pytest_plugins::needed(f, &|m| {
+            super::is_local_module(f.root(), import_name.as_deref(), m)
+        });
+    }
+    Some(py)
+}
+
+/// What derives the project's version from git, when something does.
+fn vcs_versioning<'a>(f: &Files, texts: impl Iterator<Item = &'a String>) -> Option<String> {
+    let all: String = texts.map(String::as_str).collect::<Vec<_>>().join("\n");
+    let has = |needle: &str| all.contains(needle);
+    let found =
+        if has("pbr=True") || has("pbr = True") || has("[pbr]") || has("\"pbr\"") || has("'pbr'") {
+            "pbr"
+        } else if has("setuptools_scm") || has("setuptools-scm") || has("use_scm_version") {
+            "setuptools-scm"
+        } else if has("hatch-vcs")
+            || has("hatch_vcs")
+            || (has("[tool.hatch.version]") && has("source = \"vcs\""))
+        {
+            "hatch-vcs"
+        } else if has("versioneer") || f.exists("versioneer.py") {
+            "versioneer"
+        } else if has("poetry-dynamic-versioning") || has("dunamai") {
+            "dunamai"
+        } else if has("git describe") || (has("git") && (has("'describe'") || has("\"describe\"")))
+        {
+            "git describe in setup.py"
+        } else if has("setuptools-git-versioning") || has("setuptools_git_versioning") {
+            "setuptools-git-versioning"
+        } else {
+            return None;
+        };
+    Some(found.to_string())
+}

@@ -1,0 +1,225 @@
+//! The machine's package download caches, mounted into build containers.
+//!
+//! pip's, uv's, npm's and yarn's download caches live in one directory per
+//! machine (`<cache>/packages`), bind-mounted at `/mnt` in every build
+//! container and named to the tools by variables of each exec, never of the
+//! container. `/mnt` is already in Debian images, so not even a mount point
+//! is created (the engine makes missing mount points in the container's own
+//! layer when it copies files in): `docker commit` keeps neither the cache
+//! nor a variable pointing at it, and neither is part of a cache key.
+//!
+//! pip, uv and npm lock their own caches, so concurrent builds share them.
+//! apt does not wait for its archive lock (a second `apt-get` fails with
+//! "Could not get lock"), so apt's archives are a small pool of slots: each
+//! build holds one slot's lock for its whole run, and concurrent builds take
+//! different slots. Cargo's registry is not shared: it is where the offline
+//! test build reads the project's crates, so it stays in the image.
+//!
+//! A shared cache is a channel between builds: what one build writes there,
+//! the next one installs. Build repositories you do not trust with
+//! `--no-package-cache`.
+
+use std::path::{Path, PathBuf};
+
+use belay_sandbox::Mount;
+
+use crate::EnvError;
+
+/// Where the caches appear in build containers.
+pub const MOUNT_ROOT: &str = "/mnt";
+/// apt's archive directory in Debian images.
+const APT_ARCHIVES: &str = "/var/cache/apt/archives";
+/// How many builds can share apt's archives at once.
+const APT_SLOTS: usize = 4;
+
+/// One tool's cache: its directory under `<cache>/packages`, where it is
+/// mounted, and the variable that points the tool at it.
+struct ToolCache {
+    dir: &'static str,
+    var: &'static str,
+}
+
+const TOOLS: &[ToolCache] = &[
+    ToolCache {
+        dir: "pip",
+        var: "PIP_CACHE_DIR",
+    },
+    ToolCache {
+        dir: "uv",
+        var: "UV_CACHE_DIR",
+    },
+    ToolCache {
+        dir: "npm",
+        var: "npm_config_cache",
+    },
+    ToolCache {
+        dir: "yarn",
+        var: "YARN_CACHE_FOLDER",
+    },
+];
+
+/// The caches one build uses, and its apt slot (held until dropped).
+#[derive(Debug)]
+pub struct PackageCaches {
+    root: PathBuf,
+    apt_slot: Option<(PathBuf, std::fs::File)>,
+}
+
+/// `<cache>/packages`.
+pub fn root(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("packages")
+}
+
+impl PackageCaches {
+    /// Create the cache directories and take a free apt slot (none when every
+    /// slot is held: that build downloads its `.deb`s itself).
+    pub fn open(cache_dir: &Path) -> Result<Self, EnvError> {
+        let root = root(cache_dir);
+        for t in TOOLS {
+            let d = root.join(t.dir);
+            fs_err::create_dir_all(&d).map_err(|e| EnvError::io("cannot create", &d, e))?;
+        }
+        let mut apt_slot = None;
+        for i in 0..APT_SLOTS {
+            let dir = root.join("apt").join(i.to_string());
+            fs_err::create_dir_all(dir.join("partial"))
+                .map_err(|e| EnvError::io("cannot create", &dir, e))?;
+            let lock_path = root.join("apt").join(format!("{i}.lock"));
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .map_err(|e| EnvError::io("cannot open", &lock_path, e))?;
+            if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+                apt_slot = Some((dir, f));
+                break;
+            }
+        }
+        Ok(Self { root, apt_slot })
+    }
+
+    /// The bind mounts of a build container.
+    pub fn mounts(&self) -> Vec<Mount> {
+        let mut m = vec![Mount {
+            host: self.root.clone(),
+            container: MOUNT_ROOT.into(),
+            read_only: false,
+        }];
+        if let Some((dir, _)) = &self.apt_slot {
+            m.push(Mount {
+                host: dir.clone(),
+                container: APT_ARCHIVES.into(),
+                read_only: false,
+            });
+        }
+        m
+    }
+
+    /// The variables of each exec that point the tools at their caches.
+    pub fn exec_env(&self) -> Vec<(String, String)> {
+        TOOLS
+            .iter()
+            .map(|t| (t.var.to_string(), format!("{MOUNT_ROOT}/{}", t.dir)))
+            .collect()
+    }
+
+    pub fn has_apt(&self) -> bool {
+        self.apt_slot.is_some()
+    }
+}
+
+/// Bytes and files under the machine's package caches (for `belay env gc`).
+pub fn usage(cache_dir: &Path) -> (u64, u64) {
+    let mut bytes = 0u64;
+    let mut files = 0u64;
+    let mut stack = vec![root(cache_dir)];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs_err::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(md) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if md.is_dir() {
+                stack.push(e.path());
+            } else if md.is_file() {
+                bytes += md.len();
+                files += 1;
+            }
+        }
+    }
+    (bytes, files)
+}
+
+/// Remove the machine's package caches (`belay env gc --package-caches`).
+/// Fails, saying why, while a build holds an apt slot.
+pub fn clear(cache_dir: &Path) -> Result<(u64, u64), EnvError> {
+    let r = root(cache_dir);
+    for i in 0..APT_SLOTS {
+        let lock_path = r.join("apt").join(format!("{i}.lock"));
+        let Ok(f) = std::fs::OpenOptions::new().write(true).open(&lock_path) else {
+            continue;
+        };
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            return Err(EnvError::Usage(format!(
+                "a build is using the package caches ({} is locked); clear them when no build runs",
+                lock_path.display()
+            )));
+        }
+    }
+    let used = usage(cache_dir);
+    if r.exists() {
+        fs_err::remove_dir_all(&r).map_err(|e| EnvError::io("cannot remove", &r, e))?;
+    }
+    Ok(used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_builds_take_different_apt_slots() {
+        let d = tempfile::tempdir().unwrap();
+        let a = PackageCaches::open(d.path()).unwrap();
+        let b = PackageCaches::open(d.path()).unwrap();
+        let slot = |c: &PackageCaches| {
+            c.mounts()
+                .into_iter()
+                .find(|m| m.container == APT_ARCHIVES)
+                .map(|m| m.host)
+        };
+        assert_ne!(slot(&a), slot(&b));
+        assert!(slot(&a).is_some() && slot(&b).is_some());
+        // Every slot held: the next build goes without an apt cache.
+        let rest: Vec<PackageCaches> = (2..APT_SLOTS)
+            .map(|_| PackageCaches::open(d.path()).unwrap())
+            .collect();
+        let none = PackageCaches::open(d.path()).unwrap();
+        assert!(!none.has_apt());
+        // A slot is free again once its build ends.
+        drop(rest);
+        assert!(PackageCaches::open(d.path()).unwrap().has_apt());
+        // Clearing refuses while a build holds a slot.
+        assert!(clear(d.path()).is_err());
+        drop((a, b, none));
+        clear(d.path()).unwrap();
+        assert!(!root(d.path()).exists());
+    }
+
+    #[test]
+    fn the_tools_are_pointed_at_the_mounts() {
+        let d = tempfile::tempdir().unwrap();
+        let c = PackageCaches::open(d.path()).unwrap();
+        let env = c.exec_env();
+        assert!(env.contains(&("PIP_CACHE_DIR".into(), "/mnt/pip".into())));
+        assert!(env.contains(&("UV_CACHE_DIR".into(), "/mnt/uv".into())));
+        for (_, path) in &env {
+            let dir = path.trim_start_matches("/mnt/");
+            assert!(root(d.path()).join(dir).is_dir(), "{path}");
+        }
+        assert_eq!(c.mounts()[0].container, "/mnt");
+    }
+}

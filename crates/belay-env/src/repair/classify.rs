@@ -1,0 +1,126 @@
+//! Failures no repair can fix, named for what they are.
+//!
+//! A test suite that reaches the network while pytest collects it (a
+//! conftest that downloads a fixture, a module that resolves a host at
+//! import) cannot collect offline, and the Repo2Run criterion runs offline.
+//! No rule can repair that, and "no repair rule matches" would hide it: it is
+//! classified, with the host, in the manifest and the batch summary.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+/// The class of a network need at collection time.
+pub const NETWORK_AT_COLLECTION: &str = "needs-network-at-collection";
+
+/// A failure's class and what to say about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub class: &'static str,
+    /// `needs network at collection: host example.org`
+    pub detail: String,
+}
+
+fn re(cell: &'static OnceLock<Option<Regex>>, pattern: &str) -> Option<&'static Regex> {
+    cell.get_or_init(|| Regex::new(pattern).ok()).as_ref()
+}
+
+/// Markers that pytest was collecting (or importing a conftest) when it failed.
+fn collecting(text: &str) -> bool {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    re(
+        &R,
+        r"(?m)ERROR collecting|errors? during collection|ImportError while loading conftest|ImportError while importing test module|Interrupted: \d+ errors? during collection|^collecting \.\.\.",
+    )
+    .is_some_and(|r| r.is_match(text))
+}
+
+/// A network error, and the host it names when it names one.
+fn network_error(text: &str) -> Option<Option<String>> {
+    static ERR: OnceLock<Option<Regex>> = OnceLock::new();
+    static HOST: OnceLock<Option<Regex>> = OnceLock::new();
+    let err = re(
+        &ERR,
+        r"Temporary failure in name resolution|Name or service not known|nodename nor servname|No address associated with hostname|Failed to establish a new connection|Network is unreachable|Connection refused|getaddrinfo failed|socket\.gaierror|urlopen error|Could not resolve host|NameResolutionError|ConnectTimeout|ConnectionError: HTTP|Max retries exceeded with url|httpx\.ConnectError|ClientConnectorError|SocketBlockedError",
+    )?;
+    let hit = err.find_iter(text).last()?;
+    let host = re(
+        &HOST,
+        r#"host='([\w.-]+)'|Failed to resolve '([\w.-]+)'|Could not resolve host:? '?([\w.-]+)|Cannot connect to host ([\w.-]+)|for url: https?://([\w.-]+)|https?://([\w.-]+)"#,
+    )?;
+    // The host nearest before the error, else the first one after it.
+    let before = &text[..hit.end().min(text.len())];
+    let pick = |c: regex::Captures| {
+        c.iter()
+            .skip(1)
+            .flatten()
+            .next()
+            .map(|m| m.as_str().to_string())
+    };
+    let found = host
+        .captures_iter(before)
+        .last()
+        .and_then(pick)
+        .or_else(|| {
+            host.captures_iter(&text[hit.start()..])
+                .next()
+                .and_then(pick)
+        });
+    Some(found.filter(|h| !matches!(h.as_str(), "localhost" | "127.0.0.1")))
+}
+
+/// The class of a failure that repair cannot fix, when it has one.
+pub fn classify(text: &str) -> Option<Classified> {
+    if !collecting(text) {
+        return None;
+    }
+    let host = network_error(text)?;
+    Some(Classified {
+        class: NETWORK_AT_COLLECTION,
+        detail: match host {
+            Some(h) => format!("needs network at collection: host {h}"),
+            None => "needs network at collection: host not named in the error".to_string(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conftest_that_downloads_is_classified_with_its_host() {
+        let text = "ImportError while loading conftest '/workspace/repo/tests/conftest.py'.\n\
+            tests/conftest.py:4: in <module>\n    DATA = requests.get('https://data.example.org/fixture.json').json()\n\
+            E   requests.exceptions.ConnectionError: HTTPSConnectionPool(host='data.example.org', port=443): Max retries exceeded with url: /fixture.json (Caused by NameResolutionError(\"<urllib3.connection.HTTPSConnection object at 0x7f>: Failed to resolve 'data.example.org' ([Errno -3] Temporary failure in name resolution)\"))";
+        let c = classify(text).unwrap();
+        assert_eq!(c.class, NETWORK_AT_COLLECTION);
+        assert_eq!(
+            c.detail,
+            "needs network at collection: host data.example.org"
+        );
+    }
+
+    #[test]
+    fn urllib_at_import_is_classified_too() {
+        let text = "==================================== ERRORS ====================================\n\
+            ______________________ ERROR collecting tests/test_geo.py ______________________\n\
+            tests/test_geo.py:3: in <module>\n    urllib.request.urlopen(\"http://tiles.example.net/index\")\n\
+            E   urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>\n\
+            !!!!!!!!!!!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!!!!!!!!!!!";
+        assert_eq!(
+            classify(text).unwrap().detail,
+            "needs network at collection: host tiles.example.net"
+        );
+    }
+
+    #[test]
+    fn other_failures_are_not_network_needs() {
+        assert!(classify(
+            "ERROR collecting tests/test_a.py\nE   ModuleNotFoundError: No module named 'yaml'"
+        )
+        .is_none());
+        // A network error outside collection (a pip download) is transient, not this class.
+        assert!(classify("ERROR: Could not install packages due to an OSError: HTTPSConnectionPool(host='files.example', port=443): Max retries exceeded").is_none());
+    }
+}

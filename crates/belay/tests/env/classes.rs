@@ -1,0 +1,415 @@
+//! The failure classes real repositories hit, each on a fixture that failed
+//! before the planner or repair knew it: test plugins named by the config,
+//! import names that differ from their distribution, a shared library missing
+//! at import, requirement paths relative to their file, tests that need the
+//! network to collect, one resolver call, and versions from git. Each builds
+//! (or fails with its class) for real, and its tests collect and run in the
+//! final image without network.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+fn build(repo: &Path, run: &str, state: &Path) -> (assert_cmd::assert::Assert, Value) {
+    require_engine();
+    let a = belay()
+        .args(["env", "build", "--planner", "rules", "--repo"])
+        .arg(repo)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--run-id", run, "--command-timeout", "900", "--no-cache"])
+        .assert();
+    let m = manifest(state, run);
+    (a, m)
+}
+
+fn build_ok(repo: &Path, run: &str, state: &Path) -> Value {
+    let (a, m) = build(repo, run, state);
+    let out = a.get_output();
+    assert!(
+        out.status.success() && m["ok"] == true,
+        "build of {} failed: {}\n{}\nmanifest error: {}",
+        repo.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        m["error"]
+    );
+    m
+}
+
+fn script(state: &Path, run: &str, block: &str) -> String {
+    std::fs::read_to_string(
+        state
+            .join("runs")
+            .join(run)
+            .join("scripts")
+            .join(format!("{block}.sh")),
+    )
+    .unwrap()
+}
+
+fn context(state: &Path, run: &str) -> Value {
+    read_json(&state.join("runs").join(run).join("context.json"))
+}
+
+fn repair_rules(m: &Value) -> Vec<String> {
+    phases(m, "repair")
+        .iter()
+        .filter_map(|e| e["command"].as_str())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn plugins_named_by_the_test_config_are_planned_and_the_tests_collect() {
+    let run = run_id("plugins");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-test-plugins"), &run, state.path());
+    // The planner read them from the config: no repair was needed.
+    assert_eq!(block(&m, "50-test-tooling")["status"], "succeeded");
+    assert_eq!(m["repairs"], 0, "{:?}", repair_rules(&m));
+    let ctx = context(state.path(), &run);
+    let plugins: Vec<&str> = ctx["python"]["test_plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["distribution"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        plugins,
+        [
+            "pytest-cov",
+            "pytest-xdist",
+            "pytest-timeout",
+            "pytest-mock"
+        ]
+    );
+    let s = script(state.path(), &run, "50-test-tooling");
+    assert!(
+        s.contains("pyproject.toml: addopts --cov needs pytest-cov"),
+        "{s}"
+    );
+    // The suite runs with its own options (two xdist workers, coverage).
+    project_tests_pass(
+        &m,
+        ".venv/bin/python -m pytest -q -p no:cacheprovider",
+        "2 passed",
+    );
+    project_tests_pass(
+        &m,
+        ".venv/bin/python -m pytest -q -p no:cacheprovider",
+        "plugdemo",
+    );
+}
+
+#[test]
+fn import_names_are_installed_as_their_distributions() {
+    let run = run_id("imports");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-import-names"), &run, state.path());
+    let fixes = phases(&m, "repair")
+        .iter()
+        .filter_map(|e| e["repair_command"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(fixes.contains("PyYAML"), "{fixes}");
+    assert!(fixes.contains("python-dateutil"), "{fixes}");
+    assert!(
+        !fixes.contains(" yaml") && !fixes.contains(" dateutil"),
+        "{fixes}"
+    );
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
+}
+
+#[test]
+fn a_missing_shared_library_is_found_in_the_contents_index() {
+    let run = run_id("shlib");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-shared-lib"), &run, state.path());
+    let first = phases(&m, "validation")
+        .into_iter()
+        .chain(phases(&m, "block"))
+        .find(|e| e["exit_code"] != 0 && e["log_path"].is_string())
+        .expect("a failed execution");
+    let log = std::fs::read_to_string(first["log_path"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("libgobject-2.0.so.0: cannot open shared object file"),
+        "{log}"
+    );
+    let fixes = phases(&m, "repair")
+        .iter()
+        .filter_map(|e| e["repair_command"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(fixes.contains("libglib2.0-0"), "{fixes}");
+    // The fix is in the final scripts, so the clean replay and the Dockerfile have it.
+    assert_eq!(m["final_clean_replay_ok"], true);
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "1 passed");
+}
+
+#[test]
+fn requirement_paths_are_relative_to_their_file() {
+    let run = run_id("monorepo");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-monorepo"), &run, state.path());
+    assert_eq!(m["repairs"], 0, "{:?}", repair_rules(&m));
+    let s = script(state.path(), &run, "30-python-deps");
+    assert!(
+        s.contains("-e /workspace/repo/packages/app -e /workspace/repo/packages/core"),
+        "{s}"
+    );
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "1 passed");
+}
+
+#[test]
+fn tests_that_need_the_network_to_collect_are_classified() {
+    let run = run_id("netcollect");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (a, m) = build(&fixture("py-network-collect"), &run, state.path());
+    let out = a.get_output();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(m["ok"], false);
+    assert_eq!(
+        m["failure_class"],
+        "needs network at collection: host fixtures.belay-test.invalid"
+    );
+    let err = m["error"].as_str().unwrap();
+    assert!(err.contains("needs network at collection"), "{err}");
+    assert!(!err.contains("no repair rule matches"), "{err}");
+    // Nothing was retried: the class is known at the first failure.
+    assert!(phases(&m, "repair").is_empty());
+    assert!(run_containers(&run).is_empty());
+}
+
+#[test]
+fn requirements_and_the_project_are_resolved_in_one_uv_call() {
+    let run = run_id("resolver");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-resolver"), &run, state.path());
+    let s = script(state.path(), &run, "30-python-deps");
+    let installs: Vec<&str> = s.lines().filter(|l| l.contains(" pip install ")).collect();
+    // One resolver call (uv), with pip as the fallback line of the same call.
+    assert_eq!(installs.len(), 2, "{s}");
+    assert!(
+        installs[0].contains("/opt/belay/uv/bin/uv pip install"),
+        "{s}"
+    );
+    assert!(
+        installs[0].contains("-r requirements.txt -e '.[test]'"),
+        "{s}"
+    );
+    let deps = phases(&m, "block")
+        .into_iter()
+        .find(|e| e["block_id"] == "30-python-deps")
+        .unwrap();
+    let log = std::fs::read_to_string(deps["log_path"].as_str().unwrap()).unwrap();
+    assert!(
+        !log.contains("pip is looking at multiple versions"),
+        "{log}"
+    );
+    assert!(!log.contains("uv is not available"), "{log}");
+    // The project's pins won over the loose requirements, in one resolution.
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "1 passed");
+    project_tests_pass(
+        &m,
+        ".venv/bin/python -m pip check",
+        "No broken requirements",
+    );
+}
+
+#[test]
+fn a_version_from_git_metadata_gets_git() {
+    let run = run_id("pbr");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    // A real checkout: pbr reads the version from its tag.
+    let repo = tempfile::tempdir().unwrap();
+    let dir = repo.path().join("pbrdemo");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("py-pbr"))
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    crate::git_cli::init_repo(&dir);
+    crate::git_cli::git(&dir, &["tag", "1.2.0"]);
+    let m = build_ok(&dir, &run, state.path());
+    let ctx = context(state.path(), &run);
+    assert_eq!(ctx["python"]["vcs_versioning"], "pbr");
+    assert_eq!(m["repairs"], 0, "{:?}", repair_rules(&m));
+    assert!(script(state.path(), &run, "10-system-packages").contains(" git"));
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "1 passed");
+}
+
+#[test]
+fn requires_python_above_3_11_builds_on_trixie() {
+    let run = run_id("py312");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-python312"), &run, state.path());
+    assert_eq!(m["base_image"], "belay-base:trixie");
+    assert_eq!(m["base_suite"]["suite"], "trixie");
+    let reason = m["base_suite"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("requires-python `>=3.12` excludes bookworm"),
+        "{reason}"
+    );
+    project_tests_pass(&m, ".venv/bin/python --version", "Python 3.13");
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "1 passed");
+}
+
+#[test]
+fn a_python_no_suite_has_fails_at_planning_with_the_reason() {
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("pyproject.toml"),
+        "[project]\nname = \"old\"\nversion = \"1\"\nrequires-python = \"<3.10\"\n",
+    )
+    .unwrap();
+    let a = belay()
+        .args(["env", "plan", "--repo"])
+        .arg(repo.path())
+        .assert()
+        .code(1);
+    let err = String::from_utf8_lossy(&a.get_output().stderr).into_owned();
+    assert!(
+        err.contains("requires-python `<3.10` excludes the Python of every suite"),
+        "{err}"
+    );
+}
+
+/// The files under `dir`, relative to it.
+fn files_under(dir: &Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(rel) = p.strip_prefix(dir) {
+                out.insert(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
+}
+
+fn block_log(m: &Value, block_id: &str) -> String {
+    phases(m, "block")
+        .into_iter()
+        .filter(|e| e["block_id"] == block_id)
+        .filter_map(|e| e["log_path"].as_str())
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_second_build_downloads_nothing_the_first_fetched_and_no_cache_reaches_an_image() {
+    require_engine();
+    let cache = tempfile::tempdir().unwrap();
+    let build_cached = |fixture_name: &str, run: &str, state: &Path| -> Value {
+        let a = belay()
+            .env("BELAY_CACHE_DIR", cache.path())
+            .args(["env", "build", "--planner", "rules", "--repo"])
+            .arg(fixture(fixture_name))
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--run-id", run, "--command-timeout", "900", "--no-cache"])
+            .assert();
+        let m = manifest(state, run);
+        assert!(
+            a.get_output().status.success() && m["ok"] == true,
+            "{fixture_name}: {}",
+            m["error"]
+        );
+        m
+    };
+    let (run_a, run_b) = (run_id("pkgcache-a"), run_id("pkgcache-b"));
+    let _ga = RunGuard(run_a.clone());
+    let _gb = RunGuard(run_b.clone());
+    let (sa, sb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let packages = cache.path().join("packages");
+
+    let a = build_cached("py-pyproject", &run_a, sa.path());
+    let runtime_a = block_log(&a, "20-python-runtime");
+    assert!(runtime_a.contains("Downloading uv-"), "{runtime_a}");
+    let after_a = files_under(&packages);
+    assert!(
+        after_a
+            .iter()
+            .any(|f| f.starts_with("pip/belay-wheels/uv-")),
+        "{after_a:?}"
+    );
+    assert!(after_a.iter().any(|f| f.starts_with("uv/")), "{after_a:?}");
+    // What build A installed, as uv lists it (` + name==version`).
+    let installed = |log: &str| -> std::collections::BTreeSet<String> {
+        log.lines()
+            .filter_map(|l| l.trim().strip_prefix("+ "))
+            .map(String::from)
+            .collect()
+    };
+    let all_a: String = ["30-python-deps", "50-test-tooling"]
+        .iter()
+        .map(|b| block_log(&a, b))
+        .collect();
+    let had = installed(&all_a);
+    assert!(had.iter().any(|p| p.starts_with("pytest==")), "{all_a}");
+
+    // A different project that shares uv, pytest and pytest's dependencies.
+    let b = build_cached("py-test-plugins", &run_b, sb.path());
+    // pip's log: uv's wheel came from the cache, not the index.
+    let runtime_b = block_log(&b, "20-python-runtime");
+    assert!(!runtime_b.contains("Downloading uv-"), "{runtime_b}");
+    assert!(runtime_b.contains("belay-wheels/uv-"), "{runtime_b}");
+    // uv's log: of what the test tooling installed, it fetched ("Prepared")
+    // exactly the packages build A had not.
+    let tooling = block_log(&b, "50-test-tooling");
+    let now = installed(&tooling);
+    assert!(now.iter().any(|p| p.starts_with("pytest==")), "{tooling}");
+    let new: Vec<&String> = now.difference(&had).collect();
+    let prepared: usize = tooling
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Prepared ")
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0);
+    assert_eq!(
+        prepared,
+        new.len(),
+        "uv fetched {prepared} packages, but only {new:?} were new:\n{tooling}"
+    );
+    assert!(new
+        .iter()
+        .all(|p| !p.starts_with("pytest==") && !p.starts_with("pluggy==")));
+    assert!(files_under(&packages).is_superset(&after_a));
+    // Neither final image holds a cache or the .debs the builds fetched
+    // (python3's; the base image's own debootstrap archives are the base's).
+    for m in [&a, &b] {
+        project_tests_pass(
+            m,
+            "ls -A /mnt; ls /var/cache/apt/archives | grep -c '^python3' || true; test ! -e /root/.cache/pip && test ! -e /root/.cache/uv && echo no-caches",
+            "0\nno-caches",
+        );
+    }
+}
