@@ -61,7 +61,13 @@ impl SharedLibraries {
             let entry = seen.entry(name).or_default();
             for p in pkgs.split(',') {
                 let (section, pkg) = p.rsplit_once('/').unwrap_or(("", p));
-                if !entry.iter().any(|(e, _)| e == pkg) {
+                // Debian package names only: the name goes into an apt command.
+                let valid = pkg.len() > 1
+                    && pkg.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && pkg
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+                if valid && !entry.iter().any(|(e, _)| e == pkg) {
                     entry.push((pkg.to_string(), section.ends_with("oldlibs")));
                 }
             }
@@ -188,6 +194,7 @@ usr/lib/debug/.build-id/ab/cdef.debug                   debug/libgl1-dbgsym
 usr/lib/x86_64-linux-gnu/libfoo.so.2                    oldlibs/libfoo2-transitional,libs/libfoo2
 usr/share/doc/libgl1/copyright                          libs/libgl1
 usr/bin/python3.11                                      python/python3.11-minimal
+usr/lib/x86_64-linux-gnu/libevil.so.1                   libs/x;rm-rf,libs/libevil1
 ";
 
     #[test]
@@ -198,7 +205,9 @@ usr/bin/python3.11                                      python/python3.11-minima
         // A transitional package is never the first choice.
         assert_eq!(idx.package_for("libfoo.so.2"), Some("libfoo2"));
         assert_eq!(idx.package_for("copyright"), None);
-        assert_eq!(idx.len(), 4);
+        // A name that is no Debian package name is dropped.
+        assert_eq!(idx.package_for("libevil.so.1"), Some("libevil1"));
+        assert_eq!(idx.len(), 5);
     }
 
     #[test]

@@ -16,7 +16,6 @@ pub fn render(
     with_ca: bool,
     run_rel: Option<&Path>,
     excluded: &[String],
-    cache_mounts: bool,
 ) -> String {
     let rel = run_rel
         .map(|p| p.to_string_lossy().into_owned())
@@ -54,22 +53,9 @@ pub fn render(
     s.push_str(&format!(
         "COPY {rel}/scripts/ {SCRIPTS_DIR}/\nWORKDIR {REPO_DIR}\n"
     ));
-    let mounts = if cache_mounts {
-        s.push_str(
-            "# Package downloads go to BuildKit cache mounts, as belay's own builds share one\n\
-             # download cache per machine: they never reach the image. BuildKit is the default\n\
-             # builder since Docker 23; on Docker 20.10 set DOCKER_BUILDKIT=1.\n",
-        );
-        CACHE_MOUNTS
-            .iter()
-            .map(|m| format!("--mount={m} "))
-            .collect::<String>()
-    } else {
-        String::new()
-    };
     for b in blocks {
         s.push_str(&format!(
-            "# {}: {}\nRUN {mounts}bash {}\n",
+            "# {}: {}\nRUN bash {}\n",
             b.id,
             b.title,
             b.container_script_path()
@@ -77,12 +63,3 @@ pub fn render(
     }
     s
 }
-
-/// BuildKit cache mounts at the tools' default cache paths (apt's locked:
-/// it does not wait for its own lock).
-const CACHE_MOUNTS: &[&str] = &[
-    "type=cache,target=/root/.cache/pip",
-    "type=cache,target=/root/.cache/uv",
-    "type=cache,target=/root/.npm",
-    "type=cache,target=/var/cache/apt/archives,sharing=locked",
-];

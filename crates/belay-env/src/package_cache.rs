@@ -1,7 +1,7 @@
 //! The machine's package download caches, mounted into build containers.
 //!
 //! pip's, uv's, npm's and yarn's download caches live in one directory per
-//! machine (`<cache>/packages`), bind-mounted at `/mnt` in every build
+//! machine (`<cache>/packages/shared`), bind-mounted at `/mnt` in every build
 //! container and named to the tools by variables of each exec, never of the
 //! container. `/mnt` is already in Debian images, so not even a mount point
 //! is created (the engine makes missing mount points in the container's own
@@ -12,7 +12,9 @@
 //! apt does not wait for its archive lock (a second `apt-get` fails with
 //! "Could not get lock"), so apt's archives are a small pool of slots: each
 //! build holds one slot's lock for its whole run, and concurrent builds take
-//! different slots. Cargo's registry is not shared: it is where the offline
+//! different slots. The slots and their locks are outside what any container
+//! sees: a container that could write `apt/1 -> /` would have the next build
+//! bind-mount the host's root. Cargo's registry is not shared: it is where the offline
 //! test build reads the project's crates, so it stays in the image.
 //!
 //! A shared cache is a channel between builds: what one build writes there,
@@ -61,7 +63,8 @@ const TOOLS: &[ToolCache] = &[
 /// The caches one build uses, and its apt slot (held until dropped).
 #[derive(Debug)]
 pub struct PackageCaches {
-    root: PathBuf,
+    /// `<cache>/packages/shared`: the part containers see.
+    shared: PathBuf,
     apt_slot: Option<(PathBuf, std::fs::File)>,
 }
 
@@ -75,8 +78,9 @@ impl PackageCaches {
     /// slot is held: that build downloads its `.deb`s itself).
     pub fn open(cache_dir: &Path) -> Result<Self, EnvError> {
         let root = root(cache_dir);
+        let shared = root.join("shared");
         for t in TOOLS {
-            let d = root.join(t.dir);
+            let d = shared.join(t.dir);
             fs_err::create_dir_all(&d).map_err(|e| EnvError::io("cannot create", &d, e))?;
         }
         let mut apt_slot = None;
@@ -96,13 +100,13 @@ impl PackageCaches {
                 break;
             }
         }
-        Ok(Self { root, apt_slot })
+        Ok(Self { shared, apt_slot })
     }
 
     /// The bind mounts of a build container.
     pub fn mounts(&self) -> Vec<Mount> {
         let mut m = vec![Mount {
-            host: self.root.clone(),
+            host: self.shared.clone(),
             container: MOUNT_ROOT.into(),
             read_only: false,
         }];
@@ -218,8 +222,11 @@ mod tests {
         assert!(env.contains(&("UV_CACHE_DIR".into(), "/mnt/uv".into())));
         for (_, path) in &env {
             let dir = path.trim_start_matches("/mnt/");
-            assert!(root(d.path()).join(dir).is_dir(), "{path}");
+            assert!(root(d.path()).join("shared").join(dir).is_dir(), "{path}");
         }
         assert_eq!(c.mounts()[0].container, "/mnt");
+        // What containers can write holds no slot and no lock.
+        assert!(!c.mounts()[0].host.join("apt").exists());
+        assert!(c.mounts()[1].host.starts_with(root(d.path()).join("apt")));
     }
 }

@@ -236,40 +236,23 @@ fn config(f: &Files) -> Option<Config> {
     None
 }
 
-/// Split a command line the way pytest's `shlex.split` does, near enough:
-/// whitespace, with single and double quotes.
+/// Split a command line as pytest does (`shlex.split`); an unbalanced quote,
+/// which pytest rejects, falls back to white space.
 fn split_args(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quote: Option<char> = None;
-    let mut any = false;
-    for c in s.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => cur.push(c),
-            None if c == '\'' || c == '"' => {
-                quote = Some(c);
-                any = true;
-            }
-            None if c.is_whitespace() => {
-                if any || !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            None => cur.push(c),
-        }
-    }
-    if any || !cur.is_empty() {
-        out.push(cur);
-    }
-    out
+    shlex::split(s).unwrap_or_else(|| s.split_whitespace().map(String::from).collect())
 }
 
 /// The distribution of a plugin named by module or entry point.
 fn plugin_dist(name: &str, is_local: &dyn Fn(&str) -> bool) -> Option<String> {
     let name = name.trim();
     if name.is_empty() || name.starts_with("no:") || BUILTIN.contains(&name) {
+        return None;
+    }
+    // A module or entry point name; anything else in a repository's config is not one.
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
         return None;
     }
     if name.starts_with("_pytest.") || name.starts_with("pytest.") {
@@ -505,6 +488,8 @@ mod tests {
             dists(&[("conftest.py", "pytest_plugins = 'xdist'\n")]),
             ["pytest-xdist"]
         );
+        // A name that is not a module name is no plugin (and never reaches a script).
+        assert!(dists(&[("conftest.py", "pytest_plugins = ['x$(touch /pwn)']\n")]).is_empty());
     }
 
     #[test]

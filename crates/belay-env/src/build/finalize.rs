@@ -93,7 +93,6 @@ impl Run<'_> {
             self.trust.ca_bundle.is_some(),
             run_rel.as_deref(),
             &self.excluded,
-            self.opts.package_cache,
         );
         belay_record::atomic_write(
             &self.dir.dockerfile(),

@@ -602,7 +602,7 @@ pub struct ControlArgs {
     #[arg(long)]
     pub no_cache: bool,
     /// Do not mount the machine's package download caches (pip, uv, npm,
-    /// yarn, apt) into build containers, nor cache mounts into the Dockerfile.
+    /// yarn, apt) into build containers.
     #[arg(long)]
     pub no_package_cache: bool,
     /// Replay the final scripts from the base image even when no repair changed them.

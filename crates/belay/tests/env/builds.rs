@@ -371,9 +371,10 @@ fn check_run_records(state: &Path, run: &str, m: &Value) {
     }
     let deps_log =
         std::fs::read_to_string(dir.join("logs/30-python-deps/block-attempt-1.log")).unwrap();
+    // The installer's (uv's) whole output, down to each package it installed.
     assert!(
-        deps_log.contains("Successfully installed"),
-        "full pip output is in the log:\n{deps_log}"
+        deps_log.contains("Installed 7 packages") && deps_log.contains(" + six==1.16.0"),
+        "full installer output is in the log:\n{deps_log}"
     );
     let ctx = read_json(&dir.join("context.json"));
     assert_eq!(ctx["runtime_notes"]["observed"], true);

@@ -347,7 +347,7 @@ fn a_second_build_downloads_nothing_the_first_fetched_and_no_cache_reaches_an_im
     let _ga = RunGuard(run_a.clone());
     let _gb = RunGuard(run_b.clone());
     let (sa, sb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let packages = cache.path().join("packages");
+    let packages = cache.path().join("packages").join("shared");
 
     let a = build_cached("py-pyproject", &run_a, sa.path());
     let runtime_a = block_log(&a, "20-python-runtime");
