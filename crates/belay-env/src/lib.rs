@@ -6,6 +6,7 @@ pub mod ablation;
 pub mod analyze;
 pub mod base_suite;
 pub mod batch;
+pub mod block_exec;
 pub mod build;
 pub mod cache;
 pub mod debian_contents;

@@ -151,6 +151,7 @@ impl Run<'_> {
             ..Default::default()
         };
         let id = self.rt.create(&spec).await?;
+        self.container_image_size = self.rt.image(image).await?.map(|i| i.size);
         for old in self.retired.drain(..) {
             self.removals.push(self.rt.remove_detached(&old));
         }

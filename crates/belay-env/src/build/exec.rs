@@ -14,6 +14,34 @@ impl Run<'_> {
         timeout: Duration,
         repair_command: Option<String>,
     ) -> Result<(ExecOutcome, PathBuf), EnvError> {
+        let (out, run) = self.exec_unrecorded(block, phase, argv, timeout).await?;
+        self.record(Execution {
+            block_id: block.to_string(),
+            phase: phase.to_string(),
+            attempt: run.attempt,
+            exit_code: Some(out.exit_code),
+            timed_out: out.timed_out,
+            stdout_tail: out.stdout_tail.clone(),
+            stderr_tail: out.stderr_tail.clone(),
+            checkpoint_before: self.current_checkpoint.clone(),
+            checkpoint_after: None,
+            repair_command,
+            duration_s: round3(out.duration.as_secs_f64()),
+            command: display.to_string(),
+            log_path: Some(run.log_path.clone()),
+            started_at: run.started_at,
+        })?;
+        Ok((out, run.log_path))
+    }
+
+    /// Run `argv` in the current container with its log; the caller records it.
+    async fn exec_unrecorded(
+        &mut self,
+        block: &str,
+        phase: &str,
+        argv: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(ExecOutcome, ExecRun), EnvError> {
         let container = self
             .container
             .clone()
@@ -43,24 +71,140 @@ impl Run<'_> {
             .rt
             .exec(&container, &spec, &self.redactor, &observer)
             .await?;
+        Ok((
+            out,
+            ExecRun {
+                attempt,
+                log_path,
+                started_at,
+            },
+        ))
+    }
+
+    /// A block's script and then its validation in one exec (see
+    /// [`crate::block_exec`]): the script is written by the exec itself, and
+    /// the two are recorded as the `block` and `validation` executions they
+    /// always were, sharing one log. `--command-timeout` bounds the two
+    /// together.
+    pub(crate) async fn run_block(
+        &mut self,
+        block: &Block,
+        phase: &str,
+    ) -> Result<(Result<(), Failure>, BlockTiming), EnvError> {
+        let mut timing = BlockTiming::default();
+        let path = block.container_script_path();
+        let script = self.redactor.redact(&block.script).into_owned();
+        let inline = script.len() <= crate::block_exec::INLINE_SCRIPT_MAX;
+        if !inline {
+            let container = self.container.clone().unwrap_or_default();
+            self.rt
+                .put_files(
+                    &container,
+                    &[(path.clone(), script.clone().into_bytes(), 0o755)],
+                )
+                .await?;
+        }
+        let argv = crate::block_exec::argv(
+            &path,
+            &block.validation_command,
+            inline.then_some(script.as_str()),
+        );
+        let timeout = self.opts.command_timeout;
+        let (out, run) = self
+            .exec_unrecorded(&block.id, phase, argv, timeout)
+            .await?;
+        // The wrapper exits 0 only after the validation passed, so a lost
+        // status line (a background process of the block flooding the tail)
+        // still reads as one.
+        let status = crate::block_exec::parse_status(&out.stderr_tail).or_else(|| {
+            out.success().then_some(crate::block_exec::Status {
+                validation_exit: 0,
+                split: None,
+            })
+        });
+        let stdout_tail = crate::block_exec::strip_status(&out.stdout_tail);
+        let stderr_tail = crate::block_exec::strip_status(&out.stderr_tail);
+        let total = out.duration.as_secs_f64();
+        let (script_s, validation_s) = status
+            .as_ref()
+            .and_then(|s| s.split)
+            .unwrap_or((total, 0.0));
         let checkpoint_before = self.current_checkpoint.clone();
+        let script_exit = if status.is_some() { 0 } else { out.exit_code };
         self.record(Execution {
-            block_id: block.to_string(),
+            block_id: block.id.clone(),
             phase: phase.to_string(),
-            attempt,
-            exit_code: Some(out.exit_code),
+            attempt: run.attempt,
+            exit_code: Some(script_exit),
+            timed_out: out.timed_out && status.is_none(),
+            stdout_tail: stdout_tail.clone(),
+            stderr_tail: stderr_tail.clone(),
+            checkpoint_before: checkpoint_before.clone(),
+            checkpoint_after: None,
+            repair_command: None,
+            duration_s: round3(script_s),
+            command: format!("bash {path}"),
+            log_path: Some(run.log_path.clone()),
+            started_at: run.started_at.clone(),
+        })?;
+        timing.script_s = round3(script_s);
+        let shown = ExecOutcome {
+            exit_code: out.exit_code,
             timed_out: out.timed_out,
-            stdout_tail: out.stdout_tail.clone(),
-            stderr_tail: out.stderr_tail.clone(),
+            duration: out.duration,
+            stdout_tail,
+            stderr_tail,
+            log_bytes: out.log_bytes,
+        };
+        let Some(st) = status else {
+            // Killed (the timeout) or crashed before the status line: the
+            // boundary line says whether the validation had started.
+            let what = if crate::block_exec::validation_started(&out.stderr_tail) {
+                format!("validation `{}`", block.validation_command)
+            } else {
+                "the block script".to_string()
+            };
+            return Ok((
+                Err(failure(
+                    &what,
+                    &shown,
+                    run.log_path,
+                    self.opts.command_timeout,
+                )),
+                timing,
+            ));
+        };
+        let attempt = self.next_attempt(&block.id, "validation");
+        self.record(Execution {
+            block_id: block.id.clone(),
+            phase: "validation".into(),
+            attempt,
+            exit_code: Some(st.validation_exit),
+            timed_out: out.timed_out,
+            stdout_tail: shown.stdout_tail.clone(),
+            stderr_tail: shown.stderr_tail.clone(),
             checkpoint_before,
             checkpoint_after: None,
-            repair_command,
-            duration_s: round3(out.duration.as_secs_f64()),
-            command: display.to_string(),
-            log_path: Some(log_path.clone()),
-            started_at,
+            repair_command: None,
+            duration_s: round3(validation_s),
+            command: block.validation_command.clone(),
+            log_path: Some(run.log_path.clone()),
+            started_at: run.started_at,
         })?;
-        Ok((out, log_path))
+        timing.validation_s = round3(validation_s);
+        if shown.success() {
+            Ok((Ok(()), timing))
+        } else {
+            Ok((
+                Err(failure(
+                    &format!("validation `{}`", block.validation_command),
+                    &shown,
+                    run.log_path,
+                    self.opts.command_timeout,
+                )),
+                timing,
+            ))
+        }
     }
 
     /// Put a block's script into the container and run it (and nothing else).
@@ -166,7 +310,7 @@ impl Run<'_> {
     }
 
     /// Forward execution of one block at the ablation's granularity, then its
-    /// validation.
+    /// validation (in the same exec, for a whole block).
     pub(super) async fn forward_block(
         &mut self,
         block: &Block,
@@ -174,7 +318,7 @@ impl Run<'_> {
         let mut timing = BlockTiming::default();
         let run = match self.opts.ablation.forward() {
             Granularity::Command => self.run_commands(block, "command_forward").await?,
-            _ => self.run_script(block, "block").await?,
+            _ => return self.run_block(block, "block").await,
         };
         match run {
             Ok(s) => timing.script_s = round3(s),
@@ -186,4 +330,11 @@ impl Run<'_> {
         }
         Ok((Ok(()), timing))
     }
+}
+
+/// One exec's attempt number, log and start time, for its records.
+struct ExecRun {
+    attempt: u32,
+    log_path: PathBuf,
+    started_at: String,
 }

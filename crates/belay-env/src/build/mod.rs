@@ -55,9 +55,11 @@ use crate::progress::{BlockOutput, BuildEvent, BuildObserver};
 use crate::rundir::RunDir;
 use crate::{cache, dockerfile, oracle, script, EnvError};
 
-/// A commit faster than this means the container's writable layer is small
-/// enough to keep using it (about what starting a fresh container costs).
-const KEEP_CONTAINER_BELOW: Duration = Duration::from_millis(250);
+/// The next block continues in the container while its writable layer (all
+/// it changed since it started) is smaller than this...
+const KEEP_LAYER_BELOW: i64 = 64 << 20;
+/// ...and its last commit took less than this.
+const KEEP_COMMIT_BELOW: Duration = Duration::from_secs(1);
 
 /// Label on checkpoint images: the base image the run started from.
 pub const BASE_LABEL: &str = "belay.base";
@@ -258,6 +260,7 @@ pub async fn build(
         checkpoint_log: JsonlAppender::open(&dir.checkpoints())?,
         container: None,
         retired: Vec::new(),
+        container_image_size: None,
         removals: Vec::new(),
         manifest: new_manifest(&dir, &repo, previous.as_ref(), opts),
         started,
@@ -349,6 +352,9 @@ pub(crate) struct Run<'a> {
     /// Retired containers, removed in the background once the next container
     /// has started (so that removal never competes with the start).
     pub(crate) retired: Vec<String>,
+    /// Size of the image the current container started from (its writable
+    /// layer is a checkpoint's size minus this).
+    pub(crate) container_image_size: Option<i64>,
     /// Removals of retired containers, running in the background.
     pub(crate) removals: Vec<tokio::task::JoinHandle<()>>,
     pub(crate) manifest: Manifest,
@@ -636,7 +642,7 @@ impl Run<'_> {
                         let cp = self
                             .commit("workspace", 0, "success", Some(base.clone()), extra)
                             .await?;
-                        self.after_checkpoint(cp_t0.elapsed());
+                        self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
                         cp.image_ref
                     }
                 };
@@ -752,7 +758,7 @@ impl Run<'_> {
                             extra,
                         )
                         .await?;
-                    self.after_checkpoint(cp_t0.elapsed());
+                    self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
                     timing.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
                     timing.total_s = round3(t0.elapsed().as_secs_f64());
                     self.set_last_checkpoint_after(&cp.image_ref);

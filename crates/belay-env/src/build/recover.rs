@@ -214,7 +214,7 @@ impl Run<'_> {
                     let mut t = blocks[i].timing.clone().unwrap_or_default();
                     t.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
                     blocks[i].timing = Some(t);
-                    self.after_checkpoint(cp_t0.elapsed());
+                    self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
                     self.set_last_checkpoint_after(&cp.image_ref);
                     blocks[i].success_checkpoint = Some(cp.image_ref.clone());
                     return Ok(Recovery::Repaired(cp.image_ref));
@@ -427,10 +427,7 @@ impl Run<'_> {
         if let Err(f) = self.run_fix(&block.id, &p.fix).await? {
             return Ok(Err(f));
         }
-        if let Err(f) = self.run_script(block, "block").await? {
-            return Ok(Err(f));
-        }
-        Ok(self.run_validation(block, "validation").await?.map(|_| ()))
+        Ok(self.run_block(block, "block").await?.0)
     }
 
     /// Command recovery: in the live container, run the fix, then the block's
