@@ -1,11 +1,36 @@
 //! The Dockerfile that rebuilds a run's final environment from its base image
 //! with the final block scripts: the build, reproducible without belay.
+//!
+//! Two are written. `Dockerfile` gives each block BuildKit cache mounts for
+//! pip, uv, npm, yarn and apt, as belay's own builds share the machine's
+//! download caches: BuildKit is the builder of Docker 23 and later (and of
+//! `DOCKER_BUILDKIT=1` before). `Dockerfile.legacy` is the same without them,
+//! for the legacy builder, which refuses `RUN --mount`.
 
 use std::path::Path;
 
 use belay_sandbox::trust::{CA_VARS, CONTAINER_CA_PATH};
 
 use crate::plan::{Block, REPO_DIR, SCRIPTS_DIR};
+
+/// Which builder a rendered Dockerfile is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builder {
+    /// BuildKit: every block with the package cache mounts.
+    BuildKit,
+    /// The legacy builder: no `RUN --mount`.
+    Legacy,
+}
+
+impl Builder {
+    /// The file name in the run directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Builder::BuildKit => "Dockerfile",
+            Builder::Legacy => "Dockerfile.legacy",
+        }
+    }
+}
 
 /// Render the Dockerfile. `run_rel` is the run directory relative to the
 /// repository root (the build context), when the state dir is inside the repo.
@@ -16,19 +41,25 @@ pub fn render(
     with_ca: bool,
     run_rel: Option<&Path>,
     excluded: &[String],
+    builder: Builder,
 ) -> String {
+    let name = builder.file_name();
     let rel = run_rel
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| "belay-run".to_string());
     let mut s = format!("# Rebuilds the environment of belay run {run_id} from its base image with the final block scripts.\n");
     match run_rel {
         Some(_) => s.push_str(&format!(
-            "# The build context is the repository root:\n#   docker build -f {rel}/Dockerfile .\n"
+            "# The build context is the repository root:\n#   docker build -f {rel}/{name} .\n"
         )),
         None => s.push_str(
-            "# The build context is the repository root, with this run directory copied to ./belay-run:\n#   cp -r <run-dir> ./belay-run && docker build -f belay-run/Dockerfile .\n",
+            &format!("# The build context is the repository root, with this run directory copied to ./belay-run:\n#   cp -r <run-dir> ./belay-run && docker build -f belay-run/{name} .\n"),
         ),
     }
+    s.push_str(match builder {
+        Builder::BuildKit => "# For BuildKit (Docker 23 and later, or DOCKER_BUILDKIT=1): each block gets\n# the package download caches as cache mounts, never in a layer. The legacy\n# builder refuses RUN --mount: use Dockerfile.legacy beside this file.\n",
+        Builder::Legacy => "# For the legacy builder (no RUN --mount): every block downloads its packages.\n# With BuildKit, Dockerfile beside this file shares the download caches.\n",
+    });
     s.push_str(&format!("FROM {base_image}\n"));
     if with_ca {
         s.push_str("# The host's CA bundle, at a path no package update rewrites.\n");
@@ -53,13 +84,77 @@ pub fn render(
     s.push_str(&format!(
         "COPY {rel}/scripts/ {SCRIPTS_DIR}/\nWORKDIR {REPO_DIR}\n"
     ));
+    let run = match builder {
+        Builder::BuildKit => crate::package_cache::buildkit_run_prefix(),
+        Builder::Legacy => "RUN".to_string(),
+    };
     for b in blocks {
         s.push_str(&format!(
-            "# {}: {}\nRUN bash {}\n",
+            "# {}: {}\n{run} bash {}\n",
             b.id,
             b.title,
             b.container_script_path()
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocks() -> Vec<Block> {
+        vec![
+            Block::planned(
+                "10-system-packages",
+                "System packages",
+                "apt",
+                &["apt-get install -y git".into()],
+                "git --version",
+            ),
+            Block::planned(
+                "30-python",
+                "Python deps",
+                "pip",
+                &["uv pip install -e .".into()],
+                "python -c 'import pkg'",
+            ),
+        ]
+    }
+
+    #[test]
+    fn buildkit_and_legacy() {
+        let excluded = vec![".venv".to_string()];
+        for builder in [Builder::BuildKit, Builder::Legacy] {
+            let text = render(
+                "r1",
+                "belay-base:bookworm",
+                &blocks(),
+                true,
+                Some(Path::new(".belay/runs/r1")),
+                &excluded,
+                builder,
+            );
+            insta::assert_snapshot!(builder.file_name(), text);
+        }
+    }
+
+    #[test]
+    fn the_legacy_file_has_no_mounts_and_the_buildkit_file_every_cache() {
+        let legacy = render("r", "b", &blocks(), false, None, &[], Builder::Legacy);
+        assert!(!legacy.contains("--mount="), "{legacy}");
+        let bk = render("r", "b", &blocks(), false, None, &[], Builder::BuildKit);
+        for want in [
+            "target=/mnt/pip",
+            "target=/mnt/uv",
+            "target=/mnt/npm",
+            "target=/mnt/yarn",
+            "target=/var/cache/apt/archives,sharing=locked",
+            "PIP_CACHE_DIR=/mnt/pip",
+        ] {
+            assert_eq!(bk.matches(want).count(), 2, "{want} on every block:\n{bk}");
+        }
+        assert!(bk.contains("belay-run/Dockerfile ."), "{bk}");
+        assert!(legacy.contains("belay-run/Dockerfile.legacy ."), "{legacy}");
+    }
 }

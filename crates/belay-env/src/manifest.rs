@@ -126,7 +126,11 @@ pub struct Manifest {
     pub scripts_dir: PathBuf,
     pub manifest_path: PathBuf,
     pub llm_usage_path: PathBuf,
+    /// For BuildKit, with the package cache mounts.
     pub dockerfile_path: Option<PathBuf>,
+    /// The same for the legacy builder (no `RUN --mount`).
+    #[serde(default)]
+    pub dockerfile_legacy_path: Option<PathBuf>,
     pub base_image: Option<String>,
     /// The Debian suite of the default base, and why it was chosen (absent
     /// with --base-image / --base-dockerfile).

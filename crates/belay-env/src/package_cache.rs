@@ -133,6 +133,27 @@ impl PackageCaches {
     }
 }
 
+/// The BuildKit cache mounts and variables a written Dockerfile's `RUN`
+/// gives each block, for the same effect as belay's own mounts: the caches
+/// live in the builder, never in a layer.
+pub fn buildkit_run_prefix() -> String {
+    let mut s = String::from("RUN");
+    for t in TOOLS {
+        s.push_str(&format!(
+            " --mount=type=cache,id=belay-{d},target={MOUNT_ROOT}/{d} \\\n   ",
+            d = t.dir
+        ));
+    }
+    // apt waits for no lock of its own: one build at a time in the archive.
+    s.push_str(&format!(
+        " --mount=type=cache,id=belay-apt,target={APT_ARCHIVES},sharing=locked \\\n   "
+    ));
+    for t in TOOLS {
+        s.push_str(&format!(" {}={MOUNT_ROOT}/{}", t.var, t.dir));
+    }
+    s
+}
+
 /// Bytes and files under the machine's package caches (for `belay env gc`).
 pub fn usage(cache_dir: &Path) -> (u64, u64) {
     let mut bytes = 0u64;

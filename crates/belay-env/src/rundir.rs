@@ -74,6 +74,10 @@ impl RunDir {
     pub fn dockerfile(&self) -> PathBuf {
         self.root.join("Dockerfile")
     }
+    /// The written Dockerfile for the legacy builder (no `RUN --mount`).
+    pub fn dockerfile_legacy(&self) -> PathBuf {
+        self.root.join("Dockerfile.legacy")
+    }
     pub fn ca_bundle(&self) -> PathBuf {
         self.root.join("belay-ca.crt")
     }

@@ -144,6 +144,7 @@ fn manifest_view(m: Value) -> Value {
         "final_image",
         "base_image",
         "dockerfile_path",
+        "dockerfile_legacy_path",
         "final_clean_replay_enabled",
         "final_clean_replay_ok",
         "final_clean_replay_image",

@@ -86,19 +86,23 @@ impl Run<'_> {
             .base_image
             .clone()
             .unwrap_or_else(|| DEFAULT_BASE_IMAGE.into());
-        let text = dockerfile::render(
-            &self.dir.run_id,
-            &base,
-            blocks,
-            self.trust.ca_bundle.is_some(),
-            run_rel.as_deref(),
-            &self.excluded,
-        );
-        belay_record::atomic_write(
-            &self.dir.dockerfile(),
-            self.redactor.redact(&text).as_bytes(),
-        )?;
+        for (builder, path) in [
+            (dockerfile::Builder::BuildKit, self.dir.dockerfile()),
+            (dockerfile::Builder::Legacy, self.dir.dockerfile_legacy()),
+        ] {
+            let text = dockerfile::render(
+                &self.dir.run_id,
+                &base,
+                blocks,
+                self.trust.ca_bundle.is_some(),
+                run_rel.as_deref(),
+                &self.excluded,
+                builder,
+            );
+            belay_record::atomic_write(&path, self.redactor.redact(&text).as_bytes())?;
+        }
         self.manifest.dockerfile_path = Some(self.dir.dockerfile());
+        self.manifest.dockerfile_legacy_path = Some(self.dir.dockerfile_legacy());
         if let Some(file) = self.opts.oracle_file.clone() {
             let report = self.run_oracle(&file, &final_ref).await?;
             let ok = report.ok;

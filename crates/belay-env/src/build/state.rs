@@ -81,6 +81,7 @@ pub(super) fn new_manifest(
         manifest_path: dir.manifest(),
         llm_usage_path: dir.llm_usage(),
         dockerfile_path: None,
+        dockerfile_legacy_path: None,
         base_image: previous.and_then(|p| p.base_image.clone()),
         base_suite: None,
         final_image: None,

@@ -163,7 +163,10 @@ pub async fn build(p: &Printer, a: BuildArgs) -> Result<u8, Failure> {
             p.out(format!("image:    {img}"));
         }
         if let Some(df) = &m.dockerfile_path {
-            p.out(format!("dockerfile: {}", df.display()));
+            p.out(format!("dockerfile: {} (BuildKit)", df.display()));
+        }
+        if let Some(df) = &m.dockerfile_legacy_path {
+            p.out(format!("            {} (legacy builder)", df.display()));
         }
         if m.ok {
             p.out(format!("shell:    belay env shell {}", m.run_id));
