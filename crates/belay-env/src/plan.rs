@@ -486,7 +486,7 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                 match py.resolved_requirements.get(f) {
                     Some(resolved) => {
                         p.deps.push(format!(
-                            "# {f} names paths relative to itself: its lines are passed with those paths resolved."
+                            "# {f} names paths relative to itself, or pins the project itself: its lines are passed, paths resolved and that pin left out."
                         ));
                         args.extend(resolved.iter().map(|a| q(a)));
                     }

@@ -542,6 +542,60 @@ mod tests {
         assert!(err.contains("package.json:3:"), "{err}");
     }
 
+    /// click's own pip-compiled `requirements/dev.txt` pins click 8.1.3 while
+    /// the checkout is 8.1.7: one resolver call with both cannot be met.
+    #[test]
+    fn a_requirements_pin_of_the_project_itself_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |p: &str, t: &str| {
+            let p = dir.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        w(
+            "setup.cfg",
+            "[metadata]\nname = click\nversion = 8.1.7\n\n[options]\npython_requires = >=3.7\n",
+        );
+        w(
+            "setup.py",
+            "from setuptools import setup\nsetup(name=\"click\")\n",
+        );
+        w("requirements/dev.txt", "click==8.1.3\ncolorama==0.4.6\n");
+        let ctx = analyze(dir.path()).unwrap();
+        let py = ctx.python.unwrap();
+        assert_eq!(py.project_name.as_deref(), Some("click"));
+        assert_eq!(
+            py.resolved_requirements
+                .get("requirements/dev.txt")
+                .map(Vec::as_slice),
+            Some(&["colorama==0.4.6".to_string()][..]),
+            "{:?}",
+            py.resolved_requirements
+        );
+        assert!(
+            ctx.warnings
+                .iter()
+                .any(|m| m.contains("pins the project itself")),
+            "{:?}",
+            ctx.warnings
+        );
+    }
+
+    /// simplejson's `setup(python_requires=PYTHON_REQUIRES)`: a variable, not a
+    /// specifier, so the planner must not refuse the project over it.
+    #[test]
+    fn a_python_requires_variable_is_not_a_specifier() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("setup.py"),
+            "PYTHON_REQUIRES = '>=2.5'\nsetup(name='simplejson', python_requires=PYTHON_REQUIRES)\n",
+        )
+        .unwrap();
+        let py = analyze(dir.path()).unwrap().python.unwrap();
+        assert_eq!(py.requires_python, None);
+        assert_eq!(py.project_name.as_deref(), Some("simplejson"));
+    }
+
     #[test]
     fn missing_repo_is_a_clear_error() {
         let err = analyze(Path::new("/definitely/not/here"))

@@ -176,7 +176,12 @@ pub(super) fn python(
     for text in [&setup_py, &setup_cfg].into_iter().flatten() {
         if py.requires_python.is_none() {
             if let Some(c) = rx_python_requires.as_ref().and_then(|r| r.captures(text)) {
-                py.requires_python = Some(c[1].trim().to_string());
+                // `python_requires=PYTHON_REQUIRES` (a variable of setup.py)
+                // is no specifier: only one that starts with an operator is.
+                let v = c[1].trim();
+                if v.starts_with(['<', '>', '=', '!', '~']) {
+                    py.requires_python = Some(v.to_string());
+                }
             }
         }
         if text.contains("setuptools_scm") || text.contains("use_scm_version") {
@@ -185,6 +190,9 @@ pub(super) fn python(
         if text.contains("pytest") {
             pytest_config |= text.contains("[tool:pytest]");
         }
+    }
+    if py.project_name.is_none() {
+        py.project_name = setup_name(setup_cfg.as_deref(), setup_py.as_deref());
     }
     if let Some(text) = &setup_cfg {
         if let Some(extras) = text.split("[options.extras_require]").nth(1) {
@@ -249,7 +257,13 @@ pub(super) fn python(
         .filter(|r| r.ends_with(".txt"))
         .cloned()
         .collect();
-    for rf in requirements::read_all(f, &req_files, warnings) {
+    // The project is installed from the checkout: a requirements file's pin
+    // of the project itself (pip-compile writes one) cannot be met with it.
+    let own = py
+        .installable
+        .then(|| py.project_name.as_deref().and_then(requirement_name))
+        .flatten();
+    for rf in requirements::read_all(f, &req_files, own.as_deref(), warnings) {
         if rf.lines.iter().any(|l| l.contains("git+")) {
             py.needs_git = true;
         }
@@ -333,4 +347,24 @@ fn vcs_versioning<'a>(f: &Files, texts: impl Iterator<Item = &'a String>) -> Opt
             return None;
         };
     Some(found.to_string())
+}
+
+/// The distribution name from `setup.cfg`'s `[metadata]` or a literal
+/// `name=` in `setup.py`.
+fn setup_name(setup_cfg: Option<&str>, setup_py: Option<&str>) -> Option<String> {
+    if let Some(meta) = setup_cfg.and_then(|t| t.split("[metadata]").nth(1)) {
+        for line in meta.lines().skip(1) {
+            if line.starts_with('[') {
+                break;
+            }
+            if let Some((k, v)) = line.split_once('=') {
+                let v = v.trim();
+                if k.trim() == "name" && !v.is_empty() && !v.contains(['%', '{', ':']) {
+                    return Some(v.to_string());
+                }
+            }
+        }
+    }
+    let rx = regex::Regex::new(r#"\bname\s*=\s*['"]([A-Za-z0-9][A-Za-z0-9._-]*)['"]"#).ok()?;
+    rx.captures(setup_py?).map(|c| c[1].to_string())
 }

@@ -109,6 +109,11 @@ struct Reader<'a> {
     relative: bool,
     /// Some line carries a hash (pip accepts `--hash` only in files).
     hashed: bool,
+    /// The project's own distribution name (normalized), when it is
+    /// installed from the checkout.
+    own: Option<&'a str>,
+    /// The lines that pinned the project itself, dropped.
+    own_pins: Vec<String>,
     seen: Vec<PathBuf>,
 }
 
@@ -208,6 +213,10 @@ impl Reader<'_> {
                             }
                             None => self.outside(file, &line),
                         }
+                    } else if self.own.is_some()
+                        && super::requirement_name(&line).as_deref() == self.own
+                    {
+                        self.own_pins.push(line);
                     } else {
                         lines.push(line.clone());
                         args.push(line);
@@ -252,9 +261,15 @@ fn split_option(line: &str) -> (Option<String>, Option<String>) {
 }
 
 /// Read each requirements file (relative to the root).
+///
+/// `own` is the project's distribution name when the project is installed
+/// from the checkout: a line that pins it (`click==8.1.3` in click's own
+/// pip-compiled `requirements/dev.txt`) makes the one resolver call
+/// unsatisfiable, so the file is handed over as its lines without it.
 pub(super) fn read_all(
     f: &Files,
     paths: &[String],
+    own: Option<&str>,
     warnings: &mut Vec<String>,
 ) -> Vec<RequirementFile> {
     let mut out = Vec::new();
@@ -266,15 +281,24 @@ pub(super) fn read_all(
             warnings,
             relative: false,
             hashed: false,
+            own,
+            own_pins: Vec::new(),
             seen: Vec::new(),
         };
         r.read(Path::new(p), &mut args, &mut lines);
-        let resolved = if r.relative && r.hashed {
+        let inline = r.relative || !r.own_pins.is_empty();
+        if !r.own_pins.is_empty() && !r.hashed {
+            r.warnings.push(format!(
+                "{p}: `{}` pins the project itself, which is installed from the checkout; that line is left out",
+                r.own_pins.join("`, `")
+            ));
+        }
+        let resolved = if inline && r.hashed {
             r.warnings.push(format!(
                 "{p}: names paths relative to itself and pins hashes; pip takes hashes only from the file, so it is passed as written"
             ));
             Vec::new()
-        } else if r.relative {
+        } else if inline {
             args
         } else {
             Vec::new()
@@ -315,6 +339,7 @@ mod tests {
         let got = read_all(
             &Files::new(d.path()),
             &["services/api/requirements.txt".into()],
+            None,
             &mut w,
         );
         assert!(w.is_empty(), "{w:?}");
@@ -343,7 +368,12 @@ mod tests {
             ("requirements/test.txt", "pytest\n"),
         ]);
         let mut w = Vec::new();
-        let got = read_all(&Files::new(d.path()), &["requirements.txt".into()], &mut w);
+        let got = read_all(
+            &Files::new(d.path()),
+            &["requirements.txt".into()],
+            None,
+            &mut w,
+        );
         assert!(got[0].resolved.is_empty());
         assert_eq!(got[0].lines, ["pytest", "six"]);
     }
@@ -358,6 +388,7 @@ mod tests {
         let got = read_all(
             &Files::new(d.path()),
             &["sub/requirements.txt".into()],
+            None,
             &mut w,
         );
         assert!(got[0].resolved.is_empty());
@@ -369,13 +400,46 @@ mod tests {
     }
 
     #[test]
+    fn a_pin_of_the_project_itself_is_left_out() {
+        let d = repo(&[
+            (
+                "requirements/dev.txt",
+                "# pip-compile output\nclick==8.1.3\ncolorama==0.4.6\n-r tests.txt\n",
+            ),
+            ("requirements/tests.txt", "pytest==7.4.0\n"),
+        ]);
+        let mut w = Vec::new();
+        let got = read_all(
+            &Files::new(d.path()),
+            &["requirements/dev.txt".into()],
+            Some("click"),
+            &mut w,
+        );
+        assert_eq!(got[0].resolved, ["colorama==0.4.6", "pytest==7.4.0"]);
+        assert!(
+            w.iter()
+                .any(|m| m.contains("`click==8.1.3` pins the project itself")),
+            "{w:?}"
+        );
+        // A root file that pins another project is passed as written.
+        let d = repo(&[("requirements.txt", "click==8.1.3\n")]);
+        let got = read_all(
+            &Files::new(d.path()),
+            &["requirements.txt".into()],
+            Some("flask"),
+            &mut w,
+        );
+        assert!(got[0].resolved.is_empty(), "{:?}", got[0].resolved);
+    }
+
+    #[test]
     fn include_cycles_end() {
         let d = repo(&[
             ("a/r.txt", "-r ../b/r.txt\nx\n"),
             ("b/r.txt", "-r ../a/r.txt\ny\n"),
         ]);
         let mut w = Vec::new();
-        let got = read_all(&Files::new(d.path()), &["a/r.txt".into()], &mut w);
+        let got = read_all(&Files::new(d.path()), &["a/r.txt".into()], None, &mut w);
         assert_eq!(got[0].lines, ["y", "x"]);
     }
 
@@ -384,7 +448,7 @@ mod tests {
         fn reading_never_panics(text in ".{0,300}") {
             let d = repo(&[("sub/requirements.txt", &text)]);
             let mut w = Vec::new();
-            let _ = read_all(&Files::new(d.path()), &["sub/requirements.txt".into()], &mut w);
+            let _ = read_all(&Files::new(d.path()), &["sub/requirements.txt".into()], None, &mut w);
         }
     }
 }
