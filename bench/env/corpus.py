@@ -13,7 +13,12 @@ projects file and an oracle per project, then:
 Prints success rate, median and p90 time per project, repairs, failures by
 class, second-run time and cache-hit rate, and the ratio against docker build.
 
-Usage: bench/env/corpus.py [--jobs 2] [--limit N] [--belay PATH] [--work DIR] [--skip-docker]
+  4. `--phases` picks some of: cold, warm (the checkpoint cache), packages (warm
+     package caches, no checkpoint reuse), docker (the written Dockerfiles:
+     Dockerfile.legacy with the legacy builder, then Dockerfile with BuildKit
+     twice, cold and then warm for its cache mounts).
+
+Usage: bench/env/corpus.py [--jobs 2] [--limit N] [--belay PATH] [--work DIR] [--phases cold,warm,packages,docker]
 """
 import argparse
 import concurrent.futures
@@ -43,13 +48,38 @@ def read_corpus(limit):
     return items[:limit] if limit else items
 
 
+BACKENDS = ["setuptools", "wheel", "hatchling", "hatch-vcs", "hatch-fancy-pypi-readme", "flit-core", "poetry-core",
+            "pdm-backend", "setuptools-scm", "cython", "cffi", "pbr", "versioneer", "maturin", "meson-python", "scikit-build-core"]
+_fetch_python = []
+
+
+def fetch_python(cache):
+    """A venv with the common build backends, made once: pip reads each sdist's
+    metadata with it and no build isolation, instead of installing a build env
+    per project (slow through this machine's proxy)."""
+    if not _fetch_python:
+        venv = os.path.join(cache, "fetch-venv")
+        py = os.path.join(venv, "bin", "python")
+        if not os.path.exists(os.path.join(venv, ".ready")):
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+            subprocess.run([py, "-m", "pip", "install", "-q", *BACKENDS], check=True)
+            open(os.path.join(venv, ".ready"), "w").close()
+        _fetch_python.append(py)
+    return _fetch_python[0]
+
+
 def fetch_pypi(item, dest, cache):
     d = os.path.join(cache, "pypi")
     os.makedirs(d, exist_ok=True)
     spec = f"{item['name']}=={item['version']}"
+    # --no-binary for the project alone: its sdist, while the build
+    # dependencies pip needs to read its metadata may come as wheels.
     archives = [f for f in os.listdir(d) if f.lower().replace("_", "-").startswith(f"{item['name']}-{item['version']}".lower().replace("_", "-"))]
     if not archives:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "--ignore-requires-python", spec, "-d", d], check=True)
+        cmd = [fetch_python(cache), "-m", "pip", "download", "-q", "--no-deps", "--no-binary", item["name"], "--ignore-requires-python", spec, "-d", d]
+        # Projects whose backend is not in the fetch venv retry with isolation.
+        if subprocess.run(cmd + ["--no-build-isolation"], capture_output=True).returncode != 0:
+            subprocess.run(cmd, check=True)
         archives = [f for f in os.listdir(d) if f.lower().replace("_", "-").startswith(f"{item['name']}-{item['version']}".lower().replace("_", "-"))]
     with tarfile.open(os.path.join(d, archives[0])) as t:
         top = t.getnames()[0].split("/")[0]
@@ -157,6 +187,14 @@ def report_warm(args, projects, odir, cold, cold_wall, stamp):
 
 
 
+def buildkit_cli():
+    """A docker CLI that builds with BuildKit: with buildx, or Debian's
+    docker.io client (BuildKit built in before 23)."""
+    if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode == 0:
+        return "docker"
+    return "/usr/bin/docker"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=2)
@@ -165,9 +203,13 @@ def main():
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "belay-corpus"))
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/belay-bench"))
     ap.add_argument("--skip-docker", action="store_true")
+    ap.add_argument("--phases", default="cold,warm,packages,docker")
     ap.add_argument("--warm-only", action="store_true",
                     help="reuse the cold run in --work (its images are on the engine) and only measure the cache run")
     args = ap.parse_args()
+    phases = set(args.phases.split(","))
+    if args.skip_docker:
+        phases.discard("docker")
     if not os.path.exists(args.belay):
         sys.exit(f"{args.belay} not found: cargo build --release -p belay")
 
@@ -182,15 +224,17 @@ def main():
     src, odir = os.path.join(args.work, "src"), os.path.join(args.work, "oracles")
     os.makedirs(src)
     os.makedirs(odir)
-    lines = []
-    for it in items:
+    def fetch(it):
         name = f"{it['name']}-{it['version']}".lower()
-        dest = os.path.join(src, name)
-        (fetch_crate if it["kind"] == "crate" else fetch_pypi)(it, dest, args.cache)
+        (fetch_crate if it["kind"] == "crate" else fetch_pypi)(it, os.path.join(src, name), args.cache)
         with open(os.path.join(odir, f"{name}.oracle.json"), "w") as f:
             json.dump(oracle_for(it), f)
-        lines.append(f"./src/{name}")
         it["project"] = name
+    fetch_python(args.cache)
+    # Fetching is network-bound (and pip prepares each sdist's metadata): 4 at a time.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as ex:
+        list(ex.map(fetch, items))
+    lines = [f"./src/{it['project']}" for it in items]
     projects = os.path.join(args.work, "projects.txt")
     with open(projects, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -232,17 +276,23 @@ def main():
     for tag, (good, total) in sorted(classes.items()):
         print(f"  | {tag} | {good} | {total} | {100.0 * good / total:.0f}% |")
 
-    report_warm(args, projects, odir, cold, cold_wall, stamp)
+    if "warm" in phases:
+        report_warm(args, projects, odir, cold, cold_wall, stamp)
+    if not phases & {"packages", "docker"}:
+        return
 
     # Warm package caches, no checkpoint reuse: every block runs again, but
     # downloads come from the machine's caches.
-    pkg_wall, pkg, _ = run_batch(args.belay, projects, os.path.join(args.work, "warm-packages"), odir,
-                                 f"corpus-{stamp}-pkg", args.jobs, ["--no-cache"])
-    print(f"\nwarm package caches (--no-cache): batch wall {pkg_wall:.1f} s = {100.0 * pkg_wall / cold_wall:.1f}% of the cold run; "
+    pkg_wall, pkg = None, None
+    if "packages" in phases:
+        pkg_wall, pkg, _ = run_batch(args.belay, projects, os.path.join(args.work, "warm-packages"), odir,
+                                     f"corpus-{stamp}-pkg", args.jobs, ["--no-cache"])
+    if pkg:
+        print(f"\nwarm package caches (--no-cache): batch wall {pkg_wall:.1f} s = {100.0 * pkg_wall / cold_wall:.1f}% of the cold run; "
           f"{pkg['ok']}/{pkg['total']} ok")
 
-    if not args.skip_docker and ok:
-        def docker_build(p):
+    if "docker" in phases and ok:
+        def docker_build(p, builder):
             m = json.load(open(p["manifest"]))
             tag = f"belay-corpus-docker:{p['name']}"
             # The state dir is outside the checkout: the Dockerfile expects the
@@ -250,27 +300,37 @@ def main():
             run_copy = os.path.join(m["repo_path"], "belay-run")
             shutil.rmtree(run_copy, ignore_errors=True)
             shutil.copytree(m["run_dir"], run_copy, ignore=shutil.ignore_patterns("logs"))
+            if builder == "legacy":
+                cli, env = ["docker"], dict(os.environ, DOCKER_BUILDKIT="0")
+                dockerfile = m.get("dockerfile_legacy_path") or m["dockerfile_path"]
+            else:
+                cli, env = [buildkit_cli()], dict(os.environ, DOCKER_BUILDKIT="1")
+                dockerfile = m["dockerfile_path"]
             t0 = time.monotonic()
-            r = subprocess.run(["docker", "build", "--no-cache", "-q", "-t", tag, "-f", m["dockerfile_path"], m["repo_path"]],
-                               capture_output=True, text=True)
+            r = subprocess.run([*cli, "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, m["repo_path"]],
+                               capture_output=True, text=True, env=env)
             wall = time.monotonic() - t0
             subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
             return p, wall, r.returncode == 0
-        # Two passes; the written Dockerfiles have no cache mounts, so both are
-        # cold for docker's downloads (the second shows the run-to-run spread).
-        walls = []
-        for label in ("pass 1", "pass 2"):
+        # The legacy builder downloads everything every time; BuildKit's first
+        # pass fills its cache mounts (emptied first) and the second uses them.
+        subprocess.run([buildkit_cli(), "builder", "prune", "-af", "--filter", "type=exec.cachemount"],
+                       capture_output=True, env=dict(os.environ, DOCKER_BUILDKIT="1"))
+        walls = {}
+        for label, builder in (("legacy builder", "legacy"), ("BuildKit, cold cache mounts", "buildkit"),
+                               ("BuildKit, warm cache mounts", "buildkit")):
             t0 = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
-                results = list(ex.map(docker_build, ok))
-            walls.append(time.monotonic() - t0)
+                results = list(ex.map(lambda p: docker_build(p, builder), ok))
+            walls[label] = time.monotonic() - t0
             built = [(p, w) for p, w, good in results if good]
-            print(f"\ndocker build --no-cache of the written Dockerfiles ({label}): {len(built)}/{len(ok)} built, batch wall {walls[-1]:.0f} s")
-        pkg_ok = {p["name"]: p["duration_s"] for p in pkg["projects"] if p["status"] == "ok"}
-        print(f"batch wall, cold: belay {cold_wall:.0f} s vs docker {walls[0]:.0f} s = {cold_wall / walls[0]:.2f}x "
-              f"(belay's includes the failed projects and validates and checkpoints every block)")
-        print(f"batch wall, warm package caches: belay {pkg_wall:.0f} s vs docker {walls[1]:.0f} s = {pkg_wall / walls[1]:.2f}x "
-              f"({len(pkg_ok)} projects built by belay)")
+            print(f"\ndocker build --no-cache of the written Dockerfiles ({label}): {len(built)}/{len(ok)} built, batch wall {walls[label]:.0f} s")
+        print(f"batch wall, cold: belay {cold_wall:.0f} s vs docker (legacy builder) {walls['legacy builder']:.0f} s = "
+              f"{cold_wall / walls['legacy builder']:.2f}x (belay's includes the failed projects and validates and checkpoints every block)")
+        for label in ("legacy builder", "BuildKit, warm cache mounts") if pkg else ():
+            pkg_ok = {p["name"]: p["duration_s"] for p in pkg["projects"] if p["status"] == "ok"}
+            print(f"batch wall, belay with warm package caches vs docker ({label}): {pkg_wall:.0f} s vs {walls[label]:.0f} s = "
+                  f"{pkg_wall / walls[label]:.2f}x ({len(pkg_ok)} projects built by belay)")
 
 
 if __name__ == "__main__":

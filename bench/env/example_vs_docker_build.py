@@ -9,6 +9,10 @@ Prints, as medians over --rounds alternating runs:
   - the ratio belay / `docker build --no-cache` of the same steps;
   - `belay env plan` time for every fixture.
 
+Cache state: cold downloads on both sides: belay with --no-package-cache,
+docker with the legacy builder and Dockerfile.legacy (no cache mounts); the
+base image is present.
+
 Usage: bench/env/example_vs_docker_build.py [--rounds 3] [--belay target/release/belay]
 Needs the Docker engine and the base image (./scripts/setup-host.sh).
 """
@@ -66,12 +70,12 @@ def main():
             order = ["belay", "docker"] if r % 2 == 0 else ["docker", "belay"]
             if order[0] == "docker":
                 # docker build needs belay's Dockerfile: make it with a throwaway belay run first.
-                _, _, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id + "-df"])
-                dockerfile = os.path.join(repo, ".belay", "runs", run_id + "-df", "Dockerfile")
-                w, _, _ = run(["docker", "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, repo])
+                _, _, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id + "-df", "--no-package-cache"])
+                dockerfile = os.path.join(repo, ".belay", "runs", run_id + "-df", "Dockerfile.legacy")
+                w, _, _ = run(["env", "DOCKER_BUILDKIT=0", "docker", "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, repo])
                 docker_walls.append(w)
                 cleanup(run_id + "-df", [])
-            w, peak, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id])
+            w, peak, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id, "--no-package-cache"])
             belay_walls.append(w)
             rss.append(peak / 1024.0)
             m = json.load(open(os.path.join(repo, ".belay", "runs", run_id, "manifest.json")))
@@ -83,8 +87,8 @@ def main():
                 commits.append(t["checkpoint_s"])
                 starts.append(t["total_s"] - t["script_s"] - t["validation_s"] - t["checkpoint_s"])
             if order[0] == "belay":
-                dockerfile = os.path.join(repo, ".belay", "runs", run_id, "Dockerfile")
-                w, _, _ = run(["docker", "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, repo])
+                dockerfile = os.path.join(repo, ".belay", "runs", run_id, "Dockerfile.legacy")
+                w, _, _ = run(["env", "DOCKER_BUILDKIT=0", "docker", "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, repo])
                 docker_walls.append(w)
             print(f"round {r + 1}: belay {belay_walls[-1]:.1f} s, docker build --no-cache {docker_walls[-1]:.1f} s", flush=True)
         finally:
