@@ -73,15 +73,15 @@ pub struct Status {
 /// The status line of a folded exec from its stderr tail; `None` when the
 /// validation never ran (the script failed, or the exec was killed).
 pub fn parse_status(stderr_tail: &str) -> Option<Status> {
-    let line = stderr_tail
+    let fields = stderr_tail
         .lines()
         .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with(MARKER) && l[MARKER.len()..].starts_with(" exit="))?;
+        .filter_map(|l| l.trim().strip_prefix(MARKER))
+        .find(|rest| rest.starts_with(" exit="))?;
     let mut exit = None;
     let mut script_s = None;
     let mut validation_s = None;
-    for field in line[MARKER.len()..].split_whitespace() {
+    for field in fields.split_whitespace() {
         let (k, v) = field.split_once('=')?;
         match k {
             "exit" => exit = Some(v.parse::<i64>().ok()?),
@@ -99,9 +99,10 @@ pub fn parse_status(stderr_tail: &str) -> Option<Status> {
 /// Whether the boundary line before the validation is in the tail (a
 /// validation killed by the timeout prints no status line).
 pub fn validation_started(stderr_tail: &str) -> bool {
-    stderr_tail.lines().any(|l| {
-        l.trim_start().starts_with(MARKER) && l.trim_start()[MARKER.len()..].starts_with(": ")
-    })
+    stderr_tail
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix(MARKER))
+        .any(|rest| rest.starts_with(": "))
 }
 
 /// The tail without belay's own lines, for failure summaries and records.

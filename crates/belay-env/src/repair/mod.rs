@@ -324,6 +324,8 @@ mod tests {
         ("Package libffi was not found in the pkg-config search path.\nPerhaps you should add the directory containing `libffi.pc'", "pkg-config-package", "libffi-dev"),
         ("/bin/sh: 1: pkg-config: not found", "pkg-config-missing", "pkg-config"),
         ("error: command 'x86_64-linux-gnu-gcc' failed: No such file or directory", "c-compiler-missing", "build-essential"),
+        // propcache 0.2.0 cythonizes at build time (seen in the corpus).
+        ("[1/1] Cythonizing /workspace/repo/src/propcache/_helpers_c.pyx\n         error: [Errno 2] No such file or directory: 'x86_64-linux-gnu-gcc'", "c-compiler-missing", "build-essential"),
         ("error: linker `cc` not found\n  |\n  = note: No such file or directory (os error 2)", "c-compiler-missing", "build-essential"),
         ("node v18.19.0 is older than the project's engines.node >=20", "node-engine", "node@20"),
         ("npm WARN EBADENGINE Unsupported engine {\nnpm WARN EBADENGINE   package: 'x@1.0.0',\nnpm WARN EBADENGINE   required: { node: '>=20' },", "node-engine", "node@20"),

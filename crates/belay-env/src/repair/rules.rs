@@ -110,7 +110,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "c-compiler-missing",
-        pattern: r"error: command '[^']*(gcc|cc|g\+\+|clang)' failed: No such file or directory|unable to execute '[^']*gcc'|linker `cc` not found|No CMAKE_C(XX)?_COMPILER could be found|gcc: (command )?not found|cc: (command )?not found|C compiler cannot create executables|error: Microsoft Visual C\+\+|You need a C compiler",
+        pattern: r"error: command '[^']*(gcc|cc|g\+\+|clang)' failed: No such file or directory|\[Errno 2\] No such file or directory: '[^']*(gcc|cc|g\+\+|clang)'|unable to execute '[^']*gcc'|linker `cc` not found|No CMAKE_C(XX)?_COMPILER could be found|gcc: (command )?not found|cc: (command )?not found|C compiler cannot create executables|error: Microsoft Visual C\+\+|You need a C compiler",
         fix: "{apt} build-essential",
         probe: Some("command -v gcc && command -v g++ && command -v make"),
         blame: None,
