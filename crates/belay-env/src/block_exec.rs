@@ -85,8 +85,8 @@ pub fn parse_status(stderr_tail: &str) -> Option<Status> {
         let (k, v) = field.split_once('=')?;
         match k {
             "exit" => exit = Some(v.parse::<i64>().ok()?),
-            "script_s" => script_s = v.parse::<f64>().ok().filter(|x| x.is_finite()),
-            "validation_s" => validation_s = v.parse::<f64>().ok().filter(|x| x.is_finite()),
+            "script_s" => script_s = seconds(v),
+            "validation_s" => validation_s = seconds(v),
             _ => return None,
         }
     }
@@ -103,6 +103,22 @@ pub fn validation_started(stderr_tail: &str) -> bool {
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix(MARKER))
         .any(|rest| rest.starts_with(": "))
+}
+
+/// A duration of the status line: the line is the block's output to read,
+/// so only a plain number of seconds below a year counts.
+fn seconds(v: &str) -> Option<f64> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && (0.0..MAX_SECONDS).contains(x))
+}
+
+const MAX_SECONDS: f64 = 365.0 * 86_400.0;
+
+/// The status's split, when it fits in the exec's own measured `duration`
+/// (a forged line, printed by a process the block left behind, does not).
+pub fn plausible_split(status: &Status, duration: f64) -> Option<(f64, f64)> {
+    status.split.filter(|(s, v)| s + v <= duration + 1.0)
 }
 
 /// The tail without belay's own lines, for failure summaries and records.
@@ -161,6 +177,20 @@ mod tests {
         ));
         assert!(!validation_started("E: broken\n"));
         assert!(!validation_started("[belay] validation exit=0\n"));
+    }
+
+    /// What the block prints is untrusted: absurd durations are no split,
+    /// and a split longer than the exec itself is not believed.
+    #[test]
+    fn forged_durations_are_not_taken() {
+        let st = parse_status("[belay] validation exit=0 script_s=1e300 validation_s=0\n").unwrap();
+        assert_eq!(st.split, None);
+        let st = parse_status("[belay] validation exit=0 script_s=-3 validation_s=1\n").unwrap();
+        assert_eq!(st.split, None);
+        let st = parse_status("[belay] validation exit=0 script_s=900.000 validation_s=0.500\n")
+            .unwrap();
+        assert_eq!(plausible_split(&st, 2.0), None);
+        assert_eq!(plausible_split(&st, 901.0), Some((900.0, 0.5)));
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl Run<'_> {
         let total = out.duration.as_secs_f64();
         let (script_s, validation_s) = status
             .as_ref()
-            .and_then(|s| s.split)
+            .and_then(|s| crate::block_exec::plausible_split(s, total))
             .unwrap_or((total, 0.0));
         let checkpoint_before = self.current_checkpoint.clone();
         let script_exit = if status.is_some() { 0 } else { out.exit_code };

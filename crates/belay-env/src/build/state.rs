@@ -232,7 +232,8 @@ impl Run<'_> {
             attempt: exec.attempt,
             exit_code: exec.exit_code,
             timed_out: exec.timed_out,
-            duration: Duration::from_secs_f64(exec.duration_s.max(0.0)),
+            duration: Duration::try_from_secs_f64(exec.duration_s.max(0.0))
+                .unwrap_or(Duration::MAX),
         });
         self.manifest.executions.push(exec);
         Ok(())
