@@ -15,7 +15,9 @@
 #  - builds the default base image offline with `belay image bootstrap` if missing,
 #    and the round agents' image (the base plus git) the same way;
 #  - starts Podman's Docker-compatible service on /run/podman/podman.sock
-#    (rootful) and gives it the base image.
+#    (rootful) and gives it the base image;
+#  - starts a loopback OCI registry (Debian's docker-registry) on
+#    127.0.0.1:5000, with deletes enabled, for the --registry tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +41,7 @@ command -v prosody >/dev/null || missing+=(prosody)  # the XMPP server of the jo
 command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser tests (headless)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 command -v podman >/dev/null || missing+=(podman)  # the pipeline's Podman test (its Docker-compatible socket)
+command -v docker-registry >/dev/null || missing+=(docker-registry)  # the loopback OCI registry of the --registry tests
 [ -x /usr/libexec/podman/catatonit ] || [ -x /usr/bin/catatonit ] || missing+=(catatonit)  # Podman's container init
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
@@ -122,3 +125,38 @@ if ! podman image exists belay-base:bookworm; then
   docker save belay-base:bookworm | podman load -q >/dev/null
 fi
 log "podman $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version)"
+
+# A loopback OCI registry for `--registry` (the env tests push checkpoints to
+# it). Loopback needs no TLS: the engine allows plain HTTP to 127.0.0.0/8.
+# Its own config (not the package's, which listens on every address), with
+# deletes enabled so that `belay env gc --registry` can be tested.
+REGISTRY_ADDR=${BELAY_TEST_REGISTRY:-127.0.0.1:5000}
+# The package's own service listens on every address with deletes off: it is
+# not the one the tests use.
+if [ -d /run/systemd/system ] && systemctl is-enabled docker-registry >/dev/null 2>&1; then
+  systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi
+if ! curl -sf "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; then
+  conf=/etc/belay/registry.yml
+  mkdir -p /etc/belay /var/lib/belay-registry
+  cat > "$conf" <<YAML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: /var/lib/belay-registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR
+YAML
+  log "starting a loopback registry on $REGISTRY_ADDR (log: /var/log/belay-registry.log)"
+  setsid nohup docker-registry serve "$conf" >/var/log/belay-registry.log 2>&1 < /dev/null &
+  for _ in $(seq 1 30); do
+    curl -sf "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 && break
+    sleep 1
+  done
+  curl -sf "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 || die "the registry did not come up on $REGISTRY_ADDR within 30 s; see /var/log/belay-registry.log"
+fi
+log "registry $REGISTRY_ADDR"

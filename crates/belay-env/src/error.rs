@@ -65,4 +65,13 @@ impl belay_record::Classify for EnvError {
             EnvError::Sandbox(e) => e.exit_class(),
         }
     }
+
+    fn error_code(&self) -> &'static str {
+        match self {
+            EnvError::Record(e) => e.error_code(),
+            EnvError::Sandbox(e) => e.error_code(),
+            EnvError::Io { source, .. } => belay_record::io_code(source),
+            e => e.exit_class().error_code(),
+        }
+    }
 }

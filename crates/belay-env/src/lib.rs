@@ -21,6 +21,7 @@ pub mod package_cache;
 pub mod plan;
 pub mod preflight;
 pub mod progress;
+pub mod registry_store;
 pub mod repair;
 pub mod rundir;
 pub mod safety;

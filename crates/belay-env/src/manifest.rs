@@ -155,6 +155,10 @@ pub struct Manifest {
     pub oracle: Option<OracleReport>,
     #[serde(default)]
     pub cache: CacheStats,
+    /// With `--registry`: what was pushed and pulled, and how long the build
+    /// waited for pushes at its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<crate::registry_store::RegistryReport>,
     /// Repairs applied in this run (local fixes and blamed rollbacks).
     #[serde(default)]
     pub repairs: u32,

@@ -24,6 +24,8 @@ use crate::{
     labels, split_image_ref, ExecObserver, InfraFailure, SandboxError, StreamKind, TarFilter,
 };
 
+mod registry;
+
 /// The default pids limit of a container (a fork bomb stops here).
 pub const DEFAULT_PIDS: i64 = 4096;
 
@@ -1008,6 +1010,10 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .map_err(|e| self.api_err("commit", e))?;
         Ok(id.id)
+    }
+
+    fn image_registry(&self) -> Option<Arc<dyn crate::ImageRegistry>> {
+        Some(Arc::new(self.clone()))
     }
 
     async fn build(&self, req: &BuildRequest, redactor: &Redactor) -> Result<String, SandboxError> {

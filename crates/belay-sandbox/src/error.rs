@@ -40,6 +40,13 @@ pub enum SandboxError {
     Route(String),
     #[error("{0}")]
     BadUrl(String),
+    /// The image registry failed a push, pull or lookup (the engine is fine).
+    #[error("registry {op} of {image} failed: {message}. Check that the registry answers (`curl http://<host:port>/v2/`) and that the engine may use it: plain HTTP is allowed to loopback addresses and to the daemon's insecure-registries, and `docker login` credentials must be in ~/.docker/config.json's auths. Then rerun the same command: the build resumes")]
+    Registry {
+        op: &'static str,
+        image: String,
+        message: String,
+    },
 }
 
 impl SandboxError {
@@ -64,9 +71,10 @@ impl belay_record::Classify for SandboxError {
     fn exit_class(&self) -> belay_record::ExitClass {
         use belay_record::ExitClass;
         match self {
-            SandboxError::Infra(_) | SandboxError::Docker { .. } | SandboxError::Route(_) => {
-                ExitClass::Infra
-            }
+            SandboxError::Infra(_)
+            | SandboxError::Docker { .. }
+            | SandboxError::Route(_)
+            | SandboxError::Registry { .. } => ExitClass::Infra,
             SandboxError::BadUrl(_) => ExitClass::Usage,
             SandboxError::Io { source, .. } => belay_record::io_class(source),
             SandboxError::ImageMissing { .. } => ExitClass::Usage,
@@ -80,6 +88,7 @@ impl belay_record::Classify for SandboxError {
         match self {
             SandboxError::Infra(_) | SandboxError::Docker { .. } => "BELAY-E301",
             SandboxError::Route(_) => "BELAY-E303",
+            SandboxError::Registry { .. } => "BELAY-E305",
             SandboxError::Io { source, .. } => belay_record::io_code(source),
             SandboxError::ImageMissing { .. } => "BELAY-E106",
             e => e.exit_class().error_code(),

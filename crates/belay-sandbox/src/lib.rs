@@ -30,6 +30,7 @@ pub mod logsink;
 pub mod path;
 pub mod procs;
 pub mod reaper;
+pub mod registry;
 pub mod route;
 mod runtime;
 pub mod seccomp;
@@ -40,6 +41,7 @@ pub use docker::{default_memory, DockerRuntime, DEFAULT_PIDS};
 pub use error::SandboxError;
 pub use infra::InfraFailure;
 pub use logsink::{ExecObserver, NoopObserver, StreamKind};
+pub use registry::{ImageRegistry, PushReport};
 pub use runtime::{
     BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, EngineInfo, ExecOutcome,
     ExecSpec, ImageInfo, Mount, Network, NetworkInfo,

@@ -246,4 +246,11 @@ pub trait ContainerRuntime: Send + Sync {
     ) -> Result<String, SandboxError>;
 
     async fn build(&self, req: &BuildRequest, redactor: &Redactor) -> Result<String, SandboxError>;
+
+    /// Push, pull and look up images in a registry through this engine, as a
+    /// handle that may outlive the borrow (background pushes hold it).
+    /// `None`: this runtime cannot use a registry.
+    fn image_registry(&self) -> Option<std::sync::Arc<dyn crate::ImageRegistry>> {
+        None
+    }
 }

@@ -55,6 +55,13 @@ impl Run<'_> {
         }
         let image_id = self.rt.commit(&container, &image_ref, &lbl).await?;
         self.image_ids.insert(image_ref.clone(), image_id.clone());
+        if let Some(store) = &mut self.registry {
+            store.push(
+                &image_ref,
+                lbl.get(cache::KEY_LABEL).map(String::as_str),
+                lbl.get(cache::ALT_LABEL).map(String::as_str),
+            );
+        }
         let cp = Checkpoint {
             id: format!("{seq:03}-{block}"),
             image_ref,
@@ -126,43 +133,61 @@ impl Run<'_> {
     }
 
     /// The newest checkpoint image made under `key` (or, for repaired ones,
-    /// whose unpatched script had `key`).
+    /// whose unpatched script had `key`): on this engine, else (with
+    /// `--registry`) in the registry, pulled.
     pub(super) async fn cache_lookup(
         &mut self,
         key: &str,
         block: &str,
-    ) -> Result<Option<belay_sandbox::ImageInfo>, EnvError> {
+    ) -> Result<Option<CacheHit>, EnvError> {
         let of_block = |i: &belay_sandbox::ImageInfo| {
             i.labels.get(labels::BLOCK).map(String::as_str) == Some(block)
         };
-        let mut found: Vec<_> = self
-            .rt
-            .list_images(&[format!("{}={key}", cache::KEY_LABEL)])
-            .await?
-            .into_iter()
-            .filter(of_block)
-            .collect();
-        if found.is_empty() {
-            found = self
+        for label in [cache::KEY_LABEL, cache::ALT_LABEL] {
+            let mut found: Vec<_> = self
                 .rt
-                .list_images(&[format!("{}={key}", cache::ALT_LABEL)])
+                .list_images(&[format!("{label}={key}")])
                 .await?
                 .into_iter()
                 .filter(of_block)
                 .collect();
+            found.sort_by_key(|i| std::cmp::Reverse(i.created));
+            if let Some(info) = found.into_iter().next() {
+                return Ok(Some(CacheHit { info, pulled: None }));
+            }
         }
-        found.sort_by_key(|i| std::cmp::Reverse(i.created));
-        Ok(found.into_iter().next())
+        let Some(store) = &mut self.registry else {
+            return Ok(None);
+        };
+        for alt in [false, true] {
+            let Some(pulled) = store.lookup(key, alt).await? else {
+                continue;
+            };
+            match self.rt.image(&pulled).await? {
+                Some(info) if of_block(&info) => {
+                    return Ok(Some(CacheHit {
+                        info,
+                        pulled: Some(pulled),
+                    }))
+                }
+                // A key's tag on another block's image: not this block's
+                // checkpoint (a key names its block, so only a hand-made tag
+                // can do this).
+                _ => store.forget(&pulled).await,
+            }
+        }
+        Ok(None)
     }
 
     /// Adopt a cached checkpoint as this run's checkpoint `seq` for `block`.
     pub(super) async fn adopt_cached(
         &mut self,
-        hit: belay_sandbox::ImageInfo,
+        hit: CacheHit,
         block: &str,
         seq: u32,
         parent: Option<String>,
     ) -> Result<Checkpoint, EnvError> {
+        let CacheHit { info: hit, pulled } = hit;
         let kind = hit
             .labels
             .get(CHECKPOINT_KIND_LABEL)
@@ -172,6 +197,18 @@ impl Run<'_> {
             checkpoint_ref(&self.opts.image_prefix, &self.dir.run_id, seq, block, &kind);
         self.rt.tag_image(&hit.id, &image_ref).await?;
         self.image_ids.insert(image_ref.clone(), hit.id.clone());
+        if let Some(store) = &mut self.registry {
+            if let Some(p) = &pulled {
+                store.forget(p).await;
+            }
+            // This run's name in the registry too (layers and key tags are
+            // there already when it was pulled: a manifest upload).
+            store.push(
+                &image_ref,
+                hit.labels.get(cache::KEY_LABEL).map(String::as_str),
+                hit.labels.get(cache::ALT_LABEL).map(String::as_str),
+            );
+        }
         let cp = Checkpoint {
             id: format!("{seq:03}-{block}"),
             image_ref,
@@ -180,13 +217,13 @@ impl Run<'_> {
             kind,
             image_id: hit.id.clone(),
             created_at: belay_record::now_rfc3339(),
-            cached_from: Some(
+            cached_from: Some(pulled.clone().unwrap_or_else(|| {
                 hit.tags
                     .iter()
                     .find(|t| !t.contains("<none>"))
                     .cloned()
-                    .unwrap_or(hit.id.clone()),
-            ),
+                    .unwrap_or(hit.id.clone())
+            })),
         };
         self.push_checkpoint(cp.clone());
         self.manifest.cache.hits += 1;
@@ -195,11 +232,17 @@ impl Run<'_> {
 
     /// Where to start: the image to start from and the block it completed.
     pub(super) async fn resume_point(
-        &self,
+        &mut self,
         blocks: Option<&Vec<Block>>,
     ) -> Result<Option<(String, Option<String>)>, EnvError> {
         if let Some(img) = &self.opts.resume_from {
-            if !self.rt.image_exists(img).await? {
+            let pulled = match self.registry.as_mut() {
+                Some(store) if !self.rt.image_exists(img).await? => {
+                    store.pull(img, "resume").await?
+                }
+                _ => false,
+            };
+            if !pulled && !self.rt.image_exists(img).await? {
                 return Err(SandboxError::ImageMissing {
                     image: img.clone(),
                     hint: "--resume-from needs a checkpoint image that exists (`docker images` lists them)".into(),
@@ -225,6 +268,23 @@ impl Run<'_> {
                 return Ok(Some((cp.image_ref.clone(), Some(cp.block_id.clone()))));
             }
         }
+        // Not on this engine (another machine made them, or its images were
+        // removed): the newest one the registry has.
+        if let Some(store) = self.registry.as_mut() {
+            for cp in cps.iter().rev() {
+                if store.pull(&cp.image_ref, "resume").await? {
+                    return Ok(Some((cp.image_ref.clone(), Some(cp.block_id.clone()))));
+                }
+            }
+        }
         Ok(None)
     }
+}
+
+/// A checkpoint the cache found: the image, and the name a registry pull
+/// gave it (dropped once the image has this run's name).
+#[derive(Debug)]
+pub(crate) struct CacheHit {
+    pub(crate) info: belay_sandbox::ImageInfo,
+    pub(crate) pulled: Option<String>,
 }

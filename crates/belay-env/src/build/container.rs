@@ -7,10 +7,10 @@ impl Run<'_> {
     pub(super) async fn resolve_base(&mut self) -> Result<String, EnvError> {
         match &self.opts.base {
             BaseSpec::Image(img) => {
-                if !self.rt.image_exists(img).await? {
+                if !self.rt.image_exists(img).await? && !self.pull_shared_base(img).await? {
                     return Err(SandboxError::ImageMissing {
                         image: img.clone(),
-                        hint: "No image registry is used: build or load it first (`docker images` lists what is there), or use --base-dockerfile".into(),
+                        hint: "belay pulls no images from Docker Hub: build or load it first (`docker images` lists what is there), push it to the --registry given, or use --base-dockerfile".into(),
                     }
                     .into());
                 }
@@ -26,7 +26,7 @@ impl Run<'_> {
                     format!("{image} (Python {}): {}", choice.python, choice.reason),
                 );
                 self.manifest.base_suite = Some(choice.clone());
-                if !self.rt.image_exists(&image).await? {
+                if !self.rt.image_exists(&image).await? && !self.pull_shared_base(&image).await? {
                     if image == DEFAULT_BASE_IMAGE {
                         return Err(SandboxError::ImageMissing {
                             image: DEFAULT_BASE_IMAGE.into(),

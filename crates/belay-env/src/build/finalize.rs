@@ -75,6 +75,7 @@ impl Run<'_> {
             started_at: belay_record::now_rfc3339(),
         })?;
         self.manifest.final_image = Some(final_ref.clone());
+        self.share_final(&final_ref);
         let run_rel = self
             .dir
             .root

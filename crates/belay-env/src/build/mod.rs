@@ -27,6 +27,7 @@ mod finalize;
 mod lookups;
 mod recover;
 mod replay;
+mod shared;
 mod state;
 
 use finalize::*;
@@ -110,6 +111,9 @@ pub struct BuildOptions {
     pub force_clean_replay: bool,
     /// Plan and repair with this model (the rules stay the fallback).
     pub llm: Option<belay_model::ModelSetup>,
+    /// Share checkpoints and the cache through this OCI registry
+    /// (`host[:port][/prefix]`); set with [`BuildOptions::use_registry`].
+    pub registry: Option<String>,
 }
 
 impl BuildOptions {
@@ -138,7 +142,24 @@ impl BuildOptions {
             package_cache: true,
             force_clean_replay: false,
             llm: None,
+            registry: None,
         }
+    }
+
+    /// Keep checkpoints in `registry` too: image names move under it
+    /// (`<registry>/<prefix>:<run>-<NNN>-<block>-<kind>`), so that every
+    /// checkpoint can be pushed under its own name.
+    pub fn use_registry(&mut self, registry: &str) -> Result<(), EnvError> {
+        let reg = belay_sandbox::registry::parse_registry(registry)?;
+        if belay_sandbox::registry::registry_host(&self.image_prefix).is_some() {
+            return Err(EnvError::Usage(format!(
+                "--image-prefix {} already names a registry; with --registry {reg} give a plain prefix (like belay)",
+                self.image_prefix
+            )));
+        }
+        self.image_prefix = format!("{reg}/{}", self.image_prefix);
+        self.registry = Some(reg);
+        Ok(())
     }
 }
 
@@ -250,8 +271,24 @@ pub async fn build(
         ),
         None => None,
     };
+    let registry = match &opts.registry {
+        None => None,
+        Some(reg) => {
+            if !opts.image_prefix.starts_with(&format!("{reg}/")) {
+                return Err(EnvError::Usage(format!(
+                    "image prefix {} is not in registry {reg}: set the registry with BuildOptions::use_registry",
+                    opts.image_prefix
+                )));
+            }
+            let ops = rt.image_registry().ok_or_else(|| {
+                EnvError::Usage("this container engine cannot use a registry; --registry needs the Docker Engine API".into())
+            })?;
+            Some(crate::registry_store::RegistryStore::start(reg, ops))
+        }
+    };
     let mut run = Run {
         rt,
+        registry,
         dir: dir.clone(),
         opts,
         obs,
@@ -293,6 +330,7 @@ pub async fn build(
         }
     }
     let result = run.drive(ctx, prev_blocks).await;
+    let result = run.finish_pushes(result).await;
     let finish = run.finish(result).await;
     for c in run.retired.drain(..) {
         run.removals.push(rt.remove_detached(&c));
@@ -378,6 +416,8 @@ pub(crate) struct Run<'a> {
     pub(crate) current_checkpoint: Option<String>,
     /// The model client, when planning and repair use a model.
     pub(crate) llm: Option<belay_model::ModelClient>,
+    /// The registry store, with `--registry`.
+    pub(crate) registry: Option<crate::registry_store::RegistryStore>,
 }
 
 impl Run<'_> {
@@ -601,6 +641,7 @@ impl Run<'_> {
             }
             None => {
                 let base = self.resolve_base().await?;
+                self.share_base(&base).await?;
                 self.manifest.base_image = Some(base.clone());
                 let base_id = self.image_id(&base).await?;
                 // Keys are always recorded, so that later builds can reuse these
@@ -698,6 +739,7 @@ impl Run<'_> {
             if self.opts.cache {
                 if let Some(hit) = self.cache_lookup(&key, &blocks[i].id.clone()).await? {
                     let adopted_script = hit
+                        .info
                         .labels
                         .get(cache::SCRIPT_LABEL)
                         // Checkpoints that were not repaired carry it empty.

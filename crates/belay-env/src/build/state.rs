@@ -106,6 +106,7 @@ pub(super) fn new_manifest(
             enabled: opts.cache,
             ..Default::default()
         },
+        registry: None,
         repairs: previous.map(|p| p.repairs).unwrap_or(0),
         blocks: vec![],
         checkpoints: previous.map(|p| p.checkpoints.clone()).unwrap_or_default(),

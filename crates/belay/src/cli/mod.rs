@@ -381,6 +381,11 @@ pub struct GcArgs {
     /// Also clear the machine's package download caches (pip, uv, npm, yarn, apt).
     #[arg(long)]
     pub package_caches: bool,
+    /// Also remove the same runs' checkpoints from this registry (its
+    /// manifests, and their cache-key tags); the registry's own
+    /// `garbage-collect` then frees the blobs.
+    #[arg(long, value_name = "REG")]
+    pub registry: Option<String>,
 }
 
 fn parse_age(s: &str) -> Result<std::time::Duration, String> {
@@ -558,6 +563,12 @@ pub struct CommonBuildArgs {
     /// Repository name for checkpoint images (build-projects: `<prefix>-<project>`).
     #[arg(long, default_value = "belay")]
     pub image_prefix: String,
+    /// Keep checkpoints in this OCI registry too (`host[:port][/prefix]`):
+    /// each is pushed in the background as it is made, cache keys become tags
+    /// there, and an engine without an image pulls it (cache hits, resumes,
+    /// the base). Two machines given the same registry share one cache.
+    #[arg(long, value_name = "REG")]
+    pub registry: Option<String>,
     /// Dockerfile of the base image, built through the Engine API.
     #[arg(long, conflicts_with = "base_image")]
     pub base_dockerfile: Option<PathBuf>,

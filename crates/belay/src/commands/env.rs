@@ -188,6 +188,9 @@ pub fn build_options(repo: &Path, c: &CommonBuildArgs) -> Result<BuildOptions, F
         opts.llm = Some(setup);
     }
     opts.image_prefix = c.image_prefix.clone();
+    if let Some(reg) = &c.registry {
+        opts.use_registry(reg)?;
+    }
     opts.base = match (&c.base_image, &c.base_dockerfile) {
         (Some(i), _) => BaseSpec::Image(i.clone()),
         (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),
@@ -216,6 +219,11 @@ pub async fn gc(p: &Printer, a: GcArgs) -> Result<u8, Failure> {
         include_final: a.include_final,
         dry_run: a.dry_run,
     };
+    let registry = a
+        .registry
+        .as_deref()
+        .map(belay_sandbox::registry::parse_registry)
+        .transpose()?;
     let r = belay_env::gc::gc(&rt, &opts).await?;
     let verb = if r.dry_run { "would remove" } else { "removed" };
     for t in &r.removed_images {
@@ -238,6 +246,21 @@ pub async fn gc(p: &Printer, a: GcArgs) -> Result<u8, Failure> {
             " (--include-final removes them)"
         }
     ));
+    if let Some(reg) = &registry {
+        let r = belay_env::registry_store::gc::gc(reg, &opts).await?;
+        for t in &r.removed_tags {
+            p.out(format!("{verb} {t}"));
+        }
+        for s in &r.skipped {
+            p.out(format!("skipped {s}"));
+        }
+        p.out(format!(
+            "{verb} {} manifest(s) ({} tag(s)) from {reg}; kept {} final image(s); `docker-registry garbage-collect` frees their blobs",
+            r.removed_manifests,
+            r.removed_tags.len(),
+            r.kept_final.len()
+        ));
+    }
     if a.package_caches {
         let dir = belay_env::rundir::machine_cache_dir(Path::new(".belay"));
         let (bytes, files) = if a.dry_run {

@@ -17,6 +17,7 @@ mod gc;
 mod git_cli;
 mod llm;
 mod reaper;
+mod registry;
 mod repair;
 #[path = "../shared/replay.rs"]
 mod replay;
