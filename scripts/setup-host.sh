@@ -17,7 +17,9 @@
 #  - starts Podman's Docker-compatible service on /run/podman/podman.sock
 #    (rootful) and gives it the base image;
 #  - starts a loopback OCI registry (Debian's docker-registry) on
-#    127.0.0.1:5000, with deletes enabled, for the --registry tests.
+#    127.0.0.1:5000, with deletes enabled, for the --registry tests;
+#  - makes the engine a single-node swarm (`docker swarm init`) for
+#    `build-projects --executor swarm`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -160,3 +162,11 @@ YAML
   curl -sf "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 || die "the registry did not come up on $REGISTRY_ADDR within 30 s; see /var/log/belay-registry.log"
 fi
 log "registry $REGISTRY_ADDR"
+
+# A single-node swarm for `build-projects --executor swarm` (its tests run the
+# batch as a replicated-job on this engine).
+if [ "$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)" != active ]; then
+  log "docker swarm init (single node, on loopback)"
+  docker swarm init --advertise-addr 127.0.0.1 >/dev/null
+fi
+log "swarm $(docker info --format '{{.Swarm.LocalNodeState}}')"

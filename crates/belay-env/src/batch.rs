@@ -309,12 +309,9 @@ fn failure_classes(results: &[ProjectResult]) -> BTreeMap<String, usize> {
 pub const SUMMARY_FILE: &str = "build-projects-summary.json";
 pub const FAILED_LOG: &str = "failed-projects.log";
 
-/// Run the batch.
-pub async fn build_projects(
-    rt: &dyn ContainerRuntime,
-    opts: &BatchOptions,
-    obs: &dyn BatchObserver,
-) -> Result<BatchSummary, EnvError> {
+/// The projects of the batch: the file parsed, `--only`, `--start` and
+/// `--limit` applied.
+pub(crate) fn select_projects(opts: &BatchOptions) -> Result<Vec<ProjectSpec>, EnvError> {
     let text = fs_err::read_to_string(&opts.projects_file).map_err(|e| {
         EnvError::Usage(format!(
             "cannot read the projects file {}: {e}. Pass --projects-file with one project per line",
@@ -358,19 +355,98 @@ pub async fn build_projects(
         .skip(opts.start)
         .take(opts.limit.unwrap_or(usize::MAX))
         .collect();
-
     fs_err::create_dir_all(&opts.projects_dir).map_err(|e| EnvError::StateDir {
         path: opts.projects_dir.clone(),
         reason: e.to_string(),
     })?;
-    let failed_log = opts.projects_dir.join(FAILED_LOG);
-    belay_record::atomic_write(&failed_log, b"")?;
-    let mut failed_out = LineLog::open(&failed_log)?;
-    let mut usage_log = JsonlAppender::open(&opts.projects_dir.join("llm-usage-projects.jsonl"))?;
-    let started = Instant::now();
-    let started_at = belay_record::now_rfc3339();
+    Ok(selected)
+}
 
-    let mut results: Vec<ProjectResult> = Vec::new();
+/// The batch's records as projects finish: `failed-projects.log` and the
+/// usage log line by line, then the summary. Every executor reports through it.
+pub(crate) struct Collector<'a> {
+    opts: &'a BatchOptions,
+    failed_out: LineLog,
+    usage_log: JsonlAppender,
+    results: Vec<ProjectResult>,
+    started: Instant,
+    started_at: String,
+}
+
+impl<'a> Collector<'a> {
+    pub(crate) fn open(opts: &'a BatchOptions) -> Result<Self, EnvError> {
+        let failed_log = opts.projects_dir.join(FAILED_LOG);
+        belay_record::atomic_write(&failed_log, b"")?;
+        Ok(Self {
+            opts,
+            failed_out: LineLog::open(&failed_log)?,
+            usage_log: JsonlAppender::open(&opts.projects_dir.join("llm-usage-projects.jsonl"))?,
+            results: Vec::new(),
+            started: Instant::now(),
+            started_at: belay_record::now_rfc3339(),
+        })
+    }
+
+    /// Record a finished project; `true` when the batch should stop
+    /// starting new ones (`--stop-on-failure`).
+    pub(crate) fn record(&mut self, result: ProjectResult) -> Result<bool, EnvError> {
+        let mut stop = false;
+        if result.status == "failed" {
+            self.failed_out.line(&format!(
+                "{}\t{}\t{}\t{}\t{}",
+                result.source,
+                result.reference.clone().unwrap_or_default(),
+                result.checkout_dir.display(),
+                result.checkout_dir.display(),
+                result.stage.clone().unwrap_or_default()
+            ))?;
+            stop = self.opts.stop_on_failure;
+        }
+        if let Some(m) = &result.manifest {
+            if let Ok(t) = fs_err::read_to_string(m) {
+                if let Ok(man) = serde_json::from_str::<Manifest>(&t) {
+                    self.usage_log.append(
+                        &serde_json::json!({"project": result.name, "run_id": result.run_id, "ablation_mode": man.ablation_mode, "ok": man.ok, "llm_usage": man.llm_usage}),
+                        &Redactor::default(),
+                    )?;
+                }
+            }
+        }
+        self.results.push(result);
+        Ok(stop)
+    }
+
+    pub(crate) fn finish(mut self) -> Result<BatchSummary, EnvError> {
+        let opts = self.opts;
+        self.results.sort_by_key(|r| r.line);
+        let results = self.results;
+        let summary = BatchSummary {
+            projects_file: opts.projects_file.clone(),
+            ablation_mode: opts.build.ablation.as_str().into(),
+            jobs: opts.jobs,
+            started_at: self.started_at,
+            finished_at: belay_record::now_rfc3339(),
+            duration_s: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+            total: results.len(),
+            ok: results.iter().filter(|r| r.status == "ok").count(),
+            failed: results.iter().filter(|r| r.status == "failed").count(),
+            skipped: results.iter().filter(|r| r.status == "skipped").count(),
+            failure_classes: failure_classes(&results),
+            projects: results,
+        };
+        belay_record::write_json_atomic(&opts.projects_dir.join(SUMMARY_FILE), &summary)?;
+        Ok(summary)
+    }
+}
+
+/// Run the batch on this machine's engine.
+pub async fn build_projects(
+    rt: &dyn ContainerRuntime,
+    opts: &BatchOptions,
+    obs: &dyn BatchObserver,
+) -> Result<BatchSummary, EnvError> {
+    let selected = select_projects(opts)?;
+    let mut collector = Collector::open(opts)?;
     let mut queue = selected.into_iter();
     let mut running = FuturesUnordered::new();
     let mut stop = false;
@@ -389,48 +465,11 @@ pub async fn build_projects(
             break;
         };
         obs.project_finished(&result);
-        if result.status == "failed" {
-            failed_out.line(&format!(
-                "{}\t{}\t{}\t{}\t{}",
-                result.source,
-                result.reference.clone().unwrap_or_default(),
-                result.checkout_dir.display(),
-                result.checkout_dir.display(),
-                result.stage.clone().unwrap_or_default()
-            ))?;
-            if opts.stop_on_failure {
-                stop = true;
-            }
+        if collector.record(result)? {
+            stop = true;
         }
-        if let Some(m) = &result.manifest {
-            if let Ok(t) = fs_err::read_to_string(m) {
-                if let Ok(man) = serde_json::from_str::<Manifest>(&t) {
-                    usage_log.append(
-                        &serde_json::json!({"project": result.name, "run_id": result.run_id, "ablation_mode": man.ablation_mode, "ok": man.ok, "llm_usage": man.llm_usage}),
-                        &Redactor::default(),
-                    )?;
-                }
-            }
-        }
-        results.push(result);
     }
-    results.sort_by_key(|r| r.line);
-    let summary = BatchSummary {
-        projects_file: opts.projects_file.clone(),
-        ablation_mode: opts.build.ablation.as_str().into(),
-        jobs: opts.jobs,
-        started_at,
-        finished_at: belay_record::now_rfc3339(),
-        duration_s: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-        total: results.len(),
-        ok: results.iter().filter(|r| r.status == "ok").count(),
-        failed: results.iter().filter(|r| r.status == "failed").count(),
-        skipped: results.iter().filter(|r| r.status == "skipped").count(),
-        failure_classes: failure_classes(&results),
-        projects: results,
-    };
-    belay_record::write_json_atomic(&opts.projects_dir.join(SUMMARY_FILE), &summary)?;
-    Ok(summary)
+    collector.finish()
 }
 
 /// Appends whole lines to a text log.
@@ -466,22 +505,34 @@ async fn run_project(
     obs: &dyn BatchObserver,
 ) -> ProjectResult {
     let t0 = Instant::now();
-    let checkout = opts.projects_dir.join(&p.name);
-    let run_id = run_id_for(&opts.run_id_prefix, &p.name);
-    let image_prefix = format!("{}-{}", opts.build.image_prefix, p.name)
-        .to_ascii_lowercase()
-        .replace('_', "-");
-    let state_dir = default_state_dir(opts);
-    let mut result = ProjectResult {
+    let (b, mut result) = match prepare_project(opts, &p, obs).await {
+        Ok(ready) => ready,
+        Err(done) => return done,
+    };
+    let pobs = ProjectObserver {
+        name: &p.name,
+        inner: obs,
+    };
+    // A build that could not run is a failed project here; its result says why.
+    let _ = build_prepared(rt, &b, &pobs, &mut result).await;
+    result.duration_s = secs(t0);
+    result
+}
+
+/// A project's result before it is built, and where its manifest will be.
+pub(crate) fn new_result(opts: &BatchOptions, p: &ProjectSpec) -> ProjectResult {
+    ProjectResult {
         name: p.name.clone(),
         line: p.line,
         source: p.display_source(),
         reference: p.reference.clone(),
         status: "failed".into(),
         stage: None,
-        checkout_dir: checkout.clone(),
-        run_id: run_id.clone(),
-        image_prefix: image_prefix.clone(),
+        checkout_dir: opts.projects_dir.join(&p.name),
+        run_id: run_id_for(&opts.run_id_prefix, &p.name),
+        image_prefix: format!("{}-{}", opts.build.image_prefix, p.name)
+            .to_ascii_lowercase()
+            .replace('_', "-"),
         duration_s: 0.0,
         repairs: 0,
         cache_hits: 0,
@@ -491,8 +542,24 @@ async fn run_project(
         manifest: None,
         error: None,
         failure_class: None,
-    };
-    let manifest_path = state_dir.join("runs").join(&run_id).join("manifest.json");
+    }
+}
+
+/// Check a project out and make its build options. `Err`: the project is
+/// finished already (skipped, or its preparation failed), with its result.
+pub(crate) async fn prepare_project(
+    opts: &BatchOptions,
+    p: &ProjectSpec,
+    obs: &dyn BatchObserver,
+) -> Result<(BuildOptions, ProjectResult), ProjectResult> {
+    let t0 = Instant::now();
+    let mut result = new_result(opts, p);
+    let checkout = result.checkout_dir.clone();
+    let state_dir = default_state_dir(opts);
+    let manifest_path = state_dir
+        .join("runs")
+        .join(&result.run_id)
+        .join("manifest.json");
     if opts.skip_existing_success {
         if let Ok(t) = fs_err::read_to_string(&manifest_path) {
             if let Ok(m) = serde_json::from_str::<Manifest>(&t) {
@@ -501,22 +568,22 @@ async fn run_project(
                     result.status = "skipped".into();
                     result.final_image = m.final_image;
                     result.manifest = Some(manifest_path);
-                    return result;
+                    return Err(result);
                 }
             }
         }
     }
     obs.project_started(&p.name);
-    if let Err(e) = prepare(opts, &p, &checkout).await {
+    if let Err(e) = prepare(opts, p, &checkout).await {
         result.stage = Some("prepare_failed".into());
         result.error = Some(e);
         result.duration_s = secs(t0);
-        return result;
+        return Err(result);
     }
     let mut b = opts.build.clone();
-    b.repo = checkout.clone();
-    b.run_id = Some(run_id);
-    b.image_prefix = image_prefix;
+    b.repo = checkout;
+    b.run_id = Some(result.run_id.clone());
+    b.image_prefix = result.image_prefix.clone();
     b.state_dir = Some(state_dir);
     b.resume_from = None;
     b.start_at_block = None;
@@ -526,14 +593,29 @@ async fn run_project(
             b.oracle_file = Some(f);
         }
     }
-    let pobs = ProjectObserver {
-        name: &p.name,
-        inner: obs,
-    };
     for (name, value) in p.redactor().secrets() {
         b.redactor.add(name.clone(), value.clone());
     }
-    match build(rt, &b, &pobs).await {
+    Ok((b, result))
+}
+
+/// Build a prepared project and fill its result from the manifest. `Err`:
+/// the build could not run to its end (the result says so too), so that a
+/// caller can tell an engine's failure from the project's.
+pub(crate) async fn build_prepared(
+    rt: &dyn ContainerRuntime,
+    b: &BuildOptions,
+    obs: &dyn BuildObserver,
+    result: &mut ProjectResult,
+) -> Result<(), EnvError> {
+    let manifest_path = b
+        .state_dir
+        .clone()
+        .unwrap_or_default()
+        .join("runs")
+        .join(&result.run_id)
+        .join("manifest.json");
+    match build(rt, b, obs).await {
         Ok(out) => {
             let m = out.manifest;
             result.status = if m.ok { "ok" } else { "failed" }.into();
@@ -555,10 +637,10 @@ async fn run_project(
             if manifest_path.is_file() {
                 result.manifest = Some(manifest_path);
             }
+            return Err(e);
         }
     }
-    result.duration_s = secs(t0);
-    result
+    Ok(())
 }
 
 /// `<prefix>-<name>`, unique per project: names are unique, and an id too
@@ -576,7 +658,7 @@ pub fn run_id_for(prefix: &str, name: &str) -> String {
 
 /// Runs' state defaults to a hidden directory of the projects dir, which no
 /// project name can collide with (names never start with '.').
-fn default_state_dir(opts: &BatchOptions) -> PathBuf {
+pub(crate) fn default_state_dir(opts: &BatchOptions) -> PathBuf {
     opts.state_dir
         .clone()
         .unwrap_or_else(|| opts.projects_dir.join(".belay-state"))

@@ -30,6 +30,9 @@ pub enum EnvError {
     BadState { path: PathBuf, message: String },
     #[error("{0}")]
     Usage(String),
+    /// Stopped by Ctrl-C or SIGTERM.
+    #[error("interrupted by {0}")]
+    Interrupted(String),
     #[error(transparent)]
     Record(#[from] RecordError),
     #[error(transparent)]
@@ -60,6 +63,7 @@ impl belay_record::Classify for EnvError {
             | EnvError::BadState { .. }
             | EnvError::Usage(_) => ExitClass::Usage,
             EnvError::Plan(_) => ExitClass::Failed,
+            EnvError::Interrupted(_) => ExitClass::Interrupted,
             EnvError::Io { source, .. } => belay_record::io_class(source),
             EnvError::Record(e) => e.exit_class(),
             EnvError::Sandbox(e) => e.exit_class(),

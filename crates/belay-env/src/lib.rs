@@ -26,5 +26,6 @@ pub mod repair;
 pub mod rundir;
 pub mod safety;
 pub mod script;
+pub mod swarm;
 
 pub use error::EnvError;

@@ -25,6 +25,7 @@ use crate::{
 };
 
 mod registry;
+mod swarm;
 
 /// The default pids limit of a container (a fork bomb stops here).
 pub const DEFAULT_PIDS: i64 = 4096;
@@ -1013,6 +1014,10 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     fn image_registry(&self) -> Option<Arc<dyn crate::ImageRegistry>> {
+        Some(Arc::new(self.clone()))
+    }
+
+    fn swarm_jobs(&self) -> Option<Arc<dyn crate::swarm::SwarmJobs>> {
         Some(Arc::new(self.clone()))
     }
 

@@ -34,6 +34,7 @@ pub mod registry;
 pub mod route;
 mod runtime;
 pub mod seccomp;
+pub mod swarm;
 mod tarstream;
 pub mod trust;
 

@@ -253,4 +253,9 @@ pub trait ContainerRuntime: Send + Sync {
     fn image_registry(&self) -> Option<std::sync::Arc<dyn crate::ImageRegistry>> {
         None
     }
+
+    /// Jobs on the swarm this engine manages. `None`: not supported.
+    fn swarm_jobs(&self) -> Option<std::sync::Arc<dyn crate::swarm::SwarmJobs>> {
+        None
+    }
 }

@@ -163,6 +163,10 @@ fn write_tar(
     let mut builder = tar::Builder::new(writer);
     builder.follow_symlinks(false);
     builder.mode(tar::HeaderMode::Complete);
+    // The Docker engine refuses GNU sparse entries ("unhandled tar header
+    // type 83"), and a file with holes (a linker's output, a disk image in a
+    // repository) would be written as one: every file goes whole.
+    builder.sparse(false);
     let mut count = 0u64;
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {

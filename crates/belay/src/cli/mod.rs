@@ -286,6 +286,23 @@ pub struct DoctorArgs {
 pub enum ImageCommand {
     /// Build a Debian base image offline from the host's apt mirror (debootstrap + import).
     Bootstrap(BootstrapArgs),
+    /// Build the worker image of distributed batches (this belay on the base
+    /// image, offline) and push it to the registry.
+    Worker(WorkerImageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerImageArgs {
+    /// Push it here, as `<registry>/belay-worker:<version>-<hash>` (the name
+    /// `build-projects --executor swarm` looks for).
+    #[arg(long, value_name = "REG")]
+    pub registry: Option<String>,
+    /// The image to put belay on.
+    #[arg(long, default_value = "belay-base:bookworm")]
+    pub base: String,
+    /// Another name for it (instead of the default).
+    #[arg(long)]
+    pub tag: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -320,6 +337,27 @@ pub enum EnvCommand {
     BuildProjects(Box<BuildProjectsArgs>),
     /// Remove the checkpoint images and containers of old runs.
     Gc(GcArgs),
+    /// One task of a distributed batch (`build-projects --executor swarm`
+    /// runs it in the worker image): claim one project, build it, report.
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The batch's work spec (written by the submitting build-projects).
+    #[arg(long)]
+    pub spec: PathBuf,
+}
+
+/// Where the projects of a batch are built.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum Executor {
+    /// On this machine's engine, `--jobs` at a time.
+    #[default]
+    Local,
+    /// As a Docker Swarm replicated-job: one task per project, `--jobs` at
+    /// a time across the swarm (needs --registry and `belay image worker`).
+    Swarm,
 }
 
 #[derive(Debug, Args)]
@@ -360,6 +398,14 @@ pub struct BuildProjectsArgs {
     /// State directory for all runs (default: <projects-dir>/state).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Where the projects are built.
+    #[arg(long, value_enum, default_value = "local")]
+    pub executor: Executor,
+    /// The image the swarm's tasks run (default:
+    /// `<registry>/belay-worker:<version>-<hash of this binary>`, as `belay
+    /// image worker --registry` pushes it).
+    #[arg(long, value_name = "IMAGE")]
+    pub worker_image: Option<String>,
     #[command(flatten)]
     pub common: CommonBuildArgs,
 }

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use belay_env::batch::BatchOptions;
 
-use crate::cli::BuildProjectsArgs;
+use crate::cli::{BuildProjectsArgs, Executor, WorkerArgs};
 use crate::commands::env::build_options;
-use crate::context::connect;
+use crate::context::{connect, stop_on_signals};
 use crate::exit::{usage, Failure, EXIT_FAILED};
 use crate::output::batch::BatchView;
 use crate::output::Printer;
@@ -38,7 +38,22 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
         git_timeout: Duration::from_secs(600),
     };
     let view = BatchView::new(p);
-    let summary = belay_env::batch::build_projects(&rt, &opts, &view).await?;
+    let summary = match a.executor {
+        Executor::Local => belay_env::batch::build_projects(&rt, &opts, &view).await?,
+        Executor::Swarm => {
+            let image = match (&a.worker_image, &opts.build.registry) {
+                (Some(i), _) => i.clone(),
+                (None, Some(reg)) => belay_env::swarm::default_worker_image(reg)?,
+                (None, None) => {
+                    return Err(usage(
+                        "--executor swarm needs --registry: the tasks share checkpoints and the cache through it",
+                    ))
+                }
+            };
+            let stop = stop_on_signals()?;
+            belay_env::swarm::build_projects(&rt, &opts, &image, &view, stop).await?
+        }
+    };
     p.out(format!(
         "{:<32} {:<8} {:>8} {:>7} {:>6}  detail",
         "project", "status", "time", "repairs", "cached"
@@ -74,4 +89,28 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
             .display()
     ));
     Ok(if summary.failed == 0 { 0 } else { EXIT_FAILED })
+}
+
+/// `belay env worker`: one task of a swarm batch. Exit 0 when the project
+/// has a result (built or failed), 3 when the engine or the registry stopped
+/// the build (the orchestrator then runs the task again, which resumes it).
+pub async fn worker(p: &Printer, a: WorkerArgs) -> Result<u8, Failure> {
+    let rt = connect().await?;
+    match belay_env::swarm::worker::work(&rt, &a.spec).await? {
+        belay_env::swarm::worker::Worked::Built {
+            index,
+            took_over,
+            ok,
+        } => p.out(format!(
+            "item {index}: {}{}",
+            if ok { "built" } else { "failed" },
+            if took_over {
+                " (taken over from a task that was gone)"
+            } else {
+                ""
+            }
+        )),
+        belay_env::swarm::worker::Worked::NothingLeft => p.out("nothing left to claim"),
+    }
+    Ok(0)
 }

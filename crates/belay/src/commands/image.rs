@@ -4,7 +4,7 @@
 use belay_sandbox::bootstrap;
 use belay_sandbox::ContainerRuntime;
 
-use crate::cli::BootstrapArgs;
+use crate::cli::{BootstrapArgs, WorkerImageArgs};
 use crate::context::connect;
 use crate::exit::Failure;
 use crate::output::Printer;
@@ -28,5 +28,30 @@ pub async fn bootstrap(p: &Printer, a: BootstrapArgs) -> Result<u8, Failure> {
     };
     let id = bootstrap::build_image(&rt, &req, &|m| p.note(m)).await?;
     p.out(format!("{tag} {id}"));
+    Ok(0)
+}
+
+pub async fn worker(p: &Printer, a: WorkerImageArgs) -> Result<u8, Failure> {
+    let tag = match (&a.tag, &a.registry) {
+        (Some(t), _) => t.clone(),
+        (None, Some(reg)) => {
+            let reg = belay_sandbox::registry::parse_registry(reg)?;
+            belay_env::swarm::default_worker_image(&reg)?
+        }
+        (None, None) => format!("belay-worker:{}", belay_env::swarm::worker_tag()?),
+    };
+    let rt = connect().await?;
+    let work = std::env::temp_dir().join(format!("belay-worker-image-{}", std::process::id()));
+    let img = belay_env::swarm::image::build(&rt, &a.base, &tag, &work).await?;
+    p.out(format!("{} {}", img.tag, img.id));
+    if let Some(r) = &img.pushed {
+        p.out(format!(
+            "pushed {} ({} layer(s) uploaded, {} there already) in {:.1} s",
+            r.digest.as_deref().unwrap_or("?"),
+            r.layers_pushed,
+            r.layers_existing,
+            r.duration_ms as f64 / 1000.0
+        ));
+    }
     Ok(0)
 }

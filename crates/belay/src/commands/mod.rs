@@ -25,11 +25,13 @@ pub async fn run(cli: Cli, p: &Printer) -> Result<u8, Failure> {
     match cli.command {
         Command::Doctor(a) => doctor::doctor(p, a).await,
         Command::Image(ImageCommand::Bootstrap(a)) => image::bootstrap(p, a).await,
+        Command::Image(ImageCommand::Worker(a)) => image::worker(p, a).await,
         Command::Env(EnvCommand::Plan(a)) => env::plan(p, a).await,
         Command::Env(EnvCommand::Build(a)) => env::build(p, *a).await,
         Command::Env(EnvCommand::Shell(a)) => env::shell(p, a).await,
         Command::Env(EnvCommand::BuildProjects(a)) => batch::build_projects(p, *a).await,
         Command::Env(EnvCommand::Gc(a)) => env::gc(p, a).await,
+        Command::Env(EnvCommand::Worker(a)) => batch::worker(p, a).await,
         Command::Model(ModelCommand::Replay(a)) => model::replay(p, a).await,
         Command::Agent(AgentCommand::Run(a)) => agent::run(p, *a).await,
         Command::Run(a) => run::run(p, a).await,

@@ -22,3 +22,4 @@ mod repair;
 #[path = "../shared/replay.rs"]
 mod replay;
 mod resume;
+mod swarm;

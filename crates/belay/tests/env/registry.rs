@@ -9,7 +9,7 @@ use crate::common::*;
 use crate::custom::*;
 
 /// The loopback registry of the tests.
-fn registry() -> String {
+pub fn registry() -> String {
     let reg = std::env::var("BELAY_TEST_REGISTRY").unwrap_or_else(|_| "127.0.0.1:5000".into());
     let out = std::process::Command::new("curl")
         .args(["-sf", &format!("http://{reg}/v2/")])

@@ -1,0 +1,351 @@
+//! `belay env build-projects --executor swarm`: the batch as a Docker Swarm
+//! `replicated-job`, one completion per project, `--jobs` at a time, each task
+//! `belay env worker` from the worker image (`belay image worker`).
+//!
+//! The submitting command prepares the checkouts as a local batch does, writes
+//! the work ([`spec`]) to a directory of the projects dir, creates the job,
+//! and reports each project as its result lands, with the same summary,
+//! `failed-projects.log` and exit code as a local batch. Tasks share
+//! checkpoints and the cache through `--registry`. The projects dir, the
+//! state dir and the machine's caches are bind-mounted into every task at
+//! their own paths, so this runs on a single-node swarm, or on nodes that
+//! share those paths (NFS); results carried by the registry instead are in
+//! docs/distributed.md and not built.
+
+pub mod image;
+pub mod spec;
+pub mod worker;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use belay_sandbox::swarm::{JobSpec, TaskView};
+use belay_sandbox::ContainerRuntime;
+
+use crate::batch::{
+    default_state_dir, prepare_project, select_projects, BatchObserver, BatchOptions, BatchSummary,
+    Collector,
+};
+use crate::EnvError;
+use spec::{PortableOptions, WorkDir, WorkItem, WorkSpec};
+
+/// The label of a batch's task containers.
+pub const BATCH_LABEL: &str = "belay.batch";
+/// How long the job may show no live task, with projects unreported,
+/// before those projects count as failed.
+const DEAD_JOB_GRACE: Duration = Duration::from_secs(15);
+
+/// The worker image for this belay binary in `registry`: its version and a
+/// hash of the binary, so that tasks run exactly the belay that submitted.
+pub fn default_worker_image(registry: &str) -> Result<String, EnvError> {
+    Ok(format!("{registry}/belay-worker:{}", worker_tag()?))
+}
+
+/// `<version>-<first 12 hex of the binary's sha256>`.
+pub fn worker_tag() -> Result<String, EnvError> {
+    use sha2::Digest;
+    use std::io::Read;
+    let exe =
+        std::env::current_exe().map_err(|e| EnvError::io("cannot find", "the belay binary", e))?;
+    let mut f = std::fs::File::open(&exe).map_err(|e| EnvError::io("cannot read", &exe, e))?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| EnvError::io("cannot read", &exe, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!(
+        "{}-{}",
+        env!("CARGO_PKG_VERSION"),
+        &hex::encode(h.finalize())[..12]
+    ))
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, EnvError> {
+    fs_err::create_dir_all(p).map_err(|e| EnvError::io("cannot create", p, e))?;
+    fs_err::canonicalize(p).map_err(|e| EnvError::io("cannot resolve", p, e))
+}
+
+/// A bind mount: host path, path in the task, read-only.
+type Bind = (PathBuf, String, bool);
+/// A task's binds and environment variables.
+type TaskEnv = (Vec<Bind>, Vec<(String, String)>);
+
+/// The task containers' binds and environment: the engine, the batch's
+/// directories and the machine's caches, each at its own path.
+fn task_mounts(
+    opts: &BatchOptions,
+    projects_dir: &Path,
+    state_dir: &Path,
+) -> Result<TaskEnv, EnvError> {
+    let sock = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"));
+    let mut binds = vec![(sock, "/var/run/docker.sock".to_string(), false)];
+    let mut env = vec![];
+    let bind_dir = |p: &Path, ro: bool, binds: &mut Vec<Bind>| {
+        if !binds.iter().any(|(h, _, _)| p.starts_with(h)) {
+            binds.push((p.to_path_buf(), p.display().to_string(), ro));
+        }
+    };
+    bind_dir(projects_dir, false, &mut binds);
+    bind_dir(state_dir, false, &mut binds);
+    let cache = absolute(&crate::rundir::machine_cache_dir(state_dir))?;
+    bind_dir(&cache, false, &mut binds);
+    env.push(("BELAY_CACHE_DIR".to_string(), cache.display().to_string()));
+    let home = absolute(&belay_record::state_home())?;
+    bind_dir(&home, false, &mut binds);
+    env.push(("BELAY_STATE_HOME".to_string(), home.display().to_string()));
+    if let Some(o) = &opts.oracles_dir {
+        bind_dir(&absolute(o)?, true, &mut binds);
+    }
+    if opts.build.host_trust {
+        let trust = belay_sandbox::trust::HostTrust::detect();
+        if let Some(ca) = trust
+            .ca_source
+            .as_ref()
+            .and_then(|c| fs_err::canonicalize(c).ok())
+        {
+            binds.push((ca.clone(), ca.display().to_string(), true));
+            env.push(("SSL_CERT_FILE".to_string(), ca.display().to_string()));
+        }
+        env.extend(trust.proxy_env.iter().cloned());
+    }
+    Ok((binds, env))
+}
+
+/// Forwards everything but `project_started`.
+struct Unstarted<'a>(&'a dyn BatchObserver);
+
+impl BatchObserver for Unstarted<'_> {
+    fn project_started(&self, _name: &str) {}
+    fn project_event(&self, name: &str, event: &crate::progress::BuildEvent) {
+        self.0.project_event(name, event);
+    }
+    fn project_finished(&self, result: &crate::batch::ProjectResult) {
+        self.0.project_finished(result);
+    }
+}
+
+fn task_errors(tasks: &[TaskView]) -> String {
+    let errs: Vec<String> = tasks
+        .iter()
+        .filter(|t| t.state == "failed" || t.state == "rejected")
+        .map(|t| {
+            format!(
+                "task {} {}{}",
+                &t.id[..t.id.len().min(12)],
+                t.exit_code
+                    .map(|c| format!("exited {c}"))
+                    .unwrap_or_else(|| t.state.clone()),
+                t.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    if errs.is_empty() {
+        "no task finished it".into()
+    } else {
+        errs.join("; ")
+    }
+}
+
+/// Run the batch as a swarm job. `stop` is set on Ctrl-C: the job is removed
+/// (its tasks stopped) and the batch ends as interrupted.
+pub async fn build_projects(
+    rt: &dyn ContainerRuntime,
+    opts: &BatchOptions,
+    worker_image: &str,
+    obs: &dyn BatchObserver,
+    mut stop: tokio::sync::watch::Receiver<Option<String>>,
+) -> Result<BatchSummary, EnvError> {
+    let jobs = rt
+        .swarm_jobs()
+        .ok_or_else(|| EnvError::Usage("--executor swarm needs the Docker Engine API".into()))?;
+    if !jobs.swarm_active().await? {
+        return Err(EnvError::Usage(
+            "--executor swarm: this engine is not a swarm manager. Run `docker swarm init` (a single-node swarm is enough), or use --executor local".into(),
+        ));
+    }
+    let Some(registry) = opts.build.registry.clone() else {
+        return Err(EnvError::Usage(
+            "--executor swarm needs --registry: the tasks share checkpoints and the cache through it".into(),
+        ));
+    };
+    if opts.build.llm.is_some() {
+        return Err(EnvError::Usage(
+            "--executor swarm plans with the rules only (a model key would have to reach every task); pass --planner rules".into(),
+        ));
+    }
+    if opts.stop_on_failure {
+        return Err(EnvError::Usage(
+            "--stop-on-failure is not supported with --executor swarm: the job's tasks run independently".into(),
+        ));
+    }
+    let images = rt
+        .image_registry()
+        .ok_or_else(|| EnvError::Usage("--registry needs the Docker Engine API".into()))?;
+    if images.remote_digest(worker_image).await?.is_none() {
+        return Err(EnvError::Usage(format!(
+            "the worker image {worker_image} is not in the registry: run `belay image worker --registry {registry}` with this belay"
+        )));
+    }
+    let selected = select_projects(opts)?;
+    let projects_dir = absolute(&opts.projects_dir)?;
+    let mut opts_abs = opts.clone();
+    opts_abs.projects_dir = projects_dir.clone();
+    if let Some(s) = &opts.state_dir {
+        opts_abs.state_dir = Some(absolute(s)?);
+    }
+    if let Some(o) = &opts.oracles_dir {
+        opts_abs.oracles_dir = Some(absolute(o)?);
+    }
+    let opts = &opts_abs;
+    let state_dir = absolute(&default_state_dir(opts))?;
+    let mut collector = Collector::open(opts)?;
+
+    // Checkouts here, as a local batch makes them; the builds in the tasks.
+    // A project is reported started when a task claims it.
+    let mut items: Vec<WorkItem> = Vec::new();
+    for p in &selected {
+        match prepare_project(opts, p, &Unstarted(obs)).await {
+            Err(done) => {
+                obs.project_finished(&done);
+                collector.record(done)?;
+            }
+            Ok((b, result)) => items.push(WorkItem {
+                index: items.len(),
+                result,
+                options: PortableOptions::from_build(&b)?,
+            }),
+        }
+    }
+    if items.is_empty() {
+        return collector.finish();
+    }
+    let batch = format!(
+        "{}-{}",
+        belay_record::run_id::sanitize(&opts.run_id_prefix),
+        belay_record::unix_millis()
+    );
+    let work = WorkDir::new(projects_dir.join(".belay-swarm").join(&batch));
+    work.create(&WorkSpec {
+        batch: batch.clone(),
+        items: items.clone(),
+    })?;
+    let (binds, env) = task_mounts(opts, &projects_dir, &state_dir)?;
+    let name: String = format!("belay-{batch}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    let spec = JobSpec {
+        name: name.trim_end_matches('-').to_string(),
+        image: worker_image.to_string(),
+        args: vec![
+            "env".into(),
+            "worker".into(),
+            "--spec".into(),
+            work.spec().display().to_string(),
+        ],
+        env,
+        binds,
+        labels: [
+            (belay_sandbox::labels::BELAY.to_string(), "true".to_string()),
+            (BATCH_LABEL.to_string(), batch.clone()),
+            (
+                belay_sandbox::labels::KIND.to_string(),
+                "worker".to_string(),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        completions: items.len() as u64,
+        max_concurrent: opts.jobs.max(1) as u64,
+        max_attempts: 3,
+    };
+    let service = jobs.create_job(&spec).await?;
+    let watched = watch_job(
+        jobs.as_ref(),
+        &service,
+        &work,
+        &items,
+        obs,
+        &mut collector,
+        &mut stop,
+    )
+    .await;
+    let removed = jobs.remove_job(&service).await;
+    watched?;
+    removed?;
+    collector.finish()
+}
+
+async fn watch_job(
+    jobs: &dyn belay_sandbox::swarm::SwarmJobs,
+    service: &str,
+    work: &WorkDir,
+    items: &[WorkItem],
+    obs: &dyn BatchObserver,
+    collector: &mut Collector<'_>,
+    stop: &mut tokio::sync::watch::Receiver<Option<String>>,
+) -> Result<(), EnvError> {
+    let mut started = vec![false; items.len()];
+    let mut reported = vec![false; items.len()];
+    let mut last_alive = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            changed = stop.changed() => {
+                if changed.is_ok() {
+                    let why = stop.borrow().clone().unwrap_or_default();
+                    return Err(EnvError::Interrupted(format!("{why}: the swarm job was removed; rerun the same command to resume its projects")));
+                }
+            }
+        }
+        for it in items {
+            if !started[it.index] && work.claim(it.index).exists() {
+                started[it.index] = true;
+                obs.project_started(&it.result.name);
+            }
+            if !reported[it.index] {
+                if let Some(r) = work.read_result(it.index) {
+                    reported[it.index] = true;
+                    obs.project_finished(&r);
+                    collector.record(r)?;
+                }
+            }
+        }
+        if reported.iter().all(|r| *r) {
+            return Ok(());
+        }
+        let tasks = jobs.job_tasks(service).await?;
+        if tasks.is_empty() || tasks.iter().any(|t| !t.is_done()) {
+            last_alive = Instant::now();
+        } else if last_alive.elapsed() > DEAD_JOB_GRACE {
+            let why = task_errors(&tasks);
+            for it in items.iter().filter(|it| !reported[it.index]) {
+                let mut r = it.result.clone();
+                r.stage = Some("build_failed".into());
+                r.error = Some(format!("its swarm task did not finish it: {why}"));
+                obs.project_finished(&r);
+                collector.record(r)?;
+            }
+            return Ok(());
+        }
+    }
+}

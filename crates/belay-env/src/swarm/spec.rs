@@ -1,0 +1,281 @@
+//! The work of a distributed batch, on a directory every task mounts: the
+//! spec (one item per project), a claim file per item being built, and a
+//! result file per item finished.
+//!
+//! - A worker claims an item by creating `claims/<i>.json` (`O_EXCL`), with
+//!   its holder (the task container's host name, which is its id).
+//! - A claim whose holder is no longer running, and whose item has no
+//!   result, may be taken over: the new worker writes its own claim beside it
+//!   and renames it over the old one, then reads it back; of two that race,
+//!   the one whose claim is there builds.
+//! - A result is written atomically, once, by the worker that holds the claim.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ablation::Ablation;
+use crate::batch::ProjectResult;
+use crate::build::{BaseSpec, BuildOptions};
+use crate::EnvError;
+
+/// The build options a task needs, without secrets or a model client.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PortableOptions {
+    pub repo: PathBuf,
+    pub state_dir: PathBuf,
+    pub run_id: String,
+    pub image_prefix: String,
+    pub registry: String,
+    /// `None`: the default base (per suite); else an image.
+    pub base_image: Option<String>,
+    pub base_dockerfile: Option<PathBuf>,
+    pub command_timeout_s: u64,
+    pub docker_build_timeout_s: u64,
+    pub oracle_file: Option<PathBuf>,
+    pub oracle_timeout_s: u64,
+    pub oracle_collect_only: bool,
+    pub network: belay_sandbox::Network,
+    pub host_trust: bool,
+    pub ablation: String,
+    pub max_repair_attempts: u32,
+    pub max_probe_failures: u32,
+    pub cache: bool,
+    pub package_cache: bool,
+    pub force_clean_replay: bool,
+}
+
+impl PortableOptions {
+    pub fn from_build(b: &BuildOptions) -> Result<Self, EnvError> {
+        let registry = b.registry.clone().ok_or_else(|| {
+            EnvError::Usage("a distributed batch needs --registry: its tasks share checkpoints and the cache through it".into())
+        })?;
+        let (base_image, base_dockerfile) = match &b.base {
+            BaseSpec::Default => (None, None),
+            BaseSpec::Image(i) => (Some(i.clone()), None),
+            BaseSpec::Dockerfile(d) => (None, Some(d.clone())),
+        };
+        Ok(Self {
+            repo: b.repo.clone(),
+            state_dir: b.state_dir.clone().unwrap_or_else(|| b.repo.join(".belay")),
+            run_id: b.run_id.clone().unwrap_or_default(),
+            image_prefix: b.image_prefix.clone(),
+            registry,
+            base_image,
+            base_dockerfile,
+            command_timeout_s: b.command_timeout.as_secs(),
+            docker_build_timeout_s: b.docker_build_timeout.as_secs(),
+            oracle_file: b.oracle_file.clone(),
+            oracle_timeout_s: b.oracle_timeout.as_secs(),
+            oracle_collect_only: b.oracle_collect_only,
+            network: b.network,
+            host_trust: b.host_trust,
+            ablation: b.ablation.as_str().to_string(),
+            max_repair_attempts: b.max_repair_attempts,
+            max_probe_failures: b.max_probe_failures,
+            cache: b.cache,
+            package_cache: b.package_cache,
+            force_clean_replay: b.force_clean_replay,
+        })
+    }
+
+    pub fn to_build(&self) -> Result<BuildOptions, EnvError> {
+        let mut b = BuildOptions::new(&self.repo);
+        b.state_dir = Some(self.state_dir.clone());
+        b.run_id = Some(self.run_id.clone());
+        b.image_prefix = self.image_prefix.clone();
+        b.registry = Some(self.registry.clone());
+        b.base = match (&self.base_image, &self.base_dockerfile) {
+            (Some(i), _) => BaseSpec::Image(i.clone()),
+            (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),
+            (None, None) => BaseSpec::Default,
+        };
+        b.command_timeout = Duration::from_secs(self.command_timeout_s);
+        b.docker_build_timeout = Duration::from_secs(self.docker_build_timeout_s);
+        b.oracle_file = self.oracle_file.clone();
+        b.oracle_timeout = Duration::from_secs(self.oracle_timeout_s);
+        b.oracle_collect_only = self.oracle_collect_only;
+        b.network = self.network;
+        b.host_trust = self.host_trust;
+        b.ablation = self
+            .ablation
+            .parse::<Ablation>()
+            .map_err(|e| EnvError::Usage(format!("the work spec's ablation mode: {e}")))?;
+        b.max_repair_attempts = self.max_repair_attempts;
+        b.max_probe_failures = self.max_probe_failures;
+        b.cache = self.cache;
+        b.package_cache = self.package_cache;
+        b.force_clean_replay = self.force_clean_replay;
+        Ok(b)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkItem {
+    pub index: usize,
+    /// The result as it stands before the build (name, source, run id, …).
+    pub result: ProjectResult,
+    pub options: PortableOptions,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkSpec {
+    pub batch: String,
+    pub items: Vec<WorkItem>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Claim {
+    pub holder: String,
+    pub at: String,
+    /// The claims this item had before (a resumed item lists its earlier holders).
+    #[serde(default)]
+    pub earlier: Vec<String>,
+}
+
+/// The directory of one batch's work.
+#[derive(Debug, Clone)]
+pub struct WorkDir {
+    pub root: PathBuf,
+}
+
+impl WorkDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+    pub fn spec(&self) -> PathBuf {
+        self.root.join("spec.json")
+    }
+    pub fn claim(&self, i: usize) -> PathBuf {
+        self.root.join("claims").join(format!("{i}.json"))
+    }
+    pub fn result(&self, i: usize) -> PathBuf {
+        self.root.join("results").join(format!("{i}.json"))
+    }
+
+    pub fn create(&self, spec: &WorkSpec) -> Result<(), EnvError> {
+        for d in ["claims", "results"] {
+            let p = self.root.join(d);
+            fs_err::create_dir_all(&p).map_err(|e| EnvError::io("cannot create", &p, e))?;
+        }
+        belay_record::write_json_atomic(&self.spec(), spec)?;
+        Ok(())
+    }
+
+    pub fn read_spec(path: &Path) -> Result<WorkSpec, EnvError> {
+        let text =
+            fs_err::read_to_string(path).map_err(|e| EnvError::io("cannot read", path, e))?;
+        serde_json::from_str(&text).map_err(|e| EnvError::BadManifest {
+            path: path.to_path_buf(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })
+    }
+
+    pub fn read_claim(&self, i: usize) -> Option<Claim> {
+        let t = fs_err::read_to_string(self.claim(i)).ok()?;
+        serde_json::from_str(&t).ok()
+    }
+
+    pub fn read_result(&self, i: usize) -> Option<ProjectResult> {
+        let t = fs_err::read_to_string(self.result(i)).ok()?;
+        serde_json::from_str(&t).ok()
+    }
+
+    /// Claim item `i` if nobody has. `Ok(false)`: it is claimed.
+    pub fn try_claim(&self, i: usize, holder: &str) -> Result<bool, EnvError> {
+        let path = self.claim(i);
+        let claim = Claim {
+            holder: holder.to_string(),
+            at: belay_record::now_rfc3339(),
+            earlier: Vec::new(),
+        };
+        let body = serde_json::to_vec(&claim).map_err(|e| EnvError::Usage(e.to_string()))?;
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                use std::io::Write;
+                f.write_all(&body)
+                    .and_then(|_| f.sync_all())
+                    .map_err(|e| EnvError::io("cannot write", &path, e))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(EnvError::io("cannot create", &path, e)),
+        }
+    }
+
+    /// Take over item `i` from a holder that is gone. `Ok(false)`: another
+    /// worker took it first.
+    pub fn take_over(&self, i: usize, holder: &str, old: &Claim) -> Result<bool, EnvError> {
+        let mut earlier = old.earlier.clone();
+        earlier.push(old.holder.clone());
+        let claim = Claim {
+            holder: holder.to_string(),
+            at: belay_record::now_rfc3339(),
+            earlier,
+        };
+        belay_record::write_json_atomic(&self.claim(i), &claim)?;
+        Ok(self.read_claim(i).is_some_and(|c| c.holder == holder))
+    }
+
+    pub fn write_result(&self, i: usize, r: &ProjectResult) -> Result<(), EnvError> {
+        belay_record::write_json_atomic(&self.result(i), r)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_claim_per_item_and_a_take_over_is_recorded() {
+        let d = tempfile::tempdir().unwrap();
+        let w = WorkDir::new(d.path());
+        w.create(&WorkSpec {
+            batch: "b".into(),
+            items: vec![],
+        })
+        .unwrap();
+        assert!(w.try_claim(0, "task-a").unwrap());
+        assert!(
+            !w.try_claim(0, "task-b").unwrap(),
+            "a claimed item is not claimed twice"
+        );
+        let old = w.read_claim(0).unwrap();
+        assert_eq!(old.holder, "task-a");
+        assert!(w.take_over(0, "task-b", &old).unwrap());
+        let now = w.read_claim(0).unwrap();
+        assert_eq!(now.holder, "task-b");
+        assert_eq!(now.earlier, ["task-a"]);
+        assert!(w.read_result(0).is_none());
+    }
+
+    #[test]
+    fn options_survive_the_spec() {
+        let mut b = BuildOptions::new("/p/x");
+        b.use_registry("127.0.0.1:5000").unwrap();
+        b.state_dir = Some("/p/.belay-state".into());
+        b.run_id = Some("batch-x".into());
+        b.base = BaseSpec::Image("belay-base:trixie".into());
+        b.max_repair_attempts = 4;
+        b.cache = false;
+        let p = PortableOptions::from_build(&b).unwrap();
+        let back: PortableOptions =
+            serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        let b2 = back.to_build().unwrap();
+        assert_eq!(b2.image_prefix, "127.0.0.1:5000/belay");
+        assert_eq!(b2.registry.as_deref(), Some("127.0.0.1:5000"));
+        assert_eq!(b2.max_repair_attempts, 4);
+        assert!(!b2.cache);
+        assert!(matches!(b2.base, BaseSpec::Image(ref i) if i == "belay-base:trixie"));
+        // Without a registry there is nothing for the tasks to share.
+        assert!(PortableOptions::from_build(&BuildOptions::new("/p/x")).is_err());
+    }
+}

@@ -1,0 +1,179 @@
+//! `belay env worker`: one task of a distributed batch. It claims one item,
+//! builds it with the registry store, writes its result, and exits.
+//!
+//! An item whose claim holder is gone (its task was killed, or its node
+//! lost) is taken over: the build containers the old holder left are
+//! removed, and the build resumes from the run's last checkpoint, which the
+//! registry has (the same run id, so the same manifest and checkpoint names).
+
+use std::path::Path;
+use std::time::Instant;
+
+use belay_sandbox::ContainerRuntime;
+
+use super::spec::{WorkDir, WorkSpec};
+use super::BATCH_LABEL;
+use crate::batch::build_prepared;
+use crate::progress::{BuildEvent, BuildObserver};
+use crate::EnvError;
+
+/// What the worker did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Worked {
+    /// Built item `index` (`took_over`: from a holder that was gone).
+    Built {
+        index: usize,
+        took_over: bool,
+        ok: bool,
+    },
+    /// Every item is finished or held by a running task.
+    NothingLeft,
+}
+
+/// This task's name for itself: its container's host name (the container id).
+pub fn holder_name() -> String {
+    fs_err::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("pid-{}", std::process::id()))
+}
+
+/// Whether the task container `holder` still runs.
+async fn holder_alive(
+    rt: &dyn ContainerRuntime,
+    batch: &str,
+    holder: &str,
+) -> Result<bool, EnvError> {
+    let tasks = rt
+        .list_containers(&[format!("{BATCH_LABEL}={batch}")])
+        .await?;
+    Ok(tasks
+        .iter()
+        .any(|c| c.id.starts_with(holder) && c.state == "running"))
+}
+
+/// Claim one item: the first nobody holds, else one whose holder is gone.
+async fn claim(
+    rt: &dyn ContainerRuntime,
+    dir: &WorkDir,
+    spec: &WorkSpec,
+    me: &str,
+) -> Result<Option<(usize, bool)>, EnvError> {
+    for item in &spec.items {
+        if dir.result(item.index).exists() {
+            continue;
+        }
+        if dir.try_claim(item.index, me)? {
+            return Ok(Some((item.index, false)));
+        }
+    }
+    for item in &spec.items {
+        if dir.result(item.index).exists() {
+            continue;
+        }
+        let Some(old) = dir.read_claim(item.index) else {
+            continue;
+        };
+        if old.holder == me {
+            // This task was restarted in place (the same container).
+            return Ok(Some((item.index, true)));
+        }
+        if holder_alive(rt, &spec.batch, &old.holder).await? {
+            continue;
+        }
+        if dir.take_over(item.index, me, &old)? {
+            return Ok(Some((item.index, true)));
+        }
+    }
+    Ok(None)
+}
+
+/// Task logs: the build's phases and blocks, a line each.
+struct LogObserver;
+
+impl BuildObserver for LogObserver {
+    fn event(&self, event: &BuildEvent) {
+        match event {
+            BuildEvent::Phase { name, detail } => eprintln!("[belay] {name}: {detail}"),
+            BuildEvent::BlockFinished {
+                id,
+                ok,
+                cached,
+                duration,
+                ..
+            } => eprintln!(
+                "[belay] block {id}: {}{} in {:.1} s",
+                if *ok { "ok" } else { "failed" },
+                if *cached { " (cached)" } else { "" },
+                duration.as_secs_f64()
+            ),
+            BuildEvent::Finished { ok, error, .. } => eprintln!(
+                "[belay] build {}{}",
+                if *ok { "succeeded" } else { "failed" },
+                error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+            _ => {}
+        }
+    }
+    fn output(&self, _block: &str, _stream: belay_sandbox::StreamKind, _bytes: &[u8]) {}
+}
+
+/// Run one task. A build the engine or the registry stopped returns its
+/// error without a result, so that the orchestrator runs the task again and
+/// the next one resumes the item; any other outcome is the item's result.
+pub async fn work(rt: &dyn ContainerRuntime, spec_path: &Path) -> Result<Worked, EnvError> {
+    let spec = WorkDir::read_spec(spec_path)?;
+    let dir = WorkDir::new(spec_path.parent().unwrap_or(Path::new(".")));
+    let me = holder_name();
+    let Some((index, took_over)) = claim(rt, &dir, &spec, &me).await? else {
+        eprintln!("[belay] worker {me}: nothing left to claim");
+        return Ok(Worked::NothingLeft);
+    };
+    let item = spec
+        .items
+        .iter()
+        .find(|i| i.index == index)
+        .ok_or_else(|| {
+            EnvError::Usage(format!("item {index} is not in {}", spec_path.display()))
+        })?;
+    eprintln!(
+        "[belay] worker {me}: {} item {index} ({}, run {})",
+        if took_over { "took over" } else { "claimed" },
+        item.result.name,
+        item.result.run_id
+    );
+    if took_over {
+        // The old holder's build containers: its run is this task's now.
+        for c in rt
+            .list_containers(&[format!(
+                "{}={}",
+                belay_sandbox::labels::RUN,
+                item.result.run_id
+            )])
+            .await?
+        {
+            rt.remove(&c.id).await?;
+        }
+    }
+    let b = item.options.to_build()?;
+    let mut result = item.result.clone();
+    let t0 = Instant::now();
+    let built = build_prepared(rt, &b, &LogObserver, &mut result).await;
+    result.duration_s = (t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+    if let Err(e) = built {
+        use belay_record::Classify;
+        if e.exit_class() == belay_record::ExitClass::Infra {
+            return Err(e);
+        }
+    }
+    dir.write_result(index, &result)?;
+    Ok(Worked::Built {
+        index,
+        took_over,
+        ok: result.status == "ok",
+    })
+}
