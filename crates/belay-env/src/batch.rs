@@ -54,6 +54,16 @@ impl ProjectSpec {
 
     /// What must not appear in any output of the batch: the credentials of
     /// the project's git URL (and the host's proxy credentials).
+    /// Whether its git URL carries credentials (which must then not leave
+    /// this process).
+    pub(crate) fn has_url_credentials(&self) -> bool {
+        let mut r = Redactor::default();
+        if let Source::GitUrl(u) = &self.source {
+            r.add_url_credentials("PROJECT_URL", u);
+        }
+        !r.secrets().is_empty()
+    }
+
     fn redactor(&self) -> Redactor {
         let mut r = Redactor::default();
         belay_sandbox::trust::HostTrust::detect().register_secrets(&mut r);
@@ -64,7 +74,7 @@ impl ProjectSpec {
     }
 }
 
-fn bad(path: &Path, line: usize, message: String) -> EnvError {
+pub(crate) fn bad(path: &Path, line: usize, message: String) -> EnvError {
     EnvError::BadManifest {
         path: path.to_path_buf(),
         line,

@@ -163,16 +163,23 @@ impl Run<'_> {
             let Some(pulled) = store.lookup(key, alt).await? else {
                 continue;
             };
+            let label = if alt {
+                cache::ALT_LABEL
+            } else {
+                cache::KEY_LABEL
+            };
             match self.rt.image(&pulled).await? {
-                Some(info) if of_block(&info) => {
+                Some(info)
+                    if of_block(&info)
+                        && info.labels.get(label).map(String::as_str) == Some(key) =>
+                {
                     return Ok(Some(CacheHit {
                         info,
                         pulled: Some(pulled),
                     }))
                 }
-                // A key's tag on another block's image: not this block's
-                // checkpoint (a key names its block, so only a hand-made tag
-                // can do this).
+                // A key's tag on an image of another block or key: not this
+                // block's checkpoint (only a hand-made tag can do this).
                 _ => store.forget(&pulled).await,
             }
         }
@@ -236,8 +243,13 @@ impl Run<'_> {
         blocks: Option<&Vec<Block>>,
     ) -> Result<Option<(String, Option<String>)>, EnvError> {
         if let Some(img) = &self.opts.resume_from {
+            // Only names in the registry given are pulled: anything else
+            // would be fetched from Docker Hub.
             let pulled = match self.registry.as_mut() {
-                Some(store) if !self.rt.image_exists(img).await? => {
+                Some(store)
+                    if img.starts_with(&format!("{}/", store.registry()))
+                        && !self.rt.image_exists(img).await? =>
+                {
                     store.pull(img, "resume").await?
                 }
                 _ => false,
@@ -270,11 +282,25 @@ impl Run<'_> {
         }
         // Not on this engine (another machine made them, or its images were
         // removed): the newest one the registry has.
+        // Only names in the registry given are pulled (a checkpoint of an
+        // earlier start without --registry would be looked for on Docker
+        // Hub), and only an image whose id is the one recorded counts.
         if let Some(store) = self.registry.as_mut() {
-            for cp in cps.iter().rev() {
-                if store.pull(&cp.image_ref, "resume").await? {
+            let ours = format!("{}/", store.registry());
+            for cp in cps.iter().rev().filter(|c| c.image_ref.starts_with(&ours)) {
+                if !store.pull(&cp.image_ref, "resume").await? {
+                    continue;
+                }
+                let id = self.rt.image(&cp.image_ref).await?.map(|i| i.id);
+                if id.as_deref() == Some(cp.image_id.as_str()) {
                     return Ok(Some((cp.image_ref.clone(), Some(cp.block_id.clone()))));
                 }
+                tracing::warn!(
+                    "{} in the registry is not the image this run recorded ({}); not resuming from it",
+                    cp.image_ref,
+                    cp.image_id
+                );
+                store.forget(&cp.image_ref).await;
             }
         }
         Ok(None)

@@ -203,13 +203,15 @@ impl Api {
         let created = c["created"]
             .as_str()
             .and_then(|s| s.parse::<jiff::Timestamp>().ok())
-            .map(|t| t.as_second())
-            .unwrap_or(0);
+            .map(|t| t.as_second());
         let kind = lbl.get(labels::KIND).map(String::as_str);
         let label_run = lbl.get(labels::RUN).filter(|r| !r.is_empty()).cloned();
         let ours = lbl.get(labels::BELAY).map(String::as_str) == Some("true");
-        let removable =
-            ours && (kind == Some("checkpoint") || (kind == Some("base") && label_run.is_some()));
+        // An image without a creation time has no age: it is never removed.
+        let removable = ours
+            && created.is_some()
+            && (kind == Some("checkpoint") || (kind == Some("base") && label_run.is_some()));
+        let created = created.unwrap_or(i64::MAX);
         let (run, is_final) = if tag.starts_with("key-") || tag.starts_with("alt-") {
             (label_run, false)
         } else {
@@ -269,6 +271,7 @@ pub async fn gc(registry: &str, opts: &GcOptions) -> Result<RegistryGcReport, En
         ..Default::default()
     };
     let mut infos = Vec::new();
+    let mut foreign: Vec<String> = Vec::new();
     for repo in api.repositories().await? {
         let tags = api
             .list(&format!("{repo}/tags/list?n=1000"), "tags")
@@ -282,6 +285,16 @@ pub async fn gc(registry: &str, opts: &GcOptions) -> Result<RegistryGcReport, En
                 run_of_tag(tag).is_some()
             };
             if !ours {
+                // Not a name belay made, but its manifest must outlive
+                // belay's names for it.
+                match api
+                    .json(&format!("{repo}/manifests/{tag}"), Some(MANIFEST_TYPES))
+                    .await
+                {
+                    Ok((_, Some(d))) => foreign.push(d),
+                    Ok((_, None)) => report.skipped.push(format!("{repo}:{tag}: no digest")),
+                    Err(e) => report.skipped.push(format!("{repo}:{tag}: {e}")),
+                }
                 continue;
             }
             match api.tag_info(&repo, tag).await {
@@ -312,7 +325,19 @@ pub async fn gc(registry: &str, opts: &GcOptions) -> Result<RegistryGcReport, En
     // final image is a tag on its last checkpoint's manifest, a cache hit's
     // run names the first run's manifests, and a cache key in the cache
     // repository stays while any run still names its image.
-    let mut kept: BTreeSet<String> = BTreeSet::new();
+    if !report.skipped.is_empty() {
+        // A tag that could not be read might name a manifest that would go.
+        return Err(fail(
+            registry,
+            "gc",
+            format!(
+                "{} tag(s) could not be read, so nothing was removed: {}",
+                report.skipped.len(),
+                report.skipped.join("; ")
+            ),
+        ));
+    }
+    let mut kept: BTreeSet<String> = foreign.into_iter().collect();
     for i in &infos {
         if !goes(i) {
             kept.insert(i.digest.clone());
@@ -332,7 +357,10 @@ pub async fn gc(registry: &str, opts: &GcOptions) -> Result<RegistryGcReport, En
     }
     for ((repo, digest), tags) in doomed {
         if !opts.dry_run {
-            api.delete(&repo, &digest).await?;
+            if let Err(e) = api.delete(&repo, &digest).await {
+                report.skipped.push(format!("{repo}@{digest}: {e}"));
+                continue;
+            }
         }
         report.removed_manifests += 1;
         report.removed_tags.extend(tags);

@@ -48,7 +48,7 @@ pub async fn build(
         belay_record::atomic_write(
             &dockerfile,
             format!(
-                "FROM {base}\nCOPY belay /usr/local/bin/belay\nENTRYPOINT [\"/usr/local/bin/belay\"]\n"
+                "FROM {base}\nCOPY belay /usr/local/bin/belay\n# It must run on the base (its C library): every task would fail otherwise.\nRUN [\"/usr/local/bin/belay\", \"--version\"]\nENTRYPOINT [\"/usr/local/bin/belay\"]\n"
             )
             .as_bytes(),
         )?;

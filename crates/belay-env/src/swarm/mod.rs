@@ -23,8 +23,8 @@ use belay_sandbox::swarm::{JobSpec, TaskView};
 use belay_sandbox::ContainerRuntime;
 
 use crate::batch::{
-    default_state_dir, prepare_project, select_projects, BatchObserver, BatchOptions, BatchSummary,
-    Collector,
+    bad, default_state_dir, prepare_project, select_projects, BatchObserver, BatchOptions,
+    BatchSummary, Collector,
 };
 use crate::EnvError;
 use spec::{PortableOptions, WorkDir, WorkItem, WorkSpec};
@@ -105,6 +105,21 @@ fn task_mounts(
     if let Some(o) = &opts.oracles_dir {
         bind_dir(&absolute(o)?, true, &mut binds);
     }
+    // The registry's `docker login` credentials, for the tasks' pushes and
+    // pulls (read-only; the tasks are root on the engine anyway).
+    if let Some(reg) = &opts.build.registry {
+        let host = reg.split('/').next().unwrap_or(reg);
+        if belay_sandbox::registry::credentials_for(host).is_some() {
+            let cfg = std::env::var_os("DOCKER_CONFIG")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))
+                .map(|d| d.join("config.json"));
+            if let Some(cfg) = cfg {
+                binds.push((cfg, "/run/belay-docker-config/config.json".into(), true));
+                env.push(("DOCKER_CONFIG".into(), "/run/belay-docker-config".into()));
+            }
+        }
+    }
     if opts.build.host_trust {
         let trust = belay_sandbox::trust::HostTrust::detect();
         if let Some(ca) = trust
@@ -140,7 +155,7 @@ fn task_errors(tasks: &[TaskView]) -> String {
         .map(|t| {
             format!(
                 "task {} {}{}",
-                &t.id[..t.id.len().min(12)],
+                t.id.get(..12).unwrap_or(&t.id),
                 t.exit_code
                     .map(|c| format!("exited {c}"))
                     .unwrap_or_else(|| t.state.clone()),
@@ -193,12 +208,22 @@ pub async fn build_projects(
     let images = rt
         .image_registry()
         .ok_or_else(|| EnvError::Usage("--registry needs the Docker Engine API".into()))?;
-    if images.remote_digest(worker_image).await?.is_none() {
+    // The tasks run with the engine's socket: they run the image by digest,
+    // so that a tag moved in the registry cannot change what runs.
+    let Some(digest) = images.remote_digest(worker_image).await? else {
         return Err(EnvError::Usage(format!(
             "the worker image {worker_image} is not in the registry: run `belay image worker --registry {registry}` with this belay"
         )));
-    }
+    };
+    let pinned = format!("{worker_image}@{digest}");
     let selected = select_projects(opts)?;
+    if let Some(p) = selected.iter().find(|p| p.has_url_credentials()) {
+        return Err(bad(
+            &opts.projects_file,
+            p.line,
+            "--executor swarm: this project's URL carries credentials, which would have to reach every task; give the machines a credential helper or an SSH key instead, or use --executor local".into(),
+        ));
+    }
     let projects_dir = absolute(&opts.projects_dir)?;
     let mut opts_abs = opts.clone();
     opts_abs.projects_dir = projects_dir.clone();
@@ -255,7 +280,7 @@ pub async fn build_projects(
         .collect();
     let spec = JobSpec {
         name: name.trim_end_matches('-').to_string(),
-        image: worker_image.to_string(),
+        image: pinned,
         args: vec![
             "env".into(),
             "worker".into(),
@@ -290,6 +315,18 @@ pub async fn build_projects(
     )
     .await;
     let removed = jobs.remove_job(&service).await;
+    if watched.is_err() {
+        // Removing the job stops its tasks, not the build containers they
+        // started: those are removed here.
+        for it in &items {
+            let run = format!("{}={}", belay_sandbox::labels::RUN, it.result.run_id);
+            if let Ok(cs) = rt.list_containers(&[run]).await {
+                for c in cs {
+                    let _ = rt.remove(&c.id).await;
+                }
+            }
+        }
+    }
     watched?;
     removed?;
     collector.finish()
@@ -307,6 +344,7 @@ async fn watch_job(
     let mut started = vec![false; items.len()];
     let mut reported = vec![false; items.len()];
     let mut last_alive = Instant::now();
+    let mut api_errors = 0;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -318,7 +356,7 @@ async fn watch_job(
             }
         }
         for it in items {
-            if !started[it.index] && work.claim(it.index).exists() {
+            if !started[it.index] && work.has_claim(it.index) {
                 started[it.index] = true;
                 obs.project_started(&it.result.name);
             }
@@ -333,8 +371,22 @@ async fn watch_job(
         if reported.iter().all(|r| *r) {
             return Ok(());
         }
-        let tasks = jobs.job_tasks(service).await?;
-        if tasks.is_empty() || tasks.iter().any(|t| !t.is_done()) {
+        // A transient API error is retried; a run of them ends the batch.
+        let tasks = match jobs.job_tasks(service).await {
+            Ok(t) => {
+                api_errors = 0;
+                t
+            }
+            Err(e) if api_errors < 10 => {
+                api_errors += 1;
+                tracing::warn!("cannot list the job's tasks ({api_errors}/10): {e}");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // No task at all for the grace period (the service was removed from
+        // outside) counts as a dead job too.
+        if tasks.iter().any(|t| !t.is_done()) {
             last_alive = Instant::now();
         } else if last_alive.elapsed() > DEAD_JOB_GRACE {
             let why = task_errors(&tasks);

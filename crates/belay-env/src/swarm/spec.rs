@@ -2,13 +2,16 @@
 //! spec (one item per project), a claim file per item being built, and a
 //! result file per item finished.
 //!
-//! - A worker claims an item by creating `claims/<i>.json` (`O_EXCL`), with
+//! - A worker claims an item by creating `claims/<i>.0.json` (`O_EXCL`), with
 //!   its holder (the task container's host name, which is its id).
-//! - A claim whose holder is no longer running, and whose item has no
-//!   result, may be taken over: the new worker writes its own claim beside it
-//!   and renames it over the old one, then reads it back; of two that race,
-//!   the one whose claim is there builds.
-//! - A result is written atomically, once, by the worker that holds the claim.
+//! - A claim whose holder is gone (its container is not running on this
+//!   engine, or its lease, the claim file's mtime, which a working holder
+//!   renews, has expired), and whose item has no result, may be taken over.
+//!   Claims have generations (`claims/<i>.<g>.json`): the taker of generation
+//!   `g` creates `g + 1` with `O_EXCL`, so exactly one taker wins, and one
+//!   that read an older generation loses.
+//! - A result is written once: it is linked into place, which fails when a
+//!   result is there already.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -147,9 +150,36 @@ impl WorkDir {
     pub fn spec(&self) -> PathBuf {
         self.root.join("spec.json")
     }
-    pub fn claim(&self, i: usize) -> PathBuf {
-        self.root.join("claims").join(format!("{i}.json"))
+    /// Generation `g` of item `i`'s claim.
+    fn claim_file(&self, i: usize, g: u32) -> PathBuf {
+        self.root.join("claims").join(format!("{i}.{g}.json"))
     }
+
+    /// The newest claim of item `i`: its generation, and its content
+    /// (`None`: torn by a crash between its creation and its write).
+    pub fn current_claim(&self, i: usize) -> Option<(u32, Option<Claim>)> {
+        let prefix = format!("{i}.");
+        let g = fs_err::read_dir(self.root.join("claims"))
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_prefix(&prefix)?
+                    .strip_suffix(".json")?
+                    .parse::<u32>()
+                    .ok()
+            })
+            .max()?;
+        let claim = fs_err::read_to_string(self.claim_file(i, g))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        Some((g, claim))
+    }
+
+    pub fn has_claim(&self, i: usize) -> bool {
+        self.current_claim(i).is_some()
+    }
+
     pub fn result(&self, i: usize) -> PathBuf {
         self.root.join("results").join(format!("{i}.json"))
     }
@@ -175,8 +205,7 @@ impl WorkDir {
     }
 
     pub fn read_claim(&self, i: usize) -> Option<Claim> {
-        let t = fs_err::read_to_string(self.claim(i)).ok()?;
-        serde_json::from_str(&t).ok()
+        self.current_claim(i).and_then(|(_, c)| c)
     }
 
     pub fn read_result(&self, i: usize) -> Option<ProjectResult> {
@@ -186,13 +215,20 @@ impl WorkDir {
 
     /// Claim item `i` if nobody has. `Ok(false)`: it is claimed.
     pub fn try_claim(&self, i: usize, holder: &str) -> Result<bool, EnvError> {
-        let path = self.claim(i);
-        let claim = Claim {
-            holder: holder.to_string(),
-            at: belay_record::now_rfc3339(),
-            earlier: Vec::new(),
-        };
-        let body = serde_json::to_vec(&claim).map_err(|e| EnvError::Usage(e.to_string()))?;
+        self.create_claim(
+            i,
+            0,
+            &Claim {
+                holder: holder.to_string(),
+                at: belay_record::now_rfc3339(),
+                earlier: Vec::new(),
+            },
+        )
+    }
+
+    fn create_claim(&self, i: usize, g: u32, claim: &Claim) -> Result<bool, EnvError> {
+        let path = self.claim_file(i, g);
+        let body = serde_json::to_vec(claim).map_err(|e| EnvError::Usage(e.to_string()))?;
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -210,9 +246,10 @@ impl WorkDir {
         }
     }
 
-    /// Take over item `i` from a holder that is gone. `Ok(false)`: another
-    /// worker took it first.
-    pub fn take_over(&self, i: usize, holder: &str, old: &Claim) -> Result<bool, EnvError> {
+    /// Take over item `i` from the holder of its claim generation `g`, who
+    /// is gone: claim generation `g + 1`, which only one worker can create.
+    /// `Ok(false)`: another worker took it first, or it has a result by now.
+    pub fn take_over(&self, i: usize, holder: &str, g: u32, old: &Claim) -> Result<bool, EnvError> {
         let mut earlier = old.earlier.clone();
         earlier.push(old.holder.clone());
         let claim = Claim {
@@ -220,13 +257,48 @@ impl WorkDir {
             at: belay_record::now_rfc3339(),
             earlier,
         };
-        belay_record::write_json_atomic(&self.claim(i), &claim)?;
-        Ok(self.read_claim(i).is_some_and(|c| c.holder == holder))
+        if !self.create_claim(i, g + 1, &claim)? {
+            return Ok(false);
+        }
+        // The old holder may have finished between the check and the claim.
+        Ok(!self.result(i).exists())
     }
 
-    pub fn write_result(&self, i: usize, r: &ProjectResult) -> Result<(), EnvError> {
-        belay_record::write_json_atomic(&self.result(i), r)?;
-        Ok(())
+    /// Whether the lease of item `i`'s newest claim has run out: its file
+    /// was not renewed for `ttl`.
+    pub fn lease_expired(&self, i: usize, ttl: Duration) -> bool {
+        let Some((g, _)) = self.current_claim(i) else {
+            return false;
+        };
+        fs_err::metadata(self.claim_file(i, g))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > ttl)
+    }
+
+    /// Renew the lease of claim generation `g` of item `i`.
+    pub fn renew(&self, i: usize, g: u32) {
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.claim_file(i, g))
+        {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
+    }
+
+    /// Write item `i`'s result, once: `Ok(false)` when it has one already.
+    pub fn write_result(&self, i: usize, r: &ProjectResult) -> Result<bool, EnvError> {
+        let path = self.result(i);
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        belay_record::write_json_atomic(&tmp, r)?;
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(EnvError::io("cannot write", &path, e)),
+        }
     }
 }
 
@@ -250,11 +322,31 @@ mod tests {
         );
         let old = w.read_claim(0).unwrap();
         assert_eq!(old.holder, "task-a");
-        assert!(w.take_over(0, "task-b", &old).unwrap());
+        assert!(w.take_over(0, "task-b", 0, &old).unwrap());
+        // A second taker that read the same old claim loses.
+        assert!(!w.take_over(0, "task-c", 0, &old).unwrap());
+        assert_eq!(w.current_claim(0).unwrap().0, 1);
         let now = w.read_claim(0).unwrap();
         assert_eq!(now.holder, "task-b");
         assert_eq!(now.earlier, ["task-a"]);
         assert!(w.read_result(0).is_none());
+        assert!(!w.lease_expired(0, Duration::from_secs(60)));
+        // A result is written once.
+        let r: ProjectResult = serde_json::from_value(serde_json::json!({
+            "name": "x", "line": 1, "source": "./x", "reference": null, "status": "ok",
+            "stage": null, "checkout_dir": "/p/x", "run_id": "b-x", "image_prefix": "belay-x",
+            "duration_s": 1.0, "repairs": 0, "cache_hits": 0, "cache_misses": 0, "blocks": 1,
+            "final_image": null, "manifest": null, "error": null
+        }))
+        .unwrap();
+        assert!(w.write_result(0, &r).unwrap());
+        let mut other = r.clone();
+        other.status = "failed".into();
+        assert!(!w.write_result(0, &other).unwrap());
+        assert_eq!(w.read_result(0).unwrap().status, "ok");
+        // A taker after the result changes nothing.
+        let now = w.read_claim(0).unwrap();
+        assert!(!w.take_over(0, "task-d", 1, &now).unwrap());
     }
 
     #[test]

@@ -7,11 +7,11 @@
 //! registry has (the same run id, so the same manifest and checkpoint names).
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use belay_sandbox::ContainerRuntime;
 
-use super::spec::{WorkDir, WorkSpec};
+use super::spec::{Claim, WorkDir, WorkSpec};
 use super::BATCH_LABEL;
 use crate::batch::build_prepared;
 use crate::progress::{BuildEvent, BuildObserver};
@@ -39,51 +39,74 @@ pub fn holder_name() -> String {
         .unwrap_or_else(|| format!("pid-{}", std::process::id()))
 }
 
-/// Whether the task container `holder` still runs.
-async fn holder_alive(
+/// How long a claim stays valid without its holder renewing it.
+pub const LEASE_TTL: Duration = Duration::from_secs(90);
+/// How often a working holder renews its claim.
+const LEASE_RENEW: Duration = Duration::from_secs(20);
+
+/// Whether the holder of item `i` is gone: its task container is on this
+/// engine and not running, or (a holder on another node, which this engine
+/// cannot see) its lease has expired.
+async fn holder_gone(
     rt: &dyn ContainerRuntime,
+    dir: &WorkDir,
     batch: &str,
+    i: usize,
     holder: &str,
 ) -> Result<bool, EnvError> {
     let tasks = rt
         .list_containers(&[format!("{BATCH_LABEL}={batch}")])
         .await?;
-    Ok(tasks
-        .iter()
-        .any(|c| c.id.starts_with(holder) && c.state == "running"))
+    match tasks.iter().find(|c| c.id.starts_with(holder)) {
+        Some(c) => Ok(c.state != "running"),
+        None => Ok(dir.lease_expired(i, LEASE_TTL)),
+    }
 }
 
 /// Claim one item: the first nobody holds, else one whose holder is gone.
+/// The item, whether it was taken over, and the claim's generation.
 async fn claim(
     rt: &dyn ContainerRuntime,
     dir: &WorkDir,
     spec: &WorkSpec,
     me: &str,
-) -> Result<Option<(usize, bool)>, EnvError> {
+) -> Result<Option<(usize, bool, u32)>, EnvError> {
     for item in &spec.items {
         if dir.result(item.index).exists() {
             continue;
         }
-        if dir.try_claim(item.index, me)? {
-            return Ok(Some((item.index, false)));
+        if dir.try_claim(item.index, me)? && !dir.result(item.index).exists() {
+            return Ok(Some((item.index, false, 0)));
         }
     }
     for item in &spec.items {
-        if dir.result(item.index).exists() {
+        let i = item.index;
+        if dir.result(i).exists() {
             continue;
         }
-        let Some(old) = dir.read_claim(item.index) else {
+        let Some((g, current)) = dir.current_claim(i) else {
             continue;
         };
-        if old.holder == me {
+        let old = match current {
             // This task was restarted in place (the same container).
-            return Ok(Some((item.index, true)));
-        }
-        if holder_alive(rt, &spec.batch, &old.holder).await? {
-            continue;
-        }
-        if dir.take_over(item.index, me, &old)? {
-            return Ok(Some((item.index, true)));
+            Some(c) if c.holder == me => return Ok(Some((i, true, g))),
+            Some(c) => {
+                if !holder_gone(rt, dir, &spec.batch, i, &c.holder).await? {
+                    continue;
+                }
+                c
+            }
+            // A claim torn by a crash between its creation and its write:
+            // gone once its lease has run out.
+            None if dir.lease_expired(i, LEASE_TTL) => Claim {
+                holder: "unreadable-claim".into(),
+                at: String::new(),
+                earlier: Vec::new(),
+            },
+            None => continue,
+        };
+        if dir.take_over(i, me, g, &old)? {
+            return Ok(Some((i, true, g + 1)));
         }
     }
     Ok(None)
@@ -129,7 +152,7 @@ pub async fn work(rt: &dyn ContainerRuntime, spec_path: &Path) -> Result<Worked,
     let spec = WorkDir::read_spec(spec_path)?;
     let dir = WorkDir::new(spec_path.parent().unwrap_or(Path::new(".")));
     let me = holder_name();
-    let Some((index, took_over)) = claim(rt, &dir, &spec, &me).await? else {
+    let Some((index, took_over, generation)) = claim(rt, &dir, &spec, &me).await? else {
         eprintln!("[belay] worker {me}: nothing left to claim");
         return Ok(Worked::NothingLeft);
     };
@@ -162,7 +185,19 @@ pub async fn work(rt: &dyn ContainerRuntime, spec_path: &Path) -> Result<Worked,
     let b = item.options.to_build()?;
     let mut result = item.result.clone();
     let t0 = Instant::now();
+    // The lease: renewed while this task works, so that a worker on another
+    // node can tell a live holder from a lost one.
+    let lease = {
+        let dir = dir.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LEASE_RENEW).await;
+                dir.renew(index, generation);
+            }
+        })
+    };
     let built = build_prepared(rt, &b, &LogObserver, &mut result).await;
+    lease.abort();
     result.duration_s = (t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     if let Err(e) = built {
         use belay_record::Classify;
@@ -170,7 +205,9 @@ pub async fn work(rt: &dyn ContainerRuntime, spec_path: &Path) -> Result<Worked,
             return Err(e);
         }
     }
-    dir.write_result(index, &result)?;
+    if !dir.write_result(index, &result)? {
+        eprintln!("[belay] worker {me}: item {index} has a result already; this one is dropped");
+    }
     Ok(Worked::Built {
         index,
         took_over,

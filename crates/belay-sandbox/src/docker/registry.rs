@@ -20,7 +20,7 @@ use crate::registry::{
 use crate::{split_image_ref, SandboxError};
 
 impl DockerRuntime {
-    fn credentials(&self, image_ref: &str) -> Option<DockerCredentials> {
+    pub(super) fn credentials(&self, image_ref: &str) -> Option<DockerCredentials> {
         let host = registry_host(image_ref)?;
         let (username, password) = credentials_for(host)?;
         Some(DockerCredentials {

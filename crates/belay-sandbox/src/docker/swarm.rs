@@ -29,7 +29,8 @@ impl SwarmJobs for DockerRuntime {
         self.check()?;
         let r = self
             .docker
-            .create_service(service_spec(spec), None)
+            // The registry's credentials, so that every node can pull the image.
+            .create_service(service_spec(spec), self.credentials(&spec.image))
             .await
             .map_err(|e| self.api_err("create service", e))?;
         r.id.ok_or_else(|| SandboxError::Docker {

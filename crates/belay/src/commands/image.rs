@@ -41,8 +41,12 @@ pub async fn worker(p: &Printer, a: WorkerImageArgs) -> Result<u8, Failure> {
         (None, None) => format!("belay-worker:{}", belay_env::swarm::worker_tag()?),
     };
     let rt = connect().await?;
-    let work = std::env::temp_dir().join(format!("belay-worker-image-{}", std::process::id()));
-    let img = belay_env::swarm::image::build(&rt, &a.base, &tag, &work).await?;
+    let tmp = tempfile::Builder::new()
+        .prefix("belay-worker-image-")
+        .tempdir()
+        .map_err(|e| anyhow::anyhow!("cannot make a temporary directory: {e}"))?;
+    let img =
+        belay_env::swarm::image::build(&rt, &a.base, &tag, &tmp.path().join("context")).await?;
     p.out(format!("{} {}", img.tag, img.id));
     if let Some(r) = &img.pushed {
         p.out(format!(

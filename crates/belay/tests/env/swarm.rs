@@ -315,15 +315,15 @@ fn a_killed_task_is_replaced_and_the_project_resumes() {
         ran.iter().filter(|b| **b == "10-slow").count() >= 1,
         "{ran:?}"
     );
-    let claim = read_json(
-        &std::fs::read_dir(dir.join(".belay-swarm"))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path()
-            .join("claims/0.json"),
-    );
+    let work = std::fs::read_dir(dir.join(".belay-swarm"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    // The first claim, and the take-over's, a generation later.
+    assert!(work.join("claims/0.0.json").is_file());
+    let claim = read_json(&work.join("claims/0.1.json"));
     assert_eq!(claim["earlier"].as_array().unwrap().len(), 1, "{claim}");
     assert!(
         claim["earlier"][0]
