@@ -75,7 +75,6 @@ impl Run<'_> {
             started_at: belay_record::now_rfc3339(),
         })?;
         self.manifest.final_image = Some(final_ref.clone());
-        self.share_final(&final_ref);
         let run_rel = self
             .dir
             .root
@@ -125,6 +124,8 @@ impl Run<'_> {
             }
         }
         self.manifest.ok = true;
+        // Only an image that passed its oracle is published as final.
+        self.share_final(&final_ref);
         Ok(())
     }
 
