@@ -100,21 +100,25 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
             entries.reverse();
             stack.extend(entries);
         } else if meta.is_file() {
-            let mut f =
-                std::fs::File::open(&abs).map_err(|e| EnvError::io("cannot read", &abs, e))?;
-            loop {
-                let n = f
-                    .read(&mut buf)
-                    .map_err(|e| EnvError::io("cannot read", &abs, e))?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
+            hash_file(&mut h, &abs, &mut buf)?;
         }
         h.update([0xff]);
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// Feed a file's content to `h`, a buffer at a time.
+pub(crate) fn hash_file(h: &mut Sha256, path: &Path, buf: &mut [u8]) -> Result<(), EnvError> {
+    let mut f = std::fs::File::open(path).map_err(|e| EnvError::io("cannot read", path, e))?;
+    loop {
+        let n = f
+            .read(buf)
+            .map_err(|e| EnvError::io("cannot read", path, e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        h.update(&buf[..n]);
+    }
 }
 
 #[cfg(test)]

@@ -245,16 +245,14 @@ impl Run<'_> {
         if let Some(img) = &self.opts.resume_from {
             // Only names in the registry given are pulled: anything else
             // would be fetched from Docker Hub.
+            let present = self.rt.image_exists(img).await?;
             let pulled = match self.registry.as_mut() {
-                Some(store)
-                    if img.starts_with(&format!("{}/", store.registry()))
-                        && !self.rt.image_exists(img).await? =>
-                {
+                Some(store) if !present && img.starts_with(&format!("{}/", store.registry())) => {
                     store.pull(img, "resume").await?
                 }
                 _ => false,
             };
-            if !pulled && !self.rt.image_exists(img).await? {
+            if !present && !pulled {
                 return Err(SandboxError::ImageMissing {
                     image: img.clone(),
                     hint: "--resume-from needs a checkpoint image that exists (`docker images` lists them)".into(),
@@ -281,10 +279,10 @@ impl Run<'_> {
             }
         }
         // Not on this engine (another machine made them, or its images were
-        // removed): the newest one the registry has.
-        // Only names in the registry given are pulled (a checkpoint of an
-        // earlier start without --registry would be looked for on Docker
-        // Hub), and only an image whose id is the one recorded counts.
+        // removed): the newest one the registry has. Only names in the given
+        // registry are pulled (a checkpoint of an earlier start without
+        // --registry would be looked for on Docker Hub), and only an image
+        // whose id is the one recorded counts.
         if let Some(store) = self.registry.as_mut() {
             let ours = format!("{}/", store.registry());
             for cp in cps.iter().rev().filter(|c| c.image_ref.starts_with(&ours)) {

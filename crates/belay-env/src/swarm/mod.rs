@@ -44,21 +44,10 @@ pub fn default_worker_image(registry: &str) -> Result<String, EnvError> {
 /// `<version>-<first 12 hex of the binary's sha256>`.
 pub fn worker_tag() -> Result<String, EnvError> {
     use sha2::Digest;
-    use std::io::Read;
     let exe =
         std::env::current_exe().map_err(|e| EnvError::io("cannot find", "the belay binary", e))?;
-    let mut f = std::fs::File::open(&exe).map_err(|e| EnvError::io("cannot read", &exe, e))?;
     let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f
-            .read(&mut buf)
-            .map_err(|e| EnvError::io("cannot read", &exe, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
+    crate::cache::hash_file(&mut h, &exe, &mut vec![0u8; 1 << 20])?;
     Ok(format!(
         "{}-{}",
         env!("CARGO_PKG_VERSION"),

@@ -26,7 +26,7 @@ pub enum Worked {
         took_over: bool,
         ok: bool,
     },
-    /// Every item is finished or held by a running task.
+    /// Every item has its result.
     NothingLeft,
 }
 
@@ -152,9 +152,18 @@ pub async fn work(rt: &dyn ContainerRuntime, spec_path: &Path) -> Result<Worked,
     let spec = WorkDir::read_spec(spec_path)?;
     let dir = WorkDir::new(spec_path.parent().unwrap_or(Path::new(".")));
     let me = holder_name();
-    let Some((index, took_over, generation)) = claim(rt, &dir, &spec, &me).await? else {
-        eprintln!("[belay] worker {me}: nothing left to claim");
-        return Ok(Worked::NothingLeft);
+    // With nothing to claim while items are unfinished, their holders are
+    // alive (or not yet seen to be gone): wait rather than exit, since a task
+    // that exits 0 counts as one of the job's completions.
+    let (index, took_over, generation) = loop {
+        if let Some(c) = claim(rt, &dir, &spec, &me).await? {
+            break c;
+        }
+        if spec.items.iter().all(|i| dir.result(i.index).exists()) {
+            eprintln!("[belay] worker {me}: nothing left to claim");
+            return Ok(Worked::NothingLeft);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     };
     let item = spec
         .items

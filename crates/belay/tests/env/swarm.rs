@@ -121,19 +121,19 @@ fn a_swarm_batch_gives_the_local_batch_result() {
     let _g: Vec<RunGuard> = guards(&lp).into_iter().chain(guards(&sp)).collect();
 
     let (code_l, local, failed_l) = batch(&pf, &tmp.path().join("local"), &lp, &["--no-cache"]);
+    let on_swarm = [
+        "--executor",
+        "swarm",
+        "--registry",
+        &reg,
+        "--worker-image",
+        &image,
+    ];
     let (code_s, swarm, failed_s) = batch(
         &pf,
         &tmp.path().join("swarm"),
         &sp,
-        &[
-            "--no-cache",
-            "--executor",
-            "swarm",
-            "--registry",
-            &reg,
-            "--worker-image",
-            &image,
-        ],
+        &[&["--no-cache"][..], &on_swarm].concat(),
     );
     assert_eq!((code_l, code_s), (1, 1), "one project fails in each");
     assert_eq!(outcome(&local), outcome(&swarm));
@@ -176,19 +176,7 @@ fn a_swarm_batch_gives_the_local_batch_result() {
     }
     let sp2 = run_id("sw-again");
     let _g2 = guards(&sp2);
-    let (code, again, _) = batch(
-        &pf,
-        &tmp.path().join("swarm2"),
-        &sp2,
-        &[
-            "--executor",
-            "swarm",
-            "--registry",
-            &reg,
-            "--worker-image",
-            &image,
-        ],
-    );
+    let (code, again, _) = batch(&pf, &tmp.path().join("swarm2"), &sp2, &on_swarm);
     assert_eq!(code, 1);
     for p in again["projects"].as_array().unwrap() {
         if p["status"] != "ok" {
