@@ -13,6 +13,7 @@ pub mod debian_contents;
 pub mod dockerfile;
 mod error;
 pub mod gc;
+pub mod kubernetes;
 pub mod llm;
 pub mod manifest;
 pub mod module_dists;

@@ -162,43 +162,76 @@ fn task_errors(tasks: &[TaskView]) -> String {
     }
 }
 
-/// Run the batch as a swarm job. `stop` is set on Ctrl-C: the job is removed
-/// (its tasks stopped) and the batch ends as interrupted.
+/// The cluster a distributed batch runs on.
+pub enum Cluster {
+    Swarm,
+    Kubernetes(crate::kubernetes::KubeOptions),
+}
+
+impl Cluster {
+    fn flag(&self) -> &'static str {
+        match self {
+            Cluster::Swarm => "--executor swarm",
+            Cluster::Kubernetes(_) => "--executor kubernetes",
+        }
+    }
+}
+
+/// The submitted job, as the watch loop sees it.
+enum Running {
+    Swarm {
+        jobs: std::sync::Arc<dyn belay_sandbox::swarm::SwarmJobs>,
+        service: String,
+    },
+    Kubernetes(Box<crate::kubernetes::Submitted>),
+}
+
+/// Run the batch as a swarm job or a Kubernetes Indexed Job. `stop` is set
+/// on Ctrl-C: the job is removed (its tasks stopped) and the batch ends as
+/// interrupted.
 pub async fn build_projects(
     rt: &dyn ContainerRuntime,
     opts: &BatchOptions,
     worker_image: &str,
     obs: &dyn BatchObserver,
     mut stop: tokio::sync::watch::Receiver<Option<String>>,
+    cluster: Cluster,
 ) -> Result<BatchSummary, EnvError> {
-    let jobs = rt
-        .swarm_jobs()
-        .ok_or_else(|| EnvError::Usage("--executor swarm needs the Docker Engine API".into()))?;
-    if !jobs.swarm_active().await? {
-        return Err(EnvError::Usage(
-            "--executor swarm: this engine is not a swarm manager. Run `docker swarm init` (a single-node swarm is enough), or use --executor local".into(),
-        ));
-    }
+    let flag = cluster.flag();
+    let swarm = match &cluster {
+        Cluster::Swarm => {
+            let jobs = rt.swarm_jobs().ok_or_else(|| {
+                EnvError::Usage("--executor swarm needs the Docker Engine API".into())
+            })?;
+            if !jobs.swarm_active().await? {
+                return Err(EnvError::Usage(
+                    "--executor swarm: this engine is not a swarm manager. Run `docker swarm init` (a single-node swarm is enough), or use --executor local".into(),
+                ));
+            }
+            Some(jobs)
+        }
+        Cluster::Kubernetes(_) => None,
+    };
     let Some(registry) = opts.build.registry.clone() else {
-        return Err(EnvError::Usage(
-            "--executor swarm needs --registry: the tasks share checkpoints and the cache through it".into(),
-        ));
+        return Err(EnvError::Usage(format!(
+            "{flag} needs --registry: the tasks share checkpoints and the cache through it"
+        )));
     };
     if opts.build.llm.is_some() {
-        return Err(EnvError::Usage(
-            "--executor swarm plans with the rules only (a model key would have to reach every task); pass --planner rules".into(),
-        ));
+        return Err(EnvError::Usage(format!(
+            "{flag} plans with the rules only (a model key would have to reach every task); pass --planner rules"
+        )));
     }
     if opts.stop_on_failure {
-        return Err(EnvError::Usage(
-            "--stop-on-failure is not supported with --executor swarm: the job's tasks run independently".into(),
-        ));
+        return Err(EnvError::Usage(format!(
+            "--stop-on-failure is not supported with {flag}: the job's tasks run independently"
+        )));
     }
     let images = rt
         .image_registry()
         .ok_or_else(|| EnvError::Usage("--registry needs the Docker Engine API".into()))?;
-    // The tasks run with the engine's socket: they run the image by digest,
-    // so that a tag moved in the registry cannot change what runs.
+    // The tasks run the image by digest, so that a tag moved in the
+    // registry cannot change what runs.
     let Some(digest) = images.remote_digest(worker_image).await? else {
         return Err(EnvError::Usage(format!(
             "the worker image {worker_image} is not in the registry: run `belay image worker --registry {registry}` with this belay"
@@ -210,7 +243,7 @@ pub async fn build_projects(
         return Err(bad(
             &opts.projects_file,
             p.line,
-            "--executor swarm: this project's URL carries credentials, which would have to reach every task; give the machines a credential helper or an SSH key instead, or use --executor local".into(),
+            format!("{flag}: this project's URL carries credentials, which would have to reach every task; give the machines a credential helper or an SSH key instead, or use --executor local"),
         ));
     }
     let projects_dir = absolute(&opts.projects_dir)?;
@@ -255,7 +288,6 @@ pub async fn build_projects(
         batch: batch.clone(),
         items: items.clone(),
     })?;
-    let (binds, env) = task_mounts(opts, &projects_dir, &state_dir)?;
     let name: String = format!("belay-{batch}")
         .chars()
         .map(|c| {
@@ -267,44 +299,61 @@ pub async fn build_projects(
         })
         .take(63)
         .collect();
-    let spec = JobSpec {
-        name: name.trim_end_matches('-').to_string(),
-        image: pinned,
-        args: vec![
-            "env".into(),
-            "worker".into(),
-            "--spec".into(),
-            work.spec().display().to_string(),
-        ],
-        env,
-        binds,
-        labels: [
-            (belay_sandbox::labels::BELAY.to_string(), "true".to_string()),
-            (BATCH_LABEL.to_string(), batch.clone()),
-            (
-                belay_sandbox::labels::KIND.to_string(),
-                "worker".to_string(),
-            ),
-        ]
-        .into_iter()
-        .collect(),
-        completions: items.len() as u64,
-        max_concurrent: opts.jobs.max(1) as u64,
-        max_attempts: 3,
+    let name = name.trim_end_matches('-').to_string();
+    let mut running = match (cluster, swarm) {
+        (Cluster::Swarm, Some(jobs)) => {
+            let (binds, env) = task_mounts(opts, &projects_dir, &state_dir)?;
+            let spec = JobSpec {
+                name,
+                image: pinned,
+                args: vec![
+                    "env".into(),
+                    "worker".into(),
+                    "--spec".into(),
+                    work.spec().display().to_string(),
+                ],
+                env,
+                binds,
+                labels: batch_labels(&batch),
+                completions: items.len() as u64,
+                max_concurrent: opts.jobs.max(1) as u64,
+                max_attempts: 3,
+            };
+            let service = jobs.create_job(&spec).await?;
+            Running::Swarm { jobs, service }
+        }
+        (Cluster::Kubernetes(k), _) => Running::Kubernetes(Box::new(
+            crate::kubernetes::submit(
+                &k,
+                crate::kubernetes::Batch {
+                    name: &name,
+                    image: &pinned,
+                    spec_path: &work.spec(),
+                    projects_dir: &projects_dir,
+                    state_dir: &state_dir,
+                    labels: batch_labels(&batch),
+                    batch: &batch,
+                    completions: items.len(),
+                    parallelism: opts.jobs.max(1),
+                },
+            )
+            .await?,
+        )),
+        (Cluster::Swarm, None) => {
+            return Err(EnvError::Usage(
+                "--executor swarm needs the Docker Engine API".into(),
+            ))
+        }
     };
-    let service = jobs.create_job(&spec).await?;
-    let watched = watch_job(
-        jobs.as_ref(),
-        &service,
-        &work,
-        &items,
-        obs,
-        &mut collector,
-        &mut stop,
-    )
-    .await;
-    let removed = jobs.remove_job(&service).await;
-    if watched.is_err() {
+    let watched = watch_job(&mut running, &work, &items, obs, &mut collector, &mut stop).await;
+    let removed = match &running {
+        Running::Swarm { jobs, service } => jobs.remove_job(service).await.map_err(EnvError::from),
+        // A finished Job stays for its TTL (its pods' logs with it); one
+        // that did not finish is deleted, and its pods with it.
+        Running::Kubernetes(k) if watched.is_err() => k.cancel().await,
+        Running::Kubernetes(_) => Ok(()),
+    };
+    if watched.is_err() && matches!(running, Running::Swarm { .. }) {
         // Removing the job stops its tasks, not the build containers they
         // started: those are removed here.
         for it in &items {
@@ -321,9 +370,21 @@ pub async fn build_projects(
     collector.finish()
 }
 
+fn batch_labels(batch: &str) -> std::collections::BTreeMap<String, String> {
+    [
+        (belay_sandbox::labels::BELAY.to_string(), "true".to_string()),
+        (BATCH_LABEL.to_string(), batch.to_string()),
+        (
+            belay_sandbox::labels::KIND.to_string(),
+            "worker".to_string(),
+        ),
+    ]
+    .into_iter()
+    .collect()
+}
+
 async fn watch_job(
-    jobs: &dyn belay_sandbox::swarm::SwarmJobs,
-    service: &str,
+    running: &mut Running,
     work: &WorkDir,
     items: &[WorkItem],
     obs: &dyn BatchObserver,
@@ -340,7 +401,7 @@ async fn watch_job(
             changed = stop.changed() => {
                 if changed.is_ok() {
                     let why = stop.borrow().clone().unwrap_or_default();
-                    return Err(EnvError::Interrupted(format!("{why}: the swarm job was removed; rerun the same command to resume its projects")));
+                    return Err(EnvError::Interrupted(format!("{why}: the job was removed; rerun the same command to resume its projects")));
                 }
             }
         }
@@ -360,6 +421,35 @@ async fn watch_job(
         if reported.iter().all(|r| *r) {
             return Ok(());
         }
+        let (jobs, service) = match running {
+            Running::Swarm { jobs, service } => (jobs, service),
+            Running::Kubernetes(k) => {
+                // Results are written before a pod exits, so once the Job
+                // has ended, one more look finds every result there is.
+                if let Some(why) = k.ended().await? {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    for it in items.iter().filter(|it| !reported[it.index]) {
+                        if let Some(r) = work.read_result(it.index) {
+                            obs.project_finished(&r);
+                            collector.record(r)?;
+                            continue;
+                        }
+                        let mut r = it.result.clone();
+                        r.stage = Some("build_failed".into());
+                        r.error = Some(format!(
+                            "its Kubernetes index did not finish it: {}",
+                            why.get(&it.index)
+                                .map(String::as_str)
+                                .unwrap_or("the Job ended")
+                        ));
+                        obs.project_finished(&r);
+                        collector.record(r)?;
+                    }
+                    return Ok(());
+                }
+                continue;
+            }
+        };
         // A transient API error is retried; a run of them ends the batch.
         let tasks = match jobs.job_tasks(service).await {
             Ok(t) => {

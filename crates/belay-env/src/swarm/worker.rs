@@ -148,8 +148,24 @@ impl BuildObserver for LogObserver {
 /// Run one task. A build the engine or the registry stopped returns its
 /// error without a result, so that the orchestrator runs the task again and
 /// the next one resumes the item; any other outcome is the item's result.
-pub async fn work(rt: &dyn ContainerRuntime, spec_path: &Path) -> Result<Worked, EnvError> {
-    let spec = WorkDir::read_spec(spec_path)?;
+///
+/// With `only` (a Kubernetes index), the worker builds that item and no
+/// other; a result it finds already there is its outcome.
+pub async fn work(
+    rt: &dyn ContainerRuntime,
+    spec_path: &Path,
+    only: Option<usize>,
+) -> Result<Worked, EnvError> {
+    let mut spec = WorkDir::read_spec(spec_path)?;
+    if let Some(o) = only {
+        spec.items.retain(|i| i.index == o);
+        if spec.items.is_empty() {
+            return Err(EnvError::Usage(format!(
+                "item {o} is not in {}",
+                spec_path.display()
+            )));
+        }
+    }
     let dir = WorkDir::new(spec_path.parent().unwrap_or(Path::new(".")));
     let me = holder_name();
     // With nothing to claim while items are unfinished, their holders are
@@ -158,6 +174,16 @@ pub async fn work(rt: &dyn ContainerRuntime, spec_path: &Path) -> Result<Worked,
     let (index, took_over, generation) = loop {
         if let Some(c) = claim(rt, &dir, &spec, &me).await? {
             break c;
+        }
+        if let Some(o) = only {
+            if let Some(r) = dir.read_result(o) {
+                eprintln!("[belay] worker {me}: item {o} has its result already");
+                return Ok(Worked::Built {
+                    index: o,
+                    took_over: false,
+                    ok: r.status == "ok",
+                });
+            }
         }
         if spec.items.iter().all(|i| dir.result(i.index).exists()) {
             eprintln!("[belay] worker {me}: nothing left to claim");

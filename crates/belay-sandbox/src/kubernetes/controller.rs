@@ -114,6 +114,7 @@ pub struct IndexFailure {
 pub struct KubeJobs {
     jobs: Api<Job>,
     pods: Api<Pod>,
+    namespace: String,
 }
 
 impl KubeJobs {
@@ -121,7 +122,12 @@ impl KubeJobs {
         Self {
             jobs: Api::namespaced(client.clone(), namespace),
             pods: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
         }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// From the kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the pod's

@@ -347,6 +347,10 @@ pub struct WorkerArgs {
     /// The batch's work spec (written by the submitting build-projects).
     #[arg(long)]
     pub spec: PathBuf,
+    /// Build only this item (a Kubernetes Indexed Job's completion index);
+    /// then a failed build exits 1, which fails only this index.
+    #[arg(long)]
+    pub index: Option<usize>,
 }
 
 /// Where the projects of a batch are built.
@@ -358,6 +362,20 @@ pub enum Executor {
     /// As a Docker Swarm replicated-job: one task per project, `--jobs` at
     /// a time across the swarm (needs --registry and `belay image worker`).
     Swarm,
+    /// As a Kubernetes Indexed Job: one index per project, `--jobs` pods at
+    /// a time (needs --registry, `belay image worker` and --k8s-work-claim).
+    /// Not run on a real cluster yet: see docs/distributed.md.
+    Kubernetes,
+}
+
+/// Where a Kubernetes pod's container engine comes from.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum K8sEngine {
+    /// A privileged Docker-in-Docker sidecar with its own image store.
+    #[default]
+    Dind,
+    /// The node's /var/run/docker.sock (every pod is root on the node).
+    NodeSocket,
 }
 
 #[derive(Debug, Args)]
@@ -406,6 +424,26 @@ pub struct BuildProjectsArgs {
     /// image worker --registry` pushes it).
     #[arg(long, value_name = "IMAGE")]
     pub worker_image: Option<String>,
+    /// Kubernetes: the namespace (default: the kubeconfig context's).
+    #[arg(long, value_name = "NS")]
+    pub k8s_namespace: Option<String>,
+    /// Kubernetes: the ReadWriteMany PersistentVolumeClaim that holds the
+    /// projects dir; it is mounted in every pod at the projects dir's path.
+    #[arg(long, value_name = "CLAIM")]
+    pub k8s_work_claim: Option<String>,
+    /// Kubernetes: where each pod's container engine comes from.
+    #[arg(long, value_enum, default_value = "dind")]
+    pub k8s_engine: K8sEngine,
+    /// Kubernetes: the Docker-in-Docker image of `--k8s-engine dind`.
+    #[arg(long, value_name = "IMAGE", default_value = "docker:27-dind")]
+    pub k8s_dind_image: String,
+    /// Kubernetes: a dockerconfigjson secret to pull the worker image.
+    #[arg(long, value_name = "SECRET")]
+    pub k8s_pull_secret: Option<String>,
+    /// Kubernetes: retries of one project's pod after an infrastructure
+    /// failure (backoffLimitPerIndex).
+    #[arg(long, default_value_t = 2)]
+    pub k8s_retries: u32,
     #[command(flatten)]
     pub common: CommonBuildArgs,
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use belay_env::batch::BatchOptions;
 
-use crate::cli::{BuildProjectsArgs, Executor, WorkerArgs};
+use crate::cli::{BuildProjectsArgs, Executor, K8sEngine, WorkerArgs};
 use crate::commands::env::build_options;
 use crate::context::{connect, stop_on_signals};
 use crate::exit::{usage, Failure, EXIT_FAILED};
@@ -40,18 +40,47 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
     let view = BatchView::new(p);
     let summary = match a.executor {
         Executor::Local => belay_env::batch::build_projects(&rt, &opts, &view).await?,
-        Executor::Swarm => {
+        Executor::Swarm | Executor::Kubernetes => {
+            let flag = if a.executor == Executor::Swarm {
+                "--executor swarm"
+            } else {
+                "--executor kubernetes"
+            };
             let image = match (&a.worker_image, &opts.build.registry) {
                 (Some(i), _) => i.clone(),
                 (None, Some(reg)) => belay_env::swarm::default_worker_image(reg)?,
                 (None, None) => {
-                    return Err(usage(
-                        "--executor swarm needs --registry: the tasks share checkpoints and the cache through it",
-                    ))
+                    return Err(usage(format!(
+                    "{flag} needs --registry: the tasks share checkpoints and the cache through it"
+                )))
                 }
             };
+            let cluster = if a.executor == Executor::Swarm {
+                belay_env::swarm::Cluster::Swarm
+            } else {
+                let Some(work_claim) = a.k8s_work_claim.clone() else {
+                    return Err(usage(
+                        "--executor kubernetes needs --k8s-work-claim: a ReadWriteMany PersistentVolumeClaim that holds the projects dir, which this machine sees at the same path",
+                    ));
+                };
+                belay_env::swarm::Cluster::Kubernetes(belay_env::kubernetes::KubeOptions {
+                    namespace: a.k8s_namespace.clone(),
+                    engine: match a.k8s_engine {
+                        K8sEngine::Dind => belay_sandbox::kubernetes::PodEngine::Dind {
+                            image: a.k8s_dind_image.clone(),
+                        },
+                        K8sEngine::NodeSocket => belay_sandbox::kubernetes::PodEngine::NodeSocket {
+                            path: "/var/run/docker.sock".into(),
+                        },
+                    },
+                    work_claim,
+                    pull_secret: a.k8s_pull_secret.clone(),
+                    service_account: None,
+                    retries: a.k8s_retries,
+                })
+            };
             let stop = stop_on_signals()?;
-            belay_env::swarm::build_projects(&rt, &opts, &image, &view, stop).await?
+            belay_env::swarm::build_projects(&rt, &opts, &image, &view, stop, cluster).await?
         }
     };
     p.out(format!(
@@ -96,21 +125,29 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
 /// the build (the orchestrator then runs the task again, which resumes it).
 pub async fn worker(p: &Printer, a: WorkerArgs) -> Result<u8, Failure> {
     let rt = connect().await?;
-    match belay_env::swarm::worker::work(&rt, &a.spec).await? {
+    let mut code = 0;
+    match belay_env::swarm::worker::work(&rt, &a.spec, a.index).await? {
         belay_env::swarm::worker::Worked::Built {
             index,
             took_over,
             ok,
-        } => p.out(format!(
-            "item {index}: {}{}",
-            if ok { "built" } else { "failed" },
-            if took_over {
-                " (taken over from a task that was gone)"
-            } else {
-                ""
+        } => {
+            // One index per project (Kubernetes): a failed build fails the
+            // index, and the pod failure policy stops retrying it.
+            if a.index.is_some() && !ok {
+                code = EXIT_FAILED;
             }
-        )),
+            p.out(format!(
+                "item {index}: {}{}",
+                if ok { "built" } else { "failed" },
+                if took_over {
+                    " (taken over from a task that was gone)"
+                } else {
+                    ""
+                }
+            ))
+        }
         belay_env::swarm::worker::Worked::NothingLeft => p.out("nothing left to claim"),
     }
-    Ok(0)
+    Ok(code)
 }

@@ -331,3 +331,59 @@ fn a_killed_task_is_replaced_and_the_project_resumes() {
     ]);
     assert!(ok && out == "a\nb\n", "{out}");
 }
+
+/// `--executor kubernetes` on a machine without a cluster: each missing
+/// piece is named, and the real kube-rs client's failure to reach an API
+/// server is E306 (exit 3). Nothing here reaches a cluster: none exists here.
+#[test]
+fn a_kubernetes_batch_without_a_cluster_says_what_is_missing() {
+    let root = tempfile::tempdir().unwrap();
+    let file = projects(root.path());
+    let dir = root.path().join("out");
+    let run = |extra: &[&str], envs: &[(&str, &std::ffi::OsStr)]| {
+        let mut cmd = belay();
+        cmd.args(["env", "build-projects", "--projects-file"])
+            .arg(&file)
+            .arg("--projects-dir")
+            .arg(&dir)
+            .args(["--executor", "kubernetes", "--registry", &registry()])
+            .args(["--run-id-prefix", "k8s-none"])
+            .args(extra);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let a = cmd.timeout(Duration::from_secs(300)).assert();
+        (
+            a.get_output().status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&a.get_output().stderr).to_string(),
+        )
+    };
+    let _g = guards("k8s-none");
+    let (code, err) = run(&[], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--k8s-work-claim"), "{err}");
+
+    let image = worker_image();
+    let claim = ["--k8s-work-claim", "belay-work", "--worker-image", image];
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let none = root.path().join("no-such-kubeconfig");
+    let (code, err) = run(&claim, &[("KUBECONFIG", none.as_os_str())]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("BELAY-E306"), "{err}");
+    assert!(err.contains("KUBECONFIG"), "{err}");
+
+    // A kubeconfig whose API server does not answer (nothing listens on
+    // port 9): the client's connection error, with the way to check.
+    let kubeconfig = root.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n    namespace: builds\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let (code, err) = run(&claim, &[("KUBECONFIG", kubeconfig.as_os_str())]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("BELAY-E306"), "{err}");
+    assert!(err.contains("kubectl get jobs"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
