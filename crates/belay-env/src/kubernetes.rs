@@ -14,10 +14,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use belay_sandbox::kubernetes::{
-    job_manifest, object_name, IndexedJob, JobProgress, KubeJobs, PodEngine,
+    job_manifest, object_name, IndexedJob, JobEnd, JobProgress, KubeJobs, PodEngine,
 };
 
 use crate::EnvError;
+
+/// The most completions an Indexed Job with `backoffLimitPerIndex` may have.
+pub const MAX_COMPLETIONS: u32 = 100_000;
 
 /// What `--executor kubernetes` is given.
 #[derive(Debug, Clone)]
@@ -52,6 +55,7 @@ pub struct Submitted {
     jobs: KubeJobs,
     name: String,
     progress: tokio::sync::watch::Receiver<Option<JobProgress>>,
+    completions: usize,
     watcher: tokio::task::JoinHandle<Result<JobProgress, belay_sandbox::SandboxError>>,
 }
 
@@ -76,9 +80,16 @@ pub fn manifest(
     under(b.state_dir, b.projects_dir, "the state dir")?;
     under(b.spec_path, b.projects_dir, "the work spec")?;
     let root = b.projects_dir.display().to_string();
-    let completions = u32::try_from(b.completions).map_err(|_| {
-        EnvError::Usage("--executor kubernetes: too many projects for one Job".into())
-    })?;
+    // The API server refuses more completions with backoffLimitPerIndex.
+    let completions = u32::try_from(b.completions)
+        .ok()
+        .filter(|c| *c <= MAX_COMPLETIONS)
+        .ok_or_else(|| {
+            EnvError::Usage(format!(
+                "--executor kubernetes: {} projects are more than one Job may have ({MAX_COMPLETIONS}); split the projects file (--start, --limit)",
+                b.completions
+            ))
+        })?;
     Ok(job_manifest(&IndexedJob {
         name: object_name(b.name),
         namespace: namespace.to_string(),
@@ -115,11 +126,11 @@ pub async fn submit(k: &KubeOptions, b: Batch<'_>) -> Result<Submitted, EnvError
     let name = job.metadata.name.clone().unwrap_or_default();
     jobs.submit(&job, (crate::swarm::BATCH_LABEL, b.batch))
         .await?;
-    Ok(follow(jobs, name))
+    Ok(follow(jobs, name, b.completions))
 }
 
 /// Follow a submitted Job in the background.
-pub fn follow(jobs: KubeJobs, name: String) -> Submitted {
+pub fn follow(jobs: KubeJobs, name: String, completions: usize) -> Submitted {
     let (tx, progress) = tokio::sync::watch::channel(None);
     let watcher = {
         let jobs = jobs.clone();
@@ -135,6 +146,7 @@ pub fn follow(jobs: KubeJobs, name: String) -> Submitted {
         jobs,
         name,
         progress,
+        completions,
         watcher,
     }
 }
@@ -153,29 +165,38 @@ impl Submitted {
                 return Ok(None);
             }
             // The watch ends only with the Job, or with an error.
-            let out = (&mut self.watcher)
-                .await
-                .map_err(|e| EnvError::Usage(format!("the Job's watch stopped: {e}")))?;
+            let out =
+                (&mut self.watcher)
+                    .await
+                    .map_err(|e| belay_sandbox::SandboxError::Kubernetes {
+                        op: "watch",
+                        message: format!("the watch stopped: {e}"),
+                    })?;
             out?;
         }
-        let failures = self.jobs.index_failures(&self.name).await?;
-        Ok(Some(
-            failures
+        let end = self.progress.borrow().as_ref().and_then(|p| p.end.clone());
+        let default = match end {
+            Some(JobEnd::Failed { reason, message }) => {
+                format!("the Job failed ({reason}: {message})")
+            }
+            _ => "the Job ended".to_string(),
+        };
+        let mut why: BTreeMap<usize, String> = (0..self.completions)
+            .map(|i| (i, default.clone()))
+            .collect();
+        for (i, f) in self.jobs.index_failures(&self.name).await? {
+            let code = f
+                .exit_code
+                .map(|c| format!("exited {c}"))
+                .unwrap_or_else(|| "failed".into());
+            let detail = [f.reason, f.message]
                 .into_iter()
-                .map(|(i, f)| {
-                    let code = f
-                        .exit_code
-                        .map(|c| format!("exited {c}"))
-                        .unwrap_or_else(|| "failed".into());
-                    let detail = [f.reason, f.message]
-                        .into_iter()
-                        .filter(|s| !s.is_empty())
-                        .collect::<Vec<_>>()
-                        .join(": ");
-                    (i as usize, format!("pod {} {code} ({detail})", f.pod))
-                })
-                .collect(),
-        ))
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(": ");
+            why.insert(i as usize, format!("pod {} {code} ({detail})", f.pod));
+        }
+        Ok(Some(why))
     }
 
     pub async fn cancel(&self) -> Result<(), EnvError> {
@@ -249,6 +270,16 @@ mod tests {
             .unwrap()
             .iter()
             .any(|e| e["name"] == "BELAY_CACHE_DIR" && e["value"] == "/srv/projects/.belay-cache"));
+    }
+
+    #[test]
+    fn more_projects_than_a_job_may_have_are_refused() {
+        let spec = Path::new("/srv/projects/.belay-swarm/b/spec.json");
+        let state = Path::new("/srv/projects/.belay-state");
+        let mut b = batch(spec, state);
+        b.completions = 100_001;
+        let err = manifest(&opts(), &b, "builds").unwrap_err().to_string();
+        assert!(err.contains("100000"), "{err}");
     }
 
     #[test]

@@ -25,6 +25,18 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
+/// A refusal a retry will not change (403, 404, 422 …).
+fn is_client_error(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429)
+}
+
+/// Watch errors in a row before the watch gives up.
+const WATCH_RETRIES: u32 = 10;
+
+fn backoff(n: u32) -> Duration {
+    Duration::from_millis(200u64 << n.min(6))
+}
+
 /// Parse the Job status's index lists: `"1,3-5,7"`.
 pub fn parse_indexes(text: &str) -> Result<BTreeSet<u32>, String> {
     let mut out = BTreeSet::new();
@@ -194,6 +206,10 @@ impl KubeJobs {
     {
         let (mut last, mut rv) = self.progress(name).await?;
         seen(&last);
+        // A transport error (a reset connection, an API server restart) is
+        // retried with backoff from the last version; a run of them ends
+        // the watch.
+        let mut errors = 0u32;
         loop {
             if last.end.is_some() {
                 return Ok(last);
@@ -201,14 +217,39 @@ impl KubeJobs {
             let wp = WatchParams::default()
                 .fields(&format!("metadata.name={name}"))
                 .timeout(290);
-            let mut stream = self
-                .jobs
-                .watch(&wp, &rv)
-                .await
-                .map_err(|e| kube_err("watch", e))?
-                .boxed();
+            let mut stream = match self.jobs.watch(&wp, &rv).await {
+                Ok(s) => s.boxed(),
+                Err(e) if is_status(&e, 410) => {
+                    let (now, fresh) = self.progress(name).await?;
+                    rv = fresh;
+                    if now != last {
+                        seen(&now);
+                        last = now;
+                    }
+                    continue;
+                }
+                Err(e) if errors < WATCH_RETRIES && !is_client_error(&e) => {
+                    errors += 1;
+                    tracing::warn!("watching Job {name} ({errors}/{WATCH_RETRIES}): {e}");
+                    tokio::time::sleep(backoff(errors)).await;
+                    continue;
+                }
+                Err(e) => return Err(kube_err("watch", e)),
+            };
             let mut expired = false;
-            while let Some(ev) = stream.try_next().await.map_err(|e| kube_err("watch", e))? {
+            loop {
+                let ev = match stream.try_next().await {
+                    Ok(Some(ev)) => ev,
+                    Ok(None) => break,
+                    Err(e) if errors < WATCH_RETRIES => {
+                        errors += 1;
+                        tracing::warn!("watching Job {name} ({errors}/{WATCH_RETRIES}): {e}");
+                        tokio::time::sleep(backoff(errors)).await;
+                        break;
+                    }
+                    Err(e) => return Err(kube_err("watch", e)),
+                };
+                errors = 0;
                 match ev {
                     WatchEvent::Added(job) | WatchEvent::Modified(job) => {
                         rv = job.metadata.resource_version.clone().unwrap_or(rv);

@@ -6,7 +6,7 @@
 //!
 //! | worker exit | meaning | policy |
 //! |---|---|---|
-//! | 0 | the item has a result (built, or failed with a recorded failure) | success |
+//! | 0 | the item built (or had its result already) | success |
 //! | 1 | the item's build failed for a reason a retry will not change | `FailIndex` |
 //! | 2 | usage: the spec or the options are wrong | `FailJob` |
 //! | 3 | infrastructure: the engine, the registry, a full disk | `Count` (retried up to `backoffLimitPerIndex`) |

@@ -2,7 +2,8 @@
 //! side that submits, watches and cancels it ([`controller`]).
 //!
 //! This backend has not run on a real cluster: it is tested against the
-//! `k8s-openapi` schema and against recorded API server exchanges only.
+//! `k8s-openapi` schema and against API server exchanges written from the
+//! API's documented responses (not recorded from a live server) only.
 
 pub mod controller;
 pub mod job;

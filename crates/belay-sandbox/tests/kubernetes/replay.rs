@@ -15,7 +15,7 @@ use serde_json::Value;
 pub struct Exchange {
     pub method: String,
     pub path: String,
-    /// Substrings the query must contain (`watch=true`, `resourceVersion=12`).
+    /// `key=value` pairs the query must have (`watch=true`, `resourceVersion=12`).
     #[serde(default)]
     pub query: Vec<String>,
     /// JSON pointers into the request body and the values they must have.
@@ -105,8 +105,10 @@ impl tower::Service<http::Request<kube::client::Body>> for Replay {
                     ex.method, ex.path
                 ));
             }
+            // Whole `key=value` pairs, as sent (still percent-encoded).
+            let pairs: Vec<&str> = query.split('&').collect();
             for q in &ex.query {
-                if !query.contains(q.as_str()) {
+                if !pairs.contains(&q.as_str()) {
                     wrong.push(format!("{method} {path}: query {query:?} lacks {q:?}"));
                 }
             }
