@@ -145,6 +145,8 @@ impl KubeJobs {
     /// From the kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the pod's
     /// service account; the namespace is the context's unless given.
     pub async fn infer(namespace: Option<&str>) -> Result<Self, SandboxError> {
+        // The process's TLS provider (ring), as belay's other clients use.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let config = kube::Config::infer()
             .await
             .map_err(|e| SandboxError::Kubernetes {
