@@ -168,15 +168,13 @@ fn the_job_manifests_pass_the_api_servers_job_rules() {
                 assert!(volumes.contains(&vm["name"].as_str().unwrap()), "{vm}");
             }
         }
-        let privileged =
-            s["template"]["spec"]["initContainers"][0]["securityContext"]["privileged"].clone();
         match engine {
             PodEngine::Dind { .. } => {
                 // A native sidecar, privileged, which the worker reaches by
                 // a socket on a shared emptyDir.
                 let side = &s["template"]["spec"]["initContainers"][0];
                 assert_eq!(side["restartPolicy"], "Always");
-                assert_eq!(privileged, true);
+                assert_eq!(side["securityContext"]["privileged"], true);
                 assert!(envs.iter().any(|e| e["name"] == "DOCKER_HOST"
                     && e["value"] == "unix:///run/belay-engine/docker.sock"));
             }
@@ -184,7 +182,6 @@ fn the_job_manifests_pass_the_api_servers_job_rules() {
                 // No sidecar, and nothing in the pod privileged.
                 assert_eq!(s["template"]["spec"]["initContainers"], Value::Null);
                 assert_eq!(worker["securityContext"], Value::Null);
-                let _ = privileged;
                 assert!(s["template"]["spec"]["volumes"]
                     .as_array()
                     .unwrap()
