@@ -13,7 +13,10 @@ directory, so that bytes are counted from nothing, and measures in one run:
     both with the machine's package caches warm from a first build);
   - a cached rebuild through the registry, with every image of the earlier
     runs removed from the engine (the base kept), against a cached rebuild
-    from the engine's own images.
+    from the engine's own images: with --no-pull-final (the result stays in
+    the registry, as a cluster worker leaves it; no layer moves), and with
+    the final image pulled onto the engine, which is held against a plain
+    `docker pull` of that same image on the same emptied engine.
 
 Cache states are printed with each figure. Needs the Docker engine, the base
 image and docker-registry (./scripts/setup-host.sh).
@@ -91,6 +94,14 @@ def build(belay, repo, state, run_id, extra):
         return wall, json.load(f)
 
 
+def remove_named(run_id):
+    """Images a run pulled keep the labels of the run that made them: remove them by name."""
+    out = sh(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"]).stdout
+    refs = [r for r in out.split() if f":{run_id}-" in r]
+    if refs:
+        sh(["docker", "rmi", "-f", *refs], check=False)
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -127,14 +138,16 @@ def main():
         build(args.belay, repo, state, warm, ["--no-cache"])
 
         plain, shared, push_share, waited, proj_bytes = [], [], [], [], []
-        local_hit, reg_hit = [], []
+        local_hit, reg_hit, reg_nopull, plain_pull = [], [], [], []
+        pulls_nopull = []
         blocks = 0
         for r in range(args.rounds):
             a0 = f"bench-reg-plain-{stamp}-{r}"
             a = f"bench-reg-push-{stamp}-{r}"
             b = f"bench-reg-local-{stamp}-{r}"
             c = f"bench-reg-pull-{stamp}-{r}"
-            runs += [a0, a, b, c]
+            d = f"bench-reg-nopull-{stamp}-{r}"
+            runs += [a0, a, b, c, d]
             before = du(os.path.join(tmp, "data"))
             w0, _ = build(args.belay, repo, state, a0, ["--no-cache"])
             w1, m1 = build(args.belay, repo, state, a, ["--no-cache", "--registry", REG])
@@ -162,9 +175,30 @@ def main():
             if m3["cache"]["misses"] != 0 or m3["registry"]["hits"] != blocks + 1:
                 sys.exit(f"the registry rebuild missed: {m3['cache']} {m3['registry']['hits']}")
             reg_hit.append(w3)
+            for run in runs:
+                remove_run_images(run)
+            remove_named(c)
+            w4, m4 = build(args.belay, repo, state, d, ["--registry", REG, "--no-pull-final"])
+            if m4["cache"]["misses"] != 0:
+                sys.exit(f"the no-pull rebuild missed: {m4['cache']}")
+            if m4["registry"].get("direct_off"):
+                sys.exit(f"the registry was not read directly: {m4['registry']['direct_off']}")
+            pulls_nopull.append(len(m4["registry"]["pulls"]))
+            reg_nopull.append(w4)
+            # What a user pays to get the same image onto an emptied engine.
+            for run in runs:
+                remove_run_images(run)
+            remove_named(c)
+            remove_named(d)
+            t0 = time.monotonic()
+            sh(["docker", "pull", "-q", m3["final_image"]])
+            plain_pull.append(time.monotonic() - t0)
+            sh(["docker", "rmi", m3["final_image"]], check=False)
             print(f"round {r + 1}: build {w0:.1f} s, with --registry {w1:.1f} s "
                   f"(pushes {reg['push_ms_total'] / 1000:.1f} s, waited {reg['waited_ms'] / 1000:.2f} s at the end), "
-                  f"{proj_bytes[-1] / 1e6:.1f} MB; cached rebuild local {w2:.1f} s, through the registry {w3:.1f} s",
+                  f"{proj_bytes[-1] / 1e6:.1f} MB; cached rebuild local {w2:.2f} s, through the registry "
+                  f"{w4:.2f} s with --no-pull-final ({pulls_nopull[-1]} pulls), {w3:.2f} s with the final "
+                  f"image pulled ({len(m3['registry']['pulls'])} pulls), docker pull of it alone {plain_pull[-1]:.2f} s",
                   flush=True)
 
         print()
@@ -175,8 +209,13 @@ def main():
               f"({med(shared) / med(plain):.2f}x)")
         print(f"  pushes, end to end, as a share of the build: {100 * med(push_share):.0f}%; "
               f"waited for after the last block: {med(waited):.2f} s")
-        print(f"  cached rebuild: from the engine's images {med(local_hit):.1f} s; through the registry, "
-              f"engine without them {med(reg_hit):.1f} s ({med(reg_hit) / med(local_hit):.2f}x)")
+        print(f"  cached rebuild, the engine's own images (warm): {med(local_hit):.2f} s")
+        print(f"  cached rebuild through the registry, engine without the run images (base kept), "
+              f"--no-pull-final: {med(reg_nopull):.2f} s ({med(reg_nopull) / med(local_hit):.2f}x the local one; "
+              f"{max(pulls_nopull)} pulls)")
+        print(f"  the same with the final image pulled onto the engine: {med(reg_hit):.2f} s "
+              f"({med(reg_hit) / med(local_hit):.2f}x the local one; "
+              f"{med(reg_hit) / med(plain_pull):.2f}x a plain docker pull of that image, {med(plain_pull):.2f} s)")
     finally:
         for run in runs:
             remove_run_images(run)

@@ -87,6 +87,9 @@ pub struct DockerRuntime {
     /// The user commands are exec'd as, for containers whose own processes
     /// run as another (`ContainerSpec::idle_user`).
     exec_users: Arc<std::sync::Mutex<HashMap<String, String>>>,
+    /// One direct registry client per registry host (see
+    /// [`crate::distribution`]), made on first use.
+    distributions: Arc<tokio::sync::Mutex<HashMap<String, Arc<crate::distribution::Distribution>>>>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -135,6 +138,7 @@ impl DockerRuntime {
             negotiated,
             procs: Default::default(),
             exec_users: Default::default(),
+            distributions: Default::default(),
         })
     }
 

@@ -17,6 +17,7 @@
 //!   sandbox planted, and the end of every process a step left.
 
 pub mod bootstrap;
+pub mod distribution;
 mod docker;
 pub mod egress;
 mod error;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 
+pub use crate::distribution::RemoteImage;
 use crate::SandboxError;
 
 /// What one push did.
@@ -42,6 +43,35 @@ pub trait ImageRegistry: Send + Sync {
     /// Remove the local name `image_ref` (the image stays while another name
     /// or a child needs it).
     async fn untag(&self, image_ref: &str) -> Result<(), SandboxError>;
+    /// The image `image_ref` names in its registry, with its labels, read
+    /// straight from the registry without pulling anything
+    /// ([`crate::distribution`]). `Ok(None)`: no such tag. An error means
+    /// only that this cannot be read directly (the registry is not
+    /// reachable from here, or wants a credential helper): the caller falls
+    /// back to the engine.
+    async fn remote_image(&self, image_ref: &str) -> Result<Option<RemoteImage>, SandboxError> {
+        Err(no_direct_access(image_ref))
+    }
+    /// Give `image`, read by [`ImageRegistry::remote_image`] from `src`, the
+    /// name `dst` in the same registry, without pulling it. Returns the
+    /// manifest digest.
+    async fn remote_tag(
+        &self,
+        src: &str,
+        image: &RemoteImage,
+        dst: &str,
+    ) -> Result<String, SandboxError> {
+        let _ = (src, image);
+        Err(no_direct_access(dst))
+    }
+}
+
+fn no_direct_access(image_ref: &str) -> SandboxError {
+    SandboxError::Registry {
+        op: "read",
+        image: image_ref.to_string(),
+        message: "this store does not read registries directly".into(),
+    }
 }
 
 /// How long one push or pull may take before it counts as failed.

@@ -2,6 +2,7 @@
 //! lookups, adoption), and the point a resumed build starts from.
 
 use super::*;
+use crate::registry_store::Found;
 
 impl Run<'_> {
     pub(crate) async fn image_id(&mut self, image_ref: &str) -> Result<String, EnvError> {
@@ -153,34 +154,55 @@ impl Run<'_> {
                 .collect();
             found.sort_by_key(|i| std::cmp::Reverse(i.created));
             if let Some(info) = found.into_iter().next() {
-                return Ok(Some(CacheHit { info, pulled: None }));
+                return Ok(Some(CacheHit {
+                    info,
+                    pulled: None,
+                    remote: None,
+                }));
             }
         }
         let Some(store) = &mut self.registry else {
             return Ok(None);
         };
         for alt in [false, true] {
-            let Some(pulled) = store.lookup(key, alt).await? else {
-                continue;
-            };
             let label = if alt {
                 cache::ALT_LABEL
             } else {
                 cache::KEY_LABEL
             };
-            match self.rt.image(&pulled).await? {
-                Some(info)
-                    if of_block(&info)
-                        && info.labels.get(label).map(String::as_str) == Some(key) =>
-                {
-                    return Ok(Some(CacheHit {
-                        info,
-                        pulled: Some(pulled),
-                    }))
+            let is_ours = |info: &belay_sandbox::ImageInfo| {
+                of_block(info) && info.labels.get(label).map(String::as_str) == Some(key)
+            };
+            match store.lookup(key, alt).await? {
+                None => {}
+                Some(Found::Remote { key_ref, image }) => {
+                    let info = belay_sandbox::ImageInfo {
+                        id: image.id.clone(),
+                        tags: Vec::new(),
+                        labels: image.labels.clone(),
+                        created: 0,
+                        size: i64::try_from(image.layer_bytes).unwrap_or(i64::MAX),
+                    };
+                    // A key's tag on an image of another block or key is not
+                    // this block's checkpoint (only a hand-made tag can do this).
+                    if is_ours(&info) {
+                        return Ok(Some(CacheHit {
+                            info,
+                            pulled: None,
+                            remote: Some((key_ref, image)),
+                        }));
+                    }
                 }
-                // A key's tag on an image of another block or key: not this
-                // block's checkpoint (only a hand-made tag can do this).
-                _ => store.forget(&pulled).await,
+                Some(Found::Pulled(pulled)) => match self.rt.image(&pulled).await? {
+                    Some(info) if is_ours(&info) => {
+                        return Ok(Some(CacheHit {
+                            info,
+                            pulled: Some(pulled),
+                            remote: None,
+                        }))
+                    }
+                    _ => store.forget(&pulled).await,
+                },
             }
         }
         Ok(None)
@@ -194,7 +216,11 @@ impl Run<'_> {
         seq: u32,
         parent: Option<String>,
     ) -> Result<Checkpoint, EnvError> {
-        let CacheHit { info: hit, pulled } = hit;
+        let CacheHit {
+            info: hit,
+            pulled,
+            remote,
+        } = hit;
         let kind = hit
             .labels
             .get(CHECKPOINT_KIND_LABEL)
@@ -202,9 +228,23 @@ impl Run<'_> {
             .unwrap_or_else(|| "success".into());
         let image_ref =
             checkpoint_ref(&self.opts.image_prefix, &self.dir.run_id, seq, block, &kind);
-        self.rt.tag_image(&hit.id, &image_ref).await?;
         self.image_ids.insert(image_ref.clone(), hit.id.clone());
-        if let Some(store) = &mut self.registry {
+        let remote_src = remote.as_ref().map(|(src, _)| src.clone());
+        let in_registry_only = match (remote, self.registry.as_mut()) {
+            (Some((src, image)), Some(store)) => {
+                // The run's name, given in the registry in the background:
+                // nothing moves (the store pushes it should the registry
+                // refuse). A container that must start from it pulls `src`.
+                store.tag_remote(&src, &image, &image_ref);
+                self.remote_only.insert(image_ref.clone(), (src, image));
+                true
+            }
+            _ => {
+                self.rt.tag_image(&hit.id, &image_ref).await?;
+                false
+            }
+        };
+        if let (false, Some(store)) = (in_registry_only, &mut self.registry) {
             if let Some(p) = &pulled {
                 store.forget(p).await;
             }
@@ -224,7 +264,7 @@ impl Run<'_> {
             kind,
             image_id: hit.id.clone(),
             created_at: belay_record::now_rfc3339(),
-            cached_from: Some(pulled.clone().unwrap_or_else(|| {
+            cached_from: Some(remote_src.or(pulled).unwrap_or_else(|| {
                 hit.tags
                     .iter()
                     .find(|t| !t.contains("<none>"))
@@ -310,5 +350,9 @@ impl Run<'_> {
 #[derive(Debug)]
 pub(crate) struct CacheHit {
     pub(crate) info: belay_sandbox::ImageInfo,
+    /// The key's name the engine pulled it under.
     pub(crate) pulled: Option<String>,
+    /// The key's name in the registry and the image read there, when it
+    /// was only read there.
+    pub(crate) remote: Option<(String, belay_sandbox::registry::RemoteImage)>,
 }

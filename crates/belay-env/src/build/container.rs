@@ -131,6 +131,7 @@ impl Run<'_> {
     }
 
     pub(crate) async fn start_container(&mut self, image: &str) -> Result<(), EnvError> {
+        self.ensure_local(image).await?;
         if let Some(old) = self.container.take() {
             self.retired.push(old);
         }

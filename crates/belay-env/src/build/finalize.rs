@@ -57,7 +57,14 @@ impl Run<'_> {
         }
         let t0 = Instant::now();
         let final_ref = format!("{}:{}-final", self.opts.image_prefix, self.dir.run_id);
-        self.rt.tag_image(&final_source, &final_ref).await?;
+        let in_registry = self.final_in_registry(&final_source, &final_ref);
+        let command = if in_registry {
+            format!("registry tag {final_source} {final_ref}")
+        } else {
+            self.ensure_local(&final_source).await?;
+            self.rt.tag_image(&final_source, &final_ref).await?;
+            format!("docker tag {final_source} {final_ref}")
+        };
         self.record(Execution {
             block_id: "finalize".into(),
             phase: "finalize".into(),
@@ -70,7 +77,7 @@ impl Run<'_> {
             checkpoint_after: Some(final_ref.clone()),
             repair_command: None,
             duration_s: round3(t0.elapsed().as_secs_f64()),
-            command: format!("docker tag {final_source} {final_ref}"),
+            command,
             log_path: None,
             started_at: belay_record::now_rfc3339(),
         })?;
@@ -125,7 +132,9 @@ impl Run<'_> {
         }
         self.manifest.ok = true;
         // Only an image that passed its oracle is published as final.
-        self.share_final(&final_ref);
+        if !in_registry {
+            self.share_final(&final_ref);
+        }
         Ok(())
     }
 

@@ -114,6 +114,10 @@ pub struct BuildOptions {
     /// Share checkpoints and the cache through this OCI registry
     /// (`host[:port][/prefix]`); set with [`BuildOptions::use_registry`].
     pub registry: Option<String>,
+    /// With a registry: pull a final image that is only there (every block
+    /// a cache hit read in the registry) onto this engine. A cluster's
+    /// worker leaves it in the registry, where the submitter reads it.
+    pub pull_final: bool,
 }
 
 impl BuildOptions {
@@ -143,6 +147,7 @@ impl BuildOptions {
             force_clean_replay: false,
             llm: None,
             registry: None,
+            pull_final: true,
         }
     }
 
@@ -308,6 +313,7 @@ pub async fn build(
         ctx: ctx.clone(),
         attempts: HashMap::new(),
         image_ids: HashMap::new(),
+        remote_only: HashMap::new(),
         diverged: false,
         current_checkpoint: None,
         llm,
@@ -407,6 +413,11 @@ pub(crate) struct Run<'a> {
     pub(crate) attempts: HashMap<(String, String), u32>,
     /// Image ids of checkpoint refs seen in this run.
     pub(crate) image_ids: HashMap<String, String>,
+    /// Checkpoints of this run that are only in the registry (cache hits
+    /// read there), with what was read: pulled when a container must start
+    /// from one.
+    /// The key ref it was read from, and what was read.
+    pub(crate) remote_only: HashMap<String, (String, belay_sandbox::registry::RemoteImage)>,
     /// The machine's package caches this build mounts (and its apt slot).
     pub(crate) package_caches: Option<crate::package_cache::PackageCaches>,
     /// The forward state may differ from a clean run of the final scripts

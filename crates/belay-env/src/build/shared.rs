@@ -26,16 +26,64 @@ impl Run<'_> {
     /// Queue the base image for the registry, so that an engine without it
     /// (another machine, a cluster node) starts from the same image, and so
     /// from the same cache keys. Layers the registry has are not sent again.
+    /// A base the registry already has (the same image id under the same
+    /// name) is not pushed again.
     pub(super) async fn share_base(&mut self, base: &str) -> Result<(), EnvError> {
+        if self.registry.is_none() {
+            return Ok(());
+        }
+        let id = self.image_id(base).await?;
         let Some(store) = self.registry.as_mut() else {
             return Ok(());
         };
         let remote = store.remote_name(base);
+        if store.remote_id(&remote).await.as_deref() == Some(id.as_str()) {
+            return Ok(());
+        }
         if remote != base {
             store.tag(base, &remote).await?;
         }
         store.push(&remote, None, None);
         Ok(())
+    }
+
+    /// Make a checkpoint that is only in the registry (a hit read there)
+    /// present on this engine: one pull of the key it was found under
+    /// (the run's own name may still be queued), named as the checkpoint.
+    pub(super) async fn ensure_local(&mut self, image_ref: &str) -> Result<(), EnvError> {
+        let Some((src, _)) = self.remote_only.remove(image_ref) else {
+            return Ok(());
+        };
+        let Some(store) = self.registry.as_mut() else {
+            return Ok(());
+        };
+        if !store.pull(&src, "cache").await? {
+            return Err(SandboxError::ImageMissing {
+                image: src,
+                hint: "the registry lost this cache entry after the build found it there; rerun to rebuild it".into(),
+            }
+            .into());
+        }
+        store.tag(&src, image_ref).await?;
+        store.forget(&src).await;
+        self.phase("registry", format!("pulled {image_ref}"));
+        Ok(())
+    }
+
+    /// Name the final image in the registry only, when its source is there
+    /// and nothing here needs it: no pull, no push. `false` when it must be
+    /// made on the engine.
+    pub(super) fn final_in_registry(&mut self, source: &str, final_ref: &str) -> bool {
+        if self.opts.pull_final || self.opts.oracle_file.is_some() {
+            return false;
+        }
+        let (Some((src, image)), Some(store)) =
+            (self.remote_only.get(source), self.registry.as_mut())
+        else {
+            return false;
+        };
+        store.tag_remote(src, image, final_ref);
+        true
     }
 
     /// Queue the final image for the registry.

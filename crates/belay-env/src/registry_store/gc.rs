@@ -2,7 +2,7 @@
 //! by the same labels and age rules as on the engine.
 //!
 //! The Engine API cannot list or delete a registry's tags, so this speaks the
-//! distribution API itself: the catalog, each repository's tags, each tag's
+//! distribution API ([`belay_sandbox::distribution`]): the catalog, each repository's tags, each tag's
 //! manifest and image config (for its labels and creation time), then a
 //! DELETE of each manifest none of whose tags is to be kept. Deleting a
 //! manifest removes every tag on it, the cache keys' too; the registry's own
@@ -11,14 +11,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use belay_sandbox::distribution::Distribution;
 use belay_sandbox::labels;
 use serde::Serialize;
 
 use super::CACHE_REPO;
 use crate::gc::{run_of_tag, GcOptions};
 use crate::EnvError;
-
-const MANIFEST_TYPES: &str = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json";
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RegistryGcReport {
@@ -44,134 +43,26 @@ struct TagInfo {
     created: i64,
 }
 
+/// The distribution API of the registry, through the sandbox's client.
 struct Api {
-    base: String,
-    http: reqwest::Client,
-    auth: Option<(String, String)>,
+    client: Distribution,
+    host: String,
     registry: String,
 }
 
 impl Api {
     fn new(registry: &str) -> Result<Self, EnvError> {
-        belay_model::init_tls();
-        let host = registry.split('/').next().unwrap_or(registry);
-        let name = host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host);
-        // As the engine does: plain HTTP to loopback, TLS to anything else.
-        let scheme = if name == "localhost" || name.starts_with("127.") {
-            "http"
-        } else {
-            "https"
-        };
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| fail(registry, "connect", e.to_string()))?;
         Ok(Self {
-            base: format!("{scheme}://{host}/v2"),
-            http,
-            auth: belay_sandbox::registry::credentials_for(host),
+            client: Distribution::for_registry(registry)?,
+            host: registry.split('/').next().unwrap_or(registry).to_string(),
             registry: registry.to_string(),
         })
-    }
-
-    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let r = self.http.request(method, format!("{}/{path}", self.base));
-        match &self.auth {
-            Some((u, p)) => r.basic_auth(u, Some(p)),
-            None => r,
-        }
-    }
-
-    async fn json(
-        &self,
-        path: &str,
-        accept: Option<&str>,
-    ) -> Result<(serde_json::Value, Option<String>), EnvError> {
-        let (v, digest, _) = self.page(path, accept).await?;
-        Ok((v, digest))
-    }
-
-    /// Every page of a paginated list (`_catalog`, `tags/list`): the values
-    /// of `field` across pages, following the `Link: <…>; rel="next"` header.
-    async fn list(&self, path: &str, field: &str) -> Result<Vec<String>, EnvError> {
-        let mut out = Vec::new();
-        let mut next = Some(path.to_string());
-        let mut pages = 0;
-        while let Some(p) = next.take() {
-            pages += 1;
-            if pages > 10_000 {
-                return Err(fail(
-                    &self.registry,
-                    "list",
-                    format!("{path}: more than 10000 pages"),
-                ));
-            }
-            let (v, _, link) = self.page(&p, None).await?;
-            out.extend(
-                v[field]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|t| t.as_str())
-                    .map(String::from),
-            );
-            next = link
-                .as_deref()
-                .and_then(|l| l.split_once('<'))
-                .and_then(|(_, rest)| rest.split_once('>'))
-                .map(|(url, _)| url.trim_start_matches("/v2/").to_string());
-        }
-        Ok(out)
-    }
-
-    async fn page(
-        &self,
-        path: &str,
-        accept: Option<&str>,
-    ) -> Result<(serde_json::Value, Option<String>, Option<String>), EnvError> {
-        let mut r = self.req(reqwest::Method::GET, path);
-        if let Some(a) = accept {
-            r = r.header(reqwest::header::ACCEPT, a);
-        }
-        let resp = r
-            .send()
-            .await
-            .map_err(|e| fail(&self.registry, "read", format!("GET {path}: {e}")))?;
-        let status = resp.status();
-        if status == reqwest::StatusCode::UNAUTHORIZED {
-            return Err(fail(
-                &self.registry,
-                "read",
-                format!("GET {path}: 401; token authentication is not supported here, only `docker login` basic credentials"),
-            ));
-        }
-        if !status.is_success() {
-            return Err(fail(
-                &self.registry,
-                "read",
-                format!("GET {path}: HTTP {status}"),
-            ));
-        }
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from)
-        };
-        let digest = header("docker-content-digest");
-        let link = header("link").filter(|l| l.contains("rel=\"next\""));
-        let v = resp
-            .json()
-            .await
-            .map_err(|e| fail(&self.registry, "read", format!("GET {path}: not JSON: {e}")))?;
-        Ok((v, digest, link))
     }
 
     /// Repositories whose names a belay build makes: `<prefix>…` under the
     /// registry's path, the base images and the cache keys.
     async fn repositories(&self) -> Result<Vec<String>, EnvError> {
-        let all = self.list("_catalog?n=1000", "repositories").await?;
+        let all = self.client.catalog().await?;
         let sub = self.registry.split_once('/').map(|(_, p)| format!("{p}/"));
         Ok(all
             .into_iter()
@@ -180,28 +71,18 @@ impl Api {
     }
 
     async fn tag_info(&self, repo: &str, tag: &str) -> Result<TagInfo, EnvError> {
-        let (m, digest) = self
-            .json(&format!("{repo}/manifests/{tag}"), Some(MANIFEST_TYPES))
-            .await?;
-        let digest = digest.ok_or_else(|| {
+        let image_ref = format!("{}/{repo}:{tag}", self.host);
+        let img = self.client.image(&image_ref).await?.ok_or_else(|| {
             fail(
                 &self.registry,
                 "read",
-                format!("{repo}:{tag}: no Docker-Content-Digest"),
+                format!("{repo}:{tag}: gone while gc read it"),
             )
         })?;
-        let config = m["config"]["digest"].as_str().unwrap_or_default();
-        let (c, _) = self.json(&format!("{repo}/blobs/{config}"), None).await?;
-        let lbl: BTreeMap<String, String> = c["config"]["Labels"]
-            .as_object()
-            .map(|o| {
-                o.iter()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let created = c["created"]
-            .as_str()
+        let lbl = &img.labels;
+        let created = img
+            .created
+            .as_deref()
             .and_then(|s| s.parse::<jiff::Timestamp>().ok())
             .map(|t| t.as_second());
         let kind = lbl.get(labels::KIND).map(String::as_str);
@@ -223,32 +104,12 @@ impl Api {
         Ok(TagInfo {
             repo: repo.to_string(),
             tag: tag.to_string(),
-            digest,
+            digest: img.digest,
             run,
             is_final,
             removable,
             created,
         })
-    }
-
-    async fn delete(&self, repo: &str, digest: &str) -> Result<(), EnvError> {
-        let resp = self
-            .req(
-                reqwest::Method::DELETE,
-                &format!("{repo}/manifests/{digest}"),
-            )
-            .send()
-            .await
-            .map_err(|e| fail(&self.registry, "delete", e.to_string()))?;
-        match resp.status().as_u16() {
-            200..=299 | 404 => Ok(()),
-            405 => Err(fail(
-                &self.registry,
-                "delete",
-                "the registry does not allow deletes (HTTP 405): set storage.delete.enabled: true in its config".into(),
-            )),
-            s => Err(fail(&self.registry, "delete", format!("{repo}@{digest}: HTTP {s}"))),
-        }
     }
 }
 
@@ -273,9 +134,7 @@ pub async fn gc(registry: &str, opts: &GcOptions) -> Result<RegistryGcReport, En
     let mut infos = Vec::new();
     let mut foreign: Vec<String> = Vec::new();
     for repo in api.repositories().await? {
-        let tags = api
-            .list(&format!("{repo}/tags/list?n=1000"), "tags")
-            .await?;
+        let tags = api.client.tags(&repo).await?;
         for tag in tags.iter().map(String::as_str) {
             // Cache keys in the cache repository; runs' names elsewhere.
             let in_cache = repo == CACHE_REPO || repo.ends_with(&format!("/{CACHE_REPO}"));
@@ -287,12 +146,9 @@ pub async fn gc(registry: &str, opts: &GcOptions) -> Result<RegistryGcReport, En
             if !ours {
                 // Not a name belay made, but its manifest must outlive
                 // belay's names for it.
-                match api
-                    .json(&format!("{repo}/manifests/{tag}"), Some(MANIFEST_TYPES))
-                    .await
-                {
-                    Ok((_, Some(d))) => foreign.push(d),
-                    Ok((_, None)) => report.skipped.push(format!("{repo}:{tag}: no digest")),
+                match api.client.digest(&repo, tag).await {
+                    Ok(Some(d)) => foreign.push(d),
+                    Ok(None) => {}
                     Err(e) => report.skipped.push(format!("{repo}:{tag}: {e}")),
                 }
                 continue;
@@ -357,7 +213,7 @@ pub async fn gc(registry: &str, opts: &GcOptions) -> Result<RegistryGcReport, En
     }
     for ((repo, digest), tags) in doomed {
         if !opts.dry_run {
-            if let Err(e) = api.delete(&repo, &digest).await {
+            if let Err(e) = api.client.delete_manifest(&repo, &digest).await {
                 report.skipped.push(format!("{repo}@{digest}: {e}"));
                 continue;
             }

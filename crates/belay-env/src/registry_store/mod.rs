@@ -15,14 +15,23 @@
 //! - **Keys are tags.** A checkpoint made under cache key `K` is also pushed
 //!   as `<registry>/belay-cache:key-K` (and a repaired one under its unpatched
 //!   script's key as `alt-K`), in one repository for all projects, so that a
-//!   lookup is one manifest HEAD through the engine, which downloads nothing
-//!   on a miss.
+//!   lookup is one manifest read, which downloads nothing on a miss.
+//! - **A hit is not a pull.** The registry is read directly
+//!   ([`belay_sandbox::distribution`]): a hit's manifest and config (its
+//!   labels) are read there, and the run's own name is given to it there.
+//!   An image is pulled only when a container must start from it: a later
+//!   block missed, or the result is wanted on this engine. A build whose
+//!   every block hits moves no layer at all. Where the registry cannot be
+//!   read directly (not reachable from here, or it wants a credential
+//!   helper), lookups go through the engine and every hit is pulled, as
+//!   before; the report says why.
 
 pub mod gc;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use belay_sandbox::registry::RemoteImage;
 use belay_sandbox::{ImageRegistry, PushReport, SandboxError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -47,6 +56,9 @@ pub struct PushRecord {
     pub digest: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Named in the registry itself: nothing was uploaded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_registry: bool,
 }
 
 /// One pull, and why it was made.
@@ -73,12 +85,32 @@ pub struct RegistryReport {
     /// How long the build waited at its end for pushes still running: the
     /// only time a push can cost the build.
     pub waited_ms: u64,
+    /// Names given to images in the registry itself, without a pull or a
+    /// push (a hit's run name, a result left there).
+    #[serde(default)]
+    pub remote_tags: u32,
+    /// Why the registry was not read directly, when it was not: lookups
+    /// then went through the engine, and each hit was pulled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_off: Option<String>,
+}
+
+/// A cache key the registry has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// Read in the registry: nothing was pulled.
+    Remote { key_ref: String, image: RemoteImage },
+    /// Pulled through the engine: the image has the key's name locally
+    /// until [`RegistryStore::forget`].
+    Pulled(String),
 }
 
 struct Job {
     image_ref: String,
     aliases: Vec<String>,
     queued: Instant,
+    /// A name given in the registry: the image read from this ref.
+    remote: Option<(String, RemoteImage)>,
 }
 
 /// The store of one build.
@@ -88,6 +120,8 @@ pub struct RegistryStore {
     tx: Option<mpsc::UnboundedSender<Job>>,
     worker: Option<tokio::task::JoinHandle<Vec<PushRecord>>>,
     report: RegistryReport,
+    /// Whether lookups and tags still go straight to the registry.
+    direct: bool,
 }
 
 impl std::fmt::Debug for RegistryStore {
@@ -123,7 +157,7 @@ impl RegistryStore {
                     continue;
                 }
                 let t0 = Instant::now();
-                match push_job(worker_ops.as_ref(), &job).await {
+                match push_job(worker_ops.as_ref(), &job, &mut rec).await {
                     Ok(r) => {
                         rec.layers_pushed = r.layers_pushed;
                         rec.layers_existing = r.layers_existing;
@@ -148,6 +182,7 @@ impl RegistryStore {
                 registry: registry.to_string(),
                 ..Default::default()
             },
+            direct: true,
         }
     }
 
@@ -181,24 +216,51 @@ impl RegistryStore {
         if let Some(k) = alt.filter(|k| !k.is_empty()) {
             aliases.push(self.key_ref(k, true));
         }
-        let job = Job {
+        self.queue(Job {
             image_ref: image_ref.to_string(),
             aliases,
             queued: Instant::now(),
-        };
+            remote: None,
+        });
+    }
+
+    /// Queue the name `dst` for the registry's image `image` (read from
+    /// `src`), given there without a pull; should the registry refuse it,
+    /// the engine pulls `src` and pushes it as `dst`. Returns at once.
+    pub fn tag_remote(&mut self, src: &str, image: &RemoteImage, dst: &str) {
+        self.queue(Job {
+            image_ref: dst.to_string(),
+            aliases: Vec::new(),
+            queued: Instant::now(),
+            remote: Some((src.to_string(), image.clone())),
+        });
+    }
+
+    fn queue(&mut self, job: Job) {
         if let Some(tx) = &self.tx {
+            let name = job.image_ref.clone();
             if tx.send(job).is_err() {
-                tracing::warn!("the registry push queue is gone; {image_ref} is not pushed");
+                tracing::warn!("the registry push queue is gone; {name} is not pushed");
             }
         }
     }
 
-    /// Look a cache key up in the registry and pull the image when it is
-    /// there. The pulled image keeps the key's name until the caller has
-    /// given it its own and calls [`RegistryStore::forget`].
-    pub async fn lookup(&mut self, key: &str, alt: bool) -> Result<Option<String>, SandboxError> {
+    /// Look a cache key up in the registry. Read directly, a hit is only
+    /// read ([`Found::Remote`]); through the engine it is pulled
+    /// ([`Found::Pulled`]).
+    pub async fn lookup(&mut self, key: &str, alt: bool) -> Result<Option<Found>, SandboxError> {
         let r = self.key_ref(key, alt);
         self.report.lookups += 1;
+        if self.direct {
+            match self.ops.remote_image(&r).await {
+                Ok(None) => return Ok(None),
+                Ok(Some(image)) => {
+                    self.report.hits += 1;
+                    return Ok(Some(Found::Remote { key_ref: r, image }));
+                }
+                Err(e) => self.stop_direct(&e),
+            }
+        }
         if self.ops.remote_digest(&r).await?.is_none() {
             return Ok(None);
         }
@@ -206,7 +268,28 @@ impl RegistryStore {
             return Ok(None);
         }
         self.report.hits += 1;
-        Ok(Some(r))
+        Ok(Some(Found::Pulled(r)))
+    }
+
+    /// The image id the registry has under `image_ref`, read directly;
+    /// `None` when it has none or cannot be read directly.
+    pub async fn remote_id(&mut self, image_ref: &str) -> Option<String> {
+        if !self.direct {
+            return None;
+        }
+        match self.ops.remote_image(image_ref).await {
+            Ok(found) => found.map(|i| i.id),
+            Err(e) => {
+                self.stop_direct(&e);
+                None
+            }
+        }
+    }
+
+    fn stop_direct(&mut self, e: &SandboxError) {
+        tracing::warn!("reading the registry directly failed, so the engine does it: {e}");
+        self.direct = false;
+        self.report.direct_off = Some(e.to_string());
     }
 
     /// Pull `image_ref`; `false` when the registry has no such tag.
@@ -251,6 +334,7 @@ impl RegistryStore {
         };
         self.report.waited_ms = t0.elapsed().as_millis() as u64;
         self.report.push_ms_total = pushes.iter().map(|p| p.push_ms).sum();
+        self.report.remote_tags = pushes.iter().filter(|p| p.in_registry).count() as u32;
         let failed = pushes
             .iter()
             .find_map(|p| p.error.as_ref().map(|e| format!("{}: {e}", p.image_ref)));
@@ -259,7 +343,41 @@ impl RegistryStore {
     }
 }
 
-async fn push_job(ops: &dyn ImageRegistry, job: &Job) -> Result<PushReport, SandboxError> {
+async fn push_job(
+    ops: &dyn ImageRegistry,
+    job: &Job,
+    rec: &mut PushRecord,
+) -> Result<PushReport, SandboxError> {
+    if let Some((src, image)) = &job.remote {
+        match ops.remote_tag(src, image, &job.image_ref).await {
+            Ok(digest) => {
+                rec.in_registry = true;
+                return Ok(PushReport {
+                    digest: Some(digest),
+                    layers_existing: image.blobs.len().saturating_sub(1) as u32,
+                    ..Default::default()
+                });
+            }
+            Err(e) => {
+                // The engine can still do it: pull, name, push.
+                tracing::warn!(
+                    "{e}: the engine pulls {src} and pushes it as {}",
+                    job.image_ref
+                );
+                if !ops.pull(src).await? {
+                    return Err(SandboxError::Registry {
+                        op: "push",
+                        image: job.image_ref.clone(),
+                        message: format!("the registry lost {src} before it could be named"),
+                    });
+                }
+                ops.tag(src, &job.image_ref).await?;
+                let pushed = ops.push(&job.image_ref).await;
+                ops.untag(src).await?;
+                return pushed;
+            }
+        }
+    }
     let mut total = ops.push(&job.image_ref).await?;
     for alias in &job.aliases {
         ops.tag(&job.image_ref, alias).await?;
@@ -279,10 +397,13 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// Records calls; fails pushes of refs containing "bad".
+    /// Records calls; fails pushes of refs containing "bad". With `direct`,
+    /// it reads the registry itself too, failing tags to refs containing
+    /// "deny".
     #[derive(Default)]
     struct Recording {
         calls: Mutex<Vec<String>>,
+        direct: bool,
     }
 
     #[async_trait::async_trait]
@@ -324,6 +445,78 @@ mod tests {
                 .push(format!("untag {image_ref}"));
             Ok(())
         }
+        async fn remote_image(&self, image_ref: &str) -> Result<Option<RemoteImage>, SandboxError> {
+            if !self.direct {
+                return Err(SandboxError::Registry {
+                    op: "read",
+                    image: image_ref.into(),
+                    message: "unreachable".into(),
+                });
+            }
+            self.calls.lock().unwrap().push(format!("read {image_ref}"));
+            Ok(image_ref.contains("key-hit").then(|| RemoteImage {
+                digest: "sha256:d".into(),
+                id: "sha256:c".into(),
+                ..Default::default()
+            }))
+        }
+        async fn remote_tag(
+            &self,
+            src: &str,
+            _image: &RemoteImage,
+            dst: &str,
+        ) -> Result<String, SandboxError> {
+            self.calls.lock().unwrap().push(format!("rtag {src} {dst}"));
+            if dst.contains("deny") {
+                return Err(SandboxError::Registry {
+                    op: "tag",
+                    image: dst.into(),
+                    message: "denied".into(),
+                });
+            }
+            Ok("sha256:d".into())
+        }
+    }
+
+    #[tokio::test]
+    async fn read_directly_a_hit_pulls_nothing_and_a_refused_name_is_pushed() {
+        let ops = Arc::new(Recording {
+            direct: true,
+            ..Default::default()
+        });
+        let mut store = RegistryStore::start("127.0.0.1:5000", ops.clone());
+        assert_eq!(store.lookup("miss", false).await.unwrap(), None);
+        let Some(Found::Remote { key_ref, image }) = store.lookup("hit", false).await.unwrap()
+        else {
+            panic!("a direct hit is read, not pulled");
+        };
+        assert_eq!(key_ref, "127.0.0.1:5000/belay-cache:key-hit");
+        assert_eq!(image.id, "sha256:c");
+        store.tag_remote(&key_ref, &image, "127.0.0.1:5000/belay:r-001-x-success");
+        // A refused name is made by the engine instead: pull, tag, push.
+        store.tag_remote(&key_ref, &image, "127.0.0.1:5000/belay:deny-002");
+        let (report, failed) = store.finish().await;
+        assert!(failed.is_none(), "{failed:?}");
+        assert_eq!((report.lookups, report.hits, report.remote_tags), (2, 1, 1));
+        assert!(
+            report.pulls.is_empty(),
+            "the store's own pulls are for hits"
+        );
+        assert!(report.pushes[0].in_registry && !report.pushes[1].in_registry);
+        let calls = ops.calls.lock().unwrap().clone();
+        assert_eq!(
+            calls,
+            [
+                "read 127.0.0.1:5000/belay-cache:key-miss",
+                "read 127.0.0.1:5000/belay-cache:key-hit",
+                "rtag 127.0.0.1:5000/belay-cache:key-hit 127.0.0.1:5000/belay:r-001-x-success",
+                "rtag 127.0.0.1:5000/belay-cache:key-hit 127.0.0.1:5000/belay:deny-002",
+                "pull 127.0.0.1:5000/belay-cache:key-hit",
+                "tag 127.0.0.1:5000/belay-cache:key-hit 127.0.0.1:5000/belay:deny-002",
+                "push 127.0.0.1:5000/belay:deny-002",
+                "untag 127.0.0.1:5000/belay-cache:key-hit",
+            ]
+        );
     }
 
     #[tokio::test]
@@ -374,12 +567,18 @@ mod tests {
         );
         let hit = store.lookup("hit", false).await.unwrap();
         assert_eq!(
-            hit.as_deref(),
-            Some("reg.example:5000/team/belay-cache:key-hit")
+            hit,
+            Some(Found::Pulled(
+                "reg.example:5000/team/belay-cache:key-hit".into()
+            ))
         );
         let (report, failed) = store.finish().await;
         assert!(failed.is_none());
         assert_eq!((report.lookups, report.hits), (3, 1));
+        assert!(
+            report.direct_off.unwrap().contains("unreachable"),
+            "the reason the engine did the lookups is kept"
+        );
         assert_eq!(report.pulls.len(), 1);
         assert_eq!(report.pulls[0].reason, "cache");
         let calls = ops.calls.lock().unwrap().clone();

@@ -89,6 +89,9 @@ impl PortableOptions {
         b.run_id = Some(self.run_id.clone());
         b.image_prefix = self.image_prefix.clone();
         b.registry = Some(self.registry.clone());
+        // The submitter reads the result in the registry: a fully cached
+        // project moves no layer onto the node.
+        b.pull_final = false;
         b.base = match (&self.base_image, &self.base_dockerfile) {
             (Some(i), _) => BaseSpec::Image(i.clone()),
             (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),

@@ -12,7 +12,10 @@ use bollard::auth::DockerCredentials;
 use bollard::query_parameters as qp;
 use futures_util::StreamExt;
 
+use std::sync::Arc;
+
 use super::DockerRuntime;
+use crate::distribution::{is_loopback_host, Distribution, RemoteImage};
 use crate::infra::classify_api_error;
 use crate::registry::{
     credentials_for, registry_host, ImageRegistry, PushReport, LOOKUP_TIMEOUT, TRANSFER_TIMEOUT,
@@ -169,5 +172,127 @@ impl ImageRegistry for DockerRuntime {
 
     async fn untag(&self, image_ref: &str) -> Result<(), SandboxError> {
         crate::ContainerRuntime::remove_image(self, image_ref).await
+    }
+
+    async fn remote_image(&self, image_ref: &str) -> Result<Option<RemoteImage>, SandboxError> {
+        self.distribution(image_ref).await?.image(image_ref).await
+    }
+
+    async fn remote_tag(
+        &self,
+        src: &str,
+        image: &RemoteImage,
+        dst: &str,
+    ) -> Result<String, SandboxError> {
+        self.distribution(dst).await?.tag(src, image, dst).await
+    }
+}
+
+impl DockerRuntime {
+    /// The direct client of `image_ref`'s registry, speaking plain HTTP where
+    /// the engine does: to loopback, and to the registries the daemon lists
+    /// as insecure (by name, or by an IP address in its insecure ranges).
+    async fn distribution(&self, image_ref: &str) -> Result<Arc<Distribution>, SandboxError> {
+        let host = registry_host(image_ref)
+            .ok_or_else(|| SandboxError::Registry {
+                op: "read",
+                image: image_ref.to_string(),
+                message: "it names no registry".into(),
+            })?
+            .to_string();
+        let mut clients = self.distributions.lock().await;
+        if let Some(c) = clients.get(&host) {
+            return Ok(c.clone());
+        }
+        let plain = is_loopback_host(&host) || {
+            let cfg = self
+                .docker
+                .info()
+                .await
+                .map_err(|e| self.registry_err("read", image_ref, e))?
+                .registry_config
+                .unwrap_or_default();
+            insecure_in(&cfg, &host)
+        };
+        let c = Arc::new(Distribution::new(&host, plain)?);
+        clients.insert(host, c.clone());
+        Ok(c)
+    }
+}
+
+/// Whether the daemon's registry config makes `host` insecure: listed with
+/// `Secure: false`, or an IP address inside one of its insecure ranges.
+fn insecure_in(cfg: &bollard::models::RegistryServiceConfig, host: &str) -> bool {
+    if cfg
+        .index_configs
+        .as_ref()
+        .and_then(|m| m.get(host))
+        .and_then(|i| i.secure)
+        == Some(false)
+    {
+        return true;
+    }
+    let name = host.rsplit_once(':').map_or(host, |(n, _)| n);
+    let Ok(ip) = name
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    else {
+        return false;
+    };
+    cfg.insecure_registry_cidrs
+        .iter()
+        .flatten()
+        .any(|c| in_cidr(ip, c))
+}
+
+fn in_cidr(ip: std::net::IpAddr, cidr: &str) -> bool {
+    use std::net::IpAddr;
+    let Some((net, bits)) = cidr.split_once('/') else {
+        return false;
+    };
+    let (Ok(net), Ok(bits)) = (net.parse::<IpAddr>(), bits.parse::<u32>()) else {
+        return false;
+    };
+    let (a, b, width) = match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) as u128, u32::from(b) as u128, 32),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), 128),
+        _ => return false,
+    };
+    if bits > width {
+        return false;
+    }
+    let shift = width - bits;
+    shift >= 128 || (a >> shift) == (b >> shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insecure_registries_by_name_and_by_range() {
+        let mut cfg = bollard::models::RegistryServiceConfig {
+            insecure_registry_cidrs: Some(vec!["127.0.0.0/8".into(), "10.1.0.0/16".into()]),
+            ..Default::default()
+        };
+        cfg.index_configs = Some(
+            [(
+                "reg.lan:5000".to_string(),
+                bollard::models::IndexInfo {
+                    secure: Some(false),
+                    ..Default::default()
+                },
+            )]
+            .into_iter()
+            .collect(),
+        );
+        assert!(insecure_in(&cfg, "reg.lan:5000"));
+        assert!(insecure_in(&cfg, "10.1.2.3:5000"));
+        assert!(!insecure_in(&cfg, "10.2.0.1:5000"));
+        assert!(!insecure_in(&cfg, "reg.example:5000"));
+        assert!(in_cidr("::1".parse().unwrap(), "::1/128"));
+        assert!(in_cidr("10.0.0.1".parse().unwrap(), "0.0.0.0/0"));
+        assert!(!in_cidr("10.0.0.1".parse().unwrap(), "10.0.0.0/33"));
     }
 }

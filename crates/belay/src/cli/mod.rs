@@ -649,10 +649,16 @@ pub struct CommonBuildArgs {
     pub image_prefix: String,
     /// Keep checkpoints in this OCI registry too (`host[:port][/prefix]`):
     /// each is pushed in the background as it is made, cache keys become tags
-    /// there, and an engine without an image pulls it (cache hits, resumes,
-    /// the base). Two machines given the same registry share one cache.
+    /// there, and a cache hit is read there and pulled only when a block must
+    /// run on it (or the result is wanted here). Two machines given the same
+    /// registry share one cache.
     #[arg(long, value_name = "REG")]
     pub registry: Option<String>,
+    /// With --registry: when every block is a cache hit in the registry,
+    /// leave the final image there (`<registry>/<prefix>:<run>-final`)
+    /// instead of pulling it onto this engine. Nothing is downloaded.
+    #[arg(long, requires = "registry")]
+    pub no_pull_final: bool,
     /// Dockerfile of the base image, built through the Engine API.
     #[arg(long, conflicts_with = "base_image")]
     pub base_dockerfile: Option<PathBuf>,

@@ -191,6 +191,7 @@ pub fn build_options(repo: &Path, c: &CommonBuildArgs) -> Result<BuildOptions, F
     if let Some(reg) = &c.registry {
         opts.use_registry(reg)?;
     }
+    opts.pull_final = !c.no_pull_final;
     opts.base = match (&c.base_image, &c.base_dockerfile) {
         (Some(i), _) => BaseSpec::Image(i.clone()),
         (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),

@@ -68,7 +68,7 @@ const BLOCKS: &[(&str, &str, &str)] = &[
 fn a_fresh_image_store_builds_from_the_registry_cache() {
     let reg = registry();
     let c = Custom::new();
-    let runs = [run_id("reg1"), run_id("reg2")];
+    let runs = [run_id("reg1"), run_id("reg2"), run_id("reg3")];
     let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
     // A base of this test's own name (the same image as the default base), so
     // that it can be removed from the engine without touching other tests.
@@ -157,9 +157,18 @@ fn a_fresh_image_store_builds_from_the_registry_cache() {
         .iter()
         .map(|p| p["reason"].as_str().unwrap())
         .collect();
+    // The hits are read in the registry: the only layers pulled are the
+    // base's and the last checkpoint's, for the final image on this engine.
+    assert_eq!(reasons, ["base", "cache"], "{r2}");
+    assert!(r2["direct_off"].is_null(), "{r2}");
     assert_eq!(
-        reasons,
-        ["base", "cache", "cache", "cache", "cache"],
+        r2["remote_tags"], 4,
+        "the run's names given in the registry"
+    );
+    // The last checkpoint, pulled by the key it was found under.
+    assert_eq!(
+        r2["pulls"][1]["image_ref"].as_str(),
+        m2["checkpoints"][3]["cached_from"].as_str(),
         "{r2}"
     );
     for cp in m2["checkpoints"].as_array().unwrap() {
@@ -181,7 +190,48 @@ fn a_fresh_image_store_builds_from_the_registry_cache() {
     ]);
     assert!(ok, "{err}");
     assert_eq!(out, "a\nb\n3000000\n");
-    docker(&["rmi", &base, &remote_base]);
+
+    // --no-pull-final on an engine without the runs' images: no layer moves,
+    // the final image is named in the registry and is what the others are.
+    // What run 2 pulled keeps run 1's labels: remove it by its names.
+    cleanup_run(&runs[1]);
+    let (_, names, _) = docker(&["images", "--format", "{{.Repository}}:{{.Tag}}"]);
+    for n in names.lines().filter(|n| n.contains(&runs[1])) {
+        docker(&["rmi", n]);
+    }
+    c.copy_blocks(&runs[0], &runs[2]);
+    let (code, m3) = c.build(
+        &runs[2],
+        &["--registry", &reg, "--base-image", &base, "--no-pull-final"],
+    );
+    assert_eq!(code, 0, "{}", m3["error"]);
+    assert!(ran(&m3).is_empty(), "{:?}", ran(&m3));
+    let r3 = &m3["registry"];
+    assert_eq!(r3["pulls"].as_array().unwrap().len(), 0, "{r3}");
+    assert_eq!(r3["remote_tags"], 5, "four checkpoints and the final: {r3}");
+    let final3 = m3["final_image"].as_str().unwrap();
+    assert!(final3.starts_with(&format!("{reg}/belay:")), "{final3}");
+    assert!(
+        !docker(&["image", "inspect", final3]).0,
+        "the final image was pulled"
+    );
+    assert!(
+        tags(&reg, "belay").contains(&format!("{}-final", runs[2])),
+        "the final image is not named in the registry"
+    );
+    let (ok, out, err) = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        final3,
+        "sh",
+        "-c",
+        "cat /opt/state; wc -c < /opt/blob",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "a\nb\n3000000\n");
+    docker(&["rmi", &base, &remote_base, final3]);
 
     // gc: the second run's names share the first run's manifests (cache
     // hits), so removing only the first run removes nothing they need.
@@ -193,7 +243,15 @@ fn a_fresh_image_store_builds_from_the_registry_cache() {
     };
     let out = gc(&["--run", &runs[0], "--include-final"]);
     assert!(out.contains("removed 0 manifest(s)"), "{out}");
-    let both = ["--run", &runs[0], "--run", &runs[1], "--include-final"];
+    let both = [
+        "--run",
+        &runs[0],
+        "--run",
+        &runs[1],
+        "--run",
+        &runs[2],
+        "--include-final",
+    ];
     let mut dry = both.to_vec();
     dry.push("--dry-run");
     let out = gc(&dry);
