@@ -82,10 +82,10 @@ def remove_run_images(run_id):
         sh(["docker", "rmi", "-f", *refs], check=False)
 
 
-def build(belay, repo, state, run_id, extra):
+def build(belay, repo, state, run_id, extra, env=None):
     t0 = time.monotonic()
     p = sh([belay, "env", "build", "--repo", repo, "--state-dir", state, "--run-id", run_id, *extra],
-           check=False)
+           check=False, env=env)
     wall = time.monotonic() - t0
     mpath = os.path.join(state, "runs", run_id, "manifest.json")
     if p.returncode != 0 or not os.path.exists(mpath):
@@ -139,7 +139,7 @@ def main():
 
         plain, shared, push_share, waited, proj_bytes = [], [], [], [], []
         local_hit, reg_hit, reg_nopull, plain_pull = [], [], [], []
-        pulls_nopull = []
+        pulls_nopull, reg_fresh = [], []
         blocks = 0
         for r in range(args.rounds):
             a0 = f"bench-reg-plain-{stamp}-{r}"
@@ -172,6 +172,8 @@ def main():
             for run in runs:
                 remove_run_images(run)
             w3, m3 = build(args.belay, repo, state, c, ["--registry", REG])
+            if m3["registry"].get("direct_off"):
+                sys.exit(f"the registry was not read directly: {m3['registry']['direct_off']}")
             if m3["cache"]["misses"] != 0 or m3["registry"]["hits"] != blocks + 1:
                 sys.exit(f"the registry rebuild missed: {m3['cache']} {m3['registry']['hits']}")
             reg_hit.append(w3)
@@ -179,12 +181,28 @@ def main():
                 remove_run_images(run)
             remove_named(c)
             w4, m4 = build(args.belay, repo, state, d, ["--registry", REG, "--no-pull-final"])
-            if m4["cache"]["misses"] != 0:
-                sys.exit(f"the no-pull rebuild missed: {m4['cache']}")
-            if m4["registry"].get("direct_off"):
-                sys.exit(f"the registry was not read directly: {m4['registry']['direct_off']}")
-            pulls_nopull.append(len(m4["registry"]["pulls"]))
+            r4 = m4["registry"]
+            if m4["cache"]["misses"] != 0 or r4["hits"] != blocks + 1:
+                sys.exit(f"the no-pull rebuild missed: {m4['cache']} {r4['hits']}")
+            if r4.get("direct_off"):
+                sys.exit(f"the registry was not read directly: {r4['direct_off']}")
+            if r4["pulls"]:
+                sys.exit(f"the no-pull rebuild pulled: {r4['pulls']}")
+            pulls_nopull.append(len(r4["pulls"]))
             reg_nopull.append(w4)
+            # A fresh node: no machine cache either (so the base's preflight
+            # runs once, in a container of the base).
+            for run in runs:
+                remove_run_images(run)
+            remove_named(d)
+            e = f"bench-reg-fresh-{stamp}-{r}"
+            runs.append(e)
+            fresh_env = dict(os.environ, BELAY_CACHE_DIR=tempfile.mkdtemp(prefix="belay-bench-cache-", dir=tmp))
+            w5, m5 = build(args.belay, repo, state, e, ["--registry", REG, "--no-pull-final", "--no-package-cache"],
+                           env=fresh_env)
+            if m5["cache"]["misses"] != 0 or m5["registry"]["pulls"] or m5["registry"].get("direct_off"):
+                sys.exit(f"the fresh-node rebuild missed, pulled or went through the engine: {m5['registry']}")
+            reg_fresh.append(w5)
             # What a user pays to get the same image onto an emptied engine.
             for run in runs:
                 remove_run_images(run)
@@ -197,7 +215,7 @@ def main():
             print(f"round {r + 1}: build {w0:.1f} s, with --registry {w1:.1f} s "
                   f"(pushes {reg['push_ms_total'] / 1000:.1f} s, waited {reg['waited_ms'] / 1000:.2f} s at the end), "
                   f"{proj_bytes[-1] / 1e6:.1f} MB; cached rebuild local {w2:.2f} s, through the registry "
-                  f"{w4:.2f} s with --no-pull-final ({pulls_nopull[-1]} pulls), {w3:.2f} s with the final "
+                  f"{w4:.2f} s with --no-pull-final ({pulls_nopull[-1]} pulls), {w5:.2f} s on a fresh node, {w3:.2f} s with the final "
                   f"image pulled ({len(m3['registry']['pulls'])} pulls), docker pull of it alone {plain_pull[-1]:.2f} s",
                   flush=True)
 
@@ -213,6 +231,8 @@ def main():
         print(f"  cached rebuild through the registry, engine without the run images (base kept), "
               f"--no-pull-final: {med(reg_nopull):.2f} s ({med(reg_nopull) / med(local_hit):.2f}x the local one; "
               f"{max(pulls_nopull)} pulls)")
+        print(f"  the same on a fresh node (empty machine cache: the base's preflight runs): {med(reg_fresh):.2f} s "
+              f"({med(reg_fresh) / med(local_hit):.2f}x the local one; 0 pulls)")
         print(f"  the same with the final image pulled onto the engine: {med(reg_hit):.2f} s "
               f"({med(reg_hit) / med(local_hit):.2f}x the local one; "
               f"{med(reg_hit) / med(plain_pull):.2f}x a plain docker pull of that image, {med(plain_pull):.2f} s)")

@@ -481,16 +481,17 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
             // loosely pinned dependency the first already chose.
             let mut files = py.requirement_files.clone();
             files.sort_by_key(|f| (f != "requirements.txt", f.clone()));
-            let mut args: Vec<String> = Vec::new();
+            // What each file and the project pass to the installer.
+            let mut parts: Vec<String> = Vec::new();
             for f in &files {
                 match py.resolved_requirements.get(f) {
                     Some(resolved) => {
                         p.deps.push(format!(
                             "# {f} names paths relative to itself, or pins the project itself: its lines are passed, paths resolved and that pin left out."
                         ));
-                        args.extend(resolved.iter().map(|a| q(a)));
+                        parts.push(resolved.iter().map(|a| q(a)).collect::<Vec<_>>().join(" "));
                     }
-                    None => args.push(format!("-r {}", q(f))),
+                    None => parts.push(format!("-r {}", q(f))),
                 }
             }
             if py.installable {
@@ -499,10 +500,35 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                 } else {
                     format!(".[{}]", py.test_extras.join(","))
                 };
-                args.push(format!("-e {}", q(&target)));
+                parts.push(format!("-e {}", q(&target)));
             }
-            if !args.is_empty() {
-                p.deps.extend(py_install(&args.join(" ")));
+            parts.retain(|a| !a.is_empty());
+            let together = parts.join(" ");
+            if files.len() > 1 {
+                // Files written for different uses (tests, docs, CI) can pin
+                // one package at different versions, which no single
+                // resolution satisfies. Then each goes in on its own, in
+                // order, a later file's pin winning, as running them one by
+                // one would.
+                p.deps.push(
+                    "# The requirement files resolve together; should they pin a package differently, one at a time (a later pin wins)."
+                        .to_string(),
+                );
+                p.deps.push("if ! {".to_string());
+                p.deps
+                    .extend(py_install(&together).into_iter().map(|l| format!("  {l}")));
+                p.deps.push("}; then".to_string());
+                p.deps.push(
+                    "  echo 'belay: the requirement files do not resolve together: installing them one at a time' >&2"
+                        .to_string(),
+                );
+                for a in &parts {
+                    p.deps
+                        .extend(py_install(a).into_iter().map(|l| format!("  {l}")));
+                }
+                p.deps.push("fi".to_string());
+            } else if !together.is_empty() {
+                p.deps.extend(py_install(&together));
             }
         }
     }

@@ -12,8 +12,8 @@
 //! Plain HTTP is spoken only to the hosts the caller names (loopback, and the
 //! engine's insecure registries); everything else is HTTPS with the system's
 //! roots. Credentials are the `auths` entry of the Docker client's config, as
-//! for the engine; a registry that needs a credential helper answers 401 here,
-//! and the caller falls back to the engine.
+//! for the engine (credential helpers are read by neither). Where a read
+//! fails, the caller falls back to the engine's own lookups and pulls.
 //!
 //! Authentication follows the registry's challenge: a request goes out bare
 //! (or with what an earlier challenge of the same scope earned), and a 401's
@@ -274,8 +274,7 @@ impl Distribution {
                 .headers()
                 .get("link")
                 .and_then(|v| v.to_str().ok())
-                .filter(|l| l.contains("rel=\"next\""))
-                .map(str::to_string);
+                .and_then(next_link);
             let body = read_limited(res, &what).await?;
             // A repository in the catalog whose last tag went meanwhile.
             if status == StatusCode::NOT_FOUND && codes(&body).iter().any(|c| c == "NAME_UNKNOWN") {
@@ -294,14 +293,20 @@ impl Distribution {
                     .filter_map(|t| t.as_str())
                     .map(String::from),
             );
-            next = link
-                .as_deref()
-                .and_then(|l| l.split_once('<'))
-                .and_then(|(_, rest)| rest.split_once('>'))
-                .map(|(url, _)| {
-                    let u = url.split_once("/v2/").map_or(url, |(_, r)| r);
-                    u.to_string()
-                });
+            next = link.map(|url| {
+                let u = url.split_once("/v2/").map_or(url.as_str(), |(_, r)| r);
+                u.to_string()
+            });
+            if next.as_deref() == Some(p.as_str()) {
+                return Err(err(
+                    "list",
+                    &what,
+                    "the registry's next page is the same page",
+                ));
+            }
+            if out.len() > 1_000_000 {
+                return Err(err("list", &what, "more than a million names"));
+            }
         }
         Ok(out)
     }
@@ -413,12 +418,29 @@ impl Distribution {
                     if let Some(svc) = params.get("service") {
                         q.push(("service", svc));
                     }
-                    q.push(("scope", scope));
+                    // One `scope` parameter per scope, as the engine sends them.
+                    for sc in scope.split(' ').filter(|s| !s.is_empty()) {
+                        q.push(("scope", sc));
+                    }
                     let url = reqwest::Url::parse_with_params(realm, &q).map_err(|e| {
                         err("read", image_ref, format!("the token realm {realm:?}: {e}"))
                     })?;
+                    // Credentials go to a token service over TLS, or in the clear
+                    // only to the very host and port of a plain-HTTP registry.
+                    let same_origin =
+                        url.host_str()
+                            .zip(url.port_or_known_default())
+                            .is_some_and(|(h, p)| {
+                                let origin = match p {
+                                    80 => h.to_string(),
+                                    p => format!("{h}:{p}"),
+                                };
+                                origin == self.host || format!("{h}:{p}") == self.host
+                            });
+                    let realm_ok = url.scheme() == "https"
+                        || (self.base.starts_with("http://") && same_origin);
                     let mut req = self.http.get(url);
-                    if let Some((u, p)) = &creds {
+                    if let (Some((u, p)), true) = (&creds, realm_ok) {
                         req = req.basic_auth(u, Some(p));
                     }
                     let r = req
@@ -557,7 +579,7 @@ impl Distribution {
             id,
             created: config.created,
             labels: config.config.and_then(|c| c.labels).unwrap_or_default(),
-            layer_bytes: m.layers.iter().map(|l| l.size).sum(),
+            layer_bytes: m.layers.iter().fold(0u64, |a, l| a.saturating_add(l.size)),
             media_type: m
                 .media_type
                 .clone()
@@ -669,6 +691,18 @@ impl Distribution {
     }
 }
 
+/// The URL of a `Link` header's `rel="next"` entry.
+fn next_link(header: &str) -> Option<String> {
+    header.split(',').find_map(|entry| {
+        let (url, params) = entry.trim().split_once(';')?;
+        let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
+        params
+            .split(';')
+            .any(|p| p.trim().replace(' ', "") == "rel=\"next\"")
+            .then(|| url.to_string())
+    })
+}
+
 /// A response body, refusing more than [`MAX_META_BYTES`].
 async fn read_limited(res: reqwest::Response, image_ref: &str) -> Result<Vec<u8>, SandboxError> {
     let mut body = Vec::new();
@@ -778,6 +812,14 @@ mod tests {
             ["MANIFEST_BLOB_UNKNOWN"]
         );
         assert!(codes(b"<html>").is_empty());
+        assert_eq!(
+            next_link(
+                r#"</v2/_catalog?last=a&n=2>; rel="prev", </v2/_catalog?last=b&n=2>; rel="next""#
+            )
+            .as_deref(),
+            Some("/v2/_catalog?last=b&n=2")
+        );
+        assert_eq!(next_link(r#"</v2/x>; rel="prev""#), None);
     }
 
     #[test]

@@ -53,6 +53,11 @@ pub use tarstream::{DockerIgnore, TarFilter};
 
 /// Split `repo:tag` (the tag is after the last ':' that follows the last '/').
 pub fn split_image_ref(image: &str) -> (&str, &str) {
+    // `repo@sha256:…` names a manifest by digest: the Engine API takes the
+    // digest where a tag goes.
+    if let Some((repo, digest)) = image.split_once('@') {
+        return (repo, digest);
+    }
     let slash = image.rfind('/').map(|i| i + 1).unwrap_or(0);
     match image[slash..].rfind(':') {
         Some(i) => (&image[..slash + i], &image[slash + i + 1..]),

@@ -47,7 +47,7 @@ pub trait ImageRegistry: Send + Sync {
     /// straight from the registry without pulling anything
     /// ([`crate::distribution`]). `Ok(None)`: no such tag. An error means
     /// only that this cannot be read directly (the registry is not
-    /// reachable from here, or wants a credential helper): the caller falls
+    /// reachable from here, or not over the protocol tried): the caller falls
     /// back to the engine.
     async fn remote_image(&self, image_ref: &str) -> Result<Option<RemoteImage>, SandboxError> {
         Err(no_direct_access(image_ref))

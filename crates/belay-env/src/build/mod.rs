@@ -699,7 +699,10 @@ impl Run<'_> {
                     }
                 };
                 if ctx.runtime_notes.is_none() {
-                    ctx.runtime_notes = Some(self.runtime_notes(&base_id, &current).await?);
+                    // Of the base (the notes are keyed by its id): a reused
+                    // workspace may be only in the registry, and must not be
+                    // pulled for this.
+                    ctx.runtime_notes = Some(self.runtime_notes(&base_id, &base).await?);
                 }
                 write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
                 let blocks = match prev_blocks {

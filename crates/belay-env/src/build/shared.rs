@@ -51,21 +51,41 @@ impl Run<'_> {
     /// present on this engine: one pull of the key it was found under
     /// (the run's own name may still be queued), named as the checkpoint.
     pub(super) async fn ensure_local(&mut self, image_ref: &str) -> Result<(), EnvError> {
-        let Some((src, _)) = self.remote_only.remove(image_ref) else {
+        let Some((src, image)) = self.remote_only.remove(image_ref) else {
             return Ok(());
         };
         let Some(store) = self.registry.as_mut() else {
             return Ok(());
         };
-        if !store.pull(&src, "cache").await? {
+        // By the digest that was read and checked: the key's tag may have
+        // moved since (another build re-pushed it, gc removed it), and the
+        // key's name is the push queue's to use.
+        let repo = belay_sandbox::split_image_ref(&src).0;
+        let pinned = format!("{repo}@{}", image.digest);
+        if !store.pull(&pinned, "cache").await? {
             return Err(SandboxError::ImageMissing {
-                image: src,
+                image: pinned,
                 hint: "the registry lost this cache entry after the build found it there; rerun to rebuild it".into(),
             }
             .into());
         }
-        store.tag(&src, image_ref).await?;
-        store.forget(&src).await;
+        let got = self.rt.image(&pinned).await?.map(|i| i.id);
+        if got.as_deref() != Some(image.id.as_str()) {
+            return Err(SandboxError::ImageMissing {
+                image: pinned,
+                hint: format!(
+                    "the pulled image is {}, not the {} the registry's manifest named; rerun to rebuild it",
+                    got.unwrap_or_default(),
+                    image.id
+                ),
+            }
+            .into());
+        }
+        self.rt.tag_image(&image.id, image_ref).await?;
+        // The digest reference is the pull's, not a name gc knows.
+        if let Some(store) = self.registry.as_ref() {
+            store.forget(&pinned).await;
+        }
         self.phase("registry", format!("pulled {image_ref}"));
         Ok(())
     }
@@ -74,7 +94,8 @@ impl Run<'_> {
     /// and nothing here needs it: no pull, no push. `false` when it must be
     /// made on the engine.
     pub(super) fn final_in_registry(&mut self, source: &str, final_ref: &str) -> bool {
-        if self.opts.pull_final || self.opts.oracle_file.is_some() {
+        // The oracle and a kept container need the image on this engine.
+        if self.opts.pull_final || self.opts.oracle_file.is_some() || self.opts.keep_container {
             return false;
         }
         let (Some((src, image)), Some(store)) =

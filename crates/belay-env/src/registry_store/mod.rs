@@ -373,7 +373,9 @@ async fn push_job(
                 }
                 ops.tag(src, &job.image_ref).await?;
                 let pushed = ops.push(&job.image_ref).await;
-                ops.untag(src).await?;
+                if let Err(e) = ops.untag(src).await {
+                    tracing::warn!("cannot remove the local name {src}: {e}");
+                }
                 return pushed;
             }
         }

@@ -65,6 +65,7 @@ plan_snapshot!(python_network_at_collection, "py-network-collect");
 plan_snapshot!(python_pbr, "py-pbr");
 plan_snapshot!(python_resolver, "py-resolver");
 plan_snapshot!(python_312, "py-python312");
+plan_snapshot!(python_conflicting_pins, "py-conflicting-pins");
 
 #[test]
 fn every_fixture_has_a_snapshot_test() {

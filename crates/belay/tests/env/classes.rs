@@ -231,6 +231,27 @@ fn requirements_and_the_project_are_resolved_in_one_uv_call() {
 }
 
 #[test]
+fn requirement_files_that_pin_one_package_differently_go_in_one_at_a_time() {
+    let run = run_id("pins");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-conflicting-pins"), &run, state.path());
+    // The planner's own fallback, not a repair.
+    assert_eq!(m["repairs"], 0, "{:?}", repair_rules(&m));
+    let deps = phases(&m, "block")
+        .into_iter()
+        .find(|e| e["block_id"] == "30-python-deps")
+        .unwrap();
+    let log = std::fs::read_to_string(deps["log_path"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("do not resolve together: installing them one at a time"),
+        "{log}"
+    );
+    // requirements.txt first, then requirements-test.txt: its pin wins.
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "1 passed");
+}
+
+#[test]
 fn a_version_from_git_metadata_gets_git() {
     let run = run_id("pbr");
     let _guard = RunGuard(run.clone());
