@@ -5,14 +5,52 @@ use super::*;
 use crate::debian_contents;
 use crate::repair::{self, Lookups};
 
+/// `ldd` over the shared objects under the project's virtualenv and the
+/// system's site-packages, printing only what it cannot resolve.
+const LDD_PROBE: &str = "find /workspace/repo/.venv /usr/local/lib /usr/lib/python3 -xdev \\( -name '*.so' -o -name '*.so.*' \\) -type f 2>/dev/null | head -n 5000 | xargs -r ldd 2>/dev/null | grep 'not found' | sort -u | head -n 200";
+
 impl Run<'_> {
+    /// The libraries the loader cannot find for the shared objects in the
+    /// build container (nothing when there is no container or `ldd` fails).
+    async fn unresolved_in_container(&self) -> Vec<String> {
+        let Some(cid) = self.container.clone() else {
+            return Vec::new();
+        };
+        let exec = ExecSpec {
+            argv: vec!["bash".into(), "-c".into(), LDD_PROBE.into()],
+            working_dir: Some(REPO_DIR.to_string()),
+            env: vec![],
+            timeout: Some(Duration::from_secs(60)),
+            log_path: self.dir.log_path("lookup", "ldd", 1),
+            log_limit: Some(1 << 20),
+        };
+        match self
+            .rt
+            .exec(&cid, &exec, &self.redactor, &NoopObserver)
+            .await
+        {
+            Ok(out) => repair::unresolved_sonames(&out.stdout_tail),
+            Err(e) => {
+                tracing::warn!("ldd in the build container failed: {e}");
+                Vec::new()
+            }
+        }
+    }
+
     /// What `text` needs looked up; a lookup that fails is noted, and the
     /// rule that needed it proposes nothing.
     pub(super) async fn lookups(&self, text: &str) -> Lookups {
         let mut out = Lookups::default();
-        let sonames = repair::missing_sonames(text);
+        let mut sonames = repair::missing_sonames(text);
         if sonames.is_empty() {
             return out;
+        }
+        // The failure names the first library the loader missed; the
+        // container knows the rest.
+        for s in self.unresolved_in_container().await {
+            if !sonames.contains(&s) {
+                sonames.push(s);
+            }
         }
         let notes = self.ctx.runtime_notes.clone().unwrap_or_default();
         let Some(suite) = notes.debian_suite() else {

@@ -67,6 +67,31 @@ pub fn missing_sonames(text: &str) -> Vec<String> {
     out
 }
 
+/// The sonames `ldd` output reports `not found` (`libEGL.so.1 => not
+/// found`). The output comes from the build container: only names shaped
+/// like a shared library's are taken.
+pub fn unresolved_sonames(ldd: &str) -> Vec<String> {
+    static RE: OnceLock<Option<Regex>> = OnceLock::new();
+    let Some(re) = RE
+        .get_or_init(|| {
+            Regex::new(r"^\s*(lib[\w.+-]{1,100}?\.so(?:\.\d{1,6}){0,4})\s+=>\s+not found\s*$").ok()
+        })
+        .as_ref()
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for line in ldd.lines().take(20_000) {
+        if let Some(c) = re.captures(line) {
+            let s = c[1].to_string();
+            if !out.contains(&s) && out.len() < 64 {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
 /// A proposed repair.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proposal {
@@ -151,8 +176,16 @@ fn render(
         out = out.replace("{pc:1}", &pkg);
     }
     if out.contains("{soname:1}") {
-        let pkg = lookups.sonames.get(cap1.as_deref()?)?;
-        out = out.replace("{soname:1}", pkg);
+        // The library the failure names first, then every other one the
+        // lookup found missing (a wheel that needs libGL usually needs
+        // libEGL, fontconfig and more): one repair, not one per library.
+        let mut pkgs = vec![lookups.sonames.get(cap1.as_deref()?)?.as_str()];
+        for p in lookups.sonames.values() {
+            if !pkgs.contains(&p.as_str()) {
+                pkgs.push(p);
+            }
+        }
+        out = out.replace("{soname:1}", &pkgs.join(" "));
     }
     // A module is the project's own when its top-level package is.
     let top = |m: &str| m.split('.').next().unwrap_or(m).to_string();
@@ -447,6 +480,40 @@ mod tests {
         let text = "fatal error: ffi.h: No such file or directory";
         let first = propose(text, &c, &[]).remove(0);
         assert!(propose(text, &c, &[first.fix]).is_empty());
+    }
+
+    #[test]
+    fn the_libraries_ldd_cannot_find_are_read_and_all_installed_at_once() {
+        // ldd over PyQt6's wheel in bookworm, as the lookup's probe prints it.
+        let ldd = "/workspace/repo/.venv/lib/python3.11/site-packages/PyQt6/Qt6/lib/libQt6Gui.so.6:
+\tlinux-vdso.so.1 (0x00007ffd5f3e2000)
+\tlibEGL.so.1 => not found
+\tlibfontconfig.so.1 => not found
+\tlibGL.so.1 => not found
+\tlibQt6Core.so.6 => /workspace/repo/.venv/lib/python3.11/site-packages/PyQt6/Qt6/lib/libQt6Core.so.6 (0x00007f)
+\tlibEGL.so.1 => not found
+\tlib$(reboot).so => not found
+";
+        assert_eq!(
+            unresolved_sonames(ldd),
+            ["libEGL.so.1", "libfontconfig.so.1", "libGL.so.1"]
+        );
+        let mut l = Lookups::default();
+        for (s, p) in [
+            ("libGL.so.1", "libgl1"),
+            ("libEGL.so.1", "libegl1"),
+            ("libfontconfig.so.1", "libfontconfig1"),
+        ] {
+            l.sonames.insert(s.into(), p.into());
+        }
+        let text = "INTERNALERROR> ImportError: libGL.so.1: cannot open shared object file: No such file or directory";
+        let p = propose_with(text, &ctx(), &[], &l);
+        assert_eq!(p[0].rule_id, "shared-library-missing");
+        assert!(
+            p[0].fix.ends_with("libgl1 libegl1 libfontconfig1"),
+            "{}",
+            p[0].fix
+        );
     }
 
     #[test]
