@@ -162,7 +162,7 @@ impl Reader<'_> {
                     let Some(v) = value else { continue };
                     if is_local_path(&v) {
                         let p = v.trim_start_matches("file:");
-                        match under_repo(&dir, p) {
+                        match self.local_project(&dir, p) {
                             Some(r) => {
                                 self.relative |= outside_root;
                                 args.extend(["-e".to_string(), container_path(&r)]);
@@ -193,7 +193,7 @@ impl Reader<'_> {
                 None => {
                     if is_local_path(&line) {
                         let p = line.trim_start_matches("file:");
-                        match under_repo(&dir, p) {
+                        match self.local_project(&dir, p) {
                             Some(r) => {
                                 self.relative |= outside_root;
                                 args.push(container_path(&r));
@@ -223,6 +223,27 @@ impl Reader<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// Where a local path of a file in `dir` points. pip reads it from the
+    /// working directory, and authors write it either way: relative to the
+    /// file (a monorepo's `-e ../pkg/core`) or to the root (multidict's
+    /// `requirements/ci.txt` says `-e .` for the project). The one that is a
+    /// Python project wins, the file's own reading first.
+    fn local_project(&self, dir: &Path, p: &str) -> Option<PathBuf> {
+        let is_project = |r: &Path| {
+            ["pyproject.toml", "setup.py", "setup.cfg"]
+                .iter()
+                .any(|m| self.f.exists(&r.join(m).to_string_lossy()))
+        };
+        let by_file = under_repo(dir, p);
+        if by_file.as_deref().is_some_and(is_project) {
+            return by_file;
+        }
+        match under_repo(Path::new(""), p) {
+            Some(r) if is_project(&r) => Some(r),
+            _ => by_file,
         }
     }
 
@@ -430,6 +451,34 @@ mod tests {
             &mut w,
         );
         assert!(got[0].resolved.is_empty(), "{:?}", got[0].resolved);
+    }
+
+    #[test]
+    fn a_path_that_is_a_project_only_from_the_root_is_read_from_the_root() {
+        // multidict 6.0.5: requirements/ci.txt has `-e .` for the project.
+        let d = repo(&[
+            (
+                "setup.py",
+                "from setuptools import setup\nsetup(name='multidict')\n",
+            ),
+            ("requirements/ci.txt", "-e .\n-r pytest.txt\n"),
+            ("requirements/pytest.txt", "pytest==7.4.4\n"),
+            ("services/api/requirements.txt", "-e ../../libs/core\n"),
+            ("libs/core/pyproject.toml", "[project]\nname = 'core'\n"),
+        ]);
+        let f = Files::new(d.path());
+        let mut w = Vec::new();
+        let files = [
+            "requirements/ci.txt".to_string(),
+            "services/api/requirements.txt".to_string(),
+        ];
+        let got = read_all(&f, &files, None, &mut w);
+        assert_eq!(
+            got[0].resolved,
+            ["-e", "/workspace/repo", "pytest==7.4.4"],
+            "{w:?}"
+        );
+        assert_eq!(got[1].resolved, ["-e", "/workspace/repo/libs/core"]);
     }
 
     #[test]
