@@ -238,11 +238,7 @@ fn requirement_files_that_pin_one_package_differently_go_in_one_at_a_time() {
     let m = build_ok(&fixture("py-conflicting-pins"), &run, state.path());
     // The planner's own fallback, not a repair.
     assert_eq!(m["repairs"], 0, "{:?}", repair_rules(&m));
-    let deps = phases(&m, "block")
-        .into_iter()
-        .find(|e| e["block_id"] == "30-python-deps")
-        .unwrap();
-    let log = std::fs::read_to_string(deps["log_path"].as_str().unwrap()).unwrap();
+    let log = block_log(&m, "30-python-deps");
     assert!(
         log.contains("do not resolve together: installing them one at a time"),
         "{log}"
