@@ -22,6 +22,7 @@ Usage: bench/env/corpus.py [--jobs 2] [--limit N] [--belay PATH] [--work DIR] [-
 """
 import argparse
 import concurrent.futures
+import glob
 import json
 import os
 import re
@@ -105,7 +106,10 @@ def fetch_crate(item, dest, cache):
 
 def oracle_for(item):
     if item["kind"] == "crate":
-        cmd = "cargo test --offline 2>&1"
+        # The crate's analogue of collection: every test target compiles and
+        # links offline. Running the tests asks more of a crate than
+        # `--collect-only` asks of a Python project (url's need DNS).
+        cmd = "cargo test --no-run --offline 2>&1"
     else:
         cmd = "{ .venv/bin/python -m pytest --collect-only -q; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }"
     return {"fixed_test_commands": [{"command": cmd, "oracle_id": f"{item['kind']}-tests", "source": "bench", "oracle_priority": 1}]}
@@ -160,15 +164,48 @@ def pct(values, q):
 BENCH_ENV = dict(os.environ)
 
 
-def run_batch(belay, projects, pdir, odir, prefix, jobs, extra):
+def prune_finished(pdir, done):
+    """Remove the images of every run in `pdir` whose manifest says it ended."""
+    for m in glob.glob(os.path.join(pdir, ".belay-state", "runs", "*", "manifest.json")):
+        run = os.path.basename(os.path.dirname(m))
+        if run in done:
+            continue
+        try:
+            status = json.load(open(m)).get("status")
+        except (OSError, ValueError):
+            continue
+        if status in ("succeeded", "failed"):
+            ids = subprocess.run(["docker", "images", "-q", "--filter", f"label=belay.run={run}"],
+                                 capture_output=True, text=True).stdout.split()
+            if ids:
+                subprocess.run(["docker", "rmi", "-f", *sorted(set(ids))], capture_output=True)
+            done.add(run)
+
+
+def run_batch(belay, projects, pdir, odir, prefix, jobs, extra, prune=False):
     t0 = time.monotonic()
     cmd = [belay, "env", "build-projects", "--projects-file", projects, "--projects-dir", pdir, "--oracles-dir", odir,
            "--jobs", str(jobs), "--run-id-prefix", prefix, "--command-timeout", "1200", *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=BENCH_ENV)
-    wall = time.monotonic() - t0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=BENCH_ENV)
+        done = set()
+        while p.poll() is None:
+            if prune:
+                # A finished project's checkpoints and final image go as the
+                # batch goes (its oracle has run): 122 projects' images do not
+                # fit on a small disk.
+                prune_finished(pdir, done)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        wall = time.monotonic() - t0
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if p.returncode not in (0, 1):
-        sys.exit(f"build-projects failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return wall, json.load(open(os.path.join(pdir, "build-projects-summary.json"))), p.stdout
+        sys.exit(f"build-projects failed ({p.returncode}):\n{stdout}\n{stderr}")
+    return wall, json.load(open(os.path.join(pdir, "build-projects-summary.json"))), stdout
 
 
 def report_warm(args, projects, odir, cold, cold_wall, stamp):
@@ -204,10 +241,14 @@ def main():
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/belay-bench"))
     ap.add_argument("--skip-docker", action="store_true")
     ap.add_argument("--phases", default="cold,warm,packages,docker")
+    ap.add_argument("--prune", action="store_true",
+                    help="remove each project's images once it has finished (cold phase only: the others reuse them)")
     ap.add_argument("--warm-only", action="store_true",
                     help="reuse the cold run in --work (its images are on the engine) and only measure the cache run")
     args = ap.parse_args()
     phases = set(args.phases.split(","))
+    if args.prune and phases - {"cold"}:
+        sys.exit("--prune removes the cold run's images, which the other phases reuse: use it with --phases cold")
     if args.skip_docker:
         phases.discard("docker")
     if not os.path.exists(args.belay):
@@ -243,7 +284,8 @@ def main():
     BENCH_ENV["BELAY_CACHE_DIR"] = os.path.join(args.work, "belay-cache")
     shutil.rmtree(BENCH_ENV["BELAY_CACHE_DIR"], ignore_errors=True)
     print(f"corpus: {len(items)} projects ({sum(i['kind'] == 'pypi' for i in items)} PyPI, {sum(i['kind'] == 'crate' for i in items)} crates, {sum(i['native'] for i in items)} native); jobs {args.jobs}", flush=True)
-    cold_wall, cold, _ = run_batch(args.belay, projects, os.path.join(args.work, "cold"), odir, f"corpus-{stamp}", args.jobs, ["--no-cache"])
+    cold_wall, cold, _ = run_batch(args.belay, projects, os.path.join(args.work, "cold"), odir, f"corpus-{stamp}", args.jobs, ["--no-cache"],
+                                   prune=args.prune)
     ok = [p for p in cold["projects"] if p["status"] == "ok"]
     times = [p["duration_s"] for p in cold["projects"]]
     print(f"\ncold run: {cold['ok']}/{cold['total']} ok = {100.0 * cold['ok'] / cold['total']:.0f}% success, batch wall {cold_wall:.0f} s")

@@ -83,8 +83,18 @@ impl SharedLibraries {
         Ok(Self { map })
     }
 
-    /// The package to install for `file` (`libGL.so.1` -> `libgl1`).
+    /// The package to install for `file` (`libGL.so.1` -> `libgl1`). A name
+    /// ending in `.so.*` takes any version of the library (`libGL.so.*`),
+    /// the lowest listed first.
     pub fn package_for(&self, file: &str) -> Option<&str> {
+        if let Some(stem) = file.strip_suffix('*') {
+            return self
+                .map
+                .range::<str, _>((std::ops::Bound::Included(stem), std::ops::Bound::Unbounded))
+                .take_while(|(k, _)| k.starts_with(stem))
+                .find_map(|(_, v)| v.first())
+                .map(String::as_str);
+        }
         self.map
             .get(file)
             .and_then(|v| v.first())
@@ -208,6 +218,19 @@ usr/lib/x86_64-linux-gnu/libevil.so.1                   libs/x;rm-rf,libs/libevi
         // A name that is no Debian package name is dropped.
         assert_eq!(idx.package_for("libevil.so.1"), Some("libevil1"));
         assert_eq!(idx.len(), 5);
+    }
+
+    #[test]
+    fn a_library_named_without_its_version_takes_any_version() {
+        let sample = format!(
+            "{SAMPLE}usr/lib/x86_64-linux-gnu/libsqlite3.so                libdevel/libsqlite3-dev\n"
+        );
+        let idx = SharedLibraries::from_contents(sample.as_bytes()).unwrap();
+        // pyglet's `Library "GL" not found` is looked up as libGL.so.*.
+        assert_eq!(idx.package_for("libGL.so.*"), Some("libgl1"));
+        assert_eq!(idx.package_for("libG.so.*"), None);
+        // The linker's -lsqlite3 needs the development link.
+        assert_eq!(idx.package_for("libsqlite3.so"), Some("libsqlite3-dev"));
     }
 
     #[test]

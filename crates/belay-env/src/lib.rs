@@ -4,6 +4,7 @@
 
 pub mod ablation;
 pub mod analyze;
+pub mod as_of;
 pub mod base_suite;
 pub mod batch;
 pub mod block_exec;

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::{Language, PythonInstaller, RepoContext};
+use crate::analyze::{Language, PythonFacts, PythonInstaller, RepoContext};
 use crate::preflight::RuntimeNotes;
 use crate::EnvError;
 
@@ -476,6 +476,12 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
             ));
         }
         PythonInstaller::Pip => {
+            if let Some(a) = &py.resolve_as_of {
+                p.deps.push(format!(
+                    "# Dependencies resolve as of {}: {}. `--resolve-as-of latest` takes the newest.",
+                    a.at, a.from
+                ));
+            }
             // One resolver call for the requirements and the project: two
             // calls let the second backtrack through every version of a
             // loosely pinned dependency the first already chose.
@@ -515,8 +521,11 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                         .to_string(),
                 );
                 p.deps.push("if ! {".to_string());
-                p.deps
-                    .extend(py_install(&together).into_iter().map(|l| format!("  {l}")));
+                p.deps.extend(
+                    py_install(py, &together)
+                        .into_iter()
+                        .map(|l| format!("  {l}")),
+                );
                 p.deps.push("}; then".to_string());
                 p.deps.push(
                     "  echo 'belay: the requirement files do not resolve together: installing them one at a time' >&2"
@@ -524,11 +533,11 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                 );
                 for a in &parts {
                     p.deps
-                        .extend(py_install(a).into_iter().map(|l| format!("  {l}")));
+                        .extend(py_install(py, a).into_iter().map(|l| format!("  {l}")));
                 }
                 p.deps.push("fi".to_string());
             } else if !together.is_empty() {
-                p.deps.extend(py_install(&together));
+                p.deps.extend(py_install(py, &together));
             }
         }
     }
@@ -541,8 +550,11 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
             p.test.push(format!(
                 "if ! {VENV_PY} -m pytest --version >/dev/null 2>&1; then"
             ));
-            p.test
-                .extend(py_install("pytest").into_iter().map(|l| format!("  {l}")));
+            p.test.extend(
+                py_install(py, "pytest")
+                    .into_iter()
+                    .map(|l| format!("  {l}")),
+            );
             p.test.push("fi".to_string());
         } else {
             // The plugins the test configuration names: without them
@@ -553,7 +565,33 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
             }
             let mut pkgs = vec!["pytest".to_string()];
             pkgs.extend(py.test_plugins.iter().map(|n| q(&n.distribution)));
-            p.test.extend(py_install(&pkgs.join(" ")));
+            p.test.extend(py_install(py, &pkgs.join(" ")));
+        }
+        if !py.conftest_imports.is_empty() {
+            // pytest imports every conftest before collecting: what they
+            // import unconditionally must be there. A name that does not
+            // install is left to collection's error and its repair.
+            for need in &py.conftest_imports {
+                p.test
+                    .push(format!("# {} needs {}", need.because, need.distribution));
+            }
+            let pkgs: Vec<String> = py
+                .conftest_imports
+                .iter()
+                .map(|n| q(&n.distribution))
+                .collect();
+            p.test.push("if ! {".to_string());
+            p.test.extend(
+                py_install(py, &pkgs.join(" "))
+                    .into_iter()
+                    .map(|l| format!("  {l}")),
+            );
+            p.test.push("}; then".to_string());
+            p.test.push(
+                "  echo 'belay: what the conftests import did not all install; collection names what is missing' >&2"
+                    .to_string(),
+            );
+            p.test.push("fi".to_string());
         }
         p.test_validation.push(format!(
             "{{ {VENV_PY} -m pytest --collect-only -q; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }}"
@@ -568,12 +606,24 @@ pub const UV: &str = "/opt/belay/uv/bin/uv";
 /// Lines that install `args` into the project's venv with one resolver call:
 /// uv when the runtime block could install it, pip otherwise (and the log
 /// says which).
-fn py_install(args: &str) -> Vec<String> {
+/// With a cut-off date, uv resolves as of it (`--exclude-newer`); pip has no
+/// such option, and its log says the date was not applied.
+fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
+    let (flag, pip_note) = match &py.resolve_as_of {
+        Some(a) => (
+            format!(" --exclude-newer {}", a.at),
+            format!(
+                "; pip cannot resolve as of {}, so the newest versions are installed",
+                a.at
+            ),
+        ),
+        None => (String::new(), String::new()),
+    };
     vec![
         format!("if [ -x {UV} ]; then"),
-        format!("  UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {UV} pip install --python {VENV_PY} {args}"),
+        format!("  UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {UV} pip install --python {VENV_PY}{flag} {args}"),
         "else".to_string(),
-        "  echo 'belay: uv is not available; pip installs instead' >&2".to_string(),
+        format!("  echo 'belay: uv is not available; pip installs instead{pip_note}' >&2"),
         format!("  {VENV_PY} -m pip install --disable-pip-version-check {args}"),
         "fi".to_string(),
     ]
@@ -666,8 +716,7 @@ fn rust_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             .push("export CARGO_REGISTRIES_CRATES_IO_PROTOCOL=sparse".into());
     }
     p.deps.push("cargo fetch".into());
-    p.deps_validation
-        .push("{ cargo test --no-run || cargo check; }".into());
+    p.deps_validation.push("cargo test --no-run".into());
     p
 }
 

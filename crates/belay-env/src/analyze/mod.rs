@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::EnvError;
 
+mod conftest_imports;
 mod pytest_plugins;
 mod python;
 mod requirements;

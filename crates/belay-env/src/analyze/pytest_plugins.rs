@@ -73,6 +73,11 @@ const OPTIONS: &[(&str, &str)] = &[
     ("--count", "pytest-repeat"),
     ("--repeat-scope", "pytest-repeat"),
     ("--instafail", "pytest-instafail"),
+    ("--no-flaky-report", "flaky"),
+    ("--no-success-flaky-report", "flaky"),
+    ("--force-flaky", "flaky"),
+    ("--max-runs", "flaky"),
+    ("--min-passes", "flaky"),
     ("--disable-socket", "pytest-socket"),
     ("--allow-hosts", "pytest-socket"),
     ("--allow-unix-socket", "pytest-socket"),
@@ -441,6 +446,16 @@ mod tests {
             .into_iter()
             .map(|p| p.distribution)
             .collect()
+    }
+
+    #[test]
+    fn coverage_py_addopts_need_xdist_and_flaky() {
+        // coverage 7.6.0's pyproject.toml, verbatim.
+        let toml = "[tool.pytest.ini_options]\naddopts = \"-q -n auto -p no:legacypath --strict-markers --no-flaky-report -rfEX --failed-first\"\n";
+        assert_eq!(
+            dists(&[("pyproject.toml", toml)]),
+            ["pytest-xdist", "flaky"]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::{pytest_plugins, requirement_name, requirements, Files, PluginNeed};
+use super::{conftest_imports, pytest_plugins, requirement_name, requirements, Files, PluginNeed};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct PythonFacts {
@@ -35,6 +35,14 @@ pub struct PythonFacts {
     /// pytest plugins the test configuration names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub test_plugins: Vec<PluginNeed>,
+    /// Third-party modules the conftests import unconditionally, which
+    /// collection needs (`conftest_imports.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conftest_imports: Vec<PluginNeed>,
+    /// The date dependencies are resolved as of (see `as_of.rs`); set by
+    /// the build and `env plan`, not by the file analysis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_as_of: Option<crate::as_of::ResolveAsOf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -284,8 +292,11 @@ pub(super) fn python(
         .filter(|e| matches!(e.as_str(), "test" | "tests" | "testing" | "dev" | "develop"))
         .cloned()
         .collect();
+    // Deep enough for src/<pkg>/tests and namespace packages
+    // (src/zope/interface/tests, lib/Crypto/SelfTest/Cipher): unittest
+    // suites with no pytest config are collected by pytest too.
     let has_test_files = !f
-        .find(2, &|p| {
+        .find(5, &|p| {
             let n = p
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -313,9 +324,18 @@ pub(super) fn python(
     }
     if frameworks.contains("pytest") {
         let import_name = py.import_name.clone();
-        py.test_plugins = pytest_plugins::needed(f, &|m| {
-            super::is_local_module(f.root(), import_name.as_deref(), m)
-        });
+        let is_local = |m: &str| super::is_local_module(f.root(), import_name.as_deref(), m);
+        py.test_plugins = pytest_plugins::needed(f, &is_local);
+        let mut declared: BTreeSet<String> = py.dependencies.iter().cloned().collect();
+        declared.extend(
+            py.test_plugins
+                .iter()
+                .filter_map(|n| super::requirement_name(&n.distribution)),
+        );
+        if let Some(n) = py.project_name.as_deref().and_then(super::requirement_name) {
+            declared.insert(n);
+        }
+        py.conftest_imports = conftest_imports::needed(f, &declared, &is_local);
     }
     Some(py)
 }

@@ -118,6 +118,8 @@ pub struct BuildOptions {
     /// a cache hit read in the registry) onto this engine. A cluster's
     /// worker leaves it in the registry, where the submitter reads it.
     pub pull_final: bool,
+    /// The date Python dependencies resolve as of (`as_of.rs`).
+    pub resolve_as_of: crate::as_of::AsOfChoice,
 }
 
 impl BuildOptions {
@@ -148,6 +150,7 @@ impl BuildOptions {
             llm: None,
             registry: None,
             pull_final: true,
+            resolve_as_of: crate::as_of::AsOfChoice::Source,
         }
     }
 
@@ -216,9 +219,13 @@ pub async fn build(
     obs: &dyn BuildObserver,
 ) -> Result<BuildOutcome, EnvError> {
     let started = Instant::now();
-    let ctx = analyze(&opts.repo)?;
+    let mut ctx = analyze(&opts.repo)?;
     let repo = ctx.repo_path.clone();
     let state_dir = state_dir_for(&repo, opts.state_dir.as_deref());
+    if let Some(py) = ctx.python.as_mut() {
+        py.resolve_as_of =
+            crate::as_of::resolve(&repo, &state_dir.join("no-hooks"), &opts.resolve_as_of).await;
+    }
     let run_id = match &opts.run_id {
         Some(id) => {
             run_id::validate(id)?;

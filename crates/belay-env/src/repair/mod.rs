@@ -45,21 +45,47 @@ pub struct Lookups {
     pub sonames: std::collections::BTreeMap<String, String>,
 }
 
-/// The shared libraries a failure says are missing (`libGL.so.1`), for the
-/// Contents index lookup.
+/// The shared libraries a failure says are missing, as the file names the
+/// Contents index lookup takes: the loader's `libGL.so.1: cannot open shared
+/// object file`; the linker's `cannot find -lsqlite3` (`libsqlite3.so`, the
+/// development link); a library loaded by name, ctypes' or cffi's
+/// `Library "GL" not found` (`libGL.so.*`, any version).
 pub fn missing_sonames(text: &str) -> Vec<String> {
     static RE: OnceLock<Option<Regex>> = OnceLock::new();
     let Some(re) = RE
         .get_or_init(|| {
-            Regex::new(r"(lib[\w.+-]*?\.so(?:\.\d+)*): cannot open shared object file").ok()
+            Regex::new(concat!(
+                r"(?P<so>lib[\w.+-]*?\.so(?:\.\d+)*): cannot open shared object file",
+                r"|cannot find -l(?P<link>[\w.+-]+)",
+                r#"|Library "(?P<name>[\w.+-]+)" not found"#,
+                r"|cannot load library '(?P<load>[^'/]+)'",
+                r#"|no library called "(?P<called>[\w.+-]+)" was found"#,
+            ))
+            .ok()
         })
         .as_ref()
     else {
         return Vec::new();
     };
+    // A name without `.so` ("GL", "cairo", "libcairo-2"): any version of it.
+    let by_name = |n: &str| {
+        if n.contains(".so") {
+            n.to_string()
+        } else {
+            format!("lib{}.so.*", n.trim_start_matches("lib"))
+        }
+    };
     let mut out: Vec<String> = Vec::new();
     for c in re.captures_iter(text) {
-        let s = c[1].to_string();
+        let s = if let Some(m) = c.name("so") {
+            m.as_str().to_string()
+        } else if let Some(m) = c.name("link") {
+            format!("lib{}.so", m.as_str())
+        } else if let Some(m) = c.name("name").or(c.name("load")).or(c.name("called")) {
+            by_name(m.as_str())
+        } else {
+            continue;
+        };
         if !out.contains(&s) {
             out.push(s);
         }
@@ -120,6 +146,22 @@ fn compiled() -> &'static [(usize, Regex)] {
 const APT: &str = "{ ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get update -q; } && apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0";
 const PIP: &str = "{ [ -x /workspace/repo/.venv/bin/python ] || python3 -m venv /workspace/repo/.venv; } && /workspace/repo/.venv/bin/python -m pip install --disable-pip-version-check";
 
+/// An install that resolves like the plan's own: uv when the runtime block
+/// installed it, as of the plan's cut-off date, pip otherwise. The arguments
+/// follow it, as they follow `{pip}`.
+fn resolving_install(ctx: &RepoContext) -> String {
+    let flag = ctx
+        .python
+        .as_ref()
+        .and_then(|p| p.resolve_as_of.as_ref())
+        .map(|a| format!(" --exclude-newer {}", a.at))
+        .unwrap_or_default();
+    let uv = crate::plan::UV;
+    format!(
+        "{{ [ -x /workspace/repo/.venv/bin/python ] || python3 -m venv /workspace/repo/.venv; }} && sh -c 'if [ -x {uv} ]; then exec env UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {uv} pip install --python /workspace/repo/.venv/bin/python{flag} \"$@\"; else exec /workspace/repo/.venv/bin/python -m pip install --disable-pip-version-check \"$@\"; fi' belay-install"
+    )
+}
+
 fn lookup(table: &[(&str, &str)], key: &str) -> Option<String> {
     table
         .iter()
@@ -152,6 +194,9 @@ fn render(
         .map(|m| m.as_str().to_string())
         .find(|s| !s.is_empty() && !s.starts_with("required by") && *s != "was ");
     let mut out = template.replace("{apt}", APT).replace("{pip}", PIP);
+    if out.contains("{resolve}") {
+        out = out.replace("{resolve}", &resolving_install(ctx));
+    }
     if out.contains("{node_major}") {
         let major = ctx.node.as_ref().and_then(|n| n.required_major)?;
         out = out.replace("{node_major}", &major.to_string());
@@ -179,7 +224,9 @@ fn render(
         // The library the failure names first, then every other one the
         // lookup found missing (a wheel that needs libGL usually needs
         // libEGL, fontconfig and more): one repair, not one per library.
-        let mut pkgs = vec![lookups.sonames.get(cap1.as_deref()?)?.as_str()];
+        // Keyed as `missing_sonames` names it (`-lsqlite3` is `libsqlite3.so`).
+        let first = missing_sonames(text).into_iter().next()?;
+        let mut pkgs = vec![lookups.sonames.get(&first)?.as_str()];
         for p in lookups.sonames.values() {
             if !pkgs.contains(&p.as_str()) {
                 pkgs.push(p);
@@ -382,6 +429,10 @@ mod tests {
         ("fatal: detected dubious ownership in repository at '/workspace/repo'\nTo add an exception for this directory, call:", "git-dubious-ownership", "safe.directory /workspace/repo"),
         ("ImportError while loading conftest '/workspace/repo/tests/conftest.py'.\nsrc/glibdemo/__init__.py:3: in <module>\n    _gobject = ctypes.CDLL(\"libgobject-2.0.so.0\")\nE   OSError: libgobject-2.0.so.0: cannot open shared object file: No such file or directory", "shared-library-missing", "libglib2.0-0"),
         ("E   ImportError: libGL.so.1: cannot open shared object file: No such file or directory", "shared-library-missing", "libgl1"),
+        ("  = note: /usr/bin/ld: cannot find -lsqlite3: No such file or directory\n          collect2: error: ld returned 1 exit status", "library-missing-at-link", "libsqlite3-dev"),
+        ("E   ImportError: Library \"GL\" not found.", "library-missing-at-load", "libgl1"),
+        ("E   FileNotFoundError: [Errno 2] No such file or directory: 'convert'", "command-missing-at-run", "imagemagick"),
+        ("    raise QtBindingsNotFoundError()\nqtpy.QtBindingsNotFoundError: No Qt bindings could be found", "qt-binding-missing", "PyQt5"),
         ("/bin/sh: 1: javac: not found", "command-not-found", "default-jdk-headless"),
     ];
 
@@ -407,6 +458,9 @@ mod tests {
         l.sonames.insert("libGL.so.1".into(), "libgl1".into());
         l.sonames
             .insert("libgobject-2.0.so.0".into(), "libglib2.0-0".into());
+        l.sonames
+            .insert("libsqlite3.so".into(), "libsqlite3-dev".into());
+        l.sonames.insert("libGL.so.*".into(), "libgl1".into());
         l
     }
 
@@ -480,6 +534,49 @@ mod tests {
         let text = "fatal error: ffi.h: No such file or directory";
         let first = propose(text, &c, &[]).remove(0);
         assert!(propose(text, &c, &[first.fix]).is_empty());
+    }
+
+    #[test]
+    fn libraries_the_linker_or_a_loader_by_name_misses_are_looked_up_too() {
+        // rusqlite 0.31.0's `cargo test --no-run`, pyglet 2.0.15's and
+        // cairocffi's collection, verbatim.
+        let link = "  = note: /usr/bin/ld: cannot find -lsqlite3: No such file or directory\n          collect2: error: ld returned 1 exit status";
+        let pyglet = "E   ImportError: Library \"GL\" not found.";
+        let cffi = "OSError: no library called \"cairo-2\" was found\ncannot load library 'libcairo.so.2': libcairo.so.2: cannot open shared object file";
+        assert_eq!(missing_sonames(link), ["libsqlite3.so"]);
+        assert_eq!(missing_sonames(pyglet), ["libGL.so.*"]);
+        assert_eq!(missing_sonames(cffi), ["libcairo-2.so.*", "libcairo.so.2"]);
+        let mut l = Lookups::default();
+        l.sonames
+            .insert("libsqlite3.so".into(), "libsqlite3-dev".into());
+        l.sonames.insert("libGL.so.*".into(), "libgl1".into());
+        let p = propose_with(link, &ctx(), &[], &l);
+        assert_eq!(p[0].rule_id, "library-missing-at-link");
+        assert!(p[0].fix.ends_with("libsqlite3-dev libgl1"), "{}", p[0].fix);
+        let mut l = Lookups::default();
+        l.sonames.insert("libGL.so.*".into(), "libgl1".into());
+        let p = propose_with(pyglet, &ctx(), &[], &l);
+        assert_eq!(p[0].rule_id, "library-missing-at-load");
+        assert!(p[0].fix.ends_with(" libgl1"), "{}", p[0].fix);
+        // Without a lookup there is no package to name: no proposal.
+        assert!(propose_with(pyglet, &ctx(), &[], &Lookups::default())
+            .iter()
+            .all(|p| p.rule_id != "library-missing-at-load"));
+    }
+
+    #[test]
+    fn a_command_the_tests_run_at_import_is_installed() {
+        // img2pdf 0.5.1's collection, verbatim.
+        let text = "/usr/lib/python3.11/subprocess.py:1901: in _execute_child\n    raise child_exception_type(errno_num, err_msg, err_filename)\nE   FileNotFoundError: [Errno 2] No such file or directory: 'convert'";
+        let p = propose_with(text, &ctx(), &[], &Lookups::default());
+        assert_eq!(p[0].rule_id, "command-missing-at-run");
+        assert!(p[0].fix.ends_with(" imagemagick"), "{}", p[0].fix);
+        // A path is not a command.
+        let path =
+            "FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/data/x.txt'";
+        assert!(propose_with(path, &ctx(), &[], &Lookups::default())
+            .iter()
+            .all(|p| p.rule_id != "command-missing-at-run"));
     }
 
     #[test]

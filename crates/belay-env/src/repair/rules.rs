@@ -6,6 +6,8 @@ use super::Rule;
 /// Placeholders in fixes and probes:
 /// `{apt}`: install with apt (refreshing lists when they are missing);
 /// `{pip}`: install into the project's venv (created when missing);
+/// `{resolve}`: the same through uv when it is there, as of the plan's
+/// cut-off date (`as_of.rs`);
 /// `{1}`: capture group 1; `{header:1}`, `{cmd:1}`, `{pc:1}`, `{module:1}`: capture 1
 /// mapped through the header / command / pkg-config / Python module tables;
 /// `{node_major}`: the major version the project's `engines.node` asks for;
@@ -181,6 +183,30 @@ pub const RULES: &[Rule] = &[
         hint: "a shared library is missing at run time: install the Debian package that ships it",
     },
     Rule {
+        id: "library-missing-at-link",
+        pattern: r"cannot find -l([\w.+-]+)",
+        fix: "{apt} {soname:1}",
+        probe: None,
+        blame: None,
+        hint: "the linker cannot find a library: install the Debian package that ships its development link",
+    },
+    Rule {
+        id: "library-missing-at-load",
+        pattern: r#"Library "([\w.+-]+)" not found|cannot load library '([^'/]+)'|no library called "([\w.+-]+)" was found"#,
+        fix: "{apt} {soname:1}",
+        probe: None,
+        blame: None,
+        hint: "a library loaded by name at run time (ctypes, cffi) is missing: install the Debian package that ships it",
+    },
+    Rule {
+        id: "qt-binding-missing",
+        pattern: r"QtBindingsNotFoundError|No Qt bindings could be found",
+        fix: "{resolve} PyQt5",
+        probe: None,
+        blame: None,
+        hint: "qtpy (or another Qt shim) found no Qt binding: install PyQt5, the one it tries first",
+    },
+    Rule {
         id: "python-extension-not-built",
         pattern: r"No module named '?([A-Za-z_]\w*)\._\w+'?",
         fix: "{apt} {ext:1} && {pip} --no-deps --force-reinstall --no-build-isolation -e /workspace/repo || {pip} --no-deps --force-reinstall -e /workspace/repo",
@@ -207,7 +233,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "python-module-missing",
         pattern: r"No module named '?([A-Za-z_][\w.]*[\w])",
-        fix: "{pip} {module:1}",
+        fix: "{resolve} {module:1}",
         probe: None,
         blame: None,
         hint: "a Python module is missing from the venv",
@@ -219,6 +245,14 @@ pub const RULES: &[Rule] = &[
         probe: None,
         blame: None,
         hint: "the test suite uses pytest behaviour that the installed pytest turned into errors: pin the last pytest that allows it",
+    },
+    Rule {
+        id: "command-missing-at-run",
+        pattern: r"FileNotFoundError: \[Errno 2\] No such file or directory: '([a-z][\w.+-]*)'",
+        fix: "{apt} {cmd:1}",
+        probe: Some("command -v {1}"),
+        blame: None,
+        hint: "the code runs a command that is not installed: install the package that provides it",
     },
     Rule {
         id: "command-not-found",

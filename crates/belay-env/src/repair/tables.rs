@@ -109,6 +109,21 @@ pub(super) const CMD_PKG: &[(&str, &str)] = &[
     ("perl", "perl"),
     ("ruby", "ruby"),
     ("tree", "tree"),
+    // Commands test suites call at import time (img2pdf's, for one).
+    ("convert", "imagemagick"),
+    ("identify", "imagemagick"),
+    ("compare", "imagemagick"),
+    ("magick", "imagemagick"),
+    ("gs", "ghostscript"),
+    ("mutool", "mupdf-tools"),
+    ("pdfimages", "poppler-utils"),
+    ("pdfinfo", "poppler-utils"),
+    ("pdftoppm", "poppler-utils"),
+    ("tiffinfo", "libtiff-tools"),
+    ("jpegtopnm", "netpbm"),
+    ("faketime", "faketime"),
+    ("ffmpeg", "ffmpeg"),
+    ("tesseract", "tesseract-ocr"),
 ];
 
 /// pkg-config names -> Debian packages (others become `lib<name>-dev`).

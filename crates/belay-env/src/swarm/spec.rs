@@ -47,6 +47,13 @@ pub struct PortableOptions {
     pub cache: bool,
     pub package_cache: bool,
     pub force_clean_replay: bool,
+    /// `source`, `latest` or an RFC 3339 time (`--resolve-as-of`).
+    #[serde(default = "source")]
+    pub resolve_as_of: String,
+}
+
+fn source() -> String {
+    "source".into()
 }
 
 impl PortableOptions {
@@ -80,6 +87,7 @@ impl PortableOptions {
             cache: b.cache,
             package_cache: b.package_cache,
             force_clean_replay: b.force_clean_replay,
+            resolve_as_of: b.resolve_as_of.as_arg(),
         })
     }
 
@@ -113,6 +121,7 @@ impl PortableOptions {
         b.cache = self.cache;
         b.package_cache = self.package_cache;
         b.force_clean_replay = self.force_clean_replay;
+        b.resolve_as_of = crate::as_of::AsOfChoice::parse(&self.resolve_as_of)?;
         Ok(b)
     }
 }

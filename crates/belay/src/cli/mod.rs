@@ -602,6 +602,9 @@ pub struct PlanArgs {
     /// Print the plan as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Resolve Python dependencies as of this date (see `env build`).
+    #[arg(long, value_name = "DATE", default_value = "source")]
+    pub resolve_as_of: String,
 }
 
 #[derive(Debug, Args)]
@@ -659,6 +662,11 @@ pub struct CommonBuildArgs {
     /// instead of pulling it onto this engine. Nothing is downloaded.
     #[arg(long, requires = "registry")]
     pub no_pull_final: bool,
+    /// Resolve Python dependencies as of this date (YYYY-MM-DD or RFC 3339):
+    /// `source` (the default) takes the committer date of HEAD, or an
+    /// sdist's build time; `latest` takes the newest versions.
+    #[arg(long, value_name = "DATE", default_value = "source")]
+    pub resolve_as_of: String,
     /// Dockerfile of the base image, built through the Engine API.
     #[arg(long, conflicts_with = "base_image")]
     pub base_dockerfile: Option<PathBuf>,

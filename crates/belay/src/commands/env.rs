@@ -18,14 +18,19 @@ use crate::output::Printer;
 pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
     let setup = crate::commands::model::model_setup(&a.llm)?;
     let mut ctx = belay_env::analyze::analyze(&a.repo)?;
-    // The suite `env build` would base the project on (a planning error when none fits).
-    let suite = belay_env::base_suite::choose(ctx.python.as_ref())?;
-    let notes = RuntimeNotes::assumed_debian();
-    let mut blocks = plan_rules(&ctx, &notes)?;
+    let choice = belay_env::as_of::AsOfChoice::parse(&a.resolve_as_of)?;
     let out = a
         .out
         .clone()
         .unwrap_or_else(|| ctx.repo_path.join(".belay").join("plan"));
+    let hooks = out.join("no-hooks");
+    if let Some(py) = ctx.python.as_mut() {
+        py.resolve_as_of = belay_env::as_of::resolve(&ctx.repo_path, &hooks, &choice).await;
+    }
+    // The suite `env build` would base the project on (a planning error when none fits).
+    let suite = belay_env::base_suite::choose(ctx.python.as_ref())?;
+    let notes = RuntimeNotes::assumed_debian();
+    let mut blocks = plan_rules(&ctx, &notes)?;
     for d in [out.join("blocks"), out.join("scripts")] {
         fs_err::create_dir_all(&d).map_err(|e| {
             usage(format!(
@@ -192,6 +197,7 @@ pub fn build_options(repo: &Path, c: &CommonBuildArgs) -> Result<BuildOptions, F
         opts.use_registry(reg)?;
     }
     opts.pull_final = !c.no_pull_final;
+    opts.resolve_as_of = belay_env::as_of::AsOfChoice::parse(&c.resolve_as_of)?;
     opts.base = match (&c.base_image, &c.base_dockerfile) {
         (Some(i), _) => BaseSpec::Image(i.clone()),
         (None, Some(d)) => BaseSpec::Dockerfile(d.clone()),

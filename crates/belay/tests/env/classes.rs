@@ -430,3 +430,53 @@ fn a_second_build_downloads_nothing_the_first_fetched_and_no_cache_reaches_an_im
         );
     }
 }
+
+#[test]
+fn dependencies_resolve_as_of_the_commit_date() {
+    let run = run_id("asof");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    let dir = repo.path().join("calc");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("py-pyproject"))
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    crate::git_cli::git(&dir, &["init", "-q", "-b", "main"]);
+    crate::git_cli::git(&dir, &["add", "-A"]);
+    // A commit of 1 June 2023: pytest 7.3.1 was the newest then (8.0 came
+    // in January 2024), setuptools 67.
+    let commit = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args([
+            "commit",
+            "-q",
+            "-m",
+            "old",
+            "--date",
+            "2023-06-01T00:00:00Z",
+        ])
+        .env("GIT_COMMITTER_DATE", "2023-06-01T00:00:00Z")
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(commit.success());
+    let m = build_ok(&dir, &run, state.path());
+    let ctx = context(state.path(), &run);
+    assert_eq!(ctx["python"]["resolve_as_of"]["at"], "2023-06-01T00:00:00Z");
+    assert!(
+        ctx["python"]["resolve_as_of"]["from"]
+            .as_str()
+            .unwrap()
+            .starts_with("the committer date of HEAD"),
+        "{}",
+        ctx["python"]["resolve_as_of"]
+    );
+    assert!(script(state.path(), &run, "30-python-deps")
+        .contains("--exclude-newer 2023-06-01T00:00:00Z"));
+    project_tests_pass(&m, ".venv/bin/python -m pytest --version", "pytest 7.3.1");
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "passed");
+}

@@ -1,0 +1,159 @@
+//! Third-party modules a `conftest.py` imports at module level.
+//!
+//! pytest imports every `conftest.py` before it collects a single test, so
+//! an import there that fails stops collection as a whole. Test-only
+//! dependencies are often declared nowhere the planner reads (httpx 0.27's
+//! sdist: `trustme`, `uvicorn`, `trio`), and the repair that installs one
+//! missing module per attempt runs out of attempts. The planner installs
+//! what the conftests import up front instead, mapped to distributions
+//! through the shipped import table.
+//!
+//! Only unconditional imports count: a statement at column 0. One under
+//! `try:`, `if TYPE_CHECKING:` or inside a function is indented, and so is
+//! left to the repair should collection need it.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use super::{Files, PluginNeed};
+
+const STDLIB: &str = include_str!("../../data/stdlib-modules.txt");
+
+fn stdlib() -> &'static BTreeSet<&'static str> {
+    static S: OnceLock<BTreeSet<&'static str>> = OnceLock::new();
+    S.get_or_init(|| {
+        STDLIB
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    })
+}
+
+/// Top-level modules of the column-0 `import` / `from … import` statements.
+pub(super) fn top_level_imports(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |m: &str| {
+        let top = m.trim().split('.').next().unwrap_or("").to_string();
+        let ok = !top.is_empty()
+            && top.len() <= 80
+            && top.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !top.starts_with(|c: char| c.is_ascii_digit());
+        if ok && !out.contains(&top) {
+            out.push(top);
+        }
+    };
+    // A parenthesised or backslash-continued import is read on its first line
+    // only: the module is there.
+    for line in text.lines().take(2000) {
+        let line = line.split('#').next().unwrap_or("");
+        if let Some(rest) = line.strip_prefix("import ") {
+            for part in rest.split(',') {
+                push(part.split_whitespace().next().unwrap_or(""));
+            }
+        } else if let Some(rest) = line.strip_prefix("from ") {
+            let module = rest.split_whitespace().next().unwrap_or("");
+            if !module.starts_with('.') && rest.contains(" import") {
+                push(module);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `module` is the repository's own: next to the conftest, at the
+/// root (a directory with or without `__init__.py`), or a known package dir.
+fn is_local(
+    root: &Path,
+    conftest_dir: &Path,
+    module: &str,
+    is_local: &dyn Fn(&str) -> bool,
+) -> bool {
+    is_local(module)
+        || [conftest_dir, root]
+            .iter()
+            .any(|d| d.join(module).is_dir() || d.join(format!("{module}.py")).is_file())
+}
+
+/// The distributions the conftests' unconditional imports need, with why.
+/// `declared`: distribution names already installed by the plan.
+pub(super) fn needed(
+    f: &Files,
+    declared: &BTreeSet<String>,
+    is_local_module: &dyn Fn(&str) -> bool,
+) -> Vec<PluginNeed> {
+    let mut out: Vec<PluginNeed> = Vec::new();
+    for rel in f.find(3, &|p| p.file_name().is_some_and(|n| n == "conftest.py")) {
+        let Some(text) = f.read(&rel) else { continue };
+        let path = f.root().join(&rel);
+        let dir = path.parent().unwrap_or(f.root());
+        for m in top_level_imports(&text) {
+            if stdlib().contains(m.as_str())
+                || matches!(
+                    m.as_str(),
+                    "pytest" | "_pytest" | "conftest" | "tests" | "test"
+                )
+                || is_local(f.root(), dir, &m, is_local_module)
+            {
+                continue;
+            }
+            let dist = crate::module_dists::distribution_or_own(&m);
+            let key = super::requirement_name(&dist);
+            if key.as_ref().is_some_and(|k| declared.contains(k))
+                || out
+                    .iter()
+                    .any(|n| super::requirement_name(&n.distribution) == key)
+            {
+                continue;
+            }
+            out.push(PluginNeed {
+                distribution: dist,
+                because: format!("{rel}: import {m}"),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn httpx_conftest_needs_trustme_cryptography_and_uvicorn() {
+        // httpx 0.27.0's tests/conftest.py, its imports verbatim.
+        let conftest = "import asyncio\nimport json\nimport os\nimport threading\nimport time\nimport typing\n\nimport pytest\nimport trustme\nfrom cryptography.hazmat.backends import default_backend\nfrom cryptography.hazmat.primitives.serialization import (\n    BestAvailableEncryption,\n)\nfrom uvicorn.config import Config\nfrom uvicorn.server import Server\n\nimport httpx\nfrom tests.concurrency import sleep\n\ntry:\n    import brotli\nexcept ImportError:\n    pass\n\ndef f():\n    import yaml\n";
+        let d = tempfile::tempdir().unwrap();
+        fs_err::create_dir_all(d.path().join("tests")).unwrap();
+        fs_err::create_dir_all(d.path().join("httpx")).unwrap();
+        fs_err::write(d.path().join("httpx/__init__.py"), "").unwrap();
+        fs_err::write(d.path().join("tests/conftest.py"), conftest).unwrap();
+        fs_err::write(d.path().join("tests/concurrency.py"), "").unwrap();
+        let declared: BTreeSet<String> = ["cryptography".to_string()].into();
+        let got = needed(&Files::new(d.path()), &declared, &|m| m == "httpx");
+        let dists: Vec<&str> = got.iter().map(|n| n.distribution.as_str()).collect();
+        assert_eq!(dists, ["trustme", "uvicorn"]);
+        assert_eq!(got[0].because, "tests/conftest.py: import trustme");
+        // Without the declaration, cryptography is needed too.
+        let got = needed(&Files::new(d.path()), &BTreeSet::new(), &|m| m == "httpx");
+        assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn import_names_map_to_distributions_and_odd_lines_are_skipped() {
+        assert_eq!(
+            top_level_imports("import yaml, attr as a\nfrom . import x\nfrom .y import z\nimport 9bad\nfrom PIL import Image\n"),
+            ["yaml", "attr", "PIL"]
+        );
+        let d = tempfile::tempdir().unwrap();
+        fs_err::write(
+            d.path().join("conftest.py"),
+            "import yaml\nfrom PIL import Image\nimport xdist\n",
+        )
+        .unwrap();
+        let got = needed(&Files::new(d.path()), &BTreeSet::new(), &|_| false);
+        let dists: Vec<&str> = got.iter().map(|n| n.distribution.as_str()).collect();
+        assert_eq!(dists, ["PyYAML", "pillow", "pytest-xdist"]);
+    }
+}
