@@ -19,6 +19,11 @@ class, second-run time and cache-hit rate, and the ratio against docker build.
      twice, cold and then warm for its cache mounts).
 
 Usage: bench/env/corpus.py [--jobs 2] [--limit N] [--belay PATH] [--work DIR] [--phases cold,warm,packages,docker]
+       [--prune] [--from-cold] [--sample N] [--builders legacy,buildkit]
+
+--from-cold --phases packages,docker --sample N compares belay's batch with warm
+package caches against `docker build --no-cache` of the same projects' written
+Dockerfiles, in one run, on N of an earlier cold run's successes.
 """
 import argparse
 import concurrent.futures
@@ -242,19 +247,33 @@ def main():
     ap.add_argument("--skip-docker", action="store_true")
     ap.add_argument("--phases", default="cold,warm,packages,docker")
     ap.add_argument("--prune", action="store_true",
-                    help="remove each project's images once it has finished (cold phase only: the others reuse them)")
+                    help="remove each project's images once it has finished (not with the warm phase, which reuses them)")
+    ap.add_argument("--from-cold", action="store_true",
+                    help="reuse the cold run in --work (its summary, scripts and package caches) for the packages and docker phases")
+    ap.add_argument("--sample", type=int,
+                    help="the packages and docker phases take this many of the cold run's successful projects, spread over the corpus")
+    ap.add_argument("--builders", default="legacy,buildkit",
+                    help="docker phase: legacy (Dockerfile.legacy), buildkit (Dockerfile, cache mounts emptied, then warm)")
     ap.add_argument("--warm-only", action="store_true",
                     help="reuse the cold run in --work (its images are on the engine) and only measure the cache run")
     args = ap.parse_args()
     phases = set(args.phases.split(","))
-    if args.prune and phases - {"cold"}:
-        sys.exit("--prune removes the cold run's images, which the other phases reuse: use it with --phases cold")
+    if args.prune and "warm" in phases:
+        sys.exit("--prune removes the cold run's images, which the warm phase reuses: leave warm out of --phases")
     if args.skip_docker:
         phases.discard("docker")
     if not os.path.exists(args.belay):
         sys.exit(f"{args.belay} not found: cargo build --release -p belay")
 
     items = read_corpus(args.limit)
+    if args.from_cold:
+        cold = json.load(open(os.path.join(args.work, "cold", "build-projects-summary.json")))
+        odir = os.path.join(args.work, "oracles")
+        # The package caches the cold run filled, kept.
+        BENCH_ENV["BELAY_CACHE_DIR"] = os.path.join(args.work, "belay-cache")
+        print(f"reusing the cold run of {cold['started_at']}: {cold['ok']}/{cold['total']} ok, batch wall {cold['duration_s']:.0f} s", flush=True)
+        compare(args, phases, cold, odir, time.strftime("%H%M%S"))
+        return
     if args.warm_only:
         cold = json.load(open(os.path.join(args.work, "cold", "build-projects-summary.json")))
         projects, odir = os.path.join(args.work, "projects.txt"), os.path.join(args.work, "oracles")
@@ -320,18 +339,36 @@ def main():
 
     if "warm" in phases:
         report_warm(args, projects, odir, cold, cold_wall, stamp)
+    compare(args, phases, cold, odir, stamp)
+
+
+def compare(args, phases, cold, odir, stamp):
+    """The packages and docker phases, on the same projects: the cold run's
+    successes, or --sample of them."""
     if not phases & {"packages", "docker"}:
         return
+    cold_wall = cold["duration_s"]
+    ok = [p for p in cold["projects"] if p["status"] == "ok"]
+    if args.sample and args.sample < len(ok):
+        step = len(ok) / args.sample
+        ok = [ok[int(i * step)] for i in range(args.sample)]
+    print(f"\npackages and docker phases: {len(ok)} projects ({', '.join(p['name'] for p in ok)})", flush=True)
+    projects = os.path.join(args.work, f"projects-compare-{stamp}.txt")
+    with open(projects, "w") as f:
+        f.write("\n".join(p["source"] for p in ok) + "\n")
 
     # Warm package caches, no checkpoint reuse: every block runs again, but
     # downloads come from the machine's caches.
     pkg_wall, pkg = None, None
     if "packages" in phases:
-        pkg_wall, pkg, _ = run_batch(args.belay, projects, os.path.join(args.work, "warm-packages"), odir,
-                                     f"corpus-{stamp}-pkg", args.jobs, ["--no-cache"])
+        pdir = os.path.join(args.work, "warm-packages")
+        shutil.rmtree(pdir, ignore_errors=True)
+        pkg_wall, pkg, _ = run_batch(args.belay, projects, pdir, odir,
+                                     f"corpus-{stamp}-pkg", args.jobs, ["--no-cache"], prune=args.prune)
     if pkg:
-        print(f"\nwarm package caches (--no-cache): batch wall {pkg_wall:.1f} s = {100.0 * pkg_wall / cold_wall:.1f}% of the cold run; "
-          f"{pkg['ok']}/{pkg['total']} ok")
+        times = [p["duration_s"] for p in pkg["projects"]]
+        print(f"\nwarm package caches (--no-cache): batch wall {pkg_wall:.1f} s; {pkg['ok']}/{pkg['total']} ok; "
+              f"per project median {statistics.median(times):.1f} s, p90 {pct(times, 0.9):.1f} s", flush=True)
 
     if "docker" in phases and ok:
         def docker_build(p, builder):
@@ -359,17 +396,20 @@ def main():
         subprocess.run([buildkit_cli(), "builder", "prune", "-af", "--filter", "type=exec.cachemount"],
                        capture_output=True, env=dict(os.environ, DOCKER_BUILDKIT="1"))
         walls = {}
-        for label, builder in (("legacy builder", "legacy"), ("BuildKit, cold cache mounts", "buildkit"),
-                               ("BuildKit, warm cache mounts", "buildkit")):
+        builders = args.builders.split(",")
+        passes = ([("legacy builder", "legacy")] if "legacy" in builders else []) + \
+            ([("BuildKit, cold cache mounts", "buildkit"), ("BuildKit, warm cache mounts", "buildkit")] if "buildkit" in builders else [])
+        for label, builder in passes:
             t0 = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
                 results = list(ex.map(lambda p: docker_build(p, builder), ok))
             walls[label] = time.monotonic() - t0
             built = [(p, w) for p, w, good in results if good]
-            print(f"\ndocker build --no-cache of the written Dockerfiles ({label}): {len(built)}/{len(ok)} built, batch wall {walls[label]:.0f} s")
-        print(f"batch wall, cold: belay {cold_wall:.0f} s vs docker (legacy builder) {walls['legacy builder']:.0f} s = "
-              f"{cold_wall / walls['legacy builder']:.2f}x (belay's includes the failed projects and validates and checkpoints every block)")
-        for label in ("legacy builder", "BuildKit, warm cache mounts") if pkg else ():
+            print(f"\ndocker build --no-cache of the written Dockerfiles ({label}): {len(built)}/{len(ok)} built, batch wall {walls[label]:.0f} s", flush=True)
+        if "legacy builder" in walls and not args.sample:
+            print(f"batch wall, cold: belay {cold_wall:.0f} s vs docker (legacy builder) {walls['legacy builder']:.0f} s = "
+                  f"{cold_wall / walls['legacy builder']:.2f}x (belay's includes the failed projects and validates and checkpoints every block)")
+        for label in [w for w in ("legacy builder", "BuildKit, warm cache mounts") if w in walls] if pkg else ():
             pkg_ok = {p["name"]: p["duration_s"] for p in pkg["projects"] if p["status"] == "ok"}
             print(f"batch wall, belay with warm package caches vs docker ({label}): {pkg_wall:.0f} s vs {walls[label]:.0f} s = "
                   f"{pkg_wall / walls[label]:.2f}x ({len(pkg_ok)} projects built by belay)")

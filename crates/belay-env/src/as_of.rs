@@ -58,7 +58,7 @@ impl AsOfChoice {
     pub fn parse(s: &str) -> Result<Self, EnvError> {
         match s.trim() {
             "source" => Ok(AsOfChoice::Source),
-            "latest" | "none" => Ok(AsOfChoice::Latest),
+            "latest" => Ok(AsOfChoice::Latest),
             t => Ok(AsOfChoice::At(normalise(t).ok_or_else(|| {
                 EnvError::Usage(format!(
                     "--resolve-as-of {t:?} is not a date: give YYYY-MM-DD, an RFC 3339 time (2024-05-01T12:00:00Z), `source` or `latest`"
@@ -85,6 +85,64 @@ fn format_ts(ts: jiff::Timestamp) -> String {
         .to_string()
 }
 
+/// The x.y.0 release of each Python minor (UTC midnight).
+const PYTHON_RELEASES: &[(&str, &str)] = &[
+    ("3.8", "2019-10-14"),
+    ("3.9", "2020-10-05"),
+    ("3.10", "2021-10-04"),
+    ("3.11", "2022-10-24"),
+    ("3.12", "2023-10-02"),
+    ("3.13", "2024-10-07"),
+    ("3.14", "2025-10-07"),
+];
+
+/// How long after an interpreter's release its wheels have caught up.
+const WHEELS_CATCH_UP_DAYS: i64 = 90;
+
+/// The earliest cut-off that works on Python `version` (`3.11.2`): three
+/// months after its x.y.0. Before that, most compiled dependencies had no
+/// wheels for it, and the build backends of the time could not do the
+/// editable install the plan makes (setuptools 64, PEP 660, came in August
+/// 2022). `None` for a Python the table does not know.
+pub fn floor_for_python(version: &str) -> Option<String> {
+    let mut parts = version.split('.');
+    let minor = format!("{}.{}", parts.next()?, parts.next()?);
+    let (_, day) = PYTHON_RELEASES.iter().find(|(v, _)| *v == minor)?;
+    let d: jiff::civil::Date = day.parse().ok()?;
+    let d = d
+        .checked_add(jiff::Span::new().days(WHEELS_CATCH_UP_DAYS))
+        .ok()?;
+    let ts = d.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+    Some(format_ts(ts))
+}
+
+/// A source date no earlier than the floor for `python`, saying so when it
+/// was raised. Dates the user gave are kept as they are.
+pub fn clamp(mut a: ResolveAsOf, python: &str, user_given: bool) -> ResolveAsOf {
+    if user_given {
+        return a;
+    }
+    if let Some(floor) = floor_for_python(python) {
+        // RFC 3339 UTC strings of one shape order as their times do.
+        if a.at < floor {
+            a.from = format!(
+                "{}, {}, raised to three months after Python {}'s release: older dependencies have no wheels for it, and older build backends cannot install editable",
+                a.at, a.from, python
+            );
+            a.at = floor;
+        }
+    }
+    a
+}
+
+/// Whether a source's time can date it: not before 2000, not one of the
+/// fixed epochs below, not in the future.
+fn plausible(secs: i64) -> bool {
+    secs >= 946_684_800
+        && !FIXED_EPOCHS.contains(&secs)
+        && secs <= jiff::Timestamp::now().as_second()
+}
+
 /// Timestamps that reproducible-build tools write into every file of an
 /// archive: they date nothing. 1980-01-01 (zip's epoch and
 /// SOURCE_DATE_EPOCH's usual floor), 2020-02-02 (hatchling's default),
@@ -100,9 +158,7 @@ pub fn sdist_date(repo: &Path) -> Option<ResolveAsOf> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .ok()?
         .as_secs() as i64;
-    let now = jiff::Timestamp::now().as_second();
-    // Before 2000, a fixed epoch, or in the future: not a build time.
-    if secs < 946_684_800 || FIXED_EPOCHS.contains(&secs) || secs > now {
+    if !plausible(secs) {
         return None;
     }
     let ts = jiff::Timestamp::from_second(secs).ok()?;
@@ -138,24 +194,36 @@ pub async fn git_date(repo: &Path, hooks_dir: &Path) -> Option<ResolveAsOf> {
         .ok()?;
     let mut it = out.split_whitespace();
     let (date, sha) = (it.next()?, it.next()?);
+    let ts: jiff::Timestamp = date.parse().ok()?;
+    if !plausible(ts.as_second()) || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
     Some(ResolveAsOf {
-        at: normalise(date)?,
+        at: format_ts(ts),
         from: format!("the committer date of HEAD ({sha})"),
     })
 }
 
-/// The cut-off for `repo` under `choice`.
-pub async fn resolve(repo: &Path, hooks_dir: &Path, choice: &AsOfChoice) -> Option<ResolveAsOf> {
+/// The cut-off for `repo` under `choice`, for a build on Python `python`.
+pub async fn resolve(
+    repo: &Path,
+    hooks_dir: &Path,
+    choice: &AsOfChoice,
+    python: &str,
+) -> Option<ResolveAsOf> {
     match choice {
         AsOfChoice::Latest => None,
         AsOfChoice::At(at) => Some(ResolveAsOf {
             at: at.clone(),
             from: "--resolve-as-of".into(),
         }),
-        AsOfChoice::Source => match git_date(repo, hooks_dir).await {
-            Some(d) => Some(d),
-            None => sdist_date(repo),
-        },
+        AsOfChoice::Source => {
+            let found = match git_date(repo, hooks_dir).await {
+                Some(d) => Some(d),
+                None => sdist_date(repo),
+            };
+            found.map(|a| clamp(a, python, false))
+        }
     }
 }
 
@@ -177,6 +245,33 @@ mod tests {
         );
         let err = AsOfChoice::parse("last tuesday").unwrap_err().to_string();
         assert!(err.contains("YYYY-MM-DD"), "{err}");
+    }
+
+    #[test]
+    fn a_date_before_the_interpreter_had_wheels_is_raised() {
+        assert_eq!(floor_for_python("3.11.2").unwrap(), "2023-01-22T00:00:00Z");
+        assert_eq!(floor_for_python("3.13.5").unwrap(), "2025-01-05T00:00:00Z");
+        assert_eq!(floor_for_python("2.7.18"), None);
+        // six 1.16.0's sdist: May 2021, before setuptools could install editable.
+        let six = ResolveAsOf {
+            at: "2021-05-05T14:18:16Z".into(),
+            from: "the modification time of PKG-INFO".into(),
+        };
+        let c = clamp(six.clone(), "3.11.2", false);
+        assert_eq!(c.at, "2023-01-22T00:00:00Z");
+        assert!(
+            c.from
+                .starts_with("2021-05-05T14:18:16Z, the modification time"),
+            "{}",
+            c.from
+        );
+        // A later date stays; a date the user gave stays.
+        let late = ResolveAsOf {
+            at: "2024-05-04T03:55:12Z".into(),
+            from: "x".into(),
+        };
+        assert_eq!(clamp(late.clone(), "3.11.2", false), late);
+        assert_eq!(clamp(six.clone(), "3.11.2", true), six);
     }
 
     #[test]

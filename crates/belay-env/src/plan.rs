@@ -429,6 +429,13 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
             "git config --global --add safe.directory {REPO_DIR}"
         ));
     }
+    if py.needs_rust && !notes.has("cargo") && ctx.rust.is_none() {
+        p.runtime.push(
+            "# The build backend compiles Rust (setuptools-rust or maturin): cargo is needed."
+                .to_string(),
+        );
+        p.runtime.push(rust_toolchain());
+    }
     p.runtime.push(format!(
         "if [ ! -x {VENV_PY} ]; then python3 -m venv .venv; fi"
     ));
@@ -569,28 +576,39 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
         }
         if !py.conftest_imports.is_empty() {
             // pytest imports every conftest before collecting: what they
-            // import unconditionally must be there. A name that does not
-            // install is left to collection's error and its repair.
+            // import unconditionally must be there. Only a module that does
+            // not import already is installed; should one not install, the
+            // rest go in one by one, and collection names what is missing.
             for need in &py.conftest_imports {
                 p.test
                     .push(format!("# {} needs {}", need.because, need.distribution));
             }
-            let pkgs: Vec<String> = py
+            let pairs: Vec<String> = py
                 .conftest_imports
                 .iter()
-                .map(|n| q(&n.distribution))
+                .map(|n| format!("{}:{}", n.module, n.distribution))
                 .collect();
-            p.test.push("if ! {".to_string());
+            p.test.push("missing=''".to_string());
+            p.test.push(format!(
+                "for m in {}; do {VENV_PY} -c \"import ${{m%%:*}}\" 2>/dev/null || missing=\"$missing ${{m#*:}}\"; done",
+                pairs.join(" ")
+            ));
+            p.test.push("if [ -n \"$missing\" ]; then".to_string());
+            p.test.push("  if ! {".to_string());
             p.test.extend(
-                py_install(py, &pkgs.join(" "))
+                py_install(py, "$missing")
                     .into_iter()
-                    .map(|l| format!("  {l}")),
+                    .map(|l| format!("    {l}")),
             );
-            p.test.push("}; then".to_string());
-            p.test.push(
-                "  echo 'belay: what the conftests import did not all install; collection names what is missing' >&2"
-                    .to_string(),
+            p.test.push("  }; then".to_string());
+            p.test.push("    for d in $missing; do".to_string());
+            p.test.extend(
+                py_install(py, "\"$d\"")
+                    .into_iter()
+                    .map(|l| format!("      {l}")),
             );
+            p.test.push("    done || true".to_string());
+            p.test.push("  fi".to_string());
             p.test.push("fi".to_string());
         }
         p.test_validation.push(format!(
@@ -608,25 +626,39 @@ pub const UV: &str = "/opt/belay/uv/bin/uv";
 /// says which).
 /// With a cut-off date, uv resolves as of it (`--exclude-newer`); pip has no
 /// such option, and its log says the date was not applied.
+/// Should nothing resolve as of the date (an index without upload times, a
+/// requirement newer than the commit), the newest versions are tried, and
+/// the log says so.
 fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
-    let (flag, pip_note) = match &py.resolve_as_of {
-        Some(a) => (
-            format!(" --exclude-newer {}", a.at),
+    let uv =
+        format!("UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {UV} pip install --python {VENV_PY}");
+    let mut out = vec![format!("if [ -x {UV} ]; then")];
+    let pip_note = match &py.resolve_as_of {
+        Some(a) => {
+            out.push(format!("  {uv} --exclude-newer {} {args} || {{", a.at));
+            out.push(format!(
+                "    echo 'belay: nothing resolves as of {}: resolving with the newest versions' >&2",
+                a.at
+            ));
+            out.push(format!("    {uv} {args}"));
+            out.push("  }".to_string());
             format!(
                 "; pip cannot resolve as of {}, so the newest versions are installed",
                 a.at
-            ),
-        ),
-        None => (String::new(), String::new()),
+            )
+        }
+        None => {
+            out.push(format!("  {uv} {args}"));
+            String::new()
+        }
     };
-    vec![
-        format!("if [ -x {UV} ]; then"),
-        format!("  UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {UV} pip install --python {VENV_PY}{flag} {args}"),
+    out.extend([
         "else".to_string(),
         format!("  echo 'belay: uv is not available; pip installs instead{pip_note}' >&2"),
         format!("  {VENV_PY} -m pip install --disable-pip-version-check {args}"),
         "fi".to_string(),
-    ]
+    ]);
+    out
 }
 
 fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
@@ -690,6 +722,18 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     p
 }
 
+/// The line that installs cargo and rustc. Debian's security updates carry
+/// a current toolchain as cargo-web / rustc-web; plain `cargo` in bookworm is
+/// 1.63, too old for the sparse registry protocol and for most crates'
+/// rust-version.
+fn rust_toolchain() -> String {
+    format!(
+        "if apt-cache show cargo-web >/dev/null 2>&1; then {}; else {}; fi",
+        apt_install(&["cargo-web".to_string()].into()),
+        apt_install(&["cargo".to_string()].into())
+    )
+}
+
 fn rust_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     let Some(r) = &ctx.rust else {
         return Part::default();
@@ -699,14 +743,7 @@ fn rust_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         ..Default::default()
     };
     if !notes.has("cargo") {
-        // Debian's security updates carry a current toolchain as cargo-web /
-        // rustc-web; plain `cargo` in bookworm is 1.63, too old for the sparse
-        // registry protocol and for most crates' rust-version.
-        p.runtime.push(format!(
-            "if apt-cache show cargo-web >/dev/null 2>&1; then {}; else {}; fi",
-            apt_install(&["cargo-web".to_string()].into()),
-            apt_install(&["cargo".to_string()].into())
-        ));
+        p.runtime.push(rust_toolchain());
     }
     p.runtime.push("cargo --version && rustc --version".into());
     p.runtime_validation.push("cargo --version".into());

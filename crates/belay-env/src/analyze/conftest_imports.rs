@@ -16,7 +16,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use super::{Files, PluginNeed};
+use serde::{Deserialize, Serialize};
+
+use super::Files;
 
 const STDLIB: &str = include_str!("../../data/stdlib-modules.txt");
 
@@ -62,18 +64,49 @@ pub(super) fn top_level_imports(text: &str) -> Vec<String> {
     out
 }
 
+/// A module a conftest imports unconditionally, and the distribution that
+/// provides it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ConftestImport {
+    /// The top-level module (`uvicorn`), checked with an import before the
+    /// distribution is installed.
+    pub module: String,
+    pub distribution: String,
+    /// `tests/conftest.py: import uvicorn`.
+    pub because: String,
+}
+
 /// Whether `module` is the repository's own: next to the conftest, at the
-/// root (a directory with or without `__init__.py`), or a known package dir.
-fn is_local(
-    root: &Path,
-    conftest_dir: &Path,
-    module: &str,
-    is_local: &dyn Fn(&str) -> bool,
-) -> bool {
-    is_local(module)
+/// root (a directory with or without `__init__.py`), a known package dir, or
+/// any directory or `.py` of that name three levels deep (a helper put on
+/// the path by pytest's `pythonpath`). Installing a name from the index
+/// that is in fact a local helper would pull in a stranger's package.
+fn is_local(f: &Files, conftest_dir: &Path, module: &str, is_local: &dyn Fn(&str) -> bool) -> bool {
+    let root = f.root();
+    if is_local(module)
         || [conftest_dir, root]
             .iter()
             .any(|d| d.join(module).is_dir() || d.join(format!("{module}.py")).is_file())
+    {
+        return true;
+    }
+    let file = format!("{module}.py");
+    !f.find(3, &|p| {
+        p.file_name().is_some_and(|n| n == file.as_str())
+            || p.parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|n| n == module)
+    })
+    .is_empty()
+}
+
+/// A distribution name safe to put on a command line unquoted.
+fn plain_name(d: &str) -> bool {
+    !d.is_empty()
+        && d.len() <= 100
+        && d.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && d.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
 /// The distributions the conftests' unconditional imports need, with why.
@@ -82,38 +115,87 @@ pub(super) fn needed(
     f: &Files,
     declared: &BTreeSet<String>,
     is_local_module: &dyn Fn(&str) -> bool,
-) -> Vec<PluginNeed> {
-    let mut out: Vec<PluginNeed> = Vec::new();
+) -> Vec<ConftestImport> {
+    let mut out: Vec<ConftestImport> = Vec::new();
     for rel in f.find(3, &|p| p.file_name().is_some_and(|n| n == "conftest.py")) {
+        // The path goes into a comment of the script: printable ASCII only.
+        if !rel.chars().all(|c| c.is_ascii_graphic()) {
+            continue;
+        }
         let Some(text) = f.read(&rel) else { continue };
         let path = f.root().join(&rel);
         let dir = path.parent().unwrap_or(f.root());
         for m in top_level_imports(&text) {
+            // A namespace (`google`, `azure`) names no distribution of its own.
             if stdlib().contains(m.as_str())
                 || matches!(
                     m.as_str(),
                     "pytest" | "_pytest" | "conftest" | "tests" | "test"
                 )
-                || is_local(f.root(), dir, &m, is_local_module)
+                || crate::module_dists::is_namespace(&m)
+                || is_local(f, dir, &m, is_local_module)
             {
                 continue;
             }
             let dist = crate::module_dists::distribution_or_own(&m);
             let key = super::requirement_name(&dist);
-            if key.as_ref().is_some_and(|k| declared.contains(k))
+            if !plain_name(&dist)
+                || key.as_ref().is_some_and(|k| declared.contains(k))
                 || out
                     .iter()
                     .any(|n| super::requirement_name(&n.distribution) == key)
             {
                 continue;
             }
-            out.push(PluginNeed {
-                distribution: dist,
+            out.push(ConftestImport {
                 because: format!("{rel}: import {m}"),
+                module: m,
+                distribution: dist,
             });
         }
     }
     out
+}
+
+/// The third-party modules a test module of the repository imports at
+/// column 0, for the repair of a collection that stopped at the first one
+/// missing (img2pdf's test module imports numpy, then scipy: collection
+/// names one per attempt). `rel` comes from the build container's output:
+/// it is read only when it resolves to a file inside `root`.
+pub fn third_party_imports_of(root: &Path, rel: &str, import_name: Option<&str>) -> Vec<String> {
+    if rel.split('/').any(|c| c == "..") || !rel.ends_with(".py") {
+        return Vec::new();
+    }
+    let (Ok(root), Ok(path)) = (root.canonicalize(), root.join(rel).canonicalize()) else {
+        return Vec::new();
+    };
+    if !path.starts_with(&root) {
+        return Vec::new();
+    }
+    let Ok(meta) = fs_err::metadata(&path) else {
+        return Vec::new();
+    };
+    if !meta.is_file() || meta.len() > 1 << 20 {
+        return Vec::new();
+    }
+    let Ok(text) = fs_err::read_to_string(&path) else {
+        return Vec::new();
+    };
+    let f = Files::new(&root);
+    let dir = path.parent().unwrap_or(&root).to_path_buf();
+    let own = |m: &str| super::is_local_module(&root, import_name, m);
+    top_level_imports(&text)
+        .into_iter()
+        .filter(|m| {
+            !stdlib().contains(m.as_str())
+                && !matches!(
+                    m.as_str(),
+                    "pytest" | "_pytest" | "conftest" | "tests" | "test"
+                )
+                && !crate::module_dists::is_namespace(m)
+                && !is_local(&f, &dir, m, &own)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -138,6 +220,28 @@ mod tests {
         // Without the declaration, cryptography is needed too.
         let got = needed(&Files::new(d.path()), &BTreeSet::new(), &|m| m == "httpx");
         assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn a_test_module_names_all_it_imports_and_only_inside_the_repository() {
+        let d = tempfile::tempdir().unwrap();
+        fs_err::create_dir_all(d.path().join("src")).unwrap();
+        // img2pdf 0.5.1's src/img2pdf_test.py, its first imports.
+        fs_err::write(
+            d.path().join("src/img2pdf_test.py"),
+            "import numpy\nimport scipy.signal\nimport zlib\nimport pytest\nimport img2pdf\nfrom PIL import Image\n",
+        )
+        .unwrap();
+        fs_err::write(d.path().join("src/img2pdf.py"), "").unwrap();
+        assert_eq!(
+            third_party_imports_of(d.path(), "src/img2pdf_test.py", None),
+            ["numpy", "scipy", "PIL"]
+        );
+        assert!(third_party_imports_of(d.path(), "../etc/passwd.py", None).is_empty());
+        let outside = tempfile::tempdir().unwrap();
+        fs_err::write(outside.path().join("x.py"), "import numpy\n").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("x.py"), d.path().join("link.py")).unwrap();
+        assert!(third_party_imports_of(d.path(), "link.py", None).is_empty());
     }
 
     #[test]

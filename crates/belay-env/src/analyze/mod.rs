@@ -13,6 +13,7 @@ mod pytest_plugins;
 mod python;
 mod requirements;
 
+pub use conftest_imports::{third_party_imports_of, ConftestImport};
 pub use pytest_plugins::PluginNeed;
 pub use python::{PythonFacts, PythonInstaller};
 pub use requirements::RequirementFile;

@@ -27,6 +27,10 @@ pub struct PythonFacts {
     pub test_extras: Vec<String>,
     pub dependencies: Vec<String>,
     pub needs_git: bool,
+    /// The build backend compiles Rust (setuptools-rust, maturin in
+    /// `build-system.requires`): cargo goes in the runtime block.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_rust: bool,
     /// What derives the version from git metadata (`pbr`, `setuptools-scm`,
     /// `versioneer`, `hatch-vcs`, `dunamai`, `git describe in setup.py`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +42,7 @@ pub struct PythonFacts {
     /// Third-party modules the conftests import unconditionally, which
     /// collection needs (`conftest_imports.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conftest_imports: Vec<PluginNeed>,
+    pub conftest_imports: Vec<conftest_imports::ConftestImport>,
     /// The date dependencies are resolved as of (see `as_of.rs`); set by
     /// the build and `env plan`, not by the file analysis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +163,25 @@ pub(super) fn python(
                     || tool.is_some_and(|x| x.contains_key("setuptools_scm"))
                 {
                     py.needs_git = true;
+                }
+                // A Rust extension built by setuptools-rust or maturin needs
+                // cargo in the container (bcrypt: "can't find Rust compiler").
+                if let Some(req) = t
+                    .get("build-system")
+                    .and_then(|b| b.get("requires"))
+                    .and_then(|r| r.as_array())
+                {
+                    let names: Vec<String> = req
+                        .iter()
+                        .filter_map(|r| r.as_str())
+                        .filter_map(requirement_name)
+                        .collect();
+                    if names
+                        .iter()
+                        .any(|n| n == "setuptools-rust" || n == "maturin")
+                    {
+                        py.needs_rust = true;
+                    }
                 }
                 py.installable = t.contains_key("build-system")
                     || project.is_some()

@@ -222,9 +222,12 @@ pub async fn build(
     let mut ctx = analyze(&opts.repo)?;
     let repo = ctx.repo_path.clone();
     let state_dir = state_dir_for(&repo, opts.state_dir.as_deref());
+    let python = crate::base_suite::choose(ctx.python.as_ref())
+        .map(|c| c.python)
+        .unwrap_or_default();
     if let Some(py) = ctx.python.as_mut() {
-        py.resolve_as_of =
-            crate::as_of::resolve(&repo, &state_dir.join("no-hooks"), &opts.resolve_as_of).await;
+        let hooks = belay_record::state_home().join("no-hooks");
+        py.resolve_as_of = crate::as_of::resolve(&repo, &hooks, &opts.resolve_as_of, &python).await;
     }
     let run_id = match &opts.run_id {
         Some(id) => {

@@ -146,19 +146,56 @@ fn compiled() -> &'static [(usize, Regex)] {
 const APT: &str = "{ ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get update -q; } && apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0";
 const PIP: &str = "{ [ -x /workspace/repo/.venv/bin/python ] || python3 -m venv /workspace/repo/.venv; } && /workspace/repo/.venv/bin/python -m pip install --disable-pip-version-check";
 
+/// The repository files pytest names as failing to import
+/// (`ImportError while importing test module '/workspace/repo/src/x_test.py'.`,
+/// `ImportError while loading conftest '/workspace/repo/tests/conftest.py'.`),
+/// relative to the repository.
+fn failing_test_modules(text: &str) -> Vec<String> {
+    static RE: OnceLock<Option<Regex>> = OnceLock::new();
+    let Some(re) = RE
+        .get_or_init(|| {
+            Regex::new(r"ImportError while (?:importing test module|loading conftest) '/workspace/repo/([^'\n]+\.py)'").ok()
+        })
+        .as_ref()
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for c in re.captures_iter(text).take(8) {
+        let rel = c[1].to_string();
+        if !out.contains(&rel) {
+            out.push(rel);
+        }
+    }
+    out
+}
+
 /// An install that resolves like the plan's own: uv when the runtime block
 /// installed it, as of the plan's cut-off date, pip otherwise. The arguments
 /// follow it, as they follow `{pip}`.
 fn resolving_install(ctx: &RepoContext) -> String {
-    let flag = ctx
-        .python
-        .as_ref()
-        .and_then(|p| p.resolve_as_of.as_ref())
-        .map(|a| format!(" --exclude-newer {}", a.at))
-        .unwrap_or_default();
-    let uv = crate::plan::UV;
+    let uv = format!(
+        "env UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {} pip install --python /workspace/repo/.venv/bin/python",
+        crate::plan::UV
+    );
+    let pip = "/workspace/repo/.venv/bin/python -m pip install --disable-pip-version-check";
+    // The date is RFC 3339 (digits, `-`, `:`, `T`, `Z`): safe in the quotes.
+    let (with_uv, pip_note) = match ctx.python.as_ref().and_then(|p| p.resolve_as_of.as_ref()) {
+        Some(a) => (
+            format!(
+                "{uv} --exclude-newer {at} \"$@\" || {{ echo \"belay: nothing resolves as of {at}: resolving with the newest versions\" >&2; exec {uv} \"$@\"; }}",
+                at = a.at
+            ),
+            format!(
+                " echo \"belay: pip cannot resolve as of {}, so the newest versions are installed\" >&2;",
+                a.at
+            ),
+        ),
+        None => (format!("exec {uv} \"$@\""), String::new()),
+    };
     format!(
-        "{{ [ -x /workspace/repo/.venv/bin/python ] || python3 -m venv /workspace/repo/.venv; }} && sh -c 'if [ -x {uv} ]; then exec env UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy {uv} pip install --python /workspace/repo/.venv/bin/python{flag} \"$@\"; else exec /workspace/repo/.venv/bin/python -m pip install --disable-pip-version-check \"$@\"; fi' belay-install"
+        "{{ [ -x /workspace/repo/.venv/bin/python ] || python3 -m venv /workspace/repo/.venv; }} && sh -c 'if [ -x {} ]; then {with_uv}; else{pip_note} exec {pip} \"$@\"; fi' belay-install",
+        crate::plan::UV
     )
 }
 
@@ -214,6 +251,11 @@ fn render(
         let pkg = lookup(CMD_PKG, &c).unwrap_or_else(|| c.clone());
         out = out.replace("{cmd:1}", &pkg);
     }
+    if out.contains("{known_cmd:1}") {
+        // Only a command the table knows: a file name ('setup.cfg') is not one.
+        let pkg = lookup(CMD_PKG, cap1.as_deref()?)?;
+        out = out.replace("{known_cmd:1}", &pkg);
+    }
     if out.contains("{pc:1}") {
         let c = cap1.clone()?;
         let pkg =
@@ -225,8 +267,12 @@ fn render(
         // lookup found missing (a wheel that needs libGL usually needs
         // libEGL, fontconfig and more): one repair, not one per library.
         // Keyed as `missing_sonames` names it (`-lsqlite3` is `libsqlite3.so`).
-        let first = missing_sonames(text).into_iter().next()?;
-        let mut pkgs = vec![lookups.sonames.get(&first)?.as_str()];
+        // The first the index resolved: cffi names a library as it was
+        // asked for ("cairo-2") before the loader's file (libcairo.so.2).
+        let first = missing_sonames(text)
+            .iter()
+            .find_map(|s| lookups.sonames.get(s))?;
+        let mut pkgs = vec![first.as_str()];
         for p in lookups.sonames.values() {
             if !pkgs.contains(&p.as_str()) {
                 pkgs.push(p);
@@ -250,9 +296,22 @@ fn render(
             if own(&m) {
                 return None;
             }
-            // Every missing module the output names, so that one round installs them all.
+            // Every missing module the output names, so that one round installs them all,
+            // and what else the test module or conftest that failed imports at
+            // column 0 (collection stops at the first one missing).
+            let mut wanted: Vec<String> = all_missing.to_vec();
+            for rel in failing_test_modules(text) {
+                let import_name = ctx.python.as_ref().and_then(|p| p.import_name.as_deref());
+                for extra in
+                    crate::analyze::third_party_imports_of(&ctx.repo_path, &rel, import_name)
+                {
+                    if !wanted.contains(&extra) {
+                        wanted.push(extra);
+                    }
+                }
+            }
             let mut dists: Vec<String> = Vec::new();
-            for m in all_missing.iter().filter(|m| !own(m)) {
+            for m in wanted.iter().filter(|m| !own(m)) {
                 let d = match module_dists::distribution_in_text(m, text) {
                     Some(d) => d.to_string(),
                     // A shared namespace (`google`) without the dotted import
@@ -432,6 +491,7 @@ mod tests {
         ("  = note: /usr/bin/ld: cannot find -lsqlite3: No such file or directory\n          collect2: error: ld returned 1 exit status", "library-missing-at-link", "libsqlite3-dev"),
         ("E   ImportError: Library \"GL\" not found.", "library-missing-at-load", "libgl1"),
         ("E   FileNotFoundError: [Errno 2] No such file or directory: 'convert'", "command-missing-at-run", "imagemagick"),
+        ("         distutils.errors.DistutilsPlatformError: can't find Rust compiler", "rust-compiler-missing", "cargo-web"),
         ("    raise QtBindingsNotFoundError()\nqtpy.QtBindingsNotFoundError: No Qt bindings could be found", "qt-binding-missing", "PyQt5"),
         ("/bin/sh: 1: javac: not found", "command-not-found", "default-jdk-headless"),
     ];
@@ -553,6 +613,11 @@ mod tests {
         let p = propose_with(link, &ctx(), &[], &l);
         assert_eq!(p[0].rule_id, "library-missing-at-link");
         assert!(p[0].fix.ends_with("libsqlite3-dev libgl1"), "{}", p[0].fix);
+        // cffi's first name resolves to nothing; the loader's second does.
+        let mut l = Lookups::default();
+        l.sonames.insert("libcairo.so.2".into(), "libcairo2".into());
+        let p = propose_with(cffi, &ctx(), &[], &l);
+        assert!(p[0].fix.ends_with(" libcairo2"), "{}", p[0].fix);
         let mut l = Lookups::default();
         l.sonames.insert("libGL.so.*".into(), "libgl1".into());
         let p = propose_with(pyglet, &ctx(), &[], &l);
@@ -562,6 +627,25 @@ mod tests {
         assert!(propose_with(pyglet, &ctx(), &[], &Lookups::default())
             .iter()
             .all(|p| p.rule_id != "library-missing-at-load"));
+    }
+
+    #[test]
+    fn a_test_module_that_fails_to_import_gets_all_its_imports_in_one_repair() {
+        let d = tempfile::tempdir().unwrap();
+        fs_err::create_dir_all(d.path().join("src")).unwrap();
+        fs_err::write(
+            d.path().join("src/img2pdf_test.py"),
+            "import numpy\nimport scipy.signal\nimport zlib\nimport img2pdf\nfrom PIL import Image\n",
+        )
+        .unwrap();
+        fs_err::write(d.path().join("src/img2pdf.py"), "").unwrap();
+        let mut c = ctx();
+        c.repo_path = d.path().to_path_buf();
+        // img2pdf 0.5.1's collection, verbatim.
+        let text = "ImportError while importing test module '/workspace/repo/src/img2pdf_test.py'.\nHint: make sure your test modules/packages have valid Python names.\nTraceback:\n/usr/lib/python3.11/importlib/__init__.py:126: in import_module\n    return _bootstrap._gcd_import(name[level:], package, level)\nsrc/img2pdf_test.py:5: in <module>\n    import numpy\nE   ModuleNotFoundError: No module named 'numpy'";
+        let p = propose_with(text, &c, &[], &Lookups::default());
+        assert_eq!(p[0].rule_id, "python-module-missing");
+        assert!(p[0].fix.ends_with("belay-install numpy scipy pillow"), "{}", p[0].fix);
     }
 
     #[test]
@@ -575,6 +659,11 @@ mod tests {
         let path =
             "FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/data/x.txt'";
         assert!(propose_with(path, &ctx(), &[], &Lookups::default())
+            .iter()
+            .all(|p| p.rule_id != "command-missing-at-run"));
+        // Nor is a file name the command table does not know.
+        let file = "FileNotFoundError: [Errno 2] No such file or directory: 'setup.cfg'";
+        assert!(propose_with(file, &ctx(), &[], &Lookups::default())
             .iter()
             .all(|p| p.rule_id != "command-missing-at-run"));
     }

@@ -10,6 +10,8 @@ use super::Rule;
 /// cut-off date (`as_of.rs`);
 /// `{1}`: capture group 1; `{header:1}`, `{cmd:1}`, `{pc:1}`, `{module:1}`: capture 1
 /// mapped through the header / command / pkg-config / Python module tables;
+/// `{known_cmd:1}`: capture 1 through the command table, nothing when it is
+/// not there;
 /// `{node_major}`: the major version the project's `engines.node` asks for;
 /// `{soname:1}`: the Debian package that ships the shared library capture 1
 /// names, from the mirror's Contents index.
@@ -199,6 +201,14 @@ pub const RULES: &[Rule] = &[
         hint: "a library loaded by name at run time (ctypes, cffi) is missing: install the Debian package that ships it",
     },
     Rule {
+        id: "rust-compiler-missing",
+        pattern: r"can't find Rust compiler|error: can't find Rust compiler|maturin failed.*\n.*(?:cargo|rustc)",
+        fix: "if apt-cache show cargo-web >/dev/null 2>&1; then {apt} cargo-web; else {apt} cargo; fi",
+        probe: Some("command -v cargo"),
+        blame: None,
+        hint: "a Python extension is written in Rust: install cargo and rustc",
+    },
+    Rule {
         id: "qt-binding-missing",
         pattern: r"QtBindingsNotFoundError|No Qt bindings could be found",
         fix: "{resolve} PyQt5",
@@ -249,7 +259,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "command-missing-at-run",
         pattern: r"FileNotFoundError: \[Errno 2\] No such file or directory: '([a-z][\w.+-]*)'",
-        fix: "{apt} {cmd:1}",
+        fix: "{apt} {known_cmd:1}",
         probe: Some("command -v {1}"),
         blame: None,
         hint: "the code runs a command that is not installed: install the package that provides it",

@@ -113,6 +113,32 @@ fn block_ids_follow_the_seed_numbering() {
 }
 
 #[test]
+fn a_rust_build_backend_gets_cargo() {
+    // bcrypt 4.1.3's build-system: its Rust lives in src/_bcrypt, not at the root.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("pyproject.toml"),
+        "[build-system]\nrequires = [\"setuptools>=42.0.0\", \"wheel\", \"setuptools-rust\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"bcrypt\"\nversion = \"4.1.3\"\n",
+    )
+    .unwrap();
+    let ctx = analyze(d.path()).unwrap();
+    assert!(ctx.python.as_ref().unwrap().needs_rust);
+    assert!(ctx.rust.is_none());
+    let blocks = plan_rules(&ctx, &RuntimeNotes::assumed_debian()).unwrap();
+    let runtime = blocks.iter().find(|b| b.id == "20-python-runtime").unwrap();
+    assert!(runtime.script.contains("cargo-web"), "{}", runtime.script);
+    // Without a Rust backend, no toolchain.
+    std::fs::write(
+        d.path().join("pyproject.toml"),
+        "[build-system]\nrequires = [\"setuptools\"]\n\n[project]\nname = \"x\"\nversion = \"1\"\n",
+    )
+    .unwrap();
+    let ctx = analyze(d.path()).unwrap();
+    let blocks = plan_rules(&ctx, &RuntimeNotes::assumed_debian()).unwrap();
+    assert!(blocks.iter().all(|b| !b.script.contains("cargo")));
+}
+
+#[test]
 fn runtime_notes_change_the_plan() {
     // An image that already has python3 with venv support needs no apt install for it.
     let ctx = analyze(&fixtures().join("py-pyproject")).unwrap();

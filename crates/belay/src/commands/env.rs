@@ -23,9 +23,13 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
         .out
         .clone()
         .unwrap_or_else(|| ctx.repo_path.join(".belay").join("plan"));
-    let hooks = out.join("no-hooks");
+    let hooks = belay_record::state_home().join("no-hooks");
+    let python = belay_env::base_suite::choose(ctx.python.as_ref())
+        .map(|c| c.python)
+        .unwrap_or_default();
     if let Some(py) = ctx.python.as_mut() {
-        py.resolve_as_of = belay_env::as_of::resolve(&ctx.repo_path, &hooks, &choice).await;
+        py.resolve_as_of =
+            belay_env::as_of::resolve(&ctx.repo_path, &hooks, &choice, &python).await;
     }
     // The suite `env build` would base the project on (a planning error when none fits).
     let suite = belay_env::base_suite::choose(ctx.python.as_ref())?;
