@@ -180,10 +180,21 @@ def prune_finished(pdir, done):
         except (OSError, ValueError):
             continue
         if status in ("succeeded", "failed"):
-            ids = subprocess.run(["docker", "images", "-q", "--filter", f"label=belay.run={run}"],
+            # By name, newest first (`docker images` lists them so): a child
+            # goes before its parent. Removing by id in another order leaves
+            # every parent of a later checkpoint behind ("has dependent child
+            # images"), and the disk fills.
+            out = subprocess.run(["docker", "images", "--filter", f"label=belay.run={run}",
+                                  "--format", "{{.Repository}}:{{.Tag}}"],
                                  capture_output=True, text=True).stdout.split()
-            if ids:
-                subprocess.run(["docker", "rmi", "-f", *sorted(set(ids))], capture_output=True)
+            refs = [r for r in out if not r.endswith(":<none>")]
+            if refs:
+                subprocess.run(["docker", "rmi", "-f", *refs], capture_output=True)
+            # What is left of the run (untagged parents) goes by id.
+            left = subprocess.run(["docker", "images", "-q", "--filter", f"label=belay.run={run}"],
+                                  capture_output=True, text=True).stdout.split()
+            for i in left:
+                subprocess.run(["docker", "rmi", "-f", i], capture_output=True)
             done.add(run)
 
 

@@ -161,11 +161,14 @@ impl Reader<'_> {
                 Some("-e" | "--editable") => {
                     let Some(v) = value else { continue };
                     if is_local_path(&v) {
-                        let p = v.trim_start_matches("file:");
+                        let (p, extras) = local_parts(&v);
                         match self.local_project(&dir, p) {
                             Some(r) => {
                                 self.relative |= outside_root;
-                                args.extend(["-e".to_string(), container_path(&r)]);
+                                args.extend([
+                                    "-e".to_string(),
+                                    format!("{}{extras}", container_path(&r)),
+                                ]);
                             }
                             None => self.outside(file, &v),
                         }
@@ -192,11 +195,11 @@ impl Reader<'_> {
                 Some(o) => args.push(o.to_string()),
                 None => {
                     if is_local_path(&line) {
-                        let p = line.trim_start_matches("file:");
+                        let (p, extras) = local_parts(&line);
                         match self.local_project(&dir, p) {
                             Some(r) => {
                                 self.relative |= outside_root;
-                                args.push(container_path(&r));
+                                args.push(format!("{}{extras}", container_path(&r)));
                             }
                             None => self.outside(file, &line),
                         }
@@ -252,6 +255,22 @@ impl Reader<'_> {
             "{}: `{v}` is outside the repository; it is passed as written",
             file.display()
         ));
+    }
+}
+
+/// A local requirement's path and extras: `file:.#egg=jsonschema` (what
+/// pip-compile writes for `file:.`) is `.`, `./pkg[test]` is `./pkg` with
+/// `[test]`. The URL fragment names the egg, which pip reads from the
+/// project itself.
+fn local_parts(v: &str) -> (&str, &str) {
+    let v = v
+        .strip_prefix("file://")
+        .or_else(|| v.strip_prefix("file:"))
+        .unwrap_or(v);
+    let v = v.split('#').next().unwrap_or(v);
+    match v.find('[') {
+        Some(i) if v.ends_with(']') => (&v[..i], &v[i..]),
+        _ => (v, ""),
     }
 }
 
@@ -479,6 +498,34 @@ mod tests {
             "{w:?}"
         );
         assert_eq!(got[1].resolved, ["-e", "/workspace/repo/libs/core"]);
+    }
+
+    #[test]
+    fn a_pip_compile_file_url_of_the_root_is_the_project() {
+        // jsonschema 4.23.0's docs/requirements.txt (pip-compile run at the root).
+        let d = repo(&[
+            ("pyproject.toml", "[project]\nname = \"jsonschema\"\n"),
+            (
+                "docs/requirements.txt",
+                "alabaster==0.7.16\nfile:.#egg=jsonschema\n    # via -r docs/requirements.in\n./plugins/extra[test]\n",
+            ),
+            ("plugins/extra/setup.py", ""),
+        ]);
+        let f = Files::new(d.path());
+        let mut w = Vec::new();
+        let got = read_all(&f, &["docs/requirements.txt".to_string()], None, &mut w);
+        let args = &got[0].resolved;
+        assert!(args.contains(&"/workspace/repo".to_string()), "{args:?}");
+        assert!(
+            args.contains(&"/workspace/repo/plugins/extra[test]".to_string()),
+            "{args:?}"
+        );
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.contains("#egg") || a.contains("docs/.")),
+            "{args:?}"
+        );
     }
 
     #[test]

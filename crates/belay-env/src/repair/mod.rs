@@ -292,7 +292,14 @@ fn render(
         }
         "python-module-missing" => {
             let m = module?;
-            let own = |m: &str| is_local_module(ctx, &top(m)) || matches!(m, "venv" | "ensurepip");
+            // The repository's own (a package, or a directory such as
+            // `tests/` without `__init__.py`): never a name to install.
+            let own = |m: &str| {
+                is_local_module(ctx, &top(m))
+                    || matches!(m, "venv" | "ensurepip")
+                    || matches!(top(m).as_str(), "tests" | "test" | "testing" | "conftest")
+                    || ctx.repo_path.join(top(m)).is_dir()
+            };
             if own(&m) {
                 return None;
             }
@@ -491,6 +498,7 @@ mod tests {
         ("  = note: /usr/bin/ld: cannot find -lsqlite3: No such file or directory\n          collect2: error: ld returned 1 exit status", "library-missing-at-link", "libsqlite3-dev"),
         ("E   ImportError: Library \"GL\" not found.", "library-missing-at-load", "libgl1"),
         ("E   FileNotFoundError: [Errno 2] No such file or directory: 'convert'", "command-missing-at-run", "imagemagick"),
+        ("         Error: Please make sure the libxml2 and libxslt development packages are installed.", "libxml2-dev-missing", "libxslt1-dev"),
         ("         distutils.errors.DistutilsPlatformError: can't find Rust compiler", "rust-compiler-missing", "cargo-web"),
         ("    raise QtBindingsNotFoundError()\nqtpy.QtBindingsNotFoundError: No Qt bindings could be found", "qt-binding-missing", "PyQt5"),
         ("/bin/sh: 1: javac: not found", "command-not-found", "default-jdk-headless"),
@@ -645,7 +653,22 @@ mod tests {
         let text = "ImportError while importing test module '/workspace/repo/src/img2pdf_test.py'.\nHint: make sure your test modules/packages have valid Python names.\nTraceback:\n/usr/lib/python3.11/importlib/__init__.py:126: in import_module\n    return _bootstrap._gcd_import(name[level:], package, level)\nsrc/img2pdf_test.py:5: in <module>\n    import numpy\nE   ModuleNotFoundError: No module named 'numpy'";
         let p = propose_with(text, &c, &[], &Lookups::default());
         assert_eq!(p[0].rule_id, "python-module-missing");
-        assert!(p[0].fix.ends_with("belay-install numpy scipy pillow"), "{}", p[0].fix);
+        assert!(
+            p[0].fix.ends_with("belay-install numpy scipy pillow"),
+            "{}",
+            p[0].fix
+        );
+    }
+
+    #[test]
+    fn the_repositorys_own_tests_package_is_never_installed() {
+        // hass-nabucasa 0.88.1: the repair asked the index for `tests`.
+        let text = "ImportError while loading conftest '/workspace/repo/tests/conftest.py'.\ntests/conftest.py:18: in <module>\n    from tests.utils.aiohttp import mock_aiohttp_client\nE   ModuleNotFoundError: No module named 'tests'";
+        let p = propose_with(text, &ctx(), &[], &Lookups::default());
+        assert!(
+            p.iter().all(|p| p.rule_id != "python-module-missing"),
+            "{p:?}"
+        );
     }
 
     #[test]

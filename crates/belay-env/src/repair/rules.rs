@@ -201,6 +201,14 @@ pub const RULES: &[Rule] = &[
         hint: "a library loaded by name at run time (ctypes, cffi) is missing: install the Debian package that ships it",
     },
     Rule {
+        id: "libxml2-dev-missing",
+        pattern: r"make sure the libxml2 and libxslt development packages are installed",
+        fix: "{apt} libxml2-dev libxslt1-dev pkg-config",
+        probe: Some("dpkg -s libxml2-dev libxslt1-dev"),
+        blame: None,
+        hint: "lxml builds against libxml2 and libxslt: install their development packages",
+    },
+    Rule {
         id: "rust-compiler-missing",
         pattern: r"can't find Rust compiler|error: can't find Rust compiler|maturin failed.*\n.*(?:cargo|rustc)",
         fix: "if apt-cache show cargo-web >/dev/null 2>&1; then {apt} cargo-web; else {apt} cargo; fi",
