@@ -81,23 +81,40 @@ pub struct ConftestImport {
 /// any directory or `.py` of that name three levels deep (a helper put on
 /// the path by pytest's `pythonpath`). Installing a name from the index
 /// that is in fact a local helper would pull in a stranger's package.
-fn is_local(f: &Files, conftest_dir: &Path, module: &str, is_local: &dyn Fn(&str) -> bool) -> bool {
-    let root = f.root();
-    if is_local(module)
+fn is_local(
+    root: &Path,
+    names: &BTreeSet<String>,
+    conftest_dir: &Path,
+    module: &str,
+    is_local: &dyn Fn(&str) -> bool,
+) -> bool {
+    is_local(module)
+        || names.contains(module)
         || [conftest_dir, root]
             .iter()
             .any(|d| d.join(module).is_dir() || d.join(format!("{module}.py")).is_file())
-    {
-        return true;
+}
+
+/// The names of the directories and `.py` modules three levels deep, read
+/// once for every import checked (paths relative to the root: the
+/// checkout's own directory name is not one of them).
+fn local_names(f: &Files) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for rel in f.find(3, &|p| p.is_file()) {
+        let path = Path::new(&rel);
+        if let Some(stem) = rel
+            .strip_suffix(".py")
+            .and_then(|r| Path::new(r).file_name())
+        {
+            out.insert(stem.to_string_lossy().into_owned());
+        }
+        for dir in path.ancestors().skip(1) {
+            if let Some(n) = dir.file_name() {
+                out.insert(n.to_string_lossy().into_owned());
+            }
+        }
     }
-    let file = format!("{module}.py");
-    !f.find(3, &|p| {
-        p.file_name().is_some_and(|n| n == file.as_str())
-            || p.parent()
-                .and_then(|d| d.file_name())
-                .is_some_and(|n| n == module)
-    })
-    .is_empty()
+    out
 }
 
 /// A distribution name safe to put on a command line unquoted.
@@ -117,6 +134,7 @@ pub(super) fn needed(
     is_local_module: &dyn Fn(&str) -> bool,
 ) -> Vec<ConftestImport> {
     let mut out: Vec<ConftestImport> = Vec::new();
+    let names = local_names(f);
     for rel in f.find(3, &|p| p.file_name().is_some_and(|n| n == "conftest.py")) {
         // The path goes into a comment of the script: printable ASCII only.
         if !rel.chars().all(|c| c.is_ascii_graphic()) {
@@ -133,7 +151,7 @@ pub(super) fn needed(
                     "pytest" | "_pytest" | "conftest" | "tests" | "test"
                 )
                 || crate::module_dists::is_namespace(&m)
-                || is_local(f, dir, &m, is_local_module)
+                || is_local(f.root(), &names, dir, &m, is_local_module)
             {
                 continue;
             }
@@ -181,7 +199,7 @@ pub fn third_party_imports_of(root: &Path, rel: &str, import_name: Option<&str>)
     let Ok(text) = fs_err::read_to_string(&path) else {
         return Vec::new();
     };
-    let f = Files::new(&root);
+    let names = local_names(&Files::new(&root));
     let dir = path.parent().unwrap_or(&root).to_path_buf();
     let own = |m: &str| super::is_local_module(&root, import_name, m);
     top_level_imports(&text)
@@ -193,7 +211,7 @@ pub fn third_party_imports_of(root: &Path, rel: &str, import_name: Option<&str>)
                     "pytest" | "_pytest" | "conftest" | "tests" | "test"
                 )
                 && !crate::module_dists::is_namespace(m)
-                && !is_local(&f, &dir, m, &own)
+                && !is_local(&root, &names, &dir, m, &own)
         })
         .collect()
 }
