@@ -467,8 +467,10 @@ impl ContainerRuntime for DockerRuntime {
             labels: Some(to_hash(&lbl)),
             working_dir: spec.working_dir.clone(),
             host_config: Some(host),
-            network_disabled: (spec.network == Network::None && spec.network_name.is_none())
-                .then_some(true),
+            // No `network_disabled`: network mode `none` already gives a
+            // namespace with only loopback, and disabling the network also
+            // leaves `/etc/hosts` empty, so `localhost` does not resolve and a
+            // test suite that binds a loopback server fails.
             networking_config: spec.network_name.as_ref().map(|n| {
                 bollard::models::NetworkingConfig {
                     endpoints_config: Some(HashMap::from([(n.clone(), Default::default())])),

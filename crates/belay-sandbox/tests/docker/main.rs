@@ -129,8 +129,19 @@ async fn network_none_has_only_loopback_and_bridge_has_an_interface() {
     for (net, expect_eth) in [(Network::None, false), (Network::Bridge, true)] {
         let c = start(&rt, net, "net").await;
         let out = c.exec("ls /sys/class/net | tr '\\n' ' '", None).await;
+        // `localhost` resolves in both: suites bind loopback servers offline.
+        let hosts = c
+            .exec(
+                "grep -E '^127\\.0\\.0\\.1[[:space:]]+localhost' /etc/hosts && getent hosts localhost",
+                None,
+            )
+            .await;
         rt.remove(&c.id).await.unwrap();
         assert!(out.stdout_tail.contains("lo"), "{}", out.stdout_tail);
+        assert!(
+            hosts.exit_code == 0 && hosts.stdout_tail.starts_with("127.0.0.1"),
+            "{net:?}: localhost does not resolve: {hosts:?}"
+        );
         assert_eq!(
             out.stdout_tail.contains("eth0"),
             expect_eth,
