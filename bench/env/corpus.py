@@ -148,7 +148,7 @@ def failure_text(p):
 def classify(p):
     # belay's own classification first (the manifest's failure_class).
     if p.get("failure_class"):
-        return p["failure_class"].split(": host")[0]
+        return p["failure_class"].split(": ")[0]
     text = failure_text(p)
     for name, pat in CLASSES:
         if re.search(pat, text or ""):

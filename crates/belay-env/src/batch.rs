@@ -301,15 +301,16 @@ impl BuildObserver for ProjectObserver<'_> {
     fn output(&self, _block: &str, _stream: belay_sandbox::StreamKind, _bytes: &[u8]) {}
 }
 
-/// Failed projects per class: a classified failure by its class (the host
-/// left out), the rest as `unclassified`.
+/// Failed projects per class: a classified failure by its class (what
+/// follows the first `: `, the host or the error, left out), the rest as
+/// `unclassified`.
 fn failure_classes(results: &[ProjectResult]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for r in results.iter().filter(|r| r.status == "failed") {
         let class = r
             .failure_class
             .as_deref()
-            .map(|c| c.split(": host").next().unwrap_or(c).to_string())
+            .map(|c| c.split(": ").next().unwrap_or(c).to_string())
             .unwrap_or_else(|| "unclassified".to_string());
         *out.entry(class).or_insert(0) += 1;
     }

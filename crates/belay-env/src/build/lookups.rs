@@ -42,10 +42,9 @@ impl Run<'_> {
     /// What `text` needs looked up; a lookup that fails is noted, and the
     /// rule that needed it proposes nothing.
     pub(super) async fn lookups(&self, text: &str) -> Lookups {
-        let mut out = Lookups::default();
         let mut sonames = repair::missing_sonames(text);
         if sonames.is_empty() {
-            return out;
+            return Lookups::default();
         }
         // The failure names the first library the loader missed; the
         // container knows the rest.
@@ -54,6 +53,34 @@ impl Run<'_> {
                 sonames.push(s);
             }
         }
+        self.packages_for(sonames).await
+    }
+
+    /// When no rule matches, a library the loader cannot find may still be
+    /// the cause: a package that catches the ImportError (qtpy's "No Qt
+    /// bindings could be found" over PyQt5's missing libGL) hides the name.
+    /// `ldd` over the container's shared objects finds it: a proposal to
+    /// install what ships every library it reports, unless already tried.
+    pub(super) async fn hidden_libraries(&self, tried: &[String]) -> Option<repair::Proposal> {
+        let sonames = self.unresolved_in_container().await;
+        if sonames.is_empty() {
+            return None;
+        }
+        self.phase(
+            "lookup",
+            format!(
+                "no rule matches; ldd finds {} unresolved: {}",
+                sonames.len(),
+                sonames.join(", ")
+            ),
+        );
+        let found = self.packages_for(sonames).await;
+        repair::propose_unresolved(&found, tried)
+    }
+
+    /// The Debian package of each library, from the mirror's Contents index.
+    async fn packages_for(&self, sonames: Vec<String>) -> Lookups {
+        let mut out = Lookups::default();
         let notes = self.ctx.runtime_notes.clone().unwrap_or_default();
         let Some(suite) = notes.debian_suite() else {
             self.phase(

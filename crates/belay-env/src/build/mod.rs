@@ -142,7 +142,7 @@ impl BuildOptions {
             host_trust: true,
             redactor: Redactor::default(),
             ablation: Ablation::Full,
-            max_repair_attempts: 2,
+            max_repair_attempts: 3,
             max_probe_failures: 5,
             cache: true,
             package_cache: true,

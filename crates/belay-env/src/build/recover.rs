@@ -72,10 +72,20 @@ impl Run<'_> {
             {
                 proposals.insert(0, p);
             }
-            let Some(p) = self
+            let chosen = match self
                 .choose(&blocks[i].id, proposals, &mut tried, &mut probe_failures)
                 .await?
-            else {
+            {
+                Some(p) => Some(p),
+                None => match self.hidden_libraries(&tried).await {
+                    Some(p) => {
+                        self.choose(&blocks[i].id, vec![p], &mut tried, &mut probe_failures)
+                            .await?
+                    }
+                    None => None,
+                },
+            };
+            let Some(p) = chosen else {
                 let mut why = format!(
                     "{}; no repair rule matches this failure",
                     failure_now.summary

@@ -12,6 +12,9 @@ use regex::Regex;
 
 /// The class of a network need at collection time.
 pub const NETWORK_AT_COLLECTION: &str = "needs-network-at-collection";
+/// The class of a suite that opens a window (or connects to an X server)
+/// while pytest imports it: the build container has no display.
+pub const DISPLAY_AT_COLLECTION: &str = "needs-display-at-collection";
 
 /// A failure's class and what to say about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,10 +72,30 @@ fn network_error(text: &str) -> Option<Option<String>> {
     Some(found.filter(|h| !matches!(h.as_str(), "localhost" | "127.0.0.1")))
 }
 
+/// A GUI toolkit that found no display, and the error that says so.
+fn display_error(text: &str) -> Option<String> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    let r = re(
+        &R,
+        r#"(?m)^E?\s*([\w.]*NoSuchDisplayException: [^\n]{0,120}|[\w.]*TclError: no display name[^\n]{0,80}|[^\n]{0,60}cannot connect to X server[^\n]{0,60}|[^\n]{0,60}could not connect to display[^\n]{0,60}|Gtk-WARNING \*\*: [^\n]{0,40}cannot open display[^\n]{0,60})"#,
+    )?;
+    r.captures_iter(text)
+        .last()
+        .map(|c| c[1].trim().to_string())
+}
+
 /// The class of a failure that repair cannot fix, when it has one.
 pub fn classify(text: &str) -> Option<Classified> {
     if !collecting(text) {
         return None;
+    }
+    if let Some(err) = display_error(text) {
+        return Some(Classified {
+            class: DISPLAY_AT_COLLECTION,
+            detail: format!(
+                "needs a display at collection: the build container has no X server ({err})"
+            ),
+        });
     }
     let host = network_error(text)?;
     Some(Classified {
@@ -112,6 +135,23 @@ mod tests {
             classify(text).unwrap().detail,
             "needs network at collection: host tiles.example.net"
         );
+    }
+
+    #[test]
+    fn a_window_opened_at_import_is_classified_as_needing_a_display() {
+        // pyglet 2.0.15's collection, verbatim (the tail).
+        let text = "______________ ERROR collecting tests/unit/test_events.py ______________\n\
+            pyglet/canvas/xlib.py:88: in __init__\n    raise NoSuchDisplayException(f'Cannot connect to \"{name}\"')\n\
+            E   pyglet.canvas.xlib.NoSuchDisplayException: Cannot connect to \"None\"\n\
+            !!!!!!!!!!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!!!!!!!!!!";
+        let c = classify(text).unwrap();
+        assert_eq!(c.class, DISPLAY_AT_COLLECTION);
+        assert_eq!(
+            c.detail,
+            "needs a display at collection: the build container has no X server (pyglet.canvas.xlib.NoSuchDisplayException: Cannot connect to \"None\")"
+        );
+        let tk = "ERROR collecting tests/test_gui.py\nE   _tkinter.TclError: no display name and no $DISPLAY environment variable";
+        assert_eq!(classify(tk).unwrap().class, DISPLAY_AT_COLLECTION);
     }
 
     #[test]

@@ -34,7 +34,7 @@ mod classify;
 mod rules;
 mod tables;
 
-pub use classify::{classify, Classified, NETWORK_AT_COLLECTION};
+pub use classify::{classify, Classified, DISPLAY_AT_COLLECTION, NETWORK_AT_COLLECTION};
 pub use rules::RULES;
 use tables::{CMD_PKG, EXT_PKG, HEADER_PKG, PC_PKG};
 
@@ -49,7 +49,8 @@ pub struct Lookups {
 /// Contents index lookup takes: the loader's `libGL.so.1: cannot open shared
 /// object file`; the linker's `cannot find -lsqlite3` (`libsqlite3.so`, the
 /// development link); a library loaded by name, ctypes' or cffi's
-/// `Library "GL" not found` (`libGL.so.*`, any version).
+/// `Library "GL" not found` (`libGL.so.*`, any version); PyOpenGL's
+/// `_p.GLES2.glGetError` on a `None` library (`libGLESv2.so.*`).
 pub fn missing_sonames(text: &str) -> Vec<String> {
     static RE: OnceLock<Option<Regex>> = OnceLock::new();
     let Some(re) = RE
@@ -60,6 +61,8 @@ pub fn missing_sonames(text: &str) -> Vec<String> {
                 r#"|Library "(?P<name>[\w.+-]+)" not found"#,
                 r"|cannot load library '(?P<load>[^'/]+)'",
                 r#"|no library called "(?P<called>[\w.+-]+)" was found"#,
+                // PyOpenGL's platform left a library it could not load as None.
+                r"|_p\.(?P<pyopengl>GL|GLES[123]|GLU|GLUT|EGL)\.\w+[^\n]*\n[^\n]*'NoneType' object has no attribute",
             ))
             .ok()
         })
@@ -83,6 +86,23 @@ pub fn missing_sonames(text: &str) -> Vec<String> {
             format!("lib{}.so", m.as_str())
         } else if let Some(m) = c.name("name").or(c.name("load")).or(c.name("called")) {
             by_name(m.as_str())
+        } else if let Some(m) = c.name("pyopengl") {
+            // The names PyOpenGL's GLX/EGL platforms load each library by
+            // (GL is glvnd's libOpenGL first, then the older libGL).
+            let names: &[&str] = match m.as_str() {
+                "GL" => &["OpenGL", "GL"],
+                "GLES1" => &["GLESv1_CM"],
+                "GLES2" | "GLES3" => &["GLESv2"],
+                "GLUT" => &["glut"],
+                other => &[other][..],
+            };
+            for n in names {
+                let s = by_name(n);
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+            continue;
         } else {
             continue;
         };
@@ -116,6 +136,35 @@ pub fn unresolved_sonames(ldd: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The rule id of a library `ldd` finds unresolved when no rule matched.
+pub const HIDDEN_LIBRARY_RULE: &str = "shared-library-unresolved";
+
+/// Install what ships each library `ldd` found unresolved (`found`, from
+/// the Contents index), when no rule matched the failure: `None` when the
+/// index names no package or the same fix was tried.
+pub fn propose_unresolved(found: &Lookups, tried: &[String]) -> Option<Proposal> {
+    let mut pkgs: Vec<&str> = Vec::new();
+    for p in found.sonames.values() {
+        if !pkgs.contains(&p.as_str()) {
+            pkgs.push(p);
+        }
+    }
+    if pkgs.is_empty() {
+        return None;
+    }
+    let fix = format!("{APT} {}", pkgs.join(" "));
+    if tried.contains(&fix) {
+        return None;
+    }
+    Some(Proposal {
+        rule_id: HIDDEN_LIBRARY_RULE.into(),
+        fix,
+        probe: None,
+        blame: None,
+        hint: "no rule matches, and ldd finds shared libraries the loader cannot resolve (a package that catches the ImportError hides them): install the packages that ship them".into(),
+    })
 }
 
 /// A proposed repair.
@@ -502,6 +551,8 @@ mod tests {
         ("         distutils.errors.DistutilsPlatformError: can't find Rust compiler", "rust-compiler-missing", "cargo-web"),
         ("    raise QtBindingsNotFoundError()\nqtpy.QtBindingsNotFoundError: No Qt bindings could be found", "qt-binding-missing", "PyQt5"),
         ("/bin/sh: 1: javac: not found", "command-not-found", "default-jdk-headless"),
+        // memchr 2.7.4's `cargo test --no-run` on rustc 1.96, verbatim (the tail).
+        ("error: missing documentation for a macro\nnote: the lint level is defined here\n   --> src/lib.rs:172:9\n    |\n172 | #![deny(missing_docs)]\n    |         ^^^^^^^^^^^^\n\nerror: could not compile `memchr` (lib test) due to 1 previous error", "rust-lint-denied", "--cap-lints"),
     ];
 
     #[test]
@@ -593,6 +644,53 @@ mod tests {
         assert_eq!(
             block_for_role(["00-preflight"].iter().copied(), "node-deps"),
             None
+        );
+    }
+
+    #[test]
+    fn pyopengl_libraries_left_as_none_are_named_for_the_lookup() {
+        // PyOpenGL 3.1.7's collection without libOpenGL/libGLESv2, verbatim.
+        let text = "OpenGL/raw/GL/_errors.py:4: in <module>\n    _error_checker = _ErrorChecker( _p, _p.GL.glGetError )\nE   AttributeError: 'NoneType' object has no attribute 'glGetError'\nOpenGL/raw/GLES2/_errors.py:4: in <module>\n    _error_checker = _ErrorChecker( _p, _p.GLES2.glGetError )\nE   AttributeError: 'NoneType' object has no attribute 'glGetError'";
+        assert_eq!(
+            missing_sonames(text),
+            ["libOpenGL.so.*", "libGL.so.*", "libGLESv2.so.*"]
+        );
+        let mut l = Lookups::default();
+        l.sonames
+            .insert("libOpenGL.so.*".into(), "libopengl0".into());
+        l.sonames.insert("libGL.so.*".into(), "libgl1".into());
+        l.sonames.insert("libGLESv2.so.*".into(), "libgles2".into());
+        let p = propose_with(text, &ctx(), &[], &l);
+        assert_eq!(p[0].rule_id, "library-missing-at-load");
+        assert!(
+            p[0].fix.ends_with(" libopengl0 libgl1 libgles2"),
+            "{}",
+            p[0].fix
+        );
+        // Any other attribute error on None is not a library.
+        assert!(
+            missing_sonames("E   AttributeError: 'NoneType' object has no attribute 'split'")
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn libraries_ldd_finds_when_no_rule_matches_are_installed_once() {
+        let mut l = Lookups::default();
+        assert!(
+            propose_unresolved(&l, &[]).is_none(),
+            "nothing found, nothing proposed"
+        );
+        l.sonames.insert("libGL.so.1".into(), "libgl1".into());
+        l.sonames.insert("libEGL.so.1".into(), "libegl1".into());
+        l.sonames.insert("libGLX.so.0".into(), "libgl1".into());
+        let p = propose_unresolved(&l, &[]).unwrap();
+        assert_eq!(p.rule_id, HIDDEN_LIBRARY_RULE);
+        assert!(p.fix.ends_with("Use-Pty=0 libegl1 libgl1"), "{}", p.fix);
+        assert!(crate::safety::check_repair(&p.fix).is_none());
+        assert!(
+            propose_unresolved(&l, &[p.fix.clone()]).is_none(),
+            "tried once"
         );
     }
 

@@ -194,7 +194,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "library-missing-at-load",
-        pattern: r#"Library "([\w.+-]+)" not found|cannot load library '([^'/]+)'|no library called "([\w.+-]+)" was found"#,
+        pattern: r#"Library "([\w.+-]+)" not found|cannot load library '([^'/]+)'|no library called "([\w.+-]+)" was found|_p\.(GL|GLES[123]|GLU|GLUT|EGL)\.\w+[^\n]*\n[^\n]*'NoneType' object has no attribute"#,
         fix: "{apt} {soname:1}",
         probe: None,
         blame: None,
@@ -271,6 +271,14 @@ pub const RULES: &[Rule] = &[
         probe: Some("command -v {1}"),
         blame: None,
         hint: "the code runs a command that is not installed: install the package that provides it",
+    },
+    Rule {
+        id: "rust-lint-denied",
+        pattern: r"note: the lint level is defined here",
+        fix: "mkdir -p \"${CARGO_HOME:-$HOME/.cargo}\" && { grep -qs cap-lints \"${CARGO_HOME:-$HOME/.cargo}/config.toml\" || printf '[build]\\nrustflags = [\"--cap-lints\", \"warn\"]\\n' >> \"${CARGO_HOME:-$HOME/.cargo}/config.toml\"; }",
+        probe: Some("grep -qs cap-lints \"${CARGO_HOME:-$HOME/.cargo}/config.toml\""),
+        blame: None,
+        hint: "the crate denies a lint that this newer compiler raises (toolchain drift, not a broken build): cap lints at warn, as crater does",
     },
     Rule {
         id: "command-not-found",

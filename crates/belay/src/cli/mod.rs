@@ -702,7 +702,7 @@ pub struct ControlArgs {
     #[arg(long, default_value = "full", value_parser = parse_ablation)]
     pub ablation: belay_env::ablation::Ablation,
     /// Repair rounds per failed block.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     pub max_repair_attempts: u32,
     /// Read-only probes that may fail during repair before probing stops.
     #[arg(long, default_value_t = 5)]
