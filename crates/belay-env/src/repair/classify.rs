@@ -12,6 +12,9 @@ use regex::Regex;
 
 /// The class of a network need at collection time.
 pub const NETWORK_AT_COLLECTION: &str = "needs-network-at-collection";
+/// The class of a source archive that lacks a file its tests read (a
+/// crate packaged without its test data, an sdist without its fixtures).
+pub const SOURCE_INCOMPLETE: &str = "source-incomplete";
 /// The class of a suite that opens a window (or connects to an X server)
 /// while pytest imports it: the build container has no display.
 pub const DISPLAY_AT_COLLECTION: &str = "needs-display-at-collection";
@@ -84,9 +87,53 @@ fn display_error(text: &str) -> Option<String> {
         .map(|c| c[1].trim().to_string())
 }
 
+/// A file of the repository's own source that the tests read and the
+/// archive does not have: rustc's `couldn't read `src/x.txt`` (an
+/// `include_str!`), or Python's FileNotFoundError on a path in the
+/// checkout (not in the environments under it), while collecting.
+fn missing_source_file(text: &str, collecting: bool) -> Option<String> {
+    static RUST: OnceLock<Option<Regex>> = OnceLock::new();
+    static PY: OnceLock<Option<Regex>> = OnceLock::new();
+    if let Some(c) = re(
+        &RUST,
+        r"(?m)^error: couldn't read `([^`\n]{1,300})`: No such file or directory",
+    )?
+    .captures(text)
+    {
+        return Some(c[1].to_string());
+    }
+    if !collecting {
+        return None;
+    }
+    let c = re(
+        &PY,
+        r"FileNotFoundError: \[Errno 2\] No such file or directory: '/workspace/repo/([^'\n]{1,300})'",
+    )?
+    .captures(text)?;
+    let rel = c[1].to_string();
+    let env = [
+        ".venv/",
+        "node_modules/",
+        "build/",
+        "target/",
+        "dist/",
+        ".tox/",
+    ];
+    (!env.iter().any(|e| rel.starts_with(e))).then_some(rel)
+}
+
 /// The class of a failure that repair cannot fix, when it has one.
 pub fn classify(text: &str) -> Option<Classified> {
-    if !collecting(text) {
+    let collecting = collecting(text);
+    if let Some(path) = missing_source_file(text, collecting) {
+        return Some(Classified {
+            class: SOURCE_INCOMPLETE,
+            detail: format!(
+                "the source lacks a file its tests read: {path} (not in the archive; no environment can supply it)"
+            ),
+        });
+    }
+    if !collecting {
         return None;
     }
     if let Some(err) = display_error(text) {
@@ -152,6 +199,34 @@ mod tests {
         );
         let tk = "ERROR collecting tests/test_gui.py\nE   _tkinter.TclError: no display name and no $DISPLAY environment variable";
         assert_eq!(classify(tk).unwrap().class, DISPLAY_AT_COLLECTION);
+    }
+
+    #[test]
+    fn test_files_missing_from_the_archive_are_classified() {
+        // zstd 0.13.2's `cargo test --no-run` and cairosvg 2.7.1's collection, verbatim.
+        let zstd = "   Compiling zstd v0.13.2 (/workspace/repo)\nerror: couldn't read `src/stream/../../assets/example.txt.zst`: No such file or directory (os error 2)\n   --> src/stream/tests.rs:231:20";
+        let c = classify(zstd).unwrap();
+        assert_eq!(c.class, SOURCE_INCOMPLETE);
+        assert!(
+            c.detail.starts_with(
+                "the source lacks a file its tests read: src/stream/../../assets/example.txt.zst"
+            ),
+            "{}",
+            c.detail
+        );
+        let cairo = "_____ ERROR collecting test_non_regression/test_helpers.py _____\nE   FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/test_non_regression/cairosvg_reference/cairosvg/__init__.py'";
+        assert!(classify(cairo)
+            .unwrap()
+            .detail
+            .contains(": test_non_regression/cairosvg_reference/cairosvg/__init__.py"));
+        // A file missing from an environment is not the source's.
+        let venv = "ERROR collecting tests/test_a.py\nE   FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/.venv/bin/tool'";
+        assert!(classify(venv).is_none());
+        // Outside collection, a Python FileNotFoundError is not classified.
+        assert!(classify(
+            "FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/data.txt'"
+        )
+        .is_none());
     }
 
     #[test]

@@ -34,7 +34,9 @@ mod classify;
 mod rules;
 mod tables;
 
-pub use classify::{classify, Classified, DISPLAY_AT_COLLECTION, NETWORK_AT_COLLECTION};
+pub use classify::{
+    classify, Classified, DISPLAY_AT_COLLECTION, NETWORK_AT_COLLECTION, SOURCE_INCOMPLETE,
+};
 pub use rules::RULES;
 use tables::{CMD_PKG, EXT_PKG, HEADER_PKG, PC_PKG};
 
@@ -329,10 +331,43 @@ fn render(
         }
         out = out.replace("{soname:1}", &pkgs.join(" "));
     }
+    if out.contains("{extras}") {
+        // Names from the repository's own metadata go into a shell word:
+        // only those shaped like an extra's name (PEP 685).
+        let extras: Vec<&str> = ctx
+            .python
+            .as_ref()
+            .map(|p| {
+                p.extras
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|e| {
+                        !e.is_empty()
+                            && e.len() <= 64
+                            && e.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if extras.is_empty() {
+            return None;
+        }
+        out = out.replace("{extras}", &extras.join(","));
+    }
     // A module is the project's own when its top-level package is.
     let top = |m: &str| m.split('.').next().unwrap_or(m).to_string();
     let module = cap1.clone();
     match rule.id {
+        "project-extra-missing" => {
+            // The import that failed is in the project's own package (not
+            // its tests): an optional dependency, which an extra declares.
+            let dir = cap1.clone()?;
+            let pkg = dir.trim_start_matches("src/");
+            if matches!(pkg, "tests" | "test" | "testing") || !is_local_module(ctx, pkg) {
+                return None;
+            }
+        }
         "local-module-not-installed" => {
             let m = module?;
             if !is_local_module(ctx, &top(&m)) {
@@ -492,6 +527,12 @@ mod tests {
             repo_path: "/nonexistent-repo".into(),
             python: Some(PythonFacts {
                 import_name: Some("calc".into()),
+                extras: vec![
+                    "bson".into(),
+                    "msgpack".into(),
+                    "pyyaml".into(),
+                    "bad;rm -rf /".into(),
+                ],
                 ..Default::default()
             }),
             node: Some(NodeFacts {
@@ -551,6 +592,11 @@ mod tests {
         ("         distutils.errors.DistutilsPlatformError: can't find Rust compiler", "rust-compiler-missing", "cargo-web"),
         ("    raise QtBindingsNotFoundError()\nqtpy.QtBindingsNotFoundError: No Qt bindings could be found", "qt-binding-missing", "PyQt5"),
         ("/bin/sh: 1: javac: not found", "command-not-found", "default-jdk-headless"),
+        // cliff 4.7.0's collection under pytest 8.2.0, verbatim.
+        ("___________________ ERROR collecting cliff/tests/test_app.py ___________________\n.venv/lib/python3.11/site-packages/testtools/testcase.py:241: in __init__\n    test_method = self._get_test_method()\n.venv/lib/python3.11/site-packages/testtools/testcase.py:696: in _get_test_method\n    return getattr(self, method_name)\nE   AttributeError: 'TestInteractiveMode' object has no attribute 'runTest'", "pytest-unittest-runtest", "'pytest<8.2'"),
+        // cattrs 23.2.3's collection, its package renamed to this context's `calc`:
+        // the project's own module imports an optional dependency.
+        ("tests/test_preconf.py:51: in <module>\n    from calc.preconf.pyyaml import make_converter as pyyaml_make_converter\nsrc/calc/preconf/pyyaml.py:5: in <module>\n    from yaml import safe_dump, safe_load\nE   ModuleNotFoundError: No module named 'yaml'", "project-extra-missing", "-e '/workspace/repo[bson,msgpack,pyyaml]'"),
         // memchr 2.7.4's `cargo test --no-run` on rustc 1.96, verbatim (the tail).
         ("error: missing documentation for a macro\nnote: the lint level is defined here\n   --> src/lib.rs:172:9\n    |\n172 | #![deny(missing_docs)]\n    |         ^^^^^^^^^^^^\n\nerror: could not compile `memchr` (lib test) due to 1 previous error", "rust-lint-denied", "--cap-lints"),
     ];

@@ -12,6 +12,8 @@ use super::Rule;
 /// mapped through the header / command / pkg-config / Python module tables;
 /// `{known_cmd:1}`: capture 1 through the command table, nothing when it is
 /// not there;
+/// `{extras}`: the project's extras, comma-separated (nothing proposed
+/// when it has none);
 /// `{node_major}`: the major version the project's `engines.node` asks for;
 /// `{soname:1}`: the Debian package that ships the shared library capture 1
 /// names, from the mirror's Contents index.
@@ -239,6 +241,22 @@ pub const RULES: &[Rule] = &[
         probe: None,
         blame: None,
         hint: "the test suite's conftest uses hook arguments newer pytest removed: pin pytest 7",
+    },
+    Rule {
+        id: "pytest-unittest-runtest",
+        pattern: r"object has no attribute 'runTest'",
+        fix: "{pip} 'pytest<8.2'",
+        probe: None,
+        blame: None,
+        hint: "pytest 8.2 makes each unittest class at collection with `runTest`, which testtools' TestCase refuses: pin pytest below 8.2",
+    },
+    Rule {
+        id: "project-extra-missing",
+        pattern: r"(?m)^((?:src/)?[A-Za-z_]\w*)/[\w/]*\.py:\d+: in <module>\n\s+(?:from|import) [^\n]+\nE\s+ModuleNotFoundError: No module named '([\w.]+)'",
+        fix: "{resolve} -e '/workspace/repo[{extras}]'",
+        probe: None,
+        blame: None,
+        hint: "the project's own package imports an optional dependency: install the project with all its extras, not one module per round",
     },
     Rule {
         id: "local-module-not-installed",
