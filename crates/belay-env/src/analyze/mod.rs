@@ -544,6 +544,27 @@ mod tests {
         assert!(err.contains("package.json:3:"), "{err}");
     }
 
+    #[test]
+    fn each_extras_requirements_are_kept_by_name() {
+        for (file, text) in [
+            (
+                "pyproject.toml",
+                "[project]\nname = \"calc\"\nversion = \"1\"\n[project.optional-dependencies]\nyaml = [\"PyYAML>=5.1\", \"ruamel.yaml\"]\nmsgpack = [\"msgpack>=1.0.5 ; python_version >= '3.8'\"]\n",
+            ),
+            (
+                "setup.cfg",
+                "[metadata]\nname = calc\n\n[options.extras_require]\nyaml = PyYAML>=5.1\n    ruamel.yaml\nmsgpack =\n    msgpack>=1.0.5\n\n[flake8]\nmax-line-length = 99\n",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(file), text).unwrap();
+            let py = analyze(dir.path()).unwrap().python.unwrap();
+            assert_eq!(py.extras, ["msgpack", "yaml"], "{file}");
+            assert_eq!(py.extra_requirements["yaml"], ["pyyaml", "ruamel.yaml"], "{file}");
+            assert_eq!(py.extra_requirements["msgpack"], ["msgpack"], "{file}");
+        }
+    }
+
     /// click's own pip-compiled `requirements/dev.txt` pins click 8.1.3 while
     /// the checkout is 8.1.7: one resolver call with both cannot be met.
     #[test]

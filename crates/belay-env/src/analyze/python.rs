@@ -24,6 +24,9 @@ pub struct PythonFacts {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved_requirements: BTreeMap<String, Vec<String>>,
     pub extras: Vec<String>,
+    /// Each extra's requirement names (normalised: `pyyaml`, `pytest-cov`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_requirements: BTreeMap<String, Vec<String>>,
     pub test_extras: Vec<String>,
     pub dependencies: Vec<String>,
     pub needs_git: bool,
@@ -123,7 +126,12 @@ pub(super) fn python(
                     for (k, v) in extras {
                         py.extras.push(k.clone());
                         if let Some(a) = v.as_array() {
-                            deps.extend(a.iter().filter_map(|d| d.as_str()).map(String::from));
+                            let reqs: Vec<&str> = a.iter().filter_map(|d| d.as_str()).collect();
+                            py.extra_requirements.insert(
+                                k.clone(),
+                                reqs.iter().filter_map(|r| requirement_name(r)).collect(),
+                            );
+                            deps.extend(reqs.into_iter().map(String::from));
                         }
                     }
                 }
@@ -227,13 +235,31 @@ pub(super) fn python(
     }
     if let Some(text) = &setup_cfg {
         if let Some(extras) = text.split("[options.extras_require]").nth(1) {
+            let mut current: Option<String> = None;
             for line in extras.lines().skip(1) {
                 if line.starts_with('[') {
                     break;
                 }
-                if let Some((k, _)) = line.split_once('=') {
+                if let Some((k, v)) = line.split_once('=') {
                     if !line.starts_with(char::is_whitespace) && !k.trim().is_empty() {
                         py.extras.push(k.trim().to_string());
+                        current = Some(k.trim().to_string());
+                        if let Some(name) = requirement_name(v) {
+                            py.extra_requirements
+                                .entry(k.trim().to_string())
+                                .or_default()
+                                .push(name);
+                        }
+                        continue;
+                    }
+                }
+                // A continuation line: one more requirement of the extra above.
+                if line.starts_with(char::is_whitespace) {
+                    if let (Some(k), Some(name)) = (&current, requirement_name(line)) {
+                        py.extra_requirements
+                            .entry(k.clone())
+                            .or_default()
+                            .push(name);
                     }
                 }
             }

@@ -61,7 +61,14 @@ impl Run<'_> {
     /// bindings could be found" over PyQt5's missing libGL) hides the name.
     /// `ldd` over the container's shared objects finds it: a proposal to
     /// install what ships every library it reports, unless already tried.
-    pub(super) async fn hidden_libraries(&self, tried: &[String]) -> Option<repair::Proposal> {
+    pub(super) async fn hidden_libraries(
+        &self,
+        text: &str,
+        tried: &[String],
+    ) -> Option<repair::Proposal> {
+        if !repair::may_hide_a_library(text) {
+            return None;
+        }
         let sonames = self.unresolved_in_container().await;
         if sonames.is_empty() {
             return None;

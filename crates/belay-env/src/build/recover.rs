@@ -77,7 +77,7 @@ impl Run<'_> {
                 .await?
             {
                 Some(p) => Some(p),
-                None => match self.hidden_libraries(&tried).await {
+                None => match self.hidden_libraries(&text, &tried).await {
                     Some(p) => {
                         self.choose(&blocks[i].id, vec![p], &mut tried, &mut probe_failures)
                             .await?

@@ -80,7 +80,7 @@ fn display_error(text: &str) -> Option<String> {
     static R: OnceLock<Option<Regex>> = OnceLock::new();
     let r = re(
         &R,
-        r#"(?m)^E?\s*([\w.]*NoSuchDisplayException: [^\n]{0,120}|[\w.]*TclError: no display name[^\n]{0,80}|[^\n]{0,60}cannot connect to X server[^\n]{0,60}|[^\n]{0,60}could not connect to display[^\n]{0,60}|Gtk-WARNING \*\*: [^\n]{0,40}cannot open display[^\n]{0,60})"#,
+        r#"(?m)^E?\s*([\w.]*NoSuchDisplayException: [^\n]{0,120}|[\w.]*TclError: no display name[^\n]{0,80}|[^\n]{0,60}cannot connect to X server[^\n]{0,60}|[^\n]{0,60}could not connect to display[^\n]{0,60}|Gtk-WARNING \*\*: [^\n]{0,40}cannot open display[^\n]{0,60}|[\w.]*(?:DisplayConnectionError|DisplayNameError)[^\n]{0,120}|[^\n]{0,60}Can't connect to display[^\n]{0,60})"#,
     )?;
     r.captures_iter(text)
         .last()
@@ -100,7 +100,13 @@ fn missing_source_file(text: &str, collecting: bool) -> Option<String> {
     )?
     .captures(text)
     {
-        return Some(c[1].to_string());
+        // The crate's own source: relative to it, or in the checkout but
+        // not in `target/` (a build script's output is the environment's).
+        let path = c[1].to_string();
+        let rel = path.strip_prefix("/workspace/repo/").unwrap_or(&path);
+        if !rel.starts_with('/') && !rel.starts_with("target/") && !rel.contains("/target/") {
+            return Some(path);
+        }
     }
     if !collecting {
         return None;
@@ -111,21 +117,27 @@ fn missing_source_file(text: &str, collecting: bool) -> Option<String> {
     )?
     .captures(text)?;
     let rel = c[1].to_string();
+    let first = rel.split('/').next().unwrap_or("");
     let env = [
-        ".venv/",
-        "node_modules/",
-        "build/",
-        "target/",
-        "dist/",
-        ".tox/",
+        ".venv",
+        "venv",
+        "node_modules",
+        "build",
+        "target",
+        "dist",
+        ".tox",
+        ".nox",
+        ".eggs",
     ];
-    (!env.iter().any(|e| rel.starts_with(e))).then_some(rel)
+    (!env.contains(&first) && !first.ends_with(".egg-info")).then_some(rel)
 }
 
 /// The class of a failure that repair cannot fix, when it has one.
 pub fn classify(text: &str) -> Option<Classified> {
     let collecting = collecting(text);
-    if let Some(path) = missing_source_file(text, collecting) {
+    // A download that failed at collection explains a file missing after it.
+    let network = collecting.then(|| network_error(text)).flatten();
+    if let (None, Some(path)) = (&network, missing_source_file(text, collecting)) {
         return Some(Classified {
             class: SOURCE_INCOMPLETE,
             detail: format!(
@@ -144,7 +156,7 @@ pub fn classify(text: &str) -> Option<Classified> {
             ),
         });
     }
-    let host = network_error(text)?;
+    let host = network?;
     Some(Classified {
         class: NETWORK_AT_COLLECTION,
         detail: match host {
@@ -199,6 +211,9 @@ mod tests {
         );
         let tk = "ERROR collecting tests/test_gui.py\nE   _tkinter.TclError: no display name and no $DISPLAY environment variable";
         assert_eq!(classify(tk).unwrap().class, DISPLAY_AT_COLLECTION);
+        // python-xlib's refusal names a "Connection refused": still a display, not the network.
+        let xlib = "ERROR collecting tests/test_keys.py\nE   Xlib.error.DisplayConnectionError: Can't connect to display \":0\": [Errno 111] Connection refused";
+        assert_eq!(classify(xlib).unwrap().class, DISPLAY_AT_COLLECTION);
     }
 
     #[test]
@@ -222,6 +237,12 @@ mod tests {
         // A file missing from an environment is not the source's.
         let venv = "ERROR collecting tests/test_a.py\nE   FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/.venv/bin/tool'";
         assert!(classify(venv).is_none());
+        // A build script's output missing from target/ is the environment's to make.
+        let out_dir = "error: couldn't read `/workspace/repo/target/debug/build/x-1/out/bindings.rs`: No such file or directory (os error 2)";
+        assert!(classify(out_dir).is_none());
+        // A conftest whose download failed explains the file it did not write.
+        let dl = "ImportError while loading conftest '/workspace/repo/tests/conftest.py'.\nE   urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution> for https://data.example.org/x\nE   FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/tests/data/x.json'";
+        assert_eq!(classify(dl).unwrap().class, NETWORK_AT_COLLECTION);
         // Outside collection, a Python FileNotFoundError is not classified.
         assert!(classify(
             "FileNotFoundError: [Errno 2] No such file or directory: '/workspace/repo/data.txt'"

@@ -143,6 +143,18 @@ pub fn unresolved_sonames(ldd: &str) -> Vec<String> {
 /// The rule id of a library `ldd` finds unresolved when no rule matched.
 pub const HIDDEN_LIBRARY_RULE: &str = "shared-library-unresolved";
 
+/// Whether a failure looks like a load that failed (an ImportError, an
+/// OSError, a shim's "no bindings"), so that a library hidden behind it is
+/// worth an `ldd` scan: a plain test failure is not.
+pub fn may_hide_a_library(text: &str) -> bool {
+    static RE: OnceLock<Option<Regex>> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"ImportError|OSError|bindings could be found|BindingsNotFound|dlopen|shared object|undefined symbol").ok()
+    })
+    .as_ref()
+    .is_some_and(|r| r.is_match(text))
+}
+
 /// Install what ships each library `ldd` found unresolved (`found`, from
 /// the Contents index), when no rule matched the failure: `None` when the
 /// index names no package or the same fix was tried.
@@ -331,40 +343,59 @@ fn render(
         }
         out = out.replace("{soname:1}", &pkgs.join(" "));
     }
-    if out.contains("{extras}") {
+    if out.contains("{extras:2}") {
+        // The extras whose requirements name the missing module's
+        // distribution (`yaml` is PyYAML's): not every extra, which for a
+        // large project may not resolve at all.
+        let module = caps.get(2)?.as_str();
+        let top = module.split('.').next().unwrap_or(module);
+        let dist = module_dists::distribution(module)
+            .unwrap_or(top)
+            .to_ascii_lowercase()
+            .replace(['_', '.'], "-");
+        let py = ctx.python.as_ref()?;
         // Names from the repository's own metadata go into a shell word:
         // only those shaped like an extra's name (PEP 685).
-        let extras: Vec<&str> = ctx
-            .python
-            .as_ref()
-            .map(|p| {
-                p.extras
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|e| {
-                        !e.is_empty()
-                            && e.len() <= 64
-                            && e.chars()
-                                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                    })
-                    .collect()
+        let extras: Vec<&str> = py
+            .extra_requirements
+            .iter()
+            .filter(|(_, reqs)| reqs.iter().any(|r| r.replace('.', "-") == dist))
+            .map(|(e, _)| e.as_str())
+            .filter(|e| {
+                !e.is_empty()
+                    && e.len() <= 64
+                    && e.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             })
-            .unwrap_or_default();
+            .collect();
         if extras.is_empty() {
             return None;
         }
-        out = out.replace("{extras}", &extras.join(","));
+        out = out.replace("{extras:2}", &extras.join(","));
     }
     // A module is the project's own when its top-level package is.
     let top = |m: &str| m.split('.').next().unwrap_or(m).to_string();
     let module = cap1.clone();
     match rule.id {
         "project-extra-missing" => {
-            // The import that failed is in the project's own package (not
-            // its tests): an optional dependency, which an extra declares.
-            let dir = cap1.clone()?;
-            let pkg = dir.trim_start_matches("src/");
-            if matches!(pkg, "tests" | "test" | "testing") || !is_local_module(ctx, pkg) {
+            // The import that failed is in the project's own package, not
+            // in a test file (`calc/tests/test_x.py` is a test's need), and
+            // the missing module is not the project's own.
+            let file = cap1.clone()?;
+            let parts: Vec<&str> = file.trim_start_matches("src/").split('/').collect();
+            let name = parts.last().copied().unwrap_or("");
+            let is_test = parts
+                .iter()
+                .any(|p| matches!(*p, "tests" | "test" | "testing"))
+                || name.starts_with("test_")
+                || name.ends_with("_test.py")
+                || name == "conftest.py";
+            let missing = caps.get(2).map(|m| m.as_str()).unwrap_or("");
+            if is_test
+                || parts.len() < 2
+                || !is_local_module(ctx, parts[0])
+                || is_local_module(ctx, &top(missing))
+            {
                 return None;
             }
         }
@@ -533,6 +564,16 @@ mod tests {
                     "pyyaml".into(),
                     "bad;rm -rf /".into(),
                 ],
+                extra_requirements: [
+                    ("bson", vec!["pymongo"]),
+                    ("msgpack", vec!["msgpack"]),
+                    ("pyyaml", vec!["pyyaml"]),
+                    ("yaml2", vec!["pyyaml", "ruamel-yaml"]),
+                    ("bad;rm -rf /", vec!["pyyaml"]),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+                .collect(),
                 ..Default::default()
             }),
             node: Some(NodeFacts {
@@ -596,7 +637,7 @@ mod tests {
         ("___________________ ERROR collecting cliff/tests/test_app.py ___________________\n.venv/lib/python3.11/site-packages/testtools/testcase.py:241: in __init__\n    test_method = self._get_test_method()\n.venv/lib/python3.11/site-packages/testtools/testcase.py:696: in _get_test_method\n    return getattr(self, method_name)\nE   AttributeError: 'TestInteractiveMode' object has no attribute 'runTest'", "pytest-unittest-runtest", "'pytest<8.2'"),
         // cattrs 23.2.3's collection, its package renamed to this context's `calc`:
         // the project's own module imports an optional dependency.
-        ("tests/test_preconf.py:51: in <module>\n    from calc.preconf.pyyaml import make_converter as pyyaml_make_converter\nsrc/calc/preconf/pyyaml.py:5: in <module>\n    from yaml import safe_dump, safe_load\nE   ModuleNotFoundError: No module named 'yaml'", "project-extra-missing", "-e '/workspace/repo[bson,msgpack,pyyaml]'"),
+        ("tests/test_preconf.py:51: in <module>\n    from calc.preconf.pyyaml import make_converter as pyyaml_make_converter\nsrc/calc/preconf/pyyaml.py:5: in <module>\n    from yaml import safe_dump, safe_load\nE   ModuleNotFoundError: No module named 'yaml'", "project-extra-missing", "-e '/workspace/repo[pyyaml,yaml2]'"),
         // memchr 2.7.4's `cargo test --no-run` on rustc 1.96, verbatim (the tail).
         ("error: missing documentation for a macro\nnote: the lint level is defined here\n   --> src/lib.rs:172:9\n    |\n172 | #![deny(missing_docs)]\n    |         ^^^^^^^^^^^^\n\nerror: could not compile `memchr` (lib test) due to 1 previous error", "rust-lint-denied", "--cap-lints"),
     ];
@@ -718,6 +759,24 @@ mod tests {
             missing_sonames("E   AttributeError: 'NoneType' object has no attribute 'split'")
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn an_optional_import_in_a_test_file_is_not_an_extra() {
+        let c = ctx();
+        // astropy's layout: the tests live inside the package.
+        let in_tests = "calc/tests/test_io.py:3: in <module>\n    import yaml\nE   ModuleNotFoundError: No module named 'yaml'";
+        assert!(propose(in_tests, &c, &[])
+            .iter()
+            .all(|p| p.rule_id != "project-extra-missing"));
+        // No extra declares the module: the per-module rule takes it.
+        let undeclared = "src/calc/io.py:3: in <module>\n    import toml\nE   ModuleNotFoundError: No module named 'toml'";
+        let p = propose(undeclared, &c, &[]);
+        assert!(
+            p.iter().all(|p| p.rule_id != "project-extra-missing"),
+            "{p:?}"
+        );
+        assert_eq!(p[0].rule_id, "python-module-missing");
     }
 
     #[test]

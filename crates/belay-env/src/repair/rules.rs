@@ -12,8 +12,8 @@ use super::Rule;
 /// mapped through the header / command / pkg-config / Python module tables;
 /// `{known_cmd:1}`: capture 1 through the command table, nothing when it is
 /// not there;
-/// `{extras}`: the project's extras, comma-separated (nothing proposed
-/// when it has none);
+/// `{extras:2}`: the project's extras that require the distribution of the
+/// module capture 2 names, comma-separated (nothing proposed when none does);
 /// `{node_major}`: the major version the project's `engines.node` asks for;
 /// `{soname:1}`: the Debian package that ships the shared library capture 1
 /// names, from the mirror's Contents index.
@@ -252,11 +252,11 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "project-extra-missing",
-        pattern: r"(?m)^((?:src/)?[A-Za-z_]\w*)/[\w/]*\.py:\d+: in <module>\n\s+(?:from|import) [^\n]+\nE\s+ModuleNotFoundError: No module named '([\w.]+)'",
-        fix: "{resolve} -e '/workspace/repo[{extras}]'",
+        pattern: r"(?m)^([\w/.-]+\.py):\d+: in <module>\n\s+(?:from|import) [^\n]+\nE\s+ModuleNotFoundError: No module named '([\w.]+)'",
+        fix: "{resolve} -e '/workspace/repo[{extras:2}]'",
         probe: None,
         blame: None,
-        hint: "the project's own package imports an optional dependency: install the project with all its extras, not one module per round",
+        hint: "the project's own package imports an optional dependency: install the project with the extras that declare it",
     },
     Rule {
         id: "local-module-not-installed",
@@ -292,8 +292,8 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "rust-lint-denied",
-        pattern: r"note: the lint level is defined here",
-        fix: "mkdir -p \"${CARGO_HOME:-$HOME/.cargo}\" && { grep -qs cap-lints \"${CARGO_HOME:-$HOME/.cargo}/config.toml\" || printf '[build]\\nrustflags = [\"--cap-lints\", \"warn\"]\\n' >> \"${CARGO_HOME:-$HOME/.cargo}/config.toml\"; }",
+        pattern: r"note: the lint level is defined here\n[^\n]*\n[^\n]*\n[^\n]*#!?\[(?:deny|forbid)\(",
+        fix: "mkdir -p \"${CARGO_HOME:-$HOME/.cargo}\" && { grep -qs cap-lints \"${CARGO_HOME:-$HOME/.cargo}/config.toml\" || { ! grep -qs '^\\[build\\]' \"${CARGO_HOME:-$HOME/.cargo}/config.toml\" || { echo \"belay: cargo's config.toml already has a [build] table: add --cap-lints warn to its rustflags by hand\" >&2; exit 1; }; printf '[build]\\nrustflags = [\"--cap-lints\", \"warn\"]\\n' >> \"${CARGO_HOME:-$HOME/.cargo}/config.toml\"; }; }",
         probe: Some("grep -qs cap-lints \"${CARGO_HOME:-$HOME/.cargo}/config.toml\""),
         blame: None,
         hint: "the crate denies a lint that this newer compiler raises (toolchain drift, not a broken build): cap lints at warn, as crater does",
