@@ -794,7 +794,7 @@ mod tests {
         assert!(p.fix.ends_with("Use-Pty=0 libegl1 libgl1"), "{}", p.fix);
         assert!(crate::safety::check_repair(&p.fix).is_none());
         assert!(
-            propose_unresolved(&l, &[p.fix.clone()]).is_none(),
+            propose_unresolved(&l, std::slice::from_ref(&p.fix)).is_none(),
             "tried once"
         );
     }
