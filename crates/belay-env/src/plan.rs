@@ -507,6 +507,21 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                     None => parts.push(format!("-r {}", q(f))),
                 }
             }
+            if let Some(g) = &py.test_groups {
+                if !g.requirements.is_empty() {
+                    p.deps.push(format!(
+                        "# The tests' requirements of {} resolve with the project.",
+                        g.source
+                    ));
+                    parts.push(
+                        g.requirements
+                            .iter()
+                            .map(|r| q(r))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    );
+                }
+            }
             if py.installable {
                 let target = if py.test_extras.is_empty() {
                     ".".to_string()

@@ -181,6 +181,27 @@ pub(super) fn needed(
 /// names one per attempt). `rel` comes from the build container's output:
 /// it is read only when it resolves to a file inside `root`.
 pub fn third_party_imports_of(root: &Path, rel: &str, import_name: Option<&str>) -> Vec<String> {
+    imports_of(root, rel, import_name, false)
+}
+
+/// The third-party modules a file of the project's own package imports at
+/// column 0. An absolute import there resolves on `sys.path` only: a module
+/// next to the file, or one of that name deeper in the tree, is not it
+/// (cattrs's `preconf/msgpack.py` imports the index's `msgpack`).
+pub fn third_party_imports_of_package_file(
+    root: &Path,
+    rel: &str,
+    import_name: Option<&str>,
+) -> Vec<String> {
+    imports_of(root, rel, import_name, true)
+}
+
+fn imports_of(
+    root: &Path,
+    rel: &str,
+    import_name: Option<&str>,
+    package_file: bool,
+) -> Vec<String> {
     if rel.split('/').any(|c| c == "..") || !rel.ends_with(".py") {
         return Vec::new();
     }
@@ -199,8 +220,16 @@ pub fn third_party_imports_of(root: &Path, rel: &str, import_name: Option<&str>)
     let Ok(text) = fs_err::read_to_string(&path) else {
         return Vec::new();
     };
-    let names = local_names(&Files::new(&root));
-    let dir = path.parent().unwrap_or(&root).to_path_buf();
+    let names = if package_file {
+        BTreeSet::new()
+    } else {
+        local_names(&Files::new(&root))
+    };
+    let dir = if package_file {
+        root.join("src")
+    } else {
+        path.parent().unwrap_or(&root).to_path_buf()
+    };
     let own = |m: &str| super::is_local_module(&root, import_name, m);
     top_level_imports(&text)
         .into_iter()
@@ -214,6 +243,61 @@ pub fn third_party_imports_of(root: &Path, rel: &str, import_name: Option<&str>)
                 && !is_local(&root, &names, &dir, m, &own)
         })
         .collect()
+}
+
+/// The files of the project's own package that a test module imports at
+/// column 0 (`from cattrs.preconf.bson import …` is
+/// `src/cattrs/preconf/bson.py`): an optional dependency those import is one
+/// more the collection needs, named one per attempt otherwise. `rel` is
+/// read as `third_party_imports_of` reads it; the files returned exist.
+pub fn own_files_imported_by(root: &Path, rel: &str, import_name: Option<&str>) -> Vec<String> {
+    let Some(own) = import_name else {
+        return Vec::new();
+    };
+    if rel.split('/').any(|c| c == "..") || !rel.ends_with(".py") {
+        return Vec::new();
+    }
+    let Ok(text) = fs_err::read_to_string(root.join(rel)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines().take(2000) {
+        let line = line.split('#').next().unwrap_or("");
+        let module = if let Some(rest) = line.strip_prefix("from ") {
+            rest.split_whitespace().next().unwrap_or("")
+        } else if let Some(rest) = line.strip_prefix("import ") {
+            rest.split([',', ' ']).next().unwrap_or("")
+        } else {
+            continue;
+        };
+        let parts: Vec<&str> = module.split('.').collect();
+        if parts.first() != Some(&own)
+            || parts.len() > 8
+            || !parts
+                .iter()
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        {
+            continue;
+        }
+        let path = parts.join("/");
+        for candidate in [
+            format!("src/{path}.py"),
+            format!("{path}.py"),
+            format!("src/{path}/__init__.py"),
+            format!("{path}/__init__.py"),
+        ] {
+            if root.join(&candidate).is_file() {
+                if !out.contains(&candidate) {
+                    out.push(candidate);
+                }
+                break;
+            }
+        }
+        if out.len() >= 32 {
+            break;
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -12,11 +12,16 @@ mod conftest_imports;
 mod pytest_plugins;
 mod python;
 mod requirements;
+mod test_groups;
 
-pub use conftest_imports::{third_party_imports_of, ConftestImport};
+pub use conftest_imports::{
+    own_files_imported_by, third_party_imports_of, third_party_imports_of_package_file,
+    ConftestImport,
+};
 pub use pytest_plugins::PluginNeed;
 pub use python::{PythonFacts, PythonInstaller};
 pub use requirements::RequirementFile;
+pub use test_groups::TestGroups;
 
 /// What belay learned about a repository, written as `context.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -28,6 +28,10 @@ pub struct PythonFacts {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra_requirements: BTreeMap<String, Vec<String>>,
     pub test_extras: Vec<String>,
+    /// The test requirements of `[dependency-groups]` (or PDM's, uv's dev
+    /// lists), installed with the project in one resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_groups: Option<super::test_groups::TestGroups>,
     pub dependencies: Vec<String>,
     pub needs_git: bool,
     /// The build backend compiles Rust (setuptools-rust, maturin in
@@ -134,6 +138,11 @@ pub(super) fn python(
                             deps.extend(reqs.into_iter().map(String::from));
                         }
                     }
+                }
+                let own = py.project_name.as_deref().and_then(requirement_name);
+                if let Some(g) = super::test_groups::read(&t, own.as_deref()) {
+                    deps.extend(g.requirements.iter().cloned());
+                    py.test_groups = Some(g);
                 }
                 let tool = t.get("tool").and_then(|x| x.as_table());
                 if let Some(poetry) = tool
@@ -341,6 +350,14 @@ pub(super) fn python(
         .filter(|e| matches!(e.as_str(), "test" | "tests" | "testing" | "dev" | "develop"))
         .cloned()
         .collect();
+    // A test group that asks for the project's own extras (`pdm[pytest]`).
+    if let Some(g) = &py.test_groups {
+        for e in &g.own_extras {
+            if py.extras.contains(e) && !py.test_extras.contains(e) {
+                py.test_extras.push(e.clone());
+            }
+        }
+    }
     // Deep enough for src/<pkg>/tests and namespace packages
     // (src/zope/interface/tests, lib/Crypto/SelfTest/Cipher): unittest
     // suites with no pytest config are collected by pytest too.

@@ -354,12 +354,34 @@ fn render(
             .to_ascii_lowercase()
             .replace(['_', '.'], "-");
         let py = ctx.python.as_ref()?;
+        // And what the project's modules that the failing test modules import
+        // import in turn: cattrs's test_preconf imports a converter per
+        // format, each needing one extra, which would be one attempt each.
+        let mut dists = vec![dist];
+        for rel in failing_test_modules(text) {
+            let import_name = py.import_name.as_deref();
+            for file in crate::analyze::own_files_imported_by(&ctx.repo_path, &rel, import_name) {
+                for m in crate::analyze::third_party_imports_of_package_file(
+                    &ctx.repo_path,
+                    &file,
+                    import_name,
+                ) {
+                    let d = module_dists::distribution(&m)
+                        .unwrap_or(&m)
+                        .to_ascii_lowercase()
+                        .replace(['_', '.'], "-");
+                    if !dists.contains(&d) {
+                        dists.push(d);
+                    }
+                }
+            }
+        }
         // Names from the repository's own metadata go into a shell word:
         // only those shaped like an extra's name (PEP 685).
         let extras: Vec<&str> = py
             .extra_requirements
             .iter()
-            .filter(|(_, reqs)| reqs.iter().any(|r| r.replace('.', "-") == dist))
+            .filter(|(_, reqs)| reqs.iter().any(|r| dists.contains(&r.replace('.', "-"))))
             .map(|(e, _)| e.as_str())
             .filter(|e| {
                 !e.is_empty()
@@ -777,6 +799,44 @@ mod tests {
             "{p:?}"
         );
         assert_eq!(p[0].rule_id, "python-module-missing");
+    }
+
+    #[test]
+    fn the_extras_of_every_project_module_a_failing_test_imports_go_in_one_round() {
+        // cattrs 23.2.3's layout: test_preconf imports a converter per format,
+        // and each converter imports its optional library.
+        let repo = tempfile::tempdir().unwrap();
+        let w = |rel: &str, text: &str| {
+            let p = repo.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        w("src/calc/__init__.py", "");
+        w("src/calc/preconf/__init__.py", "");
+        w(
+            "src/calc/preconf/bson.py",
+            "from bson import ObjectId\nfrom ..converters import C\n",
+        );
+        w("src/calc/preconf/msgpack.py", "from msgpack import dumps\n");
+        w("src/calc/preconf/json.py", "from json import dumps\n");
+        w(
+            "tests/test_preconf.py",
+            "import pytest\nfrom calc.preconf.bson import make_converter\nfrom calc.preconf.json import make_converter as j\nfrom calc.preconf.msgpack import make_converter as m\n",
+        );
+        let mut c = ctx();
+        c.repo_path = repo.path().to_path_buf();
+        let text = "ImportError while importing test module '/workspace/repo/tests/test_preconf.py'.\ntests/test_preconf.py:2: in <module>\n    from calc.preconf.bson import make_converter\nsrc/calc/preconf/bson.py:1: in <module>\n    from bson import ObjectId\nE   ModuleNotFoundError: No module named 'bson'";
+        let p = propose(text, &c, &[]);
+        assert_eq!(p[0].rule_id, "project-extra-missing", "{p:?}");
+        assert!(
+            p[0].fix.ends_with("-e '/workspace/repo[bson,msgpack]'"),
+            "{}",
+            p[0].fix
+        );
+        // A path out of the repository is not read.
+        assert!(
+            crate::analyze::own_files_imported_by(repo.path(), "../x.py", Some("calc")).is_empty()
+        );
     }
 
     #[test]

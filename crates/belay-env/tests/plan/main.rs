@@ -66,6 +66,7 @@ plan_snapshot!(python_pbr, "py-pbr");
 plan_snapshot!(python_resolver, "py-resolver");
 plan_snapshot!(python_312, "py-python312");
 plan_snapshot!(python_conflicting_pins, "py-conflicting-pins");
+plan_snapshot!(python_dependency_groups, "py-dependency-groups");
 
 #[test]
 fn every_fixture_has_a_snapshot_test() {

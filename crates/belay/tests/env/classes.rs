@@ -231,6 +231,31 @@ fn requirements_and_the_project_are_resolved_in_one_uv_call() {
 }
 
 #[test]
+fn a_pep735_test_group_is_installed_with_the_project() {
+    let run = run_id("groups");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("py-dependency-groups"), &run, state.path());
+    // Read from the file: no repair guessed it from "NoneType takes no arguments".
+    assert_eq!(m["repairs"], 0, "{:?}", repair_rules(&m));
+    let s = script(state.path(), &run, "30-python-deps");
+    assert!(
+        s.contains(
+            "# The tests' requirements of [dependency-groups] test resolve with the project."
+        ),
+        "{s}"
+    );
+    // The included group, and the project's own extra as `.[speed]`, not
+    // the index's groupdemo; the lint group is not installed.
+    assert!(
+        s.contains("'pytest>=7' 'typing-extensions>=4.7' 'attrs>=22.2' -e '.[speed]'"),
+        "{s}"
+    );
+    assert!(!s.contains("ruff"), "{s}");
+    project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
+}
+
+#[test]
 fn requirement_files_that_pin_one_package_differently_go_in_one_at_a_time() {
     let run = run_id("pins");
     let _guard = RunGuard(run.clone());
