@@ -177,6 +177,10 @@ const PY_NATIVE_HINTS: &[(&str, &[&str])] = &[
     ("gssapi", &["libkrb5-dev", "python3-dev", "build-essential"]),
 ];
 
+/// What the log says when the tests' dependency groups do not install.
+const GROUPS_LEFT_OUT: &str =
+    "belay: the tests' dependency groups do not resolve with the project: installing without them";
+
 fn q(s: &str) -> String {
     if s.chars()
         .all(|c| c.is_ascii_alphanumeric() || "-_./=:@+,".contains(c))
@@ -507,19 +511,24 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                     None => parts.push(format!("-r {}", q(f))),
                 }
             }
+            // The tests' dependency groups: in the same resolution, but a
+            // group that does not resolve (a dev group's tools pinned against
+            // the project) does not stop the project from installing.
+            let mut group_part: Option<String> = None;
             if let Some(g) = &py.test_groups {
                 if !g.requirements.is_empty() {
                     p.deps.push(format!(
-                        "# The tests' requirements of {} resolve with the project.",
+                        "# The tests' requirements of {} resolve with the project; should they not, the project goes in without them.",
                         g.source
                     ));
-                    parts.push(
-                        g.requirements
-                            .iter()
-                            .map(|r| q(r))
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                    );
+                    let part = g
+                        .requirements
+                        .iter()
+                        .map(|r| q(r))
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    parts.push(part.clone());
+                    group_part = Some(part);
                 }
             }
             if py.installable {
@@ -554,8 +563,39 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                         .to_string(),
                 );
                 for a in &parts {
-                    p.deps
-                        .extend(py_install(py, a).into_iter().map(|l| format!("  {l}")));
+                    if Some(a) == group_part.as_ref() {
+                        p.deps.push("  if ! {".to_string());
+                        p.deps
+                            .extend(py_install(py, a).into_iter().map(|l| format!("    {l}")));
+                        p.deps.push("  }; then".to_string());
+                        p.deps.push(format!("    echo {} >&2", q(GROUPS_LEFT_OUT)));
+                        p.deps.push("  fi".to_string());
+                    } else {
+                        p.deps
+                            .extend(py_install(py, a).into_iter().map(|l| format!("  {l}")));
+                    }
+                }
+                p.deps.push("fi".to_string());
+            } else if let Some(g) = &group_part {
+                let without: Vec<&str> = parts
+                    .iter()
+                    .filter(|a| *a != g)
+                    .map(String::as_str)
+                    .collect();
+                p.deps.push("if ! {".to_string());
+                p.deps.extend(
+                    py_install(py, &together)
+                        .into_iter()
+                        .map(|l| format!("  {l}")),
+                );
+                p.deps.push("}; then".to_string());
+                p.deps.push(format!("  echo {} >&2", q(GROUPS_LEFT_OUT)));
+                if !without.is_empty() {
+                    p.deps.extend(
+                        py_install(py, &without.join(" "))
+                            .into_iter()
+                            .map(|l| format!("  {l}")),
+                    );
                 }
                 p.deps.push("fi".to_string());
             } else if !together.is_empty() {

@@ -13,7 +13,7 @@
 //! left to the repair should collection need it.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
@@ -196,28 +196,33 @@ pub fn third_party_imports_of_package_file(
     imports_of(root, rel, import_name, true)
 }
 
+/// A `.py` file of the repository named by a path from the build's output
+/// (untrusted): read only when it resolves, symlinks followed, to a regular
+/// file inside `root` of at most 1 MiB. The canonical root, path and text.
+fn read_repo_python_file(root: &Path, rel: &str) -> Option<(PathBuf, PathBuf, String)> {
+    if rel.split('/').any(|c| c == "..") || !rel.ends_with(".py") || Path::new(rel).is_absolute() {
+        return None;
+    }
+    let root = root.canonicalize().ok()?;
+    let path = root.join(rel).canonicalize().ok()?;
+    if !path.starts_with(&root) {
+        return None;
+    }
+    let meta = fs_err::metadata(&path).ok()?;
+    if !meta.is_file() || meta.len() > 1 << 20 {
+        return None;
+    }
+    let text = fs_err::read_to_string(&path).ok()?;
+    Some((root, path, text))
+}
+
 fn imports_of(
     root: &Path,
     rel: &str,
     import_name: Option<&str>,
     package_file: bool,
 ) -> Vec<String> {
-    if rel.split('/').any(|c| c == "..") || !rel.ends_with(".py") {
-        return Vec::new();
-    }
-    let (Ok(root), Ok(path)) = (root.canonicalize(), root.join(rel).canonicalize()) else {
-        return Vec::new();
-    };
-    if !path.starts_with(&root) {
-        return Vec::new();
-    }
-    let Ok(meta) = fs_err::metadata(&path) else {
-        return Vec::new();
-    };
-    if !meta.is_file() || meta.len() > 1 << 20 {
-        return Vec::new();
-    }
-    let Ok(text) = fs_err::read_to_string(&path) else {
+    let Some((root, path, text)) = read_repo_python_file(root, rel) else {
         return Vec::new();
     };
     let names = if package_file {
@@ -254,16 +259,22 @@ pub fn own_files_imported_by(root: &Path, rel: &str, import_name: Option<&str>) 
     let Some(own) = import_name else {
         return Vec::new();
     };
-    if rel.split('/').any(|c| c == "..") || !rel.ends_with(".py") {
-        return Vec::new();
-    }
-    let Ok(text) = fs_err::read_to_string(root.join(rel)) else {
+    let Some((root, _, text)) = read_repo_python_file(root, rel) else {
         return Vec::new();
     };
     let mut out: Vec<String> = Vec::new();
     for line in text.lines().take(2000) {
         let line = line.split('#').next().unwrap_or("");
+        // `from pkg.preconf import bson`: `bson` may be a module of its own.
+        let mut names: Vec<&str> = Vec::new();
         let module = if let Some(rest) = line.strip_prefix("from ") {
+            if let Some((_, imported)) = rest.split_once(" import ") {
+                names = imported
+                    .trim_start_matches(['(', ' '])
+                    .split(',')
+                    .filter_map(|n| n.split_whitespace().next())
+                    .collect();
+            }
             rest.split_whitespace().next().unwrap_or("")
         } else if let Some(rest) = line.strip_prefix("import ") {
             rest.split([',', ' ']).next().unwrap_or("")
@@ -280,17 +291,28 @@ pub fn own_files_imported_by(root: &Path, rel: &str, import_name: Option<&str>) 
             continue;
         }
         let path = parts.join("/");
-        for candidate in [
-            format!("src/{path}.py"),
-            format!("{path}.py"),
-            format!("src/{path}/__init__.py"),
-            format!("{path}/__init__.py"),
-        ] {
-            if root.join(&candidate).is_file() {
-                if !out.contains(&candidate) {
-                    out.push(candidate);
+        let mut found = |candidates: [String; 2]| {
+            for candidate in candidates {
+                if root.join(&candidate).is_file() {
+                    if !out.contains(&candidate) {
+                        out.push(candidate);
+                    }
+                    return true;
                 }
-                break;
+            }
+            false
+        };
+        if !found([format!("src/{path}.py"), format!("{path}.py")]) {
+            found([
+                format!("src/{path}/__init__.py"),
+                format!("{path}/__init__.py"),
+            ]);
+            for n in names
+                .iter()
+                .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .take(16)
+            {
+                found([format!("src/{path}/{n}.py"), format!("{path}/{n}.py")]);
             }
         }
         if out.len() >= 32 {

@@ -33,6 +33,10 @@ pub struct PythonFacts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_groups: Option<super::test_groups::TestGroups>,
     pub dependencies: Vec<String>,
+    /// `[project] dependencies` alone, normalised: what is installed with the
+    /// project whatever its extras.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub core_dependencies: Vec<String>,
     pub needs_git: bool,
     /// The build backend compiles Rust (setuptools-rust, maturin in
     /// `build-system.requires`): cargo goes in the runtime block.
@@ -122,6 +126,11 @@ pub(super) fn python(
                     .and_then(|d| d.as_array())
                 {
                     deps.extend(list.iter().filter_map(|d| d.as_str()).map(String::from));
+                    py.core_dependencies = list
+                        .iter()
+                        .filter_map(|d| d.as_str())
+                        .filter_map(requirement_name)
+                        .collect();
                 }
                 if let Some(extras) = project
                     .and_then(|p| p.get("optional-dependencies"))
@@ -138,11 +147,6 @@ pub(super) fn python(
                             deps.extend(reqs.into_iter().map(String::from));
                         }
                     }
-                }
-                let own = py.project_name.as_deref().and_then(requirement_name);
-                if let Some(g) = super::test_groups::read(&t, own.as_deref()) {
-                    deps.extend(g.requirements.iter().cloned());
-                    py.test_groups = Some(g);
                 }
                 let tool = t.get("tool").and_then(|x| x.as_table());
                 if let Some(poetry) = tool
@@ -241,6 +245,24 @@ pub(super) fn python(
     }
     if py.project_name.is_none() {
         py.project_name = setup_name(setup_cfg.as_deref(), setup_py.as_deref());
+    }
+    // The tests' dependency groups, once the project's name is known from
+    // any file (a self-reference `name[extra]` is the checkout). Only pip's
+    // plan installs them: `uv sync` and `poetry install` take their own groups.
+    if py.installer == PythonInstaller::Pip {
+        let own = py.project_name.as_deref().and_then(requirement_name);
+        if let Some(t) = pyproject
+            .as_deref()
+            .and_then(|t| t.parse::<toml::Table>().ok())
+        {
+            if let Some(g) = super::test_groups::read(&t, own.as_deref()) {
+                if g.requirements.iter().any(|r| r.contains("git+")) {
+                    py.needs_git = true;
+                }
+                deps.extend(g.requirements.iter().cloned());
+                py.test_groups = Some(g);
+            }
+        }
     }
     if let Some(text) = &setup_cfg {
         if let Some(extras) = text.split("[options.extras_require]").nth(1) {
@@ -352,9 +374,12 @@ pub(super) fn python(
         .collect();
     // A test group that asks for the project's own extras (`pdm[pytest]`).
     if let Some(g) = &py.test_groups {
+        let norm = |e: &str| e.to_ascii_lowercase().replace(['_', '.'], "-");
         for e in &g.own_extras {
-            if py.extras.contains(e) && !py.test_extras.contains(e) {
-                py.test_extras.push(e.clone());
+            if let Some(x) = py.extras.iter().find(|x| norm(x) == norm(e)) {
+                if !py.test_extras.contains(x) {
+                    py.test_extras.push(x.clone());
+                }
             }
         }
     }

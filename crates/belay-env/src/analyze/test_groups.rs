@@ -14,8 +14,8 @@ use super::requirement_name;
 const TEST_GROUPS: [&str; 3] = ["test", "tests", "testing"];
 /// Taken only when no test group exists: "dev" often holds the tests' needs.
 const DEV_GROUP: &str = "dev";
-/// `include-group` chains deeper than this are cut (a cycle, or a mistake).
-const MAX_INCLUDE_DEPTH: usize = 8;
+/// At most this many groups are expanded for one project.
+const MAX_GROUPS: usize = 64;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TestGroups {
@@ -29,8 +29,19 @@ pub struct TestGroups {
     pub own_extras: Vec<String>,
 }
 
+/// PEP 503's normal form: lower case, each run of `-`, `_` and `.` one `-`.
 fn normalise(name: &str) -> String {
-    name.to_ascii_lowercase().replace(['_', '.'], "-")
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
 }
 
 /// The test groups of a parsed `pyproject.toml`, if it declares any. `own`
@@ -73,8 +84,9 @@ pub fn read(t: &toml::Table, own: Option<&str>) -> Option<TestGroups> {
             ),
             ..TestGroups::default()
         };
+        let mut seen = std::collections::BTreeSet::new();
         for n in names {
-            collect(groups, n, own, &mut out, 0);
+            collect(groups, n, own, &mut out, &mut seen);
         }
         return (!out.requirements.is_empty() || !out.own_extras.is_empty()).then_some(out);
     }
@@ -95,14 +107,16 @@ pub fn read(t: &toml::Table, own: Option<&str>) -> Option<TestGroups> {
     (!out.requirements.is_empty() || !out.own_extras.is_empty()).then_some(out)
 }
 
+/// One group's requirements, its includes followed once each: a cycle (an
+/// error in PEP 735) or a group included many times adds nothing twice.
 fn collect(
     groups: &toml::Table,
     name: &str,
     own: Option<&str>,
     out: &mut TestGroups,
-    depth: usize,
+    seen: &mut std::collections::BTreeSet<String>,
 ) {
-    if depth > MAX_INCLUDE_DEPTH {
+    if seen.len() >= MAX_GROUPS || !seen.insert(normalise(name)) {
         return;
     }
     // PEP 735 compares names normalised: `include-group = "Type_Stubs"`.
@@ -117,14 +131,19 @@ fn collect(
         if let Some(req) = item.as_str() {
             push(req, own, out);
         } else if let Some(inc) = item.get("include-group").and_then(|g| g.as_str()) {
-            collect(groups, inc, own, out, depth + 1);
+            collect(groups, inc, own, out, seen);
         }
     }
 }
 
 fn push(req: &str, own: Option<&str>, out: &mut TestGroups) {
     let req = req.trim();
-    // PDM's `-e file:///${PROJECT_ROOT}/…` and other installer options.
+    // PDM's `-e file:///${PROJECT_ROOT}/…` and other installer options, a
+    // variable only PDM expands, and control characters: not a requirement
+    // the installer can take as one argument.
+    if req.contains("${") || req.chars().any(char::is_control) || req.len() > 500 {
+        return;
+    }
     let Some(name) = requirement_name(req) else {
         return;
     };
@@ -204,6 +223,18 @@ mod tests {
         assert_eq!(g.source, "[tool.uv] dev-dependencies");
         assert_eq!(g.requirements, ["pytest-asyncio>=0.23"]);
         assert!(groups("[dependency-groups]\nlint = [\"ruff\"]\n", None).is_none());
+        // A group included many times, in a cycle, is expanded once.
+        let many = format!(
+            "[dependency-groups]\ntest = [\"pytest\", {}]\n",
+            vec!["{include-group = \"test\"}"; 40].join(", ")
+        );
+        assert_eq!(groups(&many, None).unwrap().requirements, ["pytest"]);
+        let g = groups(
+            "[tool.pdm.dev-dependencies]\ntest = [\"sub @ file:///${PROJECT_ROOT}/sub\", \"a\\nb\", \"mock\"]\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(g.requirements, ["mock"]);
         assert!(groups("[project]\nname = \"x\"\n", None).is_none());
     }
 }

@@ -370,7 +370,10 @@ fn render(
                         .unwrap_or(&m)
                         .to_ascii_lowercase()
                         .replace(['_', '.'], "-");
-                    if !dists.contains(&d) {
+                    // A core dependency is installed already: an extra that
+                    // repeats it (`all`, `gpu = ["cupy", "numpy"]`) is not
+                    // what the test module needs.
+                    if !dists.contains(&d) && !py.core_dependencies.contains(&d) {
                         dists.push(d);
                     }
                 }
@@ -811,7 +814,7 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, text).unwrap();
         };
-        w("src/calc/__init__.py", "");
+        w("src/calc/__init__.py", "import attrs\n");
         w("src/calc/preconf/__init__.py", "");
         w(
             "src/calc/preconf/bson.py",
@@ -821,10 +824,15 @@ mod tests {
         w("src/calc/preconf/json.py", "from json import dumps\n");
         w(
             "tests/test_preconf.py",
-            "import pytest\nfrom calc.preconf.bson import make_converter\nfrom calc.preconf.json import make_converter as j\nfrom calc.preconf.msgpack import make_converter as m\n",
+            "import pytest\nimport calc\nfrom calc.preconf.bson import make_converter\nfrom calc.preconf.json import make_converter as j\nfrom calc.preconf import (msgpack, json)\n",
         );
         let mut c = ctx();
         c.repo_path = repo.path().to_path_buf();
+        // attrs is a core dependency: the extra that repeats it is not taken.
+        let py = c.python.as_mut().unwrap();
+        py.core_dependencies = vec!["attrs".into()];
+        py.extra_requirements
+            .insert("speedups".into(), vec!["attrs".into()]);
         let text = "ImportError while importing test module '/workspace/repo/tests/test_preconf.py'.\ntests/test_preconf.py:2: in <module>\n    from calc.preconf.bson import make_converter\nsrc/calc/preconf/bson.py:1: in <module>\n    from bson import ObjectId\nE   ModuleNotFoundError: No module named 'bson'";
         let p = propose(text, &c, &[]);
         assert_eq!(p[0].rule_id, "project-extra-missing", "{p:?}");

@@ -241,7 +241,7 @@ fn a_pep735_test_group_is_installed_with_the_project() {
     let s = script(state.path(), &run, "30-python-deps");
     assert!(
         s.contains(
-            "# The tests' requirements of [dependency-groups] test resolve with the project."
+            "# The tests' requirements of [dependency-groups] test resolve with the project;"
         ),
         "{s}"
     );
@@ -252,6 +252,9 @@ fn a_pep735_test_group_is_installed_with_the_project() {
         "{s}"
     );
     assert!(!s.contains("ruff"), "{s}");
+    // They resolved with the project: the fallback without them did not run.
+    let log = block_log(&m, "30-python-deps");
+    assert!(!log.contains("do not resolve with the project"), "{log}");
     project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
 }
 
