@@ -21,12 +21,13 @@ pub(super) fn oracle_cache_file(state_dir: &Path, image_id: &str, command: &str)
 }
 
 /// The class of the first failed oracle command, from its log.
-fn report_failure_class(report: Option<&OracleReport>) -> Option<crate::repair::Classified> {
-    report?
-        .commands
-        .iter()
-        .filter(|c| !c.ok)
-        .find_map(|c| crate::repair::classify(&crate::repair::failure_text(&c.log_path, "", "")))
+fn report_failure_class(
+    report: Option<&OracleReport>,
+    repo: &std::path::Path,
+) -> Option<crate::repair::Classified> {
+    report?.commands.iter().filter(|c| !c.ok).find_map(|c| {
+        crate::repair::classify_in(&crate::repair::failure_text(&c.log_path, "", ""), repo)
+    })
 }
 
 impl Run<'_> {
@@ -117,7 +118,8 @@ impl Run<'_> {
             if !ok {
                 // The oracle runs offline: a suite that needs the network to
                 // collect is named as such, with its host.
-                let class = report_failure_class(self.manifest.oracle.as_ref());
+                let class =
+                    report_failure_class(self.manifest.oracle.as_ref(), &self.ctx.repo_path);
                 let why = class
                     .as_ref()
                     .map(|c| format!(": {}", c.detail))

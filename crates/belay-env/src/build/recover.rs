@@ -57,7 +57,7 @@ impl Run<'_> {
             );
             // A suite that needs the network to collect cannot be repaired
             // (and the oracle runs offline): say so rather than retry.
-            if let Some(c) = repair::classify(&text) {
+            if let Some(c) = repair::classify_in(&text, &self.ctx.repo_path) {
                 self.manifest.failure_class = Some(c.detail.clone());
                 return Ok(Recovery::Failed(format!(
                     "{}; {}",

@@ -6,6 +6,7 @@
 //! No rule can repair that, and "no repair rule matches" would hide it: it is
 //! classified, with the host, in the manifest and the batch summary.
 
+use std::path::Path;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -166,9 +167,118 @@ pub fn classify(text: &str) -> Option<Classified> {
     })
 }
 
+/// `classify`, and a test helper module the archive lacks, which only the
+/// checkout can tell: hass-nabucasa's sdist ships `tests/test_*.py` without
+/// `tests/common.py` or `tests/utils/` ("No module named 'tests.utils'",
+/// "attempted relative import" for `from .common import …`). Read only in
+/// `repo`; a module that exists there is some other failure.
+pub fn classify_in(text: &str, repo: &Path) -> Option<Classified> {
+    if let Some(c) = classify(text) {
+        return Some(c);
+    }
+    if !collecting(text) {
+        return None;
+    }
+    let path = missing_test_module(text, repo)?;
+    Some(Classified {
+        class: SOURCE_INCOMPLETE,
+        detail: format!(
+            "the source lacks a module its tests import: {path} (not in the archive; no environment can supply it)"
+        ),
+    })
+}
+
+fn missing_test_module(text: &str, repo: &Path) -> Option<String> {
+    static ABS: OnceLock<Option<Regex>> = OnceLock::new();
+    static REL: OnceLock<Option<Regex>> = OnceLock::new();
+    let safe = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 300
+            && !p.starts_with('/')
+            && p.split('/').all(|c| !c.is_empty() && c != "..")
+    };
+    let absent = |base: &str| {
+        safe(base)
+            && !repo.join(base).exists()
+            && !repo.join(format!("{base}.py")).exists()
+            && !repo.join(format!("src/{base}")).exists()
+            && !repo.join(format!("src/{base}.py")).exists()
+    };
+    // `tests.utils`, where the repository has a `tests` directory.
+    if let Some(r) = re(&ABS, r"No module named '((?:tests?|testing)\.[\w.]+)'") {
+        for c in r.captures_iter(text) {
+            let module = &c[1];
+            let top = module.split('.').next().unwrap_or("");
+            let base = module.replace('.', "/");
+            if repo.join(top).is_dir() && absent(&base) {
+                return Some(base);
+            }
+        }
+    }
+    // `from .common import X` in a test module, next to which there is no
+    // `common.py`.
+    let r = re(
+        &REL,
+        r"(?m)^([\w/.-]+\.py):\d+: in <module>\n\s+from \.(\w+) import[^\n]*\nE\s+(?:ImportError: attempted relative import|ModuleNotFoundError: No module named)",
+    )?;
+    for c in r.captures_iter(text) {
+        let file = &c[1];
+        let dir = file.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        let base = if dir.is_empty() {
+            c[2].to_string()
+        } else {
+            format!("{dir}/{}", &c[2])
+        };
+        if repo.join(file).is_file() && absent(&base) {
+            return Some(base);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_helper_module_missing_from_the_archive_is_classified() {
+        // hass-nabucasa 0.88.1's collection, verbatim (two of its errors).
+        let text =
+            "ImportError while importing test module '/workspace/repo/tests/test_init.py'.\n\
+            tests/test_init.py:12: in <module>\n    from .common import MockClient\n\
+            E   ImportError: attempted relative import with no known parent package\n\
+            ImportError while importing test module '/workspace/repo/tests/test_voice.py'.\n\
+            E   ModuleNotFoundError: No module named 'tests.utils'\n\
+            !!!!!!!!!!!!!!!!!!! Interrupted: 2 errors during collection !!!!!!!!!!!!!!!!!!!";
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(repo.path().join("tests")).unwrap();
+        std::fs::write(
+            repo.path().join("tests/test_init.py"),
+            "from .common import MockClient\n",
+        )
+        .unwrap();
+        let c = classify_in(text, repo.path()).unwrap();
+        assert_eq!(c.class, SOURCE_INCOMPLETE);
+        assert_eq!(
+            c.detail,
+            "the source lacks a module its tests import: tests/utils (not in the archive; no environment can supply it)"
+        );
+        // With tests/utils/ there, the relative import's common.py is what is missing.
+        std::fs::create_dir_all(repo.path().join("tests/utils")).unwrap();
+        assert!(classify_in(text, repo.path())
+            .unwrap()
+            .detail
+            .contains(": tests/common "));
+        // With both there, it is some other failure (tests/ lacks __init__.py).
+        std::fs::write(repo.path().join("tests/common.py"), "").unwrap();
+        assert!(classify_in(text, repo.path()).is_none());
+        // A third-party module missing is not the source's.
+        assert!(classify_in(
+            "ERROR collecting tests/test_a.py\nE   ModuleNotFoundError: No module named 'yaml'",
+            repo.path()
+        )
+        .is_none());
+    }
 
     #[test]
     fn a_conftest_that_downloads_is_classified_with_its_host() {

@@ -35,7 +35,8 @@ mod rules;
 mod tables;
 
 pub use classify::{
-    classify, Classified, DISPLAY_AT_COLLECTION, NETWORK_AT_COLLECTION, SOURCE_INCOMPLETE,
+    classify, classify_in, Classified, DISPLAY_AT_COLLECTION, NETWORK_AT_COLLECTION,
+    SOURCE_INCOMPLETE,
 };
 pub use rules::RULES;
 use tables::{CMD_PKG, EXT_PKG, HEADER_PKG, PC_PKG};
