@@ -498,6 +498,9 @@ fn render(
     if let Some(c) = &cap1 {
         out = out.replace("{1}", c);
     }
+    if out.contains("{2}") {
+        out = out.replace("{2}", caps.get(2)?.as_str());
+    }
     (!out.contains('{') || !out.contains(":1}")).then_some(out)
 }
 
@@ -613,6 +616,8 @@ mod tests {
     /// Real error text, the rule it must pick first, and a fragment of the fix.
     const CASES: &[(&str, &str, &str)] = &[
         ("E: Unable to locate package libffi-dev", "apt-lists-missing", "apt-get update"),
+        // aiohasupervisor 0.3.0's dev extra on Python 3.13 (trixie), verbatim.
+        ("  × Failed to download and build `orjson==3.10.6`\n  ├─▶ Failed to parse: `pyproject.toml`\n  ╰─▶ TOML parse error at line 1, column 1\n  help: `orjson` (v3.10.6) was included because `aiohasupervisor` (v0.3.0) depends on `orjson`", "pinned-source-build-failed", "echo 'orjson!=3.10.6' >> /etc/uv/belay-overrides.txt"),
         ("E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem.", "dpkg-interrupted", "dpkg --configure -a"),
         ("WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'ReadTimeoutError(\"HTTPSConnectionPool(host='x', port=443): Read timed out. (read timeout=15)\")'", "transient-network", "sleep"),
         ("error: externally-managed-environment\n\n× This environment is externally managed\n╰─> To install Python packages system-wide, try apt install", "pep668-externally-managed", "python3 -m venv"),

@@ -8,7 +8,7 @@ use super::Rule;
 /// `{pip}`: install into the project's venv (created when missing);
 /// `{resolve}`: the same through uv when it is there, as of the plan's
 /// cut-off date (`as_of.rs`);
-/// `{1}`: capture group 1; `{header:1}`, `{cmd:1}`, `{pc:1}`, `{module:1}`: capture 1
+/// `{1}`, `{2}`: capture groups 1 and 2; `{header:1}`, `{cmd:1}`, `{pc:1}`, `{module:1}`: capture 1
 /// mapped through the header / command / pkg-config / Python module tables;
 /// `{known_cmd:1}`: capture 1 through the command table, nothing when it is
 /// not there;
@@ -233,6 +233,21 @@ pub const RULES: &[Rule] = &[
         probe: None,
         blame: None,
         hint: "a package's C extension was not built because its library was missing: install the library and rebuild",
+    },
+    // After the header, compiler and library rules: a source build that
+    // fails for a missing header is that rule's. An exact pin whose release
+    // has no wheel for this Python (aiohasupervisor's dev extra pins orjson
+    // 3.10.6, which has none for 3.13) builds from source, and may not: a
+    // newer release of the same package is let in through uv's system-wide
+    // overrides, which every later install in the image reads (`!=` the
+    // failed release: the resolver takes the newest other).
+    Rule {
+        id: "pinned-source-build-failed",
+        pattern: r"Failed to (?:download and )?build `([A-Za-z0-9][A-Za-z0-9_.-]{0,100})==([0-9][A-Za-z0-9_.+!-]{0,60})`",
+        fix: "mkdir -p /etc/uv && echo '{1}!={2}' >> /etc/uv/belay-overrides.txt && { echo 'override-dependencies = ['; sort -u /etc/uv/belay-overrides.txt | sed 's/.*/  \"&\",/'; echo ']'; } > /etc/uv/uv.toml",
+        probe: None,
+        blame: None,
+        hint: "an exact pin has no wheel for this Python and its source does not build: uv may take a newer release of it (an override in /etc/uv/uv.toml)",
     },
     Rule {
         id: "pytest-hook-removed",
