@@ -177,6 +177,19 @@ const PY_NATIVE_HINTS: &[(&str, &[&str])] = &[
     ("gssapi", &["libkrb5-dev", "python3-dev", "build-essential"]),
 ];
 
+/// `args` installed, and should that fail, `message` on stderr and then
+/// `fallback` (which may be empty: the failure is then only reported).
+fn install_else(py: &PythonFacts, args: &str, message: &str, fallback: Vec<String>) -> Vec<String> {
+    let indent = |l: String| format!("  {l}");
+    let mut out = vec!["if ! {".to_string()];
+    out.extend(py_install(py, args).into_iter().map(indent));
+    out.push("}; then".to_string());
+    out.push(format!("  echo {} >&2", q(message)));
+    out.extend(fallback.into_iter().map(indent));
+    out.push("fi".to_string());
+    out
+}
+
 /// What the log says when the tests' dependency groups do not install.
 const GROUPS_LEFT_OUT: &str =
     "belay: the tests' dependency groups do not resolve with the project: installing without them";
@@ -551,53 +564,33 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
                     "# The requirement files resolve together; should they pin a package differently, one at a time (a later pin wins)."
                         .to_string(),
                 );
-                p.deps.push("if ! {".to_string());
-                p.deps.extend(
-                    py_install(py, &together)
-                        .into_iter()
-                        .map(|l| format!("  {l}")),
-                );
-                p.deps.push("}; then".to_string());
-                p.deps.push(
-                    "  echo 'belay: the requirement files do not resolve together: installing them one at a time' >&2"
-                        .to_string(),
-                );
+                let mut one_by_one = Vec::new();
                 for a in &parts {
                     if Some(a) == group_part.as_ref() {
-                        p.deps.push("  if ! {".to_string());
-                        p.deps
-                            .extend(py_install(py, a).into_iter().map(|l| format!("    {l}")));
-                        p.deps.push("  }; then".to_string());
-                        p.deps.push(format!("    echo {} >&2", q(GROUPS_LEFT_OUT)));
-                        p.deps.push("  fi".to_string());
+                        one_by_one.extend(install_else(py, a, GROUPS_LEFT_OUT, Vec::new()));
                     } else {
-                        p.deps
-                            .extend(py_install(py, a).into_iter().map(|l| format!("  {l}")));
+                        one_by_one.extend(py_install(py, a));
                     }
                 }
-                p.deps.push("fi".to_string());
+                p.deps.extend(install_else(
+                    py,
+                    &together,
+                    "belay: the requirement files do not resolve together: installing them one at a time",
+                    one_by_one,
+                ));
             } else if let Some(g) = &group_part {
                 let without: Vec<&str> = parts
                     .iter()
                     .filter(|a| *a != g)
                     .map(String::as_str)
                     .collect();
-                p.deps.push("if ! {".to_string());
-                p.deps.extend(
-                    py_install(py, &together)
-                        .into_iter()
-                        .map(|l| format!("  {l}")),
-                );
-                p.deps.push("}; then".to_string());
-                p.deps.push(format!("  echo {} >&2", q(GROUPS_LEFT_OUT)));
-                if !without.is_empty() {
-                    p.deps.extend(
-                        py_install(py, &without.join(" "))
-                            .into_iter()
-                            .map(|l| format!("  {l}")),
-                    );
-                }
-                p.deps.push("fi".to_string());
+                let fallback = if without.is_empty() {
+                    Vec::new()
+                } else {
+                    py_install(py, &without.join(" "))
+                };
+                p.deps
+                    .extend(install_else(py, &together, GROUPS_LEFT_OUT, fallback));
             } else if !together.is_empty() {
                 p.deps.extend(py_install(py, &together));
             }

@@ -230,6 +230,8 @@ fn imports_of(
     } else {
         local_names(&Files::new(&root))
     };
+    // `is_local` looks beside the file and at the root: for a package file,
+    // the other place on `sys.path` is `src/`, not the file's directory.
     let dir = if package_file {
         root.join("src")
     } else {

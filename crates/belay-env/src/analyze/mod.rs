@@ -303,6 +303,21 @@ const SKIP_DIRS: &[&str] = &[
     "vendor",
 ];
 
+/// PEP 503's normal form: lower case, each run of `-`, `_` and `.` one `-`.
+pub fn normalise_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
 /// The distribution name at the start of a PEP 508 requirement.
 pub fn requirement_name(req: &str) -> Option<String> {
     let req = req.trim();

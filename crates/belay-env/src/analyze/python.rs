@@ -374,9 +374,9 @@ pub(super) fn python(
         .collect();
     // A test group that asks for the project's own extras (`pdm[pytest]`).
     if let Some(g) = &py.test_groups {
-        let norm = |e: &str| e.to_ascii_lowercase().replace(['_', '.'], "-");
         for e in &g.own_extras {
-            if let Some(x) = py.extras.iter().find(|x| norm(x) == norm(e)) {
+            let key = super::normalise_name(e);
+            if let Some(x) = py.extras.iter().find(|x| super::normalise_name(x) == key) {
                 if !py.test_extras.contains(x) {
                     py.test_extras.push(x.clone());
                 }

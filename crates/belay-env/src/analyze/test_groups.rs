@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::requirement_name;
+use super::{normalise_name as normalise, requirement_name};
 
 /// Group names that hold what the tests need, normalised as PEP 735 does.
 const TEST_GROUPS: [&str; 3] = ["test", "tests", "testing"];
@@ -27,21 +27,6 @@ pub struct TestGroups {
     /// installed as `.[pytest]`, since the index's release is not the checkout.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_extras: Vec<String>,
-}
-
-/// PEP 503's normal form: lower case, each run of `-`, `_` and `.` one `-`.
-fn normalise(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if matches!(c, '-' | '_' | '.') {
-            if !out.ends_with('-') {
-                out.push('-');
-            }
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
 }
 
 /// The test groups of a parsed `pyproject.toml`, if it declares any. `own`

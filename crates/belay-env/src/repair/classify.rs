@@ -229,7 +229,7 @@ fn missing_test_module(text: &str, repo: &Path) -> Option<String> {
         } else {
             format!("{dir}/{}", &c[2])
         };
-        if repo.join(file).is_file() && absent(&base) {
+        if safe(file) && repo.join(file).is_file() && absent(&base) {
             return Some(base);
         }
     }

@@ -349,16 +349,20 @@ fn render(
         // distribution (`yaml` is PyYAML's): not every extra, which for a
         // large project may not resolve at all.
         let module = caps.get(2)?.as_str();
-        let top = module.split('.').next().unwrap_or(module);
-        let dist = module_dists::distribution(module)
-            .unwrap_or(top)
-            .to_ascii_lowercase()
-            .replace(['_', '.'], "-");
+        let dist_of = |m: &str| {
+            let top = m.split('.').next().unwrap_or(m);
+            crate::analyze::normalise_name(module_dists::distribution(m).unwrap_or(top))
+        };
         let py = ctx.python.as_ref()?;
+        let core: Vec<String> = py
+            .core_dependencies
+            .iter()
+            .map(|d| crate::analyze::normalise_name(d))
+            .collect();
         // And what the project's modules that the failing test modules import
         // import in turn: cattrs's test_preconf imports a converter per
         // format, each needing one extra, which would be one attempt each.
-        let mut dists = vec![dist];
+        let mut dists = vec![dist_of(module)];
         for rel in failing_test_modules(text) {
             let import_name = py.import_name.as_deref();
             for file in crate::analyze::own_files_imported_by(&ctx.repo_path, &rel, import_name) {
@@ -367,14 +371,11 @@ fn render(
                     &file,
                     import_name,
                 ) {
-                    let d = module_dists::distribution(&m)
-                        .unwrap_or(&m)
-                        .to_ascii_lowercase()
-                        .replace(['_', '.'], "-");
+                    let d = dist_of(&m);
                     // A core dependency is installed already: an extra that
                     // repeats it (`all`, `gpu = ["cupy", "numpy"]`) is not
                     // what the test module needs.
-                    if !dists.contains(&d) && !py.core_dependencies.contains(&d) {
+                    if !dists.contains(&d) && !core.contains(&d) {
                         dists.push(d);
                     }
                 }
@@ -385,7 +386,10 @@ fn render(
         let extras: Vec<&str> = py
             .extra_requirements
             .iter()
-            .filter(|(_, reqs)| reqs.iter().any(|r| dists.contains(&r.replace('.', "-"))))
+            .filter(|(_, reqs)| {
+                reqs.iter()
+                    .any(|r| dists.contains(&crate::analyze::normalise_name(r)))
+            })
             .map(|(e, _)| e.as_str())
             .filter(|e| {
                 !e.is_empty()
