@@ -14,12 +14,16 @@ Prints success rate, median and p90 time per project, repairs, failures by
 class, second-run time and cache-hit rate, and the ratio against docker build.
 
   4. `--phases` picks some of: cold, warm (the checkpoint cache), packages (warm
-     package caches, no checkpoint reuse), docker (the written Dockerfiles:
-     Dockerfile.legacy with the legacy builder, then Dockerfile with BuildKit
-     twice, cold and then warm for its cache mounts).
+     package caches, no checkpoint made before the batch reused: `--no-cache`,
+     under which the batch still shares the toolchain checkpoints it makes),
+     docker (the written Dockerfiles: Dockerfile.legacy with the legacy
+     builder, then Dockerfile with BuildKit twice, cold and then warm for its
+     cache mounts, all `--no-cache`; then Dockerfile.legacy with the layer
+     cache, empty at the start, so that the projects share identical steps as
+     belay's batch does).
 
 Usage: bench/env/corpus.py [--jobs 2] [--limit N] [--belay PATH] [--work DIR] [--phases cold,warm,packages,docker]
-       [--prune] [--from-cold] [--sample N] [--builders legacy,buildkit]
+       [--prune] [--from-cold] [--sample N] [--builders legacy,buildkit,legacy-cache]
 
 --from-cold --phases packages,docker --sample N compares belay's batch with warm
 package caches against `docker build --no-cache` of the same projects' written
@@ -263,8 +267,9 @@ def main():
                     help="reuse the cold run in --work (its summary, scripts and package caches) for the packages and docker phases")
     ap.add_argument("--sample", type=int,
                     help="the packages and docker phases take this many of the cold run's successful projects, spread over the corpus")
-    ap.add_argument("--builders", default="legacy,buildkit",
-                    help="docker phase: legacy (Dockerfile.legacy), buildkit (Dockerfile, cache mounts emptied, then warm)")
+    ap.add_argument("--builders", default="legacy,buildkit,legacy-cache",
+                    help="docker phase: legacy (Dockerfile.legacy, --no-cache), buildkit (Dockerfile, --no-cache, cache mounts "
+                         "emptied, then warm), legacy-cache (Dockerfile.legacy with the layer cache, empty at the start)")
     ap.add_argument("--warm-only", action="store_true",
                     help="reuse the cold run in --work (its images are on the engine) and only measure the cache run")
     args = ap.parse_args()
@@ -377,12 +382,22 @@ def compare(args, phases, cold, odir, stamp):
         pkg_wall, pkg, _ = run_batch(args.belay, projects, pdir, odir,
                                      f"corpus-{stamp}-pkg", args.jobs, ["--no-cache"], prune=args.prune)
     if pkg:
+        shared = 0
+        for p in pkg["projects"]:
+            try:
+                shared += len((json.load(open(p["manifest"])).get("toolchain") or {}).get("shared", []))
+            except (OSError, ValueError, TypeError):
+                pass
+        print(f"toolchain blocks shared within the batch: {shared}", flush=True)
+        if args.prune:
+            subprocess.run("docker images --format '{{.Repository}}:{{.Tag}}' | grep '^belay-toolchain:' | xargs -r docker rmi -f",
+                           shell=True, capture_output=True)
         times = [p["duration_s"] for p in pkg["projects"]]
         print(f"\nwarm package caches (--no-cache): batch wall {pkg_wall:.1f} s; {pkg['ok']}/{pkg['total']} ok; "
               f"per project median {statistics.median(times):.1f} s, p90 {pct(times, 0.9):.1f} s", flush=True)
 
     if "docker" in phases and ok:
-        def docker_build(p, builder):
+        def docker_build(p, builder, layer_cache=False):
             m = json.load(open(p["manifest"]))
             tag = f"belay-corpus-docker:{p['name']}"
             # The state dir is outside the checkout: the Dockerfile expects the
@@ -397,10 +412,12 @@ def compare(args, phases, cold, odir, stamp):
                 cli, env = [buildkit_cli()], dict(os.environ, DOCKER_BUILDKIT="1")
                 dockerfile = m["dockerfile_path"]
             t0 = time.monotonic()
-            r = subprocess.run([*cli, "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, m["repo_path"]],
+            no_cache = [] if layer_cache else ["--no-cache"]
+            r = subprocess.run([*cli, "build", *no_cache, "-q", "-t", tag, "-f", dockerfile, m["repo_path"]],
                                capture_output=True, text=True, env=env)
             wall = time.monotonic() - t0
-            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+            if not layer_cache:
+                subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
             return p, wall, r.returncode == 0
         # The legacy builder downloads everything every time; BuildKit's first
         # pass fills its cache mounts (emptied first) and the second uses them.
@@ -409,18 +426,28 @@ def compare(args, phases, cold, odir, stamp):
         walls = {}
         builders = args.builders.split(",")
         passes = ([("legacy builder", "legacy")] if "legacy" in builders else []) + \
-            ([("BuildKit, cold cache mounts", "buildkit"), ("BuildKit, warm cache mounts", "buildkit")] if "buildkit" in builders else [])
+            ([("BuildKit, cold cache mounts", "buildkit"), ("BuildKit, warm cache mounts", "buildkit")] if "buildkit" in builders else []) + \
+            ([("legacy builder, layer cache empty at the start", "legacy-cache")] if "legacy-cache" in builders else [])
         for label, builder in passes:
+            # Without --no-cache, the projects' identical steps (the toolchain
+            # before the COPY) share layers within the pass, as belay's batch
+            # shares its toolchain checkpoints: the like-for-like figure. The
+            # earlier passes removed their images, so its cache starts empty.
+            layer_cache = builder == "legacy-cache"
+            builder = "legacy" if layer_cache else builder
             t0 = time.monotonic()
             with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
-                results = list(ex.map(lambda p: docker_build(p, builder), ok))
+                results = list(ex.map(lambda p: docker_build(p, builder, layer_cache), ok))
             walls[label] = time.monotonic() - t0
+            if layer_cache:
+                for p in ok:
+                    subprocess.run(["docker", "rmi", "-f", f"belay-corpus-docker:{p['name']}"], capture_output=True)
             built = [(p, w) for p, w, good in results if good]
             print(f"\ndocker build --no-cache of the written Dockerfiles ({label}): {len(built)}/{len(ok)} built, batch wall {walls[label]:.0f} s", flush=True)
         if "legacy builder" in walls and not args.sample:
             print(f"batch wall, cold: belay {cold_wall:.0f} s vs docker (legacy builder) {walls['legacy builder']:.0f} s = "
                   f"{cold_wall / walls['legacy builder']:.2f}x (belay's includes the failed projects and validates and checkpoints every block)")
-        for label in [w for w in ("legacy builder", "BuildKit, warm cache mounts") if w in walls] if pkg else ():
+        for label in [w for w in ("legacy builder", "BuildKit, warm cache mounts", "legacy builder, layer cache empty at the start") if w in walls] if pkg else ():
             pkg_ok = {p["name"]: p["duration_s"] for p in pkg["projects"] if p["status"] == "ok"}
             print(f"batch wall, belay with warm package caches vs docker ({label}): {pkg_wall:.0f} s vs {walls[label]:.0f} s = "
                   f"{pkg_wall / walls[label]:.2f}x ({len(pkg_ok)} projects built by belay)")

@@ -457,6 +457,21 @@ pub async fn build_projects(
     obs: &dyn BatchObserver,
 ) -> Result<BatchSummary, EnvError> {
     let selected = select_projects(opts)?;
+    // The projects of this batch share their toolchain checkpoints, under
+    // `--no-cache` too; nothing made by another batch counts as this one's.
+    let mut scoped = opts.clone();
+    if scoped.build.cache_scope.is_none() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        scoped.build.cache_scope = Some(format!(
+            "batch-{}-{}-{nanos}",
+            opts.run_id_prefix,
+            std::process::id()
+        ));
+    }
+    let opts = &scoped;
     let mut collector = Collector::open(opts)?;
     let mut queue = selected.into_iter();
     let mut running = FuturesUnordered::new();

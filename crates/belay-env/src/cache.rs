@@ -21,6 +21,12 @@ pub const KEY_LABEL: &str = "belay.cache.key";
 pub const ALT_LABEL: &str = "belay.cache.alt";
 /// For a repaired checkpoint: the patched script (hex), adopted on a hit.
 pub const SCRIPT_LABEL: &str = "belay.cache.script";
+/// On a toolchain checkpoint: the scope (a batch, or a run) it was made in,
+/// which `--no-cache` lookups still see (`build/toolchain.rs`).
+pub const SCOPE_LABEL: &str = "belay.cache.scope";
+/// On a workspace checkpoint (and so on every checkpoint above it): the
+/// blocks laid under the repository copy, comma-separated.
+pub const UNDER_WORKSPACE_LABEL: &str = "belay.under-workspace";
 
 fn digest(parts: &[&str]) -> String {
     let mut h = Sha256::new();

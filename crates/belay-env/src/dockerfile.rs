@@ -70,6 +70,34 @@ pub fn render(
             .collect();
         s.push_str(&format!("ENV {}\n", env.join(" \\\n    ")));
     }
+    let run = match builder {
+        Builder::BuildKit => crate::package_cache::buildkit_run_prefix(),
+        Builder::Legacy => "RUN".to_string(),
+    };
+    let step = |s: &mut String, b: &Block| {
+        s.push_str(&format!(
+            "# {}: {}\n{run} bash {}\n",
+            b.id,
+            b.title,
+            b.container_script_path()
+        ));
+    };
+    // The blocks that ran before the repository copy come first, with their
+    // own scripts only: their layers do not depend on the repository.
+    let under = blocks.iter().take_while(|b| b.before_workspace).count();
+    if under > 0 {
+        let scripts: Vec<String> = blocks[..under]
+            .iter()
+            .map(|b| format!("{rel}/scripts/{}.sh", b.id))
+            .collect();
+        s.push_str(&format!(
+            "# Toolchain blocks: they read nothing of the repository.\nCOPY {} {SCRIPTS_DIR}/\nWORKDIR {REPO_DIR}\n",
+            scripts.join(" ")
+        ));
+        for b in &blocks[..under] {
+            step(&mut s, b);
+        }
+    }
     s.push_str(&format!("COPY . {REPO_DIR}\n"));
     let mut rm: Vec<String> = excluded.iter().map(|e| format!("{REPO_DIR}/{e}")).collect();
     if run_rel.is_none() {
@@ -84,17 +112,8 @@ pub fn render(
     s.push_str(&format!(
         "COPY {rel}/scripts/ {SCRIPTS_DIR}/\nWORKDIR {REPO_DIR}\n"
     ));
-    let run = match builder {
-        Builder::BuildKit => crate::package_cache::buildkit_run_prefix(),
-        Builder::Legacy => "RUN".to_string(),
-    };
-    for b in blocks {
-        s.push_str(&format!(
-            "# {}: {}\n{run} bash {}\n",
-            b.id,
-            b.title,
-            b.container_script_path()
-        ));
+    for b in &blocks[under..] {
+        step(&mut s, b);
     }
     s
 }
@@ -120,6 +139,29 @@ mod tests {
                 "python -c 'import pkg'",
             ),
         ]
+    }
+
+    #[test]
+    fn toolchain_blocks_come_before_the_copy() {
+        let mut b = blocks();
+        b[0].before_workspace = true;
+        let text = render(
+            "r1",
+            "belay-base:bookworm",
+            &b,
+            false,
+            None,
+            &[],
+            Builder::Legacy,
+        );
+        let copy = text.find("COPY . /workspace/repo").unwrap();
+        let sys = text
+            .find("RUN bash /belay/scripts/10-system-packages.sh")
+            .unwrap();
+        let py = text.find("RUN bash /belay/scripts/30-python.sh").unwrap();
+        assert!(sys < copy && copy < py, "{text}");
+        assert!(text.contains("COPY belay-run/scripts/10-system-packages.sh /belay/scripts/\n"));
+        assert_eq!(text.matches("10-system-packages.sh").count(), 2, "{text}");
     }
 
     #[test]

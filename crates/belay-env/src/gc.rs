@@ -164,6 +164,31 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
             }
         }
     }
+    // Toolchain checkpoints belong to no run: they go with a gc of all runs.
+    // One that a kept checkpoint still sits on stays (its layers are needed).
+    let toolchains = images.iter().filter(|i| {
+        i.labels.get(labels::KIND).map(String::as_str) == Some(crate::build::TOOLCHAIN_KIND)
+    });
+    for img in toolchains {
+        if !opts.runs.is_empty() || !old_enough(img.created) {
+            continue;
+        }
+        let names = match tags_of(img) {
+            t if t.is_empty() => vec![img.id.clone()],
+            t => t,
+        };
+        for name in names {
+            if opts.dry_run {
+                report.removed_images.push(name);
+                continue;
+            }
+            match rt.remove_image(&name).await {
+                Ok(()) => report.removed_images.push(name),
+                Err(e) if e.is_infra() => return Err(e.into()),
+                Err(e) => report.skipped.push(format!("{name}: {e}")),
+            }
+        }
+    }
     Ok(report)
 }
 

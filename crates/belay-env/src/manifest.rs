@@ -152,6 +152,10 @@ pub struct Manifest {
     /// Why the clean replay did not run, or what it proved.
     #[serde(default)]
     pub final_clean_replay_note: Option<String>,
+    /// The leading blocks that ran before the repository copy, and the image
+    /// the workspace checkpoint sits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolchain: Option<ToolchainLayers>,
     pub oracle: Option<OracleReport>,
     #[serde(default)]
     pub cache: CacheStats,
@@ -197,6 +201,18 @@ pub enum CheckpointRecord {
 }
 
 /// Keep the checkpoints numbered below `first_stale`.
+/// The toolchain under a run's workspace (`build/toolchain.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ToolchainLayers {
+    /// The blocks, in order, that ran before the repository copy.
+    pub blocks: Vec<String>,
+    /// Those of them whose checkpoint another build (of this batch, or any
+    /// build with the cache on) had made.
+    pub shared: Vec<String>,
+    /// The image the repository was copied onto.
+    pub image: String,
+}
+
 pub fn retire_checkpoints(list: &mut Vec<Checkpoint>, first_stale: u32) {
     list.retain(|c| {
         c.id.get(..3)

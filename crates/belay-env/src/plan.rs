@@ -63,6 +63,12 @@ pub struct Block {
     /// The block's checkpoint came from the cache; the block did not run.
     #[serde(default)]
     pub cached: bool,
+    /// The block reads nothing of the repository (a toolchain): when it leads
+    /// the plan, it runs before the repository is copied in, so that its
+    /// checkpoint is shared by every project on the same base
+    /// (`build/toolchain.rs`). Only the rules planner sets it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_workspace: bool,
 }
 
 impl Block {
@@ -86,7 +92,13 @@ impl Block {
             repair_attempts: 0,
             timing: None,
             cached: false,
+            before_workspace: false,
         }
+    }
+
+    fn before_workspace(mut self) -> Self {
+        self.before_workspace = true;
+        self
     }
 
     /// Path of this block's script inside the container.
@@ -112,6 +124,9 @@ pub fn render_script(id: &str, title: &str, goal: &str, body: &[String]) -> Stri
 struct Part {
     lang: &'static str,
     runtime: Vec<String>,
+    /// The runtime lines read the repository (a build tool's wrapper script):
+    /// the block cannot run before the copy.
+    runtime_reads_repo: bool,
     runtime_validation: Vec<String>,
     deps: Vec<String>,
     deps_validation: Vec<String>,
@@ -244,16 +259,17 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
     let mut blocks = vec![Block::new(
         "00-preflight",
         "Preflight",
-        "Check the workspace is present and writable and that there is room to build",
+        "Check that the workspace is writable and that there is room to build",
         &[
-            "test -d . || { echo 'the repository was not copied to /workspace/repo'; exit 1; }".into(),
+            "test -w . || { echo '/workspace/repo is not writable'; exit 1; }".into(),
             "mkdir -p /belay".into(),
             "free_kb=$(df -Pk . | awk 'NR==2 {print $4}')".into(),
             "echo \"free disk under /workspace: $((free_kb / 1024)) MiB\"".into(),
             "if [ \"${free_kb:-0}\" -lt 1048576 ]; then echo 'less than 1 GiB free in the container: free disk on the Docker host (docker system df)'; exit 1; fi".into(),
         ],
         "test -w /workspace/repo",
-    )];
+    )
+    .before_workspace()];
 
     // Native build systems.
     let native_primary = ctx.native.as_ref().filter(|n| n.primary);
@@ -289,26 +305,31 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
         let list: Vec<&str> = system.iter().map(String::as_str).collect();
         format!("dpkg -s {} >/dev/null", list.join(" "))
     };
-    blocks.push(Block::new(
-        "10-system-packages",
-        "System packages",
-        "Refresh the package index and install the system packages the project needs",
-        &sys_body,
-        &validation,
-    ));
+    blocks.push(
+        Block::new(
+            "10-system-packages",
+            "System packages",
+            "Refresh the package index and install the system packages the project needs",
+            &sys_body,
+            &validation,
+        )
+        .before_workspace(),
+    );
 
     let and = |v: &[String]| v.join(" && ");
     match parts.len() {
         0 => {}
         1 | 2 => {
             for (i, p) in parts.iter().enumerate() {
-                blocks.push(Block::new(
+                let mut b = Block::new(
                     &format!("{}-{}-runtime", 20 + i, p.lang),
                     &format!("{} runtime", title_case(p.lang)),
                     &format!("Install the {} toolchain", p.lang),
                     &p.runtime,
                     &and(&p.runtime_validation),
-                ));
+                );
+                b.before_workspace = !p.runtime_reads_repo;
+                blocks.push(b);
             }
             for (i, p) in parts.iter().enumerate() {
                 if p.deps.is_empty() {
@@ -340,13 +361,15 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
                     .collect::<Vec<_>>()
                     .join(" && ")
             };
-            blocks.push(Block::new(
+            let mut b = Block::new(
                 "20-runtime-toolchain",
                 "Runtime toolchains",
                 "Install every language toolchain the project uses",
                 &merge(&|p| &p.runtime),
                 &mergev(&|p| &p.runtime_validation),
-            ));
+            );
+            b.before_workspace = !parts.iter().any(|p| p.runtime_reads_repo);
+            blocks.push(b);
             blocks.push(Block::new(
                 "30-project-dependencies",
                 "Project dependencies",
@@ -437,11 +460,8 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
         p.runtime.push(apt_install(&apt));
     }
     if py.needs_git {
-        if let Some(v) = &py.vcs_versioning {
-            p.runtime.push(format!(
-                "# The version comes from git metadata ({v}): git must run on the checkout."
-            ));
-        }
+        // The same line for every project, so that runtimes are shared
+        // (`build/toolchain.rs`); the deps block names the tool.
         p.runtime.push(format!(
             "git config --global --add safe.directory {REPO_DIR}"
         ));
@@ -480,6 +500,11 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
             format!("if [ ! -x /opt/belay/{name}/bin/{name} ]; then python3 -m venv /opt/belay/{name} && /opt/belay/{name}/bin/pip install --disable-pip-version-check -q {pkg}; fi"),
         ]
     };
+    if let (true, Some(v)) = (py.needs_git, &py.vcs_versioning) {
+        p.deps.push(format!(
+            "# The version comes from git metadata ({v}): git must run on the checkout."
+        ));
+    }
     match py.installer {
         PythonInstaller::Poetry => {
             p.deps.extend(tool("poetry", "poetry"));
@@ -867,6 +892,7 @@ fn java_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     };
     if j.wrapper {
         p.runtime.push(format!("chmod +x {tool}"));
+        p.runtime_reads_repo = true;
     }
     p.runtime.push("java -version".into());
     p.runtime_validation.push("java -version".into());

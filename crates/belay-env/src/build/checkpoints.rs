@@ -41,11 +41,15 @@ impl Run<'_> {
         // `docker commit` keeps the parent image's labels unless they are set:
         // every cache label is set (empty when it does not apply), so that a
         // checkpoint never answers to its parent's keys.
-        let mut lbl: BTreeMap<String, String> =
-            [cache::KEY_LABEL, cache::ALT_LABEL, cache::SCRIPT_LABEL]
-                .iter()
-                .map(|k| (k.to_string(), String::new()))
-                .collect();
+        let mut lbl: BTreeMap<String, String> = [
+            cache::KEY_LABEL,
+            cache::ALT_LABEL,
+            cache::SCRIPT_LABEL,
+            cache::SCOPE_LABEL,
+        ]
+        .iter()
+        .map(|k| (k.to_string(), String::new()))
+        .collect();
         lbl.extend(extra_labels);
         lbl.insert(labels::RUN.to_string(), self.dir.run_id.clone());
         lbl.insert(labels::KIND.to_string(), "checkpoint".to_string());
@@ -305,7 +309,8 @@ impl Run<'_> {
         if blocks.is_none() {
             return Ok(None);
         }
-        // Same run id: the newest recorded block checkpoint that still exists.
+        // Same run id: the newest recorded block checkpoint that still exists
+        // (a toolchain one gets the repository copied onto it: `drive`).
         let mut cps: Vec<&Checkpoint> = self
             .manifest
             .checkpoints

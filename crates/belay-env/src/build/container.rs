@@ -167,12 +167,26 @@ impl Run<'_> {
 
     /// A fresh container holding the repository copy and the trust files.
     pub(crate) async fn start_workspace_container(&mut self, image: &str) -> Result<(), EnvError> {
+        self.start_base_container(image).await?;
+        self.copy_workspace_in().await
+    }
+
+    /// A fresh container with the trust files, without the repository.
+    pub(crate) async fn start_base_container(&mut self, image: &str) -> Result<(), EnvError> {
         self.start_container(image).await?;
         let container = self.container.clone().unwrap_or_default();
         let files = self.trust.container_files();
         if !files.is_empty() {
             self.rt.put_files(&container, &files).await?;
         }
+        Ok(())
+    }
+
+    /// Copy the repository into the current container.
+    pub(crate) async fn copy_workspace_in(&mut self) -> Result<(), EnvError> {
+        let container = self.container.clone().ok_or_else(|| {
+            EnvError::Usage("no build container to copy the repository into".into())
+        })?;
         let filter = TarFilter {
             exclude: self.excluded.iter().map(PathBuf::from).collect(),
             ignore: None,

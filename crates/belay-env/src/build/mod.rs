@@ -29,6 +29,7 @@ mod recover;
 mod replay;
 mod shared;
 mod state;
+mod toolchain;
 
 use finalize::*;
 use state::*;
@@ -66,6 +67,7 @@ const KEEP_COMMIT_BELOW: Duration = Duration::from_secs(1);
 pub const BASE_LABEL: &str = "belay.base";
 /// Label on checkpoint images: success | repaired | clean-replay.
 pub const CHECKPOINT_KIND_LABEL: &str = "belay.checkpoint";
+pub use toolchain::TOOLCHAIN_KIND;
 
 /// Where the base image comes from.
 #[derive(Debug, Clone)]
@@ -120,6 +122,9 @@ pub struct BuildOptions {
     pub pull_final: bool,
     /// The date Python dependencies resolve as of (`as_of.rs`).
     pub resolve_as_of: crate::as_of::AsOfChoice,
+    /// The scope toolchain checkpoints are shared in under `--no-cache`
+    /// (a batch sets one for all its projects); the run id when unset.
+    pub cache_scope: Option<String>,
 }
 
 impl BuildOptions {
@@ -151,6 +156,7 @@ impl BuildOptions {
             registry: None,
             pull_final: true,
             resolve_as_of: crate::as_of::AsOfChoice::Source,
+            cache_scope: None,
         }
     }
 
@@ -327,6 +333,7 @@ pub async fn build(
         diverged: false,
         current_checkpoint: None,
         llm,
+        laid_under: 0,
         package_caches: if opts.package_cache {
             Some(crate::package_cache::PackageCaches::open(
                 &preflight_cache_dir(&dir.state_dir),
@@ -439,6 +446,8 @@ pub(crate) struct Run<'a> {
     pub(crate) llm: Option<belay_model::ModelClient>,
     /// The registry store, with `--registry`.
     pub(crate) registry: Option<crate::registry_store::RegistryStore>,
+    /// How many leading blocks are under the repository copy.
+    pub(crate) laid_under: usize,
 }
 
 impl Run<'_> {
@@ -632,11 +641,13 @@ impl Run<'_> {
                 if self.opts.resume_from.is_some() || self.opts.start_at_block.is_some() {
                     self.diverged = true;
                 }
+                self.laid_under = self.under_workspace_of(&image).await?;
                 let start = start_index_for(
                     &blocks,
                     self.opts.start_at_block.as_deref(),
                     done_block.as_deref(),
                     &image,
+                    self.laid_under,
                 )?;
                 self.phase(
                     "resume",
@@ -658,60 +669,27 @@ impl Run<'_> {
                         b.last_error = None;
                     }
                 }
-                (blocks, start, image)
+                // A toolchain checkpoint lacks the repository: it is copied
+                // onto it first, as after the toolchain of a fresh build.
+                let image = if self.is_toolchain(&image).await? {
+                    self.laid_under = start;
+                    for b in blocks.iter_mut().skip(start) {
+                        b.before_workspace = false;
+                    }
+                    self.lay_workspace(&image, &blocks[..start]).await?
+                } else {
+                    image
+                };
+                (blocks, start, Some(image))
             }
             None => {
                 let base = self.resolve_base().await?;
                 self.share_base(&base).await?;
                 self.manifest.base_image = Some(base.clone());
                 let base_id = self.image_id(&base).await?;
-                // Keys are always recorded, so that later builds can reuse these
-                // checkpoints; `--no-cache` only turns off the lookup.
-                let (repo, excluded) = (self.repo.clone(), self.excluded.clone());
-                let tree = tokio::task::spawn_blocking(move || cache::tree_hash(&repo, &excluded))
-                    .await
-                    .map_err(|e| {
-                        EnvError::Usage(format!("hashing the repository failed: {e}"))
-                    })??;
-                let ws_key = Some(cache::workspace_key(&base_id, &tree, &self.env_fingerprint));
-                let hit = match &ws_key {
-                    Some(k) if self.opts.cache => self.cache_lookup(k, "workspace").await?,
-                    _ => None,
-                };
-                let current = match hit {
-                    Some(hit) => {
-                        self.phase("cache", "workspace checkpoint reused");
-                        let cp = self
-                            .adopt_cached(hit, "workspace", 0, Some(base.clone()))
-                            .await?;
-                        cp.image_ref
-                    }
-                    None => {
-                        self.phase("container", format!("starting from {base}"));
-                        self.phase("copy", format!("{} -> {REPO_DIR}", self.repo.display()));
-                        self.start_workspace_container(&base).await?;
-                        let mut extra = BTreeMap::new();
-                        if let Some(k) = &ws_key {
-                            extra.insert(cache::KEY_LABEL.to_string(), k.clone());
-                            if self.opts.cache {
-                                self.manifest.cache.misses += 1;
-                            }
-                        }
-                        // Preflight before the commit, so that a container exists.
-                        let notes = self.runtime_notes(&base_id, &base).await?;
-                        ctx.runtime_notes = Some(notes);
-                        let cp_t0 = Instant::now();
-                        let cp = self
-                            .commit("workspace", 0, "success", Some(base.clone()), extra)
-                            .await?;
-                        self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
-                        cp.image_ref
-                    }
-                };
+                // Of the base (the notes are keyed by its id), from a container
+                // of it when no earlier run on this machine read them.
                 if ctx.runtime_notes.is_none() {
-                    // Of the base (the notes are keyed by its id): a reused
-                    // workspace may be only in the registry, and must not be
-                    // pulled for this.
                     ctx.runtime_notes = Some(self.runtime_notes(&base_id, &base).await?);
                 }
                 write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
@@ -728,7 +706,8 @@ impl Run<'_> {
                         self.plan_blocks(&ctx, &notes).await?
                     }
                 };
-                (blocks, 0, current)
+                // The toolchain and the workspace are laid once the plan is saved.
+                (blocks, 0, None)
             }
         };
         self.ctx = ctx;
@@ -744,7 +723,10 @@ impl Run<'_> {
         self.manifest.blocks = blocks.clone();
         self.save()?;
 
-        let mut current = current;
+        let (start_index, mut current) = match current {
+            Some(image) => (start_index, image),
+            None => self.lay(&mut blocks).await?,
+        };
         if self.opts.ablation.forward() == Granularity::WholeScript && start_index == 0 {
             if let Some(cp) = self.whole_script_forward(&mut blocks, &current).await? {
                 return self.finalize(&blocks, cp).await;
@@ -855,6 +837,39 @@ impl Run<'_> {
                             current = self.block_done(&mut blocks, i, cp, false, t0, detail)?;
                             i += 1;
                         }
+                        recover::Recovery::RollBack(j) if j < self.laid_under => {
+                            // The patched block is under the copy: it, and the
+                            // blocks after it, move above a new copy.
+                            self.retire_container();
+                            crate::manifest::retire_checkpoints(&mut self.manifest.checkpoints, 1);
+                            self.checkpoint_log.append(
+                                &crate::manifest::CheckpointRecord::Retired { retired_from: 1 },
+                                &self.redactor,
+                            )?;
+                            for b in blocks.iter_mut().skip(j) {
+                                b.before_workspace = false;
+                            }
+                            for b in blocks.iter_mut().take(i + 1).skip(j) {
+                                b.status = BlockStatus::Planned;
+                                b.cached = false;
+                            }
+                            for b in blocks.iter().skip(j) {
+                                self.save_block(b)?;
+                            }
+                            self.phase(
+                                "rollback",
+                                format!(
+                                    "back to {}, which now runs after the repository copy",
+                                    blocks[j].id
+                                ),
+                            );
+                            let (k, ws) = self.lay(&mut blocks).await?;
+                            current = ws;
+                            self.current_checkpoint = Some(current.clone());
+                            self.manifest.blocks = blocks.clone();
+                            self.save()?;
+                            i = k;
+                        }
                         recover::Recovery::RollBack(j) => {
                             current = blocks[j].baseline_checkpoint.clone().ok_or_else(|| {
                                 EnvError::Usage(format!(
@@ -926,8 +941,11 @@ impl Run<'_> {
         else {
             return;
         };
+        // The workspace sits on the base, or on the toolchain laid under it.
         let (Some(base), Ok(Some(img))) = (
-            self.manifest.base_image.clone(),
+            ws.parent_image_ref
+                .clone()
+                .or_else(|| self.manifest.base_image.clone()),
             self.rt.image(&ws.image_ref).await,
         ) else {
             return;
@@ -1108,11 +1126,13 @@ pub fn checkpoint_ref(prefix: &str, run: &str, seq: u32, block: &str, kind: &str
     format!("{prefix}:{run}-{seq:03}-{block}-{kind}")
 }
 
+/// Where a resumed build starts: `under` blocks are under the workspace copy.
 fn start_index_for(
     blocks: &[Block],
     start_at: Option<&str>,
     done: Option<&str>,
     image: &str,
+    under: usize,
 ) -> Result<usize, EnvError> {
     match (start_at, done) {
         (Some(id), _) => blocks.iter().position(|b| b.id == id).ok_or_else(|| {
@@ -1121,7 +1141,7 @@ fn start_index_for(
                 blocks.iter().map(|b| b.id.as_str()).collect::<Vec<_>>().join(", ")
             ))
         }),
-        (None, Some("workspace")) => Ok(0),
+        (None, Some("workspace")) => Ok(under.min(blocks.len())),
         (None, Some(done)) => blocks.iter().position(|b| b.id == done).map(|i| i + 1).ok_or_else(|| {
             EnvError::Usage(format!(
                 "cannot infer where to resume: block {done} (from the image tag) is not in this plan; pass --start-at-block"

@@ -1,5 +1,6 @@
 //! The final clean replay: every final script (repairs patched in) and its
-//! validation, in order, in a fresh container from the base image. It proves
+//! validation, in order, in a fresh container from the base image (the
+//! repository copied in after the toolchain blocks, as in the forward run). It proves
 //! that the scripts alone rebuild the environment; its image becomes final.
 
 use std::collections::BTreeMap;
@@ -69,9 +70,15 @@ impl Run<'_> {
             format!("{} final scripts from {base}", blocks.len()),
         );
         self.retire_container();
-        self.start_workspace_container(&base).await?;
+        // In the order of the forward run and the written Dockerfile: the
+        // toolchain blocks, the repository copy, the rest.
+        let under = self.laid_under.min(blocks.len());
+        self.start_base_container(&base).await?;
         self.current_checkpoint = Some(base.clone());
-        for b in blocks {
+        for (i, b) in blocks.iter().enumerate() {
+            if i == under {
+                self.copy_workspace_in().await?;
+            }
             if let Err(f) = self.run_script(b, "clean_replay").await? {
                 return self.replay_failed(&format!("clean_replay:{}", b.id), &f.summary);
             }
@@ -79,6 +86,9 @@ impl Run<'_> {
                 return self
                     .replay_failed(&format!("clean_replay_validation:{}", b.id), &f.summary);
             }
+        }
+        if under == blocks.len() {
+            self.copy_workspace_in().await?;
         }
         let extra: BTreeMap<String, String> = key
             .map(|k| BTreeMap::from([(cache::KEY_LABEL.to_string(), k)]))

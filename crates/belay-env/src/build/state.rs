@@ -101,6 +101,7 @@ pub(super) fn new_manifest(
         final_clean_replay_image: None,
         final_clean_replay_failure_stage: None,
         final_clean_replay_note: None,
+        toolchain: previous.and_then(|p| p.toolchain.clone()),
         oracle: None,
         cache: CacheStats {
             enabled: opts.cache,

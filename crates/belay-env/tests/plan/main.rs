@@ -27,8 +27,17 @@ fn render(name: &str) -> String {
     );
     for b in &blocks {
         out.push_str(&format!(
-            "\n=== {} (order {}) — {}\nvalidation: {}\n{}",
-            b.id, b.order, b.title, b.validation_command, b.script
+            "\n=== {} (order {}{}) — {}\nvalidation: {}\n{}",
+            b.id,
+            b.order,
+            if b.before_workspace {
+                ", before the repository copy"
+            } else {
+                ""
+            },
+            b.title,
+            b.validation_command,
+            b.script
         ));
     }
     out

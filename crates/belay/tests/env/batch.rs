@@ -241,3 +241,122 @@ fn credentials_in_a_project_url_appear_in_no_batch_output() {
         assert!(hits.is_empty(), "these hold the password: {hits:?}");
     }
 }
+
+/// Two projects on the same base, two at a time, under `--no-cache`: each
+/// toolchain block runs once for the batch (the second build waits for the
+/// first and takes its checkpoint), both final images run their tests, and a
+/// build outside the batch reuses none of it.
+#[test]
+fn a_batch_builds_each_toolchain_once_even_without_the_cache() {
+    require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = run_id("tcbatch");
+    let names = ["py-pyproject", "py-test-plugins"];
+    let projects = tmp.path().join("projects.txt");
+    let lines: Vec<String> = names
+        .iter()
+        .map(|n| fixture(n).display().to_string())
+        .collect();
+    std::fs::write(&projects, lines.join("\n") + "\n").unwrap();
+    let pdir = tmp.path().join("projects");
+    let runs: Vec<String> = names.iter().map(|n| format!("{prefix}-{n}")).collect();
+    let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
+    belay()
+        .args([
+            "env",
+            "build-projects",
+            "--jobs",
+            "2",
+            "--no-cache",
+            "--run-id-prefix",
+            &prefix,
+            "--projects-file",
+        ])
+        .arg(&projects)
+        .arg("--projects-dir")
+        .arg(&pdir)
+        .arg("--oracles-dir")
+        .arg(tmp.path().join("oracles"))
+        .assert()
+        .success();
+    let state = pdir.join(".belay-state");
+    let ms: Vec<Value> = runs.iter().map(|r| manifest(&state, r)).collect();
+    let toolchain = ["00-preflight", "10-system-packages", "20-python-runtime"];
+    let ran = |m: &Value| -> Vec<String> {
+        phases(m, "block")
+            .iter()
+            .filter_map(|e| e["block_id"].as_str().map(String::from))
+            .filter(|b| toolchain.contains(&b.as_str()))
+            .collect()
+    };
+    // Each toolchain block ran in exactly one of the two builds.
+    let mut all: Vec<String> = ms.iter().flat_map(ran).collect();
+    all.sort();
+    assert_eq!(all, toolchain, "{all:?}");
+    for m in &ms {
+        assert_eq!(m["cache"]["enabled"], false);
+        let under: Vec<&str> = m["toolchain"]["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_str().unwrap())
+            .collect();
+        assert_eq!(under, toolchain);
+        // What it did not run, it shared; what it shared, it did not run.
+        let shared: Vec<String> = m["toolchain"]["shared"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_str().unwrap().to_string())
+            .collect();
+        let mut both: Vec<String> = ran(m).into_iter().chain(shared).collect();
+        both.sort();
+        assert_eq!(both, toolchain, "{}", m["toolchain"]);
+    }
+    // The two workspaces sit on one image, and the Dockerfile lays the same
+    // toolchain before its COPY.
+    let under_id = |m: &Value| -> String {
+        let top = m["toolchain"]["image"].as_str().unwrap();
+        m["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["image_ref"] == top)
+            .map(|c| c["image_id"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(under_id(&ms[0]), under_id(&ms[1]));
+    for (m, r) in ms.iter().zip(&runs) {
+        let df =
+            std::fs::read_to_string(state.join("runs").join(r).join("Dockerfile.legacy")).unwrap();
+        let copy = df.find("COPY . /workspace/repo").unwrap();
+        let runtime = df
+            .find("RUN bash /belay/scripts/20-python-runtime.sh")
+            .unwrap();
+        let deps = df
+            .find("RUN bash /belay/scripts/30-python-deps.sh")
+            .unwrap();
+        assert!(runtime < copy && copy < deps, "{df}");
+        project_tests_pass(
+            m,
+            ".venv/bin/python -m pytest -q -p no:cacheprovider",
+            "2 passed",
+        );
+    }
+
+    // A build outside the batch, under --no-cache, reuses none of it.
+    let run = run_id("tcsolo");
+    let _guard = RunGuard(run.clone());
+    let solo = tempfile::tempdir().unwrap();
+    belay()
+        .args(["env", "build", "--planner", "rules", "--no-cache", "--repo"])
+        .arg(fixture("py-pyproject"))
+        .arg("--state-dir")
+        .arg(solo.path())
+        .args(["--run-id", &run])
+        .assert()
+        .success();
+    let m = manifest(solo.path(), &run);
+    assert_eq!(m["toolchain"]["shared"], serde_json::json!([]));
+    assert_eq!(ran(&m), toolchain);
+}

@@ -315,10 +315,26 @@ fn check_run_records(state: &Path, run: &str, m: &Value) {
         blocks.len() + 1,
         "a workspace checkpoint plus one per block"
     );
+    // The toolchain blocks run before the repository copy, which sits on
+    // the last of them; the blocks after it start from the workspace.
+    let under = m["toolchain"]["blocks"].as_array().unwrap();
     assert_eq!(
-        cps[0]["image_ref"],
+        under
+            .iter()
+            .map(|b| b.as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["00-preflight", "10-system-packages", "20-python-runtime"]
+    );
+    let ws = &cps[under.len()];
+    assert_eq!(
+        ws["image_ref"],
         format!("belay:{run}-000-workspace-success").as_str()
     );
+    assert_eq!(
+        ws["parent_image_ref"],
+        blocks[under.len() - 1]["success_checkpoint"]
+    );
+    assert_eq!(blocks[under.len()]["baseline_checkpoint"], ws["image_ref"]);
     for c in cps {
         for k in ["id", "image_ref", "block_id", "parent_image_ref", "kind"] {
             assert!(c.get(k).is_some(), "checkpoint lacks {k}");
