@@ -100,7 +100,11 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
     let removable = |img: &belay_sandbox::ImageInfo| {
         let kind = img.labels.get(labels::KIND).map(String::as_str);
         let has_run = img.labels.get(labels::RUN).is_some_and(|r| !r.is_empty());
-        kind == Some("checkpoint") || (kind == Some("base") && has_run)
+        // A toolchain checkpoint carries the run tags of the runs that used
+        // it, which go with those runs.
+        kind == Some("checkpoint")
+            || kind == Some(crate::build::TOOLCHAIN_KIND)
+            || (kind == Some("base") && has_run)
     };
     let tags_of = |img: &belay_sandbox::ImageInfo| -> Vec<String> {
         img.tags
@@ -164,8 +168,9 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
             }
         }
     }
-    // Toolchain checkpoints belong to no run: they go with a gc of all runs.
-    // One that a kept checkpoint still sits on stays (its layers are needed).
+    // The shared name of a toolchain checkpoint belongs to no run: it goes
+    // with a gc of all runs, once the image is old enough and no run that
+    // is kept still uses it (a kept run's tag on it stays, and so does it).
     let toolchains = images.iter().filter(|i| {
         i.labels.get(labels::KIND).map(String::as_str) == Some(crate::build::TOOLCHAIN_KIND)
     });
@@ -173,10 +178,17 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
         if !opts.runs.is_empty() || !old_enough(img.created) {
             continue;
         }
-        let names = match tags_of(img) {
-            t if t.is_empty() => vec![img.id.clone()],
-            t => t,
-        };
+        let tags = tags_of(img);
+        let kept_run = tags
+            .iter()
+            .any(|t| run_of_tag(t).is_some() && !report.removed_images.contains(t));
+        if kept_run {
+            continue;
+        }
+        let names: Vec<String> = tags
+            .into_iter()
+            .filter(|t| run_of_tag(t).is_none())
+            .collect();
         for name in names {
             if opts.dry_run {
                 report.removed_images.push(name);

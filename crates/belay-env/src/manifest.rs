@@ -200,7 +200,6 @@ pub enum CheckpointRecord {
     Made(Checkpoint),
 }
 
-/// Keep the checkpoints numbered below `first_stale`.
 /// The toolchain under a run's workspace (`build/toolchain.rs`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct ToolchainLayers {
@@ -213,6 +212,7 @@ pub struct ToolchainLayers {
     pub image: String,
 }
 
+/// Keep the checkpoints numbered below `first_stale`.
 pub fn retire_checkpoints(list: &mut Vec<Checkpoint>, first_stale: u32) {
     list.retain(|c| {
         c.id.get(..3)

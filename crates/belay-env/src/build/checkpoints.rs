@@ -310,14 +310,15 @@ impl Run<'_> {
             return Ok(None);
         }
         // Same run id: the newest recorded block checkpoint that still exists
-        // (a toolchain one gets the repository copied onto it: `drive`).
-        let mut cps: Vec<&Checkpoint> = self
+        // (a toolchain one gets the repository copied onto it: `drive`). The
+        // record is in the order they were made, which is the chain's: the
+        // workspace (`000`) comes after the toolchain under it (`001`...).
+        let cps: Vec<&Checkpoint> = self
             .manifest
             .checkpoints
             .iter()
             .filter(|c| c.kind == "success" || c.kind == "repaired")
             .collect();
-        cps.sort_by_key(|c| c.id.clone());
         for cp in cps.iter().rev() {
             if self.rt.image_exists(&cp.image_ref).await? {
                 return Ok(Some((cp.image_ref.clone(), Some(cp.block_id.clone()))));

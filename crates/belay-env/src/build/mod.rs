@@ -334,6 +334,7 @@ pub async fn build(
         current_checkpoint: None,
         llm,
         laid_under: 0,
+        made_toolchain: Default::default(),
         package_caches: if opts.package_cache {
             Some(crate::package_cache::PackageCaches::open(
                 &preflight_cache_dir(&dir.state_dir),
@@ -448,6 +449,8 @@ pub(crate) struct Run<'a> {
     pub(crate) registry: Option<crate::registry_store::RegistryStore>,
     /// How many leading blocks are under the repository copy.
     pub(crate) laid_under: usize,
+    /// The toolchain images this run committed (their reuse is not sharing).
+    pub(crate) made_toolchain: std::collections::HashSet<String>,
 }
 
 impl Run<'_> {
@@ -673,13 +676,28 @@ impl Run<'_> {
                 // onto it first, as after the toolchain of a fresh build.
                 let image = if self.is_toolchain(&image).await? {
                     self.laid_under = start;
-                    for b in blocks.iter_mut().skip(start) {
-                        b.before_workspace = false;
-                    }
                     self.lay_workspace(&image, &blocks[..start]).await?
                 } else {
                     image
                 };
+                // The flags and the record say what this run's chain is.
+                let under = self.laid_under.min(blocks.len());
+                for (i, b) in blocks.iter_mut().enumerate() {
+                    b.before_workspace = i < under;
+                }
+                self.manifest.toolchain = (under > 0).then(|| crate::manifest::ToolchainLayers {
+                    blocks: blocks[..under].iter().map(|b| b.id.clone()).collect(),
+                    shared: self
+                        .manifest
+                        .toolchain
+                        .as_ref()
+                        .map(|t| t.shared.clone())
+                        .unwrap_or_default(),
+                    image: blocks[under - 1]
+                        .success_checkpoint
+                        .clone()
+                        .unwrap_or_default(),
+                });
                 (blocks, start, Some(image))
             }
             None => {
@@ -841,9 +859,10 @@ impl Run<'_> {
                             // The patched block is under the copy: it, and the
                             // blocks after it, move above a new copy.
                             self.retire_container();
-                            crate::manifest::retire_checkpoints(&mut self.manifest.checkpoints, 1);
+                            // The workspace too: it sits on the old toolchain.
+                            crate::manifest::retire_checkpoints(&mut self.manifest.checkpoints, 0);
                             self.checkpoint_log.append(
-                                &crate::manifest::CheckpointRecord::Retired { retired_from: 1 },
+                                &crate::manifest::CheckpointRecord::Retired { retired_from: 0 },
                                 &self.redactor,
                             )?;
                             for b in blocks.iter_mut().skip(j) {

@@ -71,11 +71,16 @@ impl Run<'_> {
         );
         self.retire_container();
         // In the order of the forward run and the written Dockerfile: the
-        // toolchain blocks, the repository copy, the rest.
+        // toolchain blocks, the repository copy, the rest. An unrepaired
+        // toolchain is already a clean run of its scripts from the base.
         let under = self.laid_under.min(blocks.len());
-        self.start_base_container(&base).await?;
-        self.current_checkpoint = Some(base.clone());
-        for (i, b) in blocks.iter().enumerate() {
+        let (from, start) = match self.replay_start(blocks) {
+            Some((n, top)) => (n, top),
+            None => (0, base.clone()),
+        };
+        self.start_base_container(&start).await?;
+        self.current_checkpoint = Some(start.clone());
+        for (i, b) in blocks.iter().enumerate().skip(from) {
             if i == under {
                 self.copy_workspace_in().await?;
             }
@@ -105,8 +110,12 @@ impl Run<'_> {
         self.retire_container();
         self.manifest.final_clean_replay_ok = Some(true);
         self.manifest.final_clean_replay_image = Some(cp.image_ref.clone());
-        self.manifest.final_clean_replay_note =
-            Some("replayed the final scripts in a fresh container from the base image".into());
+        self.manifest.final_clean_replay_note = Some(match from {
+            0 => "replayed the final scripts in a fresh container from the base image".into(),
+            n => format!(
+                "replayed the final scripts after the {n} toolchain block(s), from their checkpoint {start} (a clean run of the same scripts from the base image)"
+            ),
+        });
         Ok(Some(cp.image_ref))
     }
 

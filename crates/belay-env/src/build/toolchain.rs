@@ -36,9 +36,20 @@ fn flight(key: &str) -> Arc<tokio::sync::Mutex<()>> {
     locks.entry(key.to_string()).or_default().clone()
 }
 
-/// The leading blocks that may run before the copy, in a build of `ablation`
-/// with these excluded paths.
-pub(crate) fn toolchain_len(blocks: &[Block], ablation: Ablation, excluded: &[String]) -> usize {
+/// How many leading blocks may run before the copy, in a build of
+/// `ablation` with these excluded paths. A build that shares checkpoints
+/// through a registry (`registry`) keeps every block above the copy: the
+/// toolchain images are this engine's own, and a workspace on one would never
+/// match another machine's key.
+pub(crate) fn toolchain_len(
+    blocks: &[Block],
+    ablation: Ablation,
+    excluded: &[String],
+    registry: bool,
+) -> usize {
+    if registry {
+        return 0;
+    }
     // The command and whole-script modes measure their own forms of forward
     // and recovery on the plan as written.
     if ablation.forward() != Granularity::Block || ablation.recovery() != Granularity::Block {
@@ -68,7 +79,12 @@ impl Run<'_> {
         })?;
         // The preflight's container is of the base, without the trust files.
         self.retire_container();
-        let n = toolchain_len(blocks, self.opts.ablation, &self.excluded);
+        let n = toolchain_len(
+            blocks,
+            self.opts.ablation,
+            &self.excluded,
+            self.registry.is_some(),
+        );
         // Recorded before any of them runs: the manifest of a build killed
         // meanwhile says which checkpoints lack the repository.
         self.manifest.toolchain = (n > 0).then(|| ToolchainLayers {
@@ -104,6 +120,12 @@ impl Run<'_> {
             shared: blocks[..n]
                 .iter()
                 .filter(|b| b.cached)
+                .filter(|b| {
+                    !b.success_checkpoint
+                        .as_ref()
+                        .and_then(|c| self.image_ids.get(c))
+                        .is_some_and(|id| self.made_toolchain.contains(id))
+                })
                 .map(|b| b.id.clone())
                 .collect(),
             image: under.clone(),
@@ -128,7 +150,7 @@ impl Run<'_> {
             let lock = flight(&key);
             let _held = lock.lock().await;
             if let Some(image) = self.toolchain_lookup(&key, &blocks[i].id).await? {
-                if self.opts.cache {
+                if self.opts.cache && !self.made_toolchain.contains(&image) {
                     self.manifest.cache.hits += 1;
                 }
                 self.retire_container();
@@ -300,7 +322,9 @@ impl Run<'_> {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        Ok(self.rt.commit(&container, &image_ref, &lbl).await?)
+        let id = self.rt.commit(&container, &image_ref, &lbl).await?;
+        self.made_toolchain.insert(id.clone());
+        Ok(id)
     }
 
     /// The workspace checkpoint: the repository copied onto `under`, or the
@@ -318,6 +342,9 @@ impl Run<'_> {
         let key = cache::workspace_key(&under_id, &tree, &self.env_fingerprint);
         if self.opts.cache {
             if let Some(hit) = self.cache_lookup(&key, "workspace").await? {
+                // The next block starts from the adopted image, not from
+                // whatever container is running.
+                self.retire_container();
                 self.phase("cache", "workspace checkpoint reused");
                 let cp = self
                     .adopt_cached(hit, "workspace", 0, Some(under.to_string()))
@@ -339,6 +366,22 @@ impl Run<'_> {
             .await?;
         self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
         Ok(cp.image_ref)
+    }
+
+    /// Where the clean replay may start: the checkpoint of the last toolchain
+    /// block, when every block under the copy ran unrepaired. A toolchain
+    /// checkpoint is itself a clean run of the same scripts from the base
+    /// (found by the key of exactly that), so replaying them proves nothing more.
+    pub(super) fn replay_start(&self, blocks: &[Block]) -> Option<(usize, String)> {
+        let n = self.laid_under.min(blocks.len());
+        if n == 0 || self.opts.force_clean_replay {
+            return None;
+        }
+        let clean = blocks[..n]
+            .iter()
+            .all(|b| b.status == BlockStatus::Succeeded && b.repair_attempts == 0);
+        let top = blocks[n - 1].success_checkpoint.clone()?;
+        clean.then_some((n, top))
     }
 
     /// Whether `image` is a toolchain checkpoint (no repository in it).
@@ -380,10 +423,13 @@ mod tests {
     #[test]
     fn only_the_leading_repo_free_blocks_go_under_the_copy() {
         let blocks = plan(&[true, true, false, true]);
-        assert_eq!(toolchain_len(&blocks, Ablation::Full, &[]), 2);
-        assert_eq!(toolchain_len(&plan(&[false, true]), Ablation::Full, &[]), 0);
+        assert_eq!(toolchain_len(&blocks, Ablation::Full, &[], false), 2);
         assert_eq!(
-            toolchain_len(&blocks, Ablation::WithoutFinalCleanReplay, &[]),
+            toolchain_len(&plan(&[false, true]), Ablation::Full, &[], false),
+            0
+        );
+        assert_eq!(
+            toolchain_len(&blocks, Ablation::WithoutFinalCleanReplay, &[], false),
             2
         );
     }
@@ -397,15 +443,22 @@ mod tests {
             Ablation::WholeScriptForward,
             Ablation::WholeScriptRecovery,
         ] {
-            assert_eq!(toolchain_len(&blocks, a, &[]), 0, "{a:?}");
+            assert_eq!(toolchain_len(&blocks, a, &[], false), 0, "{a:?}");
         }
         assert_eq!(
-            toolchain_len(&blocks, Ablation::Full, &[".venv".to_string()]),
+            toolchain_len(&blocks, Ablation::Full, &[".venv".to_string()], false),
             0
         );
         assert_eq!(
-            toolchain_len(&blocks, Ablation::Full, &["node_modules".to_string()]),
+            toolchain_len(
+                &blocks,
+                Ablation::Full,
+                &["node_modules".to_string()],
+                false
+            ),
             2
         );
+        // Through a registry, every block stays above the copy.
+        assert_eq!(toolchain_len(&blocks, Ablation::Full, &[], true), 0);
     }
 }

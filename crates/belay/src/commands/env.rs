@@ -101,11 +101,18 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
     for w in &ctx.warnings {
         p.out(format!("warning: {w}"));
     }
-    for b in &blocks {
+    let under = blocks.iter().take_while(|b| b.before_workspace).count();
+    for (i, b) in blocks.iter().enumerate() {
+        if i == under {
+            p.out("-- the repository is copied in here --".to_string());
+        }
         p.out(format!(
             "{:<26} {:<28} validate: {}",
             b.id, b.title, b.validation_command
         ));
+    }
+    if under == blocks.len() {
+        p.out("-- the repository is copied in here --".to_string());
     }
     p.out(format!("planner: {planner}"));
     p.out(format!("written to {}", out.display()));
