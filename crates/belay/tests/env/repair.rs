@@ -47,11 +47,18 @@ fn missing_system_library_is_repaired_patched_back_and_replayed() {
         .as_str()
         .unwrap()
         .contains("libffi-dev"));
-    // Rollback: the container was recreated from the block's baseline first.
+    // Rollback: the container was recreated from the block's baseline first
+    // (the workspace: the toolchain blocks run under the repository copy).
+    assert_eq!(
+        deps["baseline_checkpoint"]
+            .as_str()
+            .map(|c| c.ends_with("-000-workspace-success")),
+        Some(true)
+    );
     assert!(phases(&m, "repair_prep").iter().any(|e| e["command"]
         .as_str()
         .unwrap()
-        .contains("003-20-python-runtime-success")));
+        .contains("000-workspace-success")));
     // Patch-back: the fix is in the final script, and in the block file.
     let script = std::fs::read_to_string(
         state
@@ -69,7 +76,7 @@ fn missing_system_library_is_repaired_patched_back_and_replayed() {
         .as_str()
         .unwrap()
         .ends_with("-004-30-python-deps-repaired"));
-    // The clean replay ran the final scripts from the base image and passed.
+    // The clean replay ran the final scripts (after the unrepaired toolchain) and passed.
     assert_eq!(m["final_clean_replay_ok"], true);
     assert!(m["final_clean_replay_image"]
         .as_str()
