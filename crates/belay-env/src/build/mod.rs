@@ -799,17 +799,7 @@ impl Run<'_> {
                 self.manifest.cache.misses += 1;
             }
             self.ensure_container(&current).await?;
-            blocks[i].status = BlockStatus::Running;
-            blocks[i].cached = false;
-            self.save_block(&blocks[i])?;
-            self.manifest.blocks = blocks.clone();
-            self.save()?;
-            self.obs.event(&BuildEvent::BlockStarted {
-                id: blocks[i].id.clone(),
-                title: blocks[i].title.clone(),
-                index: i,
-                total: blocks.len(),
-            });
+            self.block_started(&mut blocks, i)?;
             let (step, mut timing) = self.forward_block(&blocks[i].clone()).await?;
             match step {
                 Ok(()) => {
@@ -996,6 +986,22 @@ impl Run<'_> {
                 ),
             );
         }
+    }
+
+    /// Record that block `i` runs now: its file, the manifest, the event.
+    pub(super) fn block_started(&mut self, blocks: &mut [Block], i: usize) -> Result<(), EnvError> {
+        blocks[i].status = BlockStatus::Running;
+        blocks[i].cached = false;
+        self.save_block(&blocks[i])?;
+        self.manifest.blocks = blocks.to_vec();
+        self.save()?;
+        self.obs.event(&BuildEvent::BlockStarted {
+            id: blocks[i].id.clone(),
+            title: blocks[i].title.clone(),
+            index: i,
+            total: blocks.len(),
+        });
+        Ok(())
     }
 
     /// Record a finished block (its status and timing already set): its

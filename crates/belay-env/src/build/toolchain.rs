@@ -176,15 +176,7 @@ impl Run<'_> {
             if self.container.is_none() {
                 self.start_base_container(&current).await?;
             }
-            blocks[i].status = BlockStatus::Running;
-            blocks[i].cached = false;
-            self.save_block(&blocks[i])?;
-            self.obs.event(&BuildEvent::BlockStarted {
-                id: blocks[i].id.clone(),
-                title: blocks[i].title.clone(),
-                index: i,
-                total: blocks.len(),
-            });
+            self.block_started(blocks, i)?;
             let (step, mut timing) = self.forward_block(&blocks[i].clone()).await?;
             if let Err(f) = step {
                 self.retire_container();

@@ -7,6 +7,32 @@ use serde_json::Value;
 use crate::common::*;
 use crate::git_cli::git;
 
+/// `build-projects --jobs 2 --no-cache` of `projects`.
+fn build_projects(
+    prefix: &str,
+    projects: &std::path::Path,
+    pdir: &std::path::Path,
+    odir: &std::path::Path,
+) -> assert_cmd::assert::Assert {
+    belay()
+        .args([
+            "env",
+            "build-projects",
+            "--jobs",
+            "2",
+            "--no-cache",
+            "--run-id-prefix",
+            prefix,
+            "--projects-file",
+        ])
+        .arg(projects)
+        .arg("--projects-dir")
+        .arg(pdir)
+        .arg("--oracles-dir")
+        .arg(odir)
+        .assert()
+}
+
 #[test]
 fn three_projects_two_jobs_one_failing() {
     require_engine();
@@ -52,24 +78,7 @@ fn three_projects_two_jobs_one_failing() {
         .collect();
     let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
 
-    let a = belay()
-        .args([
-            "env",
-            "build-projects",
-            "--jobs",
-            "2",
-            "--no-cache",
-            "--run-id-prefix",
-            &prefix,
-            "--projects-file",
-        ])
-        .arg(&projects)
-        .arg("--projects-dir")
-        .arg(&pdir)
-        .arg("--oracles-dir")
-        .arg(&odir)
-        .assert()
-        .code(1);
+    let a = build_projects(&prefix, &projects, &pdir, &odir).code(1);
     let stdout = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     assert!(
         stdout.contains("2 ok, 1 failed, 0 skipped of 3"),
@@ -261,24 +270,7 @@ fn a_batch_builds_each_toolchain_once_even_without_the_cache() {
     let pdir = tmp.path().join("projects");
     let runs: Vec<String> = names.iter().map(|n| format!("{prefix}-{n}")).collect();
     let _guards: Vec<RunGuard> = runs.iter().map(|r| RunGuard(r.clone())).collect();
-    belay()
-        .args([
-            "env",
-            "build-projects",
-            "--jobs",
-            "2",
-            "--no-cache",
-            "--run-id-prefix",
-            &prefix,
-            "--projects-file",
-        ])
-        .arg(&projects)
-        .arg("--projects-dir")
-        .arg(&pdir)
-        .arg("--oracles-dir")
-        .arg(tmp.path().join("oracles"))
-        .assert()
-        .success();
+    build_projects(&prefix, &projects, &pdir, &tmp.path().join("oracles")).success();
     let state = pdir.join(".belay-state");
     let ms: Vec<Value> = runs.iter().map(|r| manifest(&state, r)).collect();
     let toolchain = ["00-preflight", "10-system-packages", "20-python-runtime"];
