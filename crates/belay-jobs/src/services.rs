@@ -56,10 +56,8 @@ impl Services {
         progress: Box<dyn Fn(&str) + Send + Sync>,
     ) -> Result<Services, JobsError> {
         let queue = Queue::open(&cfg.queue)?;
-        let mut redactor = Redactor::new(Vec::<(String, String)>::new());
-        for (k, v) in belay_model::keys::secret_looking_env() {
-            redactor.add(k, v);
-        }
+        // The one policy's host part, then the config's own secrets.
+        let mut redactor = belay_sandbox::trust::host_redactor();
         let mut missing = Vec::new();
         let endpoint = match &cfg.agent.model_url {
             None => None,

@@ -104,22 +104,7 @@ impl Settings {
     }
 }
 
-/// Whether a variable's name says it holds a secret (`…KEY`, `…TOKEN`,
-/// `…SECRET`, `…PASSWORD`, `…CREDENTIAL`).
-pub fn looks_secret(name: &str) -> bool {
-    let k = name.to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
-        .iter()
-        .any(|w| k.contains(w))
-}
-
-/// The environment's variables whose names say they hold a secret (values
-/// of 8 characters or more).
-pub fn secret_looking_env() -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, v)| v.len() >= 8 && looks_secret(k))
-        .collect()
-}
+pub use belay_record::{looks_secret, secret_looking_env};
 
 #[cfg(test)]
 mod tests {

@@ -55,6 +55,7 @@ pub const ERROR_CODES: &[ErrorCode] = &[
     ErrorCode { code: "BELAY-E104", class: ExitClass::Usage, title: "the run cannot be resumed as asked" },
     ErrorCode { code: "BELAY-E105", class: ExitClass::Usage, title: "another belay run holds the lock" },
     ErrorCode { code: "BELAY-E106", class: ExitClass::Usage, title: "an image is not on the container engine" },
+    ErrorCode { code: "BELAY-E107", class: ExitClass::Usage, title: "a control file (config, plan, prompt, stop file) changed while an agent could write it" },
     ErrorCode { code: "BELAY-E200", class: ExitClass::Failed, title: "the work failed (a gate, the attempts, a build)" },
     ErrorCode { code: "BELAY-E201", class: ExitClass::Failed, title: "an agent failed" },
     ErrorCode { code: "BELAY-E300", class: ExitClass::Infra, title: "the machine failed" },

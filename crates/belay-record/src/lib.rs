@@ -11,10 +11,14 @@
 //! * [`ProcessIdentity`]: pid + start time + boot id, the only evidence the reaper
 //!   trusts when it decides that an owner process is gone.
 //! * [`run_id`]: run id generation and validation.
+//! * [`ids`]: the one validator of ids that come from outside (chat, HTTP, files, CLI).
+//! * [`control`]: the trusted copies of control files an agent could write.
 
 mod atomic;
+pub mod control;
 mod error;
 pub mod events;
+pub mod ids;
 mod exit;
 mod identity;
 mod jsonl;
@@ -30,11 +34,16 @@ pub use atomic::{atomic_write, write_json_atomic};
 pub use error::RecordError;
 pub use events::{Envelope, EventSink, Mode};
 pub use exit::{io_class, io_code, Classify, ErrorCode, ExitClass, ERROR_CODES};
+pub use control::{ControlChanged, ControlStore};
 pub use identity::ProcessIdentity;
+pub use ids::{Id, IdError};
 pub use jsonl::JsonlAppender;
 pub use line::line_col;
 pub use lock::RunLock;
-pub use redact::{same_secret, without_userinfo, Redactor, SecretScanner, StreamRedactor};
+pub use redact::{
+    looks_secret, same_secret, secret_looking_env, without_userinfo, Redactor, SecretScanner,
+    StreamRedactor,
+};
 pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
 pub use run::{state_home, OpenRun, RunHandle, EVENTS_FILE, LOCK_FILE, STATE_FILE};
 pub use time::{now_rfc3339, unix_millis};

@@ -130,9 +130,78 @@ impl HostTrust {
     }
 }
 
+/// The model keys belay reads by name, scrubbed whatever their length.
+pub const MODEL_KEY_VARS: [&str; 5] = [
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "BELAY_LLM_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+];
+
+/// The one redaction policy's host part, the same in every mode: the proxy
+/// settings' credentials (which networked sandboxes receive), credentials in
+/// any URL-valued variable, every variable whose name says it holds a secret,
+/// and the model keys. A mode adds its own named secrets (step and job
+/// secrets, the config's keys, `.env` values) to what this returns; it never
+/// starts from an empty redactor.
+pub fn host_redactor() -> Redactor {
+    let mut r = Redactor::default();
+    HostTrust::detect().register_secrets(&mut r);
+    add_host_env(&mut r, std::env::vars());
+    r
+}
+
+fn add_host_env(r: &mut Redactor, vars: impl Iterator<Item = (String, String)>) {
+    for (k, v) in vars {
+        if v.is_empty() {
+            continue;
+        }
+        if MODEL_KEY_VARS.contains(&k.as_str())
+            || (v.len() >= 8 && belay_record::looks_secret(&k))
+        {
+            r.add(k.clone(), v.clone());
+        }
+        if v.contains("://") && v.contains('@') {
+            r.add_url_credentials(&k, &v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_policy_covers_proxies_urls_keys_and_secret_names() {
+        let mut r = Redactor::default();
+        HostTrust {
+            proxy_env: vec![(
+                "HTTPS_PROXY".into(),
+                "http://bob:proxy-pass-123@proxy:3128".into(),
+            )],
+            ..HostTrust::default()
+        }
+        .register_secrets(&mut r);
+        add_host_env(
+            &mut r,
+            [
+                ("DATABASE_URL", "postgres://app:db-pass-456@db/x"),
+                ("GITHUB_TOKEN", "ghp_tokenvalue789"),
+                ("OPENAI_API_KEY", "sk-1"),
+                ("HOME", "/root"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        let out = r.redact(
+            "proxy-pass-123 db-pass-456 ghp_tokenvalue789 key=sk-1 home=/root",
+        );
+        for s in ["proxy-pass-123", "db-pass-456", "ghp_tokenvalue789", "sk-1 "] {
+            assert!(!out.contains(s), "{s} in {out}");
+        }
+        assert!(out.contains("/root"), "{out}");
+    }
 
     #[test]
     fn env_points_every_ca_variable_at_the_owned_path() {

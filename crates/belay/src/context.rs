@@ -5,17 +5,9 @@ use belay_sandbox::DockerRuntime;
 
 use crate::exit::{Failure, EXIT_INFRA};
 
-/// The secrets an env build's records must not hold: proxy credentials and
-/// the model keys of the environment.
+/// The one redaction policy's host part (`belay_sandbox::trust::host_redactor`).
 pub fn build_redactor() -> belay_record::Redactor {
-    let mut r = belay_record::Redactor::default();
-    belay_sandbox::trust::HostTrust::detect().register_secrets(&mut r);
-    for k in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "BELAY_LLM_API_KEY"] {
-        if let Ok(v) = std::env::var(k) {
-            r.add(k, v);
-        }
-    }
-    r
+    belay_sandbox::trust::host_redactor()
 }
 
 pub async fn connect() -> Result<DockerRuntime, Failure> {

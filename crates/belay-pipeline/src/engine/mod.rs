@@ -389,7 +389,9 @@ impl<'a> Engine<'a> {
         };
         let run_dir = state_dir.join("runs").join(&state.run_id);
         let (model, key) = model_client(p, run_dir.join(LLM_USAGE_FILE))?;
-        let mut redactor = Redactor::default();
+        // The one policy (host proxies, URL credentials, secret-looking
+        // variables, model keys), then the pipeline's own secrets.
+        let mut redactor = belay_sandbox::trust::host_redactor();
         for (name, v) in &secrets {
             redactor.add(name.clone(), v.clone());
         }

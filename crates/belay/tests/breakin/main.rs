@@ -1484,3 +1484,50 @@ steps:
         "the planted commands were inert, so the test proves nothing"
     );
 }
+
+/// Trust-boundary finding 3. A networked step gets the host's proxy
+/// settings (so that installs work behind a proxy) and prints them; the
+/// proxy password must not reach its log, `state.json`, `events.jsonl`, the
+/// feedback handed to the next step, that agent's prompt or the model
+/// request. Before the one redaction policy the pipeline's redactor held
+/// only its own secrets and the model key, and the password was in all of
+/// them.
+#[test]
+fn the_host_proxy_password_stays_out_of_every_pipeline_record() {
+    let tag = unique("px");
+    let password = format!("proxy-pw-{tag}");
+    let proxy = format!("http://bi-user:{password}@127.0.0.1:9/");
+    let script = r#"turns:
+  - name: done
+    reply:
+      tool_calls: [{name: finish, arguments: {summary: "looked at the feedback"}}]
+"#;
+    let pipeline = format!(
+        "name: bi-proxy\n{LLM}deps_policy: open\nmax_attempts: 2\nsteps:\n  - name: probe\n    network: true\n    command: |\n      echo \"proxy is $HTTPS_PROXY and $http_proxy\"\n      exit 1\n    on_fail: {{goto: dev, retry: true}}\n  - name: dev\n    agent: dev\n    max_iterations: 2\n    on_pass: success\n"
+    );
+    let ws = workspace(script, &pipeline, &[]);
+    ws.run(
+        &[
+            ("HTTPS_PROXY", proxy.as_str()),
+            ("http_proxy", proxy.as_str()),
+            ("NO_PROXY", "127.0.0.1,localhost"),
+            ("no_proxy", "127.0.0.1,localhost"),
+        ],
+        &[],
+        240,
+    );
+    let log = ws.step_log("probe");
+    assert!(log.contains("proxy is "), "the probe did not run: {log}");
+    assert!(
+        log.contains("[REDACTED:"),
+        "the step saw no proxy password to redact: {log}"
+    );
+    assert!(
+        !ws.replay.requests().is_empty(),
+        "the feedback never reached the next agent's model request"
+    );
+    for n in escaped_forms(&password) {
+        let hits = ws.sightings(&n);
+        assert!(hits.is_empty(), "{n:?} in {hits:?}");
+    }
+}
