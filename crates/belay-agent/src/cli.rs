@@ -392,6 +392,7 @@ pub struct ProcessOptions {
 /// one (same pid, start time and boot), and remove the file. Whether a
 /// group was killed.
 pub fn kill_recorded(pid_file: &std::path::Path) -> bool {
+    // host-owned: callers pass `agent.pid` in belay's own run or log dir (outside any work tree).
     let Ok(text) = fs_err::read_to_string(pid_file) else {
         return false;
     };

@@ -13,12 +13,14 @@ pub fn adopt_orphans() -> bool {
 /// The pids whose parent is this process, each with whether it is a zombie.
 fn children() -> Vec<(i32, bool)> {
     let me = std::process::id().to_string();
+    // host-owned: the host's /proc.
     let Ok(dir) = fs_err::read_dir("/proc") else {
         return vec![];
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
         .filter_map(|pid| {
+            // host-owned: the host's /proc (the kernel's record, whatever comm says).
             let s = fs_err::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             // `pid (comm) state ppid …`: comm may hold spaces and parens.
             let mut rest = s[s.rfind(')')? + 1..].split_whitespace();

@@ -116,6 +116,8 @@ impl ContainerWorkspace {
 
 fn log_tail(path: &std::path::Path, max: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
+    // host-owned: a tool log belay's log sink wrote under the session's `logs`
+    // (a run dir of belay's, never mounted into the container).
     let Ok(mut f) = std::fs::File::open(path) else {
         return String::new();
     };

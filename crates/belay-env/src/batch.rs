@@ -323,6 +323,7 @@ pub const FAILED_LOG: &str = "failed-projects.log";
 /// The projects of the batch: the file parsed, `--only`, `--start` and
 /// `--limit` applied.
 pub(crate) fn select_projects(opts: &BatchOptions) -> Result<Vec<ProjectSpec>, EnvError> {
+    // host-owned: the projects file is the user's, named on the command line.
     let text = fs_err::read_to_string(&opts.projects_file).map_err(|e| {
         EnvError::Usage(format!(
             "cannot read the projects file {}: {e}. Pass --projects-file with one project per line",
@@ -414,6 +415,7 @@ impl<'a> Collector<'a> {
             stop = self.opts.stop_on_failure;
         }
         if let Some(m) = &result.manifest {
+            // host-owned: the run's manifest, which belay wrote in its state dir.
             if let Ok(t) = fs_err::read_to_string(m) {
                 if let Ok(man) = serde_json::from_str::<Manifest>(&t) {
                     self.usage_log.append(
@@ -587,6 +589,7 @@ pub(crate) async fn prepare_project(
         .join(&result.run_id)
         .join("manifest.json");
     if opts.skip_existing_success {
+        // host-owned: a manifest belay wrote in its state dir (never mounted into a build).
         if let Ok(t) = fs_err::read_to_string(&manifest_path) {
             if let Ok(m) = serde_json::from_str::<Manifest>(&t) {
                 // Only a success of the same ablation mode counts.

@@ -92,10 +92,12 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
             h.update(meta.permissions().mode().to_le_bytes());
         }
         if meta.file_type().is_symlink() {
+            // host-owned: the user's repository; builds get a copy, never a mount.
             let t =
                 fs_err::read_link(&abs).map_err(|e| EnvError::io("cannot read link", &abs, e))?;
             h.update(t.to_string_lossy().as_bytes());
         } else if meta.is_dir() {
+            // host-owned: the user's repository; builds get a copy, never a mount.
             let mut entries: Vec<PathBuf> = fs_err::read_dir(&abs)
                 .map_err(|e| EnvError::io("cannot list", &abs, e))?
                 .filter_map(|e| e.ok())
@@ -114,7 +116,9 @@ pub fn tree_hash(root: &Path, excluded: &[String]) -> Result<String, EnvError> {
 }
 
 /// Feed a file's content to `h`, a buffer at a time.
+/// Callers pass host-owned files only (the user's repository, belay's binary).
 pub(crate) fn hash_file(h: &mut Sha256, path: &Path, buf: &mut [u8]) -> Result<(), EnvError> {
+    // host-owned: the user's repository (copied into builds, never mounted) or belay's binary.
     let mut f = std::fs::File::open(path).map_err(|e| EnvError::io("cannot read", path, e))?;
     loop {
         let n = f

@@ -125,6 +125,7 @@ impl SharedLibraries {
     }
 
     fn read(path: &Path) -> Option<Self> {
+        // host-owned: belay's cache dir (`debian-contents`, outside the mounted package caches).
         let text = fs_err::read_to_string(path).ok()?;
         let map = text
             .lines()

@@ -30,6 +30,7 @@ struct Entry {
 
 /// Parse an oracle file; errors carry `file:line:column`.
 pub fn load(path: &Path) -> Result<Vec<OracleCommand>, EnvError> {
+    // host-owned: the oracle file is the user's (--oracle-file, --oracles-dir), never mounted.
     let text = fs_err::read_to_string(path).map_err(|e| {
         EnvError::Usage(format!(
             "cannot read oracle file {}: {e}. Pass --oracle-file with an existing *.oracle.json",

@@ -155,27 +155,58 @@ pub fn buildkit_run_prefix() -> String {
 }
 
 /// Bytes and files under the machine's package caches (for `belay env gc`).
+/// Build containers write these caches (`/mnt`, apt's archives), so the walk
+/// goes from directory handles and never through a link: a directory that a
+/// build swapped for a link to `/` is not followed, then or mid-walk.
 pub fn usage(cache_dir: &Path) -> (u64, u64) {
-    let mut bytes = 0u64;
-    let mut files = 0u64;
-    let mut stack = vec![root(cache_dir)];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = fs_err::read_dir(&d) else {
+    let mut total = (0u64, 0u64);
+    if let Ok(dir) = rustix::fs::open(root(cache_dir), WALK_FLAGS, rustix::fs::Mode::empty()) {
+        usage_in(&dir, 0, &mut total);
+    }
+    total
+}
+
+/// How the walk opens a directory: never through a link.
+const WALK_FLAGS: rustix::fs::OFlags = rustix::fs::OFlags::RDONLY
+    .union(rustix::fs::OFlags::DIRECTORY)
+    .union(rustix::fs::OFlags::NOFOLLOW)
+    .union(rustix::fs::OFlags::CLOEXEC);
+
+/// Deeper than this, a cache is not counted (a build can nest directories
+/// without bound; each level holds a handle).
+const WALK_MAX_DEPTH: usize = 64;
+
+fn usage_in(dir: &std::os::fd::OwnedFd, depth: usize, total: &mut (u64, u64)) {
+    use rustix::fs::{AtFlags, FileType};
+    if depth > WALK_MAX_DEPTH {
+        return;
+    }
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
-        for e in rd.flatten() {
-            let Ok(md) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if md.is_dir() {
-                stack.push(e.path());
-            } else if md.is_file() {
-                bytes += md.len();
-                files += 1;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                if let Ok(sub) =
+                    rustix::fs::openat(dir, name, WALK_FLAGS, rustix::fs::Mode::empty())
+                {
+                    usage_in(&sub, depth + 1, total);
+                }
             }
+            FileType::RegularFile => {
+                total.0 += u64::try_from(st.st_size).unwrap_or(0);
+                total.1 += 1;
+            }
+            _ => {}
         }
     }
-    (bytes, files)
 }
 
 /// Remove the machine's package caches (`belay env gc --package-caches`).

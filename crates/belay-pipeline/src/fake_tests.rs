@@ -64,6 +64,7 @@ impl Ws {
 
     fn run_id(&self) -> String {
         let runs = self.tmp.path().join("state/runs");
+        // host-owned: a test's own temporary state dir (test-only module).
         let mut ids: Vec<String> = std::fs::read_dir(runs)
             .unwrap()
             .flatten()

@@ -453,9 +453,64 @@ pub fn load(path: &Path) -> Result<Pipeline, LoadError> {
         column,
         message,
     };
-    let text = fs_err::read_to_string(path)
+    let text = read_tooling_text(path)
         .map_err(|e| err(0, 0, format!("cannot read the pipeline file: {e}")))?;
     parse(&text, path)
+}
+
+/// The most belay reads of a pipeline or agent file.
+pub(crate) const TOOLING_MAX: u64 = 4 << 20;
+
+/// Why a tooling file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ToolingReadError {
+    #[error("{} names no file", .0.display())]
+    NoFile(PathBuf),
+    #[error("cannot resolve {}: {source}", path.display())]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    HostFs(#[from] belay_sandbox::hostfs::HostFsError),
+    #[error("{} does not exist", .0.display())]
+    Missing(PathBuf),
+    #[error("{} is larger than 4 MiB", .0.display())]
+    TooLarge(PathBuf),
+    #[error("{} is not UTF-8 text", .0.display())]
+    NotUtf8(PathBuf),
+}
+
+/// A tooling file (the pipeline file, an agent file). It lives in the work
+/// tree, which steps write (a previous run's step may have left it changed),
+/// and is checked against HEAD only after it is read: so its directory is
+/// resolved as the user named it, but its own name is never followed through
+/// a link, only a regular file is read (opened non-blocking: a FIFO is
+/// refused, never waited on), and at most [`TOOLING_MAX`] bytes.
+pub(crate) fn read_tooling(path: &Path) -> Result<Vec<u8>, ToolingReadError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| ToolingReadError::NoFile(path.to_path_buf()))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dir = std::fs::canonicalize(dir).map_err(|source| ToolingReadError::Dir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let bytes = belay_sandbox::hostfs::read_under(&dir, &dir.join(name), TOOLING_MAX + 1)?
+        .ok_or_else(|| ToolingReadError::Missing(path.to_path_buf()))?;
+    if bytes.len() as u64 > TOOLING_MAX {
+        return Err(ToolingReadError::TooLarge(path.to_path_buf()));
+    }
+    Ok(bytes)
+}
+
+/// [`read_tooling`], as UTF-8 text.
+fn read_tooling_text(path: &Path) -> Result<String, ToolingReadError> {
+    String::from_utf8(read_tooling(path)?)
+        .map_err(|_| ToolingReadError::NotUtf8(path.to_path_buf()))
 }
 
 /// Where `key:` is first written in the text (1-based line and column of the
@@ -839,7 +894,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
 
 /// Read an agent file: YAML front matter between `---` lines, then the prompt.
 fn load_agent(file: &Path, name: &str) -> Result<AgentDef, String> {
-    let text = fs_err::read_to_string(file)
+    let text = read_tooling_text(file)
         .map_err(|e| format!("agent `{name}`: cannot read {}: {e}", file.display()))?;
     let rest = text.strip_prefix("---\n").ok_or_else(|| {
         format!(

@@ -174,6 +174,50 @@ pub fn read(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, HostFsE
     Ok(Some(out))
 }
 
+/// Read a file that a sandbox may have written (or replaced), at most `max`
+/// bytes: the one host read of an untrusted path. Under `root` (a work tree,
+/// a workspace) it is [`read`]: no link at any level below the root. Outside
+/// `root` (a path the user gave, such as a stop file elsewhere) the last name
+/// is still never followed. Either way only a regular file is read, opened
+/// non-blocking, so a FIFO, a device or `/dev/zero` behind a link is refused
+/// at once, never waited on or read without bound. `Ok(None)` when absent.
+pub fn read_under(root: &Path, path: &Path, max: u64) -> Result<Option<Vec<u8>>, HostFsError> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        root.join(path)
+    };
+    if let Ok(rel) = abs.strip_prefix(root) {
+        let rel = rel.to_str().ok_or_else(|| {
+            refused(&abs.to_string_lossy(), "the name is not UTF-8")
+        })?;
+        return read(root, rel, max);
+    }
+    let (Some(parent), Some(name)) = (abs.parent(), abs.file_name().and_then(|n| n.to_str()))
+    else {
+        return Err(refused(&abs.to_string_lossy(), "it names no file"));
+    };
+    let dir = match rustix::fs::open(parent, DIR_FLAGS.difference(OFlags::NOFOLLOW), Mode::empty())
+    {
+        Ok(d) => d,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(io("open", parent.to_path_buf(), e)),
+    };
+    let shown = abs.to_string_lossy().into_owned();
+    let Some((f, st)) = open_regular(&dir, name, &shown, &abs)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity((st.st_size as u64).min(max) as usize);
+    f.take(max)
+        .read_to_end(&mut out)
+        .map_err(|source| HostFsError::Io {
+            op: "read",
+            path: abs,
+            source,
+        })?;
+    Ok(Some(out))
+}
+
 /// Open `name` in `dir` for reading: a regular file, never through a link
 /// (and never blocking on a FIFO). `Ok(None)` when absent.
 fn open_regular(
@@ -465,6 +509,111 @@ pub fn parents_are_dirs(root: &Path, rel: &str) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The engines' crates, whose host reads of a work tree must go through
+    /// this module.
+    const ENGINE_CRATES: [&str; 7] = [
+        "belay-env",
+        "belay-pipeline",
+        "belay-plan",
+        "belay-rounds",
+        "belay-jobs",
+        "belay-ui",
+        "belay-agent",
+    ];
+
+    /// The CI check: no engine reads a file or a directory with plain
+    /// `std::fs`/`fs_err`, unless the line (or one of the two before it) says
+    /// why the path is belay's own or the user's and never a tree a sandbox
+    /// wrote (`// host-owned: …`). Everything else reads through `hostfs`.
+    #[test]
+    fn no_engine_reads_with_plain_fs_without_saying_the_path_is_host_owned() {
+        let pat = regex::Regex::new(
+            r"(std::fs::|fs_err::|\bfs::)(read|read_to_string|read_dir|read_link)\(|File::open\(",
+        )
+        .unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut bad = Vec::new();
+        for c in ENGINE_CRATES {
+            let mut stack = vec![root.join("crates").join(c).join("src")];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).unwrap().flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        stack.push(p);
+                        continue;
+                    }
+                    let name = p.file_name().unwrap().to_string_lossy().to_string();
+                    if !name.ends_with(".rs") || name.ends_with("tests.rs") {
+                        continue;
+                    }
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    let lines: Vec<&str> = text.lines().collect();
+                    for (i, l) in lines.iter().enumerate() {
+                        if l.starts_with("#[cfg(test)]") {
+                            break;
+                        }
+                        if l.trim_start().starts_with("//") || !pat.is_match(l) {
+                            continue;
+                        }
+                        let ctx = lines[i.saturating_sub(2)..=i].join(" ");
+                        if !ctx.contains("host-owned") {
+                            bad.push(format!("{}:{}: {}", p.display(), i + 1, l.trim()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "plain reads in engine code: read through belay_sandbox::hostfs, or add \
+             `// host-owned: <why the path is belay's or the user's>`:\n{}",
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn read_under_refuses_links_fifos_and_devices_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("tree");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let canary = d.path().join("host.txt");
+        std::fs::write(&canary, "host canary").unwrap();
+        std::os::unix::fs::symlink(&canary, root.join("stop")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero")).unwrap();
+        std::os::unix::fs::symlink(d.path(), root.join("up")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("fifo"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let t = std::time::Instant::now();
+        for name in ["stop", "zero", "fifo", "up/host.txt"] {
+            let e = read_under(&root, &root.join(name), 1 << 20).unwrap_err();
+            assert!(matches!(e, HostFsError::Refused { .. }), "{name}: {e}");
+            assert!(!e.to_string().contains("host canary"));
+        }
+        // Relative paths are taken under the root.
+        assert!(read_under(&root, Path::new("stop"), 10).is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        // Outside the root: the last name is still never followed.
+        std::os::unix::fs::symlink(&canary, d.path().join("outside-link")).unwrap();
+        assert!(read_under(&root, &d.path().join("outside-link"), 10).is_err());
+        assert_eq!(
+            read_under(&root, &canary, 4).unwrap().unwrap(),
+            b"host".to_vec()
+        );
+        std::fs::write(root.join("sub/ok"), "yes").unwrap();
+        assert_eq!(
+            read_under(&root, &root.join("sub/ok"), 10).unwrap().unwrap(),
+            b"yes".to_vec()
+        );
+        assert_eq!(read_under(&root, &root.join("none"), 10).unwrap(), None);
+        assert_eq!(read_under(&root, &d.path().join("none"), 10).unwrap(), None);
+    }
 
     #[test]
     fn links_dot_git_and_escapes_are_refused() {

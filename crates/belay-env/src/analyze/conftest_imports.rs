@@ -212,6 +212,8 @@ fn read_repo_python_file(root: &Path, rel: &str) -> Option<(PathBuf, PathBuf, St
     if !meta.is_file() || meta.len() > 1 << 20 {
         return None;
     }
+    // host-owned: the user's repository on the host (builds get a copy, never a
+    // mount); the untrusted name was confined to it above.
     let text = fs_err::read_to_string(&path).ok()?;
     Some((root, path, text))
 }

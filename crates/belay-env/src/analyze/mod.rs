@@ -253,6 +253,7 @@ impl Files {
         self.root.join(rel).exists()
     }
     pub(crate) fn read(&self, rel: &str) -> Option<String> {
+        // host-owned: the user's repository on the host; builds get a copy, never a mount.
         fs_err::read_to_string(self.root.join(rel)).ok()
     }
     fn markers(&self) -> Vec<String> {
@@ -267,6 +268,7 @@ impl Files {
         let mut out = Vec::new();
         let mut stack = vec![(self.root.clone(), 0usize)];
         while let Some((dir, depth)) = stack.pop() {
+            // host-owned: the user's repository on the host; builds get a copy, never a mount.
             let Ok(rd) = fs_err::read_dir(&dir) else {
                 continue;
             };

@@ -53,6 +53,7 @@ impl Ws {
             .join("state/runs")
             .join(run)
             .join("manifest.json");
+        // host-owned: a test's own temporary run dir (test-only module).
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     }
 }
@@ -106,6 +107,7 @@ async fn every_block_is_checkpointed_and_recorded() {
     }
     for b in ["b0", "b1", "b2"] {
         let f = ws.tmp.path().join(format!("state/runs/r1/blocks/{b}.json"));
+        // host-owned: a test's own temporary run dir (test-only module).
         let v: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
         assert_eq!(v["status"], "succeeded", "{b}");
     }
@@ -133,6 +135,7 @@ async fn a_failing_validation_stops_the_build_at_its_block() {
         .contains("b1"));
     assert_eq!(ran(&rt, "b2"), 0, "a block after the failure ran");
     let f = ws.tmp.path().join("state/runs/r2/blocks/b1.json");
+    // host-owned: a test's own temporary run dir (test-only module).
     let v: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
     assert_eq!(v["status"], "failed");
 }

@@ -8,6 +8,7 @@ use super::*;
 /// torn by the kill is skipped).
 pub(super) fn read_manifest(dir: &RunDir) -> Result<Option<Manifest>, EnvError> {
     let p = dir.manifest();
+    // host-owned: the run dir belay writes (records, never mounted into a build).
     let mut m: Manifest = match fs_err::read_to_string(&p) {
         Ok(t) => serde_json::from_str(&t).map_err(|e| EnvError::BadState {
             path: p.clone(),
@@ -21,12 +22,14 @@ pub(super) fn read_manifest(dir: &RunDir) -> Result<Option<Manifest>, EnvError> 
     };
     if !m.complete {
         let cps = dir.checkpoints();
+        // host-owned: the run dir's checkpoint log, which belay appends to.
         m.checkpoints = match fs_err::read_to_string(&cps) {
             Ok(t) => crate::manifest::replay_checkpoints(&t),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(EnvError::io("cannot read", cps, e)),
         };
         let log = dir.executions();
+        // host-owned: the run dir's execution log, which belay appends to.
         m.executions = match fs_err::read_to_string(&log) {
             Ok(t) => t
                 .lines()
@@ -42,6 +45,7 @@ pub(super) fn read_manifest(dir: &RunDir) -> Result<Option<Manifest>, EnvError> 
 pub(super) fn read_blocks(dir: &RunDir) -> Result<Option<Vec<Block>>, EnvError> {
     let d = dir.blocks_dir();
     let mut blocks = Vec::new();
+    // host-owned: the run dir's block files, which belay wrote.
     let rd = match fs_err::read_dir(&d) {
         Ok(rd) => rd,
         Err(_) => return Ok(None),
@@ -49,6 +53,7 @@ pub(super) fn read_blocks(dir: &RunDir) -> Result<Option<Vec<Block>>, EnvError> 
     for e in rd.flatten() {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "json") {
+            // host-owned: a block file belay wrote in the run dir.
             let t = fs_err::read_to_string(&p).map_err(|e| EnvError::io("cannot read", &p, e))?;
             let b: Block = serde_json::from_str(&t).map_err(|e| EnvError::BadState {
                 path: p.clone(),

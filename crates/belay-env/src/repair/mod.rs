@@ -571,6 +571,7 @@ pub fn block_for_role<'a>(ids: impl Iterator<Item = &'a str>, role: &str) -> Opt
 pub fn failure_text(log: &std::path::Path, stdout_tail: &str, stderr_tail: &str) -> String {
     const MAX: u64 = 32 * 1024;
     use std::io::{Read, Seek, SeekFrom};
+    // host-owned: an exec log belay's log sink wrote in the run dir (its text is a build's output, bounded here).
     let from_log = std::fs::File::open(log).ok().and_then(|mut f| {
         let len = f.metadata().ok()?.len();
         f.seek(SeekFrom::Start(len.saturating_sub(MAX))).ok()?;

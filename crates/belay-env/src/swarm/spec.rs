@@ -171,6 +171,7 @@ impl WorkDir {
     /// (`None`: torn by a crash between its creation and its write).
     pub fn current_claim(&self, i: usize) -> Option<(u32, Option<Claim>)> {
         let prefix = format!("{i}.");
+        // host-owned: the batch's work dir, written only by belay and its worker tasks.
         let g = fs_err::read_dir(self.root.join("claims"))
             .ok()?
             .flatten()
@@ -182,6 +183,7 @@ impl WorkDir {
                     .ok()
             })
             .max()?;
+        // host-owned: a claim belay or one of its worker tasks wrote.
         let claim = fs_err::read_to_string(self.claim_file(i, g))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
@@ -206,6 +208,7 @@ impl WorkDir {
     }
 
     pub fn read_spec(path: &Path) -> Result<WorkSpec, EnvError> {
+        // host-owned: the spec belay wrote for its worker tasks.
         let text =
             fs_err::read_to_string(path).map_err(|e| EnvError::io("cannot read", path, e))?;
         serde_json::from_str(&text).map_err(|e| EnvError::BadManifest {
@@ -221,6 +224,7 @@ impl WorkDir {
     }
 
     pub fn read_result(&self, i: usize) -> Option<ProjectResult> {
+        // host-owned: a result one of belay's worker tasks wrote.
         let t = fs_err::read_to_string(self.result(i)).ok()?;
         serde_json::from_str(&t).ok()
     }

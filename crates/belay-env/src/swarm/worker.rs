@@ -32,6 +32,7 @@ pub enum Worked {
 
 /// This task's name for itself: its container's host name (the container id).
 pub fn holder_name() -> String {
+    // host-owned: /etc of this task's own container, which runs belay.
     fs_err::read_to_string("/etc/hostname")
         .ok()
         .map(|s| s.trim().to_string())

@@ -101,6 +101,8 @@ pub fn tooling_paths(p: &Pipeline, git_root: &Path) -> Vec<String> {
 
 /// The `.env*` ban: such files in the workspace root refuse the run.
 pub fn env_files(root: &Path) -> Vec<String> {
+    // host-owned: the root is the user's work tree (a step cannot replace the mount
+    // itself); only its entries' names are read, none is opened or followed.
     let mut hits: Vec<String> = fs_err::read_dir(root)
         .map(|rd| {
             rd.flatten()
@@ -113,8 +115,9 @@ pub fn env_files(root: &Path) -> Vec<String> {
     hits
 }
 
+/// The hash of a tooling file (the pipeline file), read as it was loaded.
 pub(super) fn hash_file(path: &Path) -> Result<String, PipelineError> {
-    let bytes = fs_err::read(path).map_err(|e| {
+    let bytes = crate::schema::read_tooling(path).map_err(|e| {
         PipelineError::Config(format!(
             "cannot read {}: {e}; check the path and its permissions",
             path.display()
@@ -300,25 +303,28 @@ pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, P
     ))
 }
 
-/// A policy file: inside the workspace (where steps write) through hostfs (no
-/// link, no FIFO, regular file), at most 1 MiB; outside it, plainly.
+/// A policy file, at most 1 MiB, a regular file opened non-blocking (a FIFO
+/// is refused, never waited on): inside the workspace (where steps write)
+/// through no link at any level; outside it, never through a link at its
+/// last name (a step can plant a directory link that leads outside, and the
+/// profile is read again at every step).
 pub(super) fn read_policy(path: &Path, root: &Path) -> Result<String, String> {
     const MAX: u64 = 1 << 20;
-    let abs = fs_err::canonicalize(path.parent().unwrap_or(path))
-        .map(|d| d.join(path.file_name().unwrap_or_default()))
-        .unwrap_or_else(|_| path.to_path_buf());
-    let bytes = match abs.strip_prefix(root) {
-        Ok(rel) => belay_sandbox::hostfs::read(root, &rel.to_string_lossy(), MAX + 1)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("{} does not exist", path.display()))?,
-        Err(_) => {
-            let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-            let mut b = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX + 1), &mut b)
-                .map_err(|e| e.to_string())?;
-            b
-        }
-    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} names no file", path.display()))?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // Absolute and free of links up to the directory (as the user's path
+    // resolves now), so that a path in the workspace is found under `root`.
+    let abs = fs_err::canonicalize(dir)
+        .map_err(|e| e.to_string())?
+        .join(name);
+    let bytes = belay_sandbox::hostfs::read_under(root, &abs, MAX + 1)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{} does not exist", path.display()))?;
     if bytes.len() as u64 > MAX {
         return Err(format!("{} is larger than 1 MiB", path.display()));
     }

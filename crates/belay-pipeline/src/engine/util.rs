@@ -24,6 +24,7 @@ pub(super) fn parse_size(s: &str) -> Option<u64> {
 
 /// This process's peak resident memory (VmHWM), in bytes.
 pub(super) fn peak_rss_bytes() -> Option<u64> {
+    // host-owned: /proc of belay's own process.
     let status = fs_err::read_to_string("/proc/self/status").ok()?;
     let kb: u64 = status
         .lines()
@@ -46,9 +47,11 @@ pub(super) fn tail(s: &str, max: usize) -> String {
     format!("[…]\n{}", &s[cut..])
 }
 
-/// The last `max` bytes of a file (the log is written redacted).
+/// The last `max` bytes of a file (the log is written redacted). Only for
+/// belay's own logs: the run dir's `logs/` (never mounted into a step).
 pub(super) fn read_tail(path: &Path, max: u64) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
+    // host-owned: an exec log belay's log sink wrote in the run dir (outside the workspace, not mounted).
     let mut f = std::fs::File::open(path).ok()?;
     let len = f.metadata().ok()?.len();
     f.seek(SeekFrom::Start(len.saturating_sub(max))).ok()?;
