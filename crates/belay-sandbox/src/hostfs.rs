@@ -218,6 +218,39 @@ pub fn read_under(root: &Path, path: &Path, max: u64) -> Result<Option<Vec<u8>>,
     Ok(Some(out))
 }
 
+/// Read a file of a repository belay did not make and no sandbox is
+/// writing (a project the batch builder cloned, the user's checkout before
+/// analysis), at most `max` bytes. Links are followed while they stay inside
+/// `root` (a `requirements.txt -> requirements/base.txt` is common), never out
+/// of it: a committed `pyproject.toml -> ~/.netrc` or `-> /dev/zero` is
+/// refused. Only a regular file is read, opened non-blocking. `Ok(None)` when
+/// absent.
+pub fn read_in_tree(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, HostFsError> {
+    let canon_root = std::fs::canonicalize(root).map_err(|source| HostFsError::Io {
+        op: "resolve",
+        path: root.to_path_buf(),
+        source,
+    })?;
+    let target = match std::fs::canonicalize(root.join(rel)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(HostFsError::Io {
+                op: "resolve",
+                path: root.join(rel),
+                source,
+            })
+        }
+    };
+    let Ok(inner) = target.strip_prefix(&canon_root) else {
+        return Err(refused(rel, "it leads out of the repository"));
+    };
+    let Some(inner) = inner.to_str() else {
+        return Err(refused(rel, "the name is not UTF-8"));
+    };
+    read(&canon_root, inner, max)
+}
+
 /// Open `name` in `dir` for reading: a regular file, never through a link
 /// (and never blocking on a FIFO). `Ok(None)` when absent.
 fn open_regular(
@@ -570,6 +603,27 @@ mod tests {
              `// host-owned: <why the path is belay's or the user's>`:\n{}",
             bad.join("\n")
         );
+    }
+
+    #[test]
+    fn read_in_tree_follows_links_inside_and_never_out() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("repo");
+        std::fs::create_dir_all(root.join("requirements")).unwrap();
+        std::fs::write(root.join("requirements/base.txt"), "six\n").unwrap();
+        std::os::unix::fs::symlink("requirements/base.txt", root.join("requirements.txt"))
+            .unwrap();
+        std::fs::write(d.path().join("netrc"), "machine x password y").unwrap();
+        std::os::unix::fs::symlink(d.path().join("netrc"), root.join("pyproject.toml")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join("setup.cfg")).unwrap();
+        assert_eq!(
+            read_in_tree(&root, "requirements.txt", 100).unwrap().unwrap(),
+            b"six\n".to_vec()
+        );
+        assert!(read_in_tree(&root, "pyproject.toml", 100).is_err());
+        assert!(read_in_tree(&root, "setup.cfg", 100).is_err());
+        assert!(read_in_tree(&root, "../netrc", 100).is_err());
+        assert_eq!(read_in_tree(&root, "none", 100).unwrap(), None);
     }
 
     #[test]

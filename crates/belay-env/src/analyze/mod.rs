@@ -252,9 +252,11 @@ impl Files {
     pub(crate) fn exists(&self, rel: &str) -> bool {
         self.root.join(rel).exists()
     }
+    /// A project file: links followed only inside the repository (a cloned
+    /// project's `pyproject.toml -> ~/.netrc` is not read), at most 16 MiB.
     pub(crate) fn read(&self, rel: &str) -> Option<String> {
-        // host-owned: the user's repository on the host; builds get a copy, never a mount.
-        fs_err::read_to_string(self.root.join(rel)).ok()
+        let bytes = belay_sandbox::hostfs::read_in_tree(&self.root, rel, 16 << 20).ok()??;
+        String::from_utf8(bytes).ok()
     }
     fn markers(&self) -> Vec<String> {
         MARKERS
