@@ -257,6 +257,16 @@ impl Tally {
                 cost_usd,
                 ..
             } => {
+                // An agent CLI ends its run with one result. A second one was
+                // written by something else holding the stream (code the agent
+                // ran, writing to the CLI's stdout): no answer is taken.
+                if self.final_event.is_some() {
+                    self.fatal_error = Some(
+                        "the output held a second final result: something other than the agent \
+                         wrote to its stream, so no answer is taken from it"
+                            .into(),
+                    );
+                }
                 self.final_event = Some((text.clone(), *is_error, subtype.clone()));
                 if let Some(c) = cost_usd {
                     self.reported_cost = Some(self.reported_cost.unwrap_or(0.0).max(*c));

@@ -37,6 +37,61 @@ pub enum EnvError {
     Record(#[from] RecordError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The cluster of an indexed-job executor failed (`--executor
+    /// kubernetes`: E306), classified by the executor's own crate.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// An error of a cluster executor outside this crate
+/// ([`crate::swarm::IndexedJobExecutor`]), carried with the class and code
+/// its own [`belay_record::Classify`] gave it. Its message and source are the
+/// error's own.
+#[derive(Debug)]
+pub struct ClusterError {
+    error: Box<dyn std::error::Error + Send + Sync>,
+    class: belay_record::ExitClass,
+    code: &'static str,
+}
+
+impl ClusterError {
+    pub fn new<E>(error: E) -> Self
+    where
+        E: std::error::Error + belay_record::Classify + Send + Sync + 'static,
+    {
+        ClusterError {
+            class: error.exit_class(),
+            code: error.error_code(),
+            error: Box::new(error),
+        }
+    }
+
+    /// The executor's error, to downcast.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+}
+
+impl std::fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for ClusterError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl belay_record::Classify for ClusterError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        self.class
+    }
+
+    fn error_code(&self) -> &'static str {
+        self.code
+    }
 }
 
 impl EnvError {
@@ -67,6 +122,7 @@ impl belay_record::Classify for EnvError {
             EnvError::Io { source, .. } => belay_record::io_class(source),
             EnvError::Record(e) => e.exit_class(),
             EnvError::Sandbox(e) => e.exit_class(),
+            EnvError::Cluster(e) => e.exit_class(),
         }
     }
 
@@ -74,6 +130,7 @@ impl belay_record::Classify for EnvError {
         match self {
             EnvError::Record(e) => e.error_code(),
             EnvError::Sandbox(e) => e.error_code(),
+            EnvError::Cluster(e) => e.error_code(),
             EnvError::Io { source, .. } => belay_record::io_code(source),
             e => e.exit_class().error_code(),
         }

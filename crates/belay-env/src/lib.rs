@@ -14,7 +14,6 @@ pub mod debian_contents;
 pub mod dockerfile;
 mod error;
 pub mod gc;
-pub mod kubernetes;
 pub mod llm;
 pub mod manifest;
 pub mod module_dists;
@@ -30,4 +29,4 @@ pub mod safety;
 pub mod script;
 pub mod swarm;
 
-pub use error::EnvError;
+pub use error::{ClusterError, EnvError};

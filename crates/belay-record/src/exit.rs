@@ -64,6 +64,7 @@ pub const ERROR_CODES: &[ErrorCode] = &[
     ErrorCode { code: "BELAY-E303", class: ExitClass::Infra, title: "a service belay runs for the sandbox failed (egress proxy, model route, firewall)" },
     ErrorCode { code: "BELAY-E304", class: ExitClass::Infra, title: "the disk is full or the file system failed" },
     ErrorCode { code: "BELAY-E305", class: ExitClass::Infra, title: "the image registry failed a push, pull or lookup" },
+    ErrorCode { code: "BELAY-E306", class: ExitClass::Infra, title: "the Kubernetes API server of `--executor kubernetes` failed or refused a request" },
     ErrorCode { code: "BELAY-E130", class: ExitClass::Interrupted, title: "interrupted by Ctrl-C or SIGTERM; the run can be resumed" },
 ];
 

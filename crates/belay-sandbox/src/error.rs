@@ -47,9 +47,6 @@ pub enum SandboxError {
         image: String,
         message: String,
     },
-    /// The Kubernetes API server failed or refused a request.
-    #[error("Kubernetes: cannot {op} the batch's Job: {message}. Check the cluster with `kubectl get jobs` (belay uses the same kubeconfig), then rerun the same command: the batch resumes")]
-    Kubernetes { op: &'static str, message: String },
 }
 
 impl SandboxError {
@@ -77,8 +74,7 @@ impl belay_record::Classify for SandboxError {
             SandboxError::Infra(_)
             | SandboxError::Docker { .. }
             | SandboxError::Route(_)
-            | SandboxError::Registry { .. }
-            | SandboxError::Kubernetes { .. } => ExitClass::Infra,
+            | SandboxError::Registry { .. } => ExitClass::Infra,
             SandboxError::BadUrl(_) => ExitClass::Usage,
             SandboxError::Io { source, .. } => belay_record::io_class(source),
             SandboxError::ImageMissing { .. } => ExitClass::Usage,
@@ -93,7 +89,6 @@ impl belay_record::Classify for SandboxError {
             SandboxError::Infra(_) | SandboxError::Docker { .. } => "BELAY-E301",
             SandboxError::Route(_) => "BELAY-E303",
             SandboxError::Registry { .. } => "BELAY-E305",
-            SandboxError::Kubernetes { .. } => "BELAY-E306",
             SandboxError::Io { source, .. } => belay_record::io_code(source),
             SandboxError::ImageMissing { .. } => "BELAY-E106",
             e => e.exit_class().error_code(),

@@ -26,7 +26,6 @@ pub mod fake;
 pub mod firewall;
 pub mod hostfs;
 pub mod infra;
-pub mod kubernetes;
 pub mod labels;
 pub mod logsink;
 pub mod path;

@@ -66,6 +66,7 @@ fn classify(e: &(dyn std::error::Error + 'static)) -> Option<(ExitClass, &'stati
             .map(|x| (x.exit_class(), x.error_code()))
     }
     class::<belay_env::EnvError>(e)
+        .or_else(|| class::<belay_kube::KubeError>(e))
         .or_else(|| class::<belay_pipeline::PipelineError>(e))
         .or_else(|| class::<belay_pipeline::LoadError>(e))
         .or_else(|| class::<belay_plan::PlanError>(e))

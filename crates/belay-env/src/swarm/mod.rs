@@ -11,7 +11,11 @@
 //! their own paths, so this runs on a single-node swarm, or on nodes that
 //! share those paths (NFS); results carried by the registry instead are in
 //! docs/distributed.md and not built.
+//!
+//! The same submitter serves a cluster that runs the batch as an indexed job
+//! ([`cluster`]: `--executor kubernetes`, from the belay-kube crate).
 
+pub mod cluster;
 pub mod image;
 pub mod spec;
 pub mod worker;
@@ -27,6 +31,7 @@ use crate::batch::{
     BatchSummary, Collector,
 };
 use crate::EnvError;
+pub use cluster::{IndexedBatch, IndexedJobExecutor, IndexedJobRun};
 use spec::{PortableOptions, WorkDir, WorkItem, WorkSpec};
 
 /// The label of a batch's task containers.
@@ -165,14 +170,15 @@ fn task_errors(tasks: &[TaskView]) -> String {
 /// The cluster a distributed batch runs on.
 pub enum Cluster {
     Swarm,
-    Kubernetes(crate::kubernetes::KubeOptions),
+    /// An indexed job on a cluster another crate drives (Kubernetes).
+    Indexed(std::sync::Arc<dyn IndexedJobExecutor>),
 }
 
 impl Cluster {
     fn flag(&self) -> &'static str {
         match self {
             Cluster::Swarm => "--executor swarm",
-            Cluster::Kubernetes(_) => "--executor kubernetes",
+            Cluster::Indexed(x) => x.flag(),
         }
     }
 }
@@ -183,7 +189,7 @@ enum Running {
         jobs: std::sync::Arc<dyn belay_sandbox::swarm::SwarmJobs>,
         service: String,
     },
-    Kubernetes(Box<crate::kubernetes::Submitted>),
+    Indexed(Box<dyn IndexedJobRun>),
 }
 
 /// Run the batch as a swarm job or a Kubernetes Indexed Job. `stop` is set
@@ -210,7 +216,7 @@ pub async fn build_projects(
             }
             Some(jobs)
         }
-        Cluster::Kubernetes(_) => None,
+        Cluster::Indexed(_) => None,
     };
     let Some(registry) = opts.build.registry.clone() else {
         return Err(EnvError::Usage(format!(
@@ -322,23 +328,20 @@ pub async fn build_projects(
             let service = jobs.create_job(&spec).await?;
             Running::Swarm { jobs, service }
         }
-        (Cluster::Kubernetes(k), _) => Running::Kubernetes(Box::new(
-            crate::kubernetes::submit(
-                &k,
-                crate::kubernetes::Batch {
-                    name: &name,
-                    image: &pinned,
-                    spec_path: &work.spec(),
-                    projects_dir: &projects_dir,
-                    state_dir: &state_dir,
-                    labels: batch_labels(&batch),
-                    batch: &batch,
-                    completions: items.len(),
-                    parallelism: opts.jobs.max(1),
-                },
-            )
+        (Cluster::Indexed(k), _) => Running::Indexed(
+            k.submit(IndexedBatch {
+                name: &name,
+                image: &pinned,
+                spec_path: &work.spec(),
+                projects_dir: &projects_dir,
+                state_dir: &state_dir,
+                labels: batch_labels(&batch),
+                batch: &batch,
+                completions: items.len(),
+                parallelism: opts.jobs.max(1),
+            })
             .await?,
-        )),
+        ),
         (Cluster::Swarm, None) => {
             return Err(EnvError::Usage(
                 "--executor swarm needs the Docker Engine API".into(),
@@ -350,8 +353,8 @@ pub async fn build_projects(
         Running::Swarm { jobs, service } => jobs.remove_job(service).await.map_err(EnvError::from),
         // A finished Job stays for its TTL (its pods' logs with it); one
         // that did not finish is deleted, and its pods with it.
-        Running::Kubernetes(k) if watched.is_err() => k.cancel().await,
-        Running::Kubernetes(_) => Ok(()),
+        Running::Indexed(k) if watched.is_err() => k.cancel().await,
+        Running::Indexed(_) => Ok(()),
     };
     if watched.is_err() && matches!(running, Running::Swarm { .. }) {
         // Removing the job stops its tasks, not the build containers they
@@ -423,7 +426,7 @@ async fn watch_job(
         }
         let (jobs, service) = match running {
             Running::Swarm { jobs, service } => (jobs, service),
-            Running::Kubernetes(k) => {
+            Running::Indexed(k) => {
                 // Results are written before a pod exits, so once the Job
                 // has ended, one more look finds every result there is.
                 if let Some(why) = k.ended().await? {

@@ -63,13 +63,13 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
                         "--executor kubernetes needs --k8s-work-claim: a ReadWriteMany PersistentVolumeClaim that holds the projects dir, which this machine sees at the same path",
                     ));
                 };
-                belay_env::swarm::Cluster::Kubernetes(belay_env::kubernetes::KubeOptions {
+                belay_env::swarm::Cluster::Indexed(std::sync::Arc::new(belay_kube::KubeOptions {
                     namespace: a.k8s_namespace.clone(),
                     engine: match a.k8s_engine {
-                        K8sEngine::Dind => belay_sandbox::kubernetes::PodEngine::Dind {
+                        K8sEngine::Dind => belay_kube::PodEngine::Dind {
                             image: a.k8s_dind_image.clone(),
                         },
-                        K8sEngine::NodeSocket => belay_sandbox::kubernetes::PodEngine::NodeSocket {
+                        K8sEngine::NodeSocket => belay_kube::PodEngine::NodeSocket {
                             path: "/var/run/docker.sock".into(),
                         },
                     },
@@ -77,7 +77,7 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
                     pull_secret: a.k8s_pull_secret.clone(),
                     service_account: None,
                     retries: a.k8s_retries,
-                })
+                }))
             };
             let stop = stop_on_signals()?;
             belay_env::swarm::build_projects(&rt, &opts, &image, &view, stop, cluster).await?

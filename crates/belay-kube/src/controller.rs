@@ -10,15 +10,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, PropagationPolicy, WatchParams};
 use kube::core::WatchEvent;
 
-use crate::kubernetes::job::INDEX_ANNOTATION;
-use crate::SandboxError;
+use crate::job::INDEX_ANNOTATION;
+use crate::KubeError;
 
-fn kube_err(op: &'static str, e: kube::Error) -> SandboxError {
+fn kube_err(op: &'static str, e: kube::Error) -> KubeError {
     let message = match &e {
         kube::Error::Api(s) => format!("{} ({}): {}", s.reason, s.code, s.message),
         other => other.to_string(),
     };
-    SandboxError::Kubernetes { op, message }
+    KubeError { op, message }
 }
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
@@ -76,8 +76,8 @@ pub struct JobProgress {
 }
 
 impl JobProgress {
-    pub fn of(job: &Job) -> Result<Self, SandboxError> {
-        let bad = |message: String| SandboxError::Kubernetes {
+    pub fn of(job: &Job) -> Result<Self, KubeError> {
+        let bad = |message: String| KubeError {
             op: "read the Job status of",
             message,
         };
@@ -144,12 +144,12 @@ impl KubeJobs {
 
     /// From the kubeconfig (`KUBECONFIG`, `~/.kube/config`) or the pod's
     /// service account; the namespace is the context's unless given.
-    pub async fn infer(namespace: Option<&str>) -> Result<Self, SandboxError> {
+    pub async fn infer(namespace: Option<&str>) -> Result<Self, KubeError> {
         // The process's TLS provider (ring), as belay's other clients use.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let config = kube::Config::infer()
             .await
-            .map_err(|e| SandboxError::Kubernetes {
+            .map_err(|e| KubeError {
                 op: "find a cluster for",
                 message: format!("{e}. Set KUBECONFIG or write ~/.kube/config (`kubectl config view` shows what belay would use)"),
             })?;
@@ -163,7 +163,7 @@ impl KubeJobs {
     /// Create the Job. A Job of the same name that carries the same batch
     /// label is adopted (a resubmission after the submitter died); another
     /// is refused.
-    pub async fn submit(&self, job: &Job, batch_label: (&str, &str)) -> Result<(), SandboxError> {
+    pub async fn submit(&self, job: &Job, batch_label: (&str, &str)) -> Result<(), KubeError> {
         let name = job.metadata.name.clone().unwrap_or_default();
         match self.jobs.create(&PostParams::default(), job).await {
             Ok(_) => Ok(()),
@@ -182,7 +182,7 @@ impl KubeJobs {
                 if ours {
                     Ok(())
                 } else {
-                    Err(SandboxError::Kubernetes {
+                    Err(KubeError {
                         op: "create",
                         message: format!("a Job named {name} exists and is not this batch's; delete it (`kubectl delete job {name}`) or use another --run-id-prefix"),
                     })
@@ -192,7 +192,7 @@ impl KubeJobs {
         }
     }
 
-    pub async fn progress(&self, name: &str) -> Result<(JobProgress, String), SandboxError> {
+    pub async fn progress(&self, name: &str) -> Result<(JobProgress, String), KubeError> {
         let job = self.jobs.get(name).await.map_err(|e| kube_err("read", e))?;
         let rv = job.metadata.resource_version.clone().unwrap_or_default();
         Ok((JobProgress::of(&job)?, rv))
@@ -202,7 +202,7 @@ impl KubeJobs {
     /// The watch is resumed from the last resource version when the server
     /// closes it, and started over from a fresh read when that version has
     /// expired (410 Gone).
-    pub async fn watch<F>(&self, name: &str, mut seen: F) -> Result<JobProgress, SandboxError>
+    pub async fn watch<F>(&self, name: &str, mut seen: F) -> Result<JobProgress, KubeError>
     where
         F: FnMut(&JobProgress),
     {
@@ -266,7 +266,7 @@ impl KubeJobs {
                     }
                     WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
                     WatchEvent::Deleted(_) => {
-                        return Err(SandboxError::Kubernetes {
+                        return Err(KubeError {
                             op: "watch",
                             message: format!(
                                 "the Job {name} was deleted from outside belay before it ended"
@@ -278,7 +278,7 @@ impl KubeJobs {
                         break;
                     }
                     WatchEvent::Error(e) => {
-                        return Err(SandboxError::Kubernetes {
+                        return Err(KubeError {
                             op: "watch",
                             message: format!("{} ({}): {}", e.reason, e.code, e.message),
                         })
@@ -302,7 +302,7 @@ impl KubeJobs {
     pub async fn index_failures(
         &self,
         name: &str,
-    ) -> Result<BTreeMap<u32, IndexFailure>, SandboxError> {
+    ) -> Result<BTreeMap<u32, IndexFailure>, KubeError> {
         let pods = self
             .pods
             .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")))
@@ -364,7 +364,7 @@ impl KubeJobs {
 
     /// Delete the Job and, in the background, its pods. A Job already gone
     /// is not an error.
-    pub async fn cancel(&self, name: &str) -> Result<(), SandboxError> {
+    pub async fn cancel(&self, name: &str) -> Result<(), KubeError> {
         let dp = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
             ..Default::default()

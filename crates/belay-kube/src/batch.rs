@@ -2,7 +2,9 @@
 //! Job, index `i` building work item `i` with `belay env worker --index i`.
 //!
 //! The submitter, the work spec, the claims and the results are the swarm
-//! executor's ([`crate::swarm`]); this module makes the Job and follows it.
+//! executor's ([`belay_env::swarm`]); this module makes the Job and follows
+//! it, as belay-env's [`IndexedJobExecutor`].
+//!
 //! The work dir (the projects dir: spec, claims, results, state, caches) is
 //! a ReadWriteMany claim mounted in every pod at the projects dir's own path,
 //! and the submitting machine must see the same storage there (NFS).
@@ -13,11 +15,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use belay_sandbox::kubernetes::{
-    job_manifest, object_name, IndexedJob, JobEnd, JobProgress, KubeJobs, PodEngine,
-};
+use belay_env::swarm::{IndexedBatch, IndexedJobExecutor, IndexedJobRun};
+use belay_env::EnvError;
 
-use crate::EnvError;
+use crate::{
+    job_manifest, object_name, IndexedJob, JobEnd, JobProgress, KubeError, KubeJobs, PodEngine,
+};
 
 /// The most completions an Indexed Job with `backoffLimitPerIndex` may have.
 pub const MAX_COMPLETIONS: u32 = 100_000;
@@ -37,26 +40,13 @@ pub struct KubeOptions {
     pub retries: u32,
 }
 
-/// The batch the submitter made, for the Job.
-pub struct Batch<'a> {
-    pub name: &'a str,
-    pub image: &'a str,
-    pub spec_path: &'a Path,
-    pub projects_dir: &'a Path,
-    pub state_dir: &'a Path,
-    pub labels: BTreeMap<String, String>,
-    pub batch: &'a str,
-    pub completions: usize,
-    pub parallelism: usize,
-}
-
 /// The Job, and its progress as a background watch sees it.
 pub struct Submitted {
     jobs: KubeJobs,
     name: String,
     progress: tokio::sync::watch::Receiver<Option<JobProgress>>,
     completions: usize,
-    watcher: tokio::task::JoinHandle<Result<JobProgress, belay_sandbox::SandboxError>>,
+    watcher: tokio::task::JoinHandle<Result<JobProgress, KubeError>>,
 }
 
 fn under(p: &Path, root: &Path, what: &str) -> Result<(), EnvError> {
@@ -74,7 +64,7 @@ fn under(p: &Path, root: &Path, what: &str) -> Result<(), EnvError> {
 /// The Job's manifest for a batch.
 pub fn manifest(
     k: &KubeOptions,
-    b: &Batch<'_>,
+    b: &IndexedBatch<'_>,
     namespace: &str,
 ) -> Result<k8s_openapi::api::batch::v1::Job, EnvError> {
     under(b.state_dir, b.projects_dir, "the state dir")?;
@@ -100,7 +90,7 @@ pub fn manifest(
             "--spec".into(),
             b.spec_path.display().to_string(),
             "--index".into(),
-            format!("$({})", belay_sandbox::kubernetes::job::INDEX_ENV),
+            format!("$({})", crate::job::INDEX_ENV),
         ],
         env: vec![
             ("BELAY_CACHE_DIR".into(), format!("{root}/.belay-cache")),
@@ -120,11 +110,11 @@ pub fn manifest(
 }
 
 /// Create the batch's Job and start following it.
-pub async fn submit(k: &KubeOptions, b: Batch<'_>) -> Result<Submitted, EnvError> {
+pub async fn submit(k: &KubeOptions, b: IndexedBatch<'_>) -> Result<Submitted, EnvError> {
     let jobs = KubeJobs::infer(k.namespace.as_deref()).await?;
     let job = manifest(k, &b, jobs.namespace())?;
     let name = job.metadata.name.clone().unwrap_or_default();
-    jobs.submit(&job, (crate::swarm::BATCH_LABEL, b.batch))
+    jobs.submit(&job, (belay_env::swarm::BATCH_LABEL, b.batch))
         .await?;
     Ok(follow(jobs, name, b.completions))
 }
@@ -151,10 +141,22 @@ pub fn follow(jobs: KubeJobs, name: String, completions: usize) -> Submitted {
     }
 }
 
-impl Submitted {
+#[async_trait::async_trait]
+impl IndexedJobExecutor for KubeOptions {
+    fn flag(&self) -> &'static str {
+        "--executor kubernetes"
+    }
+
+    async fn submit(&self, batch: IndexedBatch<'_>) -> Result<Box<dyn IndexedJobRun>, EnvError> {
+        Ok(Box::new(submit(self, batch).await?))
+    }
+}
+
+#[async_trait::async_trait]
+impl IndexedJobRun for Submitted {
     /// `None` while the Job runs; once it has ended, why each failed index
     /// failed. A watch that failed is the batch's error.
-    pub async fn ended(&mut self) -> Result<Option<BTreeMap<usize, String>>, EnvError> {
+    async fn ended(&mut self) -> Result<Option<BTreeMap<usize, String>>, EnvError> {
         let done = self
             .progress
             .borrow()
@@ -165,13 +167,10 @@ impl Submitted {
                 return Ok(None);
             }
             // The watch ends only with the Job, or with an error.
-            let out =
-                (&mut self.watcher)
-                    .await
-                    .map_err(|e| belay_sandbox::SandboxError::Kubernetes {
-                        op: "watch",
-                        message: format!("the watch stopped: {e}"),
-                    })?;
+            let out = (&mut self.watcher).await.map_err(|e| KubeError {
+                op: "watch",
+                message: format!("the watch stopped: {e}"),
+            })?;
             out?;
         }
         let end = self.progress.borrow().as_ref().and_then(|p| p.end.clone());
@@ -199,7 +198,7 @@ impl Submitted {
         Ok(Some(why))
     }
 
-    pub async fn cancel(&self) -> Result<(), EnvError> {
+    async fn cancel(&self) -> Result<(), EnvError> {
         self.watcher.abort();
         Ok(self.jobs.cancel(&self.name).await?)
     }
@@ -222,8 +221,8 @@ mod tests {
         }
     }
 
-    fn batch<'a>(spec: &'a Path, state: &'a Path) -> Batch<'a> {
-        Batch {
+    fn batch<'a>(spec: &'a Path, state: &'a Path) -> IndexedBatch<'a> {
+        IndexedBatch {
             name: "belay-Batch_1764700000000",
             image: "127.0.0.1:5000/belay-worker:0.1.0-abc@sha256:00",
             spec_path: spec,

@@ -10,8 +10,8 @@ mod schema;
 
 use std::collections::BTreeMap;
 
+use belay_kube::{job_manifest, IndexedJob, JobEnd, KubeJobs, PodEngine};
 use belay_record::Classify;
-use belay_sandbox::kubernetes::{job_manifest, IndexedJob, JobEnd, KubeJobs, PodEngine};
 use replay::Replay;
 use serde_json::Value;
 
