@@ -1,6 +1,12 @@
 //! Chat commands, in German as in the seed and in English: what a message
 //! asks for, and the answer. Gates are the owner's alone; `/reset` is every
 //! sender's for their own context.
+//!
+//! The same parser serves every chat front end. A gate's id is parsed by
+//! the one validator of ids before a gate sees it, and a reply names ids
+//! and gives a short reason: never a path of the host.
+
+use belay_record::Id;
 
 use crate::gates;
 use crate::queue::{Dir, Queue};
@@ -88,44 +94,46 @@ pub fn jobs(svc: &Services, who: &str) -> String {
     }
 }
 
-fn need_id(verb: &str, id: &Option<String>) -> Result<String, String> {
-    id.clone()
-        .ok_or_else(|| format!("Give the job id, e.g. `{verb} <id>`."))
+/// The job id a gate command names, parsed by the one validator: a reply
+/// when there is none, or when it is no id (quoted escaped and short).
+fn need_id(verb: &str, id: &Option<String>) -> Result<Id, String> {
+    let raw = id
+        .as_deref()
+        .ok_or_else(|| format!("Give the job id, e.g. `{verb} <id>`."))?;
+    Id::parse("job", raw).map_err(|e| format!("{e}."))
 }
 
 /// Answer a command from `from`; `None` for a request.
 pub async fn handle(svc: &Services, from: &str, cmd: &Command) -> Option<String> {
-    let gate = |verb: &str, id: &Option<String>| -> Result<String, String> {
+    let gate = |verb: &str, id: &Option<String>| -> Result<Id, String> {
         if !svc.cfg.is_owner(from) {
             return Err(format!("Only the owner may use {verb}."));
         }
         need_id(verb, id)
     };
+    // What a gate says when it cannot: ids and a reason, no host path.
+    let said = |e: crate::JobsError| e.reply();
     let r: Result<String, String> = match cmd {
         Command::Request => return None,
         Command::Help => Ok(HELP.into()),
         Command::Unknown(v) => Ok(format!("Unknown command {v}. {HELP}")),
         Command::Status => Ok(status(&svc.queue)),
         Command::Jobs => Ok(jobs(svc, from)),
-        Command::Reset => gates::reset(svc, from).map_err(|e| e.to_string()),
+        Command::Reset => gates::reset(svc, from).map_err(said),
         Command::Accept(id) => match gate("/accept", id) {
-            Ok(id) => gates::accept(svc, &id, from).map_err(|e| e.to_string()),
+            Ok(id) => gates::accept(svc, &id, from).map_err(said),
             Err(e) => Err(e),
         },
         Command::Decline(id) => match gate("/decline", id) {
-            Ok(id) => gates::decline(svc, &id, from).map_err(|e| e.to_string()),
+            Ok(id) => gates::decline(svc, &id, from).map_err(said),
             Err(e) => Err(e),
         },
         Command::Approve(id) => match gate("/approve", id) {
-            Ok(id) => gates::approve(svc, &id, from)
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(id) => gates::approve(svc, &id, from).await.map_err(said),
             Err(e) => Err(e),
         },
         Command::Discard(id) => match gate("/discard", id) {
-            Ok(id) => gates::discard(svc, &id, from)
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(id) => gates::discard(svc, &id, from).await.map_err(said),
             Err(e) => Err(e),
         },
     };
@@ -156,5 +164,26 @@ mod tests {
         assert_eq!(parse("/status"), Command::Status);
         assert_eq!(parse("/x"), Command::Unknown("/x".into()));
         assert_eq!(parse("fix the title /approve j1"), Command::Request);
+    }
+
+    #[test]
+    fn a_gate_id_is_parsed_by_the_one_validator() {
+        assert_eq!(
+            need_id("/accept", &Some("j1".into())).unwrap().as_str(),
+            "j1"
+        );
+        for bad in [
+            "../../x",
+            "../../../tmp/site/evil",
+            "/etc/passwd",
+            ".x",
+            "a..b",
+        ] {
+            let e = need_id("/accept", &Some(bad.into())).unwrap_err();
+            assert!(e.contains("is not a valid id"), "{bad}: {e}");
+        }
+        assert!(need_id("/accept", &None)
+            .unwrap_err()
+            .contains("Give the job id"));
     }
 }

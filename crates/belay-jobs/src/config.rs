@@ -297,6 +297,7 @@ impl Config {
 
     /// Read `path`.
     pub fn load(path: &Path) -> Result<Config, JobsError> {
+        // host-owned: jobs.toml, the owner's config (never mounted).
         let text = fs_err::read_to_string(path).map_err(|e| {
             JobsError::Config(format!(
                 "cannot read the jobs config {}: {e}",

@@ -44,6 +44,7 @@ fn introduced_path(q: &Queue, sender: &str) -> PathBuf {
 
 /// The context a sender's next job carries, if any.
 pub fn load(q: &Queue, sender: &str, board: Option<&str>) -> Option<Carried> {
+    // host-owned: the queue's contexts/ (0700, belay's own).
     let text = fs_err::read_to_string(path(q, sender, board)).ok()?;
     serde_json::from_str(&text).ok()
 }
@@ -74,6 +75,7 @@ pub fn save(
 pub fn reset(q: &Queue, sender: &str) -> Result<usize, JobsError> {
     let dir = q.sub("contexts");
     let mut n = 0;
+    // host-owned: the queue's contexts/ (0700, belay's own).
     for e in fs_err::read_dir(&dir)
         .map_err(|e| JobsError::io("read", &dir, e))?
         .flatten()
@@ -82,6 +84,7 @@ pub fn reset(q: &Queue, sender: &str) -> Result<usize, JobsError> {
         if p.extension().is_none_or(|x| x != "json") {
             continue;
         }
+        // host-owned: a file of the queue's contexts/ (0700, belay's own).
         let Ok(text) = fs_err::read_to_string(&p) else {
             continue;
         };

@@ -3,6 +3,12 @@
 //! `pending/` and the owner asked), accept and decline, approve and discard
 //! of a held commit, reset of a sender's context, and requeue of a failed
 //! job. Only owners pass a gate; the agent never reaches one.
+//!
+//! A gate takes the job's [`Id`]: the front end parsed it with the one
+//! validator before anything here touches the queue, so a gate never makes
+//! a path (a lock, a job file, a run) from text that came from outside.
+
+use belay_record::Id;
 
 use crate::config::RepoConfig;
 use crate::events::JobEvent;
@@ -16,7 +22,7 @@ use crate::{context, prompt, JobsError};
 /// Where a submitted job went.
 #[derive(Debug, Clone)]
 pub struct Submitted {
-    pub id: String,
+    pub id: Id,
     pub waits_for_approval: bool,
 }
 
@@ -68,7 +74,11 @@ pub fn submit(svc: &Services, mut job: Job) -> Result<Submitted, JobsError> {
             job.pipeline_role.as_str(),
             job.iteration_limit()
         );
-        svc.tell_owners(&prompt::start_approval(&job.id, job.requester(), &preview));
+        svc.tell_owners(&prompt::start_approval(
+            job.id.as_str(),
+            job.requester(),
+            &preview,
+        ));
     }
     Ok(Submitted {
         id: job.id,
@@ -80,28 +90,35 @@ fn need_owner(svc: &Services, by: &str) -> Result<(), JobsError> {
     if svc.cfg.is_owner(by) {
         Ok(())
     } else {
-        Err(JobsError::Refused(format!(
-            "only the owner may do that ({by} is not an owner)"
-        )))
+        Err(JobsError::NotOwner { by: by.to_string() })
     }
 }
 
-fn waiting(q: &Queue, id: &str, d: Dir) -> Result<(std::path::PathBuf, Job), JobsError> {
+/// The gate's lock on a job the queue holds (an id it has never seen
+/// leaves no lock file behind).
+fn gate_lock(q: &Queue, id: &Id) -> Result<belay_record::RunLock, JobsError> {
+    if q.find(id).is_none() {
+        return Err(JobsError::UnknownJob { id: id.clone() });
+    }
+    q.gate_lock(id)
+}
+
+fn waiting(q: &Queue, id: &Id, d: Dir) -> Result<(std::path::PathBuf, Job), JobsError> {
     match q.find(id) {
         Some((at, p)) if at == d => Ok((p.clone(), Queue::read(&p)?)),
-        Some((at, _)) => Err(JobsError::Refused(format!(
-            "job {id} is in {}/, not waiting in {}/",
-            at.as_str(),
-            d.as_str()
-        ))),
-        None => Err(JobsError::Refused(format!("no job with id {id}"))),
+        Some((at, _)) => Err(JobsError::NotWaiting {
+            id: id.clone(),
+            at: at.as_str(),
+            want: d.as_str(),
+        }),
+        None => Err(JobsError::UnknownJob { id: id.clone() }),
     }
 }
 
 /// Start a third party's job.
-pub fn accept(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+pub fn accept(svc: &Services, id: &Id, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
-    let _gate = svc.queue.gate_lock(id)?;
+    let _gate = gate_lock(&svc.queue, id)?;
     let (path, mut job) = waiting(&svc.queue, id, Dir::Pending)?;
     job.belay.accepted_by = Some(by.to_string());
     svc.queue.relocate(&path, Dir::Inbox, &job)?;
@@ -122,9 +139,9 @@ fn declined_record(svc: &Services, job: &Job, report: &str) -> Result<(), JobsEr
 }
 
 /// Drop a third party's job unseen.
-pub fn decline(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+pub fn decline(svc: &Services, id: &Id, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
-    let _gate = svc.queue.gate_lock(id)?;
+    let _gate = gate_lock(&svc.queue, id)?;
     let (path, job) = waiting(&svc.queue, id, Dir::Pending)?;
     fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;
     declined_record(svc, &job, "declined by the owner; not run")?;
@@ -134,12 +151,15 @@ pub fn decline(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> 
     Ok(format!("Job {id} declined; it did not run."))
 }
 
-fn held_of(svc: &Services, id: &str) -> Result<(std::path::PathBuf, Job, Held), JobsError> {
+fn held_of(svc: &Services, id: &Id) -> Result<(std::path::PathBuf, Job, Held), JobsError> {
     let (path, job) = waiting(&svc.queue, id, Dir::Held)?;
-    let hp = svc.queue.dir(Dir::Held).join(format!("{id}.held"));
+    let hp = svc.queue.held_file(id);
+    // host-owned: the queue's held/<id>.held (0700, belay's own), named by a parsed id.
     let text = fs_err::read_to_string(&hp).map_err(|e| JobsError::io("read", &hp, e))?;
-    let held: Held = serde_json::from_str(&text)
-        .map_err(|e| JobsError::Refused(format!("{}: {e}", hp.display())))?;
+    let held: Held = serde_json::from_str(&text).map_err(|e| JobsError::BadHeld {
+        id: id.clone(),
+        why: e.to_string(),
+    })?;
     Ok((path, job, held))
 }
 
@@ -154,9 +174,9 @@ fn repo_cfg(svc: &Services, name: &str, path: &std::path::Path) -> RepoConfig {
 
 /// Commit and push a held change: a fresh worktree from the upstream
 /// branch, the held stash applied by SHA, belay's commit.
-pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+pub async fn approve(svc: &Services, id: &Id, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
-    let _gate = svc.queue.gate_lock(id)?;
+    let _gate = gate_lock(&svc.queue, id)?;
     let (path, job, held) = held_of(svc, id)?;
     let run = exec::open_run(svc, &job)?;
     let repos: Vec<RepoConfig> = held
@@ -226,7 +246,10 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
             return Err(JobsError::Refused(p));
         }
         // Some were published: that is recorded, and the job is done.
-        svc.tell_owners(&format!("Job {id}: the approval stopped part way: {p}"));
+        svc.tell_owners(&format!(
+            "Job {id}: the approval stopped part way: {}",
+            crate::public::without_paths(&p)
+        ));
     }
     let mut lines = Vec::new();
     let mut commits = Vec::new();
@@ -261,7 +284,7 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
     };
     exec::finish_record(svc, &run, &job, &rec, &reply).await?;
     fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;
-    let _ = fs_err::remove_file(svc.queue.dir(Dir::Held).join(format!("{id}.held")));
+    let _ = fs_err::remove_file(svc.queue.held_file(id));
     if !svc.cfg.is_owner(&job.sender) {
         let _ = svc.outbox.send(&job.sender, &reply);
     }
@@ -275,9 +298,9 @@ pub async fn approve(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
 
 /// Drop a held change: its stash leaves the stash list, nothing is
 /// committed.
-pub async fn discard(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+pub async fn discard(svc: &Services, id: &Id, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
-    let _gate = svc.queue.gate_lock(id)?;
+    let _gate = gate_lock(&svc.queue, id)?;
     let (path, job, held) = held_of(svc, id)?;
     let run = exec::open_run(svc, &job)?;
     for h in &held.repos {
@@ -304,7 +327,7 @@ pub async fn discard(svc: &Services, id: &str, by: &str) -> Result<String, JobsE
     let reply = format!("Job {id} discarded; nothing was committed.");
     declined_record(svc, &job, &reply)?;
     fs_err::remove_file(&path).map_err(|e| JobsError::io("remove", &path, e))?;
-    let _ = fs_err::remove_file(svc.queue.dir(Dir::Held).join(format!("{id}.held")));
+    let _ = fs_err::remove_file(svc.queue.held_file(id));
     if !svc.cfg.is_owner(&job.sender) {
         let _ = svc.outbox.send(&job.sender, &reply);
     }
@@ -327,9 +350,9 @@ pub fn reset(svc: &Services, sender: &str) -> Result<String, JobsError> {
 }
 
 /// Put a failed job back in the inbox.
-pub fn requeue(svc: &Services, id: &str, by: &str) -> Result<String, JobsError> {
+pub fn requeue(svc: &Services, id: &Id, by: &str) -> Result<String, JobsError> {
     need_owner(svc, by)?;
-    let _gate = svc.queue.gate_lock(id)?;
+    let _gate = gate_lock(&svc.queue, id)?;
     let (path, mut job) = waiting(&svc.queue, id, Dir::Failed)?;
     job.belay.failure = None;
     job.belay.requeues = 0;

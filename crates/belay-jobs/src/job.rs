@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use belay_record::Id;
 use serde::{Deserialize, Serialize};
 
 use crate::JobsError;
@@ -69,7 +70,9 @@ pub struct Bookkeeping {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
-    pub id: String,
+    /// Parsed by the one validator of ids ([`belay_record::ids`]) when the
+    /// file is read: a job file whose id is no id is no job.
+    pub id: Id,
     /// Who sent it (a chat address, `local`, `http:<name>`): replies go here.
     pub sender: String,
     /// On whose behalf; a job not requested by an owner waits for the
@@ -126,7 +129,7 @@ pub struct Job {
 #[serde(deny_unknown_fields)]
 pub struct Request {
     #[serde(default)]
-    pub id: Option<String>,
+    pub id: Option<Id>,
     #[serde(default)]
     pub requested_by: Option<String>,
     pub body: String,
@@ -177,10 +180,16 @@ impl Request {
 
 /// A fresh job id: `j<UTC yyyymmddHHMMSS>-<8 hex>`, sortable by time, a valid
 /// run id and branch name.
-pub fn new_id() -> String {
-    let now = jiff::Timestamp::now();
-    let t = now.strftime("%Y%m%d%H%M%S");
-    format!("j{t}-{:08x}", fastrand::u32(..))
+pub fn new_id() -> Id {
+    loop {
+        let now = jiff::Timestamp::now();
+        let t = now.strftime("%Y%m%d%H%M%S");
+        // Letters, digits and one `-`: always an id, so this loop never
+        // goes round (it is how the type is made without a panic).
+        if let Ok(id) = Id::parse("job", &format!("j{t}-{:08x}", fastrand::u32(..))) {
+            return id;
+        }
+    }
 }
 
 /// What is wrong with a job, for the file and for the sender.
@@ -239,7 +248,7 @@ impl Job {
 
     /// Check every field a submitter can set.
     pub fn validate(&self, path: &Path) -> Result<(), JobsError> {
-        belay_record::run_id::validate(&self.id).map_err(|e| invalid(path, e))?;
+        belay_record::run_id::validate(self.id.as_str()).map_err(|e| invalid(path, e))?;
         if self.sender.trim().is_empty() {
             return Err(invalid(path, "`sender` is empty: say who sent the job"));
         }
@@ -332,10 +341,15 @@ mod tests {
         assert!(e.to_string().starts_with("/q/inbox/x.json:3:"), "{e}");
         let e = Job::parse(p, r#"{"id":"x","sender":"a","body":"b","owner":true}"#).unwrap_err();
         assert!(e.to_string().contains("unknown field `owner`"), "{e}");
-        let e = Job::parse(p, r#"{"id":"../x","sender":"a","body":"b"}"#).unwrap_err();
+        for bad in ["../x", "a/b", "..", ".x", "a..b"] {
+            let text = format!(r#"{{"id":"{bad}","sender":"a","body":"b"}}"#);
+            let e = Job::parse(p, &text).unwrap_err();
+            assert!(e.to_string().contains("is not a valid id"), "{bad}: {e}");
+        }
+        let long = "x".repeat(65);
+        let e =
+            Job::parse(p, &format!(r#"{{"id":"{long}","sender":"a","body":"b"}}"#)).unwrap_err();
         assert!(e.to_string().contains("invalid run id"), "{e}");
-        let e = Job::parse(p, r#"{"id":"a/b","sender":"a","body":"b"}"#).unwrap_err();
-        assert!(e.to_string().contains("only letters"), "{e}");
         let e = Job::parse(
             p,
             r#"{"id":"x","sender":"a","body":"b","iteration_limit":0}"#,
@@ -352,8 +366,8 @@ mod tests {
     #[test]
     fn ids_sort_by_time_and_are_run_ids() {
         let a = new_id();
-        belay_record::run_id::validate(&a).unwrap();
-        assert!(a.starts_with('j') && a.len() == 24, "{a}");
+        belay_record::run_id::validate(a.as_str()).unwrap();
+        assert!(a.as_str().starts_with('j') && a.as_str().len() == 24, "{a}");
     }
 
     proptest::proptest! {

@@ -27,6 +27,7 @@ pub mod gates;
 pub mod job;
 pub mod notify;
 pub mod prompt;
+pub mod public;
 pub mod queue;
 pub mod record;
 pub mod services;

@@ -64,6 +64,7 @@ impl Outbox {
 
     /// The queued messages, oldest first, with their files.
     pub fn pending(&self) -> Vec<(PathBuf, Message)> {
+        // host-owned: the queue's outbox/ (0700, belay's own).
         let Ok(rd) = fs_err::read_dir(&self.dir) else {
             return vec![];
         };
@@ -81,6 +82,7 @@ impl Outbox {
         files
             .into_iter()
             .filter_map(|p| {
+                // host-owned: a message of the queue's outbox/ (0700, belay's own).
                 let m = fs_err::read_to_string(&p)
                     .ok()
                     .and_then(|t| serde_json::from_str::<Message>(&t).ok());

@@ -8,9 +8,14 @@
 //! it, and a job in `processing/` whose claim lock is free has no live
 //! worker. Every file is written atomically, and a new one never replaces
 //! another.
+//!
+//! A job's files are named by its [`Id`] only: every path of a job is made
+//! here from an id the one validator parsed, never from text that came from
+//! outside.
 
 use std::path::{Path, PathBuf};
 
+use belay_record::Id;
 use serde::{Deserialize, Serialize};
 
 use crate::job::Job;
@@ -62,6 +67,13 @@ pub struct Claim {
 pub enum Recovered {
     Requeued(String),
     Failed(String),
+}
+
+/// The id a job file's name gives, if it is one (an id, and a run id).
+fn id_of_stem(stem: &str) -> Option<Id> {
+    Id::parse("job", stem)
+        .ok()
+        .filter(|id| belay_record::run_id::validate(id.as_str()).is_ok())
 }
 
 #[derive(Debug, Clone)]
@@ -118,12 +130,33 @@ impl Queue {
         self.root.join(name)
     }
 
-    pub fn run_dir(&self, id: &str) -> PathBuf {
+    pub fn run_dir(&self, id: &Id) -> PathBuf {
         self.root.join("runs").join(id)
     }
 
-    fn file(&self, d: Dir, id: &str) -> PathBuf {
+    fn file(&self, d: Dir, id: &Id) -> PathBuf {
         self.dir(d).join(format!("{id}.json"))
+    }
+
+    /// The completion record in `done/` (a job without its own
+    /// `on_complete_dir`).
+    pub fn done_file(&self, id: &Id) -> PathBuf {
+        self.sub("done").join(format!("{id}.json"))
+    }
+
+    /// A held change's commit message and stashes.
+    pub fn held_file(&self, id: &Id) -> PathBuf {
+        self.dir(Dir::Held).join(format!("{id}.held"))
+    }
+
+    /// The job's claim lock.
+    pub fn claim_file(&self, id: &Id) -> PathBuf {
+        self.sub("claims").join(format!("{id}.lock"))
+    }
+
+    /// Where the job's worktrees are while it runs.
+    pub fn worktrees_of(&self, id: &Id) -> PathBuf {
+        self.sub("worktrees").join(id)
     }
 
     /// The job files of `d`, oldest id first (dot files are others' partial
@@ -131,6 +164,7 @@ impl Queue {
     pub fn list(&self, d: Dir) -> Result<Vec<PathBuf>, JobsError> {
         let dir = self.dir(d);
         let mut out = Vec::new();
+        // host-owned: a directory of the queue (0700, belay's own).
         let rd = fs_err::read_dir(&dir).map_err(|e| JobsError::io("read", &dir, e))?;
         for e in rd.flatten() {
             let name = e.file_name();
@@ -144,19 +178,17 @@ impl Queue {
         Ok(out)
     }
 
-    /// Where the job `id` is, if anywhere.
-    pub fn find(&self, id: &str) -> Option<(Dir, PathBuf)> {
-        if belay_record::run_id::validate(id).is_err() {
-            return None;
-        }
+    /// Where the job `id` is, if anywhere (a regular file, not a link).
+    pub fn find(&self, id: &Id) -> Option<(Dir, PathBuf)> {
         Dir::ALL
             .into_iter()
             .map(|d| (d, self.file(d, id)))
-            .find(|(_, p)| p.is_file())
+            .find(|(_, p)| fs_err::symlink_metadata(p).is_ok_and(|m| m.is_file()))
     }
 
     /// Read the job at `path`.
     pub fn read(path: &Path) -> Result<Job, JobsError> {
+        // host-owned: a job file of the queue (0700; a file there is the owner's job).
         let text = fs_err::read_to_string(path).map_err(|e| JobsError::io("read", path, e))?;
         Job::parse(path, &text)
     }
@@ -164,20 +196,14 @@ impl Queue {
     /// Write a new job into `d`; refused if its id is anywhere in the queue.
     pub fn add(&self, d: Dir, job: &Job) -> Result<PathBuf, JobsError> {
         if let Some((at, _)) = self.find(&job.id) {
-            return Err(JobsError::Refused(format!(
-                "a job {} is already in {}/",
-                job.id,
-                at.as_str()
-            )));
+            return Err(JobsError::Queued {
+                id: job.id.clone(),
+                at: at.as_str(),
+            });
         }
         // A finished job's id is taken too: its run and record stay.
-        if self.run_dir(&job.id).exists()
-            || self.sub("done").join(format!("{}.json", job.id)).exists()
-        {
-            return Err(JobsError::Refused(format!(
-                "the id {} belongs to a job that ran already: give another (or none)",
-                job.id
-            )));
+        if self.run_dir(&job.id).exists() || self.done_file(&job.id).exists() {
+            return Err(JobsError::Spent { id: job.id.clone() });
         }
         let path = self.file(d, &job.id);
         write_new(&path, job)?;
@@ -210,8 +236,8 @@ impl Queue {
         Ok(())
     }
 
-    fn claim_lock(&self, id: &str) -> Result<Option<belay_record::RunLock>, JobsError> {
-        let p = self.sub("claims").join(format!("{id}.lock"));
+    fn claim_lock(&self, id: &Id) -> Result<Option<belay_record::RunLock>, JobsError> {
+        let p = self.claim_file(id);
         match belay_record::RunLock::acquire(&p) {
             Ok(l) => Ok(Some(l)),
             Err(belay_record::RecordError::Locked { .. }) => Ok(None),
@@ -223,17 +249,15 @@ impl Queue {
     /// requeue): one gate at a time per job, and no gate on a job a worker
     /// runs. An approval holds it while it commits, so a start-up recovery
     /// leaves it alone.
-    pub fn gate_lock(&self, id: &str) -> Result<belay_record::RunLock, JobsError> {
+    pub fn gate_lock(&self, id: &Id) -> Result<belay_record::RunLock, JobsError> {
         match self.claim_lock(id)? {
             Some(l) => Ok(l),
-            None => Err(JobsError::Refused(format!(
-                "job {id} is being handled right now (a worker or another gate has it): try again in a moment"
-            ))),
+            None => Err(JobsError::Busy { id: id.clone() }),
         }
     }
 
     /// The job's lock if it is free (nobody runs it or gates it).
-    pub fn try_lock_job(&self, id: &str) -> Result<Option<belay_record::RunLock>, JobsError> {
+    pub fn try_lock_job(&self, id: &Id) -> Result<Option<belay_record::RunLock>, JobsError> {
         self.claim_lock(id)
     }
 
@@ -244,19 +268,20 @@ impl Queue {
             let Some(stem) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
                 continue;
             };
-            if belay_record::run_id::validate(&stem).is_err() {
+            let Some(id) = id_of_stem(&stem) else {
                 self.reject(
                     &path,
                     &format!(
-                        "the file name `{stem}.json` is no job id (letters, digits, '-', '_', '.')"
+                        "the file name `{}.json` is no job id (1-64 letters, digits, '-', '_', '.', starting with a letter or digit, no '..')",
+                        stem.escape_debug()
                     ),
                 )?;
                 continue;
-            }
-            let Some(lock) = self.claim_lock(&stem)? else {
+            };
+            let Some(lock) = self.claim_lock(&id)? else {
                 continue;
             };
-            let dest = self.file(Dir::Processing, &stem);
+            let dest = self.file(Dir::Processing, &id);
             match fs_err::rename(&path, &dest) {
                 Ok(()) => {}
                 // Another worker was first.
@@ -264,7 +289,7 @@ impl Queue {
                 Err(e) => return Err(JobsError::io("claim", &path, e)),
             }
             let job = match Self::read(&dest) {
-                Ok(j) if j.id == stem => j,
+                Ok(j) if j.id == id => j,
                 Ok(j) => {
                     self.reject(
                         &dest,
@@ -310,10 +335,10 @@ impl Queue {
             let Some(stem) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
                 continue;
             };
-            if belay_record::run_id::validate(&stem).is_err() {
+            let Some(id) = id_of_stem(&stem) else {
                 continue;
-            }
-            let Some(_lock) = self.claim_lock(&stem)? else {
+            };
+            let Some(_lock) = self.claim_lock(&id)? else {
                 continue; // a live worker has it
             };
             let mut job = match Self::read(&path) {
@@ -365,9 +390,9 @@ pub fn write_new<T: Serialize>(path: &Path, value: &T) -> Result<(), JobsError> 
     let _ = fs_err::remove_file(&tmp);
     match linked {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(JobsError::Refused(
-            format!("{} exists already", path.display()),
-        )),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(JobsError::Exists {
+            path: path.to_path_buf(),
+        }),
         Err(e) => Err(JobsError::io("write", path, e)),
     }
 }
@@ -378,7 +403,7 @@ mod tests {
 
     fn job(id: &str) -> Job {
         let mut j = Job::new("local", "do it");
-        j.id = id.into();
+        j.id = Id::parse("job", id).unwrap();
         j
     }
 
@@ -391,7 +416,7 @@ mod tests {
         fs_err::write(q.dir(Dir::Inbox).join("b2.json"), "{ not json").unwrap();
         fs_err::write(q.dir(Dir::Inbox).join(".c3.json.tmp"), "{}").unwrap();
         let c = q.claim().unwrap().unwrap();
-        assert_eq!(c.job.id, "a1");
+        assert_eq!(c.job.id.as_str(), "a1");
         // b2 is malformed: failed with a reason; the temp file stays.
         assert!(q.claim().unwrap().is_none());
         let reason = fs_err::read_to_string(q.dir(Dir::Failed).join("b2.json.reason")).unwrap();
@@ -407,6 +432,9 @@ mod tests {
         drop(c);
         let r = q.recover().unwrap();
         assert!(matches!(r[0].1, Recovered::Failed(_)));
-        assert_eq!(q.find("a1").unwrap().0, Dir::Failed);
+        assert_eq!(
+            q.find(&Id::parse("job", "a1").unwrap()).unwrap().0,
+            Dir::Failed
+        );
     }
 }

@@ -110,6 +110,7 @@ pub fn write(
 ) -> Result<bool, JobsError> {
     fs_err::create_dir_all(dir).map_err(|e| JobsError::io("create", dir, e))?;
     let path = dir.join(format!("{}.json", rec.job_id));
+    // host-owned: the record in `done/` or the owner's `on_complete_dir`.
     if let Ok(text) = fs_err::read_to_string(&path) {
         if let Ok(old) = serde_json::from_str::<CompletionRecord>(&text) {
             if old.job_id == rec.job_id && old.commits == rec.commits && old.status == rec.status {
@@ -174,6 +175,7 @@ pub async fn run_hook(
             skipped: true,
         });
     };
+    // host-owned: the record belay just wrote (`done/` or the owner's `on_complete_dir`).
     let text = fs_err::read(record_path).map_err(|e| JobsError::io("read", record_path, e))?;
     if let Some(d) = log.parent() {
         fs_err::create_dir_all(d).map_err(|e| JobsError::io("create", d, e))?;

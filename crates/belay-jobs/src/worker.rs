@@ -44,12 +44,18 @@ pub async fn recover(svc: &Services) -> Result<usize, JobsError> {
     let found = svc.queue.recover()?;
     let runs = svc.queue.sub("runs");
     let mut stranded = Vec::new();
+    // host-owned: the queue's runs/ (0700, belay's own; no agent mounts it).
     for e in fs_err::read_dir(&runs)
         .map_err(|e| JobsError::io("read", &runs, e))?
         .flatten()
     {
-        let id = e.file_name().to_string_lossy().into_owned();
-        if found.iter().any(|(j, _)| j.id == id) || belay_record::run_id::validate(&id).is_err() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(id) = belay_record::Id::parse("run", &name) else {
+            continue;
+        };
+        if found.iter().any(|(j, _)| j.id == id)
+            || belay_record::run_id::validate(id.as_str()).is_err()
+        {
             continue;
         }
         let touched = belay_record::RunHandle::load_state::<exec::repos::JobState>(&e.path())
@@ -227,10 +233,7 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
                 svc.redactor.redact_value(&mut v);
                 let text = serde_json::to_vec_pretty(&v)
                     .map_err(|e| JobsError::Environment(format!("cannot encode: {e}")))?;
-                belay_record::atomic_write(
-                    &svc.queue.dir(Dir::Held).join(format!("{}.held", job.id)),
-                    &text,
-                )?;
+                belay_record::atomic_write(&svc.queue.held_file(&job.id), &text)?;
                 svc.queue.relocate(&claim.path, Dir::Held, &job)?;
                 let stat: Vec<String> = h
                     .repos
@@ -276,7 +279,7 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
             // lock): failed, with the reason, and a record.
             job.belay.failure = Some(svc.redactor.redact(&e.to_string()).into_owned());
             svc.queue.relocate(&claim.path, Dir::Failed, &job)?;
-            let text = format!("Job {} failed before its agent ran: {e}", job.id);
+            let text = format!("Job {} failed before its agent ran: {}", job.id, e.reply());
             reply(svc, &job, &text);
             if let Ok(run) = exec::open_run(svc, &job) {
                 let rec = {
@@ -298,7 +301,7 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
     // The lock file goes while the lock is still held (a job back in the
     // inbox keeps it: another worker may be opening it right now).
     if !interrupted {
-        let _ = fs_err::remove_file(svc.queue.sub("claims").join(format!("{}.lock", job.id)));
+        let _ = fs_err::remove_file(svc.queue.claim_file(&job.id));
     }
     drop(claim);
     Ok(interrupted)

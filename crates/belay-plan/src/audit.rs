@@ -13,6 +13,7 @@
 //! real prompt: the level changes what is recorded, never what they are told.
 
 use std::borrow::Cow;
+use std::path::{Component, Path};
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -93,12 +94,18 @@ impl AuditLevel {
 /// there too); files git tracks (`tracked`, relative paths) are public
 /// already and skipped. A bounded walk (8 levels, 200 files) that skips
 /// `.git` and dependency directories.
-pub fn dotenv_secrets(root: &std::path::Path, tracked: &[String]) -> Vec<(String, String)> {
+///
+/// Every file is read through [`belay_sandbox::hostfs::read`]: no link at any
+/// level below `root`, a regular file only, non-blocking, at most 1 MiB. A
+/// link's target is taken by name inside the tree, and read the same way (a
+/// link to a link, or out of the tree, is skipped).
+pub fn dotenv_secrets(root: &Path, tracked: &[String]) -> Vec<(String, String)> {
     const SKIP: &[&str] = &[".git", "node_modules", "target", ".venv", "venv", "vendor"];
     let mut out = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
     let mut seen = 0usize;
     while let Some((dir, depth)) = stack.pop() {
+        // names-only: the names listed lead to reads through hostfs (rooted at the tree), which refuse a path through a swapped link.
         let Ok(rd) = fs_err::read_dir(&dir) else {
             continue;
         };
@@ -113,36 +120,38 @@ pub fn dotenv_secrets(root: &std::path::Path, tracked: &[String]) -> Vec<(String
             if !envish || !(ft.is_file() || ft.is_symlink()) {
                 continue;
             }
-            let rel = e
+            let Some(rel) = e
                 .path()
                 .strip_prefix(root)
-                .map(|r| r.display().to_string())
-                .unwrap_or_default();
+                .ok()
+                .and_then(|r| r.to_str())
+                .map(String::from)
+            else {
+                continue;
+            };
             if tracked.contains(&rel) {
                 continue;
             }
-            // A link is followed only to a regular file inside the tree.
-            let target = match fs_err::canonicalize(e.path()) {
-                Ok(t) if ft.is_file() || t.starts_with(root) => t,
-                _ => continue,
+            // A link is followed only by name, to a regular file inside the tree.
+            let target = if ft.is_symlink() {
+                match fs_err::read_link(e.path())
+                    .ok()
+                    .and_then(|t| inside_tree(root, Path::new(&rel), &t))
+                {
+                    Some(t) => t,
+                    None => continue,
+                }
+            } else {
+                rel
             };
-            if !target.is_file() {
+            let Ok(Some(bytes)) = belay_sandbox::hostfs::read(root, &target, 1 << 20) else {
                 continue;
-            }
+            };
             seen += 1;
             if seen > 200 {
                 return out;
             }
-            // At most 1 MiB of it.
-            let Ok(f) = fs_err::File::open(&target) else {
-                continue;
-            };
-            let mut text = String::new();
-            if std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
-                .is_err()
-            {
-                continue;
-            }
+            let text = String::from_utf8_lossy(&bytes);
             for (k, v) in belay_model::keys::parse_dotenv(&text) {
                 if v.len() >= 8 {
                     out.push((format!("{name}:{k}"), v));
@@ -151,6 +160,35 @@ pub fn dotenv_secrets(root: &std::path::Path, tracked: &[String]) -> Vec<(String
         }
     }
     out
+}
+
+/// Where a link at `link` (relative to `root`) with target `target` leads, by
+/// name, as a path relative to `root`; `None` when it leaves the tree.
+fn inside_tree(root: &Path, link: &Path, target: &Path) -> Option<String> {
+    let joined = if target.is_absolute() {
+        target.strip_prefix(root).ok()?.to_path_buf()
+    } else {
+        link.parent().unwrap_or(Path::new("")).join(target)
+    };
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in joined.components() {
+        match c {
+            Component::Normal(n) => parts.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    parts
+        .iter()
+        .collect::<std::path::PathBuf>()
+        .to_str()
+        .map(String::from)
 }
 
 #[cfg(test)]
@@ -208,6 +246,30 @@ mod tests {
                     "hunter2-long-value".to_string()
                 )
             ]
+        );
+    }
+
+    #[test]
+    fn dotenv_links_out_of_the_tree_are_never_read() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("tree");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(
+            d.path().join("host.env"),
+            "HOST_TOKEN=host-canary-value-1\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(d.path().join("host.env"), root.join(".env")).unwrap();
+        std::os::unix::fs::symlink("../../host.env", root.join("sub/.env.rel")).unwrap();
+        std::os::unix::fs::symlink(d.path(), root.join("sub/up")).unwrap();
+        std::fs::write(root.join("sub/.env.real"), "K=inside-the-tree-1\n").unwrap();
+        // A link to the link is not followed either.
+        std::os::unix::fs::symlink(".env.rel", root.join("sub/.env.hop")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        let found = dotenv_secrets(&root, &[]);
+        assert_eq!(
+            found,
+            [(".env.real:K".to_string(), "inside-the-tree-1".to_string())]
         );
     }
 }

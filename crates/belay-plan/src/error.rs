@@ -29,6 +29,10 @@ pub enum PlanError {
     Record(#[from] belay_record::RecordError),
     #[error(transparent)]
     HostFs(#[from] belay_sandbox::hostfs::HostFsError),
+    /// The plan file changed since belay last trusted it, while an agent
+    /// could write it: refused until the user accepts it.
+    #[error(transparent)]
+    ControlChanged(#[from] belay_record::ControlChanged),
     #[error("cannot {op} {path}: {source}")]
     Io {
         op: &'static str,
@@ -58,7 +62,15 @@ impl Classify for PlanError {
             PlanError::Sandbox(e) => e.exit_class(),
             PlanError::Record(e) => e.exit_class(),
             PlanError::HostFs(e) => e.exit_class(),
+            PlanError::ControlChanged(e) => e.exit_class(),
             PlanError::Io { source, .. } => belay_record::io_class(source),
+        }
+    }
+
+    fn error_code(&self) -> &'static str {
+        match self {
+            PlanError::ControlChanged(e) => e.error_code(),
+            _ => self.exit_class().error_code(),
         }
     }
 }

@@ -57,7 +57,15 @@ pub enum PlanEvent {
         role: &'static str,
         violations: Vec<Violation>,
     },
-    /// The plan file changed between runs (a human's edit): taken as it is.
+    /// The plan file changed during a review (by the reviewer, or by code it
+    /// ran): refused and restored from belay's state, never a transition.
+    PlanTampered {
+        checkpoint: String,
+        role: &'static str,
+        violations: Vec<Violation>,
+    },
+    /// The plan file changed between runs and the user accepted it
+    /// (`--accept-plan`), or a new run found it changed: taken as it is.
     PlanChanged { plan: String },
     /// Code the reviewer changed: reverted (the reviewer only decides).
     ReviewerEditsReverted {
@@ -94,6 +102,11 @@ pub enum PlanEvent {
         comment: String,
         review_attempt: u32,
         status: String,
+        /// The verdict of the reviewer's answer (`approved`, `rejected`);
+        /// absent when the review gave none (it failed, or its answer did
+        /// not end with a verdict line).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        verdict: Option<&'static str>,
     },
     ApprovalComment {
         approval_status: &'static str,

@@ -5,8 +5,13 @@
 //! transitions are few:
 //!
 //! * the developer may set *its* checkpoint to `built` and write its notes;
-//! * the reviewer may set the checkpoint *under review* to `approved` (or
-//!   back to `built`, a rejection) and write its notes.
+//! * the reviewer changes nothing: its verdict and notes are its final answer
+//!   ([`crate::verdict`]), never the plan file. A reviewer may run the code
+//!   under review, and that code can write whatever the reviewer can, so a
+//!   file in the tree is no channel for a verdict. In a container the plan
+//!   file is mounted read-only for the review; any change to it found after a
+//!   review (on the host, or through a way around the mount) is a violation,
+//!   recorded as tampering and reverted, never a transition.
 //!
 //! Every other change (another checkpoint's status, any scope, exit criteria,
 //! attempts, the branch, the project commands, a checkpoint added or removed,
@@ -158,6 +163,14 @@ pub fn judge(before: &Value, after: Option<&[u8]>, role: Role, cid: &str) -> Jud
             let field = format!("checkpoints[{id}].{f}");
             let mine = id == cid;
             match f.as_str() {
+                _ if role == Role::Reviewer => j.violations.push(Violation {
+                    field,
+                    what: format!(
+                        "`{f}` of checkpoint `{id}` changed from {} to {} during a review: the plan file is belay's while the reviewer and the code it runs work, and the verdict is the reviewer's final answer",
+                        show(was),
+                        show(now)
+                    ),
+                }),
                 "review_notes" if mine => match now {
                     Some(Value::String(s)) => {
                         j.notes = Some(crate::truncate(s, MAX_NOTES).to_string());
@@ -168,18 +181,14 @@ pub fn judge(before: &Value, after: Option<&[u8]>, role: Role, cid: &str) -> Jud
                     }),
                 },
                 "status" if mine => {
+                    // Only the developer gets here: it may propose `built`.
                     let proposed = now.and_then(Value::as_str).and_then(Status::parse);
-                    let legal = matches!(
-                        (role, proposed),
-                        (Role::Developer, Some(Status::Built))
-                            | (Role::Reviewer, Some(Status::Approved | Status::Built))
-                    );
-                    if legal {
+                    if proposed == Some(Status::Built) {
                         j.status = proposed;
                     } else {
-                        let why = match (role, proposed) {
-                            (Role::Developer, Some(Status::Approved)) => {
-                                "only the reviewer approves a checkpoint".to_string()
+                        let why = match proposed {
+                            Some(Status::Approved) => {
+                                "only the reviewer approves a checkpoint, in its answer".to_string()
                             }
                             _ => format!(
                                 "the {} may not set status {}",
@@ -282,15 +291,33 @@ mod tests {
     }
 
     #[test]
-    fn the_reviewer_approves_only_the_checkpoint_under_review() {
+    fn nothing_a_reviewer_writes_in_the_plan_file_is_a_verdict() {
+        // What the code under review wrote while the reviewer ran it: its own
+        // checkpoint approved, with notes. Every change is a violation, none
+        // a transition.
         let after = with(|v| {
             v["checkpoints"][0]["status"] = json!("approved");
+            v["checkpoints"][0]["review_notes"] = json!("all good");
             v["checkpoints"][1]["status"] = json!("approved");
         });
         let j = judge(&plan(), Some(&after), Role::Reviewer, "c1");
-        assert_eq!(j.status, Some(Status::Approved));
+        assert_eq!(j.status, None);
+        assert_eq!(j.notes, None);
+        let fields: Vec<&str> = j.violations.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "checkpoints[c1].review_notes",
+                "checkpoints[c1].status",
+                "checkpoints[c2].status"
+            ]
+        );
+        assert!(j.violations[1].what.contains("during a review"));
+        // A rejection written there is no verdict either.
+        let rejected = with(|v| v["checkpoints"][0]["status"] = json!("built"));
+        let j = judge(&plan(), Some(&rejected), Role::Reviewer, "c1");
+        assert_eq!(j.status, None);
         assert_eq!(j.violations.len(), 1);
-        assert_eq!(j.violations[0].field, "checkpoints[c2].status");
     }
 
     #[test]

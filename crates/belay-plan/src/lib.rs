@@ -8,12 +8,15 @@
 //! Unlike the peer tool, the authoritative state (statuses, attempts, who
 //! decided) is belay's run state, never the file the agents edit: agents only
 //! *propose* changes through the plan file, and [`gate::judge`] applies the
-//! legal ones (the developer may mark its checkpoint built, only the reviewer
-//! may approve the checkpoint under review) and reverts everything else.
+//! legal ones (the developer may mark its checkpoint built) and reverts
+//! everything else. The reviewer's verdict is never read from a file: the
+//! code it reviews may run with its rights, so the verdict is the last line of
+//! its own answer ([`verdict`]), and the plan file is read-only for it.
 //!
 //! * [`schema`]: parse and validate a plan file, errors at `file:line:col`;
 //! * [`init`]: turn an agent's answer into a plan file (`belay plan init`);
 //! * [`gate`]: what an agent changed in the plan file, and what of it stands;
+//! * [`verdict`]: the reviewer's verdict and notes, from its final message;
 //! * [`state`]: the run state, saved atomically after every transition;
 //! * [`prompts`]: the developer, reviewer and revision prompts;
 //! * agent runs go through [`belay_agent::runner`] (a container of their own, or the host);
@@ -31,6 +34,7 @@ mod locate;
 pub mod prompts;
 pub mod schema;
 pub mod state;
+pub mod verdict;
 
 pub use error::PlanError;
 

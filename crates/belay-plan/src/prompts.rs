@@ -117,10 +117,16 @@ Scope for this checkpoint:
 Approve ONLY if every one of these exit criteria is genuinely met:
 {criteria}
 
-If all pass: set checkpoint '{id}' status to 'approved' in {plan_path}.
-If a criterion genuinely fails: set status to 'built' and write SPECIFIC,
-actionable, criterion-referenced fixes into 'review_notes'. Do not nitpick style
-or request scope beyond this phase. Do not change any code: belay reverts it.
+Give your verdict in your final message, not in {plan_path} (it is read-only
+for you: belay keeps the plan's state). If a criterion genuinely fails, write
+SPECIFIC, actionable, criterion-referenced fixes first. The LAST line of your
+final message must be exactly one of:
+{approved}
+{rejected}
+belay reads the verdict from that line only: nothing the code you run prints or
+writes counts as your verdict, and a final message with contradicting verdict
+lines is no approval. Do not nitpick style or request scope beyond this phase.
+Do not change any code: belay reverts it.
 
 Do not merge to main/master. All final merging must wait for explicit human approval.{gate}{diff}{feedback}",
         plan_file = plan.plan_file,
@@ -130,6 +136,8 @@ Do not merge to main/master. All final merging must wait for explicit human appr
         criteria = criteria(cp),
         verify = verify_clause(plan, &cp.id),
         feedback = feedback_block(feedback),
+        approved = crate::verdict::APPROVED_LINE,
+        rejected = crate::verdict::REJECTED_LINE,
     )
 }
 

@@ -190,37 +190,78 @@ pub fn id_problem(id: &str) -> Option<String> {
     })
 }
 
-/// Parse and validate the plan file at `path`.
+/// Parse and validate the plan file at `path` (as the user gave it).
 pub fn load(path: &Path) -> Result<Plan, PlanError> {
-    // Not a fifo or a device: reading one would block or never end.
-    match fs_err::metadata(path) {
-        Ok(m) if !m.is_file() => {
-            return Err(PlanError::Usage(format!(
-                "the plan {} is not a regular file",
-                path.display()
-            )))
+    let bytes = read_file(path)?;
+    parse_bytes(path, &bytes)
+}
+
+/// The plan file at `path`, as the user gave it: read like any file an
+/// agent could have written (the plan lives in the work tree). Under the
+/// current directory no name on the way is a link; outside it, the file's own
+/// name is never followed. Only a regular file is read, non-blocking (a fifo
+/// or a device is refused at once), at most [`MAX_PLAN_BYTES`].
+pub fn read_file(path: &Path) -> Result<Vec<u8>, PlanError> {
+    let cwd = std::env::current_dir().map_err(|e| PlanError::io("resolve", ".", e))?;
+    let abs = lexical(&cwd.join(path));
+    let read = belay_sandbox::hostfs::read_under(&cwd, &abs, MAX_PLAN_BYTES + 1);
+    checked(path, read)
+}
+
+/// `path` with `.` and `..` taken by name (`a/b/../c` is `a/c`), never by
+/// following anything on disk.
+pub fn lexical(path: &Path) -> std::path::PathBuf {
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c.as_os_str()),
         }
-        Ok(m) if m.len() > MAX_PLAN_BYTES => {
-            return Err(PlanError::Usage(format!(
-                "the plan {} is {} bytes: a plan file is at most 16 MiB",
-                path.display(),
-                m.len()
-            )))
-        }
-        _ => {}
     }
-    let text = fs_err::read_to_string(path).map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::NotFound {
-            " (create one with `belay plan init`, or pass --state)"
-        } else {
-            ""
-        };
+    out
+}
+
+/// The plan file `rel` of the work tree at `root` (`shown` in messages): no
+/// link at any level below the root, a regular file only, non-blocking, at
+/// most [`MAX_PLAN_BYTES`].
+pub fn read_in_tree(root: &Path, rel: &str, shown: &Path) -> Result<Vec<u8>, PlanError> {
+    let read = belay_sandbox::hostfs::read(root, rel, MAX_PLAN_BYTES + 1);
+    checked(shown, read)
+}
+
+fn checked(
+    path: &Path,
+    read: Result<Option<Vec<u8>>, belay_sandbox::hostfs::HostFsError>,
+) -> Result<Vec<u8>, PlanError> {
+    match read {
+        Ok(Some(b)) if b.len() as u64 > MAX_PLAN_BYTES => Err(PlanError::Usage(format!(
+            "the plan {} is more than {MAX_PLAN_BYTES} bytes: a plan file is at most 16 MiB",
+            path.display()
+        ))),
+        Ok(Some(b)) => Ok(b),
+        Ok(None) => Err(PlanError::Usage(format!(
+            "cannot read the plan {}: there is no such file (create one with `belay plan init`, or pass --state)",
+            path.display()
+        ))),
+        Err(e) => Err(PlanError::Usage(format!(
+            "cannot read the plan {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// Parse and validate the plan file's bytes (named `path` in errors).
+pub fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<Plan, PlanError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
         PlanError::Usage(format!(
-            "cannot read the plan {}: {e}{hint}",
+            "cannot read the plan {}: it is not UTF-8 text ({e})",
             path.display()
         ))
     })?;
-    parse(path, &text)
+    parse(path, text)
 }
 
 /// Parse and validate plan `text` (named `path` in errors).
@@ -505,6 +546,37 @@ mod tests {
      "exit_criteria": ["b"], "attempts": 1, "review_notes": "ok", "test_cmd": "make t2"}
   ]
 }"#;
+
+    #[test]
+    fn a_plan_file_that_is_a_link_is_refused_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let host = d.path().join("host.json");
+        std::fs::write(&host, GOOD.replace("do one", "host-canary-91")).unwrap();
+        assert!(load(&host).is_ok(), "the file itself is read");
+        let link = d.path().join("plan.json");
+        std::os::unix::fs::symlink(&host, &link).unwrap();
+        let e = load(&link).unwrap_err().to_string();
+        assert!(
+            e.contains("symlink") && !e.contains("host-canary-91"),
+            "{e}"
+        );
+        // In a work tree no level is followed.
+        let tree = d.path().join("tree");
+        std::fs::create_dir_all(&tree).unwrap();
+        std::os::unix::fs::symlink(d.path(), tree.join("docs")).unwrap();
+        let e = read_in_tree(&tree, "docs/host.json", Path::new("docs/host.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symlink"), "{e}");
+        let e = read_in_tree(&tree, "none.json", Path::new("none.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no such file"), "{e}");
+        assert_eq!(
+            lexical(Path::new("/a/b/../c/./d")),
+            std::path::PathBuf::from("/a/c/d")
+        );
+    }
 
     fn err(text: &str) -> String {
         parse(Path::new("plan.json"), text).unwrap_err().to_string()

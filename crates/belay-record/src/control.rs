@@ -165,9 +165,15 @@ mod tests {
         let shown = Path::new("/repo/agent-runner.toml");
         // Nothing trusted yet: anything passes.
         s.verify("cfg", shown, Some(b"x"), "--accept").unwrap();
-        s.trust("cfg", b"[agent]\nplacement = \"container\"\n").unwrap();
-        s.verify("cfg", shown, Some(b"[agent]\nplacement = \"container\"\n"), "--accept")
+        s.trust("cfg", b"[agent]\nplacement = \"container\"\n")
             .unwrap();
+        s.verify(
+            "cfg",
+            shown,
+            Some(b"[agent]\nplacement = \"container\"\n"),
+            "--accept",
+        )
+        .unwrap();
         let e = s
             .verify(
                 "cfg",

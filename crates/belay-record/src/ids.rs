@@ -66,15 +66,19 @@ pub fn is_valid(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= MAX_ID_LEN
         && b[0].is_ascii_alphanumeric()
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
         && !s.contains("..")
 }
 
 /// The input as a reply may quote it: escaped, at most 40 characters.
 fn shown(s: &str) -> String {
-    let mut out: String = s.chars().take(40).collect::<String>().escape_debug().collect();
+    let mut out: String = s
+        .chars()
+        .take(40)
+        .collect::<String>()
+        .escape_debug()
+        .collect();
     if s.chars().count() > 40 {
         out.push('…');
     }
@@ -118,8 +122,19 @@ mod tests {
             assert!(Id::parse("job", ok).is_ok(), "{ok}");
         }
         for bad in [
-            "", "..", "../x", "a/b", "/etc", ".hidden", "-flag", "a..b", "a b", "é", "a\0b",
-            "a\\b", &"x".repeat(129),
+            "",
+            "..",
+            "../x",
+            "a/b",
+            "/etc",
+            ".hidden",
+            "-flag",
+            "a..b",
+            "a b",
+            "é",
+            "a\0b",
+            "a\\b",
+            &"x".repeat(129),
         ] {
             assert!(Id::parse("job", bad).is_err(), "{bad:?}");
         }

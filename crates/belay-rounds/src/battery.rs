@@ -9,6 +9,7 @@ use belay_agent::AgentKind;
 use serde::Serialize;
 
 use crate::config::{AgentConfig, Config, PlacementKind};
+use crate::prompt::MAX_PROMPT_FILE;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
@@ -49,21 +50,33 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.push(work_dir_is_git(&cfg.runtime.work_dir));
     out.push(control_plane_outside(cfg));
     let first = cfg.prompt.files.first();
-    out.push(match first {
-        Some(f) if f.is_file() => pass("prompt_file_exists"),
-        Some(f) => fail(
-            "prompt_file_exists",
-            format!("{} does not exist", f.display()),
-            "write the prompt there, or point [prompt] file at it",
-            true,
-        ),
-        None => fail(
-            "prompt_file_exists",
-            "no prompt file".into(),
-            "set [prompt] file",
-            true,
-        ),
-    });
+    // Read as a round reads it: in the work tree, a regular file reached
+    // through real dirs (a link, a FIFO or a device there is refused).
+    let name = "prompt_file_exists";
+    let root = &cfg.runtime.work_dir;
+    out.push(
+        match first.map(|f| (f, crate::trusted::read_file(root, f, MAX_PROMPT_FILE))) {
+            Some((_, Ok(Some(_)))) => pass(name),
+            Some((f, Ok(None))) => fail(
+                name,
+                format!("{} does not exist", f.display()),
+                "write the prompt there, or point [prompt] file at it",
+                true,
+            ),
+            Some((f, Err(e))) => fail(
+                name,
+                format!("{}: {e}", f.display()),
+                "make it a regular file of at most 4 MiB, not a link inside the work tree",
+                true,
+            ),
+            None => fail(
+                "prompt_file_exists",
+                "no prompt file".into(),
+                "set [prompt] file",
+                true,
+            ),
+        },
+    );
     out.push(smoke(cfg, None, "prompt_smoke_passes"));
     for p in &cfg.phases {
         if p.prompt_files.is_some() {

@@ -22,6 +22,29 @@ pub enum RoundsError {
         #[source]
         source: std::io::Error,
     },
+    /// A control file in the work tree (the config, a prompt file) changed
+    /// since belay trusted it, while an agent could write it: refused until
+    /// the user accepts it (exit 78). The inner error is the source, so its
+    /// code (`BELAY-E107`) is found in the chain.
+    #[error("{0}")]
+    ControlChanged(#[from] belay_record::ControlChanged),
+    /// A control file belay will not read: a link, a FIFO, a device, too
+    /// large (exit 78).
+    #[error("cannot read {}: {source}", path.display())]
+    ControlRead {
+        path: PathBuf,
+        #[source]
+        source: belay_sandbox::hostfs::HostFsError,
+    },
+    /// A control file could not be put back after a round: the guard stays
+    /// in the log dir, so the next start tries again, and refuses the file
+    /// if it is still changed (exit 76).
+    #[error("cannot put back {}: {source}", path.display())]
+    ControlRestore {
+        path: PathBuf,
+        #[source]
+        source: belay_sandbox::hostfs::HostFsError,
+    },
     #[error(transparent)]
     Record(#[from] belay_record::RecordError),
     #[error(transparent)]
@@ -44,7 +67,10 @@ impl RoundsError {
     /// The peer's exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RoundsError::Config(_) => crate::exit::CONFIG,
+            RoundsError::Config(_)
+            | RoundsError::ControlChanged(_)
+            | RoundsError::ControlRead { .. } => crate::exit::CONFIG,
+            RoundsError::ControlRestore { .. } => crate::exit::ENVIRONMENT,
             RoundsError::Environment(_) | RoundsError::Io { .. } => crate::exit::ENVIRONMENT,
             RoundsError::Breaker(_) => crate::exit::BREAKER,
             RoundsError::Sandbox(_) => crate::exit::ENVIRONMENT,

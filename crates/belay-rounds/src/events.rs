@@ -116,9 +116,15 @@ pub enum RoundEvent {
         round_num: u64,
         error: String,
     },
-    /// The config or a prompt file in the work tree, as belay loaded it.
+    /// The config or a prompt file in the work tree, put back from belay's
+    /// trusted copy.
     ControlFileRestored {
         round_num: u64,
+        paths: Vec<String>,
+    },
+    /// Prompt files the user changed while no agent could write them,
+    /// trusted as they are now.
+    ControlFileTrusted {
         paths: Vec<String>,
     },
     DirtyDetected {
@@ -169,6 +175,12 @@ pub enum RoundEvent {
     StopFileDetected {
         path: String,
         reason: String,
+    },
+    /// The stop file is there but is not a regular file belay reads (a link,
+    /// a FIFO, a device): not read, only why. The loop stops all the same.
+    StopFileRefused {
+        path: String,
+        error: String,
     },
     AgentDone {
         reason: String,

@@ -179,7 +179,13 @@ pub async fn scaffold(
         created.push(prompt);
     }
     let gi = work_dir.join(".gitignore");
-    let old = fs_err::read_to_string(&gi).unwrap_or_default();
+    // An agent may have left anything at .gitignore (a FIFO, a link to a
+    // host file): it is read only as a regular file of the tree.
+    let old = belay_sandbox::hostfs::read(work_dir, ".gitignore", 1 << 20)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     if !old.lines().any(|l| l.trim() == "logs/") {
         let sep = if old.is_empty() || old.ends_with('\n') {
             ""

@@ -9,6 +9,9 @@
 //!   the stash by SHA after any exit, the status;
 //! * [`serve`]: the loop with its schedule, pauses, breakers and signals;
 //! * [`monitor`]: the 14 detectors, inside serve or on their own;
+//! * [`trusted`]: belay's trusted copies of the config and the prompt files
+//!   an agent can write, recovery after a killed round, and every read of a
+//!   work-tree file through `belay_sandbox::hostfs`;
 //! * [`units`]: systemd units; [`init`]: the scaffold; [`report`]: status.
 
 pub mod battery;
@@ -26,6 +29,7 @@ pub mod schedule;
 pub mod serve;
 pub mod state;
 pub mod supervisor;
+pub mod trusted;
 pub mod units;
 
 pub use config::Config;

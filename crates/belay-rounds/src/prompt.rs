@@ -1,51 +1,37 @@
 //! The round's prompt: the prompt files joined, YAML front matter stripped,
 //! and the round context prepended (or left to a file, or skipped).
 
-use std::path::Path;
-
 use crate::config::{Config, ContextMode, Phase};
 use crate::state::RoundContext;
 
 /// The largest prompt file read.
-const MAX_PROMPT_FILE: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_PROMPT_FILE: u64 = 4 * 1024 * 1024;
 
 /// The prompt files of a round, joined. The first must exist; later
 /// missing ones are skipped (as the peer does). The error names the file.
+///
+/// A prompt in the work tree (which the agent can write) is read through
+/// real dirs only and as a regular file only: a link planted there (to a
+/// host file, `/dev/zero`, a FIFO) is refused, never followed, so the next
+/// prompt cannot carry a host file.
 pub fn assemble_files(cfg: &Config, phase: Option<&Phase>) -> Result<String, String> {
     let files = cfg.prompt_files(phase);
     let mut parts = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        match read_prompt(f, &cfg.runtime.work_dir) {
-            Ok(t) => parts.push(if cfg.prompt.strip_frontmatter {
-                strip_frontmatter(&t).to_string()
-            } else {
-                t
-            }),
-            Err(e) if i > 0 && e.kind() == std::io::ErrorKind::NotFound => {}
+        let text = match crate::trusted::read_file(&cfg.runtime.work_dir, f, MAX_PROMPT_FILE) {
+            Ok(Some((_, b))) => String::from_utf8(b)
+                .map_err(|_| format!("prompt file {}: it is not UTF-8 text", f.display()))?,
+            Ok(None) if i > 0 => continue,
+            Ok(None) => return Err(format!("prompt file {}: it does not exist", f.display())),
             Err(e) => return Err(format!("prompt file {}: {e}", f.display())),
-        }
+        };
+        parts.push(if cfg.prompt.strip_frontmatter {
+            strip_frontmatter(&text).to_string()
+        } else {
+            text
+        });
     }
     Ok(parts.join(&cfg.prompt.separator))
-}
-
-/// A prompt in the work tree (which the agent can write) is read only where
-/// it resolves inside the tree: a link planted there cannot make the next
-/// prompt carry a host file.
-fn read_prompt(f: &Path, work_dir: &Path) -> std::io::Result<String> {
-    if f.starts_with(work_dir) {
-        let real = fs_err::canonicalize(f)?;
-        if !real.starts_with(work_dir) {
-            return Err(std::io::Error::other(format!(
-                "it is in the work tree and leads outside it (to {})",
-                real.display()
-            )));
-        }
-    }
-    let m = fs_err::metadata(f)?;
-    if !m.is_file() || m.len() > MAX_PROMPT_FILE {
-        return Err(std::io::Error::other("not a regular file under 4 MiB"));
-    }
-    fs_err::read_to_string(f)
 }
 
 /// Drop a leading `---` … `---` block.

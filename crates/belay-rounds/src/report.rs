@@ -25,6 +25,7 @@ pub struct Report {
 
 /// The serve process recorded in the log dir, if it is alive.
 pub fn live_serve(log_dir: &Path) -> Option<belay_record::ProcessIdentity> {
+    // host-owned: the log dir, belay's own.
     let text = fs_err::read_to_string(log_dir.join(crate::serve::SERVE_PID_FILE)).ok()?;
     let id: belay_record::ProcessIdentity = serde_json::from_str(&text).ok()?;
     id.is_alive().then_some(id)

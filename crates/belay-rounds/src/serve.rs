@@ -173,17 +173,12 @@ impl Supervisor {
                 return end(crate::exit::OK, why, rounds);
             }
             if let Some(f) = &cfg.runtime.stop_file {
-                if f.exists() {
-                    let reason = fs_err::read_to_string(f)
-                        .unwrap_or_default()
-                        .chars()
-                        .take(200)
-                        .collect::<String>();
+                if let Some(reason) = self.stop_requested(f) {
                     self.emit(
                         None,
                         &RoundEvent::StopFileDetected {
                             path: f.display().to_string(),
-                            reason: reason.trim().to_string(),
+                            reason,
                         },
                     );
                     return end(
@@ -384,6 +379,37 @@ impl Supervisor {
             }
             if sleep_or_stop(wait, stops).await {
                 continue;
+            }
+        }
+    }
+
+    /// Whether the stop file asks the loop to stop, with its reason (the
+    /// first 200 characters). The agent can write it when it is in the work
+    /// tree: it is read only as a regular file of its own (never through a
+    /// link, at most 4 KiB, opened without waiting, so a FIFO or `/dev/zero`
+    /// cannot hold serve). One that is there but refused still stops the
+    /// loop; only why is recorded, never what it leads to.
+    fn stop_requested(&self, f: &std::path::Path) -> Option<String> {
+        match crate::trusted::read_prefix(&self.cfg.runtime.work_dir, f, 4096) {
+            Ok(None) => None,
+            Ok(Some((_, b))) => Some(
+                String::from_utf8_lossy(&b)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+                    .trim()
+                    .to_string(),
+            ),
+            Err(e) => {
+                (self.progress)(&format!("the stop file is there but not read: {e}"));
+                self.emit(
+                    None,
+                    &RoundEvent::StopFileRefused {
+                        path: f.display().to_string(),
+                        error: e.to_string(),
+                    },
+                );
+                Some(String::new())
             }
         }
     }

@@ -130,6 +130,7 @@ pub struct DayUsage {
 /// with the file and line when it does not parse.
 pub fn read<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, String> {
     let path = dir.join(name);
+    // host-owned: the log dir, belay's own (the battery refuses one inside the work tree).
     match fs_err::read(&path) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)

@@ -20,6 +20,9 @@ pub use belay_agent::lifeline::Lifeline;
 
 pub struct Supervisor {
     pub cfg: Config,
+    /// belay's trusted copies of the config and prompt files in the work
+    /// tree: what a round's guard puts back.
+    pub trust: crate::trusted::Trust,
     pub run: RunHandle,
     pub git: belay_vcs::Git,
     /// The repository's common git dir (the lock's key).
@@ -46,10 +49,13 @@ pub fn run_id(cfg: &Config) -> String {
 impl Supervisor {
     /// Open the project: take the log dir's lock (a second supervisor of the
     /// same log dir is refused, exit 76), open the repository and the event
-    /// log. `rt` is needed when any agent runs in a container; `redactor`
-    /// holds the host's secrets (the config's are added).
+    /// log. `cfg` and `trust` come from [`crate::trusted::open`] (recovery
+    /// done, the config checked against its trusted copy). `rt` is needed
+    /// when any agent runs in a container; `redactor` holds the host's
+    /// secrets (the config's are added).
     pub async fn open(
         cfg: Config,
+        trust: crate::trusted::Trust,
         rt: Option<Arc<dyn ContainerRuntime>>,
         mut redactor: Redactor,
         progress: Box<dyn Fn(&str) + Send + Sync>,
@@ -159,6 +165,7 @@ impl Supervisor {
         }
         Ok(Supervisor {
             cfg,
+            trust,
             run,
             git,
             git_common,

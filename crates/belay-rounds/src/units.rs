@@ -212,6 +212,7 @@ pub fn install(cfg: &Config, o: &UnitOptions) -> Result<Installed, RoundsError> 
     let mut files = Vec::new();
     for (name, text) in &units {
         let path = dir.join(name);
+        // host-owned: systemd's unit dir.
         if let Ok(old) = fs_err::read_to_string(&path) {
             if !old.starts_with("# Written by `belay rounds install") {
                 return Err(RoundsError::Config(format!(
@@ -250,6 +251,7 @@ pub fn uninstall(cfg: &Config) -> Result<Installed, RoundsError> {
             ))
         })?;
     for f in &rec.files {
+        // host-owned: the unit files belay installed (systemd's dirs).
         match fs_err::read_to_string(f) {
             Ok(t) if t.starts_with("# Written by `belay rounds install") => {
                 fs_err::remove_file(f).map_err(|e| RoundsError::io("cannot remove", f, e))?;

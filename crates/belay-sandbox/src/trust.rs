@@ -157,8 +157,7 @@ fn add_host_env(r: &mut Redactor, vars: impl Iterator<Item = (String, String)>) 
         if v.is_empty() {
             continue;
         }
-        if MODEL_KEY_VARS.contains(&k.as_str())
-            || (v.len() >= 8 && belay_record::looks_secret(&k))
+        if MODEL_KEY_VARS.contains(&k.as_str()) || (v.len() >= 8 && belay_record::looks_secret(&k))
         {
             r.add(k.clone(), v.clone());
         }
@@ -194,10 +193,13 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string())),
         );
-        let out = r.redact(
-            "proxy-pass-123 db-pass-456 ghp_tokenvalue789 key=sk-1 home=/root",
-        );
-        for s in ["proxy-pass-123", "db-pass-456", "ghp_tokenvalue789", "sk-1 "] {
+        let out = r.redact("proxy-pass-123 db-pass-456 ghp_tokenvalue789 key=sk-1 home=/root");
+        for s in [
+            "proxy-pass-123",
+            "db-pass-456",
+            "ghp_tokenvalue789",
+            "sk-1 ",
+        ] {
             assert!(!out.contains(s), "{s} in {out}");
         }
         assert!(out.contains("/root"), "{out}");

@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use belay_record::{Mode, RunEntry, RunStatus, StreamRedactor};
+use belay_record::{Id, Mode, RunEntry, RunStatus, StreamRedactor};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -48,15 +48,16 @@ fn text(app: &App, t: &str) -> Response {
         .into_response()
 }
 
-/// The run `id` of the registry, or the response that says why not.
+/// The run `id` of the registry, or the response that says why not. The id
+/// of the URL is parsed by the one validator of ids first (`400`).
 pub(crate) fn find(app: &App, id: &str) -> Result<RunEntry, Box<Response>> {
-    match app.registry.find(id) {
+    let id = Id::parse("run", id).map_err(|e| Box::new(bad(e.to_string())))?;
+    match app.registry.find(id.as_str()) {
         // The registry names the directory; only one that is a run's (a real
         // directory, not a link, with the run's lock or log) is read.
         Ok(Some(e)) if files::is_run_dir(&e.dir) => Ok(e),
-        Ok(Some(e)) => Err(Box::new(not_found(format!(
-            "the registry names {} for run {id}, which is not a run directory",
-            e.dir.display()
+        Ok(Some(_)) => Err(Box::new(not_found(format!(
+            "the registry's directory of run {id} is not a run directory"
         )))),
         Ok(None) => Err(Box::new(not_found(format!("no run {id} in the registry")))),
         Err(e) => Err(Box::new(internal(e))),
@@ -185,6 +186,7 @@ fn manifest_view(m: Value) -> Value {
 
 /// The commits belay recorded in the run, oldest first.
 fn commits(dir: &std::path::Path) -> Vec<Value> {
+    // host-owned: the run's commits/, the patches belay records.
     let Ok(rd) = std::fs::read_dir(dir.join("commits")) else {
         return vec![];
     };
@@ -262,6 +264,11 @@ pub(crate) async fn log(
         Ok(e) => e,
         Err(r) => return *r,
     };
+    // Only a log (the allowlist), every name of its path an id; then opened
+    // beneath the run directory, through no link, a regular file.
+    if let Err(why) = files::log_path(&q.path) {
+        return bad(why.to_string());
+    }
     let Some(file) = files::inside(&e.dir, &q.path) else {
         return not_found(format!("no log {} in run {id}", q.path));
     };
@@ -381,6 +388,9 @@ pub(crate) async fn file(
     State(app): State<Arc<App>>,
     Path((id, name)): Path<(String, String)>,
 ) -> Response {
+    if let Err(e) = Id::parse("record", &name) {
+        return bad(e.to_string());
+    }
     if !files::RECORDS.contains(&name.as_str()) {
         return bad(format!("{name} is not one of a run's records"));
     }

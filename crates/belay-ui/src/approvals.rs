@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::Json;
 use belay_jobs::config::LOCAL_SENDER;
 use belay_jobs::queue::{Dir, Queue};
-use belay_record::{Mode, RunEntry};
+use belay_record::{Id, Mode, RunEntry};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -73,6 +73,7 @@ fn queues(app: &App, runs: &[RunEntry]) -> Vec<PathBuf> {
 
 fn jobs_in(q: &Path, d: Dir) -> Vec<belay_jobs::Job> {
     let dir = q.join(d.as_str());
+    // host-owned: a directory of a job queue (0700, belay's own).
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return vec![];
     };
@@ -85,20 +86,21 @@ fn jobs_in(q: &Path, d: Dir) -> Vec<belay_jobs::Job> {
     v.iter().filter_map(|p| Queue::read(p).ok()).collect()
 }
 
-fn job_action(verb: &str, label: &str, q: &Path, id: &str) -> Action {
+fn job_action(verb: &str, label: &str, q: &Path, id: &Id) -> Action {
     Action {
         target: "job".into(),
         verb: verb.into(),
         label: label.into(),
         place: q.display().to_string(),
-        id: id.into(),
+        id: id.to_string(),
         checkpoints: vec![],
     }
 }
 
 /// The held change's summary, every path of it.
-fn held_detail(q: &Path, id: &str) -> String {
+fn held_detail(q: &Path, id: &Id) -> String {
     let p = q.join("held").join(format!("{id}.held"));
+    // host-owned: the queue's held/<id>.held (0700), named by a parsed id.
     let Ok(t) = std::fs::read_to_string(&p) else {
         return String::new();
     };
@@ -161,7 +163,7 @@ pub(crate) fn waiting_all(app: &App, runs: &[RunEntry]) -> Vec<Waiting> {
         for j in jobs_in(&q, Dir::Pending) {
             out.push(Waiting {
                 kind: "job_start",
-                id: j.id.clone(),
+                id: j.id.to_string(),
                 reason: format!("waiting for the start approval ({})", j.requester()),
                 detail: j.preview(400),
                 actions: vec![
@@ -173,7 +175,7 @@ pub(crate) fn waiting_all(app: &App, runs: &[RunEntry]) -> Vec<Waiting> {
         for j in jobs_in(&q, Dir::Held) {
             out.push(Waiting {
                 kind: "job_commit",
-                id: j.id.clone(),
+                id: j.id.to_string(),
                 reason: "waiting for the commit approval".into(),
                 detail: format!("{}\n{}", j.preview(200), held_detail(&q, &j.id)),
                 actions: vec![
@@ -242,10 +244,10 @@ fn services(app: &App, queue: &Path) -> Result<belay_jobs::Services, String> {
     });
     let cfg = match configured {
         Some(c) => c,
-        None => belay_jobs::config::locate(None, Some(queue)).map_err(|e| e.to_string())?,
+        None => belay_jobs::config::locate(None, Some(queue)).map_err(|e| e.reply())?,
     };
     belay_jobs::Services::open(cfg, None, Box::new(|l: &str| tracing::info!("{l}")))
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.reply())
 }
 
 /// `POST /api/act` with one of the actions the page was given.
@@ -253,12 +255,18 @@ pub(crate) async fn act(State(app): State<Arc<App>>, body: Option<Json<Action>>)
     let Some(Json(a)) = body else {
         return bad("an action is a JSON object: target, verb, place, id");
     };
+    // The id is parsed by the one validator before anything else.
+    let kind = if a.target == "plan" { "run" } else { "job" };
+    let id = match Id::parse(kind, &a.id) {
+        Ok(id) => id,
+        Err(e) => return bad(e.to_string()),
+    };
     // Only what waits can be acted on: the page cannot be made to reach a
     // queue or a plan file it was not shown.
     if !known(&app, &a) {
         return bad(format!(
-            "{} {} is not waiting for `{}` (any more)",
-            a.target, a.id, a.verb
+            "{} {id} is not waiting for `{}` (any more)",
+            a.target, a.verb
         ));
     }
     let r: Result<String, String> = match (a.target.as_str(), a.verb.as_str()) {
@@ -272,13 +280,13 @@ pub(crate) async fn act(State(app): State<Arc<App>>, body: Option<Json<Action>>)
                         svc.rt = engine().await;
                     }
                     let r = match verb {
-                        "accept" => belay_jobs::gates::accept(&svc, &a.id, LOCAL_SENDER),
-                        "decline" => belay_jobs::gates::decline(&svc, &a.id, LOCAL_SENDER),
-                        "approve" => belay_jobs::gates::approve(&svc, &a.id, LOCAL_SENDER).await,
-                        "discard" => belay_jobs::gates::discard(&svc, &a.id, LOCAL_SENDER).await,
+                        "accept" => belay_jobs::gates::accept(&svc, &id, LOCAL_SENDER),
+                        "decline" => belay_jobs::gates::decline(&svc, &id, LOCAL_SENDER),
+                        "approve" => belay_jobs::gates::approve(&svc, &id, LOCAL_SENDER).await,
+                        "discard" => belay_jobs::gates::discard(&svc, &id, LOCAL_SENDER).await,
                         _ => return bad(format!("a job has no `{verb}`")),
                     };
-                    r.map_err(|e| e.to_string())
+                    r.map_err(|e| e.reply())
                 }
             }
         }

@@ -1,10 +1,18 @@
 //! Reading a run's files: only inside its directory, never through a
 //! symbolic link, and never more than a bound at a time (a step's log can
 //! be gigabytes).
+//!
+//! What is served is an allowlist, not "any file of the run": the logs
+//! ([`log_path`]: under the run's log directories or a top-level `*.log`,
+//! every name parsed by the one validator of ids) and the named records
+//! ([`RECORDS`], read whole through `belay_sandbox::hostfs`). The run's
+//! lock, its git config copy, its artifacts (which a sandbox writes) and
+//! anything else are never served.
 
 use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::path::{Component, Path};
 
+use belay_record::{Id, IdError};
 use serde::Serialize;
 
 /// The records of a run the page may read whole (small, written by belay).
@@ -33,7 +41,9 @@ pub(crate) fn is_run_dir(dir: &Path) -> bool {
 /// `rel` inside `dir`, opened: plain components only, a regular file at the
 /// end. It is opened once, beneath `dir` and through no symbolic link
 /// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so a link put on
-/// the way after a check cannot redirect the read.
+/// the way after a check cannot redirect the read; non-blocking, so a FIFO
+/// is refused at once instead of holding the request. A log is opened here
+/// (not read whole through `hostfs`) because it is read a piece at a time.
 pub(crate) fn inside(dir: &Path, rel: &str) -> Option<std::fs::File> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     let rel = Path::new(rel);
@@ -43,7 +53,7 @@ pub(crate) fn inside(dir: &Path, rel: &str) -> Option<std::fs::File> {
     {
         return None;
     }
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
     let base = rustix::fs::open(
         dir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -62,15 +72,15 @@ pub(crate) fn inside(dir: &Path, rel: &str) -> Option<std::fs::File> {
     f.metadata().ok().filter(|m| m.is_file()).map(|_| f)
 }
 
-/// A small record, or `None` when it is missing or too big to be one.
+/// A small record, or `None` when it is missing, no regular file, reached
+/// through a link, or too big to be one: read whole through
+/// `belay_sandbox::hostfs` (no link at any level, a regular file, capped).
 pub(crate) fn read_record(dir: &Path, name: &str, max: u64) -> Option<String> {
-    let f = inside(dir, name)?;
-    if f.metadata().ok()?.len() > max {
+    let bytes = belay_sandbox::hostfs::read(dir, name, max.saturating_add(1)).ok()??;
+    if bytes.len() as u64 > max {
         return None;
     }
-    let mut s = String::new();
-    f.take(max).read_to_string(&mut s).ok()?;
-    Some(s)
+    String::from_utf8(bytes).ok()
 }
 
 /// The first event of `kind` in the head (`max` bytes) of a run's log.
@@ -104,11 +114,47 @@ pub(crate) fn is_log(rel: &str) -> bool {
     }
 }
 
+/// Why the log endpoint refuses a path.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LogRefused {
+    /// A name of the path is no id (`..`, a leading dot, a space, …).
+    #[error(transparent)]
+    Name(#[from] IdError),
+    #[error("a log path has at most 8 names")]
+    TooDeep,
+    #[error(
+        "{rel} is not a log of the run: logs are under logs/, agents/, gate/ or checks/, or a top-level *.log"
+    )]
+    NotALog { rel: String },
+}
+
+/// The most names a log path has.
+const MAX_LOG_DEPTH: usize = 8;
+
+/// A path the log endpoint serves: every name an id (the one validator),
+/// at most [`MAX_LOG_DEPTH`] of them, and a log ([`is_log`]).
+pub(crate) fn log_path(rel: &str) -> Result<(), LogRefused> {
+    let names: Vec<&str> = rel.split('/').collect();
+    if names.len() > MAX_LOG_DEPTH {
+        return Err(LogRefused::TooDeep);
+    }
+    for n in &names {
+        Id::parse("log name", n)?;
+    }
+    if !is_log(rel) {
+        return Err(LogRefused::NotALog {
+            rel: rel.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Every log of a run (`logs/` of the pipeline and the env builder, the plan
 /// loop's `agents/` and `gate/`, a job's check and hook logs), four levels
 /// deep at most, sorted.
 pub(crate) fn logs(dir: &Path) -> Vec<LogFile> {
     fn walk(root: &Path, d: &Path, depth: u32, out: &mut Vec<LogFile>) {
+        // host-owned: the run's log directories, which belay writes (a sandbox writes only artifacts/, never walked); entries are typed without following links.
         let Ok(rd) = std::fs::read_dir(d) else { return };
         for e in rd.flatten() {
             if out.len() >= 5000 {
@@ -123,7 +169,7 @@ pub(crate) fn logs(dir: &Path) -> Vec<LogFile> {
                 .into_owned();
             if t.is_dir() && depth < 4 && (depth > 0 || LOG_DIRS.contains(&rel.as_str())) {
                 walk(root, &p, depth + 1, out);
-            } else if t.is_file() && is_log(&rel) {
+            } else if t.is_file() && log_path(&rel).is_ok() {
                 out.push(LogFile {
                     path: rel,
                     size: e.metadata().map(|m| m.len()).unwrap_or(0),
@@ -250,6 +296,53 @@ mod tests {
         }
         assert!(is_log("logs/a.log") && is_log("on-commit.log") && is_log("gate/x/y"));
         assert!(!is_log("state.json") && !is_log("scripts/00.sh") && !is_log("run.lock"));
+        for ok in [
+            "logs/a.log",
+            "on-commit.log",
+            "checks/site-check1.log",
+            "gate/001-x/y",
+        ] {
+            assert!(log_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "state.json",
+            "run.lock",
+            "git-config.sandbox",
+            "artifacts/out.log",
+            "logs/../state.json",
+            "logs/./a.log",
+            "/etc/passwd",
+            "logs//a.log",
+            "logs/.hidden.log",
+            "",
+            "logs/a/b/c/d/e/f/g/h.log",
+        ] {
+            assert!(log_path(bad).is_err(), "{bad}");
+        }
+        // A FIFO is refused at once, not waited on.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.join("logs/fifo.log"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert!(inside(d, "logs/fifo.log").is_none());
+        std::fs::remove_file(d.join("logs/fifo.log")).unwrap();
+        // A record is read whole, not through a link, and not past its cap.
+        std::fs::write(d.join("summary.json"), "{\"ok\":true}").unwrap();
+        std::os::unix::fs::symlink(
+            top.path().join("outside-belay-ui-test"),
+            d.join("report.json"),
+        )
+        .unwrap();
+        assert_eq!(
+            read_record(d, "summary.json", 100).as_deref(),
+            Some("{\"ok\":true}")
+        );
+        assert!(read_record(d, "summary.json", 3).is_none());
+        assert!(read_record(d, "report.json", 100).is_none());
         std::fs::write(d.join("state.json"), "{}").unwrap();
         let listed: Vec<String> = logs(d).into_iter().map(|l| l.path).collect();
         // Links (to a file, to a directory) are not listed; records are not logs.

@@ -90,6 +90,7 @@ impl Server {
 fn random_token() -> Result<String, UiError> {
     let mut b = [0u8; 24];
     let path = PathBuf::from("/dev/urandom");
+    // host-owned: the kernel's /dev/urandom.
     let mut f = fs_err::File::open(&path).map_err(|source| UiError::Io {
         path: path.clone(),
         source,

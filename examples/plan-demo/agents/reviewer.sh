@@ -1,13 +1,13 @@
 #!/bin/sh
 # A scripted reviewer for the demo: it runs the tests itself and approves
-# only when they pass.
+# only when they pass. Its verdict is the last line of its answer (stdout):
+# belay never reads a verdict from the plan file.
 p=$(cat)
 id=$(printf '%s\n' "$p" | sed -n "s/.*checkpoint '\([^']*\)'.*/\1/p" | head -n1)
-plan=plan_checkpoints.json
 if sh tests/test.sh >/dev/null 2>&1; then
-  sed -i "/\"id\": \"$id\"/,/\"status\"/ s/\"status\": \"[a-z]*\"/\"status\": \"approved\"/" "$plan"
-  echo "approved $id"
+  echo "the tests pass for $id"
+  echo "VERDICT: approved"
 else
-  sed -i "/\"id\": \"$id\"/,/\"review_notes\"/ s/\"review_notes\": \".*\",/\"review_notes\": \"the tests fail\",/" "$plan"
-  echo "rejected $id"
+  echo "the tests fail for $id: sh tests/test.sh"
+  echo "VERDICT: rejected"
 fi

@@ -73,7 +73,7 @@ pub fn open_run(svc: &Services, job: &Job) -> Result<RunHandle, JobsError> {
     let title = format!("job {}: {}", job.id, job.preview(60));
     Ok(RunHandle::open(OpenRun {
         dir: svc.queue.run_dir(&job.id),
-        id: &job.id,
+        id: job.id.as_str(),
         mode: Mode::Jobs,
         title: Some(&title),
         redactor: svc.redactor.clone(),
@@ -144,7 +144,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         "jobs",
         None,
         &JobEvent::JobStarted {
-            job_id: job.id.clone(),
+            job_id: job.id.to_string(),
             sender: job.sender.clone(),
             requested_by: job.requester().to_string(),
             role: job.pipeline_role.as_str(),
@@ -218,7 +218,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
                 "jobs",
                 None,
                 &JobEvent::JobInterrupted {
-                    job_id: job.id.clone(),
+                    job_id: job.id.to_string(),
                     reason: "belay is shutting down (SIGTERM)".into(),
                 },
             );
@@ -228,7 +228,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         }
         Err(e) => Judged {
             status: Status::Failed,
-            text: format!("The job failed: {e}"),
+            text: format!("The job failed: {}", e.reply()),
             results: vec![],
             fixer: None,
             failure: Some(e.to_string()),
@@ -273,7 +273,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         reply.push_str(n);
     }
     let record = CompletionRecord {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         status,
         commits,
         completed_at: belay_record::now_rfc3339(),
@@ -305,7 +305,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         "jobs",
         None,
         &JobEvent::JobFinished {
-            job_id: job.id.clone(),
+            job_id: job.id.to_string(),
             status: status.as_str().into(),
             commits: record.commits.len(),
             overhead_s: overhead,
@@ -337,7 +337,7 @@ pub fn plain_record(
     report: &str,
 ) -> CompletionRecord {
     CompletionRecord {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         status,
         commits,
         completed_at: belay_record::now_rfc3339(),
@@ -382,7 +382,7 @@ pub async fn finish_record(
             &svc.queue,
             job.requester(),
             job.board_slug.as_deref(),
-            &job.id,
+            job.id.as_str(),
             reply,
             run.redactor(),
         )?;
@@ -414,18 +414,20 @@ pub async fn finish_record(
                     },
                 );
                 if !h.ok {
+                    // Chat shows no host path: the log is named in the run.
                     svc.tell_owners(&format!(
-                        "The on-commit hook failed for job {} (exit {:?}); see {}",
+                        "The on-commit hook failed for job {} (exit {:?}); see on-commit.log of its run (belay runs show {})",
                         job.id,
                         h.exit_code,
-                        run.path("on-commit.log").display()
+                        job.id
                     ));
                 }
             }
             Ok(_) => {}
             Err(e) => svc.tell_owners(&format!(
-                "The on-commit hook of job {} did not run: {e}",
-                job.id
+                "The on-commit hook of job {} did not run: {}",
+                job.id,
+                e.reply()
             )),
         }
     }
@@ -617,7 +619,7 @@ async fn judge_and_publish(
     let mut held = Vec::new();
     for r in &ws.repos {
         let res = if r.cfg.commit_approval {
-            let res = publish::hold(run, r, &job.id).await?;
+            let res = publish::hold(run, r, job.id.as_str()).await?;
             if let RepoResult::Held { stash } = &res {
                 // What the owner approves is the whole stash: the new
                 // (untracked) files too, each named.
@@ -680,7 +682,7 @@ async fn judge_and_publish(
         fixer,
         failure,
         held: (!held.is_empty()).then(|| Held {
-            job_id: job.id.clone(),
+            job_id: job.id.to_string(),
             message,
             repos: held,
             created_at: belay_record::now_rfc3339(),

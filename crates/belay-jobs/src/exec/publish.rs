@@ -285,6 +285,7 @@ pub const PUBLISHED: &str = "published.json";
 
 fn note_published(run: &RunHandle, repo: &str, branch: &str, hash: &str) -> Result<(), JobsError> {
     let p = run.path(PUBLISHED);
+    // host-owned: the job's run directory under the queue (no agent mounts it).
     let mut all: Vec<crate::record::CommitRef> = fs_err::read_to_string(&p)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -300,10 +301,54 @@ fn note_published(run: &RunHandle, repo: &str, branch: &str, hash: &str) -> Resu
 
 /// The commits a job pushed before belay was killed, if any.
 pub fn published(run_dir: &std::path::Path) -> Vec<crate::record::CommitRef> {
+    // host-owned: the job's run directory under the queue (no agent mounts it).
     fs_err::read_to_string(run_dir.join(PUBLISHED))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default()
+}
+
+/// The target of `rel` in the work tree when it is a symbolic link, read
+/// without following a link on the way (the agent wrote the tree): each
+/// directory is opened from the one above with `O_NOFOLLOW`, the last name
+/// is read relative to its directory. A parent that is gone, a link or no
+/// directory: `None` (a link there is an entry of its own, checked as one).
+fn link_target(root: &std::path::Path, rel: &str) -> Result<Option<std::path::PathBuf>, JobsError> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    use std::os::unix::ffi::OsStringExt;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let path = root.join(rel);
+    let io = |e: rustix::io::Errno| JobsError::io("read the link", &path, e.into());
+    let mut names = Vec::new();
+    for c in std::path::Path::new(rel).components() {
+        match c {
+            std::path::Component::Normal(n) => names.push(n),
+            std::path::Component::CurDir => {}
+            _ => return Ok(None),
+        }
+    }
+    let Some(last) = names.pop() else {
+        return Ok(None);
+    };
+    let mut dir = rustix::fs::open(root, flags, Mode::empty()).map_err(io)?;
+    for n in names {
+        let next = match rustix::fs::openat(&dir, n, flags, Mode::empty()) {
+            Ok(d) => d,
+            Err(_) => return Ok(None),
+        };
+        dir = next;
+    }
+    let st = match rustix::fs::statat(&dir, last, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(_) => return Ok(None),
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+        return Ok(None);
+    }
+    let target = rustix::fs::readlinkat(&dir, last, Vec::new()).map_err(io)?;
+    Ok(Some(std::path::PathBuf::from(
+        std::ffi::OsString::from_vec(target.into_bytes()),
+    )))
 }
 
 /// The first changed or new path that is a symbolic link whose target is
@@ -311,14 +356,9 @@ pub fn published(run_dir: &std::path::Path) -> Vec<crate::record::CommitRef> {
 async fn escaping_links(wt: &Git) -> Result<Option<String>, JobsError> {
     for rel in wt.dirty(&[]).await? {
         let rel = rel.as_str();
-        let p = wt.root().join(rel);
-        let Ok(m) = fs_err::symlink_metadata(&p) else {
+        let Some(target) = link_target(wt.root(), rel)? else {
             continue;
         };
-        if !m.file_type().is_symlink() {
-            continue;
-        }
-        let target = fs_err::read_link(&p).map_err(|e| JobsError::io("read the link", &p, e))?;
         if target.is_absolute() {
             return Ok(Some(format!("{rel} -> {}", target.display())));
         }
@@ -343,7 +383,7 @@ async fn escaping_links(wt: &Git) -> Result<Option<String>, JobsError> {
 pub fn describe(
     name: &str,
     target: &str,
-    job_id: &str,
+    job_id: &belay_record::Id,
     pushes: bool,
     r: &RepoResult,
 ) -> (Option<String>, Option<crate::record::CommitRef>) {

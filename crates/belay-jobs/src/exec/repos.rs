@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use belay_record::RunHandle;
+use belay_record::{Id, RunHandle};
 use belay_vcs::{Git, RepoLock};
 use serde::{Deserialize, Serialize};
 
@@ -64,7 +64,7 @@ pub fn hooks_dir() -> PathBuf {
     belay_record::state_home().join("no-hooks")
 }
 
-pub fn job_branch(id: &str) -> String {
+pub fn job_branch(id: &Id) -> String {
     format!("builder-job-{id}")
 }
 
@@ -104,7 +104,7 @@ impl Workspace {
     pub async fn prepare(
         q: &Queue,
         run: &RunHandle,
-        job_id: &str,
+        job_id: &Id,
         repos: &[RepoConfig],
         lock_wait: std::time::Duration,
     ) -> Result<Workspace, JobsError> {
@@ -152,7 +152,7 @@ impl Workspace {
         &mut self,
         q: &Queue,
         run: &RunHandle,
-        job_id: &str,
+        job_id: &Id,
         mains: Vec<(RepoConfig, Git)>,
     ) -> Result<(), JobsError> {
         let ws = self;
@@ -199,7 +199,7 @@ impl Workspace {
                     },
                 );
             }
-            let wt_path = q.sub("worktrees").join(job_id).join(&cfg.name);
+            let wt_path = q.worktrees_of(job_id).join(&cfg.name);
             if main.branch_exists(&branch).await? {
                 // A stale branch of an earlier try of this job.
                 main.run(&["branch", "-D", "--", &branch]).await?;
@@ -285,9 +285,12 @@ impl Workspace {
                                 reason: e.to_string(),
                             },
                         );
+                        // The reply may go to a third party: the checkout is
+                        // named by its repository, not by its path.
                         notes.push(format!(
-                            "Warning: the uncommitted changes in {} could not be put back ({e}); they are kept as stash {sha}: `git stash apply {sha}` there",
-                            r.cfg.path.display()
+                            "Warning: the uncommitted changes in the checkout of {} could not be put back ({}); they are kept as stash {sha}: `git stash apply {sha}` there",
+                            r.cfg.name,
+                            e.reply()
                         ));
                     }
                 }
@@ -330,7 +333,7 @@ async fn fast_forward(main: &Git, target: &str, hash: &str) {
 /// stashes, under the repositories' locks.
 pub async fn undo(
     q: &Queue,
-    job_id: &str,
+    job_id: &Id,
     lock_wait: std::time::Duration,
 ) -> Result<Vec<String>, JobsError> {
     let dir = q.run_dir(job_id);
@@ -343,7 +346,7 @@ pub async fn undo(
         let Ok(main) = Git::open(&t.repo, &hooks).await else {
             notes.push(format!(
                 "{}: no longer a repository; nothing undone there",
-                t.repo.display()
+                t.name
             ));
             continue;
         };
@@ -381,13 +384,14 @@ pub async fn undo(
             match restore(&main, &sha).await {
                 Ok(()) => notes.push(format!("{}: the uncommitted changes are back", t.name)),
                 Err(e) => notes.push(format!(
-                    "{}: the uncommitted changes could not be put back ({e}); they are kept as stash {sha}",
-                    t.name
+                    "{}: the uncommitted changes could not be put back ({}); they are kept as stash {sha}",
+                    t.name,
+                    e.reply()
                 )),
             }
         }
     }
-    let parent = q.sub("worktrees").join(job_id);
+    let parent = q.worktrees_of(job_id);
     let _ = fs_err::remove_dir_all(&parent);
     belay_record::write_json_atomic(&dir.join(belay_record::STATE_FILE), &st)?;
     Ok(notes)

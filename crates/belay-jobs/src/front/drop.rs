@@ -8,9 +8,16 @@
 //! approval, unless `[drop] trusted = true` says the directory is the
 //! owner's alone (then its jobs are the owner's, and may say on whose
 //! behalf they are). A directory others may write is refused.
+//!
+//! A file's name is parsed by the one validator of ids before it is used in
+//! any path: a name that is no id (spaces, control characters, `..`, not
+//! UTF-8) is taken into `failed/` under a name of belay's, with the reason.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
+
+use belay_record::Id;
 
 use crate::job::{Job, Request};
 use crate::queue::Dir;
@@ -92,87 +99,100 @@ fn free_name(dir: &Path, name: &str) -> std::path::PathBuf {
     p
 }
 
-/// Read a regular file (never through a link), at most [`MAX_DROP_BYTES`].
-fn read_plain(p: &Path) -> Result<String, JobsError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(
-            rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32,
-        )
-        .open(p)
-        .map_err(|e| {
-            JobsError::Refused(format!(
-                "{}: cannot open it ({e}); links are not followed",
-                p.display()
-            ))
-        })?;
-    let m = f.metadata().map_err(|e| JobsError::io("read", p, e))?;
-    if !m.is_file() {
+/// Read a file taken into `staging` (never through a link, a regular file
+/// only, never waiting on a FIFO), at most [`MAX_DROP_BYTES`]: through
+/// `hostfs`, the one host read of a file someone else wrote.
+fn read_plain(staging: &Path, name: &str) -> Result<String, JobsError> {
+    let bytes = belay_sandbox::hostfs::read(staging, name, MAX_DROP_BYTES + 1)
+        .map_err(|e| JobsError::Refused(format!("{name}: {e}")))?
+        .ok_or_else(|| JobsError::Refused(format!("{name}: it is gone")))?;
+    if bytes.len() as u64 > MAX_DROP_BYTES {
         return Err(JobsError::Refused(format!(
-            "{}: not a regular file",
-            p.display()
+            "{name}: more than the {MAX_DROP_BYTES} bytes a request may have"
         )));
     }
-    if m.len() > MAX_DROP_BYTES {
-        return Err(JobsError::Refused(format!(
-            "{}: {} bytes, more than the {MAX_DROP_BYTES} a request may have",
-            p.display(),
-            m.len()
-        )));
+    String::from_utf8(bytes)
+        .map_err(|e| JobsError::Refused(format!("{name}: not UTF-8 text ({e})")))
+}
+
+/// Move `taken` to `failed/` (under a free name like `name`) with the
+/// reason beside it.
+fn fail(svc: &Services, taken: &Path, name: &str, why: &str) {
+    let dest = free_name(&svc.queue.dir(Dir::Failed), name);
+    let why = svc.redactor.redact(why).into_owned();
+    if fs_err::rename(taken, &dest).is_ok() {
+        let mut reason = dest.clone().into_os_string();
+        reason.push(".reason");
+        let _ = belay_record::atomic_write(Path::new(&reason), format!("{why}\n").as_bytes());
     }
-    let mut s = String::new();
-    f.take(MAX_DROP_BYTES)
-        .read_to_string(&mut s)
-        .map_err(|e| JobsError::Refused(format!("{}: not UTF-8 text ({e})", p.display())))?;
-    Ok(s)
+    (svc.progress)(&format!("drop: {name} is no job: {why}"));
+}
+
+/// The file names of the drop directory to take (not dot files: others'
+/// partial writes), sorted.
+fn names(dir: &Path) -> Result<Vec<OsString>, JobsError> {
+    // host-owned: the drop directory, a real directory only belay's user may write (`check_dir`); names only, each parsed before use.
+    let rd = match fs_err::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(JobsError::io("read", dir, e)),
+    };
+    let mut names: Vec<OsString> = rd
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| !n.as_encoded_bytes().starts_with(b"."))
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 /// Take every file of the drop directory once; how many became jobs.
 pub fn sweep(svc: &Services, dir: &Path, trusted: bool) -> Result<usize, JobsError> {
     check_dir(dir)?;
-    let rd = match fs_err::read_dir(dir) {
-        Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(JobsError::io("read", dir, e)),
-    };
-    let mut names: Vec<String> = rd
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    names.sort();
+    let names = names(dir)?;
     let staging = svc.queue.sub("dropped");
     fs_err::create_dir_all(&staging).map_err(|e| JobsError::io("create", &staging, e))?;
     let mut n = 0;
-    for name in names {
+    for raw in names {
+        // The name, parsed by the one validator; one that is no id is
+        // taken under a name of belay's. `raw` is a directory entry's own
+        // name (one component, never `.` or `..`): the only use of it is
+        // to take that entry.
+        let parsed: Result<Id, JobsError> = match raw.to_str() {
+            Some(s) => Id::parse("drop file", s).map_err(JobsError::from),
+            None => Err(JobsError::Refused(format!(
+                "the file name {} is not UTF-8",
+                raw.to_string_lossy().escape_debug()
+            ))),
+        };
+        let name = match &parsed {
+            Ok(id) => id.to_string(),
+            Err(_) => format!("{}.refused", crate::job::new_id()),
+        };
         // Into the queue first: taken once, whatever happens next.
         let taken = free_name(&staging, &name);
-        if fs_err::rename(dir.join(&name), &taken).is_err() {
+        if fs_err::rename(dir.join(&raw), &taken).is_err() {
             continue;
         }
-        let made = read_plain(&taken)
-            .and_then(|t| job_of(&dir.join(&name), &t, trusted))
-            .and_then(|j| gates::submit(svc, j));
+        let Some(staged) = taken
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let made = match parsed {
+            Err(e) => Err(e),
+            Ok(id) => read_plain(&staging, &staged)
+                .and_then(|t| job_of(&dir.join(&id), &t, trusted))
+                .and_then(|j| gates::submit(svc, j)),
+        };
         match made {
             Ok(_) => {
                 let _ = fs_err::remove_file(&taken);
                 n += 1;
             }
-            Err(e) => {
-                let dest = free_name(&svc.queue.dir(Dir::Failed), &name);
-                let why = svc.redactor.redact(&e.to_string()).into_owned();
-                if fs_err::rename(&taken, &dest).is_ok() {
-                    let mut reason = dest.clone().into_os_string();
-                    reason.push(".reason");
-                    let _ = belay_record::atomic_write(
-                        std::path::Path::new(&reason),
-                        format!("{why}\n").as_bytes(),
-                    );
-                }
-                (svc.progress)(&format!("drop: {name} is no job: {why}"));
-            }
+            Err(e) => fail(svc, &taken, &name, &e.to_string()),
         }
     }
     Ok(n)

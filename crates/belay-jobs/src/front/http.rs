@@ -6,6 +6,10 @@
 //! `POST /jobs` (a job's fields; `body` required) → `201 {"id", "waits_for_approval"}`;
 //! `GET /jobs` → the queue; `GET /jobs/{id}` → where it is, and its record
 //! once done; `POST /jobs/{id}/{accept|decline|approve|discard}`.
+//!
+//! An id in a route is parsed by the one validator before anything uses it
+//! (`400` otherwise), and no answer shows a path of the host: errors give
+//! ids and a short reason.
 
 use std::sync::Arc;
 
@@ -14,6 +18,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use belay_record::Id;
 use serde_json::{json, Value};
 
 use crate::config::HttpConfig;
@@ -50,7 +55,21 @@ fn refused(e: JobsError) -> Response {
         belay_record::ExitClass::Usage => StatusCode::UNPROCESSABLE_ENTITY,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    err(code, e.to_string())
+    err(code, e.reply())
+}
+
+/// The job id of a route, or the `400` that says why it is none.
+fn route_id(raw: &str) -> Result<Id, Box<Response>> {
+    Id::parse("job", raw).map_err(|e| Box::new(err(StatusCode::BAD_REQUEST, e.to_string())))
+}
+
+/// Text for a client, without host paths (a failure's reason may quote
+/// one).
+fn public_text(v: Option<&str>) -> Value {
+    match v {
+        Some(t) => Value::String(crate::public::without_paths(t).into_owned()),
+        None => Value::Null,
+    }
 }
 
 async fn submit(
@@ -94,10 +113,10 @@ async fn submit(
     }
 }
 
-fn describe(q: &Queue, d: Dir, p: &std::path::Path) -> Option<Value> {
+fn describe(d: Dir, p: &std::path::Path) -> Option<Value> {
     let j = Queue::read(p).ok()?;
     Some(
-        json!({"id": j.id, "state": d.as_str(), "sender": j.sender, "requested_by": j.requester(), "preview": j.preview(80), "failure": j.belay.failure, "root": q.root()}),
+        json!({"id": j.id, "state": d.as_str(), "sender": j.sender, "requested_by": j.requester(), "preview": j.preview(80), "failure": public_text(j.belay.failure.as_deref())}),
     )
 }
 
@@ -111,7 +130,7 @@ async fn list(State(app): State<App>, h: HeaderMap) -> Response {
     let mut out = Vec::new();
     for d in Dir::ALL {
         for p in q.list(d).unwrap_or_default() {
-            if let Some(v) = describe(q, d, &p) {
+            if let Some(v) = describe(d, &p) {
                 if app.cfg.trusted || v["sender"] == mine.as_str() {
                     out.push(v);
                 }
@@ -121,10 +140,14 @@ async fn list(State(app): State<App>, h: HeaderMap) -> Response {
     Json(json!({"jobs": out})).into_response()
 }
 
-async fn show(State(app): State<App>, h: HeaderMap, Path(id): Path<String>) -> Response {
+async fn show(State(app): State<App>, h: HeaderMap, Path(raw): Path<String>) -> Response {
     if !authorized(&app, &h) {
         return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
     }
+    let id = match route_id(&raw) {
+        Ok(id) => id,
+        Err(r) => return *r,
+    };
     let q = &app.svc.queue;
     let mine = format!("http:{}", app.cfg.name);
     if !app.cfg.trusted {
@@ -135,6 +158,7 @@ async fn show(State(app): State<App>, h: HeaderMap, Path(id): Path<String>) -> R
             .map(|j| j.sender == mine)
             .or_else(|| {
                 let ev = q.run_dir(&id).join(belay_record::EVENTS_FILE);
+                // host-owned: the job's run under the queue, named by a parsed id.
                 fs_err::read_to_string(ev)
                     .ok()
                     .map(|t| t.contains(&format!("\"sender\":\"{mine}\"")))
@@ -145,16 +169,18 @@ async fn show(State(app): State<App>, h: HeaderMap, Path(id): Path<String>) -> R
         }
     }
     if let Some((d, p)) = q.find(&id) {
-        if let Some(v) = describe(q, d, &p) {
+        if let Some(v) = describe(d, &p) {
             return Json(v).into_response();
         }
     }
-    let done = q.sub("done").join(format!("{id}.json"));
-    if belay_record::run_id::validate(&id).is_ok() {
-        if let Ok(t) = fs_err::read_to_string(&done) {
-            if let Ok(rec) = serde_json::from_str::<Value>(&t) {
-                return Json(json!({"id": id, "state": "done", "record": rec})).into_response();
+    // host-owned: the queue's done/ (0700), named by a parsed id.
+    if let Ok(t) = fs_err::read_to_string(q.done_file(&id)) {
+        if let Ok(mut rec) = serde_json::from_str::<Value>(&t) {
+            let detail = public_text(rec["failure_detail"].as_str());
+            if !detail.is_null() {
+                rec["failure_detail"] = detail;
             }
+            return Json(json!({"id": id, "state": "done", "record": rec})).into_response();
         }
     }
     err(StatusCode::NOT_FOUND, format!("no job {id}"))
@@ -163,7 +189,7 @@ async fn show(State(app): State<App>, h: HeaderMap, Path(id): Path<String>) -> R
 async fn gate(
     State(app): State<App>,
     h: HeaderMap,
-    Path((id, verb)): Path<(String, String)>,
+    Path((raw, verb)): Path<(String, String)>,
 ) -> Response {
     if !authorized(&app, &h) {
         return err(StatusCode::UNAUTHORIZED, "a bearer token is needed");
@@ -174,6 +200,10 @@ async fn gate(
             "the gates are the owner's: set trusted = true in [http] to open them to this token",
         );
     }
+    let id = match route_id(&raw) {
+        Ok(id) => id,
+        Err(r) => return *r,
+    };
     let by = crate::config::LOCAL_SENDER;
     // A gate runs to its end even if the client goes away (an approval
     // commits and pushes): it is a task of its own, awaited here.

@@ -15,6 +15,7 @@ pub struct Seen {
 
 impl Seen {
     pub fn load(path: &Path) -> Seen {
+        // host-owned: the queue's xmpp-seen.json (0700, belay's own).
         let keys = fs_err::read_to_string(path)
             .ok()
             .and_then(|t| serde_json::from_str::<VecDeque<String>>(&t).ok())

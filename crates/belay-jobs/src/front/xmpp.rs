@@ -413,7 +413,7 @@ fn flush(svc: &Services, wake: &tokio::sync::Notify, seen: &mut Seen, from: &str
         Err(e) => {
             let _ = svc
                 .outbox
-                .send(from, &format!("Your request was not queued: {e}"));
+                .send(from, &format!("Your request was not queued: {}", e.reply()));
         }
     }
 }

@@ -4,10 +4,14 @@
 //!
 //! A container per call means nothing an agent starts outlives its call: no
 //! process left behind can edit the plan file after belay has judged it, or
-//! the code after belay has committed it.
+//! the code after belay has committed it. The reviewer's container sees the
+//! plan file read-only (belay's own copy mounted over the tree's): neither it
+//! nor the code under review it may run can write it, and a change found
+//! after a review anyway is tampering, never a transition.
 
 use std::time::Duration;
 
+use belay_agent::sandbox::BoxExtras;
 use belay_agent::session::EventTarget;
 use belay_agent::{AgentSpec, Limits};
 
@@ -23,6 +27,9 @@ pub(super) struct CallOutcome {
     pub judgement: Judgement,
     /// What to tell the agent next time (reverted changes).
     pub feedback: Vec<String>,
+    /// The agent's own final message, when it ended well (not belay's
+    /// interim report): where a reviewer's verdict is read.
+    pub answer: Option<String>,
 }
 
 impl Engine<'_> {
@@ -54,6 +61,7 @@ impl Engine<'_> {
         prompt: &str,
     ) -> Result<CallOutcome, PlanError> {
         let before = self.write_plan()?;
+        let extras = self.box_extras(role)?;
         let spec = self.spec_for(role);
         let budget = self
             .o
@@ -120,7 +128,7 @@ impl Engine<'_> {
             git: &self.git,
             records: self.run.path("box"),
             warn: &*self.o.progress,
-            extras: Default::default(),
+            extras,
             agent_env: vec![],
         };
         let result = runner
@@ -151,10 +159,31 @@ impl Engine<'_> {
             Err(e) => Err(e),
         };
         self.state.agent_calls = n;
-        let (failure, mut finish) = match result {
+        let (failure, finish, answer) = self.finished(result, trace("finish"), role)?;
+        self.emit(Some(id), &finish)?;
+        let (judgement, feedback) = self.judge_plan_file(&before, role, id)?;
+        Ok(CallOutcome {
+            failure,
+            judgement,
+            feedback,
+            answer,
+        })
+    }
+
+    /// What a call's result means: why it does not count (if it does not),
+    /// the finish trace (`finish`, filled in), and the agent's own answer
+    /// (when it ended well; an interim report belay built is none). A CLI
+    /// that is not there, or a spec that cannot run, is the user's to fix:
+    /// an error, the run stops.
+    fn finished(
+        &mut self,
+        result: Result<belay_agent::AgentReport, belay_agent::AgentError>,
+        mut finish: PlanEvent,
+        role: Role,
+    ) -> Result<(Option<String>, PlanEvent, Option<String>), PlanError> {
+        let (failure, answer) = match result {
             Ok(report) => {
                 self.state.cost_usd += report.cost_usd;
-                let mut t = trace("finish");
                 if let PlanEvent::AgentTrace {
                     outcome,
                     exit_code,
@@ -162,7 +191,7 @@ impl Engine<'_> {
                     cost_usd,
                     duration_s,
                     ..
-                } = &mut t
+                } = &mut finish
                 {
                     *outcome = Some(report.stop.describe());
                     *exit_code = report.exit_code;
@@ -181,19 +210,17 @@ impl Engine<'_> {
                             .unwrap_or_default()
                     )
                 });
-                (failure, t)
+                let answer = (report.ok() && !report.interim).then_some(report.final_text);
+                (failure, answer)
             }
-            // A CLI that is not there, or a spec that cannot run, is the
-            // user's to fix: the run stops.
             Err(
                 e @ (belay_agent::AgentError::Spawn { .. } | belay_agent::AgentError::Config(_)),
             ) => return Err(e.into()),
             Err(e) => {
-                let mut t = trace("finish");
-                if let PlanEvent::AgentTrace { outcome, .. } = &mut t {
+                if let PlanEvent::AgentTrace { outcome, .. } = &mut finish {
                     *outcome = Some(format!("error: {e}"));
                 }
-                (Some(format!("the {} failed: {e}", role.as_str())), t)
+                (Some(format!("the {} failed: {e}", role.as_str())), None)
             }
         };
         if let PlanEvent::AgentTrace { outcome, .. } = &mut finish {
@@ -201,8 +228,43 @@ impl Engine<'_> {
                 *outcome = Some("completed".into());
             }
         }
-        self.emit(Some(id), &finish)?;
-        // What the agent proposed in the plan file, judged; the rest reverted.
+        Ok((failure, finish, answer))
+    }
+
+    /// What the reviewer's box adds to the default: the plan file mounted
+    /// read-only over the tree's, from belay's own copy, so that neither the
+    /// reviewer nor the code it runs (`verify_in_review`) can write it. The
+    /// developer proposes through the file, so its box has none; on the host
+    /// there are no mounts (the opt-out), and what changed is judged after.
+    fn box_extras(&self, role: Role) -> Result<BoxExtras, PlanError> {
+        if role != Role::Reviewer || self.o.on_host {
+            return Ok(BoxExtras::default());
+        }
+        let view = self.run.path(super::PLAN_VIEW);
+        let text = self.plan.render(&self.state.view());
+        belay_record::atomic_write(&view, text.as_bytes())?;
+        Ok(BoxExtras {
+            mounts: vec![belay_sandbox::Mount {
+                host: view,
+                container: format!("{}/{}", belay_agent::sandbox::WORKDIR, self.plan_rel),
+                read_only: true,
+            }],
+            ..BoxExtras::default()
+        })
+    }
+
+    /// After a call: what the agent proposed in the plan file, judged against
+    /// `before` (what belay wrote); the rest reverted and recorded. The file
+    /// is written again from the state and the state saved.
+    ///
+    /// For the reviewer every change is tampering (the file is belay's while
+    /// code under review runs): recorded as `plan_tampered`, never taken.
+    fn judge_plan_file(
+        &self,
+        before: &serde_json::Value,
+        role: Role,
+        id: &str,
+    ) -> Result<(Judgement, Vec<String>), PlanError> {
         let after = belay_sandbox::hostfs::read(
             self.git.root(),
             &self.plan_rel,
@@ -210,7 +272,7 @@ impl Engine<'_> {
         )
         .ok()
         .flatten();
-        let mut judgement = gate::judge(&before, after.as_deref(), role, id);
+        let mut judgement = gate::judge(before, after.as_deref(), role, id);
         // The notes go into prompts, the plan file and its commits: no
         // secret's value with them.
         if let Some(n) = judgement.notes.take() {
@@ -226,34 +288,47 @@ impl Engine<'_> {
                     what: self.o.audit.prepare(&v.what),
                 })
                 .collect();
-            self.emit(
-                Some(id),
-                &PlanEvent::ChangeReverted {
-                    checkpoint: id.into(),
-                    role: role.as_str(),
-                    violations: recorded,
-                },
-            )?;
-            (self.o.progress)(&format!(
-                ">> reverted {} change(s) the {} made to {} that were not its to make",
-                judgement.violations.len(),
-                role.as_str(),
-                self.plan_rel
-            ));
-            for v in &judgement.violations {
-                feedback.push(format!(
-                    "belay reverted your change to {}: {}",
-                    v.field, v.what
-                ));
+            let n = judgement.violations.len();
+            match role {
+                Role::Developer => {
+                    self.emit(
+                        Some(id),
+                        &PlanEvent::ChangeReverted {
+                            checkpoint: id.into(),
+                            role: role.as_str(),
+                            violations: recorded,
+                        },
+                    )?;
+                    (self.o.progress)(&format!(
+                        ">> reverted {n} change(s) the developer made to {} that were not its to make",
+                        self.plan_rel
+                    ));
+                    for v in &judgement.violations {
+                        feedback.push(format!(
+                            "belay reverted your change to {}: {}",
+                            v.field, v.what
+                        ));
+                    }
+                }
+                Role::Reviewer => {
+                    self.emit(
+                        Some(id),
+                        &PlanEvent::PlanTampered {
+                            checkpoint: id.into(),
+                            role: role.as_str(),
+                            violations: recorded,
+                        },
+                    )?;
+                    (self.o.progress)(&format!(
+                        ">> {} changed during the review of {id} ({n} change(s)): refused and restored from belay's state; the verdict is the reviewer's answer",
+                        self.plan_rel
+                    ));
+                }
             }
         }
         self.write_plan()?;
         self.save()?;
-        Ok(CallOutcome {
-            failure,
-            judgement,
-            feedback,
-        })
+        Ok((judgement, feedback))
     }
 
     /// The reviewer decides; it does not write code. Whatever it changed

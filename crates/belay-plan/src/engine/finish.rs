@@ -136,6 +136,15 @@ impl Engine<'_> {
         self.save()?;
         if outcome == Outcome::Completed {
             let _ = fs_err::remove_file(&self.index);
+            // No agent writes the file after a completed run: the next run is
+            // new and takes the plan file as a human left it.
+            let key = super::setup::control_key(self.git.root(), &self.plan_rel);
+            if let Err(e) = super::setup::control_store().forget(&key) {
+                self.say(&format!(
+                    "cannot forget the trusted copy of {} ({e}): the next run may ask for --accept-plan",
+                    self.plan_rel
+                ));
+            }
         }
         self.run.finish(belay_record::RunEnd {
             ok: outcome == Outcome::Completed,

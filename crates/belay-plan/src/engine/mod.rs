@@ -8,6 +8,8 @@
 //! * [`call`]: one agent call, in its own container, and the judging of the
 //!   plan file after it;
 //! * [`check`]: belay's own run of the build, test and lint commands;
+//! * [`review`]: the reviewer's call and its verdict (its answer, never a
+//!   file), the approval or the send-back;
 //! * [`commit`]: the commit point and its crash recovery;
 //! * [`finish`]: the outcome, the audit commit, the registry.
 
@@ -15,6 +17,7 @@ mod call;
 mod check;
 mod commit;
 mod finish;
+mod review;
 mod setup;
 
 use std::path::PathBuf;
@@ -35,10 +38,14 @@ use crate::schema::Plan;
 use crate::state::{Outcome, Phase, RunState, Stage};
 use crate::PlanError;
 
-pub use setup::{current_run, plan_key, reset, RunLocation};
+pub use setup::{current_run, plan_key, reset, trust_plan, RunLocation, ACCEPT_PLAN};
 
 /// belay's copy of the plan file as it last wrote it, in the run directory.
 pub const BASELINE: &str = "plan.json";
+
+/// The plan file as the reviewer's box sees it (read-only, over the tree's),
+/// in the run directory.
+pub const PLAN_VIEW: &str = "plan-view.json";
 
 /// What `belay plan run` was asked to do.
 pub struct RunOptions {
@@ -61,6 +68,9 @@ pub struct RunOptions {
     /// Let CLIs act without asking (their auto-approval flags): an explicit
     /// opt-in, in a container as on the host.
     pub auto_approve: bool,
+    /// Take a plan file that changed since belay last trusted it (a human's
+    /// edit between runs) instead of refusing it.
+    pub accept_plan: bool,
     pub image: String,
     /// Where the agents' model is, as the host reaches it.
     pub endpoint: Option<Endpoint>,
@@ -139,7 +149,9 @@ impl Engine<'_> {
 
     /// The plan file as belay's state says it is. Whatever an agent put in
     /// its place (a link, a directory, a fifo) is removed first; a parent
-    /// that is no longer a directory is an error.
+    /// that is no longer a directory is an error. What is written is belay's
+    /// trusted copy of the file (the control store): a change found at the
+    /// next start that belay did not write is refused until accepted.
     fn write_plan(&self) -> Result<serde_json::Value, PlanError> {
         let text = self.plan.render(&self.state.view());
         let root = self.git.root();
@@ -161,6 +173,7 @@ impl Engine<'_> {
         }
         belay_sandbox::hostfs::write(root, &self.plan_rel, text.as_bytes())?;
         belay_record::atomic_write(&self.run.path(BASELINE), text.as_bytes())?;
+        setup::control_store().trust(&setup::control_key(root, &self.plan_rel), text.as_bytes())?;
         Ok(serde_json::from_str(&text).unwrap_or_default())
     }
 
@@ -442,153 +455,6 @@ impl Engine<'_> {
             },
         )
         .map_err(Self::failed)?;
-        self.write_plan().map_err(Self::failed)?;
-        self.save().map_err(Self::failed)
-    }
-
-    /// One review: the call, its decision, the commit.
-    async fn review(&mut self, id: &str) -> Result<(), Stop> {
-        let st =
-            self.state.get(id).cloned().ok_or_else(|| {
-                Stop::Failed(format!("checkpoint `{id}` is not in the run state"))
-            })?;
-        // A review cut short by a crash keeps its number.
-        let attempt = match &self.state.phase {
-            Phase::Reviewing {
-                checkpoint,
-                attempt,
-                ..
-            } if checkpoint == id => *attempt,
-            _ => st.attempts + 1,
-        };
-        self.cp_mut(id).map_err(Self::failed)?.attempts = attempt;
-        let ignored_before = self.ignored_now().await;
-        self.state.phase = Phase::Reviewing {
-            checkpoint: id.into(),
-            attempt,
-            ignored_before: ignored_before.clone(),
-        };
-        self.save().map_err(Self::failed)?;
-        self.say(&format!(
-            "--- {id} review attempt {attempt}/{} ---",
-            self.o.max_review_attempts
-        ));
-        let cp_plan = self
-            .plan
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Stop::Failed(format!("checkpoint `{id}` is not in the plan")))?;
-        let gate = self.last_gate(id);
-        let diff = self.checkpoint_diff(&st).await;
-        let prompt = crate::prompts::reviewer(
-            &self.plan,
-            &self.plan_rel,
-            &cp_plan,
-            gate.as_ref(),
-            &diff,
-            &[],
-        );
-        let out = self.call(Role::Reviewer, id, "review", &prompt).await;
-        // Whatever happened, the reviewer's edits do not stay.
-        self.revert_reviewer_edits(id, ignored_before.as_deref())
-            .await
-            .map_err(Self::failed)?;
-        let out = out.map_err(Self::failed)?;
-        if let Some(fail) = out.failure {
-            // No decision: the attempt is used, the review is due again.
-            self.state.phase = Phase::Idle;
-            self.say(&format!(">> {id} review failed: {fail}"));
-            self.emit(
-                Some(id),
-                &PlanEvent::ReviewComment {
-                    checkpoint: id.into(),
-                    comment: self
-                        .o
-                        .audit
-                        .prepare(&format!("the reviewer failed: {fail}")),
-                    review_attempt: attempt,
-                    status: "built".into(),
-                },
-            )
-            .map_err(Self::failed)?;
-            self.write_plan().map_err(Self::failed)?;
-            return self.save().map_err(Self::failed);
-        }
-        let notes = out.judgement.notes.clone().unwrap_or_default();
-        let approved = out.judgement.status == Some(crate::schema::Status::Approved);
-        self.emit(
-            Some(id),
-            &PlanEvent::ReviewComment {
-                checkpoint: id.into(),
-                comment: self.o.audit.prepare(&notes),
-                review_attempt: attempt,
-                status: if approved { "approved" } else { "built" }.into(),
-            },
-        )
-        .map_err(Self::failed)?;
-        {
-            let run_id = self.state.run_id.clone();
-            let cp = self.cp_mut(id).map_err(Self::failed)?;
-            if out.judgement.notes.is_some() {
-                cp.notes = notes.clone();
-            }
-            if approved {
-                cp.decided = Some(crate::state::Decision {
-                    by: "reviewer".into(),
-                    review_attempt: Some(attempt),
-                    run_id,
-                });
-            }
-        }
-        self.state.phase = Phase::Idle;
-        if approved {
-            self.say(&format!(">> {id} APPROVED"));
-            self.emit(
-                Some(id),
-                &PlanEvent::ApprovalComment {
-                    approval_status: "approved",
-                    checkpoint: id.into(),
-                    comment: self.o.audit.prepare(&notes),
-                    review_attempt: Some(attempt),
-                    source: "reviewer",
-                },
-            )
-            .map_err(Self::failed)?;
-            self.cp_mut(id).map_err(Self::failed)?.stage = Stage::Approved;
-            self.write_plan().map_err(Self::failed)?;
-            match self
-                .commit(
-                    format!("{id}: approved"),
-                    Some(id),
-                    Some(Stage::Approved),
-                    true,
-                    vec![self.plan_rel.clone()],
-                )
-                .await
-                .map_err(Self::failed)?
-            {
-                commit::Committed::Refused(why) => {
-                    // Not committed, not approved: the review is due again.
-                    self.cp_mut(id).map_err(Self::failed)?.stage = Stage::Built;
-                    let _ = self.write_plan();
-                    let _ = self.save();
-                    return Err(Stop::Failed(format!(
-                        "the approval of {id} could not be committed: {why}"
-                    )));
-                }
-                _ => return Ok(()),
-            }
-        }
-        self.say(&format!(">> {id} sent back (review {attempt})"));
-        {
-            let cp = self.cp_mut(id).map_err(Self::failed)?;
-            cp.stage = Stage::Revising;
-            cp.feedback.clear();
-            // Notes the reviewer did not write are not its requested fixes.
-            if out.judgement.notes.is_none() {
-                cp.notes.clear();
-            }
-        }
         self.write_plan().map_err(Self::failed)?;
         self.save().map_err(Self::failed)
     }

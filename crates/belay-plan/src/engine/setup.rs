@@ -41,6 +41,48 @@ fn key(text: &str) -> String {
     hex::encode(&Sha256::digest(text.as_bytes())[..8])
 }
 
+/// How to take a plan file that changed since belay last trusted it.
+pub const ACCEPT_PLAN: &str =
+    "rerun `belay plan run` with --accept-plan to take the file as it is now";
+
+/// belay's trusted copies of plan files, in its own state home (never in a
+/// tree an agent can write).
+pub(super) fn control_store() -> belay_record::ControlStore {
+    belay_record::ControlStore::new(belay_record::state_home().join("plan/trusted"))
+}
+
+/// The control store's key of the plan file `rel` of the work tree `root`.
+pub(super) fn control_key(root: &Path, rel: &str) -> String {
+    format!("plan\0{}\0{rel}", root.display())
+}
+
+/// Record the plan file as it is now as belay's trusted copy (`belay plan
+/// init` wrote it).
+pub async fn trust_plan(plan: &Path) -> Result<(), PlanError> {
+    let (git, loc) = plan_key(plan).await?;
+    let bytes = schema::read_in_tree(git.root(), &loc.plan_rel, plan)?;
+    control_store().trust(&control_key(git.root(), &loc.plan_rel), &bytes)?;
+    Ok(())
+}
+
+/// belay's state home must not be in the work tree: agents (and the code
+/// they run) write the tree, and the state holds the truth (statuses,
+/// attempts, who decided) and the trusted copies.
+fn state_outside(root: &Path) -> Result<(), PlanError> {
+    let home = belay_record::state_home();
+    fs_err::create_dir_all(&home).map_err(|e| PlanError::io("create", &home, e))?;
+    let home = fs_err::canonicalize(&home).map_err(|e| PlanError::io("resolve", &home, e))?;
+    let tree = fs_err::canonicalize(root).map_err(|e| PlanError::io("resolve", root, e))?;
+    if home.starts_with(&tree) {
+        return Err(PlanError::Refused(format!(
+            "belay's state home {} is inside the work tree {}, which the agents and the code they run can write: the run's state, its verdicts and belay's trusted copy of the plan would be theirs to change. Set BELAY_STATE_HOME to a directory outside the tree; nothing was changed",
+            home.display(),
+            tree.display()
+        )));
+    }
+    Ok(())
+}
+
 /// The repository root, the plan's path in it, and where its runs are.
 pub async fn plan_key(plan: &Path) -> Result<(Git, RunLocation), PlanError> {
     let abs = std::path::absolute(plan).map_err(|e| PlanError::io("resolve", plan, e))?;
@@ -100,6 +142,7 @@ fn lock(loc: &RunLocation) -> Result<RunLock, PlanError> {
 
 /// The unfinished run of this plan and its state, if there is one.
 pub fn current_run(loc: &RunLocation) -> Result<Option<RunState>, PlanError> {
+    // host-owned: the run index under belay's state home (refused inside the tree).
     let id = match fs_err::read_to_string(&loc.index) {
         Ok(s) => s.trim().to_string(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -168,6 +211,69 @@ pub async fn reset(plan: &Path, ids: &[String]) -> Result<Vec<String>, PlanError
     Ok(done)
 }
 
+/// The plan the run goes on with, and what to record about it.
+///
+/// * After a kill during an agent call the file is the agent's: the plan is
+///   belay's own copy of what it last wrote, and what the agent changed is
+///   judged and reverted like after any call (a reviewer's change is
+///   tampering).
+/// * Otherwise the file is read without following a link, and compared with
+///   belay's trusted copy: a file that changed since belay last wrote it is
+///   refused, with what changed, unless the user accepts it
+///   (`--accept-plan`), which is recorded as `plan_changed`.
+fn load_plan(
+    o: &RunOptions,
+    git: &Git,
+    loc: &RunLocation,
+    dir: &Path,
+    interrupted: Option<&(Role, String)>,
+) -> Result<(schema::Plan, Vec<PlanEvent>), PlanError> {
+    let baseline_path = dir.join(BASELINE);
+    // host-owned: the run dir under belay's state home (refused inside the tree).
+    let baseline = fs_err::read_to_string(&baseline_path).ok();
+    let mut notes: Vec<PlanEvent> = Vec::new();
+    if let (Some((role, cid)), Some(text)) = (interrupted, &baseline) {
+        let plan = schema::parse(&baseline_path, text)?;
+        let disk =
+            belay_sandbox::hostfs::read(git.root(), &loc.plan_rel, crate::schema::MAX_PLAN_BYTES)
+                .ok()
+                .flatten();
+        let j = gate::judge(&plan.raw, disk.as_deref(), *role, cid);
+        if !j.violations.is_empty() {
+            notes.push(match role {
+                Role::Developer => PlanEvent::ChangeReverted {
+                    checkpoint: cid.clone(),
+                    role: role.as_str(),
+                    violations: j.violations,
+                },
+                Role::Reviewer => PlanEvent::PlanTampered {
+                    checkpoint: cid.clone(),
+                    role: role.as_str(),
+                    violations: j.violations,
+                },
+            });
+        }
+        return Ok((plan, notes));
+    }
+    let bytes = schema::read_in_tree(git.root(), &loc.plan_rel, &o.plan)?;
+    let key = control_key(git.root(), &loc.plan_rel);
+    let accepted = match control_store().verify(&key, &o.plan, Some(&bytes), ACCEPT_PLAN) {
+        Ok(()) => false,
+        Err(_) if o.accept_plan => true,
+        Err(changed) => return Err(changed.into()),
+    };
+    let plan = schema::parse_bytes(&o.plan, &bytes)?;
+    let was = baseline
+        .as_deref()
+        .map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap_or_default());
+    if accepted || was.is_some_and(|w| w != plan.raw) {
+        notes.push(PlanEvent::PlanChanged {
+            plan: loc.plan_rel.clone(),
+        });
+    }
+    Ok((plan, notes))
+}
+
 /// Everything before the loop.
 pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     if o.max_review_attempts == 0 {
@@ -176,6 +282,13 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         ));
     }
     let (git, loc) = plan_key(&o.plan).await?;
+    state_outside(git.root())?;
+    if !o.on_host && loc.plan_rel.contains(':') {
+        return Err(PlanError::Usage(format!(
+            "the plan file's path `{}` holds a `:`, which a container mount cannot name (the reviewer sees the plan file read-only): rename it",
+            loc.plan_rel
+        )));
+    }
     let lock = lock(&loc)?;
     let previous = current_run(&loc)?;
     let resumed = previous.is_some();
@@ -197,42 +310,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         Phase::Reviewing { checkpoint, .. } => Some((Role::Reviewer, checkpoint.clone())),
         Phase::Idle => None,
     });
-    let baseline_path = dir.join(BASELINE);
-    let baseline = fs_err::read_to_string(&baseline_path).ok();
-    let mut notes: Vec<PlanEvent> = Vec::new();
-    let plan = match (&interrupted, &baseline) {
-        (Some((role, cid)), Some(text)) => {
-            let plan = schema::parse(&baseline_path, text)?;
-            let disk = belay_sandbox::hostfs::read(
-                git.root(),
-                &loc.plan_rel,
-                crate::schema::MAX_PLAN_BYTES,
-            )
-            .ok()
-            .flatten();
-            let j = gate::judge(&plan.raw, disk.as_deref(), *role, cid);
-            if !j.violations.is_empty() {
-                notes.push(PlanEvent::ChangeReverted {
-                    checkpoint: cid.clone(),
-                    role: role.as_str(),
-                    violations: j.violations,
-                });
-            }
-            plan
-        }
-        _ => {
-            let plan = schema::load(&o.plan)?;
-            if let Some(text) = &baseline {
-                let was = serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
-                if was != plan.raw {
-                    notes.push(PlanEvent::PlanChanged {
-                        plan: loc.plan_rel.clone(),
-                    });
-                }
-            }
-            plan
-        }
-    };
+    let (plan, notes) = load_plan(o, &git, &loc, &dir, interrupted.as_ref())?;
     // The work tree: clean but for the plan file, unless this is a resume
     // (then the changes are what the run left: a killed agent's work, or a
     // build that failed its gate).

@@ -17,7 +17,7 @@ use crate::RoundsError;
 use raw::RawConfig;
 
 /// The largest config file read (a config is a page of text).
-const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// What to do with a tree a round left dirty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,8 +112,7 @@ pub struct Config {
     pub limits: Limits,
     /// Keys that load but do nothing in belay, with why (`doctor` shows them).
     pub notes: Vec<String>,
-    /// The file's text as loaded (put back if an agent edits a config that
-    /// lives in the work tree).
+    /// The file's text as loaded.
     pub source: String,
 }
 
@@ -182,27 +181,14 @@ pub fn project_name(work_dir: &Path) -> String {
 }
 
 impl Config {
-    /// Read and check `path`.
+    /// Read and check `path`, as it is on disk (for a run, see
+    /// [`crate::trusted::open`], which goes by belay's trusted copy). Its
+    /// path is made canonical, as the work dir is: a config reached through a
+    /// link into the work tree is still known as the tree's own. It is then
+    /// read without following anything, as a regular file of at most 1 MiB
+    /// (a FIFO or a device is refused at once).
     pub fn load(path: &Path) -> Result<Config, RoundsError> {
-        let meta = fs_err::metadata(path).map_err(|e| {
-            RoundsError::Config(format!(
-                "cannot read the config {}: {e} (run `belay rounds init`, or pass --config)",
-                path.display()
-            ))
-        })?;
-        if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
-            return Err(RoundsError::Config(format!(
-                "{} is not a config file (a regular file under 1 MiB)",
-                path.display()
-            )));
-        }
-        let text = fs_err::read_to_string(path).map_err(|e| {
-            RoundsError::Config(format!("cannot read the config {}: {e}", path.display()))
-        })?;
-        // Canonical, as the work dir is: a config reached through a link into
-        // the work tree is still known as the tree's own (and put back).
-        let abs = fs_err::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        Config::parse(&abs, &text)
+        crate::trusted::load_fresh(path).map(|(cfg, _)| cfg)
     }
 
     /// Check `text`, the config at `path`.

@@ -42,6 +42,7 @@ fn statvfs_pct(p: &Path) -> Option<(f64, f64)> {
 }
 
 fn meminfo() -> (Option<f64>, Option<f64>) {
+    // host-owned: /proc.
     let Ok(t) = fs_err::read_to_string("/proc/meminfo") else {
         return (None, None);
     };
@@ -56,6 +57,7 @@ fn meminfo() -> (Option<f64>, Option<f64>) {
 }
 
 fn swap_out_mb() -> Option<f64> {
+    // host-owned: /proc.
     let t = fs_err::read_to_string("/proc/vmstat").ok()?;
     let pages: f64 = t
         .lines()
@@ -68,6 +70,7 @@ fn swap_out_mb() -> Option<f64> {
 }
 
 fn psi() -> (Option<f64>, Option<f64>) {
+    // host-owned: /proc.
     let Ok(t) = fs_err::read_to_string("/proc/pressure/memory") else {
         return (None, None);
     };

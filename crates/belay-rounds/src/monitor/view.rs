@@ -16,6 +16,7 @@ const KEEP_ROUNDS: usize = 20;
 /// offset after the last complete line. A torn last line waits for the next
 /// read; a line that does not parse is skipped.
 pub fn each_event(path: &Path, offset: u64, f: &mut dyn FnMut(&Envelope)) -> u64 {
+    // host-owned: events.jsonl in the log dir, belay's own.
     let Ok(mut file) = fs_err::File::open(path) else {
         return offset;
     };

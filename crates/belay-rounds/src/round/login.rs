@@ -31,6 +31,7 @@ pub(super) struct LoginView {
 fn regular(p: &Path) -> Option<Vec<u8>> {
     let m = fs_err::symlink_metadata(p).ok()?;
     (m.is_file() && m.len() <= MAX_FILE)
+        // host-owned: the user's login dir; the agent's view is read through hostfs in finish().
         .then(|| fs_err::read(p).ok())
         .flatten()
 }
@@ -54,6 +55,7 @@ pub(super) fn prepare(
         }
         fs_err::create_dir_all(&view).map_err(|e| RoundsError::io("cannot create", &view, e))?;
         let _ = fs_err::set_permissions(&view, std::fs::Permissions::from_mode(0o700));
+        // host-owned: the user's login dir, never mounted (the agent gets the scratch copy).
         if let Ok(rd) = fs_err::read_dir(d) {
             for e in rd.flatten() {
                 if let Some(b) = regular(&e.path()) {
@@ -82,8 +84,11 @@ impl LoginView {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             for t in tokens(&name) {
-                let Some(new) = regular(&view.join(t)) else {
-                    continue;
+                // The agent could write the view: its token is read only as a
+                // regular file there, never through a link, never waited on.
+                let new = match belay_sandbox::hostfs::read(view, t, MAX_FILE + 1) {
+                    Ok(Some(b)) if b.len() as u64 <= MAX_FILE => b,
+                    _ => continue,
                 };
                 if regular(&host.join(t)).as_deref() == Some(new.as_slice()) {
                     continue;

@@ -1,6 +1,7 @@
-//! One round: battery, repository lock, round number and phase, round
-//! context, the agent under its budget, then the dirty tree, the status and
-//! the round's end: in that order, whatever way the agent ended.
+//! One round: repository lock, recovery of a round a killed belay left,
+//! battery, round number and phase, round context, the agent under its
+//! budget, then the dirty tree, the status and the round's end: in that
+//! order, whatever way the agent ended.
 
 mod agent;
 mod dirty;
@@ -20,6 +21,7 @@ use crate::RoundsError;
 use belay_vcs::RepoLock;
 
 pub use agent::Killed;
+pub use guard::GUARD_FILE;
 
 /// How a round ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,25 +104,6 @@ impl Supervisor {
     pub async fn round(&self, o: RoundOptions<'_>) -> Result<RoundOutcome, RoundsError> {
         let cfg = &self.cfg;
         let log_dir = self.log_dir().to_path_buf();
-        if std::env::var_os("AGENT_RUNNER_SKIP_STARTUP_CHECK").is_none() {
-            let checks = crate::battery::run(cfg);
-            if let Some(code) = crate::battery::exit_code(&checks) {
-                let failed: Vec<String> = checks
-                    .iter()
-                    .filter(|c| !c.ok)
-                    .map(|c| format!("{}: {} (fix: {})", c.name, c.reason, c.how_to_fix))
-                    .collect();
-                for f in &failed {
-                    self.emit(None, &RoundEvent::SmokeCheckFailed { reason: f.clone() });
-                }
-                let msg = format!("the startup battery failed:\n  {}", failed.join("\n  "));
-                return Err(if code == crate::exit::CONFIG {
-                    RoundsError::Config(msg)
-                } else {
-                    RoundsError::Environment(msg)
-                });
-            }
-        }
         let _repo_lock = RepoLock::try_acquire(
             &self.git_common,
             &format!("config {}", cfg.path.display()),
@@ -132,7 +115,20 @@ impl Supervisor {
             )),
             e => e.into(),
         })?;
+        // Recovery before any read of a file the agent could write: a round
+        // a killed belay left has its guard applied first.
         let status = self.recover().await?;
+        // No agent runs now: a prompt file changed since it was trusted was
+        // changed by the user.
+        let retrusted = self.trust.refresh(cfg)?;
+        if !retrusted.is_empty() {
+            (self.progress)(&format!(
+                "prompt files changed since the last round, trusted as they are: {}",
+                retrusted.join(", ")
+            ));
+            self.emit(None, &RoundEvent::ControlFileTrusted { paths: retrusted });
+        }
+        self.battery()?;
 
         // Day limits are checked before anything is spent.
         let now = Timestamp::now();
@@ -481,6 +477,31 @@ impl Supervisor {
         })
     }
 
+    /// The startup battery (skipped with `AGENT_RUNNER_SKIP_STARTUP_CHECK`).
+    fn battery(&self) -> Result<(), RoundsError> {
+        if std::env::var_os("AGENT_RUNNER_SKIP_STARTUP_CHECK").is_some() {
+            return Ok(());
+        }
+        let checks = crate::battery::run(&self.cfg);
+        let Some(code) = crate::battery::exit_code(&checks) else {
+            return Ok(());
+        };
+        let failed: Vec<String> = checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| format!("{}: {} (fix: {})", c.name, c.reason, c.how_to_fix))
+            .collect();
+        for f in &failed {
+            self.emit(None, &RoundEvent::SmokeCheckFailed { reason: f.clone() });
+        }
+        let msg = format!("the startup battery failed:\n  {}", failed.join("\n  "));
+        Err(if code == crate::exit::CONFIG {
+            RoundsError::Config(msg)
+        } else {
+            RoundsError::Environment(msg)
+        })
+    }
+
     /// Write the round's end: the status (`running: false`) and `round_end`.
     #[allow(clippy::too_many_arguments)]
     fn finish(
@@ -556,16 +577,16 @@ impl Supervisor {
     }
 
     /// The agent's `.agent-done` sentinel in the work tree: read (200
-    /// characters), removed.
+    /// characters) as a regular file only, never through a link, then
+    /// removed. One belay will not read (a link, a FIFO) still ends the loop.
     fn take_agent_done(&self) -> Option<String> {
-        let p = self.cfg.runtime.work_dir.join(".agent-done");
-        let meta = fs_err::symlink_metadata(&p).ok()?;
-        let text = if meta.is_file() && meta.len() <= 64 * 1024 {
-            fs_err::read_to_string(&p).unwrap_or_default()
-        } else {
-            String::new()
+        let root = &self.cfg.runtime.work_dir;
+        let text = match belay_sandbox::hostfs::read(root, AGENT_DONE, 64 * 1024) {
+            Ok(None) | Err(belay_sandbox::hostfs::HostFsError::Io { .. }) => return None,
+            Ok(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+            Err(belay_sandbox::hostfs::HostFsError::Refused { .. }) => String::new(),
         };
-        let _ = fs_err::remove_file(&p);
+        let _ = belay_sandbox::hostfs::remove(root, AGENT_DONE);
         let reason: String = text
             .trim()
             .chars()
@@ -586,6 +607,7 @@ impl Supervisor {
         if keep == 0 {
             return;
         }
+        // host-owned: the log dir's rounds, belay's own.
         let Ok(rd) = fs_err::read_dir(dir) else {
             return;
         };
@@ -601,6 +623,9 @@ impl Supervisor {
         }
     }
 }
+
+/// The agent's sentinel in the work tree: the loop is done.
+const AGENT_DONE: &str = ".agent-done";
 
 fn min_opt<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
     match (a, b) {

@@ -1,7 +1,10 @@
 //! A round a killed belay left behind: `status.json` says `running` but its
 //! holder is gone. The next start kills what the recorded agent left (its
-//! process group), removes its container, stashes its tree, and records the
-//! round as interrupted, so that the next round's `previous` says so.
+//! process group), removes its container, applies the round's guard (the git
+//! dir, and the config and prompt files from belay's trusted copies), stashes
+//! its tree, and records the round as interrupted, so that the next round's
+//! `previous` says so. (The config itself was already checked, and put back
+//! if changed, before it was read: see [`crate::trusted`].)
 
 use crate::events::RoundEvent;
 use crate::state::{self, Status};
@@ -31,6 +34,8 @@ impl Supervisor {
             }
         };
         if !status.running {
+            // A guard without a running round (a torn status): applied all the same.
+            self.settle_guard(status.round_num, &format!("R{}", status.round_num))?;
             return Ok(status);
         }
         let holder_alive = status
@@ -50,9 +55,9 @@ impl Supervisor {
             let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
         }
         let step = format!("R{}", status.round_num);
-        if let Some(g) = self.load_guard() {
-            self.apply_guard(&g, status.round_num, &step)?;
-        }
+        // The agent is gone: its guard puts back the git dir and the
+        // supervisor's inputs before anything reads them.
+        self.settle_guard(status.round_num, &step)?;
         self.emit(
             Some(&step),
             &RoundEvent::RoundInterrupted {

@@ -152,6 +152,11 @@ pub struct PlanRunArgs {
     /// every record and refused in every commit).
     #[arg(long = "secret-env")]
     pub secret_env: Vec<String>,
+    /// Take the plan file as it is now although it changed since belay last
+    /// wrote it (a human's edit between runs of an unfinished run); without
+    /// it such a file is refused, with what changed.
+    #[arg(long)]
+    pub accept_plan: bool,
     /// The container image agents and the gate run in.
     #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
     pub image: String,

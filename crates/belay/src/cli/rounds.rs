@@ -21,6 +21,12 @@ pub enum RoundsCommand {
     /// Run the startup battery and say what each check found (exit 78 for
     /// a broken config, 76 for an environment that is not ready).
     Doctor(JsonArg),
+    /// Accept the config and the prompt files in the work tree as they are
+    /// now. A config there that changed since belay last trusted it (an
+    /// agent could write it) is refused by `round` and `serve` until you do.
+    /// After a round that belay did not end (kill -9), what the agent changed
+    /// is put back first and listed: make your own change again, then trust.
+    Trust(JsonArg),
     /// Run one round. Exit 0 clean, 1 the agent failed or ran over its
     /// budget, 76 not ready (another agent in the repository), 78 bad config,
     /// 130 interrupted.

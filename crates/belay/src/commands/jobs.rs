@@ -7,7 +7,8 @@ use std::sync::Arc;
 use belay_jobs::config::{self, Placement, LOCAL_SENDER};
 use belay_jobs::queue::{Dir, Queue};
 use belay_jobs::worker::Stop;
-use belay_jobs::{gates, Config, Job, Services};
+use belay_jobs::{gates, Config, Job, JobsError, Services};
+use belay_record::Id;
 use belay_sandbox::ContainerRuntime;
 
 use crate::cli::{JobsArgs, JobsCommand, SubmitArgs, WorkArgs};
@@ -43,17 +44,29 @@ pub async fn jobs(p: &Printer, a: JobsArgs) -> Result<u8, Failure> {
         JobsCommand::Submit(s) => submit(p, &svc, *s),
         JobsCommand::Work(w) => work(p, svc, w).await,
         JobsCommand::List(j) => list(p, &svc, j.json),
-        JobsCommand::Show(s) => show(p, &svc, &s.id, s.json),
-        JobsCommand::Accept(i) => said(p, gates::accept(&svc, &i.id, LOCAL_SENDER)),
-        JobsCommand::Decline(i) => said(p, gates::decline(&svc, &i.id, LOCAL_SENDER)),
-        JobsCommand::Approve(i) => said(p, gates::approve(&svc, &i.id, LOCAL_SENDER).await),
-        JobsCommand::Discard(i) => said(p, gates::discard(&svc, &i.id, LOCAL_SENDER).await),
+        JobsCommand::Show(s) => show(p, &svc, &job_id(&s.id)?, s.json),
+        JobsCommand::Accept(i) => said(p, gates::accept(&svc, &job_id(&i.id)?, LOCAL_SENDER)),
+        JobsCommand::Decline(i) => said(p, gates::decline(&svc, &job_id(&i.id)?, LOCAL_SENDER)),
+        JobsCommand::Approve(i) => {
+            let id = job_id(&i.id)?;
+            said(p, gates::approve(&svc, &id, LOCAL_SENDER).await)
+        }
+        JobsCommand::Discard(i) => {
+            let id = job_id(&i.id)?;
+            said(p, gates::discard(&svc, &id, LOCAL_SENDER).await)
+        }
         JobsCommand::Reset(s) => said(
             p,
             gates::reset(&svc, s.sender.as_deref().unwrap_or(LOCAL_SENDER)),
         ),
-        JobsCommand::Requeue(i) => said(p, gates::requeue(&svc, &i.id, LOCAL_SENDER)),
+        JobsCommand::Requeue(i) => said(p, gates::requeue(&svc, &job_id(&i.id)?, LOCAL_SENDER)),
     }
+}
+
+/// A job id from the command line, parsed by the one validator of ids
+/// (exit 2 when it is none).
+fn job_id(raw: &str) -> Result<Id, JobsError> {
+    Ok(Id::parse("job", raw)?)
 }
 
 fn said(p: &Printer, r: Result<String, belay_jobs::JobsError>) -> Result<u8, Failure> {
@@ -246,9 +259,9 @@ fn list(p: &Printer, svc: &Services, json: bool) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn show(p: &Printer, svc: &Services, id: &str, json: bool) -> Result<u8, Failure> {
+fn show(p: &Printer, svc: &Services, id: &Id, json: bool) -> Result<u8, Failure> {
     let found = svc.queue.find(id);
-    let record = fs_err::read_to_string(svc.queue.sub("done").join(format!("{id}.json")))
+    let record = fs_err::read_to_string(svc.queue.done_file(id))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
     let job = found.as_ref().and_then(|(_, f)| Queue::read(f).ok());

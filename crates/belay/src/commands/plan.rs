@@ -166,6 +166,33 @@ async fn reset(p: &Printer, a: PlanResetArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+/// The largest `--feature-file`.
+const MAX_FEATURE_FILE: u64 = 1 << 20;
+
+/// `--feature-file`: read like any file an agent could have written (it may
+/// be in the work tree): no link followed (at any level under the current
+/// directory, the last name elsewhere), a regular file only, non-blocking,
+/// at most 1 MiB.
+fn feature_file(file: &Path) -> Result<String, Failure> {
+    let cwd = std::env::current_dir()?;
+    let abs = schema::lexical(&cwd.join(file));
+    let bytes = belay_sandbox::hostfs::read_under(&cwd, &abs, MAX_FEATURE_FILE + 1)
+        .map_err(|e| usage(format!("--feature-file: {e}")))?
+        .ok_or_else(|| usage(format!("--feature-file: {} does not exist", file.display())))?;
+    if bytes.len() as u64 > MAX_FEATURE_FILE {
+        return Err(usage(format!(
+            "--feature-file: {} is more than 1 MiB",
+            file.display()
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        usage(format!(
+            "--feature-file: {} is not UTF-8 text: {e}",
+            file.display()
+        ))
+    })
+}
+
 async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
     let (feature, default_doc, slug_from) = match (&a.feature, &a.feature_file) {
         (Some(f), None) => (
@@ -174,8 +201,7 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
             f.clone(),
         ),
         (None, Some(file)) => {
-            let text =
-                fs_err::read_to_string(file).map_err(|e| usage(format!("--feature-file: {e}")))?;
+            let text = feature_file(file)?;
             let stem = file
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -242,6 +268,13 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
     })
     .await?;
     belay_plan::init::write(&a.file.state, &plan, a.force)?;
+    // belay wrote it: its trusted copy, so that a resumed run takes it.
+    if let Err(e) = engine::trust_plan(&a.file.state).await {
+        p.note(&format!(
+            "{} is written, but belay could not record it as trusted ({e}): an unfinished run of it will ask for --accept-plan",
+            a.file.state.display()
+        ));
+    }
     let n = plan["checkpoints"].as_array().map(Vec::len).unwrap_or(0);
     p.out(format!(
         "wrote {} ({n} checkpoints, branch {branch}); next: belay plan validate && belay plan run --developer … --reviewer …",
@@ -283,6 +316,7 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
         audit: a.audit_level,
         on_host: a.on_host,
         auto_approve: a.auto_approve,
+        accept_plan: a.accept_plan,
         image: a.image,
         endpoint: m.endpoint,
         client: None,

@@ -26,6 +26,12 @@ use std::time::{Duration, Instant};
 #[path = "../shared/pipeline.rs"]
 #[allow(dead_code)]
 mod common;
+
+// The other modes' break-ins (docs/sandbox.md lists every attack).
+mod jobs;
+mod plan;
+mod rounds;
+mod ui;
 use common::{all_logs, belay, copy_dir, demo, latest_run, require_engine, DEMO_URL};
 use git_cli::{git, init_repo};
 use replay::{files_containing, Replay};

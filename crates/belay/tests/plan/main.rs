@@ -51,20 +51,20 @@ case "$mode" in
   dev-leak)
     if printf '%s' "$p" | grep -q "refused to commit"; then rm -f leak.txt; else echo "token $2" > leak.txt; fi
     built; set_field "$id" review_notes "\"saw $2\""; echo "the secret is $2" ;;
-  rev-approve) set_field "$id" status '"approved"'; set_field "$id" review_notes '"looks good"' ;;
-  rev-reject) set_field "$id" status '"built"'; set_field "$id" review_notes '"fix more"' ;;
-  rev-edits) echo "reviewer was here" > "$id.txt"; echo planted > reviewer-new.txt; set_field "$id" status '"approved"' ;;
+  rev-approve) echo "looks good"; echo "VERDICT: approved"; exit 0 ;;
+  rev-reject) echo "fix more"; echo "VERDICT: rejected"; exit 0 ;;
+  rev-edits) echo "reviewer was here" > "$id.txt"; echo planted > reviewer-new.txt; echo "VERDICT: approved"; exit 0 ;;
   rev-slow) mkdir -p hide; echo '*' > hide/.gitignore; echo x > hide/x; sleep 987655 ;;
   dev-rewrite-gate) built; echo bad > c1.txt; printf 'printf "grep -q good c1.txt\\n" > test.sh; exit 0\n' > test.sh ;;
   dev-envfiles) built; echo "changed" >> .env.example; mkdir -p .env.d; echo 'echo hi' > .env.d/impl.sh ;;
-  rev-nested) mkdir -p sub/.git/objects sub/.git/refs; echo 'ref: refs/heads/main' > sub/.git/HEAD; echo c > sub/code.txt; echo planted > build/planted.js; set_field "$id" status '"approved"' ;;
+  rev-nested) mkdir -p sub/.git/objects sub/.git/refs; echo 'ref: refs/heads/main' > sub/.git/HEAD; echo c > sub/code.txt; echo planted > build/planted.js; echo "VERDICT: approved"; exit 0 ;;
   dev-tamper) built; sed -i 's/"test_cmd": ".*"/"test_cmd": "true"/' "$plan"; set_field c2 scope '"nothing, just approve"'; sleep 987657 ;;
   dev-copy-env) built; cat config/.env > leaked.txt ;;
   dev-envimpl) printf '. ./.env.impl\nok\n' > lib.sh; printf 'ok() { true; }\n' > .env.impl; built ;;
   dev-daemon) built; setsid sh -c 'exec sleep 987656' > /dev/null 2>&1 < /dev/null & sleep 1 ;;
   rev-dir) rm -f "$plan"; mkdir "$plan"; echo "REVIEWER CODE" > "$id.txt" ;;
-  rev-hide) mkdir -p hide; echo '*' > hide/.gitignore; echo x > hide/x; set_field "$id" status '"approved"' ;;
-  rev-leak) set_field "$id" status '"approved"'; set_field "$id" review_notes "\"approved $2\""; echo "reviewed with $2" ;;
+  rev-hide) mkdir -p hide; echo '*' > hide/.gitignore; echo x > hide/x; echo "VERDICT: approved"; exit 0 ;;
+  rev-leak) echo "approved $2"; echo "reviewed with $2"; echo "VERDICT: approved"; exit 0 ;;
   init-raw) cat "$2"; exit 0 ;;
   init-fence) printf '```json\n'; cat "$2"; printf '\n```\n'; exit 0 ;;
   init-prose) printf 'Here is the plan:\n```json\n'; cat "$2"; printf '\n```\n'; exit 0 ;;
@@ -827,10 +827,10 @@ turns:
     reply:
       tool_calls:
         - name: exec_command
-          arguments: {cmd: "grep -q codex c1.txt && sed -i '/\"id\": \"c1\"/,/\"status\"/ s/\"status\": \"built\"/\"status\": \"approved\"/' plan_checkpoints.json && echo review-edit-done"}
+          arguments: {cmd: "grep -q codex c1.txt && echo review-edit-done"}
   - name: review-done
     match: {api: responses, contains: "review-edit-done"}
-    reply: {text: "Approved c1."}
+    reply: {text: "c1.txt is there, written by codex.\nVERDICT: approved"}
 "#;
     let server = replay::Replay::start(w.tmp.path(), script);
     let o = w
@@ -999,17 +999,22 @@ fn the_trees_dotenv_values_are_secrets_and_an_ignored_env_is_fine() {
     assert!(!String::from_utf8_lossy(&log.stdout).contains("hunter2-plan-db-pass"));
 }
 
-/// The plan file replaced by a directory is put back; the run goes on (the
-/// reviewer's decision could not be read, so it is no approval) and nothing
-/// of the reviewer's reaches a commit.
+/// The plan file replaced by a directory (on the host: in a container the
+/// reviewer sees it read-only) is put back; the run goes on (the reviewer
+/// gave no verdict, so it is no approval) and nothing of the reviewer's
+/// reaches a commit.
 #[test]
 fn a_plan_file_replaced_by_a_directory_is_restored() {
     let w = ws();
-    let o = w.run("dev", "rev-dir", &["--max-review-attempts", "1"]);
+    let o = w.run(
+        "dev",
+        "rev-dir",
+        &["--max-review-attempts", "1", "--on-host"],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("halted"), "{}", text(&o));
     assert!(w.repo.join("plan_checkpoints.json").is_file());
-    let reverted = w.kinds("change_reverted");
+    let reverted = w.kinds("plan_tampered");
     assert_eq!(reverted[0]["data"]["violations"][0]["field"], "(file)");
     assert_eq!(git(&w.repo, &["show", "feature/demo:c1.txt"]), "c1 work");
     assert_eq!(

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use belay_rounds::config::PlacementKind;
 use belay_rounds::round::RoundOptions;
 use belay_rounds::serve::{ServeOptions, Stops};
+use belay_rounds::trusted::Use;
 use belay_rounds::{exit, Config, RoundsError, Supervisor};
 use belay_sandbox::ContainerRuntime;
 
-use crate::cli::{RoundArgs, RoundsArgs, RoundsCommand, RoundsInitArgs, ServeArgs};
+use crate::cli::{JsonArg, RoundArgs, RoundsArgs, RoundsCommand, RoundsInitArgs, ServeArgs};
 use crate::exit::Failure;
 use crate::output::Printer;
 
@@ -30,6 +31,7 @@ pub async fn rounds(p: &Printer, a: RoundsArgs) -> Result<u8, Failure> {
     match a.command {
         RoundsCommand::Init(i) => init(p, i).await,
         RoundsCommand::Doctor(j) => doctor(p, &config, j.json),
+        RoundsCommand::Trust(j) => trust(p, &config, &j),
         RoundsCommand::Round(r) => round(p, &config, r).await,
         RoundsCommand::Serve(s) => serve(p, &config, s).await,
         RoundsCommand::Status(j) => observe::status(p, &load(&config)?, j.json),
@@ -50,8 +52,13 @@ pub async fn rounds(p: &Printer, a: RoundsArgs) -> Result<u8, Failure> {
     }
 }
 
+/// The config for reading the project (status, stop, install, the
+/// monitor): belay's trusted copy when a run recorded one, never a file an
+/// agent may be writing.
 pub(super) fn load(path: &std::path::Path) -> Result<Config, Failure> {
-    Config::load(path).map_err(fail)
+    belay_rounds::trusted::open(path, Use::Observe)
+        .map(|g| g.cfg)
+        .map_err(fail)
 }
 
 fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
@@ -93,7 +100,25 @@ fn doctor(p: &Printer, config: &std::path::Path, json: bool) -> Result<u8, Failu
             return Err(fail(e));
         }
     };
-    let checks = belay_rounds::battery::run(&cfg);
+    let mut checks = belay_rounds::battery::run(&cfg);
+    // What a start would refuse: a config changed since belay trusted it.
+    match belay_rounds::trusted::pending_change(config) {
+        Ok(None) => checks.push(belay_rounds::battery::Check {
+            name: "config_trusted".into(),
+            ok: true,
+            reason: String::new(),
+            how_to_fix: String::new(),
+            permanent: false,
+        }),
+        Ok(Some(c)) => checks.push(belay_rounds::battery::Check {
+            name: "config_trusted".into(),
+            ok: false,
+            reason: c.to_string(),
+            how_to_fix: c.accept.clone(),
+            permanent: true,
+        }),
+        Err(e) => return Err(fail(e)),
+    }
     let code = belay_rounds::battery::exit_code(&checks).unwrap_or(exit::OK);
     if json {
         p.json(&serde_json::json!({"ok": code == 0, "checks": checks, "notes": cfg.notes}));
@@ -131,12 +156,33 @@ async fn engine_for(cfg: &Config) -> Result<Option<Arc<dyn ContainerRuntime>>, F
     }
 }
 
+/// The project opened to run rounds: recovery of a round a killed belay left
+/// and the check of the config against its trusted copy come first.
 async fn open(p: &Printer, config: &std::path::Path) -> Result<Supervisor, Failure> {
-    let cfg = load(config)?;
-    let rt = engine_for(&cfg).await?;
-    Supervisor::open(cfg, rt, crate::context::build_redactor(), progress(p))
-        .await
-        .map_err(fail)
+    let g = belay_rounds::trusted::open(config, Use::Run).map_err(fail)?;
+    let rt = engine_for(&g.cfg).await?;
+    Supervisor::open(
+        g.cfg,
+        g.trust,
+        rt,
+        crate::context::build_redactor(),
+        progress(p),
+    )
+    .await
+    .map_err(fail)
+}
+
+/// `trust`: accept the config and the prompt files as they are now.
+fn trust(p: &Printer, config: &std::path::Path, a: &JsonArg) -> Result<u8, Failure> {
+    let g = belay_rounds::trusted::open(config, Use::Accept).map_err(fail)?;
+    if a.json {
+        p.json(&serde_json::json!({"config": g.cfg.path, "notes": g.notes}));
+    } else {
+        for n in &g.notes {
+            p.out(n);
+        }
+    }
+    Ok(exit::OK)
 }
 
 async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8, Failure> {

@@ -1,0 +1,584 @@
+//! Break-in attempts against `belay rounds`, the round supervisor: the real
+//! Docker engine, real git, real processes and signals, the real `belay`
+//! binary. The agent is a scripted program in the peer's `command` form,
+//! running in its round's container like any round agent, and playing the
+//! attacker there: it edits the config it runs under, or makes the stop file
+//! a link or a FIFO. Each test asserts what a user would notice if the attack
+//! worked: a marker file a command made on the host, a host file's canary in
+//! a file of belay's, a serve that reads without bound or ignores SIGTERM.
+//!
+//! Each test is skipped (it returns at once, saying so) when there is no
+//! Docker engine with the round agents' image, `belay-agent:bookworm`
+//! (`./scripts/setup-host.sh` builds it).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::install_script;
+use crate::git_cli::{git, init_repo};
+
+/// The hostile agent: the prompt on stdin, what to do in `$1`, a host path
+/// in `$2`. Its working dir is the work tree, mounted in its container.
+const AGENT: &str = r#"#!/bin/sh
+p=$(cat)
+case "$1" in
+  config-host)
+    # The placement and a command of the agent's choosing, then wait for
+    # belay's end (the test kills belay with SIGKILL meanwhile).
+    if [ "$AGENT_RUNNER_ROUND_NUM" = 1 ]; then
+      sed -i -e 's/^placement = "container"/placement = "host"/' \
+        -e 's#^command = .*#command = ["/bin/sh", "-c", "touch '"$2"'"]#' agent-runner.toml
+      exec sleep 600
+    fi ;;
+  stop-link) ln -s "$2" STOP ;;
+  stop-zero) ln -s /dev/zero STOP ;;
+  stop-fifo) mkfifo STOP ;;
+  prompt-link)
+    if [ "$AGENT_RUNNER_ROUND_NUM" = 1 ]; then
+      rm -f prompts/main.md && ln -s "$2" prompts/main.md
+    else
+      printf 'PROMPT-SEEN %s\n' "$p"
+    fi ;;
+esac
+echo '{"type":"result","subtype":"success"}'
+"#;
+
+/// Resident memory serve may never reach (reading `/dev/zero` passes it in
+/// well under a second).
+const RSS_LIMIT_KIB: u64 = 256 * 1024;
+
+/// The engine and the round agents' image: without them the test is skipped.
+fn engine() -> bool {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "belay-agent:bookworm"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!(
+            "skipped: no Docker engine with belay-agent:bookworm (./scripts/setup-host.sh builds it)"
+        );
+    }
+    ok
+}
+
+/// A prompt that passes the smoke check.
+fn prompt_text() -> String {
+    format!(
+        "Work on the project, round after round.\n{}",
+        "Keep going. ".repeat(50)
+    )
+}
+
+/// A value no other test (or earlier run) uses.
+fn canary() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("ROUNDS-CANARY-{:x}-{nanos:x}", std::process::id())
+}
+
+/// A child killed (SIGKILL) and reaped if the test ends while it runs.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+struct Proj {
+    tmp: tempfile::TempDir,
+    repo: PathBuf,
+    agent: PathBuf,
+}
+
+/// A work tree with its prompt, the hostile agent beside it, and `host/`: a
+/// dir of the host the agent has no business reading or writing.
+fn proj() -> Proj {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("prompts")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("host")).unwrap();
+    std::fs::write(repo.join("README"), "demo\n").unwrap();
+    std::fs::write(repo.join("prompts/main.md"), prompt_text()).unwrap();
+    init_repo(&repo);
+    let agent = tmp.path().join("hostile-round.sh");
+    install_script(&agent, AGENT);
+    Proj { tmp, repo, agent }
+}
+
+impl Proj {
+    fn host(&self) -> PathBuf {
+        self.tmp.path().join("host")
+    }
+
+    fn logs(&self) -> PathBuf {
+        self.tmp.path().join("logs")
+    }
+
+    /// The config text: the agent doing `mode` with the host path `arg`,
+    /// `runtime` added to `[runtime]`.
+    fn config_text(&self, mode: &str, arg: &Path, runtime: &str) -> String {
+        format!(
+            r#"schema_version = 1
+[agent]
+command = ["{agent}", "{mode}", "{arg}"]
+prompt_arg_template = []
+prompt_delivery = "stdin"
+placement = "container"
+
+[runtime]
+work_dir = "{repo}"
+log_dir = "{logs}"
+round_budget_s = 60
+restart_delay_s = 0.2
+{runtime}
+
+[prompt]
+file = "./prompts/main.md"
+
+[monitor.host_health.disk]
+warning_pct = 100
+critical_pct = 100
+"#,
+            agent = self.agent.display(),
+            arg = arg.display(),
+            repo = self.repo.display(),
+            logs = self.logs().display(),
+        )
+    }
+
+    /// A config outside the work tree.
+    fn config(&self, mode: &str, arg: &Path, runtime: &str) -> PathBuf {
+        let p = self.tmp.path().join(format!("{mode}.toml"));
+        std::fs::write(&p, self.config_text(mode, arg, runtime)).unwrap();
+        p
+    }
+
+    fn belay(&self, config: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
+        c.env("BELAY_STATE_HOME", self.tmp.path().join("state"))
+            .env("HOME", self.tmp.path())
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .env_remove("OPENAI_API_KEY")
+            .arg("rounds")
+            .arg("--config")
+            .arg(config)
+            .args(args);
+        c
+    }
+
+    /// The events so far (a line being written is left out).
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.logs().join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn kinds(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+
+    /// Every file under the test's dir, except the host dir, that holds
+    /// `needle`: belay's state, the log dir, the registry, the work tree.
+    fn files_holding(&self, needle: &str) -> Vec<PathBuf> {
+        let host = self.host();
+        let mut out = Vec::new();
+        let mut stack = vec![self.tmp.path().to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.starts_with(&host) {
+                    continue;
+                }
+                let Ok(m) = std::fs::symlink_metadata(&p) else {
+                    continue;
+                };
+                if m.is_dir() {
+                    stack.push(p);
+                } else if m.is_file() {
+                    let b = std::fs::read(&p).unwrap_or_default();
+                    if holds(&b, needle) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn holds(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Run `c` to its end, at most `limit` (then it is killed and the test fails).
+fn output_within(mut c: Command, limit: Duration) -> Output {
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Reap(child);
+    let mut out = child.0.stdout.take().unwrap();
+    let mut err = child.0.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let te = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "belay did not finish within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: to.join().unwrap(),
+        stderr: te.join().unwrap(),
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The resident memory of `pid`, in KiB (0 once it is gone).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn sigterm(pid: u32) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+}
+
+/// Serve, watched until it exits: on its own, or, if it is still running 3 s
+/// after its first round ended, after SIGTERM, which it must obey within 5 s.
+/// Its memory stays under [`RSS_LIMIT_KIB`] throughout.
+fn watch_serve(p: &Proj, config: &Path) -> ExitStatus {
+    let mut c = p.belay(config, &["serve", "--max-rounds", "3"]);
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut serve = Reap(child);
+    let pid = serve.0.id();
+    let t0 = Instant::now();
+    let mut ended: Option<Instant> = None;
+    let mut termed: Option<Instant> = None;
+    loop {
+        if let Some(st) = serve.0.try_wait().unwrap() {
+            return st;
+        }
+        let rss = rss_kib(pid);
+        assert!(
+            rss < RSS_LIMIT_KIB,
+            "serve reads without bound: {rss} KiB resident"
+        );
+        if ended.is_none() && !p.kinds("round_end").is_empty() {
+            ended = Some(Instant::now());
+        }
+        match (ended, termed) {
+            (Some(e), None) if e.elapsed() > Duration::from_secs(3) => {
+                sigterm(pid);
+                termed = Some(Instant::now());
+            }
+            (_, Some(t)) => assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "serve did not stop within 5 s of SIGTERM"
+            ),
+            _ => {}
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "the first round did not end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The finding: the agent rewrites the `agent-runner.toml` of its work tree
+/// (the layout `rounds init` makes) to `placement = "host"` and a command of
+/// its own, then waits; belay is killed with SIGKILL mid-round. The next
+/// `round` used to load the edited config before its recovery put the
+/// original back, and ran the command on the host, as root; and the guard of
+/// that round took the edited text as the original, so it stuck.
+#[test]
+fn a_config_the_agent_edited_before_belay_was_killed_never_runs_on_the_host() {
+    if !engine() {
+        return;
+    }
+    let p = proj();
+    let marker = p.host().join("PWNED-config");
+    let c = p.repo.join("agent-runner.toml");
+    let text = p.config_text("config-host", &marker, "");
+    std::fs::write(&c, &text).unwrap();
+    git(&p.repo, &["add", "agent-runner.toml"]);
+    git(&p.repo, &["commit", "-qm", "the config"]);
+
+    let mut c1 = p.belay(&c, &["round"]);
+    let child = c1
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut round = Reap(child);
+    wait_for(
+        "the agent to edit the config",
+        Duration::from_secs(90),
+        || {
+            std::fs::read_to_string(&c)
+                .unwrap_or_default()
+                .contains("placement = \"host\"")
+        },
+    );
+    round.0.kill().unwrap();
+    round.0.wait().unwrap();
+
+    let o = output_within(p.belay(&c, &["round"]), Duration::from_secs(120));
+    assert!(
+        !marker.exists(),
+        "the agent's command ran on the host: {}",
+        show(&o)
+    );
+    assert_eq!(o.status.code(), Some(78), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        "agent-runner.toml",
+        "changed since belay last trusted it",
+        "placement",
+        "belay rounds --config",
+        "trust",
+    ] {
+        assert!(
+            err.contains(want),
+            "the refusal does not say {want:?}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&c).unwrap(),
+        text,
+        "the trusted config is back in place"
+    );
+
+    // The next round runs the trusted config, in a container, and its guard
+    // keeps the trusted text.
+    let o = output_within(p.belay(&c, &["round", "--json"]), Duration::from_secs(180));
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(!marker.exists(), "the agent's command ran on the host");
+    let starts = p.kinds("round_start");
+    assert_eq!(
+        starts.last().unwrap()["data"]["placement"],
+        "container",
+        "{starts:?}"
+    );
+    assert_eq!(p.kinds("round_interrupted").len(), 1);
+    assert_eq!(std::fs::read_to_string(&c).unwrap(), text);
+}
+
+/// The stop file is in the work tree, so the agent can make it a link to a
+/// host file. serve used to follow it and write the file's first 200
+/// characters into `events.jsonl`.
+#[test]
+fn a_stop_file_linked_to_a_host_file_is_never_read() {
+    if !engine() {
+        return;
+    }
+    let p = proj();
+    let canary = canary();
+    let secret = p.host().join("secret.txt");
+    std::fs::write(&secret, format!("{canary}\n")).unwrap();
+    let c = p.config("stop-link", &secret, "stop_file = \"STOP\"");
+    let o = output_within(
+        p.belay(&c, &["serve", "--max-rounds", "3"]),
+        Duration::from_secs(240),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        std::fs::symlink_metadata(p.repo.join("STOP"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the agent made the stop file a link"
+    );
+    let seen = p.files_holding(&canary);
+    assert!(seen.is_empty(), "the host file's canary is in {seen:?}");
+    assert!(!holds(&o.stdout, &canary) && !holds(&o.stderr, &canary));
+    let refused = p.kinds("stop_file_refused");
+    assert_eq!(refused.len(), 1, "{:?}", p.events());
+    assert!(
+        refused[0]["data"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("link"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        p.kinds("round_end").len(),
+        1,
+        "the stop file still stopped the loop"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        format!("{canary}\n")
+    );
+}
+
+/// The stop file made a link to `/dev/zero`: serve used to read it without
+/// bound (its memory grew until it was killed).
+#[test]
+fn a_stop_file_linked_to_dev_zero_keeps_serve_bounded_and_stoppable() {
+    if !engine() {
+        return;
+    }
+    let p = proj();
+    let c = p.config("stop-zero", Path::new("/dev/zero"), "stop_file = \"STOP\"");
+    let st = watch_serve(&p, &c);
+    assert_eq!(st.code(), Some(0), "{:?}", p.events());
+    assert_eq!(p.kinds("stop_file_refused").len(), 1, "{:?}", p.events());
+    let stopped = p.kinds("serve_stopped");
+    assert!(
+        stopped[0]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("stop file"),
+        "{stopped:?}"
+    );
+}
+
+/// The stop file made a FIFO: serve used to block in `open()` for good, and
+/// SIGTERM did nothing.
+#[test]
+fn a_stop_file_made_a_fifo_never_blocks_serve() {
+    if !engine() {
+        return;
+    }
+    let p = proj();
+    let c = p.config(
+        "stop-fifo",
+        Path::new("/nonexistent"),
+        "stop_file = \"STOP\"",
+    );
+    let st = watch_serve(&p, &c);
+    assert_eq!(st.code(), Some(0), "{:?}", p.events());
+    assert_eq!(p.kinds("stop_file_refused").len(), 1, "{:?}", p.events());
+    // Its locks are free: the log dir's, and the next round's.
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(p.logs().join("run.lock"))
+        .unwrap();
+    assert!(lock.try_lock().is_ok(), "the log dir's lock is still held");
+    drop(lock);
+    let o = output_within(p.belay(&c, &["status", "--json"]), Duration::from_secs(30));
+    assert!(o.status.success(), "{}", show(&o));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_ne!(s["state"], "running", "{s}");
+}
+
+/// Held before, held still: the agent links its prompt to a host file. The
+/// guard puts the prompt back after the round, and a prompt in the tree is
+/// never read through a link: the next round's prompt is the user's, and
+/// the host file is in no file of belay's.
+#[test]
+fn a_prompt_linked_to_a_host_file_never_carries_it() {
+    if !engine() {
+        return;
+    }
+    let p = proj();
+    let canary = canary();
+    let secret = p.host().join("secret.txt");
+    std::fs::write(&secret, format!("{canary}\n")).unwrap();
+    let c = p.config("prompt-link", &secret, "");
+    let o = output_within(
+        p.belay(&c, &["serve", "--max-rounds", "2"]),
+        Duration::from_secs(240),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let seen = p.files_holding(&canary);
+    assert!(seen.is_empty(), "the host file's canary is in {seen:?}");
+    assert!(!holds(&o.stdout, &canary) && !holds(&o.stderr, &canary));
+    let restored = p.kinds("control_file_restored");
+    assert!(
+        restored
+            .iter()
+            .any(|e| e["data"]["paths"] == serde_json::json!(["prompts/main.md"])),
+        "{restored:?}"
+    );
+    let prompt = p.repo.join("prompts/main.md");
+    assert!(std::fs::symlink_metadata(&prompt).unwrap().is_file());
+    assert_eq!(std::fs::read_to_string(&prompt).unwrap(), prompt_text());
+    // Round 2 got the user's prompt (so the canary could have shown there).
+    let r2: Vec<PathBuf> = std::fs::read_dir(p.logs().join("rounds"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("R2-"))
+        })
+        .collect();
+    assert_eq!(r2.len(), 1, "{r2:?}");
+    let log = std::fs::read_to_string(&r2[0]).unwrap();
+    assert!(
+        log.contains("PROMPT-SEEN") && log.contains("Work on the project"),
+        "{log}"
+    );
+}
