@@ -56,8 +56,9 @@ impl Services {
         progress: Box<dyn Fn(&str) + Send + Sync>,
     ) -> Result<Services, JobsError> {
         let queue = Queue::open(&cfg.queue)?;
-        // The one policy's host part, then the config's own secrets.
-        let mut redactor = belay_sandbox::trust::host_redactor();
+        // The config's own secrets (their names label what is redacted),
+        // then the one policy's host part (added below).
+        let mut redactor = Redactor::default();
         let mut missing = Vec::new();
         let endpoint = match &cfg.agent.model_url {
             None => None,
@@ -112,6 +113,7 @@ impl Services {
             }
             passed_env.push((name.clone(), v));
         }
+        redactor.extend_from(&belay_sandbox::trust::host_redactor());
         let lifeline = if cfg.agent.placement == Placement::Container && rt.is_some() {
             Some(Lifeline::hold()?)
         } else {

@@ -30,13 +30,30 @@ impl fmt::Display for Secret {
     }
 }
 
+/// The longest `.env` value taken (a PEM key is a few KiB).
+pub const MAX_DOTENV_VALUE: usize = 64 * 1024;
+
 /// Parse `.env` text: `KEY=VALUE` lines, optional `export `, optional single or
 /// double quotes, `#` comments. Malformed lines are skipped.
+///
+/// A quoted value may span lines: it runs to the matching closing quote, and
+/// the rest of the line that holds it is ignored. Inside double quotes `\n`,
+/// `\r`, `\t`, `\"` and `\\` are unescaped (another `\x` is kept as written);
+/// single quotes are literal. A quote that is never closed takes the rest of
+/// its line; the lines after it are read as entries of their own. A value is
+/// at most [`MAX_DOTENV_VALUE`] bytes (a closing quote further on is not
+/// looked for), so a planted file cannot make a secret of any size.
 pub fn parse_dotenv(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
+    let mut pos = 0;
+    while pos < text.len() {
+        let line_end = text[pos..].find('\n').map_or(text.len(), |i| pos + i);
+        let raw = &text[pos..line_end];
+        pos = (line_end + 1).min(text.len());
+        // Trimmed at the start only, so the value is a suffix of `raw` and
+        // its offset in `text` is known.
+        let line = raw.trim_start();
+        if line.trim_end().is_empty() || line.starts_with('#') {
             continue;
         }
         let line = line.strip_prefix("export ").unwrap_or(line);
@@ -47,21 +64,69 @@ pub fn parse_dotenv(text: &str) -> Vec<(String, String)> {
         if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             continue;
         }
-        let v = v.trim();
-        let quoted = v
-            .chars()
-            .next()
-            .filter(|q| *q == '"' || *q == '\'')
-            .and_then(|q| v[1..].find(q).map(|end| &v[1..1 + end]));
-        let v = if let Some(inner) = quoted {
-            inner
-        } else {
+        let v = v.trim_start();
+        let value = match v.chars().next() {
+            Some(q @ ('"' | '\'')) => {
+                // After the opening quote, to the end of the file.
+                let from = line_end - v.len() + 1;
+                let mut upto = (from + MAX_DOTENV_VALUE).min(text.len());
+                while !text.is_char_boundary(upto) {
+                    upto -= 1;
+                }
+                let (value, close) = unquote(&text[from..upto], q);
+                match close {
+                    Some(close) => {
+                        let close = from + close;
+                        pos = text[close..]
+                            .find('\n')
+                            .map_or(text.len(), |i| close + i + 1);
+                        value
+                    }
+                    // Never closed: the rest of its own line, as before
+                    // (the rest of the file would make a secret of any
+                    // size, with a pattern for every line of it).
+                    None => text[from..line_end].trim_end().to_string(),
+                }
+            }
             // An unquoted value ends at an inline comment.
-            v.split(" #").next().unwrap_or(v).trim_end()
+            _ => {
+                let v = v.trim_end();
+                v.split(" #").next().unwrap_or(v).trim_end().to_string()
+            }
         };
-        out.push((k.to_string(), v.to_string()));
+        out.push((k.to_string(), value));
     }
     out
+}
+
+/// A quoted `.env` value whose text after the opening quote `q` starts `s`:
+/// the value, and the offset in `s` just past the closing quote (`None` when
+/// there is none; the value is then all of `s`).
+fn unquote(s: &str, q: char) -> (String, Option<usize>) {
+    let mut value = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c == q {
+            return (value, Some(i + c.len_utf8()));
+        }
+        if q == '"' && c == '\\' {
+            match chars.next() {
+                Some((_, 'n')) => value.push('\n'),
+                Some((_, 'r')) => value.push('\r'),
+                Some((_, 't')) => value.push('\t'),
+                Some((_, '"')) => value.push('"'),
+                Some((_, '\\')) => value.push('\\'),
+                Some((_, other)) => {
+                    value.push('\\');
+                    value.push(other);
+                }
+                None => value.push('\\'),
+            }
+            continue;
+        }
+        value.push(c);
+    }
+    (value, None)
 }
 
 /// Where settings come from: the process environment first, then `.env` in `dir`.
@@ -125,6 +190,53 @@ mod tests {
                 ("D".into(), "plain".into()),
                 ("E".into(), "".into()),
             ]
+        );
+    }
+
+    #[test]
+    fn dotenv_multi_line_values() {
+        let pem = "-----BEGIN PRIVATE KEY-----\n\
+                   MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n\
+                   VJTUt9Us8cKjMzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDu\n\
+                   -----END PRIVATE KEY-----";
+        let text = format!("A=1\nPRIVATE_KEY=\"{pem}\" # trailing\nexport B='{pem}'\r\nC=after\n");
+        let v = parse_dotenv(&text);
+        assert_eq!(
+            v,
+            vec![
+                ("A".into(), "1".into()),
+                ("PRIVATE_KEY".into(), pem.to_string()),
+                ("B".into(), pem.to_string()),
+                ("C".into(), "after".into()),
+            ]
+        );
+        // Escapes in double quotes; single quotes are literal; an escaped
+        // quote does not end the value.
+        let v = parse_dotenv(
+            "TOKEN2=\"a\\nsecret\\nb\"\nT=\"x\\ty\\r\\\"q\\\" \\\\ \\z\"\nS='a\\nb\\'\nN=\"a # b\"\n",
+        );
+        assert_eq!(
+            v,
+            vec![
+                ("TOKEN2".into(), "a\nsecret\nb".into()),
+                ("T".into(), "x\ty\r\"q\" \\ \\z".into()),
+                ("S".into(), "a\\nb\\".into()),
+                ("N".into(), "a # b".into()),
+            ]
+        );
+        // A quote never closed takes the rest of its line; the lines after
+        // it are still read as entries.
+        let v = parse_dotenv("K=\"-----BEGIN KEY-----\nbody-line-123456\nL=2\n\n");
+        assert_eq!(
+            v,
+            vec![
+                ("K".into(), "-----BEGIN KEY-----".into()),
+                ("L".into(), "2".into()),
+            ]
+        );
+        assert_eq!(
+            parse_dotenv("K='abc"),
+            vec![("K".to_string(), "abc".to_string())]
         );
     }
 

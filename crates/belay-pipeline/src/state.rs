@@ -49,6 +49,11 @@ pub struct RunState {
     /// The git dir's control files at the start (`Git::control_files`).
     #[serde(default)]
     pub git_control_at_start: BTreeMap<String, String>,
+    /// With `allow_git_mutations`: the git dir's record at the start (hooks,
+    /// guarded files, links, worktrees, replace refs), put back after every
+    /// step (`belay_vcs::GitDirGuard`, as the round supervisor does).
+    #[serde(default)]
+    pub git_guard: Option<belay_vcs::GitDirGuard>,
     pub started_at: String,
     pub updated_at: String,
     /// A run that ended because its attempts ran out: the retry route it

@@ -173,18 +173,13 @@ pub fn branch_problem(branch: &str) -> Option<String> {
 }
 
 /// Why `id` cannot be a checkpoint id, if it cannot. Ids start commit
-/// messages and name log files: letters, digits, `.`, `_` and `-`, not
-/// starting with `.`, at most 64.
+/// messages and name log files, and the plan file is agent-writable: the one
+/// validator of ids from outside (`belay_record::ids`), at most 64.
 pub fn id_problem(id: &str) -> Option<String> {
-    let ok = !id.is_empty()
-        && id.len() <= 64
-        && !id.starts_with('.')
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let ok = id.len() <= 64 && belay_record::ids::is_valid(id);
     (!ok).then(|| {
         format!(
-            "checkpoint id `{}` is not allowed: use letters, digits, `.`, `_` and `-` (not first `.`), at most 64",
+            "checkpoint id `{}` is not allowed: use letters, digits, `.`, `_` and `-`, starting with a letter or digit, no `..`, at most 64",
             id.chars().take(80).collect::<String>()
         )
     })

@@ -13,6 +13,8 @@
 //! * [`run_id`]: run id generation and validation.
 //! * [`ids`]: the one validator of ids that come from outside (chat, HTTP, files, CLI).
 //! * [`control`]: the trusted copies of control files an agent could write.
+//! * [`printable`]: untrusted text made safe to print on a terminal.
+//! * [`is_loopback_host`]: the `Host` check of a local web server (DNS rebinding).
 
 mod atomic;
 pub mod control;
@@ -24,6 +26,7 @@ pub mod ids;
 mod jsonl;
 mod line;
 mod lock;
+mod loopback;
 mod redact;
 pub mod registry;
 mod run;
@@ -38,8 +41,9 @@ pub use exit::{io_class, io_code, Classify, ErrorCode, ExitClass, ERROR_CODES};
 pub use identity::ProcessIdentity;
 pub use ids::{Id, IdError};
 pub use jsonl::JsonlAppender;
-pub use line::line_col;
+pub use line::{line_col, printable, printable_line};
 pub use lock::RunLock;
+pub use loopback::{is_loopback_host, loopback_hosts};
 pub use redact::{
     looks_secret, same_secret, secret_looking_env, without_userinfo, Redactor, SecretScanner,
     StreamRedactor,

@@ -230,7 +230,12 @@ impl Redactor {
     pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Self {
         let mut r = Self::default();
         for (name, value) in secrets {
-            r.add(name, value);
+            if value.len() >= Self::MIN_LEN && !r.secrets.iter().any(|(_, v)| *v == value) {
+                r.secrets.push((name, value));
+            }
+        }
+        if !r.secrets.is_empty() {
+            r.patterns = Arc::new(Patterns::build(&r.secrets));
         }
         r
     }
@@ -245,20 +250,46 @@ impl Redactor {
         self.patterns = Arc::new(Patterns::build(&self.secrets));
     }
 
-    /// Register the credentials embedded in a URL (`scheme://user:password@host`),
-    /// as found in proxy settings and git remotes.
-    pub fn add_url_credentials(&mut self, name: &str, url: &str) {
-        let Some(rest) = url.split_once("://").map(|(_, r)| r) else {
-            return;
-        };
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-        let Some((userinfo, _)) = authority.rsplit_once('@') else {
-            return;
-        };
-        if let Some((_, password)) = userinfo.split_once(':') {
-            self.add(format!("{name}_PASSWORD"), password);
+    /// Register every secret of `other` whose value this one lacks, keeping
+    /// this one's names for the values both hold (a mode's own secret keeps
+    /// its name when the host policy also has its value). One rebuild.
+    pub fn extend_from(&mut self, other: &Redactor) {
+        let before = self.secrets.len();
+        for (name, value) in &other.secrets {
+            if !self.secrets.iter().any(|(_, v)| v == value) {
+                self.secrets.push((name.clone(), value.clone()));
+            }
         }
-        self.add(format!("{name}_USERINFO"), userinfo);
+        if self.secrets.len() != before {
+            self.patterns = Arc::new(Patterns::build(&self.secrets));
+        }
+    }
+
+    /// Register the credentials embedded in a URL (`scheme://user:password@host`),
+    /// as found in proxy settings and git remotes: the password and the whole
+    /// userinfo, each as written and percent-decoded (what a client sends,
+    /// e.g. in `Proxy-Authorization: Basic`, and prints). The userinfo is
+    /// found as [`without_userinfo`] finds it.
+    pub fn add_url_credentials(&mut self, name: &str, url: &str) {
+        let Some((_, userinfo, _)) = split_userinfo(url) else {
+            return;
+        };
+        let mut found: Vec<(String, String)> = Vec::new();
+        if let Some((_, password)) = userinfo.split_once(':') {
+            found.push((format!("{name}_PASSWORD"), password.to_string()));
+            found.push((format!("{name}_PASSWORD"), percent_decode(password)));
+        }
+        found.push((format!("{name}_USERINFO"), userinfo.to_string()));
+        found.push((format!("{name}_USERINFO"), percent_decode(userinfo)));
+        let before = self.secrets.len();
+        for (n, value) in found {
+            if value.len() >= Self::MIN_LEN && !self.secrets.iter().any(|(_, v)| *v == value) {
+                self.secrets.push((n, value));
+            }
+        }
+        if self.secrets.len() != before {
+            self.patterns = Arc::new(Patterns::build(&self.secrets));
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -386,11 +417,43 @@ impl Redactor {
 /// `scheme://user:pass@host/…` without its userinfo (`scheme://host/…`), for
 /// display; `None` when the URL has none.
 pub fn without_userinfo(url: &str) -> Option<String> {
+    let (scheme, _, rest) = split_userinfo(url)?;
+    Some(format!("{scheme}://{rest}"))
+}
+
+/// A URL's scheme, userinfo and what follows the userinfo's `@`; `None`
+/// when it has no userinfo. The authority runs to the first `/` after
+/// `scheme://` and the userinfo to the last `@` in it. A `?` or `#` does not
+/// end the authority here: a client may take `bob:Pa?ss#w0rd` in
+/// `https://bob:Pa?ss#w0rd@host/` as the userinfo, so it is treated as one
+/// (an `@` in a query without a `/` before it counts too: hiding too much
+/// is the safe side). An `@` only after the first `/` is not userinfo.
+fn split_userinfo(url: &str) -> Option<(&str, &str, &str)> {
     let (scheme, rest) = url.split_once("://")?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    let (_, host) = authority.rsplit_once('@')?;
-    Some(format!("{scheme}://{host}{path}"))
+    let end = rest.find('/').unwrap_or(rest.len());
+    let at = rest.get(..end)?.rfind('@')?;
+    Some((scheme, rest.get(..at)?, rest.get(at + 1..)?))
+}
+
+/// `%XX` decoded (as bytes, then read as UTF-8, lossily); a `%` not
+/// followed by two hex digits is kept as is.
+fn percent_decode(s: &str) -> String {
+    let digit = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+    let b = s.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            if let (Some(hi), Some(lo)) = (digit(b.get(i + 1)), digit(b.get(i + 2))) {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(c);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Finds any secret form in streamed content with bounded memory.
@@ -530,6 +593,71 @@ mod tests {
         let out = r.redact("via http://bob:hunter22@proxy:3128");
         assert!(!out.contains("hunter22"), "{out}");
         assert!(!out.contains("bob:"), "{out}");
+    }
+
+    #[test]
+    fn percent_encoded_url_credentials_are_scrubbed_decoded() {
+        let mut r = Redactor::default();
+        r.add_url_credentials(
+            "HTTPS_PROXY",
+            "http://corpuser:Pr0xy%40Pass%2Fword9@host:3128",
+        );
+        assert_eq!(
+            r.redact("corpuser:Pr0xy@Pass/word9"),
+            "[REDACTED:HTTPS_PROXY_USERINFO]"
+        );
+        assert_eq!(
+            r.redact("password Pr0xy@Pass/word9"),
+            "password [REDACTED:HTTPS_PROXY_PASSWORD]"
+        );
+        // As written, too.
+        let out = r.redact("http://corpuser:Pr0xy%40Pass%2Fword9@host:3128");
+        assert!(!out.contains("Pr0xy"), "{out}");
+        // curl -v: the decoded userinfo in base64.
+        let basic = base64::engine::general_purpose::STANDARD.encode("corpuser:Pr0xy@Pass/word9");
+        let line = format!("Proxy-Authorization: Basic {basic}");
+        let out = r.redact(&line);
+        assert!(out.contains("[REDACTED:HTTPS_PROXY_USERINFO]"), "{out}");
+        assert!(!out.contains(&basic[..basic.len() - 4]), "{out}");
+        // Invalid sequences are kept as they are; bytes that are not UTF-8
+        // are read lossily.
+        assert_eq!(percent_decode("a%4"), "a%4");
+        assert_eq!(percent_decode("%zz%41%2f%"), "%zzA/%");
+        assert_eq!(percent_decode("%C3%A9%ff"), "\u{e9}\u{fffd}");
+    }
+
+    #[test]
+    fn userinfo_runs_to_the_last_at_before_the_first_slash() {
+        let url = "https://bob:Pa?ss#w0rdXYZ@example.com/r.git";
+        assert_eq!(
+            without_userinfo(url).as_deref(),
+            Some("https://example.com/r.git")
+        );
+        let mut r = Redactor::default();
+        r.add_url_credentials("PROJECT_URL", url);
+        let line = format!("fatal: could not read from {url}");
+        let out = r.redact(&line);
+        assert!(!out.contains("w0rdXYZ"), "{out}");
+        assert_eq!(r.redact("Pa?ss#w0rdXYZ"), "[REDACTED:PROJECT_URL_PASSWORD]");
+        // The last `@` of the authority ends the userinfo.
+        let url = "https://a@b:c@dXYZ@host:1/x@y";
+        assert_eq!(without_userinfo(url).as_deref(), Some("https://host:1/x@y"));
+        let mut r = Redactor::default();
+        r.add_url_credentials("U", url);
+        assert_eq!(r.redact("c@dXYZ"), "[REDACTED:U_PASSWORD]");
+        assert_eq!(r.redact("a@b:c@dXYZ"), "[REDACTED:U_USERINFO]");
+        // An `@` in the path or after it is not userinfo.
+        for url in [
+            "https://example.com/p?a=b@c",
+            "https://example.com/a@b/c",
+            "https://example.com",
+            "user@host:repo.git",
+        ] {
+            assert_eq!(without_userinfo(url), None, "{url}");
+            let mut r = Redactor::default();
+            r.add_url_credentials("U", url);
+            assert!(r.is_empty(), "{url}");
+        }
     }
 
     #[test]

@@ -111,6 +111,13 @@ pub enum RoundEvent {
         locks_removed: Vec<String>,
         specials_removed: Vec<String>,
     },
+    /// Repositories at submodule paths the agent committed, moved aside
+    /// (`sub/.git` to `sub/.git.belay-quarantined`): their config would run
+    /// on the user's next `git status` in the outer tree.
+    RepositoryQuarantined {
+        round_num: u64,
+        moved: Vec<String>,
+    },
     /// The git dir was beyond checking: no host git ran on it, the loop stops.
     GitDirUnchecked {
         round_num: u64,

@@ -254,6 +254,50 @@ pub fn read_in_tree(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>,
     read(&canon_root, inner, max)
 }
 
+/// The name a quarantined repository's `.git` gets.
+pub const QUARANTINED_GIT: &str = ".git.belay-quarantined";
+
+/// Move the `.git` (a directory, a gitfile or anything else) of the
+/// directory `rel` aside to [`QUARANTINED_GIT`] (or `…-N` when taken),
+/// never through a link: a repository a sandbox planted at a committed
+/// submodule's path would otherwise run its config (`core.fsmonitor`,
+/// hooks) on the user's next `git status` in the outer tree. `Ok(None)`
+/// when `rel` holds no `.git`; the new name otherwise.
+pub fn quarantine_git(root: &Path, rel: &str) -> Result<Option<String>, HostFsError> {
+    let inner = if rel.is_empty() || rel == "." {
+        return Err(refused(rel, "the top repository is not quarantined"));
+    } else {
+        format!("{rel}/.git")
+    };
+    let Some((dir, _)) = open_parent(root, &inner, false, false)? else {
+        return Ok(None);
+    };
+    match rustix::fs::statat(&dir, ".git", AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(_) => {}
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(io("stat", root.join(&inner), e)),
+    }
+    for n in 0..100u32 {
+        let to = if n == 0 {
+            QUARANTINED_GIT.to_string()
+        } else {
+            format!("{QUARANTINED_GIT}-{n}")
+        };
+        match rustix::fs::renameat_with(
+            &dir,
+            ".git",
+            &dir,
+            to.as_str(),
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => return Ok(Some(format!("{rel}/{to}"))),
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(io("rename", root.join(&inner), e)),
+        }
+    }
+    Err(refused(&inner, "no free quarantine name"))
+}
+
 /// Open `name` in `dir` for reading: a regular file, never through a link
 /// (and never blocking on a FIFO). `Ok(None)` when absent.
 fn open_regular(
@@ -607,6 +651,32 @@ mod tests {
              for a listing whose entries are then read through hostfs):\n{}",
             bad.join("\n")
         );
+    }
+
+    #[test]
+    fn a_planted_submodule_repository_is_moved_aside_never_through_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("tree");
+        std::fs::create_dir_all(root.join("sub/.git/hooks")).unwrap();
+        std::fs::write(root.join("sub/.git/config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        assert_eq!(
+            quarantine_git(&root, "sub").unwrap().as_deref(),
+            Some("sub/.git.belay-quarantined")
+        );
+        assert!(!root.join("sub/.git").exists());
+        assert!(root.join("sub/.git.belay-quarantined/config").exists());
+        std::fs::write(root.join("sub/.git"), "gitdir: ../elsewhere\n").unwrap();
+        assert_eq!(
+            quarantine_git(&root, "sub").unwrap().as_deref(),
+            Some("sub/.git.belay-quarantined-1")
+        );
+        assert_eq!(quarantine_git(&root, "sub").unwrap(), None);
+        // A link on the way is refused, never followed.
+        std::fs::create_dir_all(d.path().join("outside/.git")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("outside"), root.join("link")).unwrap();
+        assert!(quarantine_git(&root, "link").is_err());
+        assert!(d.path().join("outside/.git").exists());
+        assert!(quarantine_git(&root, "").is_err());
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn unreadable(p: &Path, e: std::io::Error) -> GuardError {
 
 /// A record of the git dir, serialisable so that the next start can put it
 /// back when belay was killed while the sandbox ran (contents as hex).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GitDirGuard {
     git_dir: PathBuf,
     #[serde(with = "hex_map_opt")]
@@ -310,6 +310,28 @@ fn links_of(g: &Path, seen: &mut usize) -> Result<BTreeMap<String, String>, Guar
 
 impl Git {
     /// Record the git dir before a sandbox that can write it.
+    /// The submodule paths (gitlinks) that the commits since `before` added
+    /// or changed (`None`: every gitlink of HEAD), relative to the root. Only
+    /// when HEAD moved: a step or round without commits costs nothing. A
+    /// repository a sandbox planted at such a path runs its config on the
+    /// user's next `git status` in the outer tree; callers move it aside
+    /// (`belay_sandbox::hostfs::quarantine_git`).
+    pub async fn gitlinks_added(&self, before: Option<&str>) -> Vec<String> {
+        let Ok(after) = self.head().await else {
+            return Vec::new();
+        };
+        let out = match before {
+            Some(b) if b == after => return Vec::new(),
+            Some(b) => {
+                self.run(&["diff", "--raw", "-z", "--no-renames", b, &after])
+                    .await
+            }
+            None => self.run(&["ls-tree", "-r", "-z", "HEAD"]).await,
+        };
+        out.map(|o| gitlinks_in(&o, before.is_some()))
+            .unwrap_or_default()
+    }
+
     pub fn guard_git_dir(&self) -> GitDirGuard {
         let g = &self.git_dir;
         let worktrees = names_in(&g.join("worktrees"));
@@ -554,3 +576,39 @@ fn unix_s(t: SystemTime) -> i64 {
 fn rel(base: &Path, p: &Path) -> String {
     p.strip_prefix(base).unwrap_or(p).display().to_string()
 }
+/// The gitlink paths of `git diff --raw -z` (new mode 160000) or of
+/// `git ls-tree -r -z` (mode 160000).
+fn gitlinks_in(out: &str, diff: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    if diff {
+        let mut it = out.split('\0');
+        while let (Some(meta), Some(path)) = (it.next(), it.next()) {
+            if meta.split(' ').nth(1) == Some("160000") {
+                v.push(path.to_string());
+            }
+        }
+    } else {
+        for e in out.split('\0') {
+            if let Some((meta, path)) = e.split_once('\t') {
+                if meta.starts_with("160000 ") {
+                    v.push(path.to_string());
+                }
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod gitlink_tests {
+    use super::gitlinks_in;
+
+    #[test]
+    fn gitlinks_from_diff_and_ls_tree() {
+        let diff = ":000000 160000 0000000 abcdef1 A\0sub\0:100644 100644 1111111 2222222 M\0README\0:160000 000000 abcdef1 0000000 D\0gone\0";
+        assert_eq!(gitlinks_in(diff, true), ["sub"]);
+        let tree = "100644 blob 1111111\tREADME\0160000 commit abcdef1\tvendor/x\0";
+        assert_eq!(gitlinks_in(tree, false), ["vendor/x"]);
+    }
+}
+

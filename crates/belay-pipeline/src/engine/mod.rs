@@ -381,6 +381,7 @@ impl<'a> Engine<'a> {
                     failure: None,
                     submodules_at_start: git.submodule_paths().await.unwrap_or_default(),
                     git_control_at_start: git.control_files(),
+                    git_guard: p.isolation.allow_git_mutations.then(|| git.guard_git_dir()),
                     started_at: now.clone(),
                     updated_at: now,
                     exhausted: None,
@@ -389,9 +390,10 @@ impl<'a> Engine<'a> {
         };
         let run_dir = state_dir.join("runs").join(&state.run_id);
         let (model, key) = model_client(p, run_dir.join(LLM_USAGE_FILE))?;
-        // The one policy (host proxies, URL credentials, secret-looking
-        // variables, model keys), then the pipeline's own secrets.
-        let mut redactor = belay_sandbox::trust::host_redactor();
+        // The pipeline's own secrets (their names label what is redacted),
+        // then the one policy's host part (proxies, URL credentials,
+        // secret-looking variables, model keys).
+        let mut redactor = Redactor::default();
         for (name, v) in &secrets {
             redactor.add(name.clone(), v.clone());
         }
@@ -402,6 +404,7 @@ impl<'a> Engine<'a> {
             // The model key is checked like the step secrets (at the commit).
             secrets.entry(format!("llm key ${name}")).or_insert(k);
         }
+        redactor.extend_from(&belay_sandbox::trust::host_redactor());
         // Every run of every mode is opened the one way: its directory, its
         // lock, its event log and its place in the user's registry.
         let run = RunHandle::open(OpenRun {

@@ -43,6 +43,7 @@ impl Engine<'_> {
             )?;
         }
         if self.p.isolation.allow_git_mutations {
+            self.quarantine_new_submodules(step).await?;
             self.check_git_control(step)?;
         }
         Ok(())
@@ -66,17 +67,67 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// With git mutations allowed, a step may commit, but not redirect git:
-    /// a changed `commondir`, `config.worktree` or alternates file is put
-    /// back (removed when it was absent) and stops the run.
+    /// With git mutations allowed, a step may commit a submodule: the
+    /// repository at its path (which the step made) is moved aside, since
+    /// its config would run on the user's next `git status`; the run stops.
+    async fn quarantine_new_submodules(&mut self, step: &str) -> Result<(), PipelineError> {
+        let before = self.state.head_at_start.clone();
+        let links = self.git.gitlinks_added(Some(before.as_str())).await;
+        let submodules = &self.state.submodules_at_start;
+        let root = self.git.root().to_path_buf();
+        let mut moved = Vec::new();
+        for rel in links.iter().filter(|l| !submodules.contains(l)) {
+            if let Some(to) = belay_sandbox::hostfs::quarantine_git(&root, rel)
+                .map_err(|e| PipelineError::Failed(format!("step `{step}`: {e}")))?
+            {
+                moved.push(to);
+            }
+        }
+        if moved.is_empty() {
+            return Ok(());
+        }
+        self.event(
+            Kind::GitTampered,
+            Some(step),
+            serde_json::json!({"quarantined": &moved}),
+        )?;
+        Err(PipelineError::Failed(format!(
+            "step `{step}` committed submodules whose repositories would run their config on your next git status; moved aside: {}. Check the repository, then start a new run",
+            moved.join(", ")
+        )))
+    }
+
+    /// With git mutations allowed, a step may commit, but not redirect git
+    /// or plant what the user's next git runs: a changed `commondir`,
+    /// `config.worktree` or alternates file, a planted or changed hook, a
+    /// planted link, worktree or replace ref is put back (removed when it
+    /// was absent) and stops the run.
     pub(super) fn check_git_control(&mut self, step: &str) -> Result<(), PipelineError> {
         if self.state.git_control_at_start.is_empty() {
             self.state.git_control_at_start = self.git.control_files();
             return Ok(());
         }
-        let changed = self
+        let mut changed = self
             .git
             .restore_control_files(&self.state.git_control_at_start);
+        // Hooks, guarded files, planted links, worktrees and replace refs:
+        // put back as they were at the start (the user's next git would run
+        // a planted hook).
+        if let Some(g) = &self.state.git_guard {
+            let r = g.restore().map_err(|e| {
+                PipelineError::Failed(format!(
+                    "step `{step}` left the git dir {} in a state belay cannot check ({e}); no host git ran on it. Check the repository, then start a new run",
+                    self.git.git_dir().display()
+                ))
+            })?;
+            changed.extend(
+                r.restored
+                    .into_iter()
+                    .chain(r.links_removed)
+                    .chain(r.modes_cleared)
+                    .chain(r.specials_removed),
+            );
+        }
         if changed.is_empty() {
             return Ok(());
         }

@@ -120,3 +120,42 @@ impl Supervisor {
         }
     }
 }
+
+impl Supervisor {
+    /// Move aside the repository of every submodule the agent committed this
+    /// round: a gitlink plus `.gitmodules` and a repository at its path whose
+    /// config sets `core.fsmonitor` (or hooks) runs on the user's plain `git
+    /// status` in the outer tree, as root.
+    pub(super) async fn quarantine_new_submodules(
+        &self,
+        before: Option<&str>,
+        round_num: u64,
+        step: &str,
+    ) {
+        let links = self.git.gitlinks_added(before).await;
+        if links.is_empty() {
+            return;
+        }
+        let root = self.git.root().to_path_buf();
+        let mut moved = Vec::new();
+        for rel in links {
+            match belay_sandbox::hostfs::quarantine_git(&root, &rel) {
+                Ok(Some(to)) => moved.push(to),
+                Ok(None) => {}
+                Err(e) => (self.progress)(&format!(
+                    "warning: cannot move aside the repository at {rel}: {e}; do not run git in this tree before you inspect {rel}/.git"
+                )),
+            }
+        }
+        if !moved.is_empty() {
+            (self.progress)(&format!(
+                "the agent committed submodules whose repositories could run code on your git status; moved aside: {}",
+                moved.join(", ")
+            ));
+            self.emit(
+                Some(step),
+                &RoundEvent::RepositoryQuarantined { round_num, moved },
+            );
+        }
+    }
+}

@@ -287,6 +287,8 @@ impl Supervisor {
             );
             return Err(e);
         }
+        self.quarantine_new_submodules(head_before.as_deref(), round_num, &step)
+            .await;
         let ran = match ran {
             Ok(r) => r,
             Err(e) => {

@@ -203,7 +203,7 @@ fn every_mode_writes_one_envelope_and_registers_its_runs() {
     .unwrap();
     init_repo(&plan_repo);
     let agent = h.tmp.path().join("agent.sh");
-    common::install_script(&agent, "#!/bin/sh\np=$(cat)\ncase \"$p\" in *'Review ONLY'*) to=approved ;; *) to=built; echo one > one.txt ;; esac\nsed -i \"s/\\\"status\\\": \\\"[a-z]*\\\"/\\\"status\\\": \\\"$to\\\"/\" plan_checkpoints.json\n");
+    common::install_script(&agent, "#!/bin/sh\np=$(cat)\ncase \"$p\" in *'Review ONLY'*) echo 'VERDICT: approved'; exit 0 ;; esac\necho one > one.txt\nsed -i \"s/\\\"status\\\": \\\"[a-z]*\\\"/\\\"status\\\": \\\"built\\\"/\" plan_checkpoints.json\n");
     let spec = format!("cmd:{}", agent.display());
     let out = h
         .cmd()
