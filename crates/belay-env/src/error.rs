@@ -19,6 +19,17 @@ pub enum EnvError {
     Plan(String),
     #[error("state directory {path} is not usable: {reason}. Pass --state-dir with a writable directory")]
     StateDir { path: PathBuf, reason: String },
+    /// A directory belay would write in lies inside the repository and a
+    /// part of it there is a link (or not a directory): an untrusted
+    /// repository's `.belay -> /elsewhere` would send belay's files anywhere.
+    #[error("{} is inside the repository {} and {} is {reason}; belay does not write through it (a repository's link could send its files anywhere on this machine). Remove it, or pass {flag} with a directory outside the repository", path.display(), repo.display(), part.display())]
+    LinkInRepo {
+        path: PathBuf,
+        repo: PathBuf,
+        part: PathBuf,
+        reason: String,
+        flag: &'static str,
+    },
     #[error("{action} {path}: {source}")]
     Io {
         action: &'static str,
@@ -115,6 +126,7 @@ impl belay_record::Classify for EnvError {
             EnvError::RepoMissing { .. }
             | EnvError::BadManifest { .. }
             | EnvError::StateDir { .. }
+            | EnvError::LinkInRepo { .. }
             | EnvError::BadState { .. }
             | EnvError::Usage(_) => ExitClass::Usage,
             EnvError::Plan(_) => ExitClass::Failed,

@@ -13,7 +13,7 @@
 //! real prompt: the level changes what is recorded, never what they are told.
 
 use std::borrow::Cow;
-use std::path::{Component, Path};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -97,8 +97,9 @@ impl AuditLevel {
 ///
 /// Every file is read through [`belay_sandbox::hostfs::read`]: no link at any
 /// level below `root`, a regular file only, non-blocking, at most 1 MiB. A
-/// link's target is taken by name inside the tree, and read the same way (a
-/// link to a link, or out of the tree, is skipped).
+/// link's target is resolved inside the tree as the OS would (a link to a
+/// link followed, by the tree's own contents), and read the same way; one
+/// that leaves the tree is skipped.
 pub fn dotenv_secrets(root: &Path, tracked: &[String]) -> Vec<(String, String)> {
     const SKIP: &[&str] = &[".git", "node_modules", "target", ".venv", "venv", "vendor"];
     let mut out = Vec::new();
@@ -134,10 +135,7 @@ pub fn dotenv_secrets(root: &Path, tracked: &[String]) -> Vec<(String, String)> 
             }
             // A link is followed only by name, to a regular file inside the tree.
             let target = if ft.is_symlink() {
-                match fs_err::read_link(e.path())
-                    .ok()
-                    .and_then(|t| inside_tree(root, Path::new(&rel), &t))
-                {
+                match link_inside(root, &rel) {
                     Some(t) => t,
                     None => continue,
                 }
@@ -162,33 +160,23 @@ pub fn dotenv_secrets(root: &Path, tracked: &[String]) -> Vec<(String, String)> 
     out
 }
 
-/// Where a link at `link` (relative to `root`) with target `target` leads, by
-/// name, as a path relative to `root`; `None` when it leaves the tree.
-fn inside_tree(root: &Path, link: &Path, target: &Path) -> Option<String> {
-    let joined = if target.is_absolute() {
+/// Where the link `rel` (relative to `root`) leads inside the tree, resolved
+/// as the OS would resolve it, a link to a link followed, in the tree's own
+/// contents ([`belay_sandbox::hostfs::resolve_in_tree`]); an absolute target
+/// under `root` is taken as that path of the tree. `None` when it leaves the
+/// tree or leads to the root itself.
+fn link_inside(root: &Path, rel: &str) -> Option<String> {
+    use belay_sandbox::hostfs::{read_link, resolve_in_tree, Resolved};
+    let target = read_link(root, Path::new(rel)).ok()??;
+    let start = if target.is_absolute() {
         target.strip_prefix(root).ok()?.to_path_buf()
     } else {
-        link.parent().unwrap_or(Path::new("")).join(target)
+        Path::new(rel).to_path_buf()
     };
-    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
-    for c in joined.components() {
-        match c {
-            Component::Normal(n) => parts.push(n),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                parts.pop()?;
-            }
-            Component::RootDir | Component::Prefix(_) => return None,
-        }
+    match resolve_in_tree(root, &start).ok()? {
+        Resolved::Inside(p) if !p.as_os_str().is_empty() => p.to_str().map(String::from),
+        _ => None,
     }
-    if parts.is_empty() {
-        return None;
-    }
-    parts
-        .iter()
-        .collect::<std::path::PathBuf>()
-        .to_str()
-        .map(String::from)
 }
 
 #[cfg(test)]

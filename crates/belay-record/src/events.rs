@@ -105,6 +105,9 @@ struct Inner {
     log: JsonlAppender,
     seq: u64,
     followers: Vec<std::sync::mpsc::Sender<Arc<str>>>,
+    /// Shared by every clone, so that secrets added while the run goes on
+    /// ([`EventSink::add_secrets`]) are scrubbed by all of them.
+    redactor: Redactor,
 }
 
 /// Appends events to a run's `events.jsonl` and hands each line to live
@@ -113,7 +116,6 @@ struct Inner {
 pub struct EventSink {
     run_id: Arc<str>,
     mode: Mode,
-    redactor: Redactor,
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -172,11 +174,11 @@ impl EventSink {
         Ok(EventSink {
             run_id: run_id.into(),
             mode,
-            redactor,
             inner: Arc::new(Mutex::new(Inner {
                 log,
                 seq,
                 followers: Vec::new(),
+                redactor,
             })),
         })
     }
@@ -192,10 +194,8 @@ impl EventSink {
         step: Option<&str>,
         event: &E,
     ) -> Result<u64, RecordError> {
-        let mut inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let seq = inner.seq + 1;
         let out = Out {
             v: ENVELOPE_VERSION,
@@ -207,7 +207,7 @@ impl EventSink {
             event,
             step,
         };
-        let line = inner.log.append_line(&out, &self.redactor)?;
+        let line = inner.log.append_line(&out, &inner.redactor)?;
         inner.seq = seq;
         if !inner.followers.is_empty() {
             let line: Arc<str> = line.into();
@@ -216,24 +216,35 @@ impl EventSink {
         Ok(seq)
     }
 
-    /// Every line written from now on (in this process), as written.
-    pub fn follow(&self) -> std::sync::mpsc::Receiver<Arc<str>> {
-        let (tx, rx) = std::sync::mpsc::channel();
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .followers
-            .push(tx);
+    }
+
+    /// Scrub `secrets` too from every line written from now on, by this sink
+    /// and every clone of it: a secret learnt while the run goes on (a login
+    /// token copied in for an agent).
+    pub fn add_secrets(&self, secrets: &Redactor) {
+        self.lock().redactor.extend_from(secrets);
+    }
+
+    /// What the log is scrubbed of now (the secrets it was opened with and
+    /// those added since).
+    pub fn redactor(&self) -> Redactor {
+        self.lock().redactor.clone()
+    }
+
+    /// Every line written from now on (in this process), as written.
+    pub fn follow(&self) -> std::sync::mpsc::Receiver<Arc<str>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.lock().followers.push(tx);
         rx
     }
 
     /// Make what was written durable (at state checkpoints).
     pub fn sync(&self) -> Result<(), RecordError> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .log
-            .sync()
+        self.lock().log.sync()
     }
 }
 
@@ -302,5 +313,28 @@ mod tests {
         assert_eq!(ev[1].data, serde_json::Value::Null);
         let followed: Envelope = serde_json::from_str(&live[0]).unwrap();
         assert_eq!(followed, ev[0]);
+    }
+
+    #[test]
+    fn secrets_added_later_are_scrubbed_by_every_clone() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("events.jsonl");
+        let sink = EventSink::open(&p, "r1", Mode::Rounds, Redactor::default()).unwrap();
+        let early_clone = sink.clone();
+        let ev = |s: &str| Ev::StepEnd {
+            verdict: "pass",
+            secret: s.into(),
+        };
+        sink.add_secrets(&Redactor::new([(
+            "LOGIN".to_string(),
+            "refresh-token-0123456789".to_string(),
+        )]));
+        early_clone
+            .emit("agent", None, &ev("cat: refresh-token-0123456789"))
+            .unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(!text.contains("refresh-token-0123456789"), "{text}");
+        assert!(text.contains("[REDACTED:LOGIN]"), "{text}");
+        assert_eq!(sink.redactor().secrets().len(), 1);
     }
 }

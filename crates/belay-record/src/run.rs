@@ -100,8 +100,22 @@ impl RunHandle {
         self.dir.join(name)
     }
 
+    /// The secrets the run was opened with. Those added since
+    /// ([`RunHandle::add_secrets`]) are in [`RunHandle::live_redactor`].
     pub fn redactor(&self) -> &Redactor {
         &self.redactor
+    }
+
+    /// Secrets learnt while the run goes on (a login token copied in for an
+    /// agent): from now on the event log (every clone of its sink) and the
+    /// run's own records scrub them too. Safe from any thread.
+    pub fn add_secrets(&self, secrets: &Redactor) {
+        self.sink.add_secrets(secrets);
+    }
+
+    /// The secrets the run was opened with and those added since.
+    pub fn live_redactor(&self) -> Redactor {
+        self.sink.redactor()
     }
 
     /// Seconds since the run was opened in this process.
@@ -138,7 +152,7 @@ impl RunHandle {
             path: path.clone(),
             source,
         })?;
-        self.redactor.redact_value(&mut v);
+        self.live_redactor().redact_value(&mut v);
         let text = serde_json::to_string_pretty(&v).map_err(|source| RecordError::Json {
             path: path.clone(),
             source,
@@ -154,7 +168,7 @@ impl RunHandle {
             fs_err::create_dir_all(parent)
                 .map_err(|e| RecordError::io("cannot create", parent, e))?;
         }
-        crate::atomic_write(&path, self.redactor.redact(text).as_bytes())?;
+        crate::atomic_write(&path, self.live_redactor().redact(text).as_bytes())?;
         Ok(path)
     }
 
@@ -247,5 +261,40 @@ mod tests {
             "{err}"
         );
         assert!(open(d.path(), &reg, "../escape").is_err());
+    }
+
+    #[test]
+    fn secrets_added_to_a_live_run_are_scrubbed_from_its_records() {
+        let d = tempfile::tempdir().unwrap();
+        let h = open(d.path(), &d.path().join("reg"), "run-2").unwrap();
+        let token = "ya29.login-access-token-42";
+        h.add_secrets(&Redactor::new([("LOGIN".to_string(), token.to_string())]));
+        assert!(h.live_redactor().redact(token).contains("[REDACTED:LOGIN]"));
+        assert!(h
+            .live_redactor()
+            .redact("s3cr3t-value-1")
+            .contains("[REDACTED:TOKEN]"));
+        #[derive(Serialize)]
+        struct Ev {
+            kind: &'static str,
+            data: String,
+        }
+        h.emit(
+            "agent",
+            None,
+            &Ev {
+                kind: "out",
+                data: format!("cat: {token}"),
+            },
+        )
+        .unwrap();
+        h.write_text("note.txt", token).unwrap();
+        for f in [EVENTS_FILE, "note.txt"] {
+            let text = std::fs::read_to_string(h.path(f)).unwrap();
+            assert!(
+                !text.contains(token) && text.contains("[REDACTED:LOGIN]"),
+                "{f}: {text}"
+            );
+        }
     }
 }

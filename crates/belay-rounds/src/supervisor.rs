@@ -185,8 +185,18 @@ impl Supervisor {
         }
     }
 
-    pub fn redactor(&self) -> &Redactor {
-        self.run.redactor()
+    /// What every record of the project is scrubbed of now: the host's and
+    /// the config's secrets, and those added since ([`Supervisor::add_secrets`]).
+    pub fn redactor(&self) -> Redactor {
+        self.run.live_redactor()
+    }
+
+    /// Secrets learnt while the supervisor runs (the login tokens copied in
+    /// for an agent): every record written from now on scrubs them.
+    pub fn add_secrets(&self, secrets: &Redactor) {
+        if !secrets.is_empty() {
+            self.run.add_secrets(secrets);
+        }
     }
 
     pub fn log_dir(&self) -> &std::path::Path {

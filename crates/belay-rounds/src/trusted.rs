@@ -331,6 +331,40 @@ impl Trust {
         out
     }
 
+    /// Read-only views of the control files in the tree for the agent's
+    /// container: the trusted copy of each, written under `view_dir`, with
+    /// its path relative to `repo_root` (where the container mounts the
+    /// tree). Mounted over the file, it cannot be written, and a rename over
+    /// it fails (EBUSY): the agent need not write these, so it cannot.
+    pub fn readonly_views(
+        &self,
+        cfg: &Config,
+        repo_root: &Path,
+        view_dir: &Path,
+    ) -> Result<Vec<(PathBuf, String)>, RoundsError> {
+        let mut out = Vec::new();
+        for (i, w) in self.in_tree(cfg).into_iter().enumerate() {
+            let Some(bytes) = self.store.trusted(&file_key(&w.root, &w.rel))? else {
+                continue;
+            };
+            let path = w.root.join(&w.rel);
+            let Some(rel) = path
+                .strip_prefix(repo_root)
+                .ok()
+                .and_then(|r| r.to_str())
+                .filter(|r| !r.is_empty())
+            else {
+                continue;
+            };
+            fs_err::create_dir_all(view_dir)
+                .map_err(|e| RoundsError::io("cannot create", view_dir, e))?;
+            let view = view_dir.join(format!("{i}"));
+            belay_record::atomic_write(&view, &bytes)?;
+            out.push((view, rel.to_string()));
+        }
+        Ok(out)
+    }
+
     /// Put back every control file of `cfg` that differs from its trusted
     /// copy, never reading more of it than the copy's size (the agent's
     /// processes are gone). What changed, in path order.

@@ -301,8 +301,8 @@ pub fn quarantine_git(root: &Path, rel: &str) -> Result<Option<String>, HostFsEr
 /// Open `name` in `dir` for reading: a regular file, never through a link
 /// (and never blocking on a FIFO). `Ok(None)` when absent.
 fn open_regular(
-    dir: &OwnedFd,
-    name: &str,
+    dir: impl AsFd,
+    name: impl rustix::path::Arg,
     rel: &str,
     path: &Path,
 ) -> Result<Option<(File, rustix::fs::Stat)>, HostFsError> {
@@ -432,12 +432,30 @@ pub fn scrub(
     let Some((dir, name)) = open_parent(root, rel, false, true)? else {
         return Ok(false);
     };
-    let path = root.join(rel);
+    scrub_at(
+        dir.as_fd(),
+        std::ffi::OsStr::new(name),
+        rel,
+        &root.join(rel),
+        redactor,
+    )
+}
+
+/// [`scrub`] of the entry `name` of the open directory `dir` (`rel` and
+/// `path` name it in errors). The temporary file's name does not carry the
+/// file's (a long name would not fit, and a name may hold a secret).
+fn scrub_at(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    rel: &str,
+    path: &Path,
+    redactor: &belay_record::Redactor,
+) -> Result<bool, HostFsError> {
     let open = || -> Result<Option<(File, u32)>, HostFsError> {
-        Ok(open_regular(&dir, name, rel, &path)?.map(|(f, st)| (f, st.st_mode & 0o777)))
+        Ok(open_regular(dir, name, rel, path)?.map(|(f, st)| (f, st.st_mode & 0o777)))
     };
     let ioerr = |op: &'static str| {
-        let path = path.clone();
+        let path = path.to_path_buf();
         move |source| HostFsError::Io {
             op,
             path: path.clone(),
@@ -454,17 +472,17 @@ pub fn scrub(
         return Ok(false);
     };
     let tmp = format!(
-        ".{name}.belay-{}-{:016x}",
+        ".belay-scrub-{}-{:016x}",
         std::process::id(),
         fastrand::u64(..)
     );
     let fd = rustix::fs::openat(
-        &dir,
+        dir,
         tmp.as_str(),
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(mode),
     )
-    .map_err(|e| io("create", root.join(&tmp), e))?;
+    .map_err(|e| io("create", path.with_file_name(&tmp), e))?;
     let result = (|| {
         let mut out = std::io::BufWriter::with_capacity(256 * 1024, File::from(fd));
         let mut r = std::io::BufReader::with_capacity(256 * 1024, f);
@@ -486,15 +504,15 @@ pub fn scrub(
         out.write_all(&buf).map_err(ioerr("write"))?;
         let f = out.into_inner().map_err(|e| HostFsError::Io {
             op: "write",
-            path: path.clone(),
+            path: path.to_path_buf(),
             source: e.into_error(),
         })?;
         f.sync_all().map_err(ioerr("sync"))?;
-        rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)
-            .map_err(|e| io("replace", path.clone(), e))
+        rustix::fs::renameat(dir, tmp.as_str(), dir, name)
+            .map_err(|e| io("replace", path.to_path_buf(), e))
     })();
     if result.is_err() {
-        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
     }
     result.map(|()| true)
 }
@@ -583,6 +601,380 @@ fn sweep_in(
 /// pathspecs: git refuses a pathspec "beyond a symbolic link").
 pub fn parents_are_dirs(root: &Path, rel: &str) -> bool {
     matches!(open_parent(root, rel, false, false), Ok(Some(_)))
+}
+
+/// What [`scrub_tree`] changed, as relative paths under their names now.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TreeScrub {
+    /// Regular files that held a secret, rewritten.
+    pub scrubbed: Vec<String>,
+    /// Entries whose name held a secret, renamed.
+    pub renamed: Vec<String>,
+    /// Links whose target held a secret, made again with the target redacted
+    /// (the link itself, never what it points to).
+    pub relinked: Vec<String>,
+}
+
+/// The longest redacted name kept (a numbered suffix and the file system's
+/// 255 bytes must fit).
+const CLEAN_NAME_MAX: usize = 200;
+
+/// Scrub a whole directory a sandbox wrote (a run's artifacts): walked from
+/// directory handles, never through a link, whatever its names and depth.
+/// A name that holds a secret is renamed first (the name redacted; made
+/// unique with a `-N` suffix when taken), so no later path, error or event
+/// carries it; every regular file is then scrubbed streamed, as [`scrub`]
+/// does (no size limit, nothing held whole); a link whose target holds a
+/// secret is replaced by one to the redacted target. Other entries (FIFOs,
+/// devices) are never opened. Anything the walk cannot open is an error,
+/// never skipped. Run when no sandbox process is alive. A missing root is
+/// an empty one.
+pub fn scrub_tree(
+    root: &Path,
+    redactor: &belay_record::Redactor,
+) -> Result<TreeScrub, HostFsError> {
+    let mut out = TreeScrub::default();
+    if redactor.is_empty() {
+        return Ok(out);
+    }
+    let dir = match rustix::fs::open(root, DIR_FLAGS, Mode::empty()) {
+        Ok(d) => d,
+        Err(Errno::NOENT) => return Ok(out),
+        Err(e) => return Err(io("open", root.to_path_buf(), e)),
+    };
+    scrub_tree_in(dir, root, Path::new(""), redactor, &mut out)?;
+    Ok(out)
+}
+
+fn scrub_tree_in(
+    dir: OwnedFd,
+    root: &Path,
+    prefix: &Path,
+    redactor: &belay_record::Redactor,
+    out: &mut TreeScrub,
+) -> Result<(), HostFsError> {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let at = root.join(prefix);
+    let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| io("list", at.clone(), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| io("list", at.clone(), e))?;
+        let bytes = entry.file_name().to_bytes();
+        if bytes == b"." || bytes == b".." {
+            continue;
+        }
+        let mut name = OsStr::from_bytes(bytes).to_os_string();
+        if let std::borrow::Cow::Owned(clean) = redactor.redact_bytes(bytes) {
+            match rename_clean(&dir, bytes, clean, redactor, &at)? {
+                Some(new) => name = new,
+                None => continue,
+            }
+            out.renamed
+                .push(prefix.join(&name).to_string_lossy().into_owned());
+        }
+        let rel = prefix.join(&name);
+        let shown = rel.to_string_lossy().into_owned();
+        let path = root.join(&rel);
+        let st = match rustix::fs::statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(io("stat", path, e)),
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                let sub = rustix::fs::openat(&dir, name.as_os_str(), DIR_FLAGS, Mode::empty())
+                    .map_err(|e| not_a_dir(&shown, &path, e))?;
+                scrub_tree_in(sub, root, &rel, redactor, out)?;
+            }
+            FileType::RegularFile => {
+                let changed = scrub_at(dir.as_fd(), &name, &shown, &path, redactor)?;
+                if changed {
+                    out.scrubbed.push(shown);
+                }
+            }
+            FileType::Symlink => {
+                let changed = relink_clean(&dir, &name, redactor, &path)?;
+                if changed {
+                    out.relinked.push(shown);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Rename the entry `old` of `dir` to `clean` (its name with the secrets
+/// redacted), made a valid name that holds no secret, with a `-N` suffix
+/// when the name is taken (never replacing an entry). The new name; `None`
+/// when the entry is gone. `at` is the directory's path, for errors (which
+/// never show the old name).
+fn rename_clean(
+    dir: &OwnedFd,
+    old: &[u8],
+    clean: Vec<u8>,
+    redactor: &belay_record::Redactor,
+    at: &Path,
+) -> Result<Option<std::ffi::OsString>, HostFsError> {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let old = OsStr::from_bytes(old);
+    let mut base: Vec<u8> = clean
+        .into_iter()
+        .map(|b| if b == b'/' || b == 0 { b'_' } else { b })
+        .collect();
+    base.truncate(CLEAN_NAME_MAX);
+    let holds_secret = |n: &[u8]| matches!(redactor.redact_bytes(n), std::borrow::Cow::Owned(_));
+    if base.is_empty() || base == b"." || base == b".." || holds_secret(&base) {
+        base = b"[REDACTED]".to_vec();
+    }
+    for i in 0..1000u32 {
+        let mut cand = base.clone();
+        if i > 0 {
+            cand.extend_from_slice(format!("-{i}").as_bytes());
+        }
+        if holds_secret(&cand) {
+            continue;
+        }
+        let new = OsStr::from_bytes(&cand);
+        let shown = at.join(new);
+        match rustix::fs::renameat_with(dir, old, dir, new, rustix::fs::RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(Some(new.to_os_string())),
+            Err(Errno::EXIST) | Err(Errno::NOTEMPTY) => continue,
+            Err(Errno::NOENT) => return Ok(None),
+            // A file system without RENAME_NOREPLACE: look, then rename
+            // (no sandbox process is alive to race it).
+            Err(Errno::INVAL) => {
+                match rustix::fs::statat(dir, new, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(_) => continue,
+                    Err(Errno::NOENT) => {}
+                    Err(e) => return Err(io("stat", shown, e)),
+                }
+                return match rustix::fs::renameat(dir, old, dir, new) {
+                    Ok(()) => Ok(Some(new.to_os_string())),
+                    Err(Errno::NOENT) => Ok(None),
+                    Err(e) => Err(io("rename to", shown, e)),
+                };
+            }
+            Err(e) => return Err(io("rename to", shown, e)),
+        }
+    }
+    Err(refused(
+        &at.join(OsStr::from_bytes(&base)).to_string_lossy(),
+        "a name holding a secret could not be renamed: 1000 names like its redacted one are taken",
+    ))
+}
+
+/// Replace the link `name` of `dir` by one to its target redacted, when the
+/// target holds a secret. Whether it was replaced.
+fn relink_clean(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    redactor: &belay_record::Redactor,
+    path: &Path,
+) -> Result<bool, HostFsError> {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let target = match rustix::fs::readlinkat(dir, name, Vec::new()) {
+        Ok(t) => t,
+        // Gone, or no longer a link.
+        Err(Errno::NOENT) | Err(Errno::INVAL) => return Ok(false),
+        Err(e) => return Err(io("read the link", path.to_path_buf(), e)),
+    };
+    let std::borrow::Cow::Owned(clean) = redactor.redact_bytes(target.to_bytes()) else {
+        return Ok(false);
+    };
+    let clean: Vec<u8> = clean.into_iter().filter(|b| *b != 0).collect();
+    let tmp = format!(
+        ".belay-link-{}-{:016x}",
+        std::process::id(),
+        fastrand::u64(..)
+    );
+    rustix::fs::symlinkat(OsStr::from_bytes(&clean), dir, tmp.as_str())
+        .map_err(|e| io("create", path.with_file_name(&tmp), e))?;
+    if let Err(e) = rustix::fs::renameat(dir, tmp.as_str(), dir, name) {
+        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+        return Err(io("replace", path.to_path_buf(), e));
+    }
+    Ok(true)
+}
+
+/// The most links one resolution follows (Linux's own limit).
+pub const MAX_LINK_HOPS: usize = 40;
+
+/// The most directory levels one resolution holds open.
+const MAX_RESOLVE_DEPTH: usize = 256;
+
+/// Where a path of a tree leads, every link on the way followed as the OS
+/// would follow it: see [`resolve_in_tree`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// A path inside the tree, relative to its root, with no link in it (the
+    /// empty path is the root itself). Its names need not exist.
+    Inside(PathBuf),
+    /// It leaves the tree, or cannot be resolved within the limits: why.
+    Escapes(&'static str),
+}
+
+impl Resolved {
+    pub fn escapes(&self) -> bool {
+        matches!(self, Resolved::Escapes(_))
+    }
+}
+
+/// A link's own target, read without following any link on the way: each
+/// directory is opened from the one above with `O_NOFOLLOW`, the last name is
+/// read relative to its directory. `Ok(None)` when `rel` is no link, is
+/// absent, or a parent on the way is missing, a link or no directory (a link
+/// there is an entry of its own).
+pub fn read_link(root: &Path, rel: &Path) -> Result<Option<PathBuf>, HostFsError> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut names = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => names.push(n),
+            Component::CurDir => {}
+            _ => return Ok(None),
+        }
+    }
+    let Some(last) = names.pop() else {
+        return Ok(None);
+    };
+    let mut dir = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
+        .map_err(|e| io("open the tree", root.to_path_buf(), e))?;
+    for n in names {
+        dir = match rustix::fs::openat(&dir, n, DIR_FLAGS, Mode::empty()) {
+            Ok(d) => d,
+            Err(_) => return Ok(None),
+        };
+    }
+    match rustix::fs::statat(&dir, last, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {}
+        _ => return Ok(None),
+    }
+    match rustix::fs::readlinkat(&dir, last, Vec::new()) {
+        Ok(t) => Ok(Some(PathBuf::from(std::ffi::OsString::from_vec(
+            t.into_bytes(),
+        )))),
+        Err(Errno::NOENT) | Err(Errno::INVAL) => Ok(None),
+        Err(e) => Err(io("read the link", root.join(rel), e)),
+    }
+}
+
+/// Resolve `rel` (relative to `root`) the way the OS would, following every
+/// link on the way and the last name's too, in terms of the tree's contents
+/// alone: each link is read without following it, relative to a handle on
+/// its directory (reached from the root with `O_NOFOLLOW` per level), and
+/// its target resolved name by name from there, so the `..` after a link
+/// applies to where the link leads, not to its name. Nothing outside the
+/// tree is ever looked at.
+///
+/// [`Resolved::Escapes`]: an absolute link, a `..` above the root, more than
+/// [`MAX_LINK_HOPS`] links, or more than 256 directory levels. A missing
+/// name, or one that is no directory, with more names after it (where the OS
+/// would fail) is taken by name, as if it were a directory: it may be made
+/// later, and what follows must not climb out then either.
+pub fn resolve_in_tree(root: &Path, rel: &Path) -> Result<Resolved, HostFsError> {
+    resolve_in_tree_seeing(root, rel, &mut |_: &Path| {})
+}
+
+/// [`resolve_in_tree`], telling `seen` each path (relative to the root) it
+/// looks up on the way: a link's resolution depends on those entries only.
+pub fn resolve_in_tree_seeing(
+    root: &Path,
+    rel: &Path,
+    seen: &mut dyn FnMut(&Path),
+) -> Result<Resolved, HostFsError> {
+    use std::os::unix::ffi::OsStringExt;
+    enum Step {
+        Up,
+        Name(std::ffi::OsString),
+    }
+    /// The steps of `p`, last first (a stack); `None` when `p` is absolute.
+    fn steps(p: &Path) -> Option<Vec<Step>> {
+        let mut out = Vec::new();
+        for c in p.components() {
+            match c {
+                Component::Normal(n) => out.push(Step::Name(n.to_os_string())),
+                Component::ParentDir => out.push(Step::Up),
+                Component::CurDir => {}
+                Component::RootDir | Component::Prefix(_) => return None,
+            }
+        }
+        out.reverse();
+        Some(out)
+    }
+    let Some(mut pending) = steps(rel) else {
+        return Ok(Resolved::Escapes("an absolute path"));
+    };
+    let top = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
+        .map_err(|e| io("open the tree", root.to_path_buf(), e))?;
+    // The names resolved so far, each with a handle when it is a directory
+    // there (below a name without one, nothing exists).
+    let mut cur: Vec<(std::ffi::OsString, Option<OwnedFd>)> = Vec::new();
+    let mut hops = 0usize;
+    while let Some(step) = pending.pop() {
+        let name = match step {
+            Step::Up => {
+                if cur.pop().is_none() {
+                    return Ok(Resolved::Escapes("it climbs above the root"));
+                }
+                continue;
+            }
+            Step::Name(n) => n,
+        };
+        let parent = match cur.last() {
+            None => Some(&top),
+            Some((_, fd)) => fd.as_ref(),
+        };
+        let Some(parent) = parent else {
+            cur.push((name, None));
+            continue;
+        };
+        let here: PathBuf = cur
+            .iter()
+            .map(|(n, _)| n.as_os_str())
+            .chain(std::iter::once(name.as_os_str()))
+            .collect();
+        seen(&here);
+        let kind = match rustix::fs::statat(parent, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Some(FileType::from_raw_mode(st.st_mode)),
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => None,
+            Err(e) => return Err(io("stat", root.join(&here), e)),
+        };
+        match kind {
+            Some(FileType::Symlink) => {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Ok(Resolved::Escapes("it goes through more than 40 links"));
+                }
+                let target = rustix::fs::readlinkat(parent, name.as_os_str(), Vec::new())
+                    .map_err(|e| io("read the link", root.join(&here), e))?;
+                let target = PathBuf::from(std::ffi::OsString::from_vec(target.into_bytes()));
+                // The target is taken from the link's directory: `cur` as is.
+                let Some(more) = steps(&target) else {
+                    return Ok(Resolved::Escapes("a link on the way is absolute"));
+                };
+                pending.extend(more);
+            }
+            Some(FileType::Directory) => {
+                if cur.len() >= MAX_RESOLVE_DEPTH {
+                    return Ok(Resolved::Escapes("it goes more than 256 levels deep"));
+                }
+                let fd = rustix::fs::openat(parent, name.as_os_str(), DIR_FLAGS, Mode::empty())
+                    .map_err(|e| match e {
+                        Errno::LOOP | Errno::NOTDIR => refused(
+                            &here.to_string_lossy(),
+                            "it changed while its links were resolved",
+                        ),
+                        e => io("open", root.join(&here), e),
+                    })?;
+                cur.push((name, Some(fd)));
+            }
+            _ => cur.push((name, None)),
+        }
+    }
+    Ok(Resolved::Inside(cur.into_iter().map(|(n, _)| n).collect()))
 }
 
 #[cfg(test)]
@@ -916,5 +1308,217 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(extra.len(), 2, "nothing was created outside: {extra:?}");
+    }
+
+    /// The tester's chain: ten levels down, `x` leads to the root and
+    /// `passwd` climbs one more `..` from there. Each link alone stays
+    /// inside by name; resolved as the OS does, `passwd` leaves the tree.
+    #[test]
+    fn a_link_chain_out_of_the_tree_escapes() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("repo");
+        let deep = "a/b/c/d/e/f/g/h/i/j";
+        std::fs::create_dir_all(root.join(deep)).unwrap();
+        let up10 = [".."; 10].join("/");
+        let up11 = [".."; 11].join("/");
+        std::os::unix::fs::symlink(&up10, root.join(deep).join("x")).unwrap();
+        std::os::unix::fs::symlink(
+            format!("x/{up11}/etc/passwd"),
+            root.join(deep).join("passwd"),
+        )
+        .unwrap();
+        let x = PathBuf::from(deep).join("x");
+        let passwd = PathBuf::from(deep).join("passwd");
+        assert_eq!(
+            resolve_in_tree(&root, &x).unwrap(),
+            Resolved::Inside(PathBuf::new()),
+            "x is the root itself"
+        );
+        assert!(resolve_in_tree(&root, &passwd).unwrap().escapes());
+        assert_eq!(
+            read_link(&root, &passwd).unwrap().unwrap(),
+            PathBuf::from(format!("x/{up11}/etc/passwd"))
+        );
+        // What is looked at on the way includes the link `x`.
+        let mut seen = Vec::new();
+        let _ = resolve_in_tree_seeing(&root, &passwd, &mut |p: &Path| seen.push(p.to_path_buf()))
+            .unwrap();
+        assert!(seen.contains(&x), "{seen:?}");
+    }
+
+    #[test]
+    fn links_inside_the_tree_resolve_inside() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("repo");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::create_dir_all(root.join("other")).unwrap();
+        std::fs::write(root.join("file"), "x").unwrap();
+        std::fs::write(root.join("other/f"), "x").unwrap();
+        // A link to a link inside the tree.
+        std::os::unix::fs::symlink("../file", root.join("sub/l2")).unwrap();
+        std::os::unix::fs::symlink("sub/l2", root.join("l1")).unwrap();
+        assert_eq!(
+            resolve_in_tree(&root, Path::new("l1")).unwrap(),
+            Resolved::Inside(PathBuf::from("file"))
+        );
+        // A relative link that climbs and stays inside.
+        std::os::unix::fs::symlink("../../other/f", root.join("sub/deeper/rel")).unwrap();
+        assert_eq!(
+            resolve_in_tree(&root, Path::new("sub/deeper/rel")).unwrap(),
+            Resolved::Inside(PathBuf::from("other/f"))
+        );
+        // `..` after a link applies to where the link leads.
+        std::os::unix::fs::symlink("sub/deeper", root.join("dl")).unwrap();
+        std::os::unix::fs::symlink("dl/../../file", root.join("via")).unwrap();
+        assert_eq!(
+            resolve_in_tree(&root, Path::new("via")).unwrap(),
+            Resolved::Inside(PathBuf::from("file"))
+        );
+        // A dangling link inside is inside; a plain file is itself.
+        std::os::unix::fs::symlink("sub/none", root.join("dangling")).unwrap();
+        assert_eq!(
+            resolve_in_tree(&root, Path::new("dangling")).unwrap(),
+            Resolved::Inside(PathBuf::from("sub/none"))
+        );
+        assert_eq!(read_link(&root, Path::new("file")).unwrap(), None);
+        assert_eq!(read_link(&root, Path::new("missing/x")).unwrap(), None);
+    }
+
+    #[test]
+    fn absolute_looping_and_climbing_links_escape() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("repo");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(d.path().join("host.txt"), "host").unwrap();
+        // An absolute link, even to a path that does not exist.
+        std::os::unix::fs::symlink("/etc/passwd", root.join("abs")).unwrap();
+        assert_eq!(
+            resolve_in_tree(&root, Path::new("abs")).unwrap(),
+            Resolved::Escapes("a link on the way is absolute")
+        );
+        std::os::unix::fs::symlink("../../host.txt", root.join("sub/up")).unwrap();
+        assert!(resolve_in_tree(&root, Path::new("sub/up"))
+            .unwrap()
+            .escapes());
+        // Two links to each other never resolve.
+        std::os::unix::fs::symlink("loop2", root.join("loop1")).unwrap();
+        std::os::unix::fs::symlink("loop1", root.join("loop2")).unwrap();
+        assert!(resolve_in_tree(&root, Path::new("loop1"))
+            .unwrap()
+            .escapes());
+        // A name that is not there yet is taken as a directory: made later,
+        // it must not lead out either.
+        std::os::unix::fs::symlink("later/../../host.txt", root.join("notyet")).unwrap();
+        assert!(resolve_in_tree(&root, Path::new("notyet"))
+            .unwrap()
+            .escapes());
+        // A link through a link to the directory above the root.
+        std::os::unix::fs::symlink("..", root.join("parent")).unwrap();
+        assert!(resolve_in_tree(&root, Path::new("parent/repo"))
+            .unwrap()
+            .escapes());
+    }
+
+    #[test]
+    fn scrub_tree_scrubs_every_file_and_name_and_follows_no_link() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("artifacts");
+        let secret = "tok-0123456789abcdef";
+        let red = belay_record::Redactor::new([("T".to_string(), secret.to_string())]);
+        std::fs::create_dir_all(root.join("deep/er")).unwrap();
+        std::fs::write(root.join("undeclared.txt"), format!("a {secret} b")).unwrap();
+        let mut bin = vec![0u8, 0xff, 0xfe];
+        bin.extend_from_slice(secret.as_bytes());
+        bin.push(0);
+        std::fs::write(root.join("deep/er/x.bin"), &bin).unwrap();
+        // A secret in a file's name, in a directory's name, and a name
+        // that is not UTF-8; a redacted name that is taken already.
+        std::fs::write(root.join(format!("key-{secret}.txt")), "clean").unwrap();
+        std::fs::write(root.join("key-[REDACTED:T].txt"), "first").unwrap();
+        std::fs::create_dir_all(root.join(format!("dir-{secret}"))).unwrap();
+        std::fs::write(root.join(format!("dir-{secret}/in")), secret).unwrap();
+        let mut odd = b"\xfe".to_vec();
+        odd.extend_from_slice(secret.as_bytes());
+        std::fs::write(root.join(std::ffi::OsStr::from_bytes(&odd)), "x").unwrap();
+        // Links are never followed; one whose target holds the secret is remade.
+        let outside = d.path().join("host.txt");
+        std::fs::write(&outside, format!("host {secret}")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("out")).unwrap();
+        std::os::unix::fs::symlink(d.path(), root.join("updir")).unwrap();
+        std::os::unix::fs::symlink(format!("/tmp/{secret}"), root.join("named")).unwrap();
+        let done = scrub_tree(&root, &red).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&outside).unwrap(),
+            format!("host {secret}"),
+            "nothing outside changed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("undeclared.txt")).unwrap(),
+            "a [REDACTED:T] b"
+        );
+        let x = std::fs::read(root.join("deep/er/x.bin")).unwrap();
+        assert!(x.starts_with(&[0, 0xff, 0xfe]) && x.ends_with(b"[REDACTED:T]\0"));
+        assert_eq!(
+            std::fs::read_to_string(root.join("key-[REDACTED:T].txt")).unwrap(),
+            "first",
+            "a taken name is never replaced"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("key-[REDACTED:T].txt-1")).unwrap(),
+            "clean"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("dir-[REDACTED:T]/in")).unwrap(),
+            "[REDACTED:T]"
+        );
+        assert_eq!(
+            std::fs::read_link(root.join("named")).unwrap(),
+            PathBuf::from("/tmp/[REDACTED:T]")
+        );
+        // No name, content or link target under the root holds the secret.
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap().flatten() {
+                let name = e.file_name();
+                assert!(
+                    !name
+                        .as_bytes()
+                        .windows(secret.len())
+                        .any(|w| w == secret.as_bytes()),
+                    "{name:?}"
+                );
+                let ft = e.file_type().unwrap();
+                if ft.is_dir() {
+                    stack.push(e.path());
+                } else if ft.is_file() {
+                    let b = std::fs::read(e.path()).unwrap();
+                    assert!(!b.windows(secret.len()).any(|w| w == secret.as_bytes()));
+                } else if ft.is_symlink() && e.file_name() != "out" {
+                    let t = std::fs::read_link(e.path()).unwrap();
+                    assert!(!t.to_string_lossy().contains(secret), "{t:?}");
+                }
+            }
+        }
+        assert_eq!(done.renamed.len(), 3, "{done:?}");
+        assert!(
+            done.scrubbed.contains(&"undeclared.txt".to_string()),
+            "{done:?}"
+        );
+        assert!(
+            done.scrubbed.contains(&"deep/er/x.bin".to_string()),
+            "{done:?}"
+        );
+        assert!(
+            done.scrubbed.contains(&"dir-[REDACTED:T]/in".to_string()),
+            "{done:?}"
+        );
+        assert_eq!(done.relinked, ["named"]);
+        // A second pass finds nothing; a missing root is an empty one.
+        assert_eq!(scrub_tree(&root, &red).unwrap(), TreeScrub::default());
+        assert_eq!(
+            scrub_tree(&d.path().join("none"), &red).unwrap(),
+            TreeScrub::default()
+        );
     }
 }

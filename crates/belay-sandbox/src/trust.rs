@@ -153,18 +153,23 @@ pub fn host_redactor() -> Redactor {
 }
 
 fn add_host_env(r: &mut Redactor, vars: impl Iterator<Item = (String, String)>) {
+    // Collected first, so that the automaton is built once.
+    let mut found = Redactor::default();
+    let mut named = Vec::new();
     for (k, v) in vars {
         if v.is_empty() {
             continue;
         }
         if MODEL_KEY_VARS.contains(&k.as_str()) || (v.len() >= 8 && belay_record::looks_secret(&k))
         {
-            r.add(k.clone(), v.clone());
+            named.push((k.clone(), v.clone()));
         }
         if v.contains("://") && v.contains('@') {
-            r.add_url_credentials(&k, &v);
+            found.add_url_credentials(&k, &v);
         }
     }
+    found.extend_from(&Redactor::new(named));
+    r.extend_from(&found);
 }
 
 #[cfg(test)]

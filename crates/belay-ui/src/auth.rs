@@ -42,8 +42,8 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, req: Request, next: Next)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    if let Some(allowed) = &app.hosts {
-        if !allowed.iter().any(|a| a.eq_ignore_ascii_case(&host)) {
+    if let Some(port) = app.loopback_port {
+        if !belay_record::is_loopback_host(&host, port) {
             return refuse(
                 StatusCode::MISDIRECTED_REQUEST,
                 "this dashboard answers only to its loopback address",

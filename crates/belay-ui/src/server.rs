@@ -42,8 +42,9 @@ pub(crate) struct App {
     pub jobs_configs: Vec<PathBuf>,
     pub token: String,
     pub redactor: Redactor,
-    /// `Host` values a loopback server answers to; `None`: any.
-    pub hosts: Option<Vec<String>>,
+    /// A loopback server answers only `Host`s naming it on this port
+    /// ([`belay_record::is_loopback_host`]); `None`: any.
+    pub loopback_port: Option<u16>,
 }
 
 /// A running server.
@@ -139,21 +140,14 @@ pub async fn serve(o: UiOptions) -> Result<Server, UiError> {
         Some(_) => return Err(UiError::Token),
         None => random_token()?,
     };
-    let hosts = o.bind.is_loopback().then(|| {
-        let p = addr.port();
-        vec![
-            format!("127.0.0.1:{p}"),
-            format!("localhost:{p}"),
-            format!("[::1]:{p}"),
-        ]
-    });
+    let loopback_port = o.bind.is_loopback().then_some(addr.port());
     let app = Arc::new(App {
         registry: o.registry,
         queues: o.queues,
         jobs_configs: o.jobs_configs,
         token: token.clone(),
         redactor: o.redactor,
-        hosts,
+        loopback_port,
     });
     let router = router(app);
     let task = tokio::spawn(async move {

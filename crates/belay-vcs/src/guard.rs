@@ -607,8 +607,7 @@ mod gitlink_tests {
     fn gitlinks_from_diff_and_ls_tree() {
         let diff = ":000000 160000 0000000 abcdef1 A\0sub\0:100644 100644 1111111 2222222 M\0README\0:160000 000000 abcdef1 0000000 D\0gone\0";
         assert_eq!(gitlinks_in(diff, true), ["sub"]);
-        let tree = "100644 blob 1111111\tREADME\0160000 commit abcdef1\tvendor/x\0";
+        let tree = "100644 blob 1111111\tREADME\x00160000 commit abcdef1\tvendor/x\0";
         assert_eq!(gitlinks_in(tree, false), ["vendor/x"]);
     }
 }
-

@@ -184,7 +184,8 @@ pub struct BuildOutcome {
     pub run_dir: PathBuf,
 }
 
-/// Resolve the state dir: `--state-dir`, else `<repo>/.belay`.
+/// Resolve the state dir: `--state-dir`, else `<repo>/.belay`. One inside the
+/// repository is checked before use ([`crate::rundir::check_in_repo`]).
 pub fn state_dir_for(repo: &Path, state_dir: Option<&Path>) -> PathBuf {
     match state_dir {
         Some(s) => s.to_path_buf(),
@@ -228,6 +229,8 @@ pub async fn build(
     let mut ctx = analyze(&opts.repo)?;
     let repo = ctx.repo_path.clone();
     let state_dir = state_dir_for(&repo, opts.state_dir.as_deref());
+    // `<repo>/.belay` by default: never through a link the repository ships.
+    crate::rundir::check_in_repo(&repo, &state_dir, "--state-dir")?;
     let python = crate::base_suite::choose(ctx.python.as_ref())
         .map(|c| c.python)
         .unwrap_or_default();
@@ -243,6 +246,7 @@ pub async fn build(
         None => run_id::generate(&ctx.repo_name),
     };
     let dir = RunDir::new(&state_dir, &run_id);
+    dir.check_in_repo(&repo)?;
     dir.create()?;
     let trust = if opts.host_trust {
         HostTrust::detect()

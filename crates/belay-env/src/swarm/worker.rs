@@ -113,13 +113,16 @@ async fn claim(
     Ok(None)
 }
 
-/// Task logs: the build's phases and blocks, a line each.
+/// Task logs: the build's phases and blocks, a line each, printable (a
+/// phase's detail and an error carry what the build printed).
 struct LogObserver;
 
 impl BuildObserver for LogObserver {
     fn event(&self, event: &BuildEvent) {
         match event {
-            BuildEvent::Phase { name, detail } => eprintln!("[belay] {name}: {detail}"),
+            BuildEvent::Phase { name, detail } => {
+                eprintln!("[belay] {name}: {}", belay_record::printable_line(detail))
+            }
             BuildEvent::BlockFinished {
                 id,
                 ok,
@@ -137,7 +140,7 @@ impl BuildObserver for LogObserver {
                 if *ok { "succeeded" } else { "failed" },
                 error
                     .as_deref()
-                    .map(|e| format!(": {e}"))
+                    .map(|e| format!(": {}", belay_record::printable_line(e)))
                     .unwrap_or_default()
             ),
             _ => {}

@@ -308,70 +308,60 @@ pub fn published(run_dir: &std::path::Path) -> Vec<crate::record::CommitRef> {
         .unwrap_or_default()
 }
 
-/// The target of `rel` in the work tree when it is a symbolic link, read
-/// without following a link on the way (the agent wrote the tree): each
-/// directory is opened from the one above with `O_NOFOLLOW`, the last name
-/// is read relative to its directory. A parent that is gone, a link or no
-/// directory: `None` (a link there is an entry of its own, checked as one).
-fn link_target(root: &std::path::Path, rel: &str) -> Result<Option<std::path::PathBuf>, JobsError> {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-    use std::os::unix::ffi::OsStringExt;
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let path = root.join(rel);
-    let io = |e: rustix::io::Errno| JobsError::io("read the link", &path, e.into());
-    let mut names = Vec::new();
-    for c in std::path::Path::new(rel).components() {
-        match c {
-            std::path::Component::Normal(n) => names.push(n),
-            std::path::Component::CurDir => {}
-            _ => return Ok(None),
-        }
-    }
-    let Some(last) = names.pop() else {
-        return Ok(None);
-    };
-    let mut dir = rustix::fs::open(root, flags, Mode::empty()).map_err(io)?;
-    for n in names {
-        let next = match rustix::fs::openat(&dir, n, flags, Mode::empty()) {
-            Ok(d) => d,
-            Err(_) => return Ok(None),
-        };
-        dir = next;
-    }
-    let st = match rustix::fs::statat(&dir, last, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(_) => return Ok(None),
-    };
-    if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
-        return Ok(None);
-    }
-    let target = rustix::fs::readlinkat(&dir, last, Vec::new()).map_err(io)?;
-    Ok(Some(std::path::PathBuf::from(
-        std::ffi::OsString::from_vec(target.into_bytes()),
-    )))
+/// The symbolic links git tracks (mode 120000), as relative paths.
+async fn tracked_links(wt: &Git) -> Result<Vec<String>, JobsError> {
+    let out = wt.run(&["ls-files", "-s", "-z"]).await?;
+    Ok(out
+        .split('\0')
+        .filter_map(|e| {
+            let (meta, path) = e.split_once('\t')?;
+            meta.starts_with("120000 ").then(|| path.to_string())
+        })
+        .collect())
 }
 
-/// The first changed or new path that is a symbolic link whose target is
-/// absolute or climbs out of the tree.
+/// The first link the commit would carry whose target, resolved the way the
+/// OS resolves it (every link on the way followed, in the tree's own
+/// contents: [`belay_sandbox::hostfs::resolve_in_tree`]), leaves the tree:
+/// an absolute link, a `..` above the root, a chain too long to follow. A
+/// link is checked when the change made or changed it, or when its
+/// resolution looks at a path the change touched (a tracked link through a
+/// directory the agent made a link). A tree that changes while it is
+/// checked is refused too.
 async fn escaping_links(wt: &Git) -> Result<Option<String>, JobsError> {
-    for rel in wt.dirty(&[]).await? {
-        let rel = rel.as_str();
-        let Some(target) = link_target(wt.root(), rel)? else {
-            continue;
+    use belay_sandbox::hostfs::{self, HostFsError};
+    use std::path::Path;
+    let dirty: std::collections::BTreeSet<String> = wt.dirty(&[]).await?.into_iter().collect();
+    let tracked = tracked_links(wt).await?;
+    let root = wt.root();
+    let candidates = dirty
+        .iter()
+        .chain(tracked.iter().filter(|t| !dirty.contains(*t)));
+    for rel in candidates {
+        let changed = dirty.contains(rel);
+        let io = |e: HostFsError| match e {
+            HostFsError::Io { op, path, source } => Err(JobsError::io(op, &path, source)),
+            e @ HostFsError::Refused { .. } => Ok(e),
         };
-        if target.is_absolute() {
-            return Ok(Some(format!("{rel} -> {}", target.display())));
-        }
-        // Depth of the link's directory, less each `..` of the target.
-        let mut depth = std::path::Path::new(rel).components().count() as i64 - 1;
-        for c in target.components() {
-            match c {
-                std::path::Component::ParentDir => depth -= 1,
-                std::path::Component::Normal(_) => depth += 1,
-                _ => {}
+        let target = match hostfs::read_link(root, Path::new(rel)) {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => {
+                let e = io(e)?;
+                return Ok(Some(format!("{rel}: {e}")));
             }
-            if depth < 0 {
-                return Ok(Some(format!("{rel} -> {}", target.display())));
+        };
+        let mut touches = false;
+        let resolved = hostfs::resolve_in_tree_seeing(root, Path::new(rel), &mut |p: &Path| {
+            touches = touches || p.to_str().is_some_and(|s| dirty.contains(s));
+        });
+        let shown = format!("{rel} -> {}", target.display());
+        match resolved {
+            Ok(r) if r.escapes() && (changed || touches) => return Ok(Some(shown)),
+            Ok(_) => {}
+            Err(e) => {
+                let e = io(e)?;
+                return Ok(Some(format!("{shown}: {e}")));
             }
         }
     }
@@ -412,5 +402,91 @@ pub fn describe(
             None,
         ),
         RepoResult::Unchanged => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::path::Path;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    async fn repo() -> (tempfile::TempDir, Git) {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(ws.join("d/x")).unwrap();
+        std::fs::write(ws.join("d/x/keep"), "k\n").unwrap();
+        std::fs::write(ws.join("f"), "f\n").unwrap();
+        // A tracked link that stays inside while `d/x` is a directory.
+        symlink("x/../../f", ws.join("d/l")).unwrap();
+        git(&ws, &["init", "-q", "-b", "main"]);
+        git(&ws, &["add", "-A"]);
+        git(&ws, &["commit", "-q", "-m", "init"]);
+        let g = Git::open(&ws, &d.path().join("no-hooks")).await.unwrap();
+        (d, g)
+    }
+
+    #[tokio::test]
+    async fn a_link_chain_out_of_the_tree_is_refused() {
+        let (_d, g) = repo().await;
+        let root = g.root().to_path_buf();
+        assert_eq!(escaping_links(&g).await.unwrap(), None);
+        let deep = root.join("a/b/c/d/e/f/g/h/i/j");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("readme"), "r\n").unwrap();
+        symlink([".."; 10].join("/"), deep.join("x")).unwrap();
+        assert_eq!(
+            escaping_links(&g).await.unwrap(),
+            None,
+            "a link to the root is inside"
+        );
+        let target = format!("x/{}/etc/passwd", [".."; 11].join("/"));
+        symlink(&target, deep.join("passwd")).unwrap();
+        assert_eq!(
+            escaping_links(&g).await.unwrap(),
+            Some(format!("a/b/c/d/e/f/g/h/i/j/passwd -> {target}"))
+        );
+    }
+
+    #[tokio::test]
+    async fn links_inside_the_tree_pass_and_absolute_ones_do_not() {
+        let (_d, g) = repo().await;
+        let root = g.root().to_path_buf();
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        symlink("../f", root.join("sub/to-f")).unwrap();
+        symlink("sub/to-f", root.join("to-link")).unwrap();
+        symlink("../../f", root.join("sub/deeper/rel")).unwrap();
+        assert_eq!(escaping_links(&g).await.unwrap(), None);
+        symlink("/etc/passwd", root.join("abs")).unwrap();
+        assert_eq!(
+            escaping_links(&g).await.unwrap(),
+            Some("abs -> /etc/passwd".to_string())
+        );
+    }
+
+    /// The tracked `d/l -> x/../../f` is unchanged, but the change makes
+    /// `d/x` a link to the root: `d/l` now leaves the tree.
+    #[tokio::test]
+    async fn a_tracked_link_redirected_out_of_the_tree_is_refused() {
+        let (_d, g) = repo().await;
+        let root = g.root().to_path_buf();
+        std::fs::remove_dir_all(root.join("d/x")).unwrap();
+        symlink("..", root.join("d/x")).unwrap();
+        assert_eq!(
+            escaping_links(&g).await.unwrap(),
+            Some("d/l -> x/../../f".to_string())
+        );
     }
 }

@@ -9,6 +9,10 @@ use super::*;
 /// The most of an artifact belay reads or moves.
 const ARTIFACT_MAX: u64 = 16 * 1024 * 1024;
 
+/// The most `artifact_scrubbed` events one sweep of the artifacts directory
+/// writes (one more gives the count of the rest).
+const ARTIFACT_EVENTS: usize = 200;
+
 impl Engine<'_> {
     /// The run's artifacts directory on the host (made when the run opens).
     pub(super) fn artifacts_dir(&self) -> PathBuf {
@@ -155,8 +159,11 @@ impl Engine<'_> {
         }
     }
 
-    /// Scrub secret values out of a step's declared outputs: they are records
-    /// of the run, and may be read by the next steps and by people.
+    /// Scrub secret values out of a step's declared outputs (in the artifacts
+    /// directory and a copy left in the workspace): they are records of the
+    /// run, and may be read by the next steps and by people. Everything else
+    /// in the artifacts directory was scrubbed at the step's end
+    /// ([`Self::scrub_artifacts_dir`]).
     pub(super) fn scrub_outputs(&mut self, step: &Step) -> Result<(), PipelineError> {
         if self.redactor.is_empty() {
             return Ok(());
@@ -189,6 +196,49 @@ impl Engine<'_> {
                     )))
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Scrub the whole artifacts directory at a step's end (also one that
+    /// failed to run; no step process is alive): undeclared files, file and
+    /// directory names, link targets. A name holding a secret is renamed to
+    /// its redacted form first, then every regular file is scrubbed streamed,
+    /// never through a link ([`belay_sandbox::hostfs::scrub_tree`]). At most
+    /// [`ARTIFACT_EVENTS`] `artifact_scrubbed` events, then one with the
+    /// count of the rest.
+    pub(super) fn scrub_artifacts_dir(&mut self, step: &str) -> Result<(), PipelineError> {
+        let art = self.artifacts_dir();
+        let done = belay_sandbox::hostfs::scrub_tree(&art, &self.redactor).map_err(|e| {
+            PipelineError::Infra(format!(
+                "cannot scrub the run's artifacts in {} after step `{step}`: {e}; a secret may be left there. Check that belay may write there (remove a path it cannot open), then resume the run",
+                art.display(),
+            ))
+        })?;
+        let changes = done
+            .renamed
+            .iter()
+            .map(|p| serde_json::json!({"path": p, "undeclared": true, "renamed": true}))
+            .chain(
+                done.scrubbed
+                    .iter()
+                    .map(|p| serde_json::json!({"path": p, "undeclared": true})),
+            )
+            .chain(
+                done.relinked
+                    .iter()
+                    .map(|p| serde_json::json!({"path": p, "undeclared": true, "link": true})),
+            );
+        let total = done.renamed.len() + done.scrubbed.len() + done.relinked.len();
+        for data in changes.take(ARTIFACT_EVENTS) {
+            self.event(Kind::ArtifactScrubbed, Some(step), data)?;
+        }
+        if total > ARTIFACT_EVENTS {
+            self.event(
+                Kind::ArtifactScrubbed,
+                Some(step),
+                serde_json::json!({"undeclared": true, "more": total - ARTIFACT_EVENTS}),
+            )?;
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The sandbox side of a run: step containers per policy, their networks (the open
 //! bridge, the egress and model routes), environment volumes, execs, setup, and the
-//! end of every step (processes, git control files, outputs, set-id bits).
+//! end of every step (processes, git control files, outputs, set-id bits, the
+//! artifacts' secrets).
 
 use super::*;
 
@@ -42,6 +43,10 @@ impl Engine<'_> {
                 serde_json::json!({"paths": cap_list(&setid)}),
             )?;
         }
+        // Whatever the step left in the artifacts directory, declared or not,
+        // loses its secrets (the declared outputs are scrubbed again once
+        // collected).
+        self.scrub_artifacts_dir(step)?;
         if self.p.isolation.allow_git_mutations {
             self.quarantine_new_submodules(step).await?;
             self.check_git_control(step)?;

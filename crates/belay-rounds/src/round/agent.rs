@@ -108,7 +108,7 @@ impl Supervisor {
             Path::new(ROUND_VIEW).join(crate::state::CONTEXT_FILE)
         };
         if !on_host {
-            crate::state::write(&view, crate::state::CONTEXT_FILE, c.ctx, self.redactor())?;
+            crate::state::write(&view, crate::state::CONTEXT_FILE, c.ctx, &self.redactor())?;
         }
         let mut env: Vec<(String, String)> = vec![
             ("AGENT_RUNNER_ROUND_NUM".into(), c.round_num.to_string()),
@@ -146,6 +146,17 @@ impl Supervisor {
             container: ROUND_VIEW.into(),
             read_only: true,
         }];
+        if !on_host {
+            // The config and prompts in the tree: read-only to the agent.
+            let views =
+                self.trust
+                    .readonly_views(cfg, self.git.root(), &log_dir.join(".control-view"))?;
+            mounts.extend(views.into_iter().map(|(host, rel)| Mount {
+                host,
+                container: format!("{}/{rel}", belay_agent::sandbox::WORKDIR),
+                read_only: true,
+            }));
+        }
         let login = if on_host {
             None
         } else {
@@ -153,6 +164,10 @@ impl Supervisor {
             mounts.extend(m);
             Some(view)
         };
+        // The login tokens the agent can read: scrubbed from its log, its
+        // events and every record before it starts.
+        self.add_secrets(&super::login::secrets(&c.agent.login_dirs));
+        let redactor = self.redactor();
         let warn = |m: &str| (self.progress)(m);
         let runner = Runner {
             rt: self.rt.clone(),
@@ -162,7 +177,7 @@ impl Supervisor {
             endpoint: self.endpoint.as_ref(),
             client: None,
             prices: &self.prices,
-            redactor: self.redactor(),
+            redactor: &redactor,
             run_id: self.run.id(),
             git: &self.git,
             records: log_dir.join(".box"),
@@ -199,7 +214,7 @@ impl Supervisor {
             logs: log_dir.join(".agent"),
             pid_file: Some(log_dir.join("agent.pid")),
             process: ProcessOptions {
-                transcript: Some((c.log.to_path_buf(), self.redactor().clone())),
+                transcript: Some((c.log.to_path_buf(), redactor.clone())),
                 final_marker: c.agent.terminal_marker.clone(),
                 tie_to_parent: true,
             },

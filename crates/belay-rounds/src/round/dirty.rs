@@ -191,7 +191,7 @@ impl Supervisor {
                     let cut = st.stashes.len() - 200;
                     st.stashes.drain(..cut);
                 }
-                if let Err(e) = state::write(log_dir, state::ORPHAN_FILE, &st, self.redactor()) {
+                if let Err(e) = state::write(log_dir, state::ORPHAN_FILE, &st, &self.redactor()) {
                     (self.progress)(&format!(
                         "warning: the stash {sha} is made but not recorded: {e}"
                     ));

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use belay_record::Redactor;
 use belay_sandbox::Mount;
 
 use crate::RoundsError;
@@ -21,6 +22,55 @@ fn tokens(dir_name: &str) -> &'static [&'static str] {
         ".codex" => &["auth.json"],
         ".gemini" => &["oauth_creds.json", "google_accounts.json"],
         _ => &[],
+    }
+}
+
+/// A string of a token file this long or longer is a secret.
+const MIN_SECRET: usize = 12;
+/// At most this many secrets from one token file (a file written back from
+/// an agent's view could hold any number).
+const MAX_SECRETS: usize = 64;
+
+/// The values of the CLIs' token files in `dirs` (as [`prepare`] copies
+/// them for the agent): every string of [`MIN_SECRET`] characters or more,
+/// at any depth, of each that is JSON. Registered before the agent starts,
+/// an agent that prints its login finds it scrubbed from the round's log,
+/// its events and every record.
+pub(super) fn secrets(dirs: &[PathBuf]) -> Redactor {
+    let mut found = Vec::new();
+    for d in dirs {
+        let Some(name) = d.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        for t in tokens(&name) {
+            let Some(bytes) = regular(&d.join(t)) else {
+                continue;
+            };
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+                let mut values = Vec::new();
+                json_strings(&v, &mut values);
+                let label = format!("{name}/{t}");
+                found.extend(
+                    values
+                        .into_iter()
+                        .take(MAX_SECRETS)
+                        .map(|s| (label.clone(), s)),
+                );
+            }
+        }
+    }
+    Redactor::new(found)
+}
+
+/// Every string of `v` of [`MIN_SECRET`] characters or more, depth first
+/// (serde_json bounds the depth when it parses).
+fn json_strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) if s.chars().count() >= MIN_SECRET => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| json_strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| json_strings(x, out)),
+        _ => {}
     }
 }
 
@@ -99,5 +149,43 @@ impl LoginView {
             }
         }
         back
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_long_string_of_a_json_token_file_is_a_secret() {
+        let home = tempfile::tempdir().unwrap();
+        let claude = home.path().join(".claude");
+        std::fs::create_dir_all(&claude).unwrap();
+        std::fs::write(
+            claude.join(".credentials.json"),
+            r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-AAAABBBBCCCC","refreshToken":"sk-ant-ort01-DDDDEEEEFFFF","expiresAt":1767225600000,"scopes":["short","user:inference"]}}"#,
+        )
+        .unwrap();
+        // Not a token file: its strings are not secrets.
+        std::fs::write(
+            claude.join("settings.json"),
+            r#"{"model":"a-long-model-name-here"}"#,
+        )
+        .unwrap();
+        let codex = home.path().join(".codex");
+        std::fs::create_dir_all(&codex).unwrap();
+        std::fs::write(codex.join("auth.json"), "not json at all, 1234567890").unwrap();
+        let r = secrets(&[claude, codex, home.path().join(".gemini")]);
+        let values: Vec<&str> = r.secrets().iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(
+            values,
+            [
+                "sk-ant-oat01-AAAABBBBCCCC",
+                "sk-ant-ort01-DDDDEEEEFFFF",
+                "user:inference"
+            ]
+        );
+        let out = r.redact("cat: sk-ant-ort01-DDDDEEEEFFFF");
+        assert_eq!(out, "cat: [REDACTED:.claude/.credentials.json]");
     }
 }

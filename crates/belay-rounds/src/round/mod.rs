@@ -200,7 +200,7 @@ impl Supervisor {
             orphan_stash: blocks.last().cloned(),
             orphan_stashes: blocks,
         };
-        state::write(&log_dir, state::CONTEXT_FILE, &ctx, self.redactor())?;
+        state::write(&log_dir, state::CONTEXT_FILE, &ctx, &self.redactor())?;
         let body = crate::prompt::assemble_files(cfg, phase).map_err(RoundsError::Config)?;
         let prompt = crate::prompt::with_context(cfg, &body, &ctx);
         let budget_s = cfg.budget_s(phase);
@@ -215,7 +215,7 @@ impl Supervisor {
             holder: belay_record::ProcessIdentity::current(),
             ..status.clone()
         };
-        state::write(&log_dir, state::STATUS_FILE, &running, self.redactor())?;
+        state::write(&log_dir, state::STATUS_FILE, &running, &self.redactor())?;
         let step = format!("R{round_num}");
         self.emit(
             Some(&step),
@@ -448,7 +448,7 @@ impl Supervisor {
         day.cost_usd += ran.usage.cost_usd;
         day.turns += u64::from(ran.usage.turns);
         day.rounds += 1;
-        state::write(&log_dir, state::DAY_FILE, &day, self.redactor())?;
+        state::write(&log_dir, state::DAY_FILE, &day, &self.redactor())?;
         let transient_active =
             transient.is_some() || (status.transient_active && outcome != Outcome::Clean);
         self.finish(
@@ -527,7 +527,7 @@ impl Supervisor {
             last_outcome: Some(outcome.as_str().into()),
             ..running.clone()
         };
-        if let Err(e) = state::write(self.log_dir(), state::STATUS_FILE, &done, self.redactor()) {
+        if let Err(e) = state::write(self.log_dir(), state::STATUS_FILE, &done, &self.redactor()) {
             (self.progress)(&format!("warning: cannot write status.json: {e}"));
         }
         self.emit(
@@ -573,7 +573,7 @@ impl Supervisor {
         st.stashes.retain(|s| listed.contains(&s.sha));
         // Applied and dropped (by the agent or a human): no longer outstanding.
         if st.stashes.len() != before {
-            state::write(self.log_dir(), state::ORPHAN_FILE, &st, self.redactor())?;
+            state::write(self.log_dir(), state::ORPHAN_FILE, &st, &self.redactor())?;
         }
         Ok(st)
     }

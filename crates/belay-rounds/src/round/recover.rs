@@ -85,7 +85,7 @@ impl Supervisor {
             last_outcome: Some("interrupted".into()),
             ..status.clone()
         };
-        state::write(log_dir, state::STATUS_FILE, &done, self.redactor())?;
+        state::write(log_dir, state::STATUS_FILE, &done, &self.redactor())?;
         self.emit(
             Some(&step),
             &RoundEvent::RoundEnd {

@@ -234,13 +234,13 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         if !sweep.setid_cleared.is_empty() {
             p.warn(&format!(
                 "cleared set-id bits the agent left on {}",
-                terminal_safe(&sweep.setid_cleared.join(", "))
+                belay_record::printable_line(&sweep.setid_cleared.join(", "))
             ));
         }
         if !sweep.nested_git.is_empty() {
             p.warn(&format!(
                 "the agent left repositories in the workspace ({}): their config runs commands in any git there. Remove them before you use git in {}",
-                terminal_safe(&sweep.nested_git.join(", ")),
+                belay_record::printable_line(&sweep.nested_git.join(", ")),
                 repo.display()
             ));
         }
@@ -274,7 +274,8 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         summary: Some(report.stop.describe()),
     });
     run.write_json("report.json", &report)?;
-    p.out(terminal_safe(&redactor.redact(&report.final_text)));
+    // The agent's text: the printer shows its control characters escaped.
+    p.out(redactor.redact(&report.final_text));
     p.note(&format!(
         "agent {}: {} turn(s), {} in / {} out tokens, ${:.4}, {:.1}s; events in {}",
         report.stop.describe(),
@@ -297,19 +298,4 @@ fn failed_end(run: &RunHandle, e: &anyhow::Error) -> belay_record::RunEnd {
         cost_usd: 0.0,
         summary: Some(run.redactor().redact(&format!("{e:#}")).into_owned()),
     }
-}
-
-/// Text the agent wrote, for a terminal: control characters (escape
-/// sequences that would move the cursor, rewrite the screen or set the
-/// clipboard) are shown as `\u{…}`, newlines and tabs kept.
-fn terminal_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }

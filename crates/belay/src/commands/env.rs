@@ -23,6 +23,7 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
         .out
         .clone()
         .unwrap_or_else(|| ctx.repo_path.join(".belay").join("plan"));
+    check_plan_out(&ctx.repo_path, &out)?;
     let hooks = belay_record::state_home().join("no-hooks");
     let python = belay_env::base_suite::choose(ctx.python.as_ref())
         .map(|c| c.python)
@@ -119,6 +120,29 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+/// `--out` (default `<repo>/.belay/plan`) inside the repository: never
+/// through a link (or a file) the repository ships, as `.belay -> /host/dir`.
+fn check_plan_out(repo: &Path, out: &Path) -> Result<(), belay_env::EnvError> {
+    for d in [out.join("blocks"), out.join("scripts")] {
+        belay_env::rundir::check_in_repo(repo, &d, "--out")?;
+    }
+    Ok(())
+}
+
+/// The state dir (default `<repo>/.belay`), before Docker is reached: never
+/// through a link the repository ships (the build checks it again).
+fn check_state_dir(repo: &Path, state_dir: Option<&Path>) -> Result<(), Failure> {
+    let repo = fs_err::canonicalize(repo).map_err(|e| {
+        usage(format!(
+            "cannot resolve the repository {}: {e}. Pass --repo with the path of a project directory",
+            repo.display()
+        ))
+    })?;
+    let dir = belay_env::build::state_dir_for(&repo, state_dir);
+    belay_env::rundir::check_in_repo(&repo, &dir, "--state-dir")?;
+    Ok(())
+}
+
 pub async fn build(p: &Printer, a: BuildArgs) -> Result<u8, Failure> {
     if !a.repo.is_dir() {
         return Err(usage(format!(
@@ -146,6 +170,7 @@ pub async fn build(p: &Printer, a: BuildArgs) -> Result<u8, Failure> {
     if let Some(id) = &a.run_id {
         belay_record::run_id::validate(id)?;
     }
+    check_state_dir(&a.repo, a.state_dir.as_deref())?;
     let rt = connect().await?;
     let mut opts = build_options(&a.repo, &a.common)?;
     opts.state_dir = a.state_dir.clone();

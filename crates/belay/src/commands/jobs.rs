@@ -15,13 +15,10 @@ use crate::cli::{JobsArgs, JobsCommand, SubmitArgs, WorkArgs};
 use crate::exit::{usage, Failure};
 use crate::output::Printer;
 
+/// Progress lines on stderr, printable (they carry what agents and senders
+/// wrote).
 fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
-    let quiet = p.is_quiet();
-    Box::new(move |line: &str| {
-        if !quiet {
-            eprintln!("[belay] {line}");
-        }
-    })
+    p.progress_sink("belay")
 }
 
 /// The engine, when agents or checks run in containers.
@@ -247,13 +244,23 @@ fn list(p: &Printer, svc: &Services, json: bool) -> Result<u8, Failure> {
     if rows.is_empty() {
         p.out("no jobs in the queue");
     }
+    // One row a job: a sender's request body, its name and an error are
+    // shown on one line, with no control character of theirs.
+    let cell = |v: &serde_json::Value, or: &'static str| {
+        belay_record::printable_line(v.as_str().unwrap_or(or)).into_owned()
+    };
     for r in rows {
+        let last = if r["preview"].is_string() {
+            &r["preview"]
+        } else {
+            &r["error"]
+        };
         p.out(format!(
             "{:<26} {:<10} {:<24} {}",
-            r["id"].as_str().unwrap_or("?"),
-            r["state"].as_str().unwrap_or("?"),
-            r["requested_by"].as_str().unwrap_or(""),
-            r["preview"].as_str().or(r["error"].as_str()).unwrap_or("")
+            cell(&r["id"], "?"),
+            cell(&r["state"], "?"),
+            cell(&r["requested_by"], ""),
+            cell(last, "")
         ));
     }
     Ok(0)

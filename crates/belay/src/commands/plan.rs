@@ -28,13 +28,10 @@ pub async fn plan(p: &Printer, c: PlanCommand) -> Result<u8, Failure> {
     }
 }
 
+/// Progress lines on stderr, printable (they carry what agents and senders
+/// wrote).
 fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
-    let quiet = p.is_quiet();
-    Box::new(move |line: &str| {
-        if !quiet {
-            eprintln!("[belay] {line}");
-        }
-    })
+    p.progress_sink("belay")
 }
 
 /// The agents' endpoint, its key (a secret for the redactor) and prices.

@@ -50,9 +50,11 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
                 .get("files_total")
                 .and_then(|t| t.as_u64())
                 .unwrap_or(0);
+            // File names are anyone's: one line, printable.
+            let names = files.iter().take(8).copied().collect::<Vec<_>>().join(", ");
             let _ = lines_tx.send((true, format!(
                 "the worktree has {total} uncommitted or untracked file(s) ({}{}): the commit point will refuse to mix them into its commit. Commit or stash them, .gitignore build output, or list it in sync_excludes",
-                files.iter().take(8).copied().collect::<Vec<_>>().join(", "),
+                belay_record::printable_line(&names),
                 if total > 8 { ", …" } else { "" }
             )));
             return;

@@ -151,8 +151,7 @@ fn print_event(out: &mut impl Write, line: &str, json: bool) {
         .collect();
     let data = v["data"].to_string();
     let data: String = data.chars().take(160).collect();
-    let _ = writeln!(
-        out,
+    let text = format!(
         "{:>5} {at} {:<8} {:<20} {:<12} {}",
         v["seq"],
         v["source"].as_str().unwrap_or(""),
@@ -160,6 +159,8 @@ fn print_event(out: &mut impl Write, line: &str, json: bool) {
         v["step"].as_str().unwrap_or(""),
         if data == "null" { String::new() } else { data }
     );
+    // A step's name and what it reported: one line, printable.
+    let _ = writeln!(out, "{}", belay_record::printable_line(&text));
 }
 
 async fn events(p: &Printer, reg: &Registry, a: RunsEventsArgs) -> Result<u8, Failure> {

@@ -1,5 +1,6 @@
 //! Rendering a batch build: a live line per project on a terminal, plain
-//! notes otherwise.
+//! notes otherwise. A bar's text is one printable line (see
+//! [`belay_record::printable_line`]): errors carry what builds printed.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use belay_env::batch::{BatchObserver, ProjectResult};
 use belay_env::progress::BuildEvent;
+use belay_record::printable_line;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Printer;
@@ -38,7 +40,7 @@ impl BatchObserver for BatchView<'_> {
                     ProgressStyle::with_template("{spinner} {prefix:<30} {elapsed:>5} {wide_msg}")
                         .unwrap_or_else(|_| ProgressStyle::default_spinner()),
                 );
-                pb.set_prefix(name.to_string());
+                pb.set_prefix(printable_line(name).into_owned());
                 pb.set_message("preparing");
                 pb.enable_steady_tick(Duration::from_millis(150));
                 if let Ok(mut b) = self.bars.lock() {
@@ -69,7 +71,7 @@ impl BatchObserver for BatchView<'_> {
         match self.p.live() {
             Some(_) => {
                 if let Some(pb) = self.bars.lock().ok().and_then(|b| b.get(name).cloned()) {
-                    pb.set_message(msg);
+                    pb.set_message(printable_line(&msg).into_owned());
                 }
             }
             None => self.line(&format!("{name}: {msg}")),
@@ -94,7 +96,7 @@ impl BatchObserver for BatchView<'_> {
                         ProgressStyle::with_template("  {prefix:<30} {wide_msg}")
                             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
                     );
-                    pb.finish_with_message(text);
+                    pb.finish_with_message(printable_line(&text).into_owned());
                 } else {
                     self.line(&format!("{}: {text}", r.name));
                 }

@@ -1,11 +1,14 @@
 //! Build progress through the [`Printer`]: a live line per block on a
 //! terminal (name, elapsed time, last log line), plain notes otherwise.
+//! What the build's commands print is shown printable (see
+//! [`belay_record::printable`]): a line on a bar, and the streamed logs.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use belay_env::progress::{BuildEvent, BuildObserver};
+use belay_record::printable_line;
 use belay_sandbox::StreamKind;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -23,6 +26,9 @@ pub struct BuildView<'a> {
 struct State {
     bars: HashMap<String, ProgressBar>,
     partial: HashMap<String, Vec<u8>>,
+    /// The streamed logs' last bytes of a character not yet whole, a block's
+    /// stream each (stderr: `true`).
+    carry: HashMap<(String, bool), Vec<u8>>,
 }
 
 impl<'a> BuildView<'a> {
@@ -78,8 +84,8 @@ impl BuildObserver for BuildView<'_> {
                         )
                         .unwrap_or_else(|_| ProgressStyle::default_spinner());
                         pb.set_style(style);
-                        pb.set_prefix(prefix);
-                        pb.set_message(title.clone());
+                        pb.set_prefix(printable_line(&prefix).into_owned());
+                        pb.set_message(printable_line(title).into_owned());
                         pb.enable_steady_tick(Duration::from_millis(120));
                         if let Ok(mut s) = self.state.lock() {
                             s.bars.insert(id.clone(), pb);
@@ -95,10 +101,24 @@ impl BuildObserver for BuildView<'_> {
                 duration,
                 detail,
             } => {
-                let bar = self.state.lock().ok().and_then(|mut s| {
-                    s.partial.remove(id);
-                    s.bars.remove(id)
-                });
+                let (bar, cut) = self
+                    .state
+                    .lock()
+                    .map(|mut s| {
+                        s.partial.remove(id);
+                        let mut cut = Vec::new();
+                        for err in [false, true] {
+                            if let Some(c) = s.carry.remove(&(id.clone(), err)) {
+                                cut.extend(c);
+                            }
+                        }
+                        (s.bars.remove(id), cut)
+                    })
+                    .unwrap_or_default();
+                if self.stream_logs && !cut.is_empty() {
+                    let text = String::from_utf8_lossy(&cut);
+                    self.p.raw_stderr(belay_record::printable(&text).as_bytes());
+                }
                 let msg = if *cached {
                     format!("cached ({detail})")
                 } else if *ok && !detail.is_empty() {
@@ -114,7 +134,7 @@ impl BuildObserver for BuildView<'_> {
                             ProgressStyle::with_template("  {prefix:<32} {wide_msg}")
                                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
                         );
-                        pb.finish_with_message(msg);
+                        pb.finish_with_message(printable_line(&msg).into_owned());
                     }
                     None => self.line(&format!("{id} {msg}")),
                 }
@@ -144,9 +164,14 @@ impl BuildObserver for BuildView<'_> {
         }
     }
 
-    fn output(&self, block: &str, _stream: StreamKind, bytes: &[u8]) {
+    fn output(&self, block: &str, stream: StreamKind, bytes: &[u8]) {
         if self.stream_logs {
-            self.p.raw_stderr(bytes);
+            let key = (block.to_string(), stream == StreamKind::Stderr);
+            let text = match self.state.lock() {
+                Ok(mut s) => printable_chunk(s.carry.entry(key).or_default(), bytes),
+                Err(_) => belay_record::printable(&String::from_utf8_lossy(bytes)).into_owned(),
+            };
+            self.p.raw_stderr(text.as_bytes());
         }
         let Some(_) = self.p.live() else { return };
         let Ok(mut s) = self.state.lock() else { return };
@@ -165,7 +190,59 @@ impl BuildObserver for BuildView<'_> {
             .find(|l| !l.is_empty())
             .map(|l| l.chars().take(LAST_LINE_MAX).collect::<String>());
         if let (Some(last), Some(pb)) = (last, s.bars.get(block)) {
-            pb.set_message(last);
+            pb.set_message(printable_line(&last).into_owned());
         }
+    }
+}
+
+/// Streamed log bytes as printable text. A character cut between two chunks
+/// is kept back in `carry` until its rest comes.
+fn printable_chunk(carry: &mut Vec<u8>, bytes: &[u8]) -> String {
+    carry.extend_from_slice(bytes);
+    let whole = carry.len() - cut_char(carry.as_slice());
+    let rest = carry.split_off(whole);
+    let text = belay_record::printable(&String::from_utf8_lossy(carry.as_slice())).into_owned();
+    *carry = rest;
+    text
+}
+
+/// How many of the last bytes of `b` begin a UTF-8 character that is not whole.
+fn cut_char(b: &[u8]) -> usize {
+    for back in 1..=b.len().min(3) {
+        let c = b[b.len() - back];
+        if c & 0xC0 != 0x80 {
+            let need = match c {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            return if need > back { back } else { 0 };
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable_chunk;
+
+    #[test]
+    fn streamed_logs_are_printable_and_keep_cut_characters_whole() {
+        let mut carry = Vec::new();
+        let all = "ok é\x1b]52;c;eA==\x07\r\n✓ 🦀\n".as_bytes();
+        let mut out = String::new();
+        for chunk in all.chunks(1) {
+            out.push_str(&printable_chunk(&mut carry, chunk));
+        }
+        assert!(carry.is_empty());
+        assert_eq!(out, "ok é\\x1b]52;c;eA==\\x07\\r\n✓ 🦀\n");
+        // A character cut at the end is kept back, then completed.
+        let crab = "🦀".as_bytes();
+        assert_eq!(printable_chunk(&mut carry, &crab[..2]), "");
+        assert_eq!(printable_chunk(&mut carry, &crab[2..]), "🦀");
+        // The C1 CSI cut in two is escaped once it is whole.
+        assert_eq!(printable_chunk(&mut carry, &[b'a', 0xC2]), "a");
+        assert_eq!(printable_chunk(&mut carry, &[0x9B, b'J']), "\\u{9b}J");
     }
 }

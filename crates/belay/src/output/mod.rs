@@ -2,6 +2,12 @@
 //! (a line, or JSON with `--json`), notes and progress to stderr (live bars on
 //! a terminal, plain `[belay]` lines otherwise, nothing with `--quiet`), and
 //! warnings and errors to stderr always.
+//!
+//! Text printed here often carries untrusted text (a step's output, an
+//! agent's commit message, a request body): every line of text is shown
+//! through [`belay_record::printable`], so that no escape sequence (OSC 52
+//! setting the clipboard, CSI moving the cursor, CR overwriting a line)
+//! reaches the terminal. JSON is escaped by serde and left as it is.
 
 pub mod batch;
 pub mod build;
@@ -69,7 +75,21 @@ impl Printer {
         text
     }
 
+    /// The sink of a library's progress lines (jobs, rounds, plan): each
+    /// `[prefix] line` on stderr, nothing with `--quiet`. The lines carry
+    /// what agents and senders wrote, so they are shown printable.
+    pub fn progress_sink(&self, prefix: &'static str) -> Box<dyn Fn(&str) + Send + Sync> {
+        let quiet = self.is_quiet();
+        Box::new(move |line: &str| {
+            if !quiet {
+                eprintln!("[{prefix}] {}", belay_record::printable(line));
+            }
+        })
+    }
+
     fn to_stderr(&self, line: &str) {
+        let line = belay_record::printable(line);
+        let line: &str = &line;
         match &self.live {
             Some(mp) => {
                 let _ = mp.println(line);
@@ -78,8 +98,12 @@ impl Printer {
         }
     }
 
-    /// A line of the command's result (stdout).
+    /// A line of the command's result (stdout), printable.
     pub fn out(&self, text: impl std::fmt::Display) {
+        self.stdout_line(&belay_record::printable(&text.to_string()));
+    }
+
+    fn stdout_line(&self, text: &str) {
         let mut o = std::io::stdout().lock();
         // A closed pipe (`| head`) ends the output, not the command.
         let _ = writeln!(o, "{text}");
@@ -88,7 +112,7 @@ impl Printer {
     /// The command's result as JSON (stdout), pretty-printed.
     pub fn json(&self, v: &impl serde::Serialize) {
         match serde_json::to_string_pretty(v) {
-            Ok(s) => self.out(s),
+            Ok(s) => self.stdout_line(&s),
             Err(e) => self.warn(&format!("cannot encode the result as JSON: {e}")),
         }
     }
@@ -96,7 +120,7 @@ impl Printer {
     /// One JSON value on one line (streamed results such as events).
     pub fn json_line(&self, v: &impl serde::Serialize) {
         match serde_json::to_string(v) {
-            Ok(s) => self.out(s),
+            Ok(s) => self.stdout_line(&s),
             Err(e) => self.warn(&format!("cannot encode the result as JSON: {e}")),
         }
     }

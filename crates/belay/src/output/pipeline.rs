@@ -31,8 +31,15 @@ fn first_line(s: &str, max: usize) -> String {
 }
 
 impl Console {
-    /// The line for an event, if it gets one.
+    /// The line for an event, if it gets one: one line, printable (a gate's
+    /// feedback, a step's name and a reason are the pipeline's or its
+    /// steps' text, shown with their control characters escaped).
     pub fn line(&mut self, kind: Kind, step: Option<&str>, d: &Value) -> Option<String> {
+        self.text(kind, step, d)
+            .map(|l| belay_record::printable_line(&l).into_owned())
+    }
+
+    fn text(&mut self, kind: Kind, step: Option<&str>, d: &Value) -> Option<String> {
         let step = step.unwrap_or("-");
         let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let n = |k: &str| d.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -122,6 +129,27 @@ mod tests {
             l.as_deref(),
             Some("test: fail -> dev (retry): FAILED tests/test_x.py::test_y - assert 1 == 2")
         );
+    }
+
+    #[test]
+    fn feedback_cannot_drive_the_terminal() {
+        let mut c = Console::default();
+        let fb = "Step `test` did not pass.\nok\r\x1b[2K\x1b]52;c;cHduZWQ=\x07all good";
+        let l = c.line(
+            Kind::Route,
+            Some("te\x1b[1Ast"),
+            &json!({"verdict": "fail", "to": "dev", "feedback": fb}),
+        );
+        assert_eq!(
+            l.as_deref(),
+            Some("te\\x1b[1Ast: fail -> dev: ok\\r\\x1b[2K\\x1b]52;c;cHduZWQ=\\x07all good")
+        );
+        let l = c.line(
+            Kind::CommitRefused,
+            Some("dev"),
+            &json!({"reason": "two\nlines"}),
+        );
+        assert_eq!(l.as_deref(), Some("dev: commit refused: two\\nlines"));
     }
 
     #[test]

@@ -21,8 +21,19 @@ use serde_json::Value;
 #[allow(dead_code)]
 mod xmpp;
 
-/// The agent: it reads its prompt and answers without a commit block.
-const AGENT: &str = "#!/bin/sh\ncat > /dev/null\necho nothing to commit\n";
+/// The agent: it reads its prompt and answers without a commit block; with
+/// `leak FILE`, it answers what it "found" in FILE and asks to commit a
+/// change.
+const AGENT: &str = r#"#!/bin/sh
+cat > /dev/null
+case "$1" in
+  leak)
+    sed 's/^/BI-FOUND /' "$2"
+    echo '<h1>found</h1>' > index.html
+    printf '===COMMIT-MESSAGE===\nbi: what the agent found\n===END-COMMIT-MESSAGE===\n' ;;
+  *) echo nothing to commit ;;
+esac
+"#;
 
 const TOKEN: &str = "breakin-jobs-token-0123456789abcdef";
 
@@ -626,4 +637,98 @@ fn chat_gate_ids_are_never_paths() {
     friend.wait_for("Only the owner may use /accept", Duration::from_secs(30));
     work.stop();
     q.assert_no_trace();
+}
+
+/// Trust-boundary finding 3, in the job queue: belay runs with the host's
+/// proxy (a password in `HTTPS_PROXY`, which nothing uses) and a
+/// secret-looking variable in its environment, and the job's agent prints
+/// both values (from a host file, as if it had dug them up) in its answer,
+/// next to a change it asks to commit. The job is committed; neither value
+/// may reach the queue (the run's events, transcript and records, the
+/// sender's context, the outbox), the record in its `--on-complete` dir,
+/// belay's state home, the history of the checkout or the remote, or the
+/// terminal: the record shows `[REDACTED:…]` where a user (or whoever
+/// reads the record) would otherwise read the proxy password.
+#[test]
+fn the_host_proxy_password_stays_out_of_every_job_record() {
+    let q = queue_ws("");
+    let pw = format!("bi-proxy-pw-{}", crate::unique("j"));
+    let token = format!("bi-api-token-{}", crate::unique("j"));
+    let proxy = format!("http://bi-user:{pw}@127.0.0.1:9/");
+    let env = [
+        ("HTTPS_PROXY", proxy.as_str()),
+        ("https_proxy", proxy.as_str()),
+        ("NO_PROXY", "127.0.0.1,localhost"),
+        ("no_proxy", "127.0.0.1,localhost"),
+        ("BELAY_BI_API_TOKEN", token.as_str()),
+    ];
+    // What the agent "finds": a host file outside the queue and the state.
+    let found = q.path("found.txt");
+    std::fs::write(&found, format!("proxy-password {pw}\napi-token {token}\n")).unwrap();
+    let records = q.path("records");
+    let submit = q
+        .cmd()
+        .envs(env)
+        .arg("submit")
+        .arg("--agent")
+        .arg(format!(
+            "cmd:{} leak {}",
+            q.path("agent.sh").display(),
+            found.display()
+        ))
+        .arg("--on-complete")
+        .arg(&records)
+        .arg("report what you found on the host")
+        .output()
+        .unwrap();
+    ok(&submit);
+    let id = String::from_utf8_lossy(&submit.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let work = q.cmd().envs(env).args(["work", "--once"]).output().unwrap();
+    ok(&work);
+    let rec: Value = serde_json::from_str(
+        &std::fs::read_to_string(records.join(format!("{id}.json")))
+            .unwrap_or_else(|e| panic!("the record of {id}: {e}\n{}", text(&work))),
+    )
+    .unwrap();
+    assert_eq!(rec["status"], "committed", "{rec}\n{}", text(&work));
+    // The agent ran and answered what it found; the record has it redacted.
+    let report = rec["report"].as_str().unwrap_or_default();
+    assert!(
+        report.contains("BI-FOUND proxy-password") && report.contains("BI-FOUND api-token"),
+        "the agent did not print what it found: {rec}"
+    );
+    assert!(
+        report.contains("[REDACTED:"),
+        "the job saw no host secret to redact: {rec}"
+    );
+    let history: String = [q.repo.clone(), q.path("remote.git")]
+        .iter()
+        .map(|r| crate::git_cli::git(r, &["log", "-p", "--all", "--text"]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        history.contains("bi: what the agent found"),
+        "belay made no commit: {history}"
+    );
+    let mut dirs = vec![q.queue(), records];
+    if q.path("state").exists() {
+        dirs.push(q.path("state"));
+    }
+    for secret in [&pw, &token] {
+        for n in crate::escaped_forms(secret) {
+            let seen: Vec<PathBuf> = dirs
+                .iter()
+                .flat_map(|d| crate::replay::files_containing(d, &n))
+                .collect();
+            assert!(seen.is_empty(), "{n:?} is in {seen:?}");
+            assert!(!history.contains(&n), "{n:?} is in git log -p --all");
+            for o in [&submit, &work] {
+                assert!(!text(o).contains(&n), "{n:?} on the terminal: {}", text(o));
+            }
+        }
+    }
 }

@@ -112,6 +112,12 @@ PROBE
     fi ;;
   rev-probe) sh probe.sh; echo "the probe failed"; echo "VERDICT: rejected" ;;
   rev-approve) echo "looks good"; echo "VERDICT: approved" ;;
+  dev-leak)
+    # What it "found" (bi-found.txt of the tree), in its answer.
+    built; sed 's/^/BI-FOUND /' bi-found.txt; echo "built $id" ;;
+  rev-leak)
+    # The same in the reviewer's answer: its notes, then its verdict.
+    sed 's/^/BI-FOUND /' bi-found.txt; echo "VERDICT: approved" ;;
   rev-reject) echo "fix more"; echo "VERDICT: rejected" ;;
 esac
 exit 0
@@ -627,6 +633,88 @@ fn a_plan_file_changed_between_runs_is_refused_until_accepted() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(!w.kinds("plan_changed").is_empty());
     w.assert_never_approved(&o);
+}
+
+/// Trust-boundary finding 3, in the plan loop: belay runs with the host's
+/// proxy (a password in `HTTPS_PROXY`, which nothing uses) and a
+/// secret-looking variable in its environment; the developer and the
+/// reviewer print both values (from a file the test left in the tree,
+/// ignored by git, as if they had dug them up) in their answers, and the
+/// reviewer's approval carries them as its notes, which go into the plan
+/// file and its approval commit. Neither value may reach belay's state home
+/// (the run's events, state, agents' logs), the tree's plan file, a git
+/// object or `git log -p --all`, or the terminal: each shows `[REDACTED:…]`
+/// where a user would otherwise read the proxy password.
+#[test]
+fn the_host_proxy_password_stays_out_of_every_plan_record() {
+    let w = ws(&plan_json(None));
+    let pw = format!("bi-proxy-pw-{}", crate::unique("p"));
+    let token = format!("bi-api-token-{}", crate::unique("p"));
+    let proxy = format!("http://bi-user:{pw}@127.0.0.1:9/");
+    // What the agents "find": in the tree, never committed.
+    let found = w.repo.join("bi-found.txt");
+    std::fs::write(&found, format!("proxy-password {pw}\napi-token {token}\n")).unwrap();
+    std::fs::create_dir_all(w.repo.join(".git/info")).unwrap();
+    std::fs::write(w.repo.join(".git/info/exclude"), "bi-found.txt\n").unwrap();
+    let o = w
+        .cmd()
+        .envs([
+            ("HTTPS_PROXY", proxy.as_str()),
+            ("https_proxy", proxy.as_str()),
+            ("NO_PROXY", "127.0.0.1,localhost"),
+            ("no_proxy", "127.0.0.1,localhost"),
+            ("BELAY_BI_API_TOKEN", token.as_str()),
+        ])
+        .args(["plan", "run", "--audit-level", "full", "--developer"])
+        .arg(w.spec("dev-leak"))
+        .arg("--reviewer")
+        .arg(w.spec("rev-leak"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        w.subjects(),
+        [
+            "c1: built",
+            "c1: approved",
+            "c2: built",
+            "c2: approved",
+            "audit: completed run"
+        ],
+        "{}",
+        text(&o)
+    );
+    // Both agents ran and answered what they found, redacted.
+    for role in ["developer", "reviewer"] {
+        let answer = w.answers(role).join("\n");
+        assert!(
+            answer.contains("BI-FOUND proxy-password") && answer.contains("BI-FOUND api-token"),
+            "the {role} did not print what it found: {answer}"
+        );
+        assert!(
+            answer.contains("[REDACTED:"),
+            "the {role}'s answer holds no redaction: {answer}"
+        );
+    }
+    // The reviewer's notes reached the approval commits, redacted.
+    let history = git(&w.repo, &["log", "-p", "--all", "--text"]);
+    assert!(
+        history.contains("BI-FOUND") && history.contains("[REDACTED:"),
+        "the reviewer's notes reached no commit: {history}"
+    );
+    for secret in [&pw, &token] {
+        for n in crate::escaped_forms(secret) {
+            // belay's state home (the run dir with it), every git object,
+            // the terminal.
+            assert_canary_nowhere(&w, &n, std::slice::from_ref(&o));
+            assert!(!history.contains(&n), "{n:?} is in git log -p --all");
+            let in_tree: Vec<PathBuf> = files_containing(&w.repo, &n)
+                .into_iter()
+                .filter(|f| *f != found)
+                .collect();
+            assert!(in_tree.is_empty(), "{n:?} is in {in_tree:?}");
+        }
+    }
 }
 
 /// Every path under `dir`, links listed and never followed.

@@ -22,7 +22,8 @@ use crate::common::install_script;
 use crate::git_cli::{git, init_repo};
 
 /// The hostile agent: the prompt on stdin, what to do in `$1`, a host path
-/// in `$2`. Its working dir is the work tree, mounted in its container.
+/// (or a path in the tree) in `$2`. Its working dir is the work tree,
+/// mounted in its container.
 const AGENT: &str = r#"#!/bin/sh
 p=$(cat)
 case "$1" in
@@ -30,8 +31,13 @@ case "$1" in
     # The placement and a command of the agent's choosing, then wait for
     # belay's end (the test kills belay with SIGKILL meanwhile).
     if [ "$AGENT_RUNNER_ROUND_NUM" = 1 ]; then
-      sed -i -e 's/^placement = "container"/placement = "host"/' \
-        -e 's#^command = .*#command = ["/bin/sh", "-c", "touch '"$2"'"]#' agent-runner.toml
+      if sed -i -e 's/^placement = "container"/placement = "host"/' \
+        -e 's#^command = .*#command = ["/bin/sh", "-c", "touch '"$2"'"]#' agent-runner.toml 2>/dev/null \
+        || { printf '[agent]\nplacement = "host"\n' > agent-runner.toml; } 2>/dev/null; then
+        echo edited > config-edit-result
+      else
+        echo refused > config-edit-result
+      fi
       exec sleep 600
     fi ;;
   stop-link) ln -s "$2" STOP ;;
@@ -43,6 +49,9 @@ case "$1" in
     else
       printf 'PROMPT-SEEN %s\n' "$p"
     fi ;;
+  leak-found)
+    # What it "found" (the file `$2` of the tree), printed as its answer.
+    sed 's/^/BI-FOUND /' "$2" ;;
 esac
 echo '{"type":"result","subtype":"success"}'
 "#;
@@ -356,7 +365,9 @@ fn watch_serve(p: &Proj, config: &Path) -> ExitStatus {
 
 /// The finding: the agent rewrites the `agent-runner.toml` of its work tree
 /// (the layout `rounds init` makes) to `placement = "host"` and a command of
-/// its own, then waits; belay is killed with SIGKILL mid-round. The next
+/// its own, then waits; belay is killed with SIGKILL mid-round. In its
+/// container the config is now read-only (the edit fails); the edit is then
+/// made as a host-placed agent could, and belay killed. The next
 /// `round` used to load the edited config before its recovery put the
 /// original back, and ran the command on the host, as root; and the guard of
 /// that round took the edited text as the original, so it stuck.
@@ -381,15 +392,38 @@ fn a_config_the_agent_edited_before_belay_was_killed_never_runs_on_the_host() {
         .spawn()
         .unwrap();
     let mut round = Reap(child);
+    let result = p.repo.join("config-edit-result");
     wait_for(
-        "the agent to edit the config",
+        "the agent to try to edit the config",
         Duration::from_secs(90),
-        || {
-            std::fs::read_to_string(&c)
-                .unwrap_or_default()
-                .contains("placement = \"host\"")
-        },
+        || result.exists(),
     );
+    // In its container the config is mounted read-only: the edit fails.
+    assert_eq!(
+        std::fs::read_to_string(&result).unwrap().trim(),
+        "refused",
+        "the agent could write the config in its container"
+    );
+    assert_eq!(std::fs::read_to_string(&c).unwrap(), text);
+    // What a host-placed agent (or any writer while belay runs) can do: the
+    // edit lands, and belay is killed before its round ends.
+    let edited = text
+        .replace("placement = \"container\"", "placement = \"host\"")
+        .lines()
+        .map(|l| {
+            if l.starts_with("command = ") {
+                format!(
+                    "command = [\"/bin/sh\", \"-c\", \"touch {}\"]",
+                    marker.display()
+                )
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    std::fs::write(&c, &edited).unwrap();
     round.0.kill().unwrap();
     round.0.wait().unwrap();
 
@@ -581,4 +615,78 @@ fn a_prompt_linked_to_a_host_file_never_carries_it() {
         log.contains("PROMPT-SEEN") && log.contains("Work on the project"),
         "{log}"
     );
+}
+
+/// Trust-boundary finding 3, in rounds: belay runs with the host's proxy (a
+/// password in `HTTPS_PROXY`, which nothing uses) and a secret-looking
+/// variable in its environment, and the round's agent prints both values (from
+/// a file the test left in the tree, ignored by git, as if it had dug them up)
+/// on its stdout, which is also its final answer. Neither value may reach the
+/// round's log, the events, the state, anything else under the log dir or
+/// belay's state home, a commit, or the terminal: the log shows
+/// `[REDACTED:…]` where a user would otherwise read the proxy password.
+#[test]
+fn the_host_proxy_password_stays_out_of_every_rounds_record() {
+    if !engine() {
+        return;
+    }
+    let p = proj();
+    let pw = format!("bi-proxy-pw-{}", crate::unique("r"));
+    let token = format!("bi-api-token-{}", crate::unique("r"));
+    let proxy = format!("http://bi-user:{pw}@127.0.0.1:9/");
+    // What the agent "finds": in the tree, never committed or stashed.
+    let found = p.repo.join("bi-found.txt");
+    std::fs::write(&found, format!("proxy-password {pw}\napi-token {token}\n")).unwrap();
+    std::fs::create_dir_all(p.repo.join(".git/info")).unwrap();
+    std::fs::write(p.repo.join(".git/info/exclude"), "bi-found.txt\n").unwrap();
+    let c = p.config("leak-found", Path::new("bi-found.txt"), "");
+    let mut cmd = p.belay(&c, &["round", "--json"]);
+    cmd.envs([
+        ("HTTPS_PROXY", proxy.as_str()),
+        ("https_proxy", proxy.as_str()),
+        ("NO_PROXY", "127.0.0.1,localhost"),
+        ("no_proxy", "127.0.0.1,localhost"),
+        ("BELAY_BI_API_TOKEN", token.as_str()),
+    ]);
+    let o = output_within(cmd, Duration::from_secs(180));
+    assert!(o.status.success(), "{}", show(&o));
+    // The agent ran and printed what it found; the log has it redacted.
+    let r1: Vec<PathBuf> = std::fs::read_dir(p.logs().join("rounds"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("R1-"))
+        })
+        .collect();
+    assert_eq!(r1.len(), 1, "{r1:?}");
+    let log = std::fs::read_to_string(&r1[0]).unwrap();
+    assert!(
+        log.contains("BI-FOUND proxy-password") && log.contains("BI-FOUND api-token"),
+        "the agent did not print what it found: {log}"
+    );
+    assert!(
+        log.contains("[REDACTED:"),
+        "the round saw no host secret to redact: {log}"
+    );
+    let history = git(&p.repo, &["log", "-p", "--all", "--text"]);
+    for secret in [&pw, &token] {
+        for n in crate::escaped_forms(secret) {
+            // The log dir, the state home, HOME: every file of the test's
+            // dir but the one the agent read.
+            let seen: Vec<PathBuf> = p
+                .files_holding(&n)
+                .into_iter()
+                .filter(|f| *f != found)
+                .collect();
+            assert!(seen.is_empty(), "{n:?} is in {seen:?}");
+            assert!(!history.contains(&n), "{n:?} is in git log -p --all");
+            assert!(
+                !holds(&o.stdout, &n) && !holds(&o.stderr, &n),
+                "{n:?} on the terminal: {}",
+                show(&o)
+            );
+        }
+    }
 }

@@ -26,6 +26,11 @@ struct Ui {
 
 impl Ui {
     fn start(home: &Path) -> Ui {
+        Ui::start_with(home, &[])
+    }
+
+    /// `belay ui` with `envs` added to its environment.
+    fn start_with(home: &Path, envs: &[(&str, &str)]) -> Ui {
         let mut child = Command::new(env!("CARGO_BIN_EXE_belay"))
             .args(["ui", "--port", "0"])
             .env("BELAY_STATE_HOME", home)
@@ -33,6 +38,7 @@ impl Ui {
             .env("NO_COLOR", "1")
             .env_remove("OPENAI_API_KEY")
             .env_remove("RUST_LOG")
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -301,6 +307,150 @@ fn the_dashboards_token_host_and_origin_checks_hold() {
     assert!(!tmp.path().join("x.lock").exists());
     for s in &secret {
         assert!(!text.contains(s.as_str()));
+    }
+}
+
+/// What the event stream at `path` sends (with the token) within `secs`: it
+/// never ends, curl stops it.
+fn sse(ui: &Ui, path: &str, secs: u64) -> String {
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    let secs = secs.to_string();
+    let o = Command::new("curl")
+        .args([
+            "-s",
+            "-N",
+            "--max-time",
+            secs.as_str(),
+            "-H",
+            bearer.as_str(),
+        ])
+        .arg(format!("{}{path}", ui.base))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Trust-boundary finding 3, on the dashboard: a run's log, events, state,
+/// summary and a commit's patch hold the host proxy's password and the value
+/// of a secret-looking host variable, as a sandbox's output could have put
+/// them there (the run's own redactor knew neither). `belay ui` runs with
+/// both in its environment and redacts what it serves with the host policy:
+/// the log (a piece, a download, a search), the event stream, the run and
+/// its records show `[REDACTED:…]`, and a search for the password finds
+/// nothing. A user would notice the password on the page.
+#[test]
+fn the_dashboard_serves_no_host_proxy_password_from_a_runs_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let pw = format!("bi-proxy-pw-{}", crate::unique("u"));
+    let token = format!("bi-api-token-{}", crate::unique("u"));
+    let proxy = format!("http://bi-user:{pw}@127.0.0.1:9/");
+    let found = format!("BI-FOUND proxy-password {pw}\nBI-FOUND api-token {token}\n");
+    let id = "ui-breakin-secrets".to_string();
+    let dir = tmp.path().join("runs").join(&id);
+    let run = RunHandle::open(OpenRun {
+        dir: dir.clone(),
+        id: &id,
+        mode: Mode::Agent,
+        title: Some("a run whose step printed what it found"),
+        redactor: Redactor::default(),
+        registry: Registry::at(&home),
+    })
+    .unwrap();
+    run.emit(
+        "sandbox",
+        Some("step"),
+        &serde_json::json!({"kind": "step_output", "data": {"text": found}}),
+    )
+    .unwrap();
+    run.save_state(&serde_json::json!({"last_output": found}))
+        .unwrap();
+    run.write_json(
+        "summary.json",
+        &serde_json::json!({"ok": false, "error": found}),
+    )
+    .unwrap();
+    drop(run);
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::write(dir.join("logs/step.log"), format!("step started\n{found}")).unwrap();
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    std::fs::create_dir_all(dir.join("commits")).unwrap();
+    std::fs::write(
+        dir.join(format!("commits/{sha}.patch")),
+        format!(
+            "+++ b/found.txt\n@@ -0,0 +1,2 @@\n+{}",
+            found.replace('\n', "\n+")
+        ),
+    )
+    .unwrap();
+    // The records hold the values: only the dashboard can redact them.
+    for f in [
+        "events.jsonl",
+        "state.json",
+        "summary.json",
+        "logs/step.log",
+    ] {
+        let t = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(t.contains(&pw) && t.contains(&token), "{f}: {t}");
+    }
+    let ui = Ui::start_with(
+        &home,
+        &[
+            ("HTTPS_PROXY", proxy.as_str()),
+            ("https_proxy", proxy.as_str()),
+            ("NO_PROXY", "127.0.0.1,localhost"),
+            ("no_proxy", "127.0.0.1,localhost"),
+            ("BELAY_BI_API_TOKEN", token.as_str()),
+        ],
+    );
+    let never = |what: &str, body: &str| {
+        for secret in [&pw, &token] {
+            for n in crate::escaped_forms(secret) {
+                assert!(!body.contains(&n), "{what} served {n:?}: {body}");
+            }
+        }
+    };
+    let log = format!("/api/runs/{id}/log?path=logs/step.log");
+    // What holds the values, each served redacted.
+    for path in [
+        log.clone(),
+        format!("{log}&from=0"),
+        format!("{log}&download=1"),
+        format!("{log}&q=BI-FOUND"),
+        format!("/api/runs/{id}"),
+        format!("/api/runs/{id}/file/state.json"),
+        format!("/api/runs/{id}/file/summary.json"),
+        format!("/api/runs/{id}/commits/{sha}"),
+    ] {
+        let (body, code) = ui.get(&path);
+        assert_eq!(code, "200", "{path}: {body}");
+        never(&path, &body);
+        assert!(
+            body.contains("BI-FOUND") && body.contains("[REDACTED:"),
+            "{path} served nothing redacted: {body}"
+        );
+    }
+    // The event stream.
+    let events = sse(&ui, &format!("/api/runs/{id}/events"), 3);
+    never("the event stream", &events);
+    assert!(
+        events.contains("BI-FOUND") && events.contains("[REDACTED:"),
+        "the event stream sent nothing redacted: {events}"
+    );
+    // A search for a value finds nothing: lines are matched as redacted.
+    for secret in [&pw, &token] {
+        let path = format!("{log}&q={secret}");
+        let (body, code) = ui.get(&path);
+        assert_eq!(code, "200", "{path}: {body}");
+        never(&path, &body);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["hits"], serde_json::json!([]), "{path}: {body}");
+    }
+    // The lists.
+    for path in ["/api/runs".to_string(), format!("/api/runs/{id}/logs")] {
+        let (body, code) = ui.get(&path);
+        assert_eq!(code, "200", "{path}: {body}");
+        never(&path, &body);
     }
 }
 

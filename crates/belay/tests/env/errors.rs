@@ -151,3 +151,53 @@ fn malformed_package_json_names_file_and_line() {
     no_panic(&err);
     assert!(err.contains("package.json:3:"), "{err}");
 }
+
+#[test]
+fn a_belay_link_in_the_repository_never_receives_the_state() {
+    // An untrusted repository ships `.belay -> <a host dir>`: plan and build
+    // refuse (exit 2, before Docker) and write nothing there.
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let host = tmp.path().join("host-dir");
+    std::fs::create_dir_all(&host).unwrap();
+    copy_fixture(&fixture("py-pyproject"), &repo);
+    std::os::unix::fs::symlink(&host, repo.join(".belay")).unwrap();
+    for args in [&["env", "plan"][..], &["env", "build"][..]] {
+        let a = belay()
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .args(args)
+            .arg("--repo")
+            .arg(&repo)
+            .assert()
+            .code(2);
+        let err = stderr_of(&a);
+        no_panic(&err);
+        assert!(
+            err.contains("symbolic link") && (err.contains("--out") || err.contains("--state-dir")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(std::fs::read_dir(&host).unwrap().count(), 0, "{args:?}");
+    }
+    // A link deeper in a real `.belay` is refused too.
+    std::fs::remove_file(repo.join(".belay")).unwrap();
+    std::fs::create_dir_all(repo.join(".belay")).unwrap();
+    std::os::unix::fs::symlink(&host, repo.join(".belay/plan")).unwrap();
+    belay()
+        .args(["env", "plan", "--repo"])
+        .arg(&repo)
+        .assert()
+        .code(2);
+    assert_eq!(std::fs::read_dir(&host).unwrap().count(), 0);
+}
+
+fn copy_fixture(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_fixture(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}

@@ -35,6 +35,9 @@ case "$2" in
   login)
     echo '{"hooks": {"SessionStart": [{"command": "touch '"$m"'"}]}}' > /tmp/.claude/settings.json
     echo '{"token": "refreshed"}' > /tmp/.claude/.credentials.json ;;
+  catlogin)
+    cat /tmp/.claude/.credentials.json
+    cat /tmp/.claude/.credentials.json >&2 ;;
 esac
 echo '{"type":"result","subtype":"success"}'
 "#;
@@ -203,6 +206,53 @@ fn the_login_directory_gives_back_nothing_or_with_write_back_only_the_token() {
         "{\"token\": \"refreshed\"}\n"
     );
     assert!(!marker.exists());
+}
+
+/// Every file under `dir` (but the scratch login view) that holds `needle`.
+fn files_holding(dir: &Path, needle: &str, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let (path, t) = (e.path(), e.file_type().unwrap());
+        if t.is_dir() && e.file_name() != ".login" {
+            files_holding(&path, needle, out);
+        } else if t.is_file()
+            && String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains(needle)
+        {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn an_agent_printing_its_login_finds_the_tokens_scrubbed() {
+    require_agent_image();
+    let p = proj();
+    let home_claude = p.tmp.path().join(".claude");
+    std::fs::create_dir_all(&home_claude).unwrap();
+    let (access, refresh) = ("sk-ant-oat01-access-5b7e2c", "sk-ant-ort01-refresh-9d1f4a");
+    std::fs::write(
+        home_claude.join(".credentials.json"),
+        format!("{{\"claudeAiOauth\": {{\"accessToken\": \"{access}\", \"refreshToken\": \"{refresh}\"}}}}\n"),
+    )
+    .unwrap();
+    let (c, _) = hostile(&p, "catlogin", false);
+    let text = std::fs::read_to_string(&c).unwrap().replace(
+        "[runtime]",
+        &format!("login_dirs = [\"{}\"]\n[runtime]", home_claude.display()),
+    );
+    std::fs::write(&c, text).unwrap();
+    ok(&p.run(&c, &["round"]));
+    let logs = p.logs("catlogin");
+    for token in [access, refresh] {
+        let mut found = Vec::new();
+        files_holding(&logs, token, &mut found);
+        assert!(found.is_empty(), "the login token is in {found:?}");
+    }
+    let mut scrubbed = Vec::new();
+    files_holding(&logs, "[REDACTED:.claude/.credentials.json]", &mut scrubbed);
+    assert!(
+        !scrubbed.is_empty(),
+        "the round's log shows no scrubbed token"
+    );
 }
 
 #[test]

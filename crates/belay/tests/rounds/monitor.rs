@@ -203,19 +203,26 @@ fn the_http_mode_serves_a_status_page_on_loopback() {
         .unwrap()
         .to_string();
     std::thread::sleep(Duration::from_millis(300));
-    let get = |path: &str| -> String {
-        let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let get_as = |path: &str, host: &str| -> String {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         use std::io::{Read, Write};
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
     };
+    let get = |path: &str| get_as(path, addr);
+    // A DNS-rebinding page names its own site: refused, nothing of the status.
+    let rebound = get_as("/status.json", "rebind.example");
+    assert!(
+        rebound.starts_with("HTTP/1.1 421") && !rebound.contains("round_num"),
+        "{rebound}"
+    );
     let page = get("/");
     assert!(
         page.contains("200 OK") && page.contains("belay rounds: repo"),

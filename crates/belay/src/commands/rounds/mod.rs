@@ -61,13 +61,10 @@ pub(super) fn load(path: &std::path::Path) -> Result<Config, Failure> {
         .map_err(fail)
 }
 
+/// Progress lines on stderr, printable (they carry what agents and senders
+/// wrote).
 fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
-    let quiet = p.is_quiet();
-    Box::new(move |line: &str| {
-        if !quiet {
-            eprintln!("[belay rounds] {line}");
-        }
-    })
+    p.progress_sink("belay rounds")
 }
 
 async fn init(p: &Printer, a: RoundsInitArgs) -> Result<u8, Failure> {
