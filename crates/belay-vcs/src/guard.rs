@@ -309,9 +309,8 @@ fn links_of(g: &Path, seen: &mut usize) -> Result<BTreeMap<String, String>, Guar
 }
 
 impl Git {
-    /// Record the git dir before a sandbox that can write it.
     /// The submodule paths (gitlinks) that the commits since `before` added
-    /// or changed (`None`: every gitlink of HEAD), relative to the root. Only
+    /// (`None`: every gitlink of HEAD), relative to the root. Only
     /// when HEAD moved: a step or round without commits costs nothing. A
     /// repository a sandbox planted at such a path runs its config on the
     /// user's next `git status` in the outer tree; callers move it aside
@@ -320,18 +319,29 @@ impl Git {
         let Ok(after) = self.head().await else {
             return Vec::new();
         };
-        let out = match before {
-            Some(b) if b == after => return Vec::new(),
-            Some(b) => {
-                self.run(&["diff", "--raw", "-z", "--no-renames", b, &after])
-                    .await
-            }
-            None => self.run(&["ls-tree", "-r", "-z", "HEAD"]).await,
+        if before == Some(after.as_str()) {
+            return Vec::new();
+        }
+        // The trees' own gitlinks: `git diff` would leave submodules out
+        // (belay's git ignores them).
+        let links = |rev: String| async move {
+            self.run(&["ls-tree", "-r", "-z", &rev])
+                .await
+                .map(|o| gitlinks_in(&o))
+                .unwrap_or_default()
         };
-        out.map(|o| gitlinks_in(&o, before.is_some()))
-            .unwrap_or_default()
+        let was = match before {
+            Some(b) => links(b.to_string()).await,
+            None => Vec::new(),
+        };
+        links(after)
+            .await
+            .into_iter()
+            .filter(|l| !was.contains(l))
+            .collect()
     }
 
+    /// Record the git dir before a sandbox that can write it.
     pub fn guard_git_dir(&self) -> GitDirGuard {
         let g = &self.git_dir;
         let worktrees = names_in(&g.join("worktrees"));
@@ -576,27 +586,14 @@ fn unix_s(t: SystemTime) -> i64 {
 fn rel(base: &Path, p: &Path) -> String {
     p.strip_prefix(base).unwrap_or(p).display().to_string()
 }
-/// The gitlink paths of `git diff --raw -z` (new mode 160000) or of
-/// `git ls-tree -r -z` (mode 160000).
-fn gitlinks_in(out: &str, diff: bool) -> Vec<String> {
-    let mut v = Vec::new();
-    if diff {
-        let mut it = out.split('\0');
-        while let (Some(meta), Some(path)) = (it.next(), it.next()) {
-            if meta.split(' ').nth(1) == Some("160000") {
-                v.push(path.to_string());
-            }
-        }
-    } else {
-        for e in out.split('\0') {
-            if let Some((meta, path)) = e.split_once('\t') {
-                if meta.starts_with("160000 ") {
-                    v.push(path.to_string());
-                }
-            }
-        }
-    }
-    v
+/// The gitlink paths (mode 160000) of `git ls-tree -r -z`.
+fn gitlinks_in(out: &str) -> Vec<String> {
+    out.split('\0')
+        .filter_map(|e| {
+            let (meta, path) = e.split_once('\t')?;
+            meta.starts_with("160000 ").then(|| path.to_string())
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -604,10 +601,8 @@ mod gitlink_tests {
     use super::gitlinks_in;
 
     #[test]
-    fn gitlinks_from_diff_and_ls_tree() {
-        let diff = ":000000 160000 0000000 abcdef1 A\0sub\0:100644 100644 1111111 2222222 M\0README\0:160000 000000 abcdef1 0000000 D\0gone\0";
-        assert_eq!(gitlinks_in(diff, true), ["sub"]);
+    fn gitlinks_from_ls_tree() {
         let tree = "100644 blob 1111111\tREADME\x00160000 commit abcdef1\tvendor/x\0";
-        assert_eq!(gitlinks_in(tree, false), ["vendor/x"]);
+        assert_eq!(gitlinks_in(tree), ["vendor/x"]);
     }
 }

@@ -48,8 +48,11 @@ impl Engine<'_> {
         // collected).
         self.scrub_artifacts_dir(step)?;
         if self.p.isolation.allow_git_mutations {
-            self.quarantine_new_submodules(step).await?;
-            self.check_git_control(step)?;
+            // Both run, whatever the first finds: each undoes a plant.
+            let quarantined = self.quarantine_new_submodules(step).await;
+            let checked = self.check_git_control(step);
+            quarantined?;
+            checked?;
         }
         Ok(())
     }
@@ -103,21 +106,22 @@ impl Engine<'_> {
     }
 
     /// With git mutations allowed, a step may commit, but not redirect git
-    /// or plant what the user's next git runs: a changed `commondir`,
-    /// `config.worktree` or alternates file, a planted or changed hook, a
-    /// planted link, worktree or replace ref is put back (removed when it
-    /// was absent) and stops the run.
+    /// or plant what the user's next git runs: a planted or changed hook,
+    /// guarded file, link, worktree or replace ref is put back (removed when
+    /// it was absent) and recorded; a changed `commondir`, `config.worktree`
+    /// or alternates file is put back and stops the run.
     pub(super) fn check_git_control(&mut self, step: &str) -> Result<(), PipelineError> {
         if self.state.git_control_at_start.is_empty() {
             self.state.git_control_at_start = self.git.control_files();
             return Ok(());
         }
-        let mut changed = self
+        // The redirecting files first (they stop the run), then the rest.
+        let changed = self
             .git
             .restore_control_files(&self.state.git_control_at_start);
         // Hooks, guarded files, planted links, worktrees and replace refs:
         // put back as they were at the start (the user's next git would run
-        // a planted hook).
+        // a planted hook), recorded; the run goes on, as a round does.
         if let Some(g) = &self.state.git_guard {
             let r = g.restore().map_err(|e| {
                 PipelineError::Failed(format!(
@@ -125,13 +129,18 @@ impl Engine<'_> {
                     self.git.git_dir().display()
                 ))
             })?;
-            changed.extend(
-                r.restored
-                    .into_iter()
-                    .chain(r.links_removed)
-                    .chain(r.modes_cleared)
-                    .chain(r.specials_removed),
-            );
+            if !r.is_empty() {
+                self.event(
+                    Kind::GitTampered,
+                    Some(step),
+                    serde_json::json!({
+                        "repaired": r.restored,
+                        "links_removed": r.links_removed,
+                        "modes_cleared": r.modes_cleared,
+                        "specials_removed": r.specials_removed,
+                    }),
+                )?;
+            }
         }
         if changed.is_empty() {
             return Ok(());

@@ -1537,3 +1537,65 @@ fn the_host_proxy_password_stays_out_of_every_pipeline_record() {
         assert!(hits.is_empty(), "{n:?} in {hits:?}");
     }
 }
+
+/// Fresh-eyes round: a step with `allow_git_mutations: true` (in the agents'
+/// image, which has git) plants `post-commit` and `pre-commit` hooks, and
+/// commits a submodule (a gitlink and `.gitmodules`) whose repository, left
+/// at its path, sets `core.fsmonitor`. The run used to succeed, and the
+/// user's next `git status` and `git commit` ran both on the host. Now the
+/// hooks are put back as they were and the submodule's repository is moved
+/// aside (`sub/.git.belay-quarantined`); the run stops and says so.
+#[test]
+fn planted_hooks_and_a_committed_submodules_fsmonitor_never_reach_the_users_git() {
+    let pipeline = r#"name: bi-submodule
+deps_policy: open
+max_attempts: 1
+isolation: {allow_git_mutations: true, image: "belay-agent:bookworm"}
+steps:
+  - name: dev
+    command: |
+      printf '#!/bin/sh\ntouch @TMP@/hook-ran\n' > .git/hooks/post-commit; chmod +x .git/hooks/post-commit
+      cp .git/hooks/post-commit .git/hooks/pre-commit
+      mkdir sub && cd sub && git init -q -b main && git -c user.name=a -c user.email=a@a commit -q --allow-empty -m s
+      git config core.fsmonitor 'touch @TMP@/fsmonitor-ran; false'
+      S=$(git rev-parse HEAD); cd ..
+      printf '[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n' > .gitmodules
+      git update-index --add --cacheinfo 160000,$S,sub && git add .gitmodules
+      git -c user.name=a -c user.email=a@a -c core.hooksPath=/dev/null commit -q -m docs && echo COMMITTED
+      echo change > change.txt
+"#;
+    let ws = workspace(NO_MODEL, pipeline, &[]);
+    let out = ws.run(&[], &[], 240).failure();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(
+        ws.step_log("dev").contains("COMMITTED"),
+        "the plant did not run"
+    );
+    assert!(err.contains("sub/.git.belay-quarantined"), "{err}");
+    assert!(!ws.repo.join("sub/.git").exists());
+    for h in ["post-commit", "pre-commit"] {
+        assert!(
+            !ws.repo.join(".git/hooks").join(h).exists(),
+            "{h} is still there"
+        );
+    }
+    assert!(!ws.events_of("git_tampered").is_empty());
+    // The user's own git, as they would run it next.
+    git(&ws.repo, &["status", "--short"]);
+    git(&ws.repo, &["add", "change.txt"]);
+    git(
+        &ws.repo,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@u",
+            "commit",
+            "-qm",
+            "mine",
+        ],
+    );
+    for m in ["hook-ran", "fsmonitor-ran"] {
+        assert!(!ws.dir().join(m).exists(), "{m}: the plant ran on the host");
+    }
+}

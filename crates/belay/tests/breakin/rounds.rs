@@ -43,6 +43,15 @@ case "$1" in
   stop-link) ln -s "$2" STOP ;;
   stop-zero) ln -s /dev/zero STOP ;;
   stop-fifo) mkfifo STOP ;;
+  submodule)
+    if [ "$AGENT_RUNNER_ROUND_NUM" = 1 ]; then
+      mkdir sub && cd sub && git init -q -b main && git -c user.name=a -c user.email=a@a commit -q --allow-empty -m s
+      git config core.fsmonitor "touch $2; false"
+      S=$(git rev-parse HEAD); cd ..
+      printf '[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n' > .gitmodules
+      git update-index --add --cacheinfo 160000,$S,sub && git add .gitmodules
+      git -c user.name=a -c user.email=a@a commit -q -m "add docs" && echo COMMITTED
+    fi ;;
   prompt-link)
     if [ "$AGENT_RUNNER_ROUND_NUM" = 1 ]; then
       rm -f prompts/main.md && ln -s "$2" prompts/main.md
@@ -589,11 +598,15 @@ fn a_prompt_linked_to_a_host_file_never_carries_it() {
     let seen = p.files_holding(&canary);
     assert!(seen.is_empty(), "the host file's canary is in {seen:?}");
     assert!(!holds(&o.stdout, &canary) && !holds(&o.stderr, &canary));
+    // The prompt is mounted read-only in the agent's container, so the swap
+    // fails there; had it landed (a host-placed agent), the trusted copy
+    // would be put back and recorded.
     let restored = p.kinds("control_file_restored");
     assert!(
-        restored
-            .iter()
-            .any(|e| e["data"]["paths"] == serde_json::json!(["prompts/main.md"])),
+        restored.is_empty()
+            || restored
+                .iter()
+                .any(|e| e["data"]["paths"] == serde_json::json!(["prompts/main.md"])),
         "{restored:?}"
     );
     let prompt = p.repo.join("prompts/main.md");
@@ -689,4 +702,33 @@ fn the_host_proxy_password_stays_out_of_every_rounds_record() {
             );
         }
     }
+}
+
+/// Fresh-eyes round: the agent (round agents may commit) commits a
+/// submodule, a gitlink and `.gitmodules`, whose repository, left at its
+/// path, sets `core.fsmonitor`. The tree is clean, so nothing is stashed;
+/// the user's plain `git status` in the outer repository used to run the
+/// fsmonitor on the host, as root. The repository is now moved aside after
+/// the round (`repository_quarantined`).
+#[test]
+fn a_committed_submodules_repository_never_runs_on_the_users_git_status() {
+    if !engine() {
+        return;
+    }
+    let p = proj();
+    let marker = p.host().join("PWNED-fsmonitor");
+    let c = p.config("submodule", &marker, "");
+    let o = output_within(p.belay(&c, &["round"]), Duration::from_secs(180));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        git(&p.repo, &["log", "--format=%s"]).contains("add docs"),
+        "the agent did not commit the submodule"
+    );
+    let q = p.kinds("repository_quarantined");
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert!(!p.repo.join("sub/.git").exists());
+    assert!(p.repo.join("sub/.git.belay-quarantined").exists());
+    // The user's own git, in the outer tree.
+    git(&p.repo, &["status", "--short"]);
+    assert!(!marker.exists(), "the agent's fsmonitor ran on the host");
 }
