@@ -11,7 +11,7 @@ agent call, on the host, before and after (two belay binaries), in one run.
 - plan: a two-checkpoint plan, `plan run --on-host` with scripted `cmd:`
   agents that sleep 0.3 s (4 calls); per call: (wall - 4 x 0.3 s) / 4. The
   reviewer answers `VERDICT: approved` (the new binary's channel) and, for
-  the old binary only (BENCH_REVIEW_EDITS=1), also marks the plan file
+  the old binary only (`cmd:agent.py edits`), also marks the plan file
   approved, the old channel: each binary takes its own verdict path.
 
     BASELINE=/path/to/belay-before BELAY=/path/to/belay-after \
@@ -44,7 +44,7 @@ cid = re.search(r"checkpoint '([^']+)'", prompt).group(1)
 path = "plan_checkpoints.json"
 review = "Review ONLY" in prompt
 if review:
-    if os.environ.get("BENCH_REVIEW_EDITS") == "1":
+    if "edits" in sys.argv[1:]:
         plan = json.load(open(path))
         for cp in plan["checkpoints"]:
             if cp["id"] == cid:
@@ -65,10 +65,11 @@ else:
 '''
 
 PLAN = {
-    "project": {"name": "bench"},
+    "plan_file": "docs/plan.md",
+    "branch": "feature/bench",
     "checkpoints": [
-        {"id": f"c{i}", "name": f"step {i}", "scope": f"write c{i}.txt", "exit_criteria": f"c{i}.txt exists",
-         "status": "pending", "review_notes": ""}
+        {"id": f"c{i}", "name": f"step {i}", "scope": f"write c{i}.txt", "exit_criteria": [f"c{i}.txt exists"],
+         "status": "pending", "attempts": 0, "review_notes": ""}
         for i in (1, 2)
     ],
 }
@@ -115,7 +116,7 @@ def rounds_setup():
         'work_dir = "."',
         f'log_dir = "{os.path.join(d, "logs")}"',
         "round_budget_s = 60",
-        "restart_delay_s = 0",
+        "restart_delay_s = 0.01",
         "[prompt]",
         'file = "./prompts/main.md"',
     ]) + "\n")
@@ -173,16 +174,18 @@ def plan_once(belay):
     repo = new_repo(d)
     json.dump(PLAN, open(os.path.join(repo, "plan_checkpoints.json"), "w"), indent=2)
     open(os.path.join(repo, "README"), "w").write("bench\n")
+    os.makedirs(os.path.join(repo, "docs"))
+    open(os.path.join(repo, "docs", "plan.md"), "w").write("# plan\n")
     commit_all(repo)
     agent = os.path.join(d, "agent.py")
     open(agent, "w").write(PLAN_AGENT)
     os.chmod(agent, 0o755)
     env = env_for(d)
-    env["BENCH_SLEEP"] = str(SLEEP)
-    if belay == BEFORE:
-        env["BENCH_REVIEW_EDITS"] = "1"
+    # The old binary takes the verdict from the plan file: its reviewer
+    # edits it too (agents get an explicit environment, so this goes in argv).
+    spec = f"cmd:{agent} edits" if belay == BEFORE else f"cmd:{agent}"
     t0 = time.monotonic()
-    p = subprocess.run([belay, "-q", "plan", "run", "--developer", f"cmd:{agent}", "--reviewer", f"cmd:{agent}",
+    p = subprocess.run([belay, "-q", "plan", "run", "--developer", spec, "--reviewer", spec,
                         "--on-host", "--auto-approve"], cwd=repo, env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.monotonic() - t0

@@ -60,6 +60,9 @@ pub struct Output {
     pub report: AgentReport,
     /// Processes a host agent left outside its group, killed after it.
     pub leftovers: usize,
+    /// The nested `.git` entries the sweep of a container's work tree found
+    /// (relative to the work tree; none on the host, where nothing sweeps).
+    pub nested_git: Vec<String>,
 }
 
 impl Runner<'_> {
@@ -151,7 +154,11 @@ impl Runner<'_> {
                     "killed {leftovers} process(es) the agent left running outside its group"
                 ));
             }
-            return report.map(|report| Output { report, leftovers });
+            return report.map(|report| Output {
+                report,
+                leftovers,
+                nested_git: Vec::new(),
+            });
         };
         let report = session.run(c.prompt).await;
         let sweep = agent_box.close().await?;
@@ -170,6 +177,7 @@ impl Runner<'_> {
         report.map(|report| Output {
             report,
             leftovers: 0,
+            nested_git: sweep.nested_git,
         })
     }
 }

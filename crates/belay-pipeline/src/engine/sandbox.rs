@@ -79,6 +79,11 @@ impl Engine<'_> {
     /// repository at its path (which the step made) is moved aside, since
     /// its config would run on the user's next `git status`; the run stops.
     async fn quarantine_new_submodules(&mut self, step: &str) -> Result<(), PipelineError> {
+        // No nested repository in the workspace (the sweep above lists
+        // them): nothing to move aside, and no git to run.
+        if self.nested_git.is_empty() {
+            return Ok(());
+        }
         let before = self.state.head_at_start.clone();
         let links = self.git.gitlinks_added(Some(before.as_str())).await;
         let submodules = &self.state.submodules_at_start;

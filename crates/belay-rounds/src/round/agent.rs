@@ -61,6 +61,10 @@ pub(super) struct Ran {
     pub stop: String,
     pub commands: Vec<String>,
     pub stderr_tail: String,
+    /// The work tree may hold a repository the agent made: the sweep of
+    /// its container found a nested `.git`, or the round was stopped before
+    /// any sweep (a host-placed agent runs on the host anyway).
+    pub repos_planted: bool,
 }
 
 /// A peer command naming a pinned CLI by its bare name runs the pinned
@@ -273,9 +277,11 @@ impl Supervisor {
                 stop: "killed".into(),
                 commands: vec![],
                 stderr_tail: String::new(),
+                repos_planted: !on_host,
             });
         };
         let out = result?;
+        let repos_planted = !out.nested_git.is_empty();
         let r = out.report;
         Ok(Ran {
             outcome: outcome_of(&r),
@@ -292,6 +298,7 @@ impl Supervisor {
             stop: r.stop.describe(),
             commands: r.commands,
             stderr_tail: r.stderr_tail,
+            repos_planted,
         })
     }
 

@@ -287,8 +287,10 @@ impl Supervisor {
             );
             return Err(e);
         }
-        self.quarantine_new_submodules(head_before.as_deref(), round_num, &step)
-            .await;
+        if ran.as_ref().is_ok_and(|r| r.repos_planted) {
+            self.quarantine_new_submodules(head_before.as_deref(), round_num, &step)
+                .await;
+        }
         let ran = match ran {
             Ok(r) => r,
             Err(e) => {
