@@ -12,14 +12,18 @@
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::output::{ok, text};
+
 #[path = "../jobs/xmpp.rs"]
 #[allow(dead_code)]
 mod xmpp;
+
+use xmpp::free_port;
 
 /// The agent: it reads its prompt and answers without a commit block; with
 /// `leak FILE`, it answers what it "found" in FILE and asks to commit a
@@ -154,48 +158,12 @@ impl Q {
     }
 
     fn jobs_in(&self, dir: &str) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.queue().join(dir))
-            .map(|r| {
-                r.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
-                    .map(|n| n.trim_end_matches(".json").to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        crate::job_queue::jobs_in(&self.queue(), dir)
     }
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.path("work.log")).unwrap_or_default()
     }
-}
-
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One request with curl (the path as given, no `..` squashed): the body

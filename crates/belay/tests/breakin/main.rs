@@ -26,6 +26,21 @@ use std::time::{Duration, Instant};
 #[path = "../shared/pipeline.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "../shared/events.rs"]
+#[allow(dead_code)]
+mod events;
+#[path = "../shared/queue.rs"]
+#[allow(dead_code)]
+mod job_queue;
+#[path = "../shared/output.rs"]
+#[allow(dead_code)]
+mod output;
+#[path = "../shared/plan.rs"]
+#[allow(dead_code)]
+mod plan_ws;
+#[path = "../shared/rounds.rs"]
+#[allow(dead_code)]
+mod rounds_config;
 
 // The other modes' break-ins (docs/sandbox.md lists every attack).
 mod jobs;

@@ -11,33 +11,20 @@
 //! reached from a container, a canary in a record or in git.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
-use crate::common::{install_script, require_engine};
-use crate::git_cli::{git, init_repo};
+use crate::git_cli::git;
+use crate::output::text;
+use crate::plan_ws::{two_checkpoints, Setup, Ws, COMPLETED};
 use crate::replay::files_containing;
 
-/// The scripted agent: the prompt on stdin, what to do in its arguments. It
-/// finds its checkpoint in the prompt and edits files with sed, as an agent
-/// CLI would with its own tools. Its stdout is its answer.
-const AGENT: &str = r#"#!/bin/sh
-mode=$1
-p=$(cat)
-id=$(printf '%s\n' "$p" | sed -n "s/.*checkpoint '\([^']*\)'.*/\1/p" | head -n1)
-plan=plan_checkpoints.json
-set_field() {
-  sed -i "/\"id\": \"$1\"/,/\"$2\"/ s/\"$2\": \(.*[^,]\)\(,\{0,1\}\)$/\"$2\": $3\2/" "$plan"
-}
-built() {
-  echo "$id work" > "$id.txt"
-  set_field "$id" status '"built"'
-  set_field "$id" review_notes '"built it"'
-}
-case "$mode" in
-  dev) built; echo "built $id" ;;
+/// The scripted agent's modes, after the shared start
+/// ([`crate::plan_ws::AGENT_HEAD`]): it edits files with sed, as an agent CLI
+/// would with its own tools. Its stdout is its answer.
+const AGENT: &str = r#"  dev) built; echo "built $id" ;;
   dev-trap)
     # Code that passes belay's gate, and approves itself and fails when the
     # reviewer runs it.
@@ -123,124 +110,28 @@ esac
 exit 0
 "#;
 
-struct Ws {
-    tmp: tempfile::TempDir,
-    repo: PathBuf,
-    agent: PathBuf,
-}
-
 /// Two checkpoints on `feature/bi`, with `project` if given.
 fn plan_json(project: Option<Value>) -> Value {
-    let mut p = json!({
-        "plan_file": "docs/plan.md",
-        "branch": "feature/bi",
-        "checkpoints": [
-            {"id": "c1", "name": "first", "status": "pending", "scope": "write c1.txt",
-             "exit_criteria": ["c1.txt exists"], "attempts": 0, "review_notes": ""},
-            {"id": "c2", "name": "second", "status": "pending", "scope": "write c2.txt",
-             "exit_criteria": ["c2.txt exists"], "attempts": 0, "review_notes": ""}
-        ]
-    });
-    if let Some(project) = project {
-        p["project"] = project;
-    }
-    p
+    two_checkpoints(SETUP.branch, project)
 }
 
+/// The workspace: the plan file in the first commit, the agents' text kept
+/// whole (`--audit-level full`, the host's audit level removed).
+static SETUP: Setup = Setup {
+    agent: AGENT,
+    readme: "break-in\n",
+    plan_commit: false,
+    branch: "feature/bi",
+    no_branch_is_empty: true,
+    env_remove: &["BELAY_PLAN_AUDIT_LEVEL"],
+    run_flags: &["--audit-level", "full"],
+};
+
 fn ws(plan: &Value) -> Ws {
-    require_engine();
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("README"), "break-in\n").unwrap();
-    std::fs::write(
-        repo.join("plan_checkpoints.json"),
-        serde_json::to_string_pretty(plan).unwrap(),
-    )
-    .unwrap();
-    init_repo(&repo);
-    let agent = tmp.path().join("agent.sh");
-    install_script(&agent, AGENT);
-    Ws { tmp, repo, agent }
+    Ws::new(&SETUP, plan)
 }
 
 impl Ws {
-    fn spec(&self, mode: &str) -> String {
-        format!("cmd:{} {mode}", self.agent.display())
-    }
-
-    fn state_home(&self) -> PathBuf {
-        self.tmp.path().join("state")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
-        c.env("BELAY_STATE_HOME", self.state_home())
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .env_remove("BELAY_PLAN_AUDIT_LEVEL")
-            .current_dir(&self.repo);
-        c
-    }
-
-    /// `belay plan run`, the agents' text kept whole in the events.
-    fn run(&self, dev: &str, rev: &str, extra: &[&str]) -> Output {
-        self.cmd()
-            .args(["plan", "run", "--audit-level", "full", "--developer"])
-            .arg(self.spec(dev))
-            .arg("--reviewer")
-            .arg(self.spec(rev))
-            .args(extra)
-            .output()
-            .unwrap()
-    }
-
-    /// The branch's commit subjects since main, oldest first (none when
-    /// there is no branch).
-    fn subjects(&self) -> Vec<String> {
-        let o = Command::new("git")
-            .args(["log", "--reverse", "--format=%s", "main..feature/bi"])
-            .current_dir(&self.repo)
-            .output()
-            .unwrap();
-        if !o.status.success() {
-            return vec![];
-        }
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(String::from)
-            .collect()
-    }
-
-    fn run_dirs(&self) -> Vec<PathBuf> {
-        let d = self.state_home().join("plan/runs");
-        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
-            .map(|r| r.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        v.sort();
-        v
-    }
-
-    fn events(&self) -> Vec<Value> {
-        self.run_dirs()
-            .iter()
-            .flat_map(|d| {
-                std::fs::read_to_string(d.join("events.jsonl"))
-                    .unwrap_or_default()
-                    .lines()
-                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
-    fn kinds(&self, kind: &str) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e["kind"] == kind)
-            .collect()
-    }
-
     /// What the agents of `role` answered (their final messages).
     fn answers(&self, role: &str) -> Vec<String> {
         self.kinds("agent_trace")
@@ -316,14 +207,6 @@ impl Ws {
             }
         }
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn contains_bytes(hay: &[u8], needle: &str) -> bool {
@@ -513,7 +396,7 @@ fn code_under_review_reaches_no_writable_path_to_the_plan_or_belays_state() {
             "written: {m:?}"
         );
     }
-    let planted: Vec<PathBuf> = walk(&w.state_home())
+    let planted: Vec<PathBuf> = crate::walk(&w.state_home())
         .into_iter()
         .filter(|p| p.to_string_lossy().contains("breakin-marker"))
         .collect();
@@ -672,18 +555,7 @@ fn the_host_proxy_password_stays_out_of_every_plan_record() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert_eq!(
-        w.subjects(),
-        [
-            "c1: built",
-            "c1: approved",
-            "c2: built",
-            "c2: approved",
-            "audit: completed run"
-        ],
-        "{}",
-        text(&o)
-    );
+    assert_eq!(w.subjects(), COMPLETED, "{}", text(&o));
     // Both agents ran and answered what they found, redacted.
     for role in ["developer", "reviewer"] {
         let answer = w.answers(role).join("\n");
@@ -715,25 +587,6 @@ fn the_host_proxy_password_stays_out_of_every_plan_record() {
             assert!(in_tree.is_empty(), "{n:?} is in {in_tree:?}");
         }
     }
-}
-
-/// Every path under `dir`, links listed and never followed.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                stack.push(p.clone());
-            }
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// `canary` is in no file under belay's state home, in no git object of the

@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::install_script;
+use crate::events;
 use crate::git_cli::{git, init_repo};
+use crate::output::show;
+use crate::rounds_config::{config_head, prompt_text, wait_for};
 
 /// The hostile agent: the prompt on stdin, what to do in `$1`, a host path
 /// (or a path in the tree) in `$2`. Its working dir is the work tree,
@@ -84,14 +87,6 @@ fn engine() -> bool {
     ok
 }
 
-/// A prompt that passes the smoke check.
-fn prompt_text() -> String {
-    format!(
-        "Work on the project, round after round.\n{}",
-        "Keep going. ".repeat(50)
-    )
-}
-
 /// A value no other test (or earlier run) uses.
 fn canary() -> String {
     let nanos = std::time::SystemTime::now()
@@ -146,18 +141,16 @@ impl Proj {
     /// The config text: the agent doing `mode` with the host path `arg`,
     /// `runtime` added to `[runtime]`.
     fn config_text(&self, mode: &str, arg: &Path, runtime: &str) -> String {
+        let agent = self.agent.display().to_string();
+        let arg = arg.display().to_string();
+        let head = config_head(
+            &[agent.as_str(), mode, arg.as_str()],
+            "container",
+            &self.repo,
+            &self.logs(),
+        );
         format!(
-            r#"schema_version = 1
-[agent]
-command = ["{agent}", "{mode}", "{arg}"]
-prompt_arg_template = []
-prompt_delivery = "stdin"
-placement = "container"
-
-[runtime]
-work_dir = "{repo}"
-log_dir = "{logs}"
-round_budget_s = 60
+            r#"{head}round_budget_s = 60
 restart_delay_s = 0.2
 {runtime}
 
@@ -167,11 +160,7 @@ file = "./prompts/main.md"
 [monitor.host_health.disk]
 warning_pct = 100
 critical_pct = 100
-"#,
-            agent = self.agent.display(),
-            arg = arg.display(),
-            repo = self.repo.display(),
-            logs = self.logs().display(),
+"#
         )
     }
 
@@ -198,18 +187,11 @@ critical_pct = 100
 
     /// The events so far (a line being written is left out).
     fn events(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.logs().join("events.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        events::complete(&self.logs())
     }
 
     fn kinds(&self, kind: &str) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e["kind"] == kind)
-            .collect()
+        events::of_kind(self.events(), kind)
     }
 
     /// Every file under the test's dir, except the host dir, that holds
@@ -248,15 +230,6 @@ fn holds(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
-fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Run `c` to its end, at most `limit` (then it is killed and the test fails).
 fn output_within(mut c: Command, limit: Duration) -> Output {
     let child = c
@@ -293,17 +266,6 @@ fn output_within(mut c: Command, limit: Duration) -> Output {
         status,
         stdout: to.join().unwrap(),
         stderr: te.join().unwrap(),
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < limit,
-            "{what} did not happen within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -370,6 +332,48 @@ fn watch_serve(p: &Proj, config: &Path) -> ExitStatus {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Serve (at most `max_rounds`) with the agent in `mode` and, as its
+/// argument, a host file holding a fresh canary, run to its end (exit 0):
+/// the canary, the host file and what serve printed.
+fn serve_with_host_secret(
+    p: &Proj,
+    mode: &str,
+    runtime: &str,
+    max_rounds: &str,
+) -> (String, PathBuf, Output) {
+    let canary = canary();
+    let secret = p.host().join("secret.txt");
+    std::fs::write(&secret, format!("{canary}\n")).unwrap();
+    let c = p.config(mode, &secret, runtime);
+    let o = output_within(
+        p.belay(&c, &["serve", "--max-rounds", max_rounds]),
+        Duration::from_secs(240),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    (canary, secret, o)
+}
+
+/// The host file's `canary` is in no file of the test's dir outside `host/`
+/// and not in what `o` printed.
+fn assert_canary_unseen(p: &Proj, canary: &str, o: &Output) {
+    let seen = p.files_holding(canary);
+    assert!(seen.is_empty(), "the host file's canary is in {seen:?}");
+    assert!(!holds(&o.stdout, canary) && !holds(&o.stderr, canary));
+}
+
+/// The round logs whose names start with `prefix` (`R1-`: round 1's).
+fn round_logs(p: &Proj, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(p.logs().join("rounds"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect()
 }
 
 /// The finding: the agent rewrites the `agent-runner.toml` of its work tree
@@ -486,15 +490,7 @@ fn a_stop_file_linked_to_a_host_file_is_never_read() {
         return;
     }
     let p = proj();
-    let canary = canary();
-    let secret = p.host().join("secret.txt");
-    std::fs::write(&secret, format!("{canary}\n")).unwrap();
-    let c = p.config("stop-link", &secret, "stop_file = \"STOP\"");
-    let o = output_within(
-        p.belay(&c, &["serve", "--max-rounds", "3"]),
-        Duration::from_secs(240),
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let (canary, secret, o) = serve_with_host_secret(&p, "stop-link", "stop_file = \"STOP\"", "3");
     assert!(
         std::fs::symlink_metadata(p.repo.join("STOP"))
             .unwrap()
@@ -502,9 +498,7 @@ fn a_stop_file_linked_to_a_host_file_is_never_read() {
             .is_symlink(),
         "the agent made the stop file a link"
     );
-    let seen = p.files_holding(&canary);
-    assert!(seen.is_empty(), "the host file's canary is in {seen:?}");
-    assert!(!holds(&o.stdout, &canary) && !holds(&o.stderr, &canary));
+    assert_canary_unseen(&p, &canary, &o);
     let refused = p.kinds("stop_file_refused");
     assert_eq!(refused.len(), 1, "{:?}", p.events());
     assert!(
@@ -586,18 +580,8 @@ fn a_prompt_linked_to_a_host_file_never_carries_it() {
         return;
     }
     let p = proj();
-    let canary = canary();
-    let secret = p.host().join("secret.txt");
-    std::fs::write(&secret, format!("{canary}\n")).unwrap();
-    let c = p.config("prompt-link", &secret, "");
-    let o = output_within(
-        p.belay(&c, &["serve", "--max-rounds", "2"]),
-        Duration::from_secs(240),
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    let seen = p.files_holding(&canary);
-    assert!(seen.is_empty(), "the host file's canary is in {seen:?}");
-    assert!(!holds(&o.stdout, &canary) && !holds(&o.stderr, &canary));
+    let (canary, _secret, o) = serve_with_host_secret(&p, "prompt-link", "", "2");
+    assert_canary_unseen(&p, &canary, &o);
     // The prompt is mounted read-only in the agent's container, so the swap
     // fails there; had it landed (a host-placed agent), the trusted copy
     // would be put back and recorded.
@@ -613,15 +597,7 @@ fn a_prompt_linked_to_a_host_file_never_carries_it() {
     assert!(std::fs::symlink_metadata(&prompt).unwrap().is_file());
     assert_eq!(std::fs::read_to_string(&prompt).unwrap(), prompt_text());
     // Round 2 got the user's prompt (so the canary could have shown there).
-    let r2: Vec<PathBuf> = std::fs::read_dir(p.logs().join("rounds"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|f| {
-            f.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("R2-"))
-        })
-        .collect();
+    let r2 = round_logs(&p, "R2-");
     assert_eq!(r2.len(), 1, "{r2:?}");
     let log = std::fs::read_to_string(&r2[0]).unwrap();
     assert!(
@@ -664,15 +640,7 @@ fn the_host_proxy_password_stays_out_of_every_rounds_record() {
     let o = output_within(cmd, Duration::from_secs(180));
     assert!(o.status.success(), "{}", show(&o));
     // The agent ran and printed what it found; the log has it redacted.
-    let r1: Vec<PathBuf> = std::fs::read_dir(p.logs().join("rounds"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|f| {
-            f.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("R1-"))
-        })
-        .collect();
+    let r1 = round_logs(&p, "R1-");
     assert_eq!(r1.len(), 1, "{r1:?}");
     let log = std::fs::read_to_string(&r1[0]).unwrap();
     assert!(

@@ -10,9 +10,18 @@
 #[path = "../shared/pipeline.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "../shared/events.rs"]
+#[allow(dead_code)]
+mod events;
 #[path = "../shared/git.rs"]
 #[allow(dead_code)]
 mod git_cli;
+#[path = "../shared/queue.rs"]
+#[allow(dead_code)]
+mod job_queue;
+#[path = "../shared/output.rs"]
+#[allow(dead_code)]
+mod output;
 #[path = "../shared/replay.rs"]
 #[allow(dead_code)]
 mod replay;
@@ -23,6 +32,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use git_cli::git;
+use output::{ok, text};
 use serde_json::Value;
 
 /// The scripted agent: the prompt on stdin; the request's `@@` lines say
@@ -193,12 +203,7 @@ impl Ws {
     }
 
     fn events(&self, id: &str) -> Vec<Value> {
-        let p = self.queue().join("runs").join(id).join("events.jsonl");
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        events::complete(&self.queue().join("runs").join(id))
     }
 
     fn wait_event(&self, id_dir: &str, kind: &str, timeout: Duration) {
@@ -211,17 +216,7 @@ impl Ws {
 
     /// Where each job is: `(dir, id)`.
     fn jobs_in(&self, dir: &str) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.queue().join(dir))
-            .map(|r| {
-                r.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
-                    .map(|n| n.trim_end_matches(".json").to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        job_queue::jobs_in(&self.queue(), dir)
     }
 
     /// The job ids of the runs that exist.
@@ -235,24 +230,6 @@ impl Ws {
             .filter_map(|p| serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok())
             .collect()
     }
-}
-
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn require_agent_image() {

@@ -8,38 +8,35 @@
 #[path = "../shared/pipeline.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "../shared/events.rs"]
+#[allow(dead_code)]
+mod events;
 #[path = "../shared/git.rs"]
 #[allow(dead_code)]
 mod git_cli;
+#[path = "../shared/output.rs"]
+#[allow(dead_code)]
+mod output;
+#[path = "../shared/plan.rs"]
+#[allow(dead_code)]
+mod plan_ws;
 #[path = "../shared/replay.rs"]
 #[allow(dead_code)]
 mod replay;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use git_cli::{git, init_repo};
+use git_cli::git;
+use output::{ok, text};
+use plan_ws::{two_checkpoints, Setup, Ws, COMPLETED};
 use serde_json::{json, Value};
 
-/// The test agent: the prompt on stdin, what to do in its arguments. It
-/// finds its checkpoint in the prompt and edits the plan file with sed (the
-/// base image has no JSON tool), as an agent CLI would with its own tools.
-const AGENT: &str = r#"#!/bin/sh
-mode=$1
-p=$(cat)
-id=$(printf '%s\n' "$p" | sed -n "s/.*checkpoint '\([^']*\)'.*/\1/p" | head -n1)
-plan=plan_checkpoints.json
-set_field() {
-  sed -i "/\"id\": \"$1\"/,/\"$2\"/ s/\"$2\": \(.*[^,]\)\(,\{0,1\}\)$/\"$2\": $3\2/" "$plan"
-}
-built() {
-  echo "$id work" > "$id.txt"
-  set_field "$id" status '"built"'
-  set_field "$id" review_notes '"built it"'
-}
-case "$mode" in
-  dev) built ;;
+/// The test agent's modes, after the shared start
+/// ([`plan_ws::AGENT_HEAD`]): it edits the plan file with sed (the base image
+/// has no JSON tool), as an agent CLI would with its own tools.
+const AGENT: &str = r#"  dev) built ;;
   dev-selfapprove) built; set_field "$id" status '"approved"' ;;
   dev-approve-later) built; [ "$id" = c1 ] && set_field c2 status '"approved"' && set_field c2 scope '"nothing at all"' ;;
   dev-reset) built; sed -i 's/"attempts": [0-9]*/"attempts": 0/' "$plan" ;;
@@ -80,46 +77,24 @@ const INIT_ANSWER: &str = r#"{"checkpoints": [
  {"id": "c2", "name": "two", "scope": "make c2.txt", "exit_criteria": ["c2.txt exists"]}
 ]}"#;
 
-struct Ws {
-    tmp: tempfile::TempDir,
-    repo: PathBuf,
-    agent: PathBuf,
+/// Two checkpoints on `feature/demo`, with `test_cmd` if given.
+fn plan_json(test_cmd: Option<&str>) -> Value {
+    two_checkpoints(SETUP.branch, test_cmd.map(|t| json!({"test_cmd": t})))
 }
 
-fn plan_json(test_cmd: Option<&str>) -> Value {
-    let mut p = json!({
-        "plan_file": "docs/plan.md",
-        "branch": "feature/demo",
-        "checkpoints": [
-            {"id": "c1", "name": "first", "status": "pending", "scope": "write c1.txt",
-             "exit_criteria": ["c1.txt exists"], "attempts": 0, "review_notes": ""},
-            {"id": "c2", "name": "second", "status": "pending", "scope": "write c2.txt",
-             "exit_criteria": ["c2.txt exists"], "attempts": 0, "review_notes": ""}
-        ]
-    });
-    if let Some(t) = test_cmd {
-        p["project"] = json!({"test_cmd": t});
-    }
-    p
-}
+/// The workspace: the plan file in a commit of its own.
+static SETUP: Setup = Setup {
+    agent: AGENT,
+    readme: "demo\n",
+    plan_commit: true,
+    branch: "feature/demo",
+    no_branch_is_empty: false,
+    env_remove: &[],
+    run_flags: &[],
+};
 
 fn ws_with(plan: Value) -> Ws {
-    common::require_engine();
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("README"), "demo\n").unwrap();
-    init_repo(&repo);
-    std::fs::write(
-        repo.join("plan_checkpoints.json"),
-        serde_json::to_string_pretty(&plan).unwrap(),
-    )
-    .unwrap();
-    git(&repo, &["add", "plan_checkpoints.json"]);
-    git(&repo, &["commit", "-qm", "the plan"]);
-    let agent = tmp.path().join("agent.sh");
-    common::install_script(&agent, AGENT);
-    Ws { tmp, repo, agent }
+    Ws::new(&SETUP, &plan)
 }
 
 fn ws() -> Ws {
@@ -127,34 +102,6 @@ fn ws() -> Ws {
 }
 
 impl Ws {
-    fn spec(&self, mode: &str) -> String {
-        format!("cmd:{} {mode}", self.agent.display())
-    }
-
-    fn state_home(&self) -> PathBuf {
-        self.tmp.path().join("state")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
-        c.env("BELAY_STATE_HOME", self.state_home())
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .current_dir(&self.repo);
-        c
-    }
-
-    fn run(&self, dev: &str, rev: &str, extra: &[&str]) -> Output {
-        self.cmd()
-            .args(["plan", "run", "--developer"])
-            .arg(self.spec(dev))
-            .arg("--reviewer")
-            .arg(self.spec(rev))
-            .args(extra)
-            .output()
-            .unwrap()
-    }
-
     /// `plan run` in the background, for a test to kill.
     fn spawn_run(&self, dev: &str, rev: &str) -> std::process::Child {
         self.cmd()
@@ -167,64 +114,6 @@ impl Ws {
             .spawn()
             .unwrap()
     }
-
-    /// The branch's commit subjects since main, oldest first.
-    fn subjects(&self) -> Vec<String> {
-        git(
-            &self.repo,
-            &["log", "--reverse", "--format=%s", "main..feature/demo"],
-        )
-        .lines()
-        .map(String::from)
-        .collect()
-    }
-
-    fn run_dirs(&self) -> Vec<PathBuf> {
-        let d = self.state_home().join("plan/runs");
-        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
-            .map(|r| r.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        v.sort();
-        v
-    }
-
-    fn events(&self) -> Vec<Value> {
-        self.run_dirs()
-            .iter()
-            .flat_map(|d| {
-                std::fs::read_to_string(d.join("events.jsonl"))
-                    .unwrap_or_default()
-                    .lines()
-                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
-    fn kinds(&self, kind: &str) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e["kind"] == kind)
-            .collect()
-    }
-}
-
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// `kill -9` of belay, and its reaping.
@@ -250,16 +139,7 @@ fn the_happy_path_commits_each_step_on_the_feature_branch() {
     let main_before = git(&w.repo, &["rev-parse", "main"]);
     let o = w.run("dev", "rev-approve", &[]);
     ok(&o);
-    assert_eq!(
-        w.subjects(),
-        [
-            "c1: built",
-            "c1: approved",
-            "c2: built",
-            "c2: approved",
-            "audit: completed run"
-        ]
-    );
+    assert_eq!(w.subjects(), COMPLETED);
     assert_eq!(git(&w.repo, &["rev-parse", "main"]), main_before);
     assert_eq!(
         git(&w.repo, &["rev-parse", "--abbrev-ref", "HEAD"]),
@@ -421,16 +301,7 @@ fn approving_a_later_checkpoint_is_reverted_and_it_is_built_in_turn() {
     let w = ws();
     let o = w.run("dev-approve-later", "rev-approve", &[]);
     ok(&o);
-    assert_eq!(
-        w.subjects(),
-        [
-            "c1: built",
-            "c1: approved",
-            "c2: built",
-            "c2: approved",
-            "audit: completed run"
-        ]
-    );
+    assert_eq!(w.subjects(), COMPLETED);
     let fields: Vec<String> = w
         .kinds("change_reverted")
         .iter()
@@ -603,16 +474,7 @@ fn kill_9_then_rerun_continues_at_the_review_gate() {
     let o = w.run("dev", "rev-approve", &[]);
     ok(&o);
     eprintln!("resume to completion: {:?}", t1.elapsed());
-    assert_eq!(
-        w.subjects(),
-        [
-            "c1: built",
-            "c1: approved",
-            "c2: built",
-            "c2: approved",
-            "audit: completed run"
-        ]
-    );
+    assert_eq!(w.subjects(), COMPLETED);
     let reviews = w.kinds("review_comment");
     assert_eq!(
         reviews[0]["data"]["review_attempt"], 1,

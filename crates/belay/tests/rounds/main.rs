@@ -8,12 +8,21 @@
 #[path = "../shared/pipeline.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "../shared/events.rs"]
+#[allow(dead_code)]
+mod events;
 #[path = "../shared/git.rs"]
 #[allow(dead_code)]
 mod git_cli;
+#[path = "../shared/output.rs"]
+#[allow(dead_code)]
+mod output;
 #[path = "../shared/replay.rs"]
 #[allow(dead_code)]
 mod replay;
+#[path = "../shared/rounds.rs"]
+#[allow(dead_code)]
+mod rounds_config;
 
 mod attacks;
 mod monitor;
@@ -24,6 +33,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use git_cli::{git, init_repo};
+use output::{ok, show};
+use rounds_config::{config_head, prompt_text, wait_for};
 use serde_json::Value;
 
 /// The test agent: the prompt on stdin, its mode in the first argument. A
@@ -52,14 +63,6 @@ case "$mode" in
 esac
 exit 0
 "#;
-
-/// A prompt that passes the smoke check.
-fn prompt_text() -> String {
-    format!(
-        "Work on the project, round after round.\n{}",
-        "Keep going. ".repeat(50)
-    )
-}
 
 struct Proj {
     tmp: tempfile::TempDir,
@@ -109,28 +112,22 @@ impl Proj {
         runtime: &str,
         extra: &str,
     ) -> PathBuf {
+        let agent = self.agent.display().to_string();
+        let mark = self.mark.to_string();
+        let head = config_head(
+            &[agent.as_str(), mode, mark.as_str()],
+            placement,
+            &self.repo,
+            &self.logs(name),
+        );
         let text = format!(
-            r#"schema_version = 1
-[agent]
-command = ["{agent}", "{mode}", "{mark}"]
-prompt_arg_template = []
-prompt_delivery = "stdin"
-placement = "{placement}"
-
-[runtime]
-work_dir = "{repo}"
-log_dir = "{logs}"
-restart_delay_s = 0.2
+            r#"{head}restart_delay_s = 0.2
 {runtime}
 
 [prompt]
 file = "./prompts/main.md"
 {extra}
-"#,
-            agent = self.agent.display(),
-            mark = self.mark,
-            repo = self.repo.display(),
-            logs = self.logs(name).display(),
+"#
         );
         // The monitor inside serve watches the machine's real disk: a test
         // that does not test it must not stop because the CI disk is full.
@@ -160,18 +157,11 @@ file = "./prompts/main.md"
     }
 
     fn events(&self, name: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.logs(name).join("events.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .collect()
+        events::read(&[self.logs(name)])
     }
 
     fn kinds(&self, name: &str, kind: &str) -> Vec<Value> {
-        self.events(name)
-            .into_iter()
-            .filter(|e| e["kind"] == kind)
-            .collect()
+        events::of_kind(self.events(name), kind)
     }
 
     fn json(&self, name: &str, file: &str) -> Value {
@@ -204,19 +194,6 @@ fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
 }
 
-fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn ok(o: &Output) {
-    assert!(o.status.success(), "{}", show(o));
-}
-
 /// Processes whose command line holds `pattern`.
 fn pgrep(pattern: &str) -> Vec<String> {
     let out = Command::new("pgrep")
@@ -228,17 +205,6 @@ fn pgrep(pattern: &str) -> Vec<String> {
         .filter(|l| !l.contains("pgrep"))
         .map(String::from)
         .collect()
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < limit,
-            "{what} did not happen within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
