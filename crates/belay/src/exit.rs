@@ -79,6 +79,11 @@ fn classify(e: &(dyn std::error::Error + 'static)) -> Option<(ExitClass, &'stati
         .or_else(|| class::<belay_sandbox::hostfs::HostFsError>(e))
         .or_else(|| class::<belay_vcs::VcsError>(e))
         .or_else(|| class::<belay_record::RecordError>(e))
+        .or_else(|| class::<belay_record::ControlChanged>(e))
+        .or_else(|| class::<belay_record::IdError>(e))
+        .or_else(|| class::<belay_env::ClusterError>(e))
+        .or_else(|| class::<belay_agent::SpecError>(e))
+        .or_else(|| class::<belay_ui::UiError>(e))
         .or_else(|| {
             e.downcast_ref::<std::io::Error>()
                 .map(|x| (belay_record::io_class(x), belay_record::io_code(x)))
