@@ -104,6 +104,8 @@ impl Supervisor {
                     },
                     None => None,
                 };
+                // Credentials in the URL are secrets too (as in jobs).
+                redactor.add_url_credentials("model_url", url);
                 Some(Endpoint {
                     base_url: url.clone(),
                     api: cfg.agent.model_api,

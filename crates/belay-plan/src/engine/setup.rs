@@ -375,10 +375,9 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         }
         git.switch(&branch).await?;
     }
+    // The caller's redactor is the one policy's host part (secret-looking
+    // variables included); the tree's `.env` values are added to it.
     let mut redactor = o.redactor.clone();
-    for (k, v) in belay_model::keys::secret_looking_env() {
-        redactor.add(k, v);
-    }
     // The agents can read the tree's .env files: their values are secrets too.
     let tracked_env: Vec<String> = git
         .run(&["ls-files", "-z", "--", ":(glob)**/.env", ":(glob)**/.env.*"])
@@ -392,9 +391,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         tokio::task::spawn_blocking(move || crate::audit::dotenv_secrets(&root, &tracked_env))
             .await
             .unwrap_or_default();
-    for (k, v) in found {
-        redactor.add(k, v);
-    }
+    redactor.extend_from(&belay_record::Redactor::new(found));
     let run = RunHandle::open(OpenRun {
         dir,
         id: &run_id,
