@@ -52,8 +52,6 @@ impl ProjectSpec {
         }
     }
 
-    /// What must not appear in any output of the batch: the credentials of
-    /// the project's git URL (and the host's proxy credentials).
     /// Whether its git URL carries credentials (which must then not leave
     /// this process).
     pub(crate) fn has_url_credentials(&self) -> bool {
@@ -64,9 +62,10 @@ impl ProjectSpec {
         !r.secrets().is_empty()
     }
 
+    /// What must not appear in any output of the project's build: the one
+    /// policy's host part and the credentials of the project's git URL.
     fn redactor(&self) -> Redactor {
-        let mut r = Redactor::default();
-        belay_sandbox::trust::HostTrust::detect().register_secrets(&mut r);
+        let mut r = belay_sandbox::trust::host_redactor();
         if let Source::GitUrl(u) = &self.source {
             r.add_url_credentials("PROJECT_URL", u);
         }

@@ -229,40 +229,34 @@ impl Redactor {
 
     pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Self {
         let mut r = Self::default();
-        for (name, value) in secrets {
-            if value.len() >= Self::MIN_LEN && !r.secrets.iter().any(|(_, v)| *v == value) {
-                r.secrets.push((name, value));
-            }
-        }
-        if !r.secrets.is_empty() {
-            r.patterns = Arc::new(Patterns::build(&r.secrets));
-        }
+        r.push_all(secrets);
         r
     }
 
     /// Register a secret (with all its matched forms).
     pub fn add(&mut self, name: impl Into<String>, value: impl Into<String>) {
-        let value = value.into();
-        if value.len() < Self::MIN_LEN || self.secrets.iter().any(|(_, v)| *v == value) {
-            return;
+        self.push_all([(name.into(), value.into())]);
+    }
+
+    /// Keep each (name, value) whose value is long enough and not held yet
+    /// (the first name of a value stays), then rebuild the automaton once.
+    fn push_all(&mut self, secrets: impl IntoIterator<Item = (String, String)>) {
+        let before = self.secrets.len();
+        for (name, value) in secrets {
+            if value.len() >= Self::MIN_LEN && !self.secrets.iter().any(|(_, v)| *v == value) {
+                self.secrets.push((name, value));
+            }
         }
-        self.secrets.push((name.into(), value));
-        self.patterns = Arc::new(Patterns::build(&self.secrets));
+        if self.secrets.len() != before {
+            self.patterns = Arc::new(Patterns::build(&self.secrets));
+        }
     }
 
     /// Register every secret of `other` whose value this one lacks, keeping
     /// this one's names for the values both hold (a mode's own secret keeps
     /// its name when the host policy also has its value). One rebuild.
     pub fn extend_from(&mut self, other: &Redactor) {
-        let before = self.secrets.len();
-        for (name, value) in &other.secrets {
-            if !self.secrets.iter().any(|(_, v)| v == value) {
-                self.secrets.push((name.clone(), value.clone()));
-            }
-        }
-        if self.secrets.len() != before {
-            self.patterns = Arc::new(Patterns::build(&self.secrets));
-        }
+        self.push_all(other.secrets.iter().cloned());
     }
 
     /// Register the credentials embedded in a URL (`scheme://user:password@host`),
@@ -281,15 +275,7 @@ impl Redactor {
         }
         found.push((format!("{name}_USERINFO"), userinfo.to_string()));
         found.push((format!("{name}_USERINFO"), percent_decode(userinfo)));
-        let before = self.secrets.len();
-        for (n, value) in found {
-            if value.len() >= Self::MIN_LEN && !self.secrets.iter().any(|(_, v)| *v == value) {
-                self.secrets.push((n, value));
-            }
-        }
-        if self.secrets.len() != before {
-            self.patterns = Arc::new(Patterns::build(&self.secrets));
-        }
+        self.push_all(found);
     }
 
     pub fn is_empty(&self) -> bool {

@@ -166,6 +166,20 @@ fn control_plane_outside(cfg: &Config) -> Check {
             true,
         );
     }
+    let state = std::path::absolute(belay_record::state_home())
+        .unwrap_or_else(|_| belay_record::state_home());
+    if state.starts_with(&cfg.runtime.work_dir) {
+        return fail(
+            name,
+            format!(
+                "belay's state home {} is inside the work tree {}, which the agent can write: it could rewrite the trusted copies of the config and the prompts",
+                state.display(),
+                cfg.runtime.work_dir.display()
+            ),
+            "set BELAY_STATE_HOME to a directory outside the work tree (the default is ~/.local/state/belay)",
+            true,
+        );
+    }
     pass(name)
 }
 

@@ -510,7 +510,7 @@ impl Trust {
         ControlChanged {
             path: self.shown.clone(),
             what: format!(
-                "belay has not trusted this config, and it is inside the work tree {}, which an agent could write",
+                "nothing: belay has not trusted this config (it is new), and it is inside the work tree {}, which an agent could write",
                 root.display()
             ),
             accept: format!("run `{}`", self.accept_command()),

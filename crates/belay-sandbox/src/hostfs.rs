@@ -229,29 +229,18 @@ pub fn read_under(root: &Path, path: &Path, max: u64) -> Result<Option<Vec<u8>>,
 /// refused. Only a regular file is read, opened non-blocking. `Ok(None)` when
 /// absent.
 pub fn read_in_tree(root: &Path, rel: &str, max: u64) -> Result<Option<Vec<u8>>, HostFsError> {
-    let canon_root = std::fs::canonicalize(root).map_err(|source| HostFsError::Io {
-        op: "resolve",
-        path: root.to_path_buf(),
-        source,
-    })?;
-    let target = match std::fs::canonicalize(root.join(rel)) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(HostFsError::Io {
-                op: "resolve",
-                path: root.join(rel),
-                source,
-            })
-        }
-    };
-    let Ok(inner) = target.strip_prefix(&canon_root) else {
-        return Err(refused(rel, "it leads out of the repository"));
-    };
-    let Some(inner) = inner.to_str() else {
-        return Err(refused(rel, "the name is not UTF-8"));
-    };
-    read(&canon_root, inner, max)
+    // Resolved in the tree as the OS would, never looking outside it.
+    match resolve_in_tree(root, Path::new(rel))? {
+        Resolved::Inside(inner) => match inner.to_str() {
+            Some("") => Err(refused(rel, "it names the repository itself")),
+            Some(inner) => read(root, inner, max),
+            None => Err(refused(rel, "the name is not UTF-8")),
+        },
+        Resolved::Escapes(why) => Err(refused(
+            rel,
+            format!("it leads out of the repository ({why})"),
+        )),
+    }
 }
 
 /// The name a quarantined repository's `.git` gets.
@@ -656,6 +645,14 @@ fn scrub_tree_in(
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
     let at = root.join(prefix);
+    // A chain of directories a sandbox made deep enough to run out of file
+    // handles (two a level) is refused by name, not met as EMFILE.
+    if prefix.components().count() >= MAX_RESOLVE_DEPTH {
+        return Err(refused(
+            &at.to_string_lossy(),
+            format!("it is more than {MAX_RESOLVE_DEPTH} directories deep; remove it"),
+        ));
+    }
     let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| io("list", at.clone(), e))?;
     for entry in entries {
         let entry = entry.map_err(|e| io("list", at.clone(), e))?;

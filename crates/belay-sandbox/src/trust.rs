@@ -153,23 +153,23 @@ pub fn host_redactor() -> Redactor {
 }
 
 fn add_host_env(r: &mut Redactor, vars: impl Iterator<Item = (String, String)>) {
-    // Collected first, so that the automaton is built once.
-    let mut found = Redactor::default();
-    let mut named = Vec::new();
+    // Collected into one redactor, so that the automaton is built once.
+    let mut pairs = Vec::new();
     for (k, v) in vars {
         if v.is_empty() {
             continue;
         }
+        if v.contains("://") && v.contains('@') {
+            let mut u = Redactor::default();
+            u.add_url_credentials(&k, &v);
+            pairs.extend(u.secrets().iter().cloned());
+        }
         if MODEL_KEY_VARS.contains(&k.as_str()) || (v.len() >= 8 && belay_record::looks_secret(&k))
         {
-            named.push((k.clone(), v.clone()));
-        }
-        if v.contains("://") && v.contains('@') {
-            found.add_url_credentials(&k, &v);
+            pairs.push((k, v));
         }
     }
-    found.extend_from(&Redactor::new(named));
-    r.extend_from(&found);
+    r.extend_from(&Redactor::new(pairs));
 }
 
 #[cfg(test)]

@@ -315,30 +315,22 @@ impl Git {
     /// repository a sandbox planted at such a path runs its config on the
     /// user's next `git status` in the outer tree; callers move it aside
     /// (`belay_sandbox::hostfs::quarantine_git`).
-    pub async fn gitlinks_added(&self, before: Option<&str>) -> Vec<String> {
-        let Ok(after) = self.head().await else {
-            return Vec::new();
-        };
+    pub async fn gitlinks_added(
+        &self,
+        before: Option<&str>,
+    ) -> Result<Vec<String>, crate::VcsError> {
+        let after = self.head().await?;
         if before == Some(after.as_str()) {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         // The trees' own gitlinks: `git diff` would leave submodules out
         // (belay's git ignores them).
-        let links = |rev: String| async move {
-            self.run(&["ls-tree", "-r", "-z", &rev])
-                .await
-                .map(|o| gitlinks_in(&o))
-                .unwrap_or_default()
-        };
         let was = match before {
-            Some(b) => links(b.to_string()).await,
+            Some(b) => gitlinks_in(&self.run(&["ls-tree", "-r", "-z", b]).await?),
             None => Vec::new(),
         };
-        links(after)
-            .await
-            .into_iter()
-            .filter(|l| !was.contains(l))
-            .collect()
+        let now = gitlinks_in(&self.run(&["ls-tree", "-r", "-z", &after]).await?);
+        Ok(now.into_iter().filter(|l| !was.contains(l)).collect())
     }
 
     /// Record the git dir before a sandbox that can write it.

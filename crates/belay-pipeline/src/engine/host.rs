@@ -303,6 +303,27 @@ pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, P
     ))
 }
 
+/// `path` made absolute against the working directory, `.` and `..`
+/// resolved by name.
+fn lexical_absolute(path: &Path) -> std::io::Result<PathBuf> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
 /// A policy file, at most 1 MiB, a regular file opened non-blocking (a FIFO
 /// is refused, never waited on): inside the workspace (where steps write)
 /// through no link at any level; outside it, never through a link at its
@@ -310,21 +331,20 @@ pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, P
 /// profile is read again at every step).
 pub(super) fn read_policy(path: &Path, root: &Path) -> Result<String, String> {
     const MAX: u64 = 1 << 20;
-    let name = path
-        .file_name()
-        .ok_or_else(|| format!("{} names no file", path.display()))?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    // Absolute and free of links up to the directory (as the user's path
-    // resolves now), so that a path in the workspace is found under `root`.
-    let abs = fs_err::canonicalize(dir)
-        .map_err(|e| e.to_string())?
-        .join(name);
-    let bytes = belay_sandbox::hostfs::read_under(root, &abs, MAX + 1)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("{} does not exist", path.display()))?;
+    // Absolute by name only (no link on disk is followed to get there): a
+    // step can swap a directory of the workspace for a link, so the path is
+    // placed under `root` as named and read from there through no link.
+    let abs = lexical_absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let canon_root = fs_err::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let bytes = match abs
+        .strip_prefix(&canon_root)
+        .or_else(|_| abs.strip_prefix(root))
+    {
+        Ok(rel) => belay_sandbox::hostfs::read(&canon_root, &rel.to_string_lossy(), MAX + 1),
+        Err(_) => belay_sandbox::hostfs::read_under(root, &abs, MAX + 1),
+    }
+    .map_err(|e| e.to_string())?
+    .ok_or_else(|| format!("{} does not exist", path.display()))?;
     if bytes.len() as u64 > MAX {
         return Err(format!("{} is larger than 1 MiB", path.display()));
     }

@@ -84,26 +84,41 @@ impl Engine<'_> {
         if self.nested_git.is_empty() {
             return Ok(());
         }
-        let before = self.state.head_at_start.clone();
-        let links = self.git.gitlinks_added(Some(before.as_str())).await;
+        let before =
+            (!self.state.head_at_start.is_empty()).then(|| self.state.head_at_start.clone());
+        let links = self
+            .git
+            .gitlinks_added(before.as_deref())
+            .await
+            .map_err(|e| PipelineError::Failed(format!(
+                "step `{step}` left repositories in the workspace ({}), and belay cannot list the submodules it committed ({e}); one could run its config on your next git status. Remove those repositories, then start a new run",
+                self.nested_git.join(", ")
+            )))?;
         let submodules = &self.state.submodules_at_start;
         let root = self.git.root().to_path_buf();
         let mut moved = Vec::new();
+        let mut failed = Vec::new();
         for rel in links.iter().filter(|l| !submodules.contains(l)) {
-            if let Some(to) = belay_sandbox::hostfs::quarantine_git(&root, rel)
-                .map_err(|e| PipelineError::Failed(format!("step `{step}`: {e}")))?
-            {
-                moved.push(to);
+            match belay_sandbox::hostfs::quarantine_git(&root, rel) {
+                Ok(Some(to)) => moved.push(to),
+                Ok(None) => {}
+                Err(e) => failed.push(format!("{rel}: {e}")),
             }
         }
-        if moved.is_empty() {
+        if moved.is_empty() && failed.is_empty() {
             return Ok(());
         }
         self.event(
             Kind::GitTampered,
             Some(step),
-            serde_json::json!({"quarantined": &moved}),
+            serde_json::json!({"quarantined": &moved, "not_moved": &failed}),
         )?;
+        if !failed.is_empty() {
+            return Err(PipelineError::Failed(format!(
+                "step `{step}` committed submodules whose repositories would run their config on your next git status, and belay could not move these aside: {}. Remove their .git before you run git in the workspace, then start a new run",
+                failed.join("; ")
+            )));
+        }
         Err(PipelineError::Failed(format!(
             "step `{step}` committed submodules whose repositories would run their config on your next git status; moved aside: {}. Check the repository, then start a new run",
             moved.join(", ")

@@ -132,10 +132,16 @@ impl Supervisor {
         round_num: u64,
         step: &str,
     ) {
-        let links = self.git.gitlinks_added(before).await;
-        if links.is_empty() {
-            return;
-        }
+        let links = match self.git.gitlinks_added(before).await {
+            Ok(l) if l.is_empty() => return,
+            Ok(l) => l,
+            Err(e) => {
+                (self.progress)(&format!(
+                    "warning: cannot list the submodules the agent committed ({e}); a repository it left in the tree could run its config on your git status: check the tree's nested .git directories before you run git in it"
+                ));
+                return;
+            }
+        };
         let root = self.git.root().to_path_buf();
         let mut moved = Vec::new();
         for rel in links {

@@ -25,15 +25,16 @@ fn tokens(dir_name: &str) -> &'static [&'static str] {
     }
 }
 
-/// A string of a token file this long or longer is a secret.
+/// A token-like string of a token file this long or longer is a secret.
 const MIN_SECRET: usize = 12;
 /// At most this many secrets from one token file (a file written back from
 /// an agent's view could hold any number).
 const MAX_SECRETS: usize = 64;
 
 /// The values of the CLIs' token files in `dirs` (as [`prepare`] copies
-/// them for the agent): every string of [`MIN_SECRET`] characters or more,
-/// at any depth, of each that is JSON. Registered before the agent starts,
+/// them for the agent): every token-like string (no whitespace, `:` or
+/// `@`, so scopes and e-mail addresses are not) of [`MIN_SECRET`]
+/// characters or more, at any depth, of each that is JSON. Registered before the agent starts,
 /// an agent that prints its login finds it scrubbed from the round's log,
 /// its events and every record.
 pub(super) fn secrets(dirs: &[PathBuf]) -> Redactor {
@@ -62,12 +63,17 @@ pub(super) fn secrets(dirs: &[PathBuf]) -> Redactor {
     Redactor::new(found)
 }
 
-/// Every string of `v` of [`MIN_SECRET`] characters or more, depth first
+/// Every token-like string of `v` of [`MIN_SECRET`] characters or more, depth first
 /// (serde_json bounds the depth when it parses).
 fn json_strings(v: &serde_json::Value, out: &mut Vec<String>) {
     use serde_json::Value;
     match v {
-        Value::String(s) if s.chars().count() >= MIN_SECRET => out.push(s.clone()),
+        Value::String(s)
+            if s.chars().count() >= MIN_SECRET
+                && !s.chars().any(|c| c.is_whitespace() || c == ':' || c == '@') =>
+        {
+            out.push(s.clone())
+        }
         Value::Array(a) => a.iter().for_each(|x| json_strings(x, out)),
         Value::Object(o) => o.values().for_each(|x| json_strings(x, out)),
         _ => {}
@@ -157,13 +163,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_long_string_of_a_json_token_file_is_a_secret() {
+    fn every_token_like_string_of_a_json_token_file_is_a_secret() {
         let home = tempfile::tempdir().unwrap();
         let claude = home.path().join(".claude");
         std::fs::create_dir_all(&claude).unwrap();
         std::fs::write(
             claude.join(".credentials.json"),
-            r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-AAAABBBBCCCC","refreshToken":"sk-ant-ort01-DDDDEEEEFFFF","expiresAt":1767225600000,"scopes":["short","user:inference"]}}"#,
+            r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-AAAABBBBCCCC","refreshToken":"sk-ant-ort01-DDDDEEEEFFFF","expiresAt":1767225600000,"scopes":["short","user:inference"],"account":"someone@example.org"}}"#,
         )
         .unwrap();
         // Not a token file: its strings are not secrets.
@@ -179,11 +185,7 @@ mod tests {
         let values: Vec<&str> = r.secrets().iter().map(|(_, v)| v.as_str()).collect();
         assert_eq!(
             values,
-            [
-                "sk-ant-oat01-AAAABBBBCCCC",
-                "sk-ant-ort01-DDDDEEEEFFFF",
-                "user:inference"
-            ]
+            ["sk-ant-oat01-AAAABBBBCCCC", "sk-ant-ort01-DDDDEEEEFFFF"]
         );
         let out = r.redact("cat: sk-ant-ort01-DDDDEEEEFFFF");
         assert_eq!(out, "cat: [REDACTED:.claude/.credentials.json]");

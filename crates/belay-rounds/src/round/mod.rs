@@ -582,13 +582,16 @@ impl Supervisor {
 
     /// The agent's `.agent-done` sentinel in the work tree: read (200
     /// characters) as a regular file only, never through a link, then
-    /// removed. One belay will not read (a link, a FIFO) still ends the loop.
+    /// removed. One belay will not or cannot read (a link, a FIFO, an I/O
+    /// error) still ends the loop.
     fn take_agent_done(&self) -> Option<String> {
         let root = &self.cfg.runtime.work_dir;
         let text = match belay_sandbox::hostfs::read(root, AGENT_DONE, 64 * 1024) {
-            Ok(None) | Err(belay_sandbox::hostfs::HostFsError::Io { .. }) => return None,
+            Ok(None) => return None,
             Ok(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
-            Err(belay_sandbox::hostfs::HostFsError::Refused { .. }) => String::new(),
+            // Present but unreadable (a link, a FIFO, mode 000): it still
+            // ends the loop, as the stop file does.
+            Err(_) => String::new(),
         };
         let _ = belay_sandbox::hostfs::remove(root, AGENT_DONE);
         let reason: String = text

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use belay_agent::session::EventTarget;
 use belay_agent::{AgentBox, AgentReport, AgentSession, BoxSpec, Limits, Placement};
-use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle};
+use belay_record::{Mode, OpenRun, Registry, RunHandle};
 use belay_sandbox::ContainerRuntime;
 
 use crate::cli::AgentRunArgs;
@@ -85,7 +85,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     // Again through links, now that it exists.
     inside(&fs_err::canonicalize(&out)?)?;
     let model = resolve_model(&a.model, spec.is_builtin())?;
-    let mut redactor = Redactor::default();
+    let mut redactor = crate::context::build_redactor();
     if let Some((_, Some((name, key)))) = &model {
         redactor.add(name.clone(), key.expose());
     }
