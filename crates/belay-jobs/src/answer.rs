@@ -188,6 +188,25 @@ fn filled(v: &Option<String>) -> bool {
 /// fields and types of FORMATS.md §7, the per-outcome rules, a commit block
 /// for `repaired` and none otherwise, and no other text.
 pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
+    let (inner, commit) = fix_block(answer)?;
+    let o = fix_object(inner)?;
+    let r = fix_fields(&o)?;
+    // The agent cannot commit: the hash and the branch are belay's to fill.
+    if r.commit_hash.is_some() || r.pushed_branch.is_some() {
+        return Err(
+            "`commit_hash` and `pushed_branch` must be null: belay commits and fills them in"
+                .into(),
+        );
+    }
+    outcome_rules(&r, commit.message.is_some())?;
+    Ok(FixAnswer {
+        result: r,
+        message: commit.message,
+    })
+}
+
+/// The one FIX_RESULT block's inner text and the commit block beside it.
+fn fix_block(answer: &str) -> Result<(&str, CommitBlock), String> {
     let (spans, unterminated) = blocks(answer, FIX_START, FIX_END);
     if unterminated {
         return Err(format!("a {FIX_START} block is not closed with {FIX_END}"));
@@ -210,6 +229,11 @@ pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
     if !commit.text.is_empty() {
         return Err("there is text outside the FIX_RESULT block (and the commit block): answer with the block alone".into());
     }
+    Ok((inner, commit))
+}
+
+/// The FIX_RESULT block as a JSON object with exactly the FIX_RESULT fields.
+fn fix_object(inner: &str) -> Result<serde_json::Map<String, Value>, String> {
     let v: Value = serde_json::from_str(inner.trim())
         .map_err(|e| format!("the FIX_RESULT block is not valid JSON: {e}"))?;
     let Value::Object(o) = v else {
@@ -234,6 +258,11 @@ pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
             ));
         }
     }
+    Ok(o)
+}
+
+/// The FIX_RESULT fields, each of its type.
+fn fix_fields(o: &serde_json::Map<String, Value>) -> Result<FixResult, String> {
     match o.get("schema_version") {
         Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
         Some(v) => return Err(format!("`schema_version` must be the integer 1, not {v}")),
@@ -276,60 +305,59 @@ pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
         None => unreachable_missing()?,
     };
     let tests = match o.get("tests") {
-        Some(Value::Array(a)) => {
-            let mut out = Vec::new();
-            for (i, t) in a.iter().enumerate() {
-                let Value::Object(t) = t else {
-                    return Err(format!(
-                        "`tests[{i}]` must be an object with command and result"
-                    ));
-                };
-                if t.len() != 2 || !t.contains_key("command") || !t.contains_key("result") {
-                    return Err(format!(
-                        "`tests[{i}]` must have exactly the fields command and result"
-                    ));
-                }
-                let Some(Value::String(command)) = t.get("command") else {
-                    return Err(format!("`tests[{i}].command` must be a string"));
-                };
-                let result = match t.get("result") {
-                    Some(Value::String(r)) if r == "passed" || r == "failed" => r.clone(),
-                    _ => {
-                        return Err(format!(
-                            "`tests[{i}].result` must be \"passed\" or \"failed\""
-                        ))
-                    }
-                };
-                out.push(TestRun {
-                    command: command.clone(),
-                    result,
-                });
-            }
-            out
-        }
+        Some(Value::Array(a)) => fix_tests(a)?,
         Some(v) => return Err(format!("`tests` must be an array, not {}", kind(v))),
         None => unreachable_missing()?,
     };
-    let r = FixResult {
+    Ok(FixResult {
         schema_version: 1,
         outcome,
         summary,
-        commit_hash: opt_str(&o, "commit_hash")?,
-        pushed_branch: opt_str(&o, "pushed_branch")?,
+        commit_hash: opt_str(o, "commit_hash")?,
+        pushed_branch: opt_str(o, "pushed_branch")?,
         tests,
-        question: opt_str(&o, "question")?,
-        required_action: opt_str(&o, "required_action")?,
+        question: opt_str(o, "question")?,
+        required_action: opt_str(o, "required_action")?,
         review_required,
-        failure: opt_str(&o, "failure")?,
-    };
-    // The agent cannot commit: the hash and the branch are belay's to fill.
-    if r.commit_hash.is_some() || r.pushed_branch.is_some() {
-        return Err(
-            "`commit_hash` and `pushed_branch` must be null: belay commits and fills them in"
-                .into(),
-        );
+        failure: opt_str(o, "failure")?,
+    })
+}
+
+/// The `tests` entries: each exactly a command and a result.
+fn fix_tests(a: &[Value]) -> Result<Vec<TestRun>, String> {
+    let mut out = Vec::new();
+    for (i, t) in a.iter().enumerate() {
+        let Value::Object(t) = t else {
+            return Err(format!(
+                "`tests[{i}]` must be an object with command and result"
+            ));
+        };
+        if t.len() != 2 || !t.contains_key("command") || !t.contains_key("result") {
+            return Err(format!(
+                "`tests[{i}]` must have exactly the fields command and result"
+            ));
+        }
+        let Some(Value::String(command)) = t.get("command") else {
+            return Err(format!("`tests[{i}].command` must be a string"));
+        };
+        let result = match t.get("result") {
+            Some(Value::String(r)) if r == "passed" || r == "failed" => r.clone(),
+            _ => {
+                return Err(format!(
+                    "`tests[{i}].result` must be \"passed\" or \"failed\""
+                ))
+            }
+        };
+        out.push(TestRun {
+            command: command.clone(),
+            result,
+        });
     }
-    let has_commit = commit.message.is_some();
+    Ok(out)
+}
+
+/// The per-outcome rules of FORMATS.md §7.
+fn outcome_rules(r: &FixResult, has_commit: bool) -> Result<(), String> {
     match r.outcome {
         Outcome::Repaired => {
             if !has_commit {
@@ -373,10 +401,7 @@ pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
             }
         }
     }
-    Ok(FixAnswer {
-        result: r,
-        message: commit.message,
-    })
+    Ok(())
 }
 
 fn unreachable_missing<T>() -> Result<T, String> {

@@ -262,6 +262,148 @@ fn bare(jid: &str) -> bool {
     !l.is_empty() && !d.is_empty() && !d.contains('/') && !d.contains('@')
 }
 
+/// The `[agent]` table over the defaults in `agent`.
+fn agent_config(path: &Path, a: RawAgent, agent: &mut AgentConfig) -> Result<(), JobsError> {
+    if let Some(s) = a.spec {
+        s.parse::<belay_agent::AgentSpec>()
+            .map_err(|e| JobsError::Config(format!("{}: [agent] spec: {e}", path.display())))?;
+        agent.spec = s;
+    }
+    if let Some(i) = a.image {
+        agent.image = i;
+    }
+    agent.placement = match a.placement.as_deref() {
+        None | Some("container") => Placement::Container,
+        Some("host") => Placement::Host,
+        Some(o) => {
+            return Err(JobsError::Config(format!(
+                "{}: [agent] placement `{o}`: container or host",
+                path.display()
+            )))
+        }
+    };
+    agent.model_url = a.model_url;
+    if let Some(api) = a.model_api {
+        agent.model_api = api
+            .parse()
+            .map_err(|e: String| JobsError::Config(format!("{}: [agent] {e}", path.display())))?;
+    }
+    agent.model_key_env = a.model_key_env;
+    agent.auto_approve = a.auto_approve;
+    agent.wall_time = secs(path, "[agent] wall_time_s", a.wall_time_s, 900.0)?;
+    if let Some(i) = a.idle_s {
+        agent.idle = Some(secs(path, "[agent] idle_s", Some(i), 600.0)?);
+    }
+    agent.max_cost_usd = a.max_cost_usd;
+    agent.pass_env = a.pass_env;
+    Ok(())
+}
+
+/// The `[[repo]]` tables; one alone is the default.
+fn repo_configs(
+    path: &Path,
+    raws: Vec<RawRepo>,
+    rel: impl Fn(&Path) -> PathBuf,
+) -> Result<Vec<RepoConfig>, JobsError> {
+    let mut repos = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for r in raws {
+        let p = rel(&r.path);
+        let name = r.name.unwrap_or_else(|| repo_name(&p));
+        if !names.insert(name.clone()) {
+            return Err(JobsError::Config(format!(
+                "{}: two [[repo]] tables are named `{name}`: give each a distinct name",
+                path.display()
+            )));
+        }
+        if name.contains('/') || name.starts_with('.') || name.is_empty() {
+            return Err(JobsError::Config(format!(
+                "{}: [[repo]] name `{name}` must be a plain name (no `/`, not starting with `.`)",
+                path.display()
+            )));
+        }
+        repos.push(RepoConfig {
+            name,
+            path: p,
+            branch: r.branch,
+            remote: r.remote.unwrap_or_else(|| "origin".into()),
+            push: r.push.unwrap_or(true),
+            commit_approval: r.commit_approval,
+            checks: r.checks,
+            default: r.default,
+            update_checkout: r.update_checkout,
+        });
+    }
+    if repos.len() == 1 {
+        repos[0].default = true;
+    }
+    Ok(repos)
+}
+
+/// The `[xmpp]` table; `owners` must be bare chat addresses too.
+fn xmpp_config(path: &Path, x: RawXmpp, owners: &[String]) -> Result<XmppConfig, JobsError> {
+    if !bare(&x.jid) {
+        return Err(JobsError::Config(format!(
+            "{}: [xmpp] jid `{}` is not a bare address (name@domain)",
+            path.display(),
+            x.jid
+        )));
+    }
+    for a in owners.iter().chain(&x.allow) {
+        if !bare(a) && a != LOCAL_SENDER {
+            return Err(JobsError::Config(format!(
+                "{}: `{a}` is not a bare chat address (name@domain): owners and [xmpp] allow list addresses",
+                path.display()
+            )));
+        }
+    }
+    if x.insecure_plaintext_loopback {
+        let loopback = x
+            .server
+            .as_deref()
+            .and_then(|s| s.parse::<std::net::SocketAddr>().ok())
+            .is_some_and(|a| a.ip().is_loopback());
+        if !loopback {
+            return Err(JobsError::Config(format!(
+                "{}: [xmpp] insecure_plaintext_loopback needs server = \"127.0.0.1:PORT\": plain TCP is for a loopback test server only; everything else uses TLS",
+                path.display()
+            )));
+        }
+    }
+    Ok(XmppConfig {
+        jid: x.jid,
+        password_env: x.password_env,
+        server: x.server,
+        insecure_plaintext_loopback: x.insecure_plaintext_loopback,
+        allow: x.allow,
+        batch_window: Duration::from_millis(x.batch_window_ms.unwrap_or(3000)),
+        chunk_chars: x.chunk_chars.unwrap_or(3000).clamp(200, 60_000),
+        chunk_pause: Duration::from_millis(x.chunk_pause_ms.unwrap_or(700)),
+    })
+}
+
+/// The `[http]` table: a loopback endpoint.
+fn http_config(path: &Path, h: RawHttp) -> Result<HttpConfig, JobsError> {
+    let listen: std::net::SocketAddr = h
+        .listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:8470")
+        .parse()
+        .map_err(|e| JobsError::Config(format!("{}: [http] listen: {e}", path.display())))?;
+    if !listen.ip().is_loopback() {
+        return Err(JobsError::Config(format!(
+            "{}: [http] listen {listen} is not a loopback address: the endpoint is for tools on this machine (127.0.0.1)",
+            path.display()
+        )));
+    }
+    Ok(HttpConfig {
+        listen,
+        token_env: h.token_env,
+        name: h.name.unwrap_or_else(|| "http".into()),
+        trusted: h.trusted,
+    })
+}
+
 impl Config {
     /// No file: a queue directory alone.
     pub fn bare(queue: PathBuf) -> Config {
@@ -354,70 +496,8 @@ impl Config {
             }
             c.workers = w;
         }
-        let a = raw.agent;
-        if let Some(s) = a.spec {
-            s.parse::<belay_agent::AgentSpec>()
-                .map_err(|e| JobsError::Config(format!("{}: [agent] spec: {e}", path.display())))?;
-            c.agent.spec = s;
-        }
-        if let Some(i) = a.image {
-            c.agent.image = i;
-        }
-        c.agent.placement = match a.placement.as_deref() {
-            None | Some("container") => Placement::Container,
-            Some("host") => Placement::Host,
-            Some(o) => {
-                return Err(JobsError::Config(format!(
-                    "{}: [agent] placement `{o}`: container or host",
-                    path.display()
-                )))
-            }
-        };
-        c.agent.model_url = a.model_url;
-        if let Some(api) = a.model_api {
-            c.agent.model_api = api.parse().map_err(|e: String| {
-                JobsError::Config(format!("{}: [agent] {e}", path.display()))
-            })?;
-        }
-        c.agent.model_key_env = a.model_key_env;
-        c.agent.auto_approve = a.auto_approve;
-        c.agent.wall_time = secs(path, "[agent] wall_time_s", a.wall_time_s, 900.0)?;
-        if let Some(i) = a.idle_s {
-            c.agent.idle = Some(secs(path, "[agent] idle_s", Some(i), 600.0)?);
-        }
-        c.agent.max_cost_usd = a.max_cost_usd;
-        c.agent.pass_env = a.pass_env;
-        let mut names = std::collections::BTreeSet::new();
-        for r in raw.repos {
-            let p = rel(&r.path);
-            let name = r.name.unwrap_or_else(|| repo_name(&p));
-            if !names.insert(name.clone()) {
-                return Err(JobsError::Config(format!(
-                    "{}: two [[repo]] tables are named `{name}`: give each a distinct name",
-                    path.display()
-                )));
-            }
-            if name.contains('/') || name.starts_with('.') || name.is_empty() {
-                return Err(JobsError::Config(format!(
-                    "{}: [[repo]] name `{name}` must be a plain name (no `/`, not starting with `.`)",
-                    path.display()
-                )));
-            }
-            c.repos.push(RepoConfig {
-                name,
-                path: p,
-                branch: r.branch,
-                remote: r.remote.unwrap_or_else(|| "origin".into()),
-                push: r.push.unwrap_or(true),
-                commit_approval: r.commit_approval,
-                checks: r.checks,
-                default: r.default,
-                update_checkout: r.update_checkout,
-            });
-        }
-        if c.repos.len() == 1 {
-            c.repos[0].default = true;
-        }
+        agent_config(path, raw.agent, &mut c.agent)?;
+        c.repos = repo_configs(path, raw.repos, rel)?;
         if let Some(n) = raw.commit.author_name {
             c.author.0 = n;
         }
@@ -439,66 +519,10 @@ impl Config {
             300.0,
         )?;
         if let Some(x) = raw.xmpp {
-            if !bare(&x.jid) {
-                return Err(JobsError::Config(format!(
-                    "{}: [xmpp] jid `{}` is not a bare address (name@domain)",
-                    path.display(),
-                    x.jid
-                )));
-            }
-            for a in c.owners.iter().chain(&x.allow) {
-                if !bare(a) && a != LOCAL_SENDER {
-                    return Err(JobsError::Config(format!(
-                        "{}: `{a}` is not a bare chat address (name@domain): owners and [xmpp] allow list addresses",
-                        path.display()
-                    )));
-                }
-            }
-            if x.insecure_plaintext_loopback {
-                let loopback = x
-                    .server
-                    .as_deref()
-                    .and_then(|s| s.parse::<std::net::SocketAddr>().ok())
-                    .is_some_and(|a| a.ip().is_loopback());
-                if !loopback {
-                    return Err(JobsError::Config(format!(
-                        "{}: [xmpp] insecure_plaintext_loopback needs server = \"127.0.0.1:PORT\": plain TCP is for a loopback test server only; everything else uses TLS",
-                        path.display()
-                    )));
-                }
-            }
-            c.xmpp = Some(XmppConfig {
-                jid: x.jid,
-                password_env: x.password_env,
-                server: x.server,
-                insecure_plaintext_loopback: x.insecure_plaintext_loopback,
-                allow: x.allow,
-                batch_window: Duration::from_millis(x.batch_window_ms.unwrap_or(3000)),
-                chunk_chars: x.chunk_chars.unwrap_or(3000).clamp(200, 60_000),
-                chunk_pause: Duration::from_millis(x.chunk_pause_ms.unwrap_or(700)),
-            });
+            c.xmpp = Some(xmpp_config(path, x, &c.owners)?);
         }
         if let Some(h) = raw.http {
-            let listen: std::net::SocketAddr = h
-                .listen
-                .as_deref()
-                .unwrap_or("127.0.0.1:8470")
-                .parse()
-                .map_err(|e| {
-                    JobsError::Config(format!("{}: [http] listen: {e}", path.display()))
-                })?;
-            if !listen.ip().is_loopback() {
-                return Err(JobsError::Config(format!(
-                    "{}: [http] listen {listen} is not a loopback address: the endpoint is for tools on this machine (127.0.0.1)",
-                    path.display()
-                )));
-            }
-            c.http = Some(HttpConfig {
-                listen,
-                token_env: h.token_env,
-                name: h.name.unwrap_or_else(|| "http".into()),
-                trusted: h.trusted,
-            });
+            c.http = Some(http_config(path, h)?);
         }
         if let Some(d) = raw.drop {
             c.drop = Some(DropConfig {

@@ -97,6 +97,91 @@ fn exit_rule(action: &str, values: Vec<i32>) -> PodFailurePolicyRule {
     }
 }
 
+/// The worker's index, from the completion index annotation.
+fn index_env() -> EnvVar {
+    EnvVar {
+        name: INDEX_ENV.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: format!("metadata.annotations['{INDEX_ANNOTATION}']"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Docker-in-Docker engine: a native sidecar on `socket`, its store on
+/// an `emptyDir`, the work dir mounted where the worker has it.
+fn dind_sidecar(
+    image: &str,
+    socket: &str,
+    socket_mount: VolumeMount,
+    work_volume: VolumeMount,
+) -> Container {
+    Container {
+        name: "engine".into(),
+        image: Some(image.to_string()),
+        args: Some(vec![
+            "dockerd".into(),
+            format!("--host={socket}"),
+            "--tls=false".into(),
+        ]),
+        // A native sidecar: it runs beside the worker and is stopped
+        // when the worker ends, so the pod completes.
+        restart_policy: Some("Always".into()),
+        security_context: Some(SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        }),
+        // The worker starts once the engine answers.
+        startup_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    "docker".into(),
+                    format!("--host={socket}"),
+                    "info".into(),
+                ]),
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(120),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            socket_mount,
+            VolumeMount {
+                name: "engine-store".into(),
+                mount_path: "/var/lib/docker".into(),
+                ..Default::default()
+            },
+            // Build containers bind-mount paths of the work dir, which
+            // the engine resolves in its own file system.
+            work_volume,
+        ]),
+        ..Default::default()
+    }
+}
+
+/// The exit codes and disruptions onto the pod failure policy (module docs).
+fn failure_policy() -> PodFailurePolicy {
+    PodFailurePolicy {
+        rules: vec![
+            exit_rule("FailJob", vec![EXIT_USAGE]),
+            exit_rule("FailIndex", vec![EXIT_FAILED]),
+            exit_rule("Count", vec![EXIT_INFRA]),
+            PodFailurePolicyRule {
+                action: "Ignore".into(),
+                on_exit_codes: None,
+                on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                }]),
+            },
+        ],
+    }
+}
+
 /// The Job's manifest.
 pub fn job_manifest(spec: &IndexedJob) -> Job {
     let work_volume = VolumeMount {
@@ -112,17 +197,7 @@ pub fn job_manifest(spec: &IndexedJob) -> Job {
         }),
         ..Default::default()
     }];
-    let mut worker_env = vec![EnvVar {
-        name: INDEX_ENV.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: format!("metadata.annotations['{INDEX_ANNOTATION}']"),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }];
+    let mut worker_env = vec![index_env()];
     worker_env.extend(spec.env.iter().map(|(k, v)| env(k, v)));
     let mut worker_mounts = vec![work_volume.clone()];
     let mut init_containers = None;
@@ -146,47 +221,12 @@ pub fn job_manifest(spec: &IndexedJob) -> Job {
             };
             worker_mounts.push(socket_mount.clone());
             worker_env.push(env("DOCKER_HOST", &socket));
-            init_containers = Some(vec![Container {
-                name: "engine".into(),
-                image: Some(image.clone()),
-                args: Some(vec![
-                    "dockerd".into(),
-                    format!("--host={socket}"),
-                    "--tls=false".into(),
-                ]),
-                // A native sidecar: it runs beside the worker and is stopped
-                // when the worker ends, so the pod completes.
-                restart_policy: Some("Always".into()),
-                security_context: Some(SecurityContext {
-                    privileged: Some(true),
-                    ..Default::default()
-                }),
-                // The worker starts once the engine answers.
-                startup_probe: Some(Probe {
-                    exec: Some(ExecAction {
-                        command: Some(vec![
-                            "docker".into(),
-                            format!("--host={socket}"),
-                            "info".into(),
-                        ]),
-                    }),
-                    period_seconds: Some(1),
-                    failure_threshold: Some(120),
-                    ..Default::default()
-                }),
-                volume_mounts: Some(vec![
-                    socket_mount,
-                    VolumeMount {
-                        name: "engine-store".into(),
-                        mount_path: "/var/lib/docker".into(),
-                        ..Default::default()
-                    },
-                    // Build containers bind-mount paths of the work dir, which
-                    // the engine resolves in its own file system.
-                    work_volume,
-                ]),
-                ..Default::default()
-            }]);
+            init_containers = Some(vec![dind_sidecar(
+                image,
+                &socket,
+                socket_mount,
+                work_volume,
+            )]);
         }
         PodEngine::NodeSocket { path } => {
             volumes.push(Volume {
@@ -233,21 +273,7 @@ pub fn job_manifest(spec: &IndexedJob) -> Job {
             // Every index may fail on its own: the batch reports them; the
             // Job never stops the others because some failed.
             max_failed_indexes: Some(spec.completions as i32),
-            pod_failure_policy: Some(PodFailurePolicy {
-                rules: vec![
-                    exit_rule("FailJob", vec![EXIT_USAGE]),
-                    exit_rule("FailIndex", vec![EXIT_FAILED]),
-                    exit_rule("Count", vec![EXIT_INFRA]),
-                    PodFailurePolicyRule {
-                        action: "Ignore".into(),
-                        on_exit_codes: None,
-                        on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
-                            type_: "DisruptionTarget".into(),
-                            status: "True".into(),
-                        }]),
-                    },
-                ],
-            }),
+            pod_failure_policy: Some(failure_policy()),
             ttl_seconds_after_finished: Some(spec.ttl_after_finished_secs as i32),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {

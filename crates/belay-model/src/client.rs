@@ -248,6 +248,25 @@ impl ModelClient {
     }
 
     async fn once(&self, req: &Request) -> Result<Response, ModelError> {
+        let rb = self.request_builder(req);
+        let url = self.url.clone();
+        let resp = rb.send().await.map_err(|e| ModelError::Connect {
+            url: url.clone(),
+            message: self.scrub(&error_chain(&e)),
+        })?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(self.http_error(url, status, resp).await);
+        }
+        if !self.cfg.stream {
+            return self.read_whole(url, resp).await;
+        }
+        self.read_stream(url, resp).await
+    }
+
+    /// The request for `req` in the dialect: capped output, the key, the
+    /// stream header.
+    fn request_builder(&self, req: &Request) -> reqwest::RequestBuilder {
         let capped;
         let req = match (req.max_output_tokens, self.cfg.max_output_tokens) {
             (_, None) => req,
@@ -284,73 +303,89 @@ impl ModelClient {
         if self.cfg.stream {
             rb = rb.header("accept", "text/event-stream");
         }
-        let url = self.url.clone();
-        let resp = rb.send().await.map_err(|e| ModelError::Connect {
-            url: url.clone(),
-            message: self.scrub(&error_chain(&e)),
-        })?;
-        let status = resp.status();
-        if !status.is_success() {
-            let retry_after = resp
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|s| s.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .and_then(|s| Duration::try_from_secs_f64(s.min(MAX_BACKOFF.as_secs_f64())).ok());
-            let text = read_capped(resp, ERROR_BODY_MAX * 8).await;
-            let msg = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| dialect::error_message(&v))
-                .unwrap_or(text);
-            let mut msg = self.scrub(&msg);
-            if msg.len() > ERROR_BODY_MAX {
-                let mut cut = ERROR_BODY_MAX;
-                while !msg.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                msg.truncate(cut);
+        rb
+    }
+
+    /// The error of a reply that is not a success: the server's message,
+    /// scrubbed and cut, and its `Retry-After`.
+    async fn http_error(
+        &self,
+        url: String,
+        status: reqwest::StatusCode,
+        resp: reqwest::Response,
+    ) -> ModelError {
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(s.min(MAX_BACKOFF.as_secs_f64())).ok());
+        let text = read_capped(resp, ERROR_BODY_MAX * 8).await;
+        let msg = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| dialect::error_message(&v))
+            .unwrap_or(text);
+        let mut msg = self.scrub(&msg);
+        if msg.len() > ERROR_BODY_MAX {
+            let mut cut = ERROR_BODY_MAX;
+            while !msg.is_char_boundary(cut) {
+                cut -= 1;
             }
-            return Err(ModelError::Http {
+            msg.truncate(cut);
+        }
+        ModelError::Http {
+            url,
+            status: status.as_u16(),
+            body: msg,
+            retry_after,
+        }
+    }
+
+    /// A whole (not streamed) reply, at most `MAX_REPLY` bytes.
+    async fn read_whole(
+        &self,
+        url: String,
+        resp: reqwest::Response,
+    ) -> Result<Response, ModelError> {
+        if resp.content_length().is_some_and(|n| n > MAX_REPLY) {
+            return Err(ModelError::Decode {
                 url,
-                status: status.as_u16(),
-                body: msg,
-                retry_after,
+                message: format!("the reply is larger than {MAX_REPLY} bytes"),
             });
         }
-        if !self.cfg.stream {
-            if resp.content_length().is_some_and(|n| n > MAX_REPLY) {
-                return Err(ModelError::Decode {
-                    url,
-                    message: format!("the reply is larger than {MAX_REPLY} bytes"),
-                });
-            }
-            let bytes = resp.bytes().await.map_err(|e| {
-                if e.is_timeout() {
-                    ModelError::Idle {
-                        url: url.clone(),
-                        idle: self.cfg.idle_timeout,
-                    }
-                } else {
-                    ModelError::Stream {
-                        url: url.clone(),
-                        message: error_chain(&e),
-                    }
+        let bytes = resp.bytes().await.map_err(|e| {
+            if e.is_timeout() {
+                ModelError::Idle {
+                    url: url.clone(),
+                    idle: self.cfg.idle_timeout,
                 }
-            })?;
-            if bytes.len() as u64 > MAX_REPLY {
-                return Err(ModelError::Decode {
-                    url,
-                    message: format!("the reply is larger than {MAX_REPLY} bytes"),
-                });
+            } else {
+                ModelError::Stream {
+                    url: url.clone(),
+                    message: error_chain(&e),
+                }
             }
-            let v: Value = serde_json::from_slice(&bytes).map_err(|e| ModelError::Decode {
-                url: url.clone(),
-                message: format!("the reply is not JSON ({e})"),
-            })?;
-            return dialect::parse(self.cfg.api, &v)
-                .map_err(|e| ModelError::Decode { url, message: e.0 });
+        })?;
+        if bytes.len() as u64 > MAX_REPLY {
+            return Err(ModelError::Decode {
+                url,
+                message: format!("the reply is larger than {MAX_REPLY} bytes"),
+            });
         }
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| ModelError::Decode {
+            url: url.clone(),
+            message: format!("the reply is not JSON ({e})"),
+        })?;
+        dialect::parse(self.cfg.api, &v).map_err(|e| ModelError::Decode { url, message: e.0 })
+    }
+
+    /// A streamed reply, event by event, each chunk within the idle timeout.
+    async fn read_stream(
+        &self,
+        url: String,
+        resp: reqwest::Response,
+    ) -> Result<Response, ModelError> {
         let mut state = StreamState::new(self.cfg.api);
         let mut parser = SseParser::new();
         let mut events = Vec::new();

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::engine::{state_dir_for, ARTIFACTS, DEFAULT_IMAGE, WORKDIR};
-use crate::schema::{Access, DepsPolicy, Pipeline, StepKind};
+use crate::schema::{Access, DepsPolicy, Pipeline, Step, StepKind};
 
 pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
     let mut s = String::new();
@@ -16,42 +16,7 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
     let _ = writeln!(s, "pipeline {} ({})", p.name, p.path.display());
     let _ = writeln!(s, "max attempts: {}", p.max_attempts);
     let _ = writeln!(s, "state dir: {}", state_dir_for(p, state_dir).display());
-    match &p.llm {
-        Some(l) => {
-            let key = l
-                .api_key_env
-                .clone()
-                .unwrap_or_else(|| "OPENAI_API_KEY".into());
-            let _ = writeln!(
-                s,
-                "model: {} via {} ({}{}), key from ${key}{}",
-                l.model,
-                l.base_url.as_deref().unwrap_or("the vendor's endpoint"),
-                l.api
-                    .map(|a| a.to_string())
-                    .unwrap_or_else(|| "responses".into()),
-                p.llm_provider
-                    .as_ref()
-                    .map(|pr| format!(", from the provider prefix `{pr}/`"))
-                    .unwrap_or_default(),
-                if l.api_key_env.is_some() {
-                    " (must be set)"
-                } else {
-                    ""
-                },
-            );
-            let _ = writeln!(
-                s,
-                "model call timeout: {}",
-                l.timeout
-                    .map(|t| format!("{t}s"))
-                    .unwrap_or_else(|| "none (agent runs are long)".into())
-            );
-        }
-        None => {
-            let _ = writeln!(s, "model: none");
-        }
-    }
+    write_model(&mut s, p);
     let _ = writeln!(
         s,
         "dependency policy: {}{}",
@@ -107,6 +72,56 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
             format!(", sync_excludes {}", p.sync_excludes.join(", "))
         }
     );
+    write_secrets(&mut s, p);
+    let _ = writeln!(s, "steps:");
+    for (i, st) in p.steps.iter().enumerate() {
+        write_step(&mut s, p, i, st);
+    }
+    s
+}
+
+/// The model lines: endpoint, dialect, key and call timeout (or none).
+fn write_model(s: &mut String, p: &Pipeline) {
+    match &p.llm {
+        Some(l) => {
+            let key = l
+                .api_key_env
+                .clone()
+                .unwrap_or_else(|| "OPENAI_API_KEY".into());
+            let _ = writeln!(
+                s,
+                "model: {} via {} ({}{}), key from ${key}{}",
+                l.model,
+                l.base_url.as_deref().unwrap_or("the vendor's endpoint"),
+                l.api
+                    .map(|a| a.to_string())
+                    .unwrap_or_else(|| "responses".into()),
+                p.llm_provider
+                    .as_ref()
+                    .map(|pr| format!(", from the provider prefix `{pr}/`"))
+                    .unwrap_or_default(),
+                if l.api_key_env.is_some() {
+                    " (must be set)"
+                } else {
+                    ""
+                },
+            );
+            let _ = writeln!(
+                s,
+                "model call timeout: {}",
+                l.timeout
+                    .map(|t| format!("{t}s"))
+                    .unwrap_or_else(|| "none (agent runs are long)".into())
+            );
+        }
+        None => {
+            let _ = writeln!(s, "model: none");
+        }
+    }
+}
+
+/// The secrets (refs only) and the steps that use each.
+fn write_secrets(s: &mut String, p: &Pipeline) {
     if !p.secrets.is_empty() {
         let _ = writeln!(s, "secrets (refs only):");
         for (name, r) in &p.secrets {
@@ -129,97 +144,97 @@ pub fn plan(p: &Pipeline, state_dir: Option<&std::path::Path>) -> String {
             );
         }
     }
-    let _ = writeln!(s, "steps:");
-    for (i, st) in p.steps.iter().enumerate() {
-        let what = match &st.kind {
-            StepKind::Agent { agent } => format!("agent {agent}"),
-            StepKind::Command { command } => format!("command `{command}`"),
-            StepKind::Action { action } if action == "commit" => {
-                "action commit (host side, hooks off)".to_string()
-            }
-            StepKind::Action { action } => format!("action {action} (script in the sandbox)"),
-        };
-        let _ = writeln!(s, "  {}. {} [{what}]", i + 1, st.name);
-        if !matches!(&st.kind, StepKind::Action { action } if action == "commit") {
-            let _ = writeln!(
-                s,
-                "     sandbox: network {}, workspace {} at {WORKDIR}{}",
-                if !st.network {
-                    "none"
-                } else {
-                    st.egress.describe()
-                },
-                match st.workspace {
-                    Access::Rw => "rw",
-                    Access::Ro => "ro",
-                },
-                if st.secrets.is_empty() {
-                    String::new()
-                } else {
-                    format!(", secrets {}", st.secrets.join(", "))
-                },
-            );
+}
+
+/// Step `i` (0-based): what it does, its sandbox, setup, limits, gate and routes.
+fn write_step(s: &mut String, p: &Pipeline, i: usize, st: &Step) {
+    let what = match &st.kind {
+        StepKind::Agent { agent } => format!("agent {agent}"),
+        StepKind::Command { command } => format!("command `{command}`"),
+        StepKind::Action { action } if action == "commit" => {
+            "action commit (host side, hooks off)".to_string()
         }
-        if let Some(setup) = &st.setup {
+        StepKind::Action { action } => format!("action {action} (script in the sandbox)"),
+    };
+    let _ = writeln!(s, "  {}. {} [{what}]", i + 1, st.name);
+    if !matches!(&st.kind, StepKind::Action { action } if action == "commit") {
+        let _ = writeln!(
+            s,
+            "     sandbox: network {}, workspace {} at {WORKDIR}{}",
+            if !st.network {
+                "none"
+            } else {
+                st.egress.describe()
+            },
+            match st.workspace {
+                Access::Rw => "rw",
+                Access::Ro => "ro",
+            },
+            if st.secrets.is_empty() {
+                String::new()
+            } else {
+                format!(", secrets {}", st.secrets.join(", "))
+            },
+        );
+    }
+    if let Some(setup) = &st.setup {
+        let _ = writeln!(
+            s,
+            "     setup (network on, stamp-cached, {}): {setup}",
+            if st.setup_secrets && !st.secrets.is_empty() {
+                "with the step's secrets"
+            } else {
+                "no secrets"
+            }
+        );
+    }
+    let timeout = st
+        .timeout_s
+        .map(|t| format!("timeout {t}s"))
+        .unwrap_or_else(|| "timeout none".into());
+    match &st.kind {
+        StepKind::Agent { .. } => {
             let _ = writeln!(
                 s,
-                "     setup (network on, stamp-cached, {}): {setup}",
-                if st.setup_secrets && !st.secrets.is_empty() {
-                    "with the step's secrets"
+                "     limits: max_iterations {}, {timeout}, attempts {}{}",
+                st.max_iterations
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "uncapped".into()),
+                p.max_attempts,
+                if st.max_iterations.is_none() && st.timeout_s.is_none() {
+                    " (nothing bounds this agent but its own end: consider a timeout)"
                 } else {
-                    "no secrets"
+                    ""
                 }
             );
         }
-        let timeout = st
-            .timeout_s
-            .map(|t| format!("timeout {t}s"))
-            .unwrap_or_else(|| "timeout none".into());
-        match &st.kind {
-            StepKind::Agent { .. } => {
-                let _ = writeln!(
-                    s,
-                    "     limits: max_iterations {}, {timeout}, attempts {}{}",
-                    st.max_iterations
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|| "uncapped".into()),
-                    p.max_attempts,
-                    if st.max_iterations.is_none() && st.timeout_s.is_none() {
-                        " (nothing bounds this agent but its own end: consider a timeout)"
-                    } else {
-                        ""
-                    }
-                );
-            }
-            StepKind::Action { action } if action == "commit" => {}
-            _ => {
-                let _ = writeln!(s, "     limits: {timeout}");
-            }
+        StepKind::Action { action } if action == "commit" => {}
+        _ => {
+            let _ = writeln!(s, "     limits: {timeout}");
         }
-        if let (Some(a), Some(v)) = (&st.artifact, &st.verdicts) {
-            let _ = writeln!(
-                s,
-                "     gate: VERDICT in {a}: pass {} / fail {}{}",
-                v.pass,
-                v.fail,
-                v.unverifiable
-                    .as_ref()
-                    .map(|u| format!(" / unverifiable {u}"))
-                    .unwrap_or_default()
-            );
-        } else if matches!(st.kind, StepKind::Command { .. } | StepKind::Action { .. }) {
-            let _ = writeln!(s, "     gate: exit code");
-        }
-        if !st.produces.is_empty() {
-            let _ = writeln!(s, "     produces: {}", st.produces.join(", "));
-        }
+    }
+    if let (Some(a), Some(v)) = (&st.artifact, &st.verdicts) {
         let _ = writeln!(
             s,
-            "     on pass -> {}; on fail -> {}; unverifiable -> {}",
-            st.on_pass.describe(),
-            st.on_fail.describe(),
-            st.on_unverifiable.describe()
+            "     gate: VERDICT in {a}: pass {} / fail {}{}",
+            v.pass,
+            v.fail,
+            v.unverifiable
+                .as_ref()
+                .map(|u| format!(" / unverifiable {u}"))
+                .unwrap_or_default()
         );
+    } else if matches!(st.kind, StepKind::Command { .. } | StepKind::Action { .. }) {
+        let _ = writeln!(s, "     gate: exit code");
     }
-    s
+    if !st.produces.is_empty() {
+        let _ = writeln!(s, "     produces: {}", st.produces.join(", "));
+    }
+    let _ = writeln!(
+        s,
+        "     on pass -> {}; on fail -> {}; unverifiable -> {}",
+        st.on_pass.describe(),
+        st.on_fail.describe(),
+        st.on_unverifiable.describe()
+    );
 }

@@ -544,15 +544,20 @@ fn location_of(message: &str) -> (u64, u64) {
     (grab("line").unwrap_or(1), grab("column").unwrap_or(1))
 }
 
-/// Parse and validate pipeline text (`path` names it in errors and anchors
-/// relative paths).
-pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
-    let err = |line: u64, column: u64, message: String| LoadError {
+/// A [`LoadError`] at `line:column` of the pipeline file `path`.
+fn located(path: &Path, line: u64, column: u64, message: String) -> LoadError {
+    LoadError {
         path: path.to_path_buf(),
         line,
         column,
         message,
-    };
+    }
+}
+
+/// Parse and validate pipeline text (`path` names it in errors and anchors
+/// relative paths).
+pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
+    let err = |line: u64, column: u64, message: String| located(path, line, column, message);
     let raw: RawPipeline = serde_saphyr::from_str(text).map_err(|e| {
         let m = e.to_string();
         let (l, c) = location_of(&m);
@@ -571,271 +576,29 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
         ));
     }
     let names: Vec<&str> = raw.steps.iter().map(|s| s.value.name.as_str()).collect();
-    for (i, s) in raw.steps.iter().enumerate() {
-        let loc = &s.referenced;
-        let (l, c) = (loc.line(), loc.column());
-        let name = &s.value.name;
-        if name.is_empty() || matches!(name.as_str(), "success" | "failure") {
-            return Err(err(
-                l,
-                c,
-                format!("step name `{name}` is reserved or empty"),
-            ));
-        }
-        if names[..i].contains(&name.as_str()) {
-            return Err(err(l, c, format!("step `{name}` is defined twice")));
-        }
-    }
+    check_step_names(path, &raw.steps, &names)?;
     let max_attempts = raw.max_attempts.unwrap_or(3);
     if max_attempts == 0 {
         return Err(err(1, 1, "`max_attempts` must be at least 1".into()));
     }
-    if let Some(x) = raw.extensions.as_ref().or(raw.extensions_dir.as_ref()) {
-        let key = if raw.extensions.is_some() {
-            "extensions"
-        } else {
-            "extensions_dir"
-        };
-        return Err(err(
-            x.referenced.line(),
-            x.referenced.column(),
-            format!("`{key}` is agentic-dev-loop's Python plugin hook; belay runs no Python in the host and has no plugins. Map each use instead: a document loader (the AI-DLC one too) becomes `additional_files: [the documents]`; a consumer action becomes a step `action: NAME` with `params: {{script: \"...\"}}` (it runs in the sandbox); a tool becomes an agent CLI (`runner:` in the agent file). Then remove `{key}`. `belay run --explain-compat FILE` shows how every key maps"),
-        ));
-    }
-    let check_egress = |e: &Egress, l: u64, c: u64| -> Result<(), LoadError> {
-        for p in &e.presets {
-            if !EGRESS_PRESETS.contains(&p.as_str()) {
-                return Err(err(
-                    l,
-                    c,
-                    format!(
-                        "unknown egress preset `{p}`: known presets are {}",
-                        EGRESS_PRESETS.join(", ")
-                    ),
-                ));
-            }
-        }
-        if e.class.is_some() && !e.presets.is_empty() {
-            return Err(err(l, c, "`egress` gives both `class: browser` (any public host) and `presets`; give one: the class already allows what the presets would".into()));
-        }
-        Ok(())
-    };
+    refuse_extensions(path, &raw)?;
     let pipeline_egress = raw.egress.clone().unwrap_or_default();
     let (el, ec) = key_location(text, "egress");
-    check_egress(&pipeline_egress, el, ec)?;
-    let mut caches = Vec::new();
-    for c in &raw.caches {
-        let cache = match &c.value {
-            RawCache::Path(path) => Cache {
-                path: path.clone(),
-                name: None,
-            },
-            RawCache::Full(c) => c.clone(),
-        };
-        if let Some(name) = &cache.name {
-            let plain = !name.is_empty()
-                && !name.starts_with('.')
-                && name
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
-            if !plain {
-                return Err(err(c.referenced.line(), c.referenced.column(), format!("cache name `{name}`: a plain name (letters, digits, `-`, `_`, `.`; not starting with `.`), the directory under <state_dir>/caches/")));
-            }
-        }
-        if let Some(rel) = cache.in_workspace() {
-            let bad = rel.is_empty()
-                || Path::new(rel)
-                    .components()
-                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
-                || rel.eq_ignore_ascii_case(".git")
-                || rel.to_ascii_lowercase().starts_with(".git/");
-            if bad {
-                return Err(err(c.referenced.line(), c.referenced.column(), format!("cache `{}`: a workspace cache is a plain relative path inside the workspace (no `..`, not `.git`), or give an absolute path in the container", cache.path)));
-            }
-        }
-        caches.push(cache);
-    }
-    if let Some(sc) = &raw.isolation.seccomp_profile {
-        let (l, c) = key_location(text, "seccomp_profile");
-        match belay_sandbox::seccomp::parse(sc) {
-            Err(m) => return Err(err(l, c, format!("isolation.seccomp_profile: {m}"))),
-            Ok(belay_sandbox::seccomp::ProfileRef::File(f)) => {
-                if !dir.join(f).is_file() {
-                    return Err(err(l, c, format!("isolation.seccomp_profile: {} is not a file. Give a seccomp JSON profile relative to the pipeline file, or a bundled one ({})", dir.join(f).display(),
-                        belay_sandbox::seccomp::BUNDLED.iter().map(|(n, _)| format!("bundled:{n}")).collect::<Vec<_>>().join(", "))));
-                }
-            }
-            Ok(_) => {}
-        }
-    }
-    let mut llm = raw.llm.clone();
-    let mut llm_provider = None;
-    if let Some(l) = llm.as_mut() {
-        if l.api.is_none() {
-            if let Some((prov, model)) = belay_model::provider::split(&l.model) {
-                if !prov.has_default_endpoint && l.base_url.is_none() {
-                    let (ll, lc) = key_location(text, "model");
-                    return Err(err(ll, lc, format!("llm.model `{}`: provider `{}/` has no endpoint belay knows; give `llm.base_url` (its OpenAI-compatible URL)", l.model, prov.prefix)));
-                }
-                llm_provider = Some(prov.prefix.to_string());
-                l.api = Some(prov.api);
-                l.model = model.to_string();
-            }
-        }
-        if l.api_key_env.as_deref() == Some("") {
-            let (ll, lc) = key_location(text, "api_key_env");
-            return Err(err(ll, lc, "llm.api_key_env is empty: name the environment variable that holds the key, or leave it out for a server that needs none".into()));
-        }
-    }
-    for (name, s) in &raw.secrets {
-        if s.from != "env" {
-            return Err(err(
-                1,
-                1,
-                format!(
-                    "secret `{name}`: unknown provider `{}` (only `env` is known)",
-                    s.from
-                ),
-            ));
-        }
-    }
-    let route = |t: &Option<Spanned<Target>>, default: Route| -> Result<Route, LoadError> {
-        let Some(t) = t else { return Ok(default) };
-        let (l, c) = (t.referenced.line(), t.referenced.column());
-        let (to, retry) = match &t.value {
-            Target::Name(n) => (n.as_str(), false),
-            Target::Goto { goto, retry } => (goto.as_str(), *retry),
-        };
-        match to {
-            "success" if !retry => Ok(Route::Success),
-            "failure" if !retry => Ok(Route::Failure),
-            n if names.contains(&n) => Ok(Route::Step {
-                step: n.to_string(),
-                retry,
-            }),
-            n => Err(err(
-                l,
-                c,
-                format!(
-                    "routes to `{n}`, which is not a step (steps: {}; or success, failure)",
-                    names.join(", ")
-                ),
-            )),
-        }
+    check_egress(path, &pipeline_egress, el, ec)?;
+    let caches = resolve_caches(path, &raw.caches)?;
+    check_seccomp(path, text, &dir, &raw.isolation)?;
+    let (llm, llm_provider) = resolve_llm(path, text, &raw.llm)?;
+    check_secret_providers(path, &raw.secrets)?;
+    let ctx = StepCtx {
+        path,
+        names: &names,
+        secrets: &raw.secrets,
+        egress: &pipeline_egress,
     };
     let mut steps = Vec::new();
     let mut agent_names = Vec::new();
     for (i, s) in raw.steps.iter().enumerate() {
-        let (l, c) = (s.referenced.line(), s.referenced.column());
-        let r = &s.value;
-        let kind = match (&r.agent, &r.command, &r.action) {
-            (Some(a), None, None) => StepKind::Agent { agent: a.clone() },
-            (None, Some(c), None) => StepKind::Command { command: c.clone() },
-            (None, None, Some(a)) => StepKind::Action { action: a.clone() },
-            _ => {
-                return Err(err(
-                    l,
-                    c,
-                    format!(
-                        "step `{}` needs exactly one of `agent`, `command` and `action`",
-                        r.name
-                    ),
-                ))
-            }
-        };
-        if let StepKind::Action { action } = &kind {
-            if action == "commit" {
-                if r.network {
-                    return Err(err(l, c, format!("step `{}`: the commit action runs on the host and never takes `network`", r.name)));
-                }
-            } else if !r.params.get("script").is_some_and(|v| v.is_string()) {
-                return Err(err(l, c, format!("step `{}`: action `{action}` is not built in; give its script as `params.script` (it runs in the sandbox)", r.name)));
-            }
-        }
-        if let StepKind::Agent { agent } = &kind {
-            if !agent_names.contains(agent) {
-                agent_names.push(agent.clone());
-            }
-        }
-        match (&r.artifact, &r.verdicts) {
-            (Some(_), None) => {
-                return Err(err(
-                    l,
-                    c,
-                    format!(
-                        "step `{}`: `artifact` needs `verdicts` (pass, fail)",
-                        r.name
-                    ),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(err(
-                    l,
-                    c,
-                    format!("step `{}`: `verdicts` need an `artifact` to read", r.name),
-                ))
-            }
-            _ => {}
-        }
-        for sec in &r.secrets {
-            if !raw.secrets.contains_key(&sec.value) {
-                return Err(err(
-                    sec.referenced.line(),
-                    sec.referenced.column(),
-                    format!(
-                        "step `{}` lists secret `{}`, which `secrets` does not declare",
-                        r.name, sec.value
-                    ),
-                ));
-            }
-        }
-        let next = names
-            .get(i + 1)
-            .map(|n| Route::Step {
-                step: n.to_string(),
-                retry: false,
-            })
-            .unwrap_or(Route::Success);
-        let on_fail = route(&r.on_fail, Route::Failure)?;
-        steps.push(Step {
-            name: r.name.clone(),
-            kind,
-            params: r.params.clone(),
-            produces: r
-                .produces
-                .as_ref()
-                .map(OneOrMany::items)
-                .unwrap_or_default(),
-            artifact: r.artifact.clone(),
-            verdicts: r.verdicts.clone(),
-            max_iterations: r.max_iterations,
-            timeout_s: r.timeout,
-            env: r.env.clone(),
-            setup: r.setup.clone(),
-            setup_secrets: r.setup_secrets,
-            network: r.network,
-            egress: match &r.egress {
-                Some(e) => {
-                    let (el, ec) = (e.referenced.line(), e.referenced.column());
-                    check_egress(&e.value, el, ec)?;
-                    if !r.network {
-                        return Err(err(el, ec, format!("step `{}` gives `egress` without `network: true`: egress only applies to a networked step. Add `network: true`, or remove `egress`", r.name)));
-                    }
-                    e.value.clone()
-                }
-                None => pipeline_egress.clone(),
-            },
-            workspace: r
-                .mounts
-                .as_ref()
-                .and_then(|m| m.workspace)
-                .unwrap_or_default(),
-            secrets: r.secrets.iter().map(|s| s.value.clone()).collect(),
-            on_pass: route(&r.on_pass, next)?,
-            on_unverifiable: route(&r.on_unverifiable, on_fail.clone())?,
-            on_fail,
-            line: l,
-        });
+        steps.push(ctx.step(i, s, &mut agent_names)?);
     }
     if raw.deps_policy == DepsPolicy::Locked
         && raw.lockfiles.is_empty()
@@ -848,28 +611,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
         ));
     }
     // Agent files.
-    let mut agents = BTreeMap::new();
-    if !agent_names.is_empty() {
-        let Some(adir) = &raw.agents_dir else {
-            return Err(err(
-                1,
-                1,
-                "agent steps need `agents_dir` (where `<name>.agent.md` files are)".into(),
-            ));
-        };
-        for name in &agent_names {
-            let file = dir.join(adir).join(format!("{name}.agent.md"));
-            let step = raw
-                .steps
-                .iter()
-                .find(|s| s.value.agent.as_deref() == Some(name.as_str()));
-            let (l, c) = step
-                .map(|s| (s.referenced.line(), s.referenced.column()))
-                .unwrap_or((1, 1));
-            let def = load_agent(&file, name).map_err(|m| err(l, c, m))?;
-            agents.insert(name.clone(), def);
-        }
-    }
+    let agents = load_agents(path, &dir, &raw, &agent_names)?;
     Ok(Pipeline {
         name: raw.name,
         path: path.to_path_buf(),
@@ -890,6 +632,400 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
         agents,
         llm_provider,
     })
+}
+
+/// Refuse an empty, reserved or repeated step name.
+fn check_step_names(
+    path: &Path,
+    steps: &[Spanned<RawStep>],
+    names: &[&str],
+) -> Result<(), LoadError> {
+    for (i, s) in steps.iter().enumerate() {
+        let loc = &s.referenced;
+        let (l, c) = (loc.line(), loc.column());
+        let name = &s.value.name;
+        if name.is_empty() || matches!(name.as_str(), "success" | "failure") {
+            return Err(located(
+                path,
+                l,
+                c,
+                format!("step name `{name}` is reserved or empty"),
+            ));
+        }
+        if names[..i].contains(&name.as_str()) {
+            return Err(located(
+                path,
+                l,
+                c,
+                format!("step `{name}` is defined twice"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuse agentic-dev-loop's `extensions` / `extensions_dir`, with the mapping.
+fn refuse_extensions(path: &Path, raw: &RawPipeline) -> Result<(), LoadError> {
+    if let Some(x) = raw.extensions.as_ref().or(raw.extensions_dir.as_ref()) {
+        let key = if raw.extensions.is_some() {
+            "extensions"
+        } else {
+            "extensions_dir"
+        };
+        return Err(located(
+            path,
+            x.referenced.line(),
+            x.referenced.column(),
+            format!("`{key}` is agentic-dev-loop's Python plugin hook; belay runs no Python in the host and has no plugins. Map each use instead: a document loader (the AI-DLC one too) becomes `additional_files: [the documents]`; a consumer action becomes a step `action: NAME` with `params: {{script: \"...\"}}` (it runs in the sandbox); a tool becomes an agent CLI (`runner:` in the agent file). Then remove `{key}`. `belay run --explain-compat FILE` shows how every key maps"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check an `egress` (known presets; not both a class and presets), located at `l:c`.
+fn check_egress(path: &Path, e: &Egress, l: u64, c: u64) -> Result<(), LoadError> {
+    for p in &e.presets {
+        if !EGRESS_PRESETS.contains(&p.as_str()) {
+            return Err(located(
+                path,
+                l,
+                c,
+                format!(
+                    "unknown egress preset `{p}`: known presets are {}",
+                    EGRESS_PRESETS.join(", ")
+                ),
+            ));
+        }
+    }
+    if e.class.is_some() && !e.presets.is_empty() {
+        return Err(located(path, l, c, "`egress` gives both `class: browser` (any public host) and `presets`; give one: the class already allows what the presets would".into()));
+    }
+    Ok(())
+}
+
+/// The caches as written, checked: plain names, workspace paths inside it.
+fn resolve_caches(path: &Path, raw: &[Spanned<RawCache>]) -> Result<Vec<Cache>, LoadError> {
+    let mut caches = Vec::new();
+    for c in raw {
+        let cache = match &c.value {
+            RawCache::Path(path) => Cache {
+                path: path.clone(),
+                name: None,
+            },
+            RawCache::Full(c) => c.clone(),
+        };
+        if let Some(name) = &cache.name {
+            let plain = !name.is_empty()
+                && !name.starts_with('.')
+                && name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
+            if !plain {
+                return Err(located(path, c.referenced.line(), c.referenced.column(), format!("cache name `{name}`: a plain name (letters, digits, `-`, `_`, `.`; not starting with `.`), the directory under <state_dir>/caches/")));
+            }
+        }
+        if let Some(rel) = cache.in_workspace() {
+            let bad = rel.is_empty()
+                || Path::new(rel)
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+                || rel.eq_ignore_ascii_case(".git")
+                || rel.to_ascii_lowercase().starts_with(".git/");
+            if bad {
+                return Err(located(path, c.referenced.line(), c.referenced.column(), format!("cache `{}`: a workspace cache is a plain relative path inside the workspace (no `..`, not `.git`), or give an absolute path in the container", cache.path)));
+            }
+        }
+        caches.push(cache);
+    }
+    Ok(caches)
+}
+
+/// Check `isolation.seccomp_profile`: it parses, and a file profile exists under `dir`.
+fn check_seccomp(
+    path: &Path,
+    text: &str,
+    dir: &Path,
+    isolation: &Isolation,
+) -> Result<(), LoadError> {
+    let err = |line: u64, column: u64, message: String| located(path, line, column, message);
+    if let Some(sc) = &isolation.seccomp_profile {
+        let (l, c) = key_location(text, "seccomp_profile");
+        match belay_sandbox::seccomp::parse(sc) {
+            Err(m) => return Err(err(l, c, format!("isolation.seccomp_profile: {m}"))),
+            Ok(belay_sandbox::seccomp::ProfileRef::File(f)) => {
+                if !dir.join(f).is_file() {
+                    return Err(err(l, c, format!("isolation.seccomp_profile: {} is not a file. Give a seccomp JSON profile relative to the pipeline file, or a bundled one ({})", dir.join(f).display(),
+                        belay_sandbox::seccomp::BUNDLED.iter().map(|(n, _)| format!("bundled:{n}")).collect::<Vec<_>>().join(", "))));
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The `llm` section with a `provider/` prefix of its model resolved, and that prefix.
+fn resolve_llm(
+    path: &Path,
+    text: &str,
+    raw: &Option<LlmConfig>,
+) -> Result<(Option<LlmConfig>, Option<String>), LoadError> {
+    let err = |line: u64, column: u64, message: String| located(path, line, column, message);
+    let mut llm = raw.clone();
+    let mut llm_provider = None;
+    if let Some(l) = llm.as_mut() {
+        if l.api.is_none() {
+            if let Some((prov, model)) = belay_model::provider::split(&l.model) {
+                if !prov.has_default_endpoint && l.base_url.is_none() {
+                    let (ll, lc) = key_location(text, "model");
+                    return Err(err(ll, lc, format!("llm.model `{}`: provider `{}/` has no endpoint belay knows; give `llm.base_url` (its OpenAI-compatible URL)", l.model, prov.prefix)));
+                }
+                llm_provider = Some(prov.prefix.to_string());
+                l.api = Some(prov.api);
+                l.model = model.to_string();
+            }
+        }
+        if l.api_key_env.as_deref() == Some("") {
+            let (ll, lc) = key_location(text, "api_key_env");
+            return Err(err(ll, lc, "llm.api_key_env is empty: name the environment variable that holds the key, or leave it out for a server that needs none".into()));
+        }
+    }
+    Ok((llm, llm_provider))
+}
+
+/// Refuse a declared secret whose provider is not `env`.
+fn check_secret_providers(
+    path: &Path,
+    secrets: &BTreeMap<String, SecretRef>,
+) -> Result<(), LoadError> {
+    for (name, s) in secrets {
+        if s.from != "env" {
+            return Err(located(
+                path,
+                1,
+                1,
+                format!(
+                    "secret `{name}`: unknown provider `{}` (only `env` is known)",
+                    s.from
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What validating each step needs from the pipeline around it.
+struct StepCtx<'a> {
+    path: &'a Path,
+    /// Every step's name, in order.
+    names: &'a [&'a str],
+    /// The pipeline's declared secrets.
+    secrets: &'a BTreeMap<String, SecretRef>,
+    /// The pipeline's egress (a step's default).
+    egress: &'a Egress,
+}
+
+impl StepCtx<'_> {
+    /// A [`LoadError`] at `line:column` of the pipeline file.
+    fn err(&self, line: u64, column: u64, message: String) -> LoadError {
+        located(self.path, line, column, message)
+    }
+
+    /// Resolve a route as written, or `default` when there is none.
+    fn route(&self, t: &Option<Spanned<Target>>, default: Route) -> Result<Route, LoadError> {
+        let Some(t) = t else { return Ok(default) };
+        let (l, c) = (t.referenced.line(), t.referenced.column());
+        let (to, retry) = match &t.value {
+            Target::Name(n) => (n.as_str(), false),
+            Target::Goto { goto, retry } => (goto.as_str(), *retry),
+        };
+        match to {
+            "success" if !retry => Ok(Route::Success),
+            "failure" if !retry => Ok(Route::Failure),
+            n if self.names.contains(&n) => Ok(Route::Step {
+                step: n.to_string(),
+                retry,
+            }),
+            n => Err(self.err(
+                l,
+                c,
+                format!(
+                    "routes to `{n}`, which is not a step (steps: {}; or success, failure)",
+                    self.names.join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// What step `r` (at `l:c`) does: exactly one of agent, command and action.
+    fn kind(&self, r: &RawStep, l: u64, c: u64) -> Result<StepKind, LoadError> {
+        let kind = match (&r.agent, &r.command, &r.action) {
+            (Some(a), None, None) => StepKind::Agent { agent: a.clone() },
+            (None, Some(c), None) => StepKind::Command { command: c.clone() },
+            (None, None, Some(a)) => StepKind::Action { action: a.clone() },
+            _ => {
+                return Err(self.err(
+                    l,
+                    c,
+                    format!(
+                        "step `{}` needs exactly one of `agent`, `command` and `action`",
+                        r.name
+                    ),
+                ))
+            }
+        };
+        if let StepKind::Action { action } = &kind {
+            if action == "commit" {
+                if r.network {
+                    return Err(self.err(l, c, format!("step `{}`: the commit action runs on the host and never takes `network`", r.name)));
+                }
+            } else if !r.params.get("script").is_some_and(|v| v.is_string()) {
+                return Err(self.err(l, c, format!("step `{}`: action `{action}` is not built in; give its script as `params.script` (it runs in the sandbox)", r.name)));
+            }
+        }
+        Ok(kind)
+    }
+
+    /// Refuse `artifact` without `verdicts` and the reverse, and undeclared secrets.
+    fn check_outputs_and_secrets(&self, r: &RawStep, l: u64, c: u64) -> Result<(), LoadError> {
+        match (&r.artifact, &r.verdicts) {
+            (Some(_), None) => {
+                return Err(self.err(
+                    l,
+                    c,
+                    format!(
+                        "step `{}`: `artifact` needs `verdicts` (pass, fail)",
+                        r.name
+                    ),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(self.err(
+                    l,
+                    c,
+                    format!("step `{}`: `verdicts` need an `artifact` to read", r.name),
+                ))
+            }
+            _ => {}
+        }
+        for sec in &r.secrets {
+            if !self.secrets.contains_key(&sec.value) {
+                return Err(self.err(
+                    sec.referenced.line(),
+                    sec.referenced.column(),
+                    format!(
+                        "step `{}` lists secret `{}`, which `secrets` does not declare",
+                        r.name, sec.value
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The step's own egress (checked; only on a networked step), else the pipeline's.
+    fn step_egress(&self, r: &RawStep) -> Result<Egress, LoadError> {
+        Ok(match &r.egress {
+            Some(e) => {
+                let (el, ec) = (e.referenced.line(), e.referenced.column());
+                check_egress(self.path, &e.value, el, ec)?;
+                if !r.network {
+                    return Err(self.err(el, ec, format!("step `{}` gives `egress` without `network: true`: egress only applies to a networked step. Add `network: true`, or remove `egress`", r.name)));
+                }
+                e.value.clone()
+            }
+            None => self.egress.clone(),
+        })
+    }
+
+    /// Validate step `i`, adding the agent it names (once) to `agent_names`.
+    fn step(
+        &self,
+        i: usize,
+        s: &Spanned<RawStep>,
+        agent_names: &mut Vec<String>,
+    ) -> Result<Step, LoadError> {
+        let (l, c) = (s.referenced.line(), s.referenced.column());
+        let r = &s.value;
+        let kind = self.kind(r, l, c)?;
+        if let StepKind::Agent { agent } = &kind {
+            if !agent_names.contains(agent) {
+                agent_names.push(agent.clone());
+            }
+        }
+        self.check_outputs_and_secrets(r, l, c)?;
+        let next = self
+            .names
+            .get(i + 1)
+            .map(|n| Route::Step {
+                step: n.to_string(),
+                retry: false,
+            })
+            .unwrap_or(Route::Success);
+        let on_fail = self.route(&r.on_fail, Route::Failure)?;
+        Ok(Step {
+            name: r.name.clone(),
+            kind,
+            params: r.params.clone(),
+            produces: r
+                .produces
+                .as_ref()
+                .map(OneOrMany::items)
+                .unwrap_or_default(),
+            artifact: r.artifact.clone(),
+            verdicts: r.verdicts.clone(),
+            max_iterations: r.max_iterations,
+            timeout_s: r.timeout,
+            env: r.env.clone(),
+            setup: r.setup.clone(),
+            setup_secrets: r.setup_secrets,
+            network: r.network,
+            egress: self.step_egress(r)?,
+            workspace: r
+                .mounts
+                .as_ref()
+                .and_then(|m| m.workspace)
+                .unwrap_or_default(),
+            secrets: r.secrets.iter().map(|s| s.value.clone()).collect(),
+            on_pass: self.route(&r.on_pass, next)?,
+            on_unverifiable: self.route(&r.on_unverifiable, on_fail.clone())?,
+            on_fail,
+            line: l,
+        })
+    }
+}
+
+/// Load the agent file of every agent step (`<agents_dir>/<name>.agent.md`).
+fn load_agents(
+    path: &Path,
+    dir: &Path,
+    raw: &RawPipeline,
+    agent_names: &[String],
+) -> Result<BTreeMap<String, AgentDef>, LoadError> {
+    let err = |line: u64, column: u64, message: String| located(path, line, column, message);
+    let mut agents = BTreeMap::new();
+    if !agent_names.is_empty() {
+        let Some(adir) = &raw.agents_dir else {
+            return Err(err(
+                1,
+                1,
+                "agent steps need `agents_dir` (where `<name>.agent.md` files are)".into(),
+            ));
+        };
+        for name in agent_names {
+            let file = dir.join(adir).join(format!("{name}.agent.md"));
+            let step = raw
+                .steps
+                .iter()
+                .find(|s| s.value.agent.as_deref() == Some(name.as_str()));
+            let (l, c) = step
+                .map(|s| (s.referenced.line(), s.referenced.column()))
+                .unwrap_or((1, 1));
+            let def = load_agent(&file, name).map_err(|m| err(l, c, m))?;
+            agents.insert(name.clone(), def);
+        }
+    }
+    Ok(agents)
 }
 
 /// Read an agent file: YAML front matter between `---` lines, then the prompt.

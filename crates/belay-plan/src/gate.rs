@@ -105,22 +105,7 @@ pub fn judge(before: &Value, after: Option<&[u8]>, role: Role, cid: &str) -> Jud
         });
         return j;
     };
-    let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
-    for k in keys {
-        if k == "checkpoints" {
-            continue;
-        }
-        if b.get(k) != a.get(k) {
-            j.violations.push(Violation {
-                field: k.clone(),
-                what: format!(
-                    "`{k}` changed from {} to {}",
-                    show(b.get(k)),
-                    show(a.get(k))
-                ),
-            });
-        }
-    }
+    judge_top_level(&mut j, b, a);
     let empty = vec![];
     let bc = b
         .get("checkpoints")
@@ -160,76 +145,113 @@ pub fn judge(before: &Value, after: Option<&[u8]>, role: Role, cid: &str) -> Jud
             if was == now {
                 continue;
             }
-            let field = format!("checkpoints[{id}].{f}");
-            let mine = id == cid;
-            match f.as_str() {
-                _ if role == Role::Reviewer => j.violations.push(Violation {
-                    field,
-                    what: format!(
-                        "`{f}` of checkpoint `{id}` changed from {} to {} during a review: the plan file is belay's while the reviewer and the code it runs work, and the verdict is the reviewer's final answer",
-                        show(was),
-                        show(now)
-                    ),
-                }),
-                "review_notes" if mine => match now {
-                    Some(Value::String(s)) => {
-                        j.notes = Some(crate::truncate(s, MAX_NOTES).to_string());
-                    }
-                    _ => j.violations.push(Violation {
-                        field,
-                        what: "review_notes must stay a string".into(),
-                    }),
-                },
-                "status" if mine => {
-                    // Only the developer gets here: it may propose `built`.
-                    let proposed = now.and_then(Value::as_str).and_then(Status::parse);
-                    if proposed == Some(Status::Built) {
-                        j.status = proposed;
-                    } else {
-                        let why = match proposed {
-                            Some(Status::Approved) => {
-                                "only the reviewer approves a checkpoint, in its answer".to_string()
-                            }
-                            _ => format!(
-                                "the {} may not set status {}",
-                                role.as_str(),
-                                show(now)
-                            ),
-                        };
-                        j.violations.push(Violation {
-                            field,
-                            what: format!("status changed from {} to {}: {why}", show(was), show(now)),
-                        });
-                    }
-                }
-                "attempts" => j.violations.push(Violation {
-                    field,
-                    what: format!(
-                        "attempts changed from {} to {}: belay keeps the count, agents cannot reset it",
-                        show(was),
-                        show(now)
-                    ),
-                }),
-                _ if !mine => j.violations.push(Violation {
-                    field,
-                    what: format!(
-                        "checkpoint `{id}` is not the one you work on: `{f}` changed from {} to {}",
-                        show(was),
-                        show(now)
-                    ),
-                }),
-                _ => j.violations.push(Violation {
-                    field,
-                    what: format!(
-                        "`{f}` of your checkpoint is the plan's, not yours to change (from {} to {})",
-                        show(was),
-                        show(now)
-                    ),
-                }),
-            }
+            judge_field(&mut j, role, cid, &id, f, was, now);
         }
     }
     j
+}
+
+/// Every top-level field but `checkpoints` is belay's: a change is a violation.
+fn judge_top_level(
+    j: &mut Judgement,
+    b: &serde_json::Map<String, Value>,
+    a: &serde_json::Map<String, Value>,
+) {
+    let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+    for k in keys {
+        if k == "checkpoints" {
+            continue;
+        }
+        if b.get(k) != a.get(k) {
+            j.violations.push(Violation {
+                field: k.clone(),
+                what: format!(
+                    "`{k}` changed from {} to {}",
+                    show(b.get(k)),
+                    show(a.get(k))
+                ),
+            });
+        }
+    }
+}
+
+/// Judge field `f` of checkpoint `id` changed by `role` (on `cid`): a proposal, or a violation.
+fn judge_field(
+    j: &mut Judgement,
+    role: Role,
+    cid: &str,
+    id: &str,
+    f: &str,
+    was: Option<&Value>,
+    now: Option<&Value>,
+) {
+    let field = format!("checkpoints[{id}].{f}");
+    let mine = id == cid;
+    match f {
+        _ if role == Role::Reviewer => j.violations.push(Violation {
+            field,
+            what: format!(
+                "`{f}` of checkpoint `{id}` changed from {} to {} during a review: the plan file is belay's while the reviewer and the code it runs work, and the verdict is the reviewer's final answer",
+                show(was),
+                show(now)
+            ),
+        }),
+        "review_notes" if mine => match now {
+            Some(Value::String(s)) => {
+                j.notes = Some(crate::truncate(s, MAX_NOTES).to_string());
+            }
+            _ => j.violations.push(Violation {
+                field,
+                what: "review_notes must stay a string".into(),
+            }),
+        },
+        "status" if mine => {
+            // Only the developer gets here: it may propose `built`.
+            let proposed = now.and_then(Value::as_str).and_then(Status::parse);
+            if proposed == Some(Status::Built) {
+                j.status = proposed;
+            } else {
+                let why = match proposed {
+                    Some(Status::Approved) => {
+                        "only the reviewer approves a checkpoint, in its answer".to_string()
+                    }
+                    _ => format!(
+                        "the {} may not set status {}",
+                        role.as_str(),
+                        show(now)
+                    ),
+                };
+                j.violations.push(Violation {
+                    field,
+                    what: format!("status changed from {} to {}: {why}", show(was), show(now)),
+                });
+            }
+        }
+        "attempts" => j.violations.push(Violation {
+            field,
+            what: format!(
+                "attempts changed from {} to {}: belay keeps the count, agents cannot reset it",
+                show(was),
+                show(now)
+            ),
+        }),
+        _ if !mine => j.violations.push(Violation {
+            field,
+            what: format!(
+                "checkpoint `{id}` is not the one you work on: `{f}` changed from {} to {}",
+                show(was),
+                show(now)
+            ),
+        }),
+        _ => j.violations.push(Violation {
+            field,
+            what: format!(
+                "`{f}` of your checkpoint is the plan's, not yours to change (from {} to {})",
+                show(was),
+                show(now)
+            ),
+        }),
+    }
 }
 
 #[cfg(test)]

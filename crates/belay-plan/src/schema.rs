@@ -341,10 +341,47 @@ pub fn validate(raw: &Value) -> Result<Plan, Fail> {
     if let Some(why) = branch_problem(&branch) {
         return Err((key(&root, "branch"), why));
     }
-    let (project, verify_in_review) = match top.get("project") {
+    let (project, verify_in_review) = project(top, &root)?;
+    let (developer_model, reviewer_model) = models(top, &root)?;
+    let cps = match top.get("checkpoints") {
+        None => return Err((root, "`checkpoints` is required".into())),
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err((
+                key(&root, "checkpoints"),
+                "`checkpoints` must list at least one checkpoint".into(),
+            ))
+        }
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err((
+                key(&root, "checkpoints"),
+                "`checkpoints` must be a list".into(),
+            ))
+        }
+    };
+    let mut seen = BTreeSet::new();
+    let mut checkpoints = Vec::new();
+    for (i, cp) in cps.iter().enumerate() {
+        checkpoints.push(checkpoint(&root, i, cp, &mut seen)?);
+    }
+    Ok(Plan {
+        plan_file,
+        branch,
+        project,
+        verify_in_review,
+        developer_model,
+        reviewer_model,
+        checkpoints,
+        raw: raw.clone(),
+    })
+}
+
+/// The `project` object: its commands and `verify_in_review`.
+fn project(top: &serde_json::Map<String, Value>, root: &[Seg]) -> Result<(Commands, bool), Fail> {
+    Ok(match top.get("project") {
         None | Some(Value::Null) => (Commands::default(), false),
         Some(Value::Object(p)) => {
-            let at = key(&root, "project");
+            let at = key(root, "project");
             let verify = match p.get("verify_in_review") {
                 None | Some(Value::Null) => false,
                 Some(Value::Bool(b)) => *b,
@@ -357,12 +394,19 @@ pub fn validate(raw: &Value) -> Result<Plan, Fail> {
             };
             (commands(p, &at)?, verify)
         }
-        Some(_) => return Err((key(&root, "project"), "`project` must be an object".into())),
-    };
-    let (developer_model, reviewer_model) = match top.get("models") {
+        Some(_) => return Err((key(root, "project"), "`project` must be an object".into())),
+    })
+}
+
+/// The `models` object: (developer, reviewer).
+fn models(
+    top: &serde_json::Map<String, Value>,
+    root: &[Seg],
+) -> Result<(Option<String>, Option<String>), Fail> {
+    Ok(match top.get("models") {
         None | Some(Value::Null) => (None, None),
         Some(Value::Object(m)) => {
-            let at = key(&root, "models");
+            let at = key(root, "models");
             for k in m.keys() {
                 if k != "developer" && k != "reviewer" {
                     return Err((
@@ -383,142 +427,130 @@ pub fn validate(raw: &Value) -> Result<Plan, Fail> {
             };
             (one("developer")?, one("reviewer")?)
         }
-        Some(_) => return Err((key(&root, "models"), "`models` must be an object".into())),
+        Some(_) => return Err((key(root, "models"), "`models` must be an object".into())),
+    })
+}
+
+/// Checkpoint `i` of the list (its id added to `seen`, the ids so far).
+fn checkpoint(
+    root: &[Seg],
+    i: usize,
+    cp: &Value,
+    seen: &mut BTreeSet<String>,
+) -> Result<Checkpoint, Fail> {
+    let mut at = key(root, "checkpoints");
+    at.push(Seg::Index(i));
+    let Some(o) = cp.as_object() else {
+        return Err((at, format!("checkpoint #{i} must be an object")));
     };
-    let cps = match top.get("checkpoints") {
-        None => return Err((root, "`checkpoints` is required".into())),
-        Some(Value::Array(a)) if a.is_empty() => {
-            return Err((
-                key(&root, "checkpoints"),
-                "`checkpoints` must list at least one checkpoint".into(),
-            ))
-        }
-        Some(Value::Array(a)) => a,
+    let id = req_str(o, &at, "id", true)?;
+    if !seen.insert(id.clone()) {
+        return Err((
+            key(&at, "id"),
+            format!("checkpoint id `{id}` is used twice"),
+        ));
+    }
+    if let Some(why) = id_problem(&id) {
+        return Err((key(&at, "id"), why));
+    }
+    let name = match o.get("name") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err((key(&at, "name"), "`name` must be a string".into())),
+    };
+    let scope = req_str(o, &at, "scope", true)?;
+    let status = match o.get("status") {
+        None => Status::Pending,
+        Some(Value::String(s)) => Status::parse(s).ok_or_else(|| {
+            (
+                key(&at, "status"),
+                format!("status `{s}` is not one of pending, built, approved"),
+            )
+        })?,
         Some(_) => {
             return Err((
-                key(&root, "checkpoints"),
-                "`checkpoints` must be a list".into(),
+                key(&at, "status"),
+                "`status` must be pending, built or approved".into(),
             ))
         }
     };
-    let mut seen = BTreeSet::new();
-    let mut checkpoints = Vec::new();
-    for (i, cp) in cps.iter().enumerate() {
-        let mut at = key(&root, "checkpoints");
-        at.push(Seg::Index(i));
-        let Some(o) = cp.as_object() else {
-            return Err((at, format!("checkpoint #{i} must be an object")));
-        };
-        let id = req_str(o, &at, "id", true)?;
-        if !seen.insert(id.clone()) {
+    let exit_criteria = exit_criteria(o, &at, &id)?;
+    let attempts = match o.get("attempts") {
+        None => 0,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= u32::MAX as u64) => {
+            n.as_u64().unwrap_or(0) as u32
+        }
+        Some(_) => {
             return Err((
-                key(&at, "id"),
-                format!("checkpoint id `{id}` is used twice"),
-            ));
+                key(&at, "attempts"),
+                "`attempts` must be a whole number from 0 to 4294967295".into(),
+            ))
         }
-        if let Some(why) = id_problem(&id) {
-            return Err((key(&at, "id"), why));
+    };
+    let review_notes = match o.get("review_notes") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => {
+            return Err((
+                key(&at, "review_notes"),
+                "`review_notes` must be a string".into(),
+            ))
         }
-        let name = match o.get("name") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err((key(&at, "name"), "`name` must be a string".into())),
-        };
-        let scope = req_str(o, &at, "scope", true)?;
-        let status = match o.get("status") {
-            None => Status::Pending,
-            Some(Value::String(s)) => Status::parse(s).ok_or_else(|| {
-                (
-                    key(&at, "status"),
-                    format!("status `{s}` is not one of pending, built, approved"),
-                )
-            })?,
-            Some(_) => {
-                return Err((
-                    key(&at, "status"),
-                    "`status` must be pending, built or approved".into(),
-                ))
-            }
-        };
-        let exit_criteria = match o.get("exit_criteria") {
-            None => {
-                return Err((
-                    at,
-                    format!("checkpoint `{id}`: `exit_criteria` is required"),
-                ))
-            }
-            Some(Value::Array(a)) if a.is_empty() => {
-                return Err((
-                    key(&at, "exit_criteria"),
-                    format!("checkpoint `{id}`: `exit_criteria` must list at least one criterion"),
-                ))
-            }
-            Some(Value::Array(a)) => {
-                let mut out = Vec::new();
-                for (j, c) in a.iter().enumerate() {
-                    let mut cat = key(&at, "exit_criteria");
-                    cat.push(Seg::Index(j));
-                    match c {
-                        Value::String(s) if !s.trim().is_empty() => out.push(s.clone()),
-                        _ => {
-                            return Err((
-                                cat,
-                                format!("checkpoint `{id}`: every exit criterion must be a non-empty string"),
-                            ))
-                        }
+    };
+    Ok(Checkpoint {
+        id,
+        name,
+        scope,
+        status,
+        exit_criteria,
+        attempts,
+        review_notes,
+        commands: commands(o, &at)?,
+    })
+}
+
+/// Checkpoint `id`'s `exit_criteria` (at `at`): a non-empty list of non-empty strings.
+fn exit_criteria(
+    o: &serde_json::Map<String, Value>,
+    at: &[Seg],
+    id: &str,
+) -> Result<Vec<String>, Fail> {
+    Ok(match o.get("exit_criteria") {
+        None => {
+            return Err((
+                at.to_vec(),
+                format!("checkpoint `{id}`: `exit_criteria` is required"),
+            ))
+        }
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err((
+                key(at, "exit_criteria"),
+                format!("checkpoint `{id}`: `exit_criteria` must list at least one criterion"),
+            ))
+        }
+        Some(Value::Array(a)) => {
+            let mut out = Vec::new();
+            for (j, c) in a.iter().enumerate() {
+                let mut cat = key(at, "exit_criteria");
+                cat.push(Seg::Index(j));
+                match c {
+                    Value::String(s) if !s.trim().is_empty() => out.push(s.clone()),
+                    _ => {
+                        let why = format!(
+                            "checkpoint `{id}`: every exit criterion must be a non-empty string"
+                        );
+                        return Err((cat, why));
                     }
                 }
-                out
             }
-            Some(_) => {
-                return Err((
-                    key(&at, "exit_criteria"),
-                    "`exit_criteria` must be a list of strings".into(),
-                ))
-            }
-        };
-        let attempts = match o.get("attempts") {
-            None => 0,
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= u32::MAX as u64) => {
-                n.as_u64().unwrap_or(0) as u32
-            }
-            Some(_) => {
-                return Err((
-                    key(&at, "attempts"),
-                    "`attempts` must be a whole number from 0 to 4294967295".into(),
-                ))
-            }
-        };
-        let review_notes = match o.get("review_notes") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => {
-                return Err((
-                    key(&at, "review_notes"),
-                    "`review_notes` must be a string".into(),
-                ))
-            }
-        };
-        checkpoints.push(Checkpoint {
-            id,
-            name,
-            scope,
-            status,
-            exit_criteria,
-            attempts,
-            review_notes,
-            commands: commands(o, &at)?,
-        });
-    }
-    Ok(Plan {
-        plan_file,
-        branch,
-        project,
-        verify_in_review,
-        developer_model,
-        reviewer_model,
-        checkpoints,
-        raw: raw.clone(),
+            out
+        }
+        Some(_) => {
+            return Err((
+                key(at, "exit_criteria"),
+                "`exit_criteria` must be a list of strings".into(),
+            ))
+        }
     })
 }
 

@@ -193,6 +193,52 @@ impl DockerRuntime {
         self.sticky.check().map_err(SandboxError::Infra)
     }
 
+    /// A container's labels: the spec's, belay's own and, unless it is
+    /// unowned, this process's.
+    fn container_labels(&self, spec: &ContainerSpec) -> BTreeMap<String, String> {
+        let mut lbl = spec.labels.clone();
+        lbl.insert(labels::BELAY.into(), "true".into());
+        lbl.insert(labels::RUN.into(), spec.run_id.clone());
+        lbl.insert(labels::KIND.into(), spec.kind.clone());
+        if !spec.unowned {
+            lbl.extend(self.owner.clone());
+        }
+        lbl
+    }
+
+    /// The user commands are exec'd as when the idle processes run as
+    /// another: the image's (root when it names none).
+    async fn exec_user_of(&self, spec: &ContainerSpec) -> Option<String> {
+        match &spec.idle_user {
+            Some(_) => Some(
+                self.docker
+                    .inspect_image(&spec.image)
+                    .await
+                    .ok()
+                    .and_then(|i| i.config)
+                    .and_then(|c| c.user)
+                    .filter(|u| !u.is_empty())
+                    .unwrap_or_else(|| "0:0".to_string()),
+            ),
+            None => None,
+        }
+    }
+
+    /// Record a new container's own init and main process.
+    async fn record_procs(&self, id: &str) {
+        if let Ok(info) = self.docker.inspect_container(id, None).await {
+            let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
+            if let Some(p) = u32::try_from(pid)
+                .ok()
+                .and_then(crate::procs::ContainerProcs::record)
+            {
+                if let Ok(mut m) = self.procs.lock() {
+                    m.insert(id.to_string(), p);
+                }
+            }
+        }
+    }
+
     async fn kill_group(&self, container: &str, pidfile: &str) {
         let script = format!(
             "p=$(cat {pidfile} 2>/dev/null) && [ -n \"$p\" ] && (kill -KILL -\"$p\" 2>/dev/null || kill -KILL \"$p\")"
@@ -216,6 +262,102 @@ impl DockerRuntime {
                 )
                 .await;
         }
+    }
+}
+
+/// The host side of a container: network, mounts (the lifeline too),
+/// confinement and limits.
+fn host_config(spec: &ContainerSpec) -> HostConfig {
+    let lifeline = spec.lifeline.as_ref().map(|l| Mount {
+        host: l.clone(),
+        container: LIFELINE.into(),
+        read_only: true,
+    });
+    let mounts: Vec<String> = spec
+        .mounts
+        .iter()
+        .chain(lifeline.iter())
+        .map(|m| {
+            format!(
+                "{}:{}:{}",
+                m.host.display(),
+                m.container,
+                if m.read_only { "ro" } else { "rw" }
+            )
+        })
+        .collect();
+    HostConfig {
+        network_mode: Some(
+            spec.network_name
+                .clone()
+                .unwrap_or_else(|| spec.network.as_docker().to_string()),
+        ),
+        binds: if mounts.is_empty() {
+            None
+        } else {
+            Some(mounts)
+        },
+        readonly_rootfs: spec.read_only_rootfs.then_some(true),
+        cap_drop: spec.drop_capabilities.then(|| vec!["ALL".to_string()]),
+        security_opt: {
+            let mut o = Vec::new();
+            if spec.drop_capabilities {
+                o.push("no-new-privileges".to_string());
+            }
+            if let Some(p) = &spec.seccomp_profile {
+                o.push(format!("seccomp={p}"));
+            }
+            (!o.is_empty()).then_some(o)
+        },
+        tmpfs: (!spec.tmpfs.is_empty()).then(|| {
+            spec.tmpfs
+                .iter()
+                .map(|p| (p.clone(), "rw,nosuid,size=1g".to_string()))
+                .collect()
+        }),
+        memory: Some(spec.memory_bytes.unwrap_or_else(default_memory)).filter(|m| *m > 0),
+        nano_cpus: spec.nano_cpus,
+        pids_limit: Some(spec.pids_limit.unwrap_or(DEFAULT_PIDS)).filter(|p| *p > 0),
+        init: Some(true),
+        extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
+        ..Default::default()
+    }
+}
+
+/// What a container is created with, its host side `host` and labels `lbl`.
+fn create_body(
+    spec: &ContainerSpec,
+    lbl: &BTreeMap<String, String>,
+    host: HostConfig,
+) -> ContainerCreateBody {
+    let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        user: spec.idle_user.clone(),
+        cmd: Some(match (&spec.cmd, &spec.lifeline) {
+            (Some(cmd), _) => cmd.clone(),
+            // Ends (and with it the container) once belay's lock goes.
+            (None, Some(_)) => {
+                vec!["flock".into(), "-s".into(), LIFELINE.into(), "true".into()]
+            }
+            (None, None) => vec!["sleep".into(), "infinity".into()],
+        }),
+        entrypoint: Some(vec![]),
+        env: Some(env),
+        labels: Some(to_hash(lbl)),
+        working_dir: spec.working_dir.clone(),
+        host_config: Some(host),
+        // No `network_disabled`: network mode `none` already gives a
+        // namespace with only loopback, and disabling the network also
+        // leaves `/etc/hosts` empty, so `localhost` does not resolve and a
+        // test suite that binds a loopback server fails.
+        networking_config: spec
+            .network_name
+            .as_ref()
+            .map(|n| bollard::models::NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(n.clone(), Default::default())])),
+            }),
+        ..Default::default()
     }
 }
 
@@ -375,109 +517,11 @@ impl ContainerRuntime for DockerRuntime {
             }
         }
         self.check()?;
-        let mut lbl = spec.labels.clone();
-        lbl.insert(labels::BELAY.into(), "true".into());
-        lbl.insert(labels::RUN.into(), spec.run_id.clone());
-        lbl.insert(labels::KIND.into(), spec.kind.clone());
-        if !spec.unowned {
-            lbl.extend(self.owner.clone());
-        }
-        let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let lifeline = spec.lifeline.as_ref().map(|l| Mount {
-            host: l.clone(),
-            container: LIFELINE.into(),
-            read_only: true,
-        });
-        let mounts: Vec<String> = spec
-            .mounts
-            .iter()
-            .chain(lifeline.iter())
-            .map(|m| {
-                format!(
-                    "{}:{}:{}",
-                    m.host.display(),
-                    m.container,
-                    if m.read_only { "ro" } else { "rw" }
-                )
-            })
-            .collect();
-        let host = HostConfig {
-            network_mode: Some(
-                spec.network_name
-                    .clone()
-                    .unwrap_or_else(|| spec.network.as_docker().to_string()),
-            ),
-            binds: if mounts.is_empty() {
-                None
-            } else {
-                Some(mounts)
-            },
-            readonly_rootfs: spec.read_only_rootfs.then_some(true),
-            cap_drop: spec.drop_capabilities.then(|| vec!["ALL".to_string()]),
-            security_opt: {
-                let mut o = Vec::new();
-                if spec.drop_capabilities {
-                    o.push("no-new-privileges".to_string());
-                }
-                if let Some(p) = &spec.seccomp_profile {
-                    o.push(format!("seccomp={p}"));
-                }
-                (!o.is_empty()).then_some(o)
-            },
-            tmpfs: (!spec.tmpfs.is_empty()).then(|| {
-                spec.tmpfs
-                    .iter()
-                    .map(|p| (p.clone(), "rw,nosuid,size=1g".to_string()))
-                    .collect()
-            }),
-            memory: Some(spec.memory_bytes.unwrap_or_else(default_memory)).filter(|m| *m > 0),
-            nano_cpus: spec.nano_cpus,
-            pids_limit: Some(spec.pids_limit.unwrap_or(DEFAULT_PIDS)).filter(|p| *p > 0),
-            init: Some(true),
-            extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
-            ..Default::default()
-        };
+        let lbl = self.container_labels(spec);
+        let host = host_config(spec);
         // Commands keep the image's user; the idle processes get another.
-        let exec_user = match &spec.idle_user {
-            Some(_) => Some(
-                self.docker
-                    .inspect_image(&spec.image)
-                    .await
-                    .ok()
-                    .and_then(|i| i.config)
-                    .and_then(|c| c.user)
-                    .filter(|u| !u.is_empty())
-                    .unwrap_or_else(|| "0:0".to_string()),
-            ),
-            None => None,
-        };
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            user: spec.idle_user.clone(),
-            cmd: Some(match (&spec.cmd, &spec.lifeline) {
-                (Some(cmd), _) => cmd.clone(),
-                // Ends (and with it the container) once belay's lock goes.
-                (None, Some(_)) => {
-                    vec!["flock".into(), "-s".into(), LIFELINE.into(), "true".into()]
-                }
-                (None, None) => vec!["sleep".into(), "infinity".into()],
-            }),
-            entrypoint: Some(vec![]),
-            env: Some(env),
-            labels: Some(to_hash(&lbl)),
-            working_dir: spec.working_dir.clone(),
-            host_config: Some(host),
-            // No `network_disabled`: network mode `none` already gives a
-            // namespace with only loopback, and disabling the network also
-            // leaves `/etc/hosts` empty, so `localhost` does not resolve and a
-            // test suite that binds a loopback server fails.
-            networking_config: spec.network_name.as_ref().map(|n| {
-                bollard::models::NetworkingConfig {
-                    endpoints_config: Some(HashMap::from([(n.clone(), Default::default())])),
-                }
-            }),
-            ..Default::default()
-        };
+        let exec_user = self.exec_user_of(spec).await;
+        let body = create_body(spec, &lbl, host);
         let t0 = Instant::now();
         let created = self
             .docker
@@ -504,17 +548,7 @@ impl ContainerRuntime for DockerRuntime {
             m.insert(created.id.clone(), u);
         }
         // Its own two processes, so that a step's leftovers can be told apart.
-        if let Ok(info) = self.docker.inspect_container(&created.id, None).await {
-            let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
-            if let Some(p) = u32::try_from(pid)
-                .ok()
-                .and_then(crate::procs::ContainerProcs::record)
-            {
-                if let Ok(mut m) = self.procs.lock() {
-                    m.insert(created.id.clone(), p);
-                }
-            }
-        }
+        self.record_procs(&created.id).await;
         tracing::debug!(image = %spec.image, took_ms = t0.elapsed().as_millis() as u64, "container created and started");
         Ok(created.id)
     }

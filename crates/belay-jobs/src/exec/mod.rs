@@ -134,12 +134,14 @@ impl Tally {
     }
 }
 
-/// Run a claimed job.
-pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsError> {
-    let started = Instant::now();
-    let run = open_run(svc, job)?;
-    let spec = agent::spec_for(svc, job)?;
-    let repos = repos_of(svc, job)?;
+/// Tell the run and the progress line that the job started.
+fn announce_start(
+    svc: &Services,
+    run: &RunHandle,
+    job: &Job,
+    spec: &belay_agent::AgentSpec,
+    repos: &[RepoConfig],
+) {
     let _ = run.emit(
         "jobs",
         None,
@@ -160,15 +162,14 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         spec,
         job.pipeline_role.as_str()
     ));
-    let ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
-    let mut tally = Tally {
-        tokens: Tokens::default(),
-        cost_usd: 0.0,
-        agent_s: 0.0,
-        turns: 0,
-    };
-    let outcome = judge_and_publish(svc, &run, job, &ws, &spec, stop, &mut tally).await;
-    let (pushed, keep): (Vec<(String, String)>, Vec<String>) = match &outcome {
+}
+
+/// The repositories pushed (name, hash) and those whose job branch is kept.
+fn pushed_and_kept(
+    outcome: &Result<Option<Judged>, JobsError>,
+    ws: &Workspace,
+) -> (Vec<(String, String)>, Vec<String>) {
+    match outcome {
         Ok(Some(o)) => (
             o.results
                 .iter()
@@ -199,7 +200,72 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
                 .collect(),
         ),
         _ => (vec![], vec![]),
+    }
+}
+
+/// The commits, the reply and the fixer outcome from each repository's result.
+fn reply_and_commits(
+    job: &Job,
+    outcome: &Judged,
+    ws_names: &[(String, bool)],
+    targets: &[(String, String)],
+    notes: &[String],
+) -> (String, Vec<CommitRef>, Option<FixResult>) {
+    let mut commits = Vec::new();
+    let mut lines = Vec::new();
+    let mut fixer = outcome.fixer.clone();
+    for (name, r) in &outcome.results {
+        let target = targets
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default();
+        let (line, commit) = publish::describe(name, &target, &job.id, pushes(ws_names, name), r);
+        lines.extend(line);
+        if let Some(c) = commit {
+            if let (
+                Some(f),
+                RepoResult::Committed {
+                    push_error: None, ..
+                },
+            ) = (&mut fixer, r)
+            {
+                if pushes(ws_names, name) {
+                    f.commit_hash = Some(c.hash.clone());
+                    f.pushed_branch = Some(c.branch.clone());
+                }
+            }
+            commits.push(c);
+        }
+    }
+    let mut reply = outcome.text.trim().to_string();
+    if !lines.is_empty() {
+        reply.push_str("\n\n");
+        reply.push_str(&lines.join("\n"));
+    }
+    for n in notes {
+        reply.push_str("\n\n");
+        reply.push_str(n);
+    }
+    (reply, commits, fixer)
+}
+
+/// Run a claimed job.
+pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsError> {
+    let started = Instant::now();
+    let run = open_run(svc, job)?;
+    let spec = agent::spec_for(svc, job)?;
+    let repos = repos_of(svc, job)?;
+    announce_start(svc, &run, job, &spec, &repos);
+    let ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
+    let mut tally = Tally {
+        tokens: Tokens::default(),
+        cost_usd: 0.0,
+        agent_s: 0.0,
+        turns: 0,
     };
+    let outcome = judge_and_publish(svc, &run, job, &ws, &spec, stop, &mut tally).await;
+    let (pushed, keep) = pushed_and_kept(&outcome, &ws);
     let ws_names: Vec<(String, bool)> = ws
         .repos
         .iter()
@@ -235,43 +301,8 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
             held: None,
         },
     };
-    let mut commits = Vec::new();
-    let mut lines = Vec::new();
-    let mut fixer = outcome.fixer.clone();
-    for (name, r) in &outcome.results {
-        let target = targets
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, t)| t.clone())
-            .unwrap_or_default();
-        let (line, commit) = publish::describe(name, &target, &job.id, pushes(&ws_names, name), r);
-        lines.extend(line);
-        if let Some(c) = commit {
-            if let (
-                Some(f),
-                RepoResult::Committed {
-                    push_error: None, ..
-                },
-            ) = (&mut fixer, r)
-            {
-                if pushes(&ws_names, name) {
-                    f.commit_hash = Some(c.hash.clone());
-                    f.pushed_branch = Some(c.branch.clone());
-                }
-            }
-            commits.push(c);
-        }
-    }
+    let (reply, commits, fixer) = reply_and_commits(job, &outcome, &ws_names, &targets, &notes);
     let status = outcome.status;
-    let mut reply = outcome.text.trim().to_string();
-    if !lines.is_empty() {
-        reply.push_str("\n\n");
-        reply.push_str(&lines.join("\n"));
-    }
-    for n in &notes {
-        reply.push_str("\n\n");
-        reply.push_str(n);
-    }
     let record = CompletionRecord {
         job_id: job.id.to_string(),
         status,
@@ -476,16 +507,8 @@ fn places(ws: &Workspace, on_host: bool) -> Vec<Place> {
         .collect()
 }
 
-/// The agent, the answer, the checks and the commits. `None`: stopped.
-async fn judge_and_publish(
-    svc: &Services,
-    run: &RunHandle,
-    job: &Job,
-    ws: &Workspace,
-    spec: &belay_agent::AgentSpec,
-    stop: &Stop,
-    tally: &mut Tally,
-) -> Result<Option<Judged>, JobsError> {
+/// The answer's prompt for the job's role, with the sender's carried context.
+fn answer_prompt(svc: &Services, job: &Job, ws: &Workspace) -> String {
     let on_host = svc.cfg.agent.placement == crate::config::Placement::Host;
     let carried = if job.fresh_session {
         None
@@ -493,7 +516,7 @@ async fn judge_and_publish(
         context::load(&svc.queue, job.requester(), job.board_slug.as_deref())
     };
     let p = places(ws, on_host);
-    let prompt = match job.pipeline_role {
+    match job.pipeline_role {
         Role::Builder => prompt::builder(
             &p,
             job.requester(),
@@ -506,18 +529,16 @@ async fn judge_and_publish(
             carried.as_ref().map(|c| c.text.as_str()),
             &job.body,
         ),
-    };
-    let limit = job.iteration_limit();
-    let report = match agent::session(svc, run, ws, spec, "answer", &prompt, limit, stop).await? {
-        Session::Stopped => return Ok(None),
-        Session::Done(r) => r,
-    };
-    tally.add(&report);
+    }
+}
+
+/// The judgement of a session that hit its limit or failed; `None`: it completed.
+fn unfinished(report: &belay_agent::AgentReport, limit: u32) -> Option<Judged> {
     if report.interim || matches!(report.stop, StopReason::TurnLimit { .. }) {
-        return Ok(Some(Judged::plain(
+        return Some(Judged::plain(
             Status::LimitReached,
             prompt::interim(limit, &report.final_text),
-        )));
+        ));
     }
     if !report.ok() {
         let why = format!(
@@ -536,85 +557,78 @@ async fn judge_and_publish(
             ),
         );
         j.failure = Some(why);
-        return Ok(Some(j));
+        return Some(j);
     }
-    let (text, message, fixer) = match job.pipeline_role {
-        Role::Builder => {
-            let b = answer::commit_block(&report.final_text);
-            let mut text = b.text;
-            if let Some(p) = &b.problem {
-                text.push_str(&format!("\n\n{p}."));
-            }
-            (text, b.message, None)
-        }
-        Role::Fixer => match answer::fix_result(&report.final_text) {
-            Ok(a) => (a.result.summary.clone(), a.message, Some(a.result)),
-            Err(first) => {
-                let _ = run.emit(
-                    "jobs",
-                    Some("agent"),
-                    &JobEvent::FixResultInvalid {
-                        attempt: "answer",
-                        error: first.clone(),
-                    },
-                );
-                let fix = prompt::correction(&first, &report.final_text);
-                let second = match agent::session(
-                    svc,
-                    run,
-                    ws,
-                    spec,
-                    "correction",
-                    &fix,
-                    limit.min(5),
-                    stop,
-                )
-                .await?
+    None
+}
+
+/// What an answer gives: the text shown, the commit message, the fixer's result.
+type Answer = (String, Option<String>, Option<FixResult>);
+
+/// A fixer's answer, with its one format correction. `None`: stopped.
+#[allow(clippy::too_many_arguments)]
+async fn fixer_answer(
+    svc: &Services,
+    run: &RunHandle,
+    ws: &Workspace,
+    spec: &belay_agent::AgentSpec,
+    stop: &Stop,
+    tally: &mut Tally,
+    final_text: &str,
+    limit: u32,
+) -> Result<Option<Answer>, JobsError> {
+    Ok(Some(match answer::fix_result(final_text) {
+        Ok(a) => (a.result.summary.clone(), a.message, Some(a.result)),
+        Err(first) => {
+            let _ = run.emit(
+                "jobs",
+                Some("agent"),
+                &JobEvent::FixResultInvalid {
+                    attempt: "answer",
+                    error: first.clone(),
+                },
+            );
+            let fix = prompt::correction(&first, final_text);
+            let second =
+                match agent::session(svc, run, ws, spec, "correction", &fix, limit.min(5), stop)
+                    .await?
                 {
                     Session::Stopped => return Ok(None),
                     Session::Done(r) => r,
                 };
-                tally.add(&second);
-                let verdict = if second.interim || !second.ok() {
-                    Err(format!("the correction {}", second.stop.describe()))
-                } else {
-                    answer::fix_result(&second.final_text)
-                };
-                match verdict {
-                    Ok(a) => (a.result.summary.clone(), a.message, Some(a.result)),
-                    Err(e) => {
-                        let _ = run.emit(
-                            "jobs",
-                            Some("agent"),
-                            &JobEvent::FixResultInvalid {
-                                attempt: "correction",
-                                error: e.clone(),
-                            },
-                        );
-                        let f = answer::fallback(&e);
-                        (f.summary.clone(), None, Some(f))
-                    }
+            tally.add(&second);
+            let verdict = if second.interim || !second.ok() {
+                Err(format!("the correction {}", second.stop.describe()))
+            } else {
+                answer::fix_result(&second.final_text)
+            };
+            match verdict {
+                Ok(a) => (a.result.summary.clone(), a.message, Some(a.result)),
+                Err(e) => {
+                    let _ = run.emit(
+                        "jobs",
+                        Some("agent"),
+                        &JobEvent::FixResultInvalid {
+                            attempt: "correction",
+                            error: e.clone(),
+                        },
+                    );
+                    let f = answer::fallback(&e);
+                    (f.summary.clone(), None, Some(f))
                 }
             }
-        },
-    };
-    let Some(message) = message else {
-        let note = if job.pipeline_role == Role::Builder && !text.contains("nothing was committed")
-        {
-            "\n\nNothing was committed: the answer has no commit block."
-        } else {
-            ""
-        };
-        let mut j = Judged::plain(Status::NoChanges, format!("{}{note}", text.trim()));
-        j.fixer = fixer;
-        return Ok(Some(j));
-    };
-    if let Some(failed) = publish::checks(svc, run, ws).await? {
-        let mut j = Judged::plain(Status::CheckFailed, format!("{}\n\n{failed}", text.trim()));
-        j.failure = Some(failed);
-        j.fixer = fixer;
-        return Ok(Some(j));
-    }
+        }
+    }))
+}
+
+/// Commit and push each repository, or hold it for the owner's approval.
+async fn commit_or_hold(
+    svc: &Services,
+    run: &RunHandle,
+    job: &Job,
+    ws: &Workspace,
+    message: &str,
+) -> Result<(Vec<(String, RepoResult)>, Vec<HeldRepo>), JobsError> {
     let mut results = Vec::new();
     let mut held = Vec::new();
     for r in &ws.repos {
@@ -633,12 +647,17 @@ async fn judge_and_publish(
             }
             res
         } else {
-            publish::commit_and_push(svc, run, r, &message).await?
+            publish::commit_and_push(svc, run, r, message).await?
         };
         results.push((r.cfg.name.clone(), res));
     }
+    Ok((results, held))
+}
+
+/// The job's status from its repositories' results.
+fn status_of(results: &[(String, RepoResult)], held: &[HeldRepo]) -> Status {
     let any = |f: fn(&RepoResult) -> bool| results.iter().any(|(_, r)| f(r));
-    let status = if any(|r| {
+    if any(|r| {
         matches!(
             r,
             RepoResult::Committed {
@@ -656,7 +675,64 @@ async fn judge_and_publish(
         Status::Held
     } else {
         Status::NoChanges
+    }
+}
+
+/// The agent, the answer, the checks and the commits. `None`: stopped.
+async fn judge_and_publish(
+    svc: &Services,
+    run: &RunHandle,
+    job: &Job,
+    ws: &Workspace,
+    spec: &belay_agent::AgentSpec,
+    stop: &Stop,
+    tally: &mut Tally,
+) -> Result<Option<Judged>, JobsError> {
+    let prompt = answer_prompt(svc, job, ws);
+    let limit = job.iteration_limit();
+    let report = match agent::session(svc, run, ws, spec, "answer", &prompt, limit, stop).await? {
+        Session::Stopped => return Ok(None),
+        Session::Done(r) => r,
     };
+    tally.add(&report);
+    if let Some(j) = unfinished(&report, limit) {
+        return Ok(Some(j));
+    }
+    let (text, message, fixer) = match job.pipeline_role {
+        Role::Builder => {
+            let b = answer::commit_block(&report.final_text);
+            let mut text = b.text;
+            if let Some(p) = &b.problem {
+                text.push_str(&format!("\n\n{p}."));
+            }
+            (text, b.message, None)
+        }
+        Role::Fixer => {
+            match fixer_answer(svc, run, ws, spec, stop, tally, &report.final_text, limit).await? {
+                Some(a) => a,
+                None => return Ok(None),
+            }
+        }
+    };
+    let Some(message) = message else {
+        let note = if job.pipeline_role == Role::Builder && !text.contains("nothing was committed")
+        {
+            "\n\nNothing was committed: the answer has no commit block."
+        } else {
+            ""
+        };
+        let mut j = Judged::plain(Status::NoChanges, format!("{}{note}", text.trim()));
+        j.fixer = fixer;
+        return Ok(Some(j));
+    };
+    if let Some(failed) = publish::checks(svc, run, ws).await? {
+        let mut j = Judged::plain(Status::CheckFailed, format!("{}\n\n{failed}", text.trim()));
+        j.failure = Some(failed);
+        j.fixer = fixer;
+        return Ok(Some(j));
+    }
+    let (results, held) = commit_or_hold(svc, run, job, ws, &message).await?;
+    let status = status_of(&results, &held);
     let mut text = text.trim().to_string();
     if status == Status::NoChanges {
         text.push_str("\n\nNothing was committed: no file changed.");

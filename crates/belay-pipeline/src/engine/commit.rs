@@ -27,33 +27,13 @@ impl Engine<'_> {
     /// only when every gate of this attempt passed and the worktree was clean
     /// at start, and never with a secret's value in it.
     pub(super) async fn commit(&mut self, step: &Step) -> Result<StepResult, PipelineError> {
-        let fail = |detail: String| {
-            Ok(StepResult {
+        if let Some(detail) = self.commit_blocked() {
+            return Ok(StepResult {
                 verdict: Verdict::Fail,
                 detail,
                 exit_code: None,
                 missing_deps: vec![],
-            })
-        };
-        if !self.state.clean_at_start {
-            return fail("the worktree had uncommitted changes when the run started: belay does not mix them into its commit. Commit or stash them and start a new run".into());
-        }
-        let failed: Vec<&String> = self
-            .state
-            .verdicts
-            .iter()
-            .filter(|(_, v)| **v != Verdict::Pass)
-            .map(|(k, _)| k)
-            .collect();
-        if !failed.is_empty() {
-            return fail(format!(
-                "gates that did not pass in this attempt: {}",
-                failed
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            });
         }
         let root = self.git.root().to_path_buf();
         let mut exclude = tooling_paths(self.p, &root);
@@ -72,54 +52,11 @@ impl Engine<'_> {
             .redactor
             .redact(&self.render(&template, step))
             .into_owned();
-        if let Some(before) = self.state.commit_pending.clone() {
-            if let Some(head) = self.git.recognise_commit(&before, &message).await? {
-                self.state.commit = Some(head.clone());
-                self.state.commit_pending = None;
-                self.save()?;
-                self.event(
-                    Kind::Commit,
-                    Some(&step.name),
-                    serde_json::json!({"sha": head, "recovered": true}),
-                )?;
-                return Ok(StepResult {
-                    verdict: Verdict::Pass,
-                    detail: String::new(),
-                    exit_code: None,
-                    missing_deps: vec![],
-                });
-            }
-            self.state.commit_pending = None;
+        if let Some(recovered) = self.recover_pending_commit(step, &message).await? {
+            return Ok(recovered);
         }
-        // A step may not change the pipeline's tooling (the file, the agents,
-        // the shared files, the policy files) and get the change committed.
-        let tooling = tooling_paths(self.p, &root);
-        let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
-        let changed = self.git.dirty(&refs).await?;
-        if !changed.is_empty() {
-            let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
+        if let Some(reason) = self.commit_refusal(&root).await? {
             return self.refuse_commit(step, reason);
-        }
-        // A nested `.git` that git does not ignore (inside a tracked directory,
-        // where `ls-files --others` does not look): a person running git there
-        // would run its config. Submodules of the start are theirs to have.
-        let nested: Vec<String> = self
-            .nested_git
-            .iter()
-            .map(|p| {
-                p.trim_end_matches("/.git")
-                    .trim_end_matches(".git")
-                    .trim_end_matches('/')
-                    .to_string()
-            })
-            .filter(|dir| !self.state.submodules_at_start.contains(dir))
-            .collect();
-        let nested = self.git.not_ignored(&nested).await?;
-        if !nested.is_empty() {
-            return self.refuse_commit(
-                step,
-                belay_vcs::Refusal::EmbeddedRepository(nested).to_string(),
-            );
         }
         // git refuses a pathspec beyond a symbolic link: an output whose
         // parent a step made a link cannot be in the tree anyway.
@@ -180,5 +117,92 @@ impl Engine<'_> {
             exit_code: None,
             missing_deps: vec![],
         })
+    }
+
+    /// Why this attempt may not commit (a worktree dirty at start, gates not passed), or `None`.
+    fn commit_blocked(&self) -> Option<String> {
+        if !self.state.clean_at_start {
+            return Some("the worktree had uncommitted changes when the run started: belay does not mix them into its commit. Commit or stash them and start a new run".into());
+        }
+        let failed: Vec<&String> = self
+            .state
+            .verdicts
+            .iter()
+            .filter(|(_, v)| **v != Verdict::Pass)
+            .map(|(k, _)| k)
+            .collect();
+        if !failed.is_empty() {
+            return Some(format!(
+                "gates that did not pass in this attempt: {}",
+                failed
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        None
+    }
+
+    /// The step's result if a killed run's pending commit is recognised; clears the pending mark.
+    async fn recover_pending_commit(
+        &mut self,
+        step: &Step,
+        message: &str,
+    ) -> Result<Option<StepResult>, PipelineError> {
+        if let Some(before) = self.state.commit_pending.clone() {
+            if let Some(head) = self.git.recognise_commit(&before, message).await? {
+                self.state.commit = Some(head.clone());
+                self.state.commit_pending = None;
+                self.save()?;
+                self.event(
+                    Kind::Commit,
+                    Some(&step.name),
+                    serde_json::json!({"sha": head, "recovered": true}),
+                )?;
+                return Ok(Some(StepResult {
+                    verdict: Verdict::Pass,
+                    detail: String::new(),
+                    exit_code: None,
+                    missing_deps: vec![],
+                }));
+            }
+            self.state.commit_pending = None;
+        }
+        Ok(None)
+    }
+
+    /// Why the tree may not be committed (changed tooling, a nested repository), or `None`.
+    async fn commit_refusal(&mut self, root: &Path) -> Result<Option<String>, PipelineError> {
+        // A step may not change the pipeline's tooling (the file, the agents,
+        // the shared files, the policy files) and get the change committed.
+        let tooling = tooling_paths(self.p, root);
+        let refs: Vec<&str> = tooling.iter().map(String::as_str).collect();
+        let changed = self.git.dirty(&refs).await?;
+        if !changed.is_empty() {
+            let reason = format!("a step changed the pipeline's tooling ({}); nothing was committed. Restore it from HEAD and start a new run", changed.join(", "));
+            return Ok(Some(reason));
+        }
+        // A nested `.git` that git does not ignore (inside a tracked directory,
+        // where `ls-files --others` does not look): a person running git there
+        // would run its config. Submodules of the start are theirs to have.
+        let nested: Vec<String> = self
+            .nested_git
+            .iter()
+            .map(|p| {
+                p.trim_end_matches("/.git")
+                    .trim_end_matches(".git")
+                    .trim_end_matches('/')
+                    .to_string()
+            })
+            .filter(|dir| !self.state.submodules_at_start.contains(dir))
+            .collect();
+        let nested = self.git.not_ignored(&nested).await?;
+        if !nested.is_empty() {
+            return Ok(Some(
+                belay_vcs::Refusal::EmbeddedRepository(nested).to_string(),
+            ));
+        }
+        Ok(None)
     }
 }

@@ -340,10 +340,87 @@ impl Engine<'_> {
         let network = matches!(net, Net::Open(_));
         let root = self.git.root().to_path_buf();
         let env_volumes = self.env_volumes().await?;
+        let mut mounts = self.step_mounts(&root, access, &env_volumes).await?;
+        // The host's own `.venv` (a developer's, for local tests) is not the
+        // sandbox's: steps get an empty one in its place, so they can neither
+        // run the host's interpreter nor write into it. An image's own
+        // `.venv` (an env volume) is not the host's.
+        let mut tmpfs = vec!["/tmp".to_string()];
+        // (Not following a link a step may have put there.)
+        let host_venv = fs_err::symlink_metadata(root.join(".venv")).is_ok_and(|m| m.is_dir());
+        if host_venv && !env_volumes.iter().any(|(_, d)| d == ".venv") {
+            tmpfs.push(format!("{WORKDIR}/.venv"));
+        }
+        let trust = belay_sandbox::trust::HostTrust::detect();
+        let mut env = vec![
+            ("HOME".to_string(), "/tmp".to_string()),
+            ("LANG".into(), "C.UTF-8".into()),
+        ];
+        if let Some(src) = &trust.ca_source {
+            mounts.push(Mount {
+                host: src.clone(),
+                container: "/etc/belay/ca-certificates.crt".into(),
+                read_only: true,
+            });
+            env.extend(trust.ca_env());
+        }
+        let network_name = self
+            .container_network(net, &trust, &mut env, &mut mounts)
+            .await?;
+        let seccomp = self.step_seccomp()?;
+        let spec = ContainerSpec {
+            image: self.image.clone(),
+            run_id: self.state.run_id.clone(),
+            kind: "pipeline".into(),
+            network: if network {
+                Network::Bridge
+            } else {
+                Network::None
+            },
+            env,
+            working_dir: Some(WORKDIR.into()),
+            mounts,
+            read_only_rootfs: true,
+            drop_capabilities: true,
+            memory_bytes: self.p.isolation.memory.as_deref().and_then(parse_memory),
+            pids_limit: self.p.isolation.pids,
+            nano_cpus: self.p.isolation.cpus.map(|c| (c * 1e9) as i64),
+            tmpfs,
+            seccomp_profile: seccomp,
+            network_name,
+            idle_user: Some(IDLE_USER.into()),
+            ..Default::default()
+        };
+        let id = self.rt.create(&spec).await?;
+        let net_desc = match net {
+            Net::None => "none",
+            Net::Open(OpenNet::Bridge) => "run bridge, host fenced off",
+            Net::Open(OpenNet::Registries) => "internal + egress proxy (package registries)",
+            Net::Open(OpenNet::Browser) => "internal + egress proxy (any public host, logged)",
+            Net::Model => "internal, model endpoint only",
+        };
+        let memory = spec
+            .memory_bytes
+            .unwrap_or_else(belay_sandbox::default_memory);
+        let pids = spec.pids_limit.unwrap_or(belay_sandbox::DEFAULT_PIDS);
+        self.event(Kind::Sandbox, None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
+            "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations,
+            "memory_bytes": memory, "pids_limit": pids, "secrets": &key.2, "seccomp": self.seccomp.as_ref().map(|s| &s.2)}))?;
+        self.containers.insert(key, id.clone());
+        Ok(id)
+    }
+
+    /// A step container's mounts: workspace, artifacts, env volumes, `.git` and its config, caches.
+    async fn step_mounts(
+        &mut self,
+        root: &Path,
+        access: Access,
+        env_volumes: &[(String, String)],
+    ) -> Result<Vec<Mount>, PipelineError> {
         let artifacts = self.artifacts_dir();
         let mut mounts = vec![
             Mount {
-                host: root.clone(),
+                host: root.to_path_buf(),
                 container: WORKDIR.into(),
                 read_only: access == Access::Ro,
             },
@@ -353,7 +430,7 @@ impl Engine<'_> {
                 read_only: false,
             },
         ];
-        for (name, dir) in &env_volumes {
+        for (name, dir) in env_volumes {
             mounts.push(Mount {
                 host: PathBuf::from(name),
                 container: format!("{WORKDIR}/{dir}"),
@@ -410,29 +487,18 @@ impl Engine<'_> {
                 read_only: false,
             });
         }
-        // The host's own `.venv` (a developer's, for local tests) is not the
-        // sandbox's: steps get an empty one in its place, so they can neither
-        // run the host's interpreter nor write into it. An image's own
-        // `.venv` (an env volume) is not the host's.
-        let mut tmpfs = vec!["/tmp".to_string()];
-        // (Not following a link a step may have put there.)
-        let host_venv = fs_err::symlink_metadata(root.join(".venv")).is_ok_and(|m| m.is_dir());
-        if host_venv && !env_volumes.iter().any(|(_, d)| d == ".venv") {
-            tmpfs.push(format!("{WORKDIR}/.venv"));
-        }
-        let trust = belay_sandbox::trust::HostTrust::detect();
-        let mut env = vec![
-            ("HOME".to_string(), "/tmp".to_string()),
-            ("LANG".into(), "C.UTF-8".into()),
-        ];
-        if let Some(src) = &trust.ca_source {
-            mounts.push(Mount {
-                host: src.clone(),
-                container: "/etc/belay/ca-certificates.crt".into(),
-                read_only: true,
-            });
-            env.extend(trust.ca_env());
-        }
+        Ok(mounts)
+    }
+
+    /// The network a step container joins for `net`; what it needs goes to `env` and `mounts`.
+    async fn container_network(
+        &mut self,
+        net: Net,
+        trust: &belay_sandbox::trust::HostTrust,
+        env: &mut Vec<(String, String)>,
+        mounts: &mut Vec<Mount>,
+    ) -> Result<Option<String>, PipelineError> {
+        let network = matches!(net, Net::Open(_));
         let mut network_name = None;
         if net == Net::Model {
             let route = self.model_route().await?;
@@ -466,7 +532,12 @@ impl Engine<'_> {
             env.extend(trust.proxy_env.iter().cloned());
             network_name = Some(self.open_network().await?);
         }
-        let seccomp = match &self.seccomp {
+        Ok(network_name)
+    }
+
+    /// The seccomp profile text for a step container, refused if its file changed since the start.
+    fn step_seccomp(&self) -> Result<Option<String>, PipelineError> {
+        Ok(match &self.seccomp {
             Some((_, text, _))
                 if self
                     .p
@@ -492,47 +563,7 @@ impl Engine<'_> {
                 Some(text.clone())
             }
             None => None,
-        };
-        let spec = ContainerSpec {
-            image: self.image.clone(),
-            run_id: self.state.run_id.clone(),
-            kind: "pipeline".into(),
-            network: if network {
-                Network::Bridge
-            } else {
-                Network::None
-            },
-            env,
-            working_dir: Some(WORKDIR.into()),
-            mounts,
-            read_only_rootfs: true,
-            drop_capabilities: true,
-            memory_bytes: self.p.isolation.memory.as_deref().and_then(parse_memory),
-            pids_limit: self.p.isolation.pids,
-            nano_cpus: self.p.isolation.cpus.map(|c| (c * 1e9) as i64),
-            tmpfs,
-            seccomp_profile: seccomp,
-            network_name,
-            idle_user: Some(IDLE_USER.into()),
-            ..Default::default()
-        };
-        let id = self.rt.create(&spec).await?;
-        let net_desc = match net {
-            Net::None => "none",
-            Net::Open(OpenNet::Bridge) => "run bridge, host fenced off",
-            Net::Open(OpenNet::Registries) => "internal + egress proxy (package registries)",
-            Net::Open(OpenNet::Browser) => "internal + egress proxy (any public host, logged)",
-            Net::Model => "internal, model endpoint only",
-        };
-        let memory = spec
-            .memory_bytes
-            .unwrap_or_else(belay_sandbox::default_memory);
-        let pids = spec.pids_limit.unwrap_or(belay_sandbox::DEFAULT_PIDS);
-        self.event(Kind::Sandbox, None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
-            "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations,
-            "memory_bytes": memory, "pids_limit": pids, "secrets": &key.2, "seccomp": self.seccomp.as_ref().map(|s| &s.2)}))?;
-        self.containers.insert(key, id.clone());
-        Ok(id)
+        })
     }
 
     /// A cache's host directory: `<state_dir>/caches/<name>`.

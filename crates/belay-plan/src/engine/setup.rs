@@ -311,87 +311,9 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         Phase::Idle => None,
     });
     let (plan, notes) = load_plan(o, &git, &loc, &dir, interrupted.as_ref())?;
-    // The work tree: clean but for the plan file, unless this is a resume
-    // (then the changes are what the run left: a killed agent's work, or a
-    // build that failed its gate).
-    let dirty: Vec<String> = git
-        .dirty(&[])
-        .await?
-        .into_iter()
-        .filter(|p| p != &loc.plan_rel)
-        .collect();
-    // A resume accepts what the run left: anything after a kill during an
-    // agent call (the agent's partial work), else only the paths it recorded.
-    let foreign: Vec<String> = match (&previous, &interrupted) {
-        (Some(_), Some(_)) => vec![],
-        (Some(s), None) if s.commit_pending.is_some() => vec![],
-        (Some(s), None) => dirty
-            .iter()
-            .filter(|p| !s.left_dirty.contains(p))
-            .cloned()
-            .collect(),
-        (None, _) => dirty.clone(),
-    };
-    if resumed && !foreign.is_empty() {
-        return Err(PlanError::Refused(format!(
-            "the work tree has changes the stopped run did not leave ({}{}): commit or stash them, then rerun to go on",
-            foreign.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
-            if foreign.len() > 5 { ", …" } else { "" }
-        )));
-    }
-    if !dirty.is_empty() && !resumed {
-        return Err(PlanError::Refused(format!(
-            "the work tree has uncommitted changes ({}{}): the loop commits every step and does not mix them in. Commit or stash them and rerun; nothing was changed",
-            dirty.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
-            if dirty.len() > 5 { ", …" } else { "" }
-        )));
-    }
-    let branch = previous
-        .as_ref()
-        .map(|s| s.branch.clone())
-        .unwrap_or_else(|| plan.branch.clone());
-    if let Some(why) = schema::branch_problem(&branch) {
-        return Err(PlanError::Usage(why));
-    }
-    if !git.valid_branch(&branch).await? {
-        return Err(PlanError::Usage(format!(
-            "`{branch}` is not a branch name git accepts (git check-ref-format --branch)"
-        )));
-    }
-    // Only now the branch: checked out, or made from HEAD.
-    if git.current_branch().await?.as_deref() != Some(branch.as_str()) {
-        if !dirty.is_empty() {
-            return Err(PlanError::Refused(format!(
-                "the work tree has changes of the killed run, but it is not on its branch {branch}: switch back to it (git switch {branch}) and rerun"
-            )));
-        }
-        if !git.branch_exists(&branch).await? {
-            let head = git.head().await.map_err(|e| {
-                PlanError::Refused(format!(
-                    "the repository has no commit to start {branch} from ({e}): make a first commit"
-                ))
-            })?;
-            git.branch_create(&branch, &head).await?;
-        }
-        git.switch(&branch).await?;
-    }
-    // The caller's redactor is the one policy's host part (secret-looking
-    // variables included); the tree's `.env` values are added to it.
-    let mut redactor = o.redactor.clone();
-    // The agents can read the tree's .env files: their values are secrets too.
-    let tracked_env: Vec<String> = git
-        .run(&["ls-files", "-z", "--", ":(glob)**/.env", ":(glob)**/.env.*"])
-        .await?
-        .split('\0')
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    let root = git.root().to_path_buf();
-    let found =
-        tokio::task::spawn_blocking(move || crate::audit::dotenv_secrets(&root, &tracked_env))
-            .await
-            .unwrap_or_default();
-    redactor.extend_from(&belay_record::Redactor::new(found));
+    let dirty = check_tree(&git, &loc, previous.as_ref(), interrupted.as_ref()).await?;
+    let branch = enter_branch(&git, previous.as_ref(), &plan, &dirty).await?;
+    let redactor = tree_redactor(o, &git).await?;
     let run = RunHandle::open(OpenRun {
         dir,
         id: &run_id,
@@ -428,29 +350,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         _lock: lock,
     };
     e.save()?;
-    e.emit(
-        None,
-        &PlanEvent::RunStarted {
-            repo: e.git.root().to_path_buf(),
-            plan: e.plan_rel.clone(),
-            branch: branch.clone(),
-            resumed,
-            audit_level: o.audit,
-            max_review_attempts: o.max_review_attempts,
-        },
-    )?;
-    for n in &notes {
-        e.emit(None, n)?;
-    }
-    if stale {
-        let checkpoint = match &e.state.phase {
-            Phase::Developing { checkpoint } | Phase::Reviewing { checkpoint, .. } => {
-                Some(checkpoint.clone())
-            }
-            Phase::Idle => None,
-        };
-        e.emit(None, &PlanEvent::StaleAgentKilled { checkpoint })?;
-    }
+    e.announce(&branch, resumed, &notes, stale)?;
     if resumed {
         e.say(&format!("resuming run {run_id} on {branch}"));
         e.recover().await?;
@@ -460,7 +360,146 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     Ok(e)
 }
 
+/// The work tree's changes but the plan file, refused unless a resume's run left them.
+async fn check_tree(
+    git: &Git,
+    loc: &RunLocation,
+    previous: Option<&RunState>,
+    interrupted: Option<&(Role, String)>,
+) -> Result<Vec<String>, PlanError> {
+    let resumed = previous.is_some();
+    // The work tree: clean but for the plan file, unless this is a resume
+    // (then the changes are what the run left: a killed agent's work, or a
+    // build that failed its gate).
+    let dirty: Vec<String> = git
+        .dirty(&[])
+        .await?
+        .into_iter()
+        .filter(|p| p != &loc.plan_rel)
+        .collect();
+    // A resume accepts what the run left: anything after a kill during an
+    // agent call (the agent's partial work), else only the paths it recorded.
+    let foreign: Vec<String> = match (previous, interrupted) {
+        (Some(_), Some(_)) => vec![],
+        (Some(s), None) if s.commit_pending.is_some() => vec![],
+        (Some(s), None) => dirty
+            .iter()
+            .filter(|p| !s.left_dirty.contains(p))
+            .cloned()
+            .collect(),
+        (None, _) => dirty.clone(),
+    };
+    if resumed && !foreign.is_empty() {
+        return Err(PlanError::Refused(format!(
+            "the work tree has changes the stopped run did not leave ({}{}): commit or stash them, then rerun to go on",
+            foreign.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            if foreign.len() > 5 { ", …" } else { "" }
+        )));
+    }
+    if !dirty.is_empty() && !resumed {
+        return Err(PlanError::Refused(format!(
+            "the work tree has uncommitted changes ({}{}): the loop commits every step and does not mix them in. Commit or stash them and rerun; nothing was changed",
+            dirty.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            if dirty.len() > 5 { ", …" } else { "" }
+        )));
+    }
+    Ok(dirty)
+}
+
+/// The run's branch (the resumed run's, else the plan's), checked, then checked out or made.
+async fn enter_branch(
+    git: &Git,
+    previous: Option<&RunState>,
+    plan: &schema::Plan,
+    dirty: &[String],
+) -> Result<String, PlanError> {
+    let branch = previous
+        .map(|s| s.branch.clone())
+        .unwrap_or_else(|| plan.branch.clone());
+    if let Some(why) = schema::branch_problem(&branch) {
+        return Err(PlanError::Usage(why));
+    }
+    if !git.valid_branch(&branch).await? {
+        return Err(PlanError::Usage(format!(
+            "`{branch}` is not a branch name git accepts (git check-ref-format --branch)"
+        )));
+    }
+    // Only now the branch: checked out, or made from HEAD.
+    if git.current_branch().await?.as_deref() != Some(branch.as_str()) {
+        if !dirty.is_empty() {
+            return Err(PlanError::Refused(format!(
+                "the work tree has changes of the killed run, but it is not on its branch {branch}: switch back to it (git switch {branch}) and rerun"
+            )));
+        }
+        if !git.branch_exists(&branch).await? {
+            let head = git.head().await.map_err(|e| {
+                PlanError::Refused(format!(
+                    "the repository has no commit to start {branch} from ({e}): make a first commit"
+                ))
+            })?;
+            git.branch_create(&branch, &head).await?;
+        }
+        git.switch(&branch).await?;
+    }
+    Ok(branch)
+}
+
+/// The caller's redactor, with the values of the tree's tracked `.env` files added.
+async fn tree_redactor(o: &RunOptions, git: &Git) -> Result<belay_record::Redactor, PlanError> {
+    // The caller's redactor is the one policy's host part (secret-looking
+    // variables included); the tree's `.env` values are added to it.
+    let mut redactor = o.redactor.clone();
+    // The agents can read the tree's .env files: their values are secrets too.
+    let tracked_env: Vec<String> = git
+        .run(&["ls-files", "-z", "--", ":(glob)**/.env", ":(glob)**/.env.*"])
+        .await?
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let root = git.root().to_path_buf();
+    let found =
+        tokio::task::spawn_blocking(move || crate::audit::dotenv_secrets(&root, &tracked_env))
+            .await
+            .unwrap_or_default();
+    redactor.extend_from(&belay_record::Redactor::new(found));
+    Ok(redactor)
+}
+
 impl Engine<'_> {
+    /// Record the run's start, the notes about the plan, and a stale agent killed.
+    fn announce(
+        &self,
+        branch: &str,
+        resumed: bool,
+        notes: &[PlanEvent],
+        stale: bool,
+    ) -> Result<(), PlanError> {
+        self.emit(
+            None,
+            &PlanEvent::RunStarted {
+                repo: self.git.root().to_path_buf(),
+                plan: self.plan_rel.clone(),
+                branch: branch.to_string(),
+                resumed,
+                audit_level: self.o.audit,
+                max_review_attempts: self.o.max_review_attempts,
+            },
+        )?;
+        for n in notes {
+            self.emit(None, n)?;
+        }
+        if stale {
+            let checkpoint = match &self.state.phase {
+                Phase::Developing { checkpoint } | Phase::Reviewing { checkpoint, .. } => {
+                    Some(checkpoint.clone())
+                }
+                Phase::Idle => None,
+            };
+            self.emit(None, &PlanEvent::StaleAgentKilled { checkpoint })?;
+        }
+        Ok(())
+    }
     /// After a crash: a commit that was being made is recognised (or made),
     /// and a review cut short has its reviewer's edits undone.
     async fn recover(&mut self) -> Result<(), PlanError> {
