@@ -478,7 +478,7 @@ pub async fn build_projects(
     let mut running = FuturesUnordered::new();
     let mut stop = false;
     loop {
-        while !stop && running.len() < opts.jobs.max(1) {
+        while !stop && !opts.build.stop.is_set() && running.len() < opts.jobs.max(1) {
             let Some(p) = queue.next() else { break };
             let redactor = p.redactor();
             running.push(async move {
@@ -496,7 +496,15 @@ pub async fn build_projects(
             stop = true;
         }
     }
-    collector.finish()
+    let summary = collector.finish()?;
+    match opts.build.stop.reason() {
+        Some(why) => Err(EnvError::Interrupted(format!(
+            "{why}: the batch stopped after {} project(s) ended (summary in {}); the same command resumes the rest from their checkpoints",
+            summary.ok + summary.failed + summary.skipped,
+            opts.projects_dir.join(SUMMARY_FILE).display()
+        ))),
+        None => Ok(summary),
+    }
 }
 
 /// Appends whole lines to a text log.
@@ -660,7 +668,11 @@ pub(crate) async fn build_prepared(
             result.manifest = Some(m.manifest_path.clone());
         }
         Err(e) => {
-            result.stage = Some("build_failed".into());
+            result.stage = Some(if matches!(e, EnvError::Interrupted(_)) {
+                "interrupted".into()
+            } else {
+                "build_failed".into()
+            });
             result.error = Some(e.to_string());
             if manifest_path.is_file() {
                 result.manifest = Some(manifest_path);

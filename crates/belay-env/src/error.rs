@@ -41,8 +41,8 @@ pub enum EnvError {
     BadState { path: PathBuf, message: String },
     #[error("{0}")]
     Usage(String),
-    /// Stopped by Ctrl-C or SIGTERM.
-    #[error("interrupted by {0}")]
+    /// Stopped by Ctrl-C or SIGTERM (the text says which, and how to resume).
+    #[error("interrupted: {0}")]
     Interrupted(String),
     #[error(transparent)]
     Record(#[from] RecordError),

@@ -59,6 +59,8 @@ pub enum BuildEvent {
     },
     Finished {
         ok: bool,
+        /// Stopped on request (SIGINT/SIGTERM): the same command resumes it.
+        interrupted: bool,
         final_image: Option<String>,
         error: Option<String>,
         duration: Duration,
@@ -197,11 +199,16 @@ impl<'a> Recorder<'a> {
             ),
             BuildEvent::Finished {
                 ok,
+                interrupted,
                 final_image,
                 error,
                 duration,
             } => (
-                "run_end",
+                if *interrupted {
+                    "run_interrupted"
+                } else {
+                    "run_end"
+                },
                 None,
                 json!({"ok": ok, "final_image": final_image, "error": error, "duration_s": duration.as_secs_f64()}),
             ),
@@ -226,18 +233,24 @@ impl BuildObserver for Recorder<'_> {
         }
         if let BuildEvent::Finished {
             ok,
+            interrupted,
             error,
             duration,
             ..
         } = event
         {
-            self.run.finish(belay_record::RunEnd {
+            let end = belay_record::RunEnd {
                 ok: *ok,
                 duration_s: duration.as_secs_f64(),
                 tokens: 0,
                 cost_usd: 0.0,
                 summary: error.clone(),
-            });
+            };
+            if *interrupted {
+                self.run.interrupted(end);
+            } else {
+                self.run.finish(end);
+            }
         }
         self.inner.event(event);
     }

@@ -12,23 +12,8 @@ use crate::record::Status;
 use crate::services::Services;
 use crate::{context, prompt, JobsError};
 
-/// Resolves when the worker must stop.
-#[derive(Clone)]
-pub struct Stop(pub tokio::sync::watch::Receiver<bool>);
-
-impl Stop {
-    pub async fn wait(&mut self) {
-        while !*self.0.borrow() {
-            if self.0.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-
-    pub fn is_set(&self) -> bool {
-        *self.0.borrow()
-    }
-}
+/// The one cancellation token: the workers and front ends stop when it trips.
+pub use belay_record::Stop;
 
 /// What a `work` did.
 #[derive(Debug, Default, Clone)]
@@ -165,7 +150,7 @@ pub async fn work(
 async fn worker(
     svc: &Services,
     once: bool,
-    mut stop: Stop,
+    stop: Stop,
     wake: Arc<tokio::sync::Notify>,
 ) -> Result<Summary, JobsError> {
     let mut sum = Summary::default();

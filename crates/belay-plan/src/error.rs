@@ -33,6 +33,9 @@ pub enum PlanError {
     /// could write it: refused until the user accepts it.
     #[error(transparent)]
     ControlChanged(#[from] belay_record::ControlChanged),
+    /// Stopped by SIGINT or SIGTERM (the text says how to resume).
+    #[error("interrupted: {0}")]
+    Interrupted(String),
     #[error("cannot {op} {path}: {source}")]
     Io {
         op: &'static str,
@@ -63,6 +66,7 @@ impl Classify for PlanError {
             PlanError::Record(e) => e.exit_class(),
             PlanError::HostFs(e) => e.exit_class(),
             PlanError::ControlChanged(e) => e.exit_class(),
+            PlanError::Interrupted(_) => ExitClass::Interrupted,
             PlanError::Io { source, .. } => belay_record::io_class(source),
         }
     }

@@ -15,6 +15,7 @@
 //! * [`control`]: the trusted copies of control files an agent could write.
 //! * [`printable`]: untrusted text made safe to print on a terminal.
 //! * [`is_loopback_host`]: the `Host` check of a local web server (DNS rebinding).
+//! * [`Stop`]: the one cancellation token (SIGINT/SIGTERM for every command).
 
 mod atomic;
 pub mod control;
@@ -31,6 +32,7 @@ mod redact;
 pub mod registry;
 mod run;
 pub mod run_id;
+pub mod stop;
 mod time;
 
 pub use atomic::{atomic_write, write_json_atomic};
@@ -50,4 +52,5 @@ pub use redact::{
 };
 pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
 pub use run::{state_home, OpenRun, RunHandle, EVENTS_FILE, LOCK_FILE, STATE_FILE};
+pub use stop::{SignalError, Stop, Stopped};
 pub use time::{now_rfc3339, unix_millis};

@@ -94,6 +94,13 @@ enum Record {
         #[serde(flatten)]
         end: RunEnd,
     },
+    /// Stopped on request (SIGINT/SIGTERM): the same command resumes it.
+    Interrupted {
+        run_id: String,
+        at: String,
+        #[serde(flatten)]
+        end: RunEnd,
+    },
 }
 
 /// One run, folded from its records.
@@ -201,6 +208,15 @@ impl Registry {
         })
     }
 
+    /// Record that a run was stopped on request and can be resumed.
+    pub fn interrupted(&self, run_id: &str, end: RunEnd) -> Result<(), RecordError> {
+        self.append(&Record::Interrupted {
+            run_id: run_id.into(),
+            at: crate::now_rfc3339(),
+            end,
+        })
+    }
+
     /// Every run, newest start first.
     pub fn list(&self) -> Result<Vec<RunEntry>, RecordError> {
         let path = self.index();
@@ -215,6 +231,7 @@ impl Registry {
             let Ok(rec) = serde_json::from_str::<Record>(line) else {
                 continue;
             };
+            let stopped = matches!(rec, Record::Interrupted { .. });
             match rec {
                 Record::Start {
                     run_id,
@@ -251,9 +268,11 @@ impl Registry {
                         );
                     }
                 },
-                Record::End { run_id, at, end } => {
+                Record::End { run_id, at, end } | Record::Interrupted { run_id, at, end } => {
                     if let Some(e) = by_id.get_mut(&run_id) {
-                        e.status = if end.ok {
+                        e.status = if stopped {
+                            RunStatus::Interrupted
+                        } else if end.ok {
                             RunStatus::Ok
                         } else {
                             RunStatus::Failed
@@ -327,6 +346,38 @@ impl Registry {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_stopped_run_is_interrupted_while_its_owner_lives_and_keeps_its_figures() {
+        let d = tempfile::tempdir().unwrap();
+        let r = Registry::at(d.path());
+        r.started("s", Mode::Plan, d.path(), None).unwrap();
+        r.interrupted(
+            "s",
+            RunEnd {
+                ok: false,
+                duration_s: 1.5,
+                tokens: 7,
+                cost_usd: 0.5,
+                summary: Some("SIGINT received".into()),
+            },
+        )
+        .unwrap();
+        let e = r.find("s").unwrap().unwrap();
+        assert_eq!(e.status, RunStatus::Interrupted);
+        assert_eq!((e.tokens, e.cost_usd), (7, 0.5));
+        assert!(e.ended_at.is_some());
+        // A resume that then finishes is what the run is.
+        r.ended(
+            "s",
+            RunEnd {
+                ok: true,
+                ..RunEnd::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(r.find("s").unwrap().unwrap().status, RunStatus::Ok);
+    }
 
     #[test]
     fn runs_fold_into_entries_and_torn_records_are_skipped() {

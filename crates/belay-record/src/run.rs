@@ -196,6 +196,14 @@ impl RunHandle {
             tracing::warn!("the end of run {} is not in the registry: {e}", self.id);
         }
     }
+
+    /// Record that the run was stopped on request (SIGINT/SIGTERM) and
+    /// can be resumed: `interrupted` in `belay runs`, never `failed`.
+    pub fn interrupted(&self, end: RunEnd) {
+        if let Err(e) = self.registry.interrupted(&self.id, end) {
+            tracing::warn!("the stop of run {} is not in the registry: {e}", self.id);
+        }
+    }
 }
 
 #[cfg(test)]

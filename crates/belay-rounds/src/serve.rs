@@ -8,11 +8,10 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use tokio::sync::watch;
 
 use crate::config::TransientAction;
 use crate::events::RoundEvent;
-use crate::round::{Killed, Outcome, RoundOptions, RoundOutcome};
+use crate::round::{Outcome, RoundOptions, RoundOutcome};
 use crate::supervisor::Supervisor;
 use crate::RoundsError;
 
@@ -42,58 +41,18 @@ pub struct ServeEnd {
     pub rounds: u64,
 }
 
-/// Stop requests: `graceful` after the round, `now` at once.
-#[derive(Clone)]
-pub struct Stops {
-    pub graceful: watch::Sender<Option<String>>,
-    pub now: watch::Sender<bool>,
-}
-
-impl Default for Stops {
-    fn default() -> Self {
-        Stops {
-            graceful: watch::channel(None).0,
-            now: watch::channel(false).0,
-        }
-    }
-}
-
-impl Stops {
-    /// SIGTERM and SIGINT: the first asks for a graceful stop, the next for
-    /// a stop now.
-    pub fn listen_for_signals(&self) -> Result<(), RoundsError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())
-            .map_err(|e| RoundsError::Environment(format!("cannot watch SIGTERM: {e}")))?;
-        let mut int = signal(SignalKind::interrupt())
-            .map_err(|e| RoundsError::Environment(format!("cannot watch SIGINT: {e}")))?;
-        let s = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let name = tokio::select! {
-                    _ = term.recv() => "SIGTERM",
-                    _ = int.recv() => "SIGINT",
-                };
-                if s.graceful.borrow().is_some() {
-                    s.now.send_replace(true);
-                } else {
-                    s.graceful.send_replace(Some(format!("{name} received")));
-                }
-            }
-        });
-        Ok(())
-    }
-}
+/// Stop requests: the one token's first level stops after the round, its
+/// second (`Stop::wait_now`) at once.
+use belay_record::Stop;
 
 /// Sleep `d`, or less when a stop comes. Whether a stop came.
-async fn sleep_or_stop(d: Duration, stops: &Stops) -> bool {
-    let mut g = stops.graceful.subscribe();
-    if g.borrow().is_some() {
+async fn sleep_or_stop(d: Duration, stops: &Stop) -> bool {
+    if stops.is_set() {
         return true;
     }
     tokio::select! {
         _ = tokio::time::sleep(d) => false,
-        _ = g.changed() => true,
+        _ = stops.wait() => true,
     }
 }
 
@@ -103,7 +62,7 @@ fn until(t: Timestamp) -> Duration {
 }
 
 impl Supervisor {
-    pub async fn serve(&self, o: ServeOptions, stops: &Stops) -> Result<ServeEnd, RoundsError> {
+    pub async fn serve(&self, o: ServeOptions, stops: &Stop) -> Result<ServeEnd, RoundsError> {
         let cfg = &self.cfg;
         let log_dir = self.log_dir().to_path_buf();
         let pid_file = log_dir.join(SERVE_PID_FILE);
@@ -151,7 +110,7 @@ impl Supervisor {
         &self,
         o: &ServeOptions,
         max_rounds: Option<u64>,
-        stops: &Stops,
+        stops: &Stop,
         poke: &tokio::sync::Notify,
     ) -> Result<ServeEnd, RoundsError> {
         let cfg = &self.cfg;
@@ -169,7 +128,7 @@ impl Supervisor {
             })
         };
         loop {
-            if let Some(why) = stops.graceful.borrow().clone() {
+            if let Some(why) = stops.reason() {
                 return end(crate::exit::OK, why, rounds);
             }
             if let Some(f) = &cfg.runtime.stop_file {
@@ -221,7 +180,7 @@ impl Supervisor {
                 }
             }
             let phase = self.phase_for_schedule(o.ignore_schedule).await;
-            let kill = Killed(stops.now.subscribe());
+            let kill = stops.clone();
             let result = self
                 .round(RoundOptions {
                     phase: phase.as_deref(),
@@ -456,7 +415,7 @@ impl Supervisor {
     /// The monitor inside serve: a task on this process's runtime.
     fn spawn_monitor(
         &self,
-        stops: &Stops,
+        stops: &Stop,
         poke: std::sync::Arc<tokio::sync::Notify>,
     ) -> tokio::task::JoinHandle<()> {
         let mut m = crate::monitor::Monitor::new(&self.cfg);
@@ -501,11 +460,11 @@ impl Supervisor {
                 }
                 if let Some(f) = tick.stop {
                     let draining = m.view().open_round.is_some();
-                    stops.graceful.send_replace(Some(format!(
+                    stops.trip(format!(
                         "the monitor stopped the loop: {}: {}",
                         f.detector.as_str(),
                         f.message
-                    )));
+                    ));
                     let _ = sink.emit(
                         "monitor",
                         None,

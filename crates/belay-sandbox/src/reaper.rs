@@ -85,6 +85,30 @@ pub async fn reap_orphans(rt: &dyn ContainerRuntime) -> Result<ReapReport, Sandb
     Ok(report)
 }
 
+/// Remove the containers this very process made for `run` (after a stop:
+/// a create that was abandoned half-way still made its container).
+pub async fn remove_own(rt: &dyn ContainerRuntime, run: &str) -> Result<Vec<String>, SandboxError> {
+    let Some(me) = ProcessIdentity::current() else {
+        return Ok(Vec::new());
+    };
+    let mut removed = Vec::new();
+    for c in rt
+        .list_containers(&[
+            format!("{}=true", labels::BELAY),
+            format!("{}={run}", labels::RUN),
+        ])
+        .await?
+    {
+        let mine = c.labels.get(labels::OWNER_PID) == Some(&me.pid.to_string())
+            && c.labels.get(labels::OWNER_START) == Some(&me.start_ticks.to_string());
+        if mine {
+            rt.remove(&c.id).await?;
+            removed.push(c.id);
+        }
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

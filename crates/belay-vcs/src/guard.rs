@@ -380,14 +380,27 @@ impl GitDirGuard {
     /// Put the git dir back (see the module docs). Call it once the
     /// sandbox's processes are gone.
     pub fn restore(&self) -> Result<GitDirRepair, GuardError> {
-        use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
         let mut r = GitDirRepair::default();
+        self.restore_links(&mut r)?;
+        self.restore_files(&mut r);
+        self.restore_hooks(&mut r);
+        self.sweep(&mut r)?;
+        for v in [
+            &mut r.restored,
+            &mut r.links_removed,
+            &mut r.modes_cleared,
+            &mut r.locks_removed,
+            &mut r.specials_removed,
+        ] {
+            v.sort();
+            v.dedup();
+        }
+        Ok(r)
+    }
+
+    /// Remove the links the sandbox added; put back the user's own.
+    fn restore_links(&self, r: &mut GitDirRepair) -> Result<(), GuardError> {
         let g = &self.git_dir;
-        let show = |k: &str| {
-            from_key(Path::new(""), k)
-                .map(|p| p.display().to_string())
-                .unwrap_or_default()
-        };
         // Links first: nothing below is written through one. Repeat until
         // none is new: a removed link may uncover a place to walk.
         for _ in 0..4 {
@@ -404,7 +417,7 @@ impl GitDirGuard {
             for k in new {
                 let Some(p) = from_key(g, &k) else { continue };
                 if fs_err::remove_file(&p).is_ok() {
-                    let name = show(&k);
+                    let name = shown_key(&k);
                     if NEEDED_DIRS.contains(&name.as_str()) {
                         let _ = fs_err::create_dir_all(&p);
                     }
@@ -426,9 +439,15 @@ impl GitDirGuard {
                 && remove_any(&p)
                 && std::os::unix::fs::symlink(&target, &p).is_ok()
             {
-                r.restored.push(show(k));
+                r.restored.push(shown_key(k));
             }
         }
+        Ok(())
+    }
+
+    /// HEAD, the guarded files, the worktrees and the replace refs.
+    fn restore_files(&self, r: &mut GitDirRepair) {
+        let g = &self.git_dir;
         if fs_err::symlink_metadata(g.join("HEAD")).map_or(true, |m| !m.is_file()) {
             if let Some(h) = &self.head {
                 if put_back(&g.join("HEAD"), h, 0o644) {
@@ -476,6 +495,11 @@ impl GitDirGuard {
                 r.restored.push(f);
             }
         }
+    }
+
+    /// The hooks of a real hooks dir, as they were.
+    fn restore_hooks(&self, r: &mut GitDirRepair) {
+        let g = &self.git_dir;
         let hooks_dir = g.join("hooks");
         // Only a real hooks dir is put back (a linked one is the user's).
         if fs_err::symlink_metadata(&hooks_dir).is_ok_and(|m| m.is_dir()) {
@@ -509,6 +533,12 @@ impl GitDirGuard {
                 }
             }
         }
+    }
+
+    /// Modes, special files and stale locks over the whole git dir.
+    fn sweep(&self, r: &mut GitDirRepair) -> Result<(), GuardError> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+        let g = &self.git_dir;
         // Modes, special files and stale locks, over the whole git dir; a dir
         // that cannot be read fails closed.
         let mut stack = vec![g.clone()];
@@ -555,18 +585,15 @@ impl GitDirGuard {
                 }
             }
         }
-        for v in [
-            &mut r.restored,
-            &mut r.links_removed,
-            &mut r.modes_cleared,
-            &mut r.locks_removed,
-            &mut r.specials_removed,
-        ] {
-            v.sort();
-            v.dedup();
-        }
-        Ok(r)
+        Ok(())
     }
+}
+
+/// A key shown as the path it names (relative to the git dir).
+fn shown_key(k: &str) -> String {
+    from_key(Path::new(""), k)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
 }
 
 fn unix_s(t: SystemTime) -> i64 {
@@ -586,6 +613,18 @@ fn gitlinks_in(out: &str) -> Vec<String> {
             meta.starts_with("160000 ").then(|| path.to_string())
         })
         .collect()
+}
+
+/// A git dir belay cannot check is the run's to refuse (exit 1): what an
+/// agent left there is the cause, and nothing of it is trusted.
+impl belay_record::Classify for GuardError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        match self {
+            GuardError::TooBig { .. } | GuardError::Unreadable { .. } => {
+                belay_record::ExitClass::Failed
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -253,8 +253,11 @@ impl Run<'_> {
             self.manifest.error = Some(e.to_string());
             self.manifest.ok = false;
         }
+        let interrupted = matches!(result, Err(EnvError::Interrupted(_)));
         self.manifest.status = if self.manifest.ok {
             "succeeded"
+        } else if interrupted {
+            "interrupted"
         } else {
             "failed"
         }
@@ -264,6 +267,7 @@ impl Run<'_> {
         self.save_final()?;
         self.obs.event(&BuildEvent::Finished {
             ok: self.manifest.ok,
+            interrupted,
             final_image: self.manifest.final_image.clone(),
             error: self.manifest.error.clone(),
             duration: self.started.elapsed(),

@@ -125,6 +125,10 @@ pub struct BuildOptions {
     /// The scope toolchain checkpoints are shared in under `--no-cache`
     /// (a batch sets one for all its projects); the run id when unset.
     pub cache_scope: Option<String>,
+    /// The one cancellation token: when it trips, the block running is
+    /// abandoned, the container removed and the build recorded as
+    /// interrupted; the same command resumes from the last checkpoint.
+    pub stop: belay_record::Stop,
 }
 
 impl BuildOptions {
@@ -157,6 +161,7 @@ impl BuildOptions {
             pull_final: true,
             resolve_as_of: crate::as_of::AsOfChoice::Source,
             cache_scope: None,
+            stop: belay_record::Stop::new(),
         }
     }
 
@@ -357,7 +362,15 @@ pub async fn build(
             *n = (*n).max(e.attempt);
         }
     }
-    let result = run.drive(ctx, prev_blocks).await;
+    let result = opts
+        .stop
+        .race(run.drive(ctx, prev_blocks))
+        .await
+        .unwrap_or_else(|why| {
+            Err(EnvError::Interrupted(format!(
+                "{why}: the build stopped; its checkpoints are kept and the same command resumes it"
+            )))
+        });
     let result = run.finish_pushes(result).await;
     let finish = run.finish(result).await;
     for c in run.retired.drain(..) {
@@ -387,6 +400,12 @@ pub async fn build(
     }
     for h in run.removals.drain(..) {
         let _ = h.await;
+    }
+    if matches!(finish, Err(EnvError::Interrupted(_))) {
+        // A container whose create was abandoned by the stop is still ours.
+        if let Err(e) = belay_sandbox::reaper::remove_own(rt, &run_id).await {
+            tracing::warn!("cannot remove the containers of stopped run {run_id}: {e}");
+        }
     }
     finish?;
     Ok(BuildOutcome {

@@ -130,7 +130,7 @@ pub async fn session(
             tie_to_parent: true,
         },
     };
-    let mut stop = stop.clone();
+    let stop = stop.clone();
     let result = tokio::select! {
         r = runner.run(call) => Some(r),
         _ = stop.wait() => None,

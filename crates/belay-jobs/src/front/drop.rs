@@ -202,7 +202,7 @@ pub fn sweep(svc: &Services, dir: &Path, trusted: bool) -> Result<usize, JobsErr
 pub async fn run(
     svc: Arc<Services>,
     wake: Arc<tokio::sync::Notify>,
-    mut stop: Stop,
+    stop: Stop,
 ) -> Result<(), JobsError> {
     let Some(d) = svc.cfg.drop.clone() else {
         return Ok(());

@@ -243,7 +243,7 @@ async fn gate(
 pub async fn run(
     svc: Arc<Services>,
     wake: Arc<tokio::sync::Notify>,
-    mut stop: Stop,
+    stop: Stop,
 ) -> Result<(), JobsError> {
     let Some(cfg) = svc.cfg.http.clone() else {
         return Ok(());
@@ -273,7 +273,9 @@ pub async fn run(
         .with_state(app);
     (svc.progress)(&format!("http: listening on http://{}", cfg.listen));
     axum::serve(listener, router)
-        .with_graceful_shutdown(async move { stop.wait().await })
+        .with_graceful_shutdown(async move {
+            stop.wait().await;
+        })
         .await
         .map_err(|e| JobsError::Environment(format!("the HTTP endpoint stopped: {e}")))
 }

@@ -113,16 +113,9 @@ fn client_for(x: &XmppConfig, jid: BareJid, password: String) -> Result<Client, 
     }
 }
 
-/// Run the chat front end until `stop`.
-pub async fn run(
-    svc: Arc<Services>,
-    wake: Arc<tokio::sync::Notify>,
-    mut stop: Stop,
-) -> Result<(), JobsError> {
-    let Some(x) = svc.cfg.xmpp.clone() else {
-        return Ok(());
-    };
-    let _ = tokio_xmpp::rustls::crypto::ring::default_provider().install_default();
+/// The account's password, its bare address, a client for it and the
+/// server's address (each error as the config names it).
+fn connect_parts(x: &XmppConfig) -> Result<(String, BareJid, Client, Jid), JobsError> {
     let password = std::env::var(&x.password_env).map_err(|_| {
         JobsError::Config(format!(
             "[xmpp] password_env names {}, which is not set: export the account's password there",
@@ -133,12 +126,112 @@ pub async fn run(
         .jid
         .parse()
         .map_err(|e| JobsError::Config(format!("[xmpp] jid `{}`: {e}", x.jid)))?;
-    let mut client = client_for(&x, me.clone(), password.clone())?;
+    let client = client_for(x, me.clone(), password.clone())?;
     let server_jid: Jid = me
         .domain()
         .as_str()
         .parse()
         .map_err(|e| JobsError::Config(format!("[xmpp] jid `{}`: {e}", x.jid)))?;
+    Ok((password, me, client, server_jid))
+}
+
+/// After a bind: say so, send belay's presence and enable carbons again.
+async fn on_online(svc: &Services, client: &mut Client, bound_jid: &Jid, resumed: bool) {
+    (svc.progress)(&format!(
+        "xmpp: online as {bound_jid}{}",
+        if resumed { " (resumed)" } else { "" }
+    ));
+    let mut p = Presence::new(PresenceType::None);
+    p.show = Some(Show::Chat);
+    let _ = client.send_stanza(p.into()).await;
+    // Carbons, again after every bind: a message to the
+    // bare address reaches belay whichever resource the
+    // server picks.
+    let iq = Iq::from_set(
+        format!("carbons-{:08x}", fastrand::u32(..)),
+        carbons::Enable,
+    );
+    let _ = client.send_stanza(iq.into()).await;
+}
+
+/// Every batch whose window has closed becomes a job.
+fn flush_due(
+    svc: &Services,
+    wake: &tokio::sync::Notify,
+    batches: &mut BTreeMap<String, Batch>,
+    seen: &mut Seen,
+) {
+    let now = Instant::now();
+    let ready: Vec<String> = batches
+        .iter()
+        .filter(|(_, b)| b.deadline <= now)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for from in ready {
+        if let Some(b) = batches.remove(&from) {
+            flush(svc, wake, seen, &from, b);
+        }
+    }
+}
+
+/// The next chunk of the reply being sent (or of the outbox's next one),
+/// paced by `next_send`.
+async fn send_next(
+    svc: &Services,
+    client: &mut Client,
+    x: &XmppConfig,
+    sending: &mut Option<Sending>,
+    next_send: &mut Instant,
+) {
+    if Instant::now() < *next_send {
+        return;
+    }
+    if sending.is_none() {
+        if let Some((file, m)) = svc.outbox.pending().into_iter().next() {
+            match m.to.parse::<Jid>() {
+                Ok(to) => {
+                    *sending = Some(Sending {
+                        file,
+                        to,
+                        chunks: chunks(&m.text, x.chunk_chars).into(),
+                    })
+                }
+                Err(_) => svc.outbox.done(&file),
+            }
+        }
+    }
+    if let Some(s) = sending.as_mut() {
+        if let Some(c) = s.chunks.front().cloned() {
+            let msg = Message::new_with_type(MessageType::Chat, Some(s.to.clone()))
+                .with_body(Lang::default(), c);
+            match tokio::time::timeout(Duration::from_secs(10), client.send_stanza(msg.into()))
+                .await
+            {
+                Ok(Ok(_)) => {
+                    s.chunks.pop_front();
+                    *next_send = Instant::now() + x.chunk_pause;
+                }
+                _ => *next_send = Instant::now() + Duration::from_secs(1),
+            }
+        }
+        if s.chunks.is_empty() {
+            svc.outbox.done(&s.file);
+            *sending = None;
+        }
+    }
+}
+
+/// Run the chat front end until `stop`.
+pub async fn run(
+    svc: Arc<Services>,
+    wake: Arc<tokio::sync::Notify>,
+    stop: Stop,
+) -> Result<(), JobsError> {
+    let Some(x) = svc.cfg.xmpp.clone() else {
+        return Ok(());
+    };
+    let _ = tokio_xmpp::rustls::crypto::ring::default_provider().install_default();
+    let (password, me, mut client, server_jid) = connect_parts(&x)?;
     let mut alive_until = Instant::now() + DEAD_AFTER;
     let mut next_ping = Instant::now() + PING_EVERY;
     let mut ping: Option<std::pin::Pin<Box<IqResponseToken>>> = None;
@@ -163,15 +256,7 @@ pub async fn run(
                         online = true;
                         alive_until = Instant::now() + DEAD_AFTER;
                         rebuild_pause = Duration::from_secs(1);
-                        (svc.progress)(&format!("xmpp: online as {bound_jid}{}", if resumed { " (resumed)" } else { "" }));
-                        let mut p = Presence::new(PresenceType::None);
-                        p.show = Some(Show::Chat);
-                        let _ = client.send_stanza(p.into()).await;
-                        // Carbons, again after every bind: a message to the
-                        // bare address reaches belay whichever resource the
-                        // server picks.
-                        let iq = Iq::from_set(format!("carbons-{:08x}", fastrand::u32(..)), carbons::Enable);
-                        let _ = client.send_stanza(iq.into()).await;
+                        on_online(&svc, &mut client, &bound_jid, resumed).await;
                     }
                     Event::Disconnected(e) => {
                         if online {
@@ -188,42 +273,10 @@ pub async fn run(
                 }
             }
             _ = tokio::time::sleep_until(due) => {
-                let now = Instant::now();
-                let ready: Vec<String> = batches.iter().filter(|(_, b)| b.deadline <= now).map(|(k, _)| k.clone()).collect();
-                for from in ready {
-                    if let Some(b) = batches.remove(&from) {
-                        flush(&svc, &wake, &mut seen, &from, b);
-                    }
-                }
+                flush_due(&svc, &wake, &mut batches, &mut seen);
             }
             _ = tick.tick(), if online => {
-                if Instant::now() < next_send {
-                    continue;
-                }
-                if sending.is_none() {
-                    if let Some((file, m)) = svc.outbox.pending().into_iter().next() {
-                        match m.to.parse::<Jid>() {
-                            Ok(to) => sending = Some(Sending { file, to, chunks: chunks(&m.text, x.chunk_chars).into() }),
-                            Err(_) => svc.outbox.done(&file),
-                        }
-                    }
-                }
-                if let Some(s) = &mut sending {
-                    if let Some(c) = s.chunks.front().cloned() {
-                        let msg = Message::new_with_type(MessageType::Chat, Some(s.to.clone())).with_body(Lang::default(), c);
-                        match tokio::time::timeout(Duration::from_secs(10), client.send_stanza(msg.into())).await {
-                            Ok(Ok(_)) => {
-                                s.chunks.pop_front();
-                                next_send = Instant::now() + x.chunk_pause;
-                            }
-                            _ => next_send = Instant::now() + Duration::from_secs(1),
-                        }
-                    }
-                    if s.chunks.is_empty() {
-                        svc.outbox.done(&s.file);
-                        sending = None;
-                    }
-                }
+                send_next(&svc, &mut client, &x, &mut sending, &mut next_send).await;
             }
             r = async {
                 match ping.as_mut() {

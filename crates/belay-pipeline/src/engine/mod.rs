@@ -158,7 +158,7 @@ pub struct RunOptions {
     /// A stop request (the reason), e.g. from SIGINT/SIGTERM: the current
     /// step is stopped and recorded as interrupted, the containers are
     /// removed, and `--resume` continues it.
-    pub stop: Option<tokio::sync::watch::Receiver<Option<String>>>,
+    pub stop: Option<belay_record::Stop>,
     /// Told every event as it is written (the console).
     pub observer: Option<Observer>,
 }
@@ -250,21 +250,8 @@ pub struct Engine<'a> {
     /// Tokens and cost of the agents so far (for the run registry).
     tokens: u64,
     cost_usd: f64,
-    stop: Option<tokio::sync::watch::Receiver<Option<String>>>,
+    stop: Option<belay_record::Stop>,
     observer: Option<Observer>,
-}
-
-/// Wait for a stop request; its reason.
-async fn stop_requested(stop: &mut tokio::sync::watch::Receiver<Option<String>>) -> String {
-    loop {
-        if let Some(why) = stop.borrow().clone() {
-            return why;
-        }
-        if stop.changed().await.is_err() {
-            // The sender is gone: no stop will come.
-            std::future::pending::<()>().await;
-        }
-    }
 }
 
 /// The pipeline's model client, and its key (name, value) for the redactor.
@@ -634,12 +621,10 @@ impl<'a> Engine<'a> {
             )?;
             let t = Instant::now();
             let r = match self.stop.clone() {
-                Some(mut stop) => {
-                    tokio::select! {
-                        r = self.run_step(&step, n) => r,
-                        why = stop_requested(&mut stop) => Err(PipelineError::Interrupted(why)),
-                    }
-                }
+                Some(stop) => stop
+                    .race(self.run_step(&step, n))
+                    .await
+                    .unwrap_or_else(|why| Err(PipelineError::Interrupted(why))),
                 None => self.run_step(&step, n).await,
             };
             let took = t.elapsed().as_secs_f64();

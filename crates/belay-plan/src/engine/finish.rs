@@ -125,14 +125,7 @@ impl Engine<'_> {
         }
         // What stays uncommitted (work that failed its gate) is the run's:
         // a resume accepts it, and nothing else.
-        self.state.left_dirty = self
-            .git
-            .dirty(&[])
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| p != &self.plan_rel)
-            .collect();
+        self.note_left_dirty().await;
         self.save()?;
         if outcome == Outcome::Completed {
             let _ = fs_err::remove_file(&self.index);
@@ -168,5 +161,56 @@ impl Engine<'_> {
             cost_usd: self.state.cost_usd,
             agent_calls: self.state.agent_calls,
         })
+    }
+
+    /// Stopped on request (SIGINT/SIGTERM) in the middle of a call or a
+    /// gate: the call's processes and containers are gone with its future;
+    /// the plan file is belay's copy again, the state saved as it was, the
+    /// registry says `interrupted`, and the same command resumes the run.
+    pub(super) async fn interrupted(mut self, why: String) -> Result<Report, PlanError> {
+        if let Some(rt) = &self.o.rt {
+            if let Err(e) = belay_sandbox::reaper::remove_own(rt.as_ref(), &self.state.run_id).await
+            {
+                self.say(&format!("cannot remove this run's containers ({e})"));
+            }
+        }
+        let message = format!(
+            "{why}: the run stopped; its work is kept uncommitted and `belay plan run` resumes it"
+        );
+        self.say(&format!("### interrupted: {message}"));
+        self.emit(
+            None,
+            &PlanEvent::RunOutcome {
+                outcome: "interrupted",
+                branch: Some(self.state.branch.clone()),
+                reason: Some(why.clone()),
+            },
+        )?;
+        if let Err(e) = self.write_plan() {
+            self.say(&format!("the plan file cannot be restored ({e})"));
+        }
+        self.note_left_dirty().await;
+        self.save()?;
+        self.run.interrupted(belay_record::RunEnd {
+            ok: false,
+            duration_s: self.run.elapsed_s(),
+            tokens: 0,
+            cost_usd: self.state.cost_usd,
+            summary: Some(why),
+        });
+        Err(PlanError::Interrupted(message))
+    }
+
+    /// What stays uncommitted (work that failed its gate, or was stopped)
+    /// is the run's: a resume accepts it, and nothing else.
+    async fn note_left_dirty(&mut self) {
+        self.state.left_dirty = self
+            .git
+            .dirty(&[])
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p != &self.plan_rel)
+            .collect();
     }
 }

@@ -85,6 +85,9 @@ pub struct RunOptions {
     pub rt: Option<Arc<dyn ContainerRuntime>>,
     /// Progress lines for the terminal.
     pub progress: Box<dyn Fn(&str) + Send + Sync>,
+    /// The one cancellation token (SIGINT/SIGTERM): the run stops cleanly
+    /// and resumes with the same command.
+    pub stop: belay_record::Stop,
 }
 
 /// How a run ended.
@@ -122,8 +125,10 @@ pub(crate) struct Engine<'a> {
 /// Run (or resume) the loop of the plan in `o.plan`.
 pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let mut e = setup::open(o).await?;
-    let stop = e.drive().await;
-    e.end(stop).await
+    match o.stop.race(e.drive()).await {
+        Ok(stop) => e.end(stop).await,
+        Err(why) => e.interrupted(why).await,
+    }
 }
 
 impl Engine<'_> {

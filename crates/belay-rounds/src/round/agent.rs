@@ -23,21 +23,6 @@ use crate::RoundsError;
 /// Where the round's own read-only view (the context file) is in a container.
 const ROUND_VIEW: &str = "/run/belay-round";
 
-/// Resolves when the round must stop now.
-#[derive(Clone)]
-pub struct Killed(pub tokio::sync::watch::Receiver<bool>);
-
-impl Killed {
-    pub async fn wait(&mut self) {
-        while !*self.0.borrow() {
-            if self.0.changed().await.is_err() {
-                // The sender is gone: nobody can ask any more.
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-}
-
 pub(super) struct AgentCall<'a> {
     pub agent: &'a AgentConfig,
     pub round_num: u64,
@@ -49,7 +34,8 @@ pub(super) struct AgentCall<'a> {
     pub fresh_eyes: bool,
     pub max_cost: Option<f64>,
     pub max_turns: Option<u32>,
-    pub kill: Option<Killed>,
+    /// The round stops when this token is tripped *now* (`Stop::wait_now`).
+    pub kill: Option<belay_record::Stop>,
 }
 
 pub(super) struct Ran {
@@ -231,10 +217,10 @@ impl Supervisor {
             _ => true,
         };
         let result = match c.kill {
-            Some(mut k) => {
+            Some(k) => {
                 tokio::select! {
                     r = runner.run(call) => Some(r),
-                    _ = k.wait() => None,
+                    _ = k.wait_now() => None,
                 }
             }
             None => Some(runner.run(call).await),

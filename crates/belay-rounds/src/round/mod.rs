@@ -20,7 +20,6 @@ use crate::supervisor::Supervisor;
 use crate::RoundsError;
 use belay_vcs::RepoLock;
 
-pub use agent::Killed;
 pub use guard::GUARD_FILE;
 
 /// How a round ended.
@@ -90,7 +89,8 @@ pub struct RoundOptions<'a> {
     /// Run this phase instead of the rotation's.
     pub phase: Option<&'a str>,
     /// Resolved when the round must stop now.
-    pub kill: Option<Killed>,
+    /// Stop the agent when this token is tripped *now*.
+    pub kill: Option<belay_record::Stop>,
 }
 
 fn utc_day(t: Timestamp) -> String {

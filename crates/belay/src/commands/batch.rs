@@ -7,7 +7,7 @@ use belay_env::batch::BatchOptions;
 
 use crate::cli::{BuildProjectsArgs, Executor, K8sEngine, WorkerArgs};
 use crate::commands::env::build_options;
-use crate::context::{connect, stop_on_signals};
+use crate::context::connect;
 use crate::exit::{usage, Failure, EXIT_FAILED};
 use crate::output::batch::BatchView;
 use crate::output::Printer;
@@ -79,7 +79,7 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
                     retries: a.k8s_retries,
                 }))
             };
-            let stop = stop_on_signals()?;
+            let stop = opts.build.stop.subscribe();
             belay_env::swarm::build_projects(&rt, &opts, &image, &view, stop, cluster).await?
         }
     };

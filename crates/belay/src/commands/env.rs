@@ -222,6 +222,7 @@ pub async fn build(p: &Printer, a: BuildArgs) -> Result<u8, Failure> {
 pub fn build_options(repo: &Path, c: &CommonBuildArgs) -> Result<BuildOptions, Failure> {
     let mut opts = BuildOptions::new(repo);
     opts.redactor = build_redactor();
+    opts.stop = crate::context::stop_on_signals()?;
     if let Some((setup, key)) = crate::commands::model::model_setup(&c.llm)? {
         if let Some((name, k)) = key {
             opts.redactor.add(name, k.expose());

@@ -1,6 +1,5 @@
 //! `belay model …`: the scripted model server.
 
-use anyhow::Context;
 use belay_model::replay::{self, ReplayServer};
 
 use crate::cli::ReplayArgs;
@@ -32,12 +31,10 @@ pub async fn replay(p: &Printer, a: ReplayArgs) -> Result<u8, Failure> {
         server.url()
     );
     p.raw(banner.as_bytes());
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot watch for SIGTERM")?;
+    let stop = crate::context::stop_on_signals()?;
     tokio::select! {
         _ = server.wait() => {}
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        _ = stop.wait() => {}
     }
     Ok(0)
 }

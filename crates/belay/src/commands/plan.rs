@@ -323,6 +323,7 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
         registry: belay_record::Registry::default_location(),
         rt,
         progress: progress(p),
+        stop: crate::context::stop_on_signals()?,
     };
     let report = engine::run(&o).await?;
     p.note(&format!(

@@ -41,9 +41,10 @@ pub async fn ui(p: &Printer, a: UiArgs) -> Result<u8, Failure> {
             .stderr(std::process::Stdio::null())
             .spawn();
     }
+    let stop = crate::context::stop_on_signals()?;
     tokio::select! {
         _ = server.wait() => {}
-        _ = tokio::signal::ctrl_c() => {}
+        _ = stop.wait() => {}
     }
     Ok(0)
 }

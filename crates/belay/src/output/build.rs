@@ -143,11 +143,18 @@ impl BuildObserver for BuildView<'_> {
             BuildEvent::Executed { .. } | BuildEvent::Checkpoint { .. } => {}
             BuildEvent::Finished {
                 ok,
+                interrupted,
                 final_image,
                 error,
                 duration,
             } => {
-                if *ok {
+                if *interrupted {
+                    self.line(&format!(
+                        "build stopped after {}: {}",
+                        secs(*duration),
+                        error.as_deref().unwrap_or("interrupted")
+                    ));
+                } else if *ok {
                     self.line(&format!(
                         "build succeeded in {}: {}",
                         secs(*duration),

@@ -105,3 +105,97 @@ fn kill_9_mid_build_then_rerun_completes() {
     );
     project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
 }
+
+/// Ctrl-C in the middle of a block: belay stops cleanly (exit 130), removes
+/// its container, records the run as interrupted, and the same command
+/// resumes from the last checkpoint without running a checkpointed block
+/// again.
+#[test]
+fn sigint_mid_build_leaves_no_container_and_the_same_command_resumes() {
+    require_engine();
+    let run = run_id("sigint");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let command = || {
+        let mut c = std::process::Command::new(belay_path());
+        c.args(["env", "build", "--repo"])
+            .arg(fixture("py-pyproject"))
+            .arg("--state-dir")
+            .arg(state.path())
+            .args(["--run-id", &run, "--no-cache", "--planner", "rules"])
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1");
+        c
+    };
+    let mut child = command()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let blocks_dir = state.path().join("runs").join(&run).join("blocks");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the build never reached its second block"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("belay exited ({status}) before it could be interrupted");
+        }
+        let blocks: Vec<serde_json::Value> = std::fs::read_dir(&blocks_dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .filter_map(|t| serde_json::from_str(&t).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let done = blocks.iter().filter(|b| b["status"] == "succeeded").count();
+        if done >= 1 && blocks.iter().any(|b| b["status"] == "running") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the stop took {:?}",
+        t.elapsed()
+    );
+    assert!(stderr.contains("BELAY-E130"), "{stderr}");
+    assert!(stderr.contains("the same command resumes"), "{stderr}");
+    assert!(
+        run_containers(&run).is_empty(),
+        "Ctrl-C left containers: {:?}",
+        run_containers(&run)
+    );
+    let stopped = manifest(state.path(), &run);
+    assert_eq!(stopped["status"], "interrupted");
+    let events =
+        std::fs::read_to_string(state.path().join("runs").join(&run).join("events.jsonl")).unwrap();
+    assert!(events.contains("\"run_interrupted\""), "{events}");
+
+    let again = command().output().unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "rerun failed:\n{stderr}");
+    assert!(stderr.contains("resuming from checkpoint"), "{stderr}");
+    let m = manifest(state.path(), &run);
+    assert_eq!(m["ok"], true, "{}", m["error"]);
+    let preflight_runs = m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["block_id"] == "00-preflight" && e["phase"] == "block")
+        .count();
+    assert_eq!(preflight_runs, 1, "00-preflight ran again after the resume");
+    assert!(run_containers(&run).is_empty());
+}

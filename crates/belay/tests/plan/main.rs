@@ -493,6 +493,90 @@ fn kill_9_then_rerun_continues_at_the_review_gate() {
     assert_eq!(w.run_dirs().len(), 1, "the same run went on");
 }
 
+/// Ctrl-C while the reviewer runs: belay stops cleanly (exit 130) with no
+/// container or agent process left, `belay runs` says interrupted, and the
+/// same command continues at the review gate with the attempt intact.
+#[test]
+fn ctrl_c_then_the_same_command_continues_at_the_review_gate() {
+    let w = ws();
+    let mut child = w
+        .cmd()
+        .args(["plan", "run", "--developer"])
+        .arg(w.spec("dev"))
+        .arg("--reviewer")
+        .arg(w.spec("rev-slow"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let started = w
+            .kinds("agent_trace")
+            .iter()
+            .any(|e| e["data"]["action"] == "start" && e["data"]["role"] == "reviewer");
+        if started && !no_process("sleep 987655") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the reviewer never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let t1 = Instant::now();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(t1.elapsed() < Duration::from_secs(20), "{:?}", t1.elapsed());
+    assert!(stderr.contains("BELAY-E130"), "{stderr}");
+    let run_id = w.run_dirs()[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        common::containers_of(&run_id).is_empty(),
+        "Ctrl-C left containers"
+    );
+    assert!(
+        no_process("sleep 987655"),
+        "the stopped reviewer still runs"
+    );
+    assert_eq!(w.subjects(), ["c1: built"]);
+    assert!(w
+        .kinds("run_outcome")
+        .iter()
+        .any(|e| e["data"]["outcome"] == "interrupted"));
+    let listed = w.cmd().args(["runs", "list", "--json"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    let entry = listed
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|v| match v {
+            Value::Array(a) => a,
+            one => vec![one],
+        })
+        .find(|e| e["run_id"] == run_id.as_str())
+        .unwrap_or_else(|| panic!("{run_id} not in runs list: {listed}"));
+    assert_eq!(entry["status"], "interrupted", "{entry}");
+
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    assert_eq!(w.subjects(), COMPLETED);
+    assert_eq!(
+        w.kinds("review_comment")[0]["data"]["review_attempt"],
+        1,
+        "the attempt is intact"
+    );
+    assert_eq!(w.run_dirs().len(), 1, "the same run went on");
+}
+
 /// A canary in the environment and in the agents' output appears in no
 /// commit and in no file under the run directory, at every audit level. A
 /// file holding it is refused at the commit point.

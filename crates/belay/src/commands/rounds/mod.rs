@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use belay_rounds::config::PlacementKind;
 use belay_rounds::round::RoundOptions;
-use belay_rounds::serve::{ServeOptions, Stops};
+use belay_rounds::serve::ServeOptions;
 use belay_rounds::trusted::Use;
 use belay_rounds::{exit, Config, RoundsError, Supervisor};
 use belay_sandbox::ContainerRuntime;
@@ -20,10 +20,7 @@ use crate::output::Printer;
 
 /// A rounds error with the peer's exit code.
 pub(super) fn fail(e: RoundsError) -> Failure {
-    Failure {
-        code: e.exit_code(),
-        error: e.into(),
-    }
+    Failure::with_code(e.exit_code(), e)
 }
 
 pub async fn rounds(p: &Printer, a: RoundsArgs) -> Result<u8, Failure> {
@@ -185,19 +182,17 @@ fn trust(p: &Printer, config: &std::path::Path, a: &JsonArg) -> Result<u8, Failu
 async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8, Failure> {
     let sup = open(p, config).await?;
     // One SIGTERM or SIGINT stops a lone round now (there is no loop to drain).
-    let stops = Stops::default();
-    stops.listen_for_signals().map_err(fail)?;
-    let mut graceful = stops.graceful.subscribe();
-    let now = stops.now.clone();
+    let stop = crate::context::stop_on_signals()?;
+    stop.handles_now();
+    let now = stop.clone();
     tokio::spawn(async move {
-        if graceful.changed().await.is_ok() {
-            now.send_replace(true);
-        }
+        let why = now.wait().await;
+        now.trip_now(why);
     });
     let r = sup
         .round(RoundOptions {
             phase: a.phase.as_deref(),
-            kill: Some(belay_rounds::round::Killed(stops.now.subscribe())),
+            kill: Some(stop),
         })
         .await
         .map_err(fail)?;
@@ -227,8 +222,10 @@ async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8
 
 async fn serve(p: &Printer, config: &std::path::Path, a: ServeArgs) -> Result<u8, Failure> {
     let sup = open(p, config).await?;
-    let stops = Stops::default();
-    stops.listen_for_signals().map_err(fail)?;
+    // The first signal ends the loop after the round, the second stops the
+    // agent now, a third exits.
+    let stops = crate::context::stop_on_signals()?;
+    stops.handles_now();
     let end = sup
         .serve(
             ServeOptions {
