@@ -128,6 +128,13 @@ impl SseParser {
     }
 }
 
+/// A model stream that breaks the size bound failed as a decode would.
+impl belay_record::Classify for TooLarge {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        belay_record::ExitClass::Failed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -117,6 +117,21 @@ pub fn read(answer: &str) -> Result<Answer, VerdictError> {
     })
 }
 
+/// A review without a verdict is the agent's failure (exit 1).
+impl belay_record::Classify for VerdictError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        match self {
+            VerdictError::Missing | VerdictError::Conflicting { .. } => {
+                belay_record::ExitClass::Failed
+            }
+        }
+    }
+
+    fn error_code(&self) -> &'static str {
+        "BELAY-E201"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -58,6 +58,7 @@ pub const ERROR_CODES: &[ErrorCode] = &[
     ErrorCode { code: "BELAY-E107", class: ExitClass::Usage, title: "a control file (config, plan, prompt, stop file) changed while an agent could write it" },
     ErrorCode { code: "BELAY-E200", class: ExitClass::Failed, title: "the work failed (a gate, the attempts, a build)" },
     ErrorCode { code: "BELAY-E201", class: ExitClass::Failed, title: "an agent failed" },
+    ErrorCode { code: "BELAY-E202", class: ExitClass::Failed, title: "a round supervisor's breaker tripped (a crash loop, rounds without progress): exit 75, systemd does not restart" },
     ErrorCode { code: "BELAY-E300", class: ExitClass::Infra, title: "the machine failed" },
     ErrorCode { code: "BELAY-E301", class: ExitClass::Infra, title: "the container engine is unreachable or refused a request" },
     ErrorCode { code: "BELAY-E302", class: ExitClass::Infra, title: "the sandbox failed under a running step (its container is gone, the engine failed an exec)" },
@@ -83,6 +84,18 @@ pub fn io_code(e: &std::io::Error) -> &'static str {
     match io_class(e) {
         ExitClass::Infra => "BELAY-E304",
         c => c.error_code(),
+    }
+}
+
+/// An IO error that reached the binary bare (the error types of the
+/// libraries name the path; this is the fallback).
+impl Classify for std::io::Error {
+    fn exit_class(&self) -> ExitClass {
+        io_class(self)
+    }
+
+    fn error_code(&self) -> &'static str {
+        io_code(self)
     }
 }
 

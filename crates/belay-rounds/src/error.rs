@@ -64,24 +64,49 @@ impl RoundsError {
         }
     }
 
-    /// The peer's exit code for this error.
+    /// The peer's exit code for this error: its class, in the peer's
+    /// numbers (a classification, not a second scheme).
     pub fn exit_code(&self) -> u8 {
+        crate::exit::peer_code(belay_record::Classify::exit_class(self))
+    }
+}
+
+/// The round supervisor's classes: a broken config or control file is the
+/// user's (78, systemd does not restart); a breaker is the work's (75); all
+/// else is an environment that is not ready yet (76, retried later), a lock
+/// held by another serve included.
+impl belay_record::Classify for RoundsError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        use belay_record::ExitClass as C;
         match self {
             RoundsError::Config(_)
             | RoundsError::ControlChanged(_)
-            | RoundsError::ControlRead { .. } => crate::exit::CONFIG,
-            RoundsError::ControlRestore { .. } => crate::exit::ENVIRONMENT,
-            RoundsError::Environment(_) | RoundsError::Io { .. } => crate::exit::ENVIRONMENT,
-            RoundsError::Breaker(_) => crate::exit::BREAKER,
-            RoundsError::Sandbox(_) => crate::exit::ENVIRONMENT,
+            | RoundsError::ControlRead { .. } => C::Usage,
+            RoundsError::Breaker(_) => C::Failed,
             RoundsError::Agent(e) => match belay_record::Classify::exit_class(e) {
-                belay_record::ExitClass::Usage => crate::exit::CONFIG,
-                _ => crate::exit::ENVIRONMENT,
+                C::Usage => C::Usage,
+                C::Failed | C::Infra | C::Interrupted => C::Infra,
             },
-            RoundsError::Record(belay_record::RecordError::Locked { .. }) => {
-                crate::exit::ENVIRONMENT
-            }
-            RoundsError::Record(_) | RoundsError::Vcs(_) => crate::exit::ENVIRONMENT,
+            RoundsError::ControlRestore { .. }
+            | RoundsError::Environment(_)
+            | RoundsError::Io { .. }
+            | RoundsError::Sandbox(_)
+            | RoundsError::Record(_)
+            | RoundsError::Vcs(_) => C::Infra,
+        }
+    }
+
+    fn error_code(&self) -> &'static str {
+        match self {
+            RoundsError::ControlChanged(e) => e.error_code(),
+            RoundsError::ControlRead { .. } => "BELAY-E107",
+            RoundsError::Breaker(_) => "BELAY-E202",
+            RoundsError::Agent(e) => e.error_code(),
+            RoundsError::Record(e) => e.error_code(),
+            RoundsError::Vcs(e) => e.error_code(),
+            RoundsError::Sandbox(e) => e.error_code(),
+            RoundsError::Io { source, .. } => belay_record::io_code(source),
+            other => belay_record::Classify::exit_class(other).error_code(),
         }
     }
 }

@@ -12,3 +12,14 @@ pub const ENVIRONMENT: u8 = 76;
 pub const CONFIG: u8 = 78;
 /// Interrupted by SIGINT or SIGTERM mid-round.
 pub const INTERRUPTED: u8 = 130;
+
+/// A class in the peer's numbers.
+pub fn peer_code(class: belay_record::ExitClass) -> u8 {
+    use belay_record::ExitClass as C;
+    match class {
+        C::Usage => CONFIG,
+        C::Failed => BREAKER,
+        C::Infra => ENVIRONMENT,
+        C::Interrupted => INTERRUPTED,
+    }
+}

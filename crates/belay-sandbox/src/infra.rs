@@ -145,6 +145,17 @@ impl Sticky {
     }
 }
 
+/// Always the machine's (exit 3): the engine, not the command, failed.
+impl belay_record::Classify for InfraFailure {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        belay_record::ExitClass::Infra
+    }
+
+    fn error_code(&self) -> &'static str {
+        "BELAY-E301"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,91 +1,207 @@
-//! Exit codes. Every library error says its class ([`belay_record::Classify`]);
-//! this module only finds the error in the chain and maps the class.
+//! Exit codes. Every library error says its class ([`belay_record::Classify`]),
+//! and a [`Failure`] takes it when the error is converted: there is no list of
+//! error types here. The binary's own messages say their class by the
+//! constructor they use ([`usage`], [`infra`]).
 
 use belay_record::{Classify, ExitClass};
 
-/// Exit codes (documented in `belay --help`).
+/// The work failed (documented in `belay --help`); the other codes come
+/// from [`ExitClass::code`].
 pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_USAGE: u8 = 2;
-pub const EXIT_INFRA: u8 = 3;
 
-/// An error with the exit code it maps to.
+/// An error with the exit code and the stable error code it maps to.
 #[derive(Debug)]
 pub struct Failure {
     pub code: u8,
+    error_code: &'static str,
     pub error: anyhow::Error,
 }
 
-impl<E: Into<anyhow::Error>> From<E> for Failure {
+impl<E: Classify + std::error::Error + Send + Sync + 'static> From<E> for Failure {
     fn from(e: E) -> Self {
-        let error = e.into();
-        let code = class_of(&error).0.code();
-        Failure { code, error }
+        Failure {
+            code: e.exit_class().code(),
+            error_code: e.error_code(),
+            error: anyhow::Error::new(e),
+        }
     }
 }
 
 impl Failure {
+    /// A failure of `class` with the class's general code.
+    pub fn new(class: ExitClass, error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            code: class.code(),
+            error_code: class.error_code(),
+            error: error.into(),
+        }
+    }
+
+    /// A failure with an exit code of its own (the round supervisor's peer
+    /// codes), classified by `e`.
+    pub fn with_code<E: Classify + std::error::Error + Send + Sync + 'static>(
+        code: u8,
+        e: E,
+    ) -> Self {
+        Failure {
+            code,
+            error_code: e.error_code(),
+            error: anyhow::Error::new(e),
+        }
+    }
+
     /// The stable code (`BELAY-E…`, `docs/troubleshooting.md`).
     pub fn error_code(&self) -> &'static str {
-        match class_of(&self.error) {
-            (_, Some(c)) => c,
-            (class, None) => match self.code {
-                EXIT_USAGE => ExitClass::Usage.error_code(),
-                EXIT_INFRA => ExitClass::Infra.error_code(),
-                _ => class.error_code(),
-            },
-        }
+        self.error_code
     }
 }
 
 /// A failure of what the user gave belay (exit 2), with the message that says
 /// how to fix it.
 pub fn usage(msg: impl Into<String>) -> Failure {
+    Failure::new(ExitClass::Usage, anyhow::anyhow!(msg.into()))
+}
+
+/// A failure of the machine (exit 3): the message says what failed.
+pub fn infra(msg: impl Into<String>) -> Failure {
+    Failure::new(ExitClass::Infra, anyhow::anyhow!(msg.into()))
+}
+
+/// An IO failure of the binary's own: `cannot {what}: {e}`, classed by the
+/// error's kind (a missing path is the user's, a full disk the machine's).
+pub fn io(what: impl std::fmt::Display, e: std::io::Error) -> Failure {
     Failure {
-        code: EXIT_USAGE,
-        error: anyhow::anyhow!(msg.into()),
+        code: belay_record::io_class(&e).code(),
+        error_code: belay_record::io_code(&e),
+        error: anyhow::Error::new(e).context(format!("cannot {what}")),
     }
 }
 
-/// The class of the first library error in the chain (the outermost one
-/// decides: a pipeline error that wraps an engine failure says so itself).
-fn class_of(e: &anyhow::Error) -> (ExitClass, Option<&'static str>) {
-    for cause in e.chain() {
-        if let Some((c, code)) = classify(cause) {
-            return (c, Some(code));
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::path::{Path, PathBuf};
+
+    fn sources() -> Vec<(PathBuf, String)> {
+        fn walk(d: &Path, out: &mut Vec<(PathBuf, String)>) {
+            for e in std::fs::read_dir(d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    // The code, not its unit tests.
+                    let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+                    out.push((p, code));
+                }
+            }
+        }
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut out = Vec::new();
+        for c in std::fs::read_dir(&crates).unwrap().flatten() {
+            let src = c.path().join("src");
+            if src.is_dir() {
+                walk(&src, &mut out);
+            }
+        }
+        assert!(out.len() > 100, "the crates' sources were not found");
+        out
+    }
+
+    /// The names of the public error types (`thiserror` derives), and of the
+    /// types with an `impl Classify`.
+    fn error_types(srcs: &[(PathBuf, String)]) -> (Vec<(String, PathBuf)>, Vec<String>) {
+        let derive = regex::Regex::new(
+            r"#\[derive\(([^)]*)\)\]\s*(?:#\[[^\]]*\]\s*)*pub\s+(?:enum|struct)\s+(\w+)",
+        )
+        .unwrap();
+        let imp =
+            regex::Regex::new(r"impl\s+(?:[\w:]*::)?Classify\s+for\s+(?:[\w:]*::)?(\w+)").unwrap();
+        let mut types = Vec::new();
+        let mut classified = Vec::new();
+        for (p, s) in srcs {
+            for c in derive.captures_iter(s) {
+                if c[1].split(',').any(|d| d.trim().ends_with("Error")) {
+                    types.push((c[2].to_string(), p.clone()));
+                }
+            }
+            for c in imp.captures_iter(s) {
+                classified.push(c[1].to_string());
+            }
+        }
+        (types, classified)
+    }
+
+    /// Every public error type of every crate says its class (so that a
+    /// [`super::Failure`] takes it on conversion, with no list here), and no
+    /// `exit_class` hides a variant behind a wildcard arm.
+    #[test]
+    fn every_error_type_is_classified_variant_by_variant() {
+        let srcs = sources();
+        let (types, classified) = error_types(&srcs);
+        assert!(types.len() > 20, "{types:?}");
+        let missing: Vec<_> = types
+            .iter()
+            .filter(|(t, _)| !classified.contains(t))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "error types without `impl Classify`: {missing:?}"
+        );
+        let wildcard = regex::Regex::new(r"(?m)^\s*(_|other)\s*=>").unwrap();
+        for (p, s) in &srcs {
+            for (i, _) in s.match_indices("fn exit_class(") {
+                let body = &s[i..];
+                let end = body.find("\n    }\n").unwrap_or(body.len());
+                assert!(
+                    !wildcard.is_match(&body[..end]),
+                    "{}: an exit_class with a wildcard arm: name every variant",
+                    p.display()
+                );
+            }
         }
     }
-    (ExitClass::Failed, None)
-}
 
-/// Each library's error types, once; their own `exit_class` and `error_code` decide.
-fn classify(e: &(dyn std::error::Error + 'static)) -> Option<(ExitClass, &'static str)> {
-    fn class<T: Classify + std::error::Error + 'static>(
-        e: &(dyn std::error::Error + 'static),
-    ) -> Option<(ExitClass, &'static str)> {
-        e.downcast_ref::<T>()
-            .map(|x| (x.exit_class(), x.error_code()))
+    /// Every code the sources can print is in `ERROR_CODES` (so in
+    /// `docs/troubleshooting.md`, which a belay-record test checks).
+    #[test]
+    fn every_code_in_the_sources_is_listed() {
+        let code = regex::Regex::new(r"BELAY-E\d{3}").unwrap();
+        let doc = include_str!("../../../docs/troubleshooting.md");
+        for (p, s) in sources() {
+            for m in code.find_iter(&s) {
+                assert!(
+                    belay_record::ERROR_CODES
+                        .iter()
+                        .any(|c| c.code == m.as_str()),
+                    "{}: {} is not in ERROR_CODES",
+                    p.display(),
+                    m.as_str()
+                );
+                assert!(
+                    doc.contains(m.as_str()),
+                    "{} is not in docs/troubleshooting.md",
+                    m.as_str()
+                );
+            }
+        }
     }
-    class::<belay_env::EnvError>(e)
-        .or_else(|| class::<belay_kube::KubeError>(e))
-        .or_else(|| class::<belay_pipeline::PipelineError>(e))
-        .or_else(|| class::<belay_pipeline::LoadError>(e))
-        .or_else(|| class::<belay_plan::PlanError>(e))
-        .or_else(|| class::<belay_plan::generate::GenerateError>(e))
-        .or_else(|| class::<belay_jobs::JobsError>(e))
-        .or_else(|| class::<belay_agent::AgentError>(e))
-        .or_else(|| class::<belay_model::ModelError>(e))
-        .or_else(|| class::<belay_model::replay::ReplayError>(e))
-        .or_else(|| class::<belay_sandbox::SandboxError>(e))
-        .or_else(|| class::<belay_sandbox::hostfs::HostFsError>(e))
-        .or_else(|| class::<belay_vcs::VcsError>(e))
-        .or_else(|| class::<belay_record::RecordError>(e))
-        .or_else(|| class::<belay_record::ControlChanged>(e))
-        .or_else(|| class::<belay_record::IdError>(e))
-        .or_else(|| class::<belay_env::ClusterError>(e))
-        .or_else(|| class::<belay_agent::SpecError>(e))
-        .or_else(|| class::<belay_ui::UiError>(e))
-        .or_else(|| {
-            e.downcast_ref::<std::io::Error>()
-                .map(|x| (belay_record::io_class(x), belay_record::io_code(x)))
-        })
+
+    /// What the user sees: a library error keeps its own class and code
+    /// through `?`, and an IO failure of the binary is classed by its kind.
+    #[test]
+    fn a_failure_takes_the_class_and_code_of_its_error() {
+        let f: super::Failure = belay_record::ControlChanged {
+            path: "a.toml".into(),
+            what: String::new(),
+            accept: "belay rounds trust".into(),
+        }
+        .into();
+        assert_eq!((f.code, f.error_code()), (2, "BELAY-E107"));
+        let full = super::io("write x", std::io::Error::from_raw_os_error(28));
+        assert_eq!((full.code, full.error_code()), (3, "BELAY-E304"));
+        let stopped: super::Failure = belay_record::Stopped("SIGINT".into()).into();
+        assert_eq!((stopped.code, stopped.error_code()), (130, "BELAY-E130"));
+    }
 }

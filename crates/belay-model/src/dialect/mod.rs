@@ -181,6 +181,13 @@ pub(crate) fn chunks(text: &str, size: usize) -> Vec<&str> {
     out
 }
 
+/// An answer that does not decode is the model's failure (exit 1).
+impl belay_record::Classify for DecodeError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        belay_record::ExitClass::Failed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use belay_agent::session::EventTarget;
 use belay_agent::{AgentBox, AgentReport, AgentSession, BoxSpec, Limits, Placement};
 use belay_record::{Mode, OpenRun, Registry, RunHandle};
@@ -17,18 +16,30 @@ use crate::context::connect;
 use crate::exit::{usage, Failure, EXIT_FAILED};
 use crate::output::Printer;
 
-/// Run `fut` unless Ctrl-C or SIGTERM comes first (then the future is dropped,
+/// Run `fut` unless the stop token trips first (then the future is dropped,
 /// which kills an agent CLI's process group, and the caller cleans up).
-async fn interruptible<T>(
-    fut: impl std::future::Future<Output = anyhow::Result<T>>,
-) -> anyhow::Result<T> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot watch for SIGTERM")?;
-    tokio::select! {
-        r = fut => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C): the agent was stopped")),
-        _ = term.recv() => Err(anyhow::anyhow!("terminated (SIGTERM): the agent was stopped")),
+async fn interruptible<T, E>(
+    stop: &belay_record::Stop,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, Failure>
+where
+    E: belay_record::Classify + std::error::Error + Send + Sync + 'static,
+{
+    match stop.race(fut).await {
+        Ok(r) => r.map_err(Failure::from),
+        Err(why) => Err(belay_record::Stopped(format!("{why}: the agent was stopped")).into()),
     }
+}
+
+/// Record how a run that failed (or was stopped) ended, and pass the failure on.
+fn ended(run: &RunHandle, f: Failure) -> Failure {
+    let end = failed_end(run, &f.error);
+    if f.code == belay_record::ExitClass::Interrupted.code() {
+        run.interrupted(end);
+    } else {
+        run.finish(end);
+    }
+    f
 }
 
 pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
@@ -89,6 +100,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     if let Some((_, Some((name, key)))) = &model {
         redactor.add(name.clone(), key.expose());
     }
+    let stop = crate::context::stop_on_signals()?;
     let run = RunHandle::open(OpenRun {
         dir: out.clone(),
         id: &run_id,
@@ -170,13 +182,9 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             process: Default::default(),
         };
         // Interrupted, the run is dropped and its process group killed.
-        match interruptible(async { Ok(session.run(&a.prompt).await?) }).await {
-            Ok(r) => r,
-            Err(e) => {
-                run.finish(failed_end(&run, &e));
-                return Err(e.into());
-            }
-        }
+        interruptible(&stop, session.run(&a.prompt))
+            .await
+            .map_err(|f| ended(&run, f))?
     } else {
         let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
         let agent_box = AgentBox::open(BoxSpec {
@@ -212,7 +220,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             pid_file: None,
             process: Default::default(),
         };
-        let result = interruptible(async { Ok(session.run(&a.prompt).await?) }).await;
+        let result = interruptible(&stop, session.run(&a.prompt)).await;
         if a.keep_container {
             let c = agent_box.id().to_string();
             p.note(&format!("kept container {c} (docker exec -it {c} bash)"));
@@ -223,10 +231,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         let sweep = match agent_box.close().await {
             Ok(s) => s,
             Err(e) => {
-                let f = Failure {
-                    code: crate::exit::EXIT_INFRA,
-                    error: e.into(),
-                };
+                let f = Failure::new(belay_record::ExitClass::Infra, e);
                 run.finish(failed_end(&run, &f.error));
                 return Err(f);
             }
@@ -244,13 +249,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
                 repo.display()
             ));
         }
-        match result {
-            Ok(r) => r,
-            Err(e) => {
-                run.finish(failed_end(&run, &e));
-                return Err(e.into());
-            }
-        }
+        result.map_err(|f| ended(&run, f))?
     };
     let data = serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage, "cost_usd": report.cost_usd});
     #[derive(serde::Serialize)]

@@ -6,7 +6,7 @@ use belay_sandbox::ContainerRuntime;
 
 use crate::cli::{BootstrapArgs, WorkerImageArgs};
 use crate::context::connect;
-use crate::exit::Failure;
+use crate::exit::{infra, Failure};
 use crate::output::Printer;
 
 pub async fn bootstrap(p: &Printer, a: BootstrapArgs) -> Result<u8, Failure> {
@@ -44,7 +44,7 @@ pub async fn worker(p: &Printer, a: WorkerImageArgs) -> Result<u8, Failure> {
     let tmp = tempfile::Builder::new()
         .prefix("belay-worker-image-")
         .tempdir()
-        .map_err(|e| anyhow::anyhow!("cannot make a temporary directory: {e}"))?;
+        .map_err(|e| infra(format!("cannot make a temporary directory: {e}")))?;
     let img =
         belay_env::swarm::image::build(&rt, &a.base, &tag, &tmp.path().join("context")).await?;
     p.out(format!("{} {}", img.tag, img.id));

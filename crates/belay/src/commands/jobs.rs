@@ -6,13 +6,12 @@ use std::sync::Arc;
 
 use belay_jobs::config::{self, Placement, LOCAL_SENDER};
 use belay_jobs::queue::{Dir, Queue};
-use belay_jobs::worker::Stop;
 use belay_jobs::{gates, Config, Job, JobsError, Services};
 use belay_record::Id;
 use belay_sandbox::ContainerRuntime;
 
 use crate::cli::{JobsArgs, JobsCommand, SubmitArgs, WorkArgs};
-use crate::exit::{usage, Failure};
+use crate::exit::{infra, io, usage, Failure};
 use crate::output::Printer;
 
 /// Progress lines on stderr, printable (they carry what agents and senders
@@ -78,7 +77,7 @@ fn submit(p: &Printer, svc: &Services, s: SubmitArgs) -> Result<u8, Failure> {
             let mut b = String::new();
             std::io::stdin()
                 .read_to_string(&mut b)
-                .map_err(|e| usage(format!("cannot read the request from stdin: {e}")))?;
+                .map_err(|e| io("read the request from stdin", e))?;
             b
         }
     };
@@ -132,22 +131,8 @@ async fn work(p: &Printer, svc: Services, w: WorkArgs) -> Result<u8, Failure> {
         svc.ready_front()?;
     }
     let svc = Arc::new(svc);
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let tx = Arc::new(tx);
-    let stop = Stop(rx);
+    let stop = crate::context::stop_on_signals()?;
     let wake = Arc::new(tokio::sync::Notify::new());
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| usage(format!("cannot watch for SIGTERM: {e}")))?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| usage(format!("cannot watch for SIGINT: {e}")))?;
-    let signal_tx = tx.clone();
-    let signals = tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        let _ = signal_tx.send(true);
-    });
     let mut fronts = tokio::task::JoinSet::new();
     if w.once {
         if let Some(d) = &svc.cfg.drop {
@@ -202,14 +187,13 @@ async fn work(p: &Printer, svc: Services, w: WorkArgs) -> Result<u8, Failure> {
                 if let Ok(Err(e)) = f {
                     p.warn(&format!("a front end stopped: {e}; stopping the workers"));
                     front_failed = Some(e);
-                    let _ = tx.send(true);
+                    stop.trip("a front end failed");
                 }
             }
         }
     };
-    signals.abort();
     fronts.shutdown().await;
-    let s = summary.map_err(|e| usage(format!("the workers stopped: {e}")))??;
+    let s = summary.map_err(|e| infra(format!("the workers stopped: {e}")))??;
     if let Some(e) = front_failed {
         return Err(e.into());
     }

@@ -4,16 +4,14 @@
 //! the container is removed.
 
 use crate::cli::RelayArgs;
-use crate::exit::{Failure, EXIT_INFRA};
+use crate::exit::{infra, Failure};
 
 pub async fn relay(a: RelayArgs) -> Result<u8, Failure> {
     let fwd = belay_sandbox::egress::TcpForward::start(a.listen, a.to.clone())
         .await
-        .map_err(|e| Failure {
-            code: EXIT_INFRA,
-            error: anyhow::anyhow!("cannot listen on {}: {e}", a.listen),
-        })?;
+        .map_err(|e| infra(format!("cannot listen on {}: {e}", a.listen)))?;
     eprintln!("belay relay: {} -> {}", fwd.addr, a.to);
-    let _ = tokio::signal::ctrl_c().await;
+    // Until the container is stopped (SIGTERM) or removed.
+    crate::context::stop_on_signals()?.wait().await;
     Ok(0)
 }

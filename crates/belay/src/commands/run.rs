@@ -9,13 +9,13 @@ use belay_sandbox::ContainerRuntime;
 
 use crate::cli::RunArgs;
 use crate::context::connect;
-use crate::exit::{usage, Failure, EXIT_FAILED};
+use crate::exit::{io, Failure, EXIT_FAILED};
 use crate::output::pipeline::Console;
 use crate::output::Printer;
 
 pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
     if a.explain_compat {
-        let text = fs_err::read_to_string(&a.pipeline).map_err(|e| usage(e.to_string()))?;
+        let text = fs_err::read_to_string(&a.pipeline)?;
         let report = belay_pipeline::compat::explain(&text, &a.pipeline)?;
         out.out(report.trim_end_matches('\n'));
         return Ok(0);
@@ -30,7 +30,7 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
         let dir = state_dir_for(&p, a.state_dir.as_deref()).join("stamps");
         if dir.exists() {
             fs_err::remove_dir_all(&dir)
-                .map_err(|e| usage(format!("cannot delete {}: {e}", dir.display())))?;
+                .map_err(|e| io(format_args!("delete {}", dir.display()), e))?;
         }
         out.out(format!("deleted the provision stamps in {}", dir.display()));
         return Ok(0);

@@ -9,7 +9,7 @@ use belay_sandbox::ContainerRuntime;
 
 use crate::cli::{RunsCommand, RunsEventsArgs, RunsGcArgs, RunsListArgs, RunsShowArgs};
 use crate::context::connect;
-use crate::exit::{usage, Failure};
+use crate::exit::{io, usage, Failure};
 use crate::output::Printer;
 
 pub async fn runs(p: &Printer, c: RunsCommand) -> Result<u8, Failure> {
@@ -175,7 +175,7 @@ async fn events(p: &Printer, reg: &Registry, a: RunsEventsArgs) -> Result<u8, Fa
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await
             }
-            Err(err) => return Err(usage(format!("cannot read {}: {err}", path.display()))),
+            Err(err) => return Err(io(format_args!("read {}", path.display()), err)),
         }
     };
     let mut r = std::io::BufReader::new(file);
@@ -185,7 +185,7 @@ async fn events(p: &Printer, reg: &Registry, a: RunsEventsArgs) -> Result<u8, Fa
         line.clear();
         let n = r
             .read_line(&mut line)
-            .map_err(|err| usage(format!("cannot read {}: {err}", path.display())))?;
+            .map_err(|err| io(format_args!("read {}", path.display()), err))?;
         if n > 0 && line.ends_with('\n') {
             print_event(&mut out, line.trim_end(), a.json);
             continue;
@@ -194,7 +194,7 @@ async fn events(p: &Printer, reg: &Registry, a: RunsEventsArgs) -> Result<u8, Fa
             // A line still being written: read it again whole.
             let back = n as i64;
             std::io::Seek::seek_relative(&mut r, -back)
-                .map_err(|err| usage(format!("cannot read {}: {err}", path.display())))?;
+                .map_err(|err| io(format_args!("read {}", path.display()), err))?;
         }
         if !a.follow {
             break;
@@ -275,7 +275,7 @@ async fn gc(p: &Printer, reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
         }
         if e.dir.is_dir() {
             fs_err::remove_dir_all(&e.dir)
-                .map_err(|err| usage(format!("cannot remove {}: {err}", e.dir.display())))?;
+                .map_err(|err| io(format_args!("remove {}", e.dir.display()), err))?;
         }
         p.out(format!("removed {} {}", e.mode.as_str(), e.run_id));
         gone.push(e.run_id.clone());
