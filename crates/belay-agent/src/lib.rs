@@ -60,3 +60,15 @@ impl belay_record::Classify for AgentError {
         }
     }
 }
+
+/// The one resolved endpoint (`belay_model::resolve::agent_endpoint`) as the
+/// agent runner takes it.
+impl From<belay_model::resolve::AgentEndpoint> for cli::Endpoint {
+    fn from(e: belay_model::resolve::AgentEndpoint) -> Self {
+        cli::Endpoint {
+            base_url: e.base_url,
+            api: e.api,
+            key: e.key.map(|(_, k)| k),
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use belay_agent::cli::Endpoint;
 use belay_agent::lifeline::Lifeline;
-use belay_model::keys::Secret;
+use belay_model::keys::Settings;
 use belay_model::PriceTable;
 use belay_record::Redactor;
 use belay_sandbox::ContainerRuntime;
@@ -36,15 +36,27 @@ pub struct Services {
 }
 
 fn secret_env(name: &str, what: &str, cfg: &Config) -> Result<String, JobsError> {
-    std::env::var(name).map_err(|_| {
-        JobsError::Config(format!(
-            "{}: {what} names the variable {name}, which is not set: export it",
-            cfg.path
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "jobs.toml".into())
-        ))
-    })
+    std::env::var(name).map_err(|_| not_set(name, what, cfg))
+}
+
+/// A variable the config names and the environment lacks.
+fn not_set(name: &str, what: &str, cfg: &Config) -> JobsError {
+    JobsError::Config(format!(
+        "{}: {what} names the variable {name}, which is not set: export it",
+        cfg.path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "jobs.toml".into())
+    ))
+}
+
+/// A model key the config names and neither the environment nor `./.env`
+/// holds, in the words of the other config variables.
+fn model_key_missing(e: belay_model::ModelError, cfg: &Config) -> JobsError {
+    match e {
+        belay_model::ModelError::NoKey { var } => not_set(&var, "[agent] model_key_env", cfg),
+        other => JobsError::Config(other.to_string()),
+    }
 }
 
 impl Services {
@@ -63,25 +75,21 @@ impl Services {
         let endpoint = match &cfg.agent.model_url {
             None => None,
             Some(url) => {
-                let key = match &cfg.agent.model_key_env {
-                    Some(k) => match secret_env(k, "[agent] model_key_env", &cfg) {
-                        Ok(v) => {
-                            redactor.add(k.clone(), v.clone());
-                            Some(Secret::new(v))
-                        }
-                        Err(e) => {
-                            missing.push(e);
-                            None
-                        }
-                    },
-                    None => None,
-                };
-                redactor.add_url_credentials("model_url", url);
-                Some(Endpoint {
-                    base_url: url.clone(),
+                let wanted = belay_model::resolve::EndpointWanted {
+                    base_url: url,
                     api: cfg.agent.model_api,
-                    key,
-                })
+                    key_env: cfg.agent.model_key_env.as_deref(),
+                };
+                match belay_model::resolve::agent_endpoint(&wanted, &Settings::for_cwd()) {
+                    Ok(e) => {
+                        e.add_secrets(&mut redactor);
+                        Some(Endpoint::from(e))
+                    }
+                    Err(e) => {
+                        missing.push(model_key_missing(e, &cfg));
+                        None
+                    }
+                }
             }
         };
         let mut missing_front = Vec::new();

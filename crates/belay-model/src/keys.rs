@@ -144,6 +144,16 @@ impl Settings {
         Settings { dotenv }
     }
 
+    /// The one rule every mode uses: the environment, then `./.env` of the
+    /// directory belay was started in (the user's, never a work tree an
+    /// agent writes: the modes refuse `.env` files in their workspaces).
+    pub fn for_cwd() -> Self {
+        match std::env::current_dir() {
+            Ok(d) => Settings::load(&d),
+            Err(_) => Settings::env_only(),
+        }
+    }
+
     /// The process environment only.
     pub fn env_only() -> Self {
         Settings::default()

@@ -33,6 +33,55 @@ pub struct Resolved {
     pub key: Option<(String, Secret)>,
 }
 
+/// An agent's endpoint as a config or a flag names it: the base URL as
+/// given, its dialect, and the variable its key is in (when one is named).
+#[derive(Debug, Clone)]
+pub struct EndpointWanted<'a> {
+    pub base_url: &'a str,
+    pub api: Api,
+    pub key_env: Option<&'a str>,
+}
+
+/// An agent's endpoint, resolved: the key's variable name and value.
+#[derive(Debug, Clone)]
+pub struct AgentEndpoint {
+    pub base_url: String,
+    pub api: Api,
+    pub key: Option<(String, Secret)>,
+}
+
+impl AgentEndpoint {
+    /// The endpoint's secrets, for the run's redactor: the key, and any
+    /// credentials in the URL (`https://user:pass@…`).
+    pub fn add_secrets(&self, redactor: &mut belay_record::Redactor) {
+        if let Some((name, k)) = &self.key {
+            redactor.add(name.clone(), k.expose());
+        }
+        redactor.add_url_credentials("model_url", &self.base_url);
+    }
+}
+
+/// The one function that resolves an agent's endpoint, for every mode: a
+/// named key variable must be set (in the environment or `./.env`,
+/// [`Settings::for_cwd`]); `ModelError::NoKey` names it otherwise.
+pub fn agent_endpoint(
+    w: &EndpointWanted<'_>,
+    settings: &Settings,
+) -> Result<AgentEndpoint, ModelError> {
+    let key = match w.key_env {
+        None => None,
+        Some(var) => match settings.secret(var) {
+            Some(k) => Some((var.to_string(), k)),
+            None => return Err(ModelError::NoKey { var: var.into() }),
+        },
+    };
+    Ok(AgentEndpoint {
+        base_url: w.base_url.to_string(),
+        api: w.api,
+        key,
+    })
+}
+
 /// The key's variable for `api` when none is named.
 pub fn default_key_env(api: Api) -> &'static str {
     if api == Api::Anthropic {
@@ -92,6 +141,35 @@ pub fn resolve(w: &ModelWanted<'_>, settings: &Settings) -> Result<Option<Resolv
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// Every mode's agent endpoint: the key from the environment or the
+    /// user's `.env`, a named but missing key refused by name, and the
+    /// key and the URL's credentials in the redactor.
+    #[test]
+    fn an_agent_endpoint_takes_its_key_by_the_one_rule() {
+        let s = settings("BELAY_TEST_EP_KEY=sk-from-dotenv-1234\n");
+        let w = EndpointWanted {
+            base_url: "https://bob:pw-in-url-99@models.example/v1",
+            api: Api::Anthropic,
+            key_env: Some("BELAY_TEST_EP_KEY"),
+        };
+        let e = agent_endpoint(&w, &s).unwrap();
+        assert_eq!(e.key.as_ref().unwrap().1.expose(), "sk-from-dotenv-1234");
+        let mut r = belay_record::Redactor::default();
+        e.add_secrets(&mut r);
+        let out = r.redact("key sk-from-dotenv-1234 url pw-in-url-99");
+        assert!(!out.contains("sk-from-dotenv-1234") && !out.contains("pw-in-url-99"), "{out}");
+        let missing = EndpointWanted {
+            key_env: Some("BELAY_TEST_EP_MISSING"),
+            ..w.clone()
+        };
+        match agent_endpoint(&missing, &s) {
+            Err(ModelError::NoKey { var }) => assert_eq!(var, "BELAY_TEST_EP_MISSING"),
+            other => panic!("{other:?}"),
+        }
+        let keyless = EndpointWanted { key_env: None, ..w };
+        assert!(agent_endpoint(&keyless, &s).unwrap().key.is_none());
+    }
 
     fn settings(dotenv: &str) -> Settings {
         let d = tempfile::tempdir().unwrap();

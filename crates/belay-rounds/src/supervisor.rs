@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use belay_agent::cli::Endpoint;
-use belay_model::{PriceTable, Secret};
+use belay_model::PriceTable;
 use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle};
 use belay_sandbox::ContainerRuntime;
 use sha2::Digest;
@@ -89,28 +89,24 @@ impl Supervisor {
         let endpoint = match &cfg.agent.model_url {
             None => None,
             Some(url) => {
-                let key = match &cfg.agent.model_key_env {
-                    Some(k) => match std::env::var(k) {
-                        Ok(v) => {
-                            redactor.add(k.clone(), v.clone());
-                            Some(Secret::new(v))
-                        }
-                        Err(_) => {
-                            return Err(RoundsError::Config(format!(
-                                "{}: model_key_env names {k}, which is not set: export it",
-                                cfg.path.display()
-                            )))
-                        }
-                    },
-                    None => None,
-                };
-                // Credentials in the URL are secrets too (as in jobs).
-                redactor.add_url_credentials("model_url", url);
-                Some(Endpoint {
-                    base_url: url.clone(),
+                let wanted = belay_model::resolve::EndpointWanted {
+                    base_url: url,
                     api: cfg.agent.model_api,
-                    key,
-                })
+                    key_env: cfg.agent.model_key_env.as_deref(),
+                };
+                let e = belay_model::resolve::agent_endpoint(
+                    &wanted,
+                    &belay_model::keys::Settings::for_cwd(),
+                )
+                .map_err(|e| match e {
+                    belay_model::ModelError::NoKey { var } => RoundsError::Config(format!(
+                        "{}: model_key_env names {var}, which is not set: export it",
+                        cfg.path.display()
+                    )),
+                    other => RoundsError::Config(other.to_string()),
+                })?;
+                e.add_secrets(&mut redactor);
+                Some(Endpoint::from(e))
             }
         };
         let log_dir = cfg.runtime.log_dir.clone();

@@ -261,7 +261,8 @@ pub(super) fn commit_pathspecs(p: &Pipeline) -> Vec<String> {
 /// The variable that holds the model key: `llm.api_key_env`, else the dialect's usual one.
 /// The pipeline's model client and key, resolved the one way
 /// (`belay_model::resolve`): `llm.api_key_env` (or the dialect's default
-/// variable), `llm.base_url` (never the environment's), `llm.model`.
+/// variable, from the environment or `./.env`, the one rule), `llm.base_url`
+/// (never the environment's), `llm.model`.
 pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, PipelineError> {
     use belay_model::resolve::{resolve, ModelWanted};
     let Some(llm) = &p.llm else {
@@ -269,8 +270,9 @@ pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, P
     };
     // A variable the file names must be set, with or without `base_url`:
     // the first agent step would fail late otherwise.
+    let settings = belay_model::keys::Settings::for_cwd();
     if let Some(var) = &llm.api_key_env {
-        if std::env::var(var).map_or(true, |v| v.is_empty()) {
+        if settings.var(var).is_none() {
             return Err(PipelineError::MissingSecret(format!(
                 "the pipeline's llm names its key variable {var} (llm.api_key_env), which is not set: export {var}=..., or remove api_key_env for a server that needs no key"
             )));
@@ -284,7 +286,7 @@ pub(super) fn model_client(p: &Pipeline, path: PathBuf) -> Result<ModelAndKey, P
         base_from_env: false,
         required: true,
     };
-    let mut r = resolve(&wanted, &belay_model::keys::Settings::env_only())
+    let mut r = resolve(&wanted, &settings)
         .map_err(|e| match e {
             belay_model::ModelError::NoKey { var } => PipelineError::MissingSecret(format!(
                 "the pipeline's llm needs its key: set {var} (named by llm.api_key_env), or give llm.base_url for a server that needs none"

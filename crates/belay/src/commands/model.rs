@@ -86,10 +86,7 @@ pub fn resolve_endpoint(
 ) -> Result<Option<ModelChoice>, Failure> {
     use belay_model::resolve::{resolve, ModelWanted};
     use belay_model::{Api, PriceTable};
-    let settings = match std::env::current_dir() {
-        Ok(d) => belay_model::keys::Settings::load(&d),
-        Err(_) => belay_model::keys::Settings::env_only(),
-    };
+    let settings = belay_model::keys::Settings::for_cwd();
     let api: Api = e.llm_api.into();
     // The flag's default names OpenAI's variable; the Anthropic dialect's
     // default is its own.

@@ -50,15 +50,14 @@ fn model(a: &EndpointArgs) -> Result<Model, Failure> {
             redactor,
         });
     };
-    if let Some((name, k)) = &key {
-        redactor.add(name.clone(), k.expose());
-    }
+    let e = belay_model::resolve::AgentEndpoint {
+        base_url: setup.config.base_url.clone(),
+        api: setup.config.api,
+        key,
+    };
+    e.add_secrets(&mut redactor);
     Ok(Model {
-        endpoint: Some(belay_agent::cli::Endpoint {
-            base_url: setup.config.base_url.clone(),
-            api: setup.config.api,
-            key: key.map(|(_, k)| k),
-        }),
+        endpoint: Some(e.into()),
         prices: setup.prices,
         redactor,
     })
