@@ -158,7 +158,10 @@ mod tests {
         let mut r = belay_record::Redactor::default();
         e.add_secrets(&mut r);
         let out = r.redact("key sk-from-dotenv-1234 url pw-in-url-99");
-        assert!(!out.contains("sk-from-dotenv-1234") && !out.contains("pw-in-url-99"), "{out}");
+        assert!(
+            !out.contains("sk-from-dotenv-1234") && !out.contains("pw-in-url-99"),
+            "{out}"
+        );
         let missing = EndpointWanted {
             key_env: Some("BELAY_TEST_EP_MISSING"),
             ..w.clone()

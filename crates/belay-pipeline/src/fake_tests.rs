@@ -56,10 +56,44 @@ impl Ws {
         rt: &FakeRuntime,
         resume: Option<String>,
     ) -> Result<crate::engine::Outcome, crate::PipelineError> {
+        self.run_with(rt, resume, None).await
+    }
+
+    async fn run_with(
+        &self,
+        rt: &FakeRuntime,
+        resume: Option<String>,
+        stop: Option<belay_record::Stop>,
+    ) -> Result<crate::engine::Outcome, crate::PipelineError> {
         let p = crate::load(&self.tmp.path().join("ws/pipeline.yaml")).unwrap();
         let rt: Arc<dyn ContainerRuntime> = Arc::new(rt.clone());
-        let e = Engine::start(&p, rt, &self.opts(resume)).await?;
+        let mut opts = self.opts(resume);
+        opts.stop = stop;
+        let e = Engine::start(&p, rt, &opts).await?;
         e.run().await
+    }
+
+    /// The kinds of the run's events, in order.
+    fn kinds(&self, id: &str) -> Vec<String> {
+        let path = self
+            .tmp
+            .path()
+            .join("state/runs")
+            .join(id)
+            .join("events.jsonl");
+        // host-owned: a test's own temporary state dir (test-only module).
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["step"].as_str().unwrap_or("-"),
+                    e["kind"].as_str().unwrap_or("?")
+                )
+            })
+            .collect()
     }
 
     fn run_id(&self) -> String {
@@ -160,4 +194,34 @@ async fn an_engine_failure_leaves_a_run_that_resumes_at_its_step() {
     // A finished run is not resumed again.
     let again = ws.run(&up, Some(id)).await.unwrap_err();
     assert!(again.to_string().contains("already ended"), "{again}");
+}
+
+/// The one stop token trips while `work` runs: `gate` never starts, the
+/// run ends interrupted (exit 130) and names its resume; the resume runs
+/// `gate` only. The event kinds of both starts are a snapshot.
+#[tokio::test]
+async fn a_stop_ends_the_run_interrupted_and_the_resume_goes_on() {
+    let ws = Ws::new(LOOP);
+    let stop = belay_record::Stop::new();
+    let trip = stop.clone();
+    let rt = FakeRuntime::new(move |argv| {
+        if argv.last().is_some_and(|c| c == "echo work") {
+            trip.trip("SIGINT received");
+        }
+        Answer::Exit(0, String::new())
+    });
+    let err = ws.run_with(&rt, None, Some(stop)).await.unwrap_err();
+    assert_eq!(
+        belay_record::Classify::exit_class(&err),
+        belay_record::ExitClass::Interrupted,
+        "{err}"
+    );
+    assert!(err.to_string().contains("--resume"), "{err}");
+    assert_eq!(rt.commands(), ["echo work"]);
+    let id = ws.run_id();
+    let up = FakeRuntime::new(|_| Answer::Exit(0, String::new()));
+    let out = ws.run(&up, Some(id.clone())).await.unwrap();
+    assert_eq!(out.status, Status::Succeeded);
+    assert_eq!(up.commands(), ["echo gate"]);
+    insta::assert_json_snapshot!("pipeline_stop_and_resume_kinds", ws.kinds(&id));
 }

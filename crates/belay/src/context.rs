@@ -13,7 +13,7 @@ pub fn build_redactor() -> belay_record::Redactor {
 pub async fn connect() -> Result<DockerRuntime, Failure> {
     DockerRuntime::connect()
         .await
-        .map_err(|e| Failure::new(belay_record::ExitClass::Infra, e))
+        .map_err(|e| Failure::with_code(belay_record::ExitClass::Infra.code(), e))
 }
 
 /// The one cancellation token, tripped by SIGINT and SIGTERM

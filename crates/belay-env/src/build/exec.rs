@@ -91,6 +91,10 @@ impl Run<'_> {
         block: &Block,
         phase: &str,
     ) -> Result<(Result<(), Failure>, BlockTiming), EnvError> {
+        // A stop between blocks is seen here even when nothing awaits.
+        if let Some(why) = self.opts.stop.reason() {
+            return Err(super::interrupted(&why));
+        }
         let mut timing = BlockTiming::default();
         let path = block.container_script_path();
         let script = self.redactor.redact(&block.script).into_owned();

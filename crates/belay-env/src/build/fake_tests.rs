@@ -192,3 +192,59 @@ async fn an_engine_failure_mid_build_resumes_from_the_last_checkpoint() {
         "{cps:?}"
     );
 }
+
+/// The one stop token trips while b1 runs: b2 never starts, the build ends
+/// interrupted (exit 130) with every container it made removed and the
+/// registry's run interrupted; the same command resumes at b2. The event
+/// kinds of both starts are a snapshot.
+#[tokio::test]
+async fn a_stop_mid_build_removes_its_containers_and_the_same_command_resumes() {
+    let ws = Ws::new("r4", 3);
+    let mut opts = ws.opts("r4");
+    let stop = belay_record::Stop::new();
+    opts.stop = stop.clone();
+    let rt = FakeRuntime::new(move |argv| {
+        if argv.iter().any(|a| a.ends_with("/b1.sh")) {
+            stop.trip("SIGINT received");
+        }
+        Answer::Exit(0, String::new())
+    });
+    let err = build(&rt, &opts, &NoopBuildObserver).await.unwrap_err();
+    assert_eq!(
+        belay_record::Classify::exit_class(&err),
+        belay_record::ExitClass::Interrupted,
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("the same command resumes"),
+        "{err}"
+    );
+    assert_eq!(ran(&rt, "b2"), 0);
+    let created = rt.created().len();
+    assert!(created > 0);
+    assert_eq!(
+        rt.removed().len(),
+        created,
+        "containers left: removed {:?}",
+        rt.removed()
+    );
+    assert_eq!(ws.manifest("r4")["status"], "interrupted");
+    let out = build(&rt, &ws.opts("r4"), &NoopBuildObserver)
+        .await
+        .unwrap();
+    assert!(out.manifest.ok, "{:?}", out.manifest.error);
+    assert_eq!((ran(&rt, "b0"), ran(&rt, "b1"), ran(&rt, "b2")), (1, 1, 1));
+    let events = std::fs::read_to_string(ws.tmp.path().join("state/runs/r4/events.jsonl")).unwrap();
+    let kinds: Vec<String> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["step"].as_str().unwrap_or("-"),
+                e["kind"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    insta::assert_json_snapshot!("env_stop_and_resume_kinds", kinds);
+}

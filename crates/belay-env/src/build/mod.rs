@@ -366,11 +366,7 @@ pub async fn build(
         .stop
         .race(run.drive(ctx, prev_blocks))
         .await
-        .unwrap_or_else(|why| {
-            Err(EnvError::Interrupted(format!(
-                "{why}: the build stopped; its checkpoints are kept and the same command resumes it"
-            )))
-        });
+        .unwrap_or_else(|why| Err(interrupted(&why)));
     let result = run.finish_pushes(result).await;
     let finish = run.finish(result).await;
     for c in run.retired.drain(..) {
@@ -412,6 +408,13 @@ pub async fn build(
         manifest: run.manifest,
         run_dir: dir.root,
     })
+}
+
+/// The build was stopped by the one token (`BuildOptions::stop`).
+pub(crate) fn interrupted(why: &str) -> EnvError {
+    EnvError::Interrupted(format!(
+        "{why}: the build stopped; its checkpoints are kept and the same command resumes it"
+    ))
 }
 
 /// A failed block step: what failed, and where its full output is.

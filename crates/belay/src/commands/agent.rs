@@ -231,7 +231,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         let sweep = match agent_box.close().await {
             Ok(s) => s,
             Err(e) => {
-                let f = Failure::new(belay_record::ExitClass::Infra, e);
+                let f = Failure::with_code(belay_record::ExitClass::Infra.code(), e);
                 run.finish(failed_end(&run, &f.error));
                 return Err(f);
             }

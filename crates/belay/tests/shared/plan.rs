@@ -115,6 +115,11 @@ impl Ws {
     /// it; the engine is required.
     pub fn new(setup: &'static Setup, plan: &Value) -> Ws {
         require_engine();
+        Ws::without_engine(setup, plan)
+    }
+
+    /// The same workspace for runs with `--on-host` and no gate: no engine.
+    pub fn without_engine(setup: &'static Setup, plan: &Value) -> Ws {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         std::fs::create_dir_all(&repo).unwrap();
