@@ -60,6 +60,20 @@ fn model_key_missing(e: belay_model::ModelError, cfg: &Config) -> JobsError {
 }
 
 impl Services {
+    /// Connect the container engine if these services were opened without
+    /// one (a commit approval from the dashboard, whose checks run in a
+    /// fresh container as on the command line). Without an engine the
+    /// approval says so itself.
+    pub async fn ensure_engine(&mut self) {
+        if self.rt.is_some() {
+            return;
+        }
+        match belay_sandbox::DockerRuntime::connect().await {
+            Ok(rt) => self.rt = Some(Arc::new(rt)),
+            Err(e) => tracing::warn!("no container engine for the approval: {e}"),
+        }
+    }
+
     /// Open the queue and resolve what the config names by reference.
     /// `rt`: the engine, when agents or checks run in containers.
     pub fn open(

@@ -145,9 +145,10 @@ impl Stop {
     }
 
     /// A token that SIGINT and SIGTERM trip. The first signal asks for a
-    /// clean stop (said on stderr); a second one exits at once with 130
-    /// (the next start's reaper removes what is left). Needs a runtime.
-    pub fn on_signals() -> Result<Self, SignalError> {
+    /// clean stop (told to `say`, the binary's output); a second one exits
+    /// at once with 130 (the next start's reaper removes what is left).
+    /// Needs a runtime.
+    pub fn on_signals(say: impl Fn(&str) + Send + Sync + 'static) -> Result<Self, SignalError> {
         use tokio::signal::unix::{signal, SignalKind};
         let watch = |k: SignalKind, name: &'static str| {
             signal(k).map_err(|source| SignalError {
@@ -167,14 +168,16 @@ impl Stop {
                 };
                 if tripped.is_set() {
                     if tripped.handles_now.load(Ordering::SeqCst) && !tripped.is_now() {
-                        eprintln!("[belay] {name} again: stopping now (again to exit at once)");
+                        say(&format!(
+                            "{name} again: stopping now (again to exit at once)"
+                        ));
                         tripped.trip_now(format!("{name} received"));
                         continue;
                     }
-                    eprintln!("[belay] {name} again: exiting now");
+                    say(&format!("{name} again: exiting now"));
                     std::process::exit(130);
                 }
-                eprintln!("[belay] {name}: stopping cleanly (again to exit at once)");
+                say(&format!("{name}: stopping cleanly (again to exit at once)"));
                 tripped.trip(format!("{name} received"));
             }
         });

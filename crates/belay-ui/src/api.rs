@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::approvals::{self, Waiting};
 use crate::files;
-use crate::server::App;
+use crate::state::App;
 
 pub(crate) fn not_found(what: impl Into<String>) -> Response {
     (StatusCode::NOT_FOUND, Json(json!({"error": what.into()}))).into_response()

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::api::{bad, internal, redacted_json};
-use crate::server::App;
+use crate::state::App;
 
 /// One thing the page can do about a waiting item.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,27 +118,27 @@ fn held_detail(q: &Path, id: &Id) -> String {
 
 fn halted_plan(e: &RunEntry) -> Option<Waiting> {
     let text = crate::files::read_record(&e.dir, "state.json", 4 << 20)?;
-    let st: Value = serde_json::from_str(&text).ok()?;
-    if st["outcome"] != "halted" {
+    // The plan loop's own state type: a field it renames is a compile error here.
+    let st: belay_plan::state::RunState = serde_json::from_str(&text).ok()?;
+    if st.outcome != Some(belay_plan::state::Outcome::Halted) {
         return None;
     }
     // The plan file, from the run's first start event (`repo` + `plan`),
     // which is at the head of its log: only the head is read.
     let started = crate::files::first_event(&e.dir, "run_started", 256 << 10)?;
-    let plan = Path::new(started["data"]["repo"].as_str()?).join(started["data"]["plan"].as_str()?);
-    let open: Vec<String> = st["checkpoints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["stage"] != "approved")
-        .filter_map(|c| c["id"].as_str().map(String::from))
+    let plan = Path::new(started["data"]["repo"].as_str()?).join(&st.plan);
+    let open: Vec<String> = st
+        .checkpoints
+        .iter()
+        .filter(|c| c.stage != belay_plan::state::Stage::Approved)
+        .map(|c| c.id.clone())
         .collect();
     Some(Waiting {
         kind: "plan_halted",
         id: e.run_id.clone(),
         reason: format!(
             "halted for a human: {}",
-            st["reason"].as_str().unwrap_or("the loop stopped")
+            st.reason.as_deref().unwrap_or("the loop stopped")
         ),
         detail: format!(
             "checkpoints not approved: {}\nplan file: {}",
@@ -276,8 +276,8 @@ pub(crate) async fn act(State(app): State<Arc<App>>, body: Option<Json<Action>>)
             match services(&app, &q) {
                 Err(e) => Err(e),
                 Ok(mut svc) => {
-                    if needs_engine && svc.rt.is_none() {
-                        svc.rt = engine().await;
+                    if needs_engine {
+                        svc.ensure_engine().await;
                     }
                     let r = match verb {
                         "accept" => belay_jobs::gates::accept(&svc, &id, LOCAL_SENDER),
@@ -307,18 +307,6 @@ pub(crate) async fn act(State(app): State<Arc<App>>, body: Option<Json<Action>>)
             let mut resp = internal(e);
             *resp.status_mut() = axum::http::StatusCode::CONFLICT;
             resp
-        }
-    }
-}
-
-/// The container engine, for a commit approval whose repository has checks
-/// (they run in a fresh container, as on the command line).
-async fn engine() -> Option<Arc<dyn belay_sandbox::ContainerRuntime>> {
-    match belay_sandbox::DockerRuntime::connect().await {
-        Ok(rt) => Some(Arc::new(rt)),
-        Err(e) => {
-            tracing::warn!("no container engine for the approval: {e}");
-            None
         }
     }
 }

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::server::App;
+use crate::state::App;
 
 #[derive(rust_embed::Embed)]
 #[folder = "assets/"]

@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::server::App;
+use crate::state::App;
 
 /// The token a request presents: `Authorization: Bearer …` (the page's
 /// fetches, tools), else `?token=…` (what cannot carry a header: the page's

@@ -18,6 +18,7 @@ mod auth;
 mod error;
 mod files;
 mod server;
+mod state;
 mod stream;
 
 pub use assets::embedded_size;

@@ -9,6 +9,7 @@ use axum::Router;
 use belay_record::{Redactor, Registry};
 use tokio::net::TcpListener;
 
+use crate::state::App;
 use crate::{api, approvals, assets, auth, stream, UiError};
 
 /// The seed's port for the live view of one run.
@@ -34,17 +35,6 @@ pub struct UiOptions {
     pub focus: Option<String>,
     /// What no response may hold (the secrets this process knows).
     pub redactor: Redactor,
-}
-
-pub(crate) struct App {
-    pub registry: Registry,
-    pub queues: Vec<PathBuf>,
-    pub jobs_configs: Vec<PathBuf>,
-    pub token: String,
-    pub redactor: Redactor,
-    /// A loopback server answers only `Host`s naming it on this port
-    /// ([`belay_record::is_loopback_host`]); `None`: any.
-    pub loopback_port: Option<u16>,
 }
 
 /// A running server.

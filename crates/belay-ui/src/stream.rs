@@ -20,7 +20,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::api::find;
-use crate::server::App;
+use crate::state::App;
 
 /// How often a tail looks for more (the page's latency budget is 200 ms).
 const POLL: Duration = Duration::from_millis(40);

@@ -19,5 +19,7 @@ pub async fn connect() -> Result<DockerRuntime, Failure> {
 /// The one cancellation token, tripped by SIGINT and SIGTERM
 /// (`belay_record::Stop::on_signals`).
 pub fn stop_on_signals() -> Result<belay_record::Stop, Failure> {
-    Ok(belay_record::Stop::on_signals()?)
+    Ok(belay_record::Stop::on_signals(|m| {
+        eprintln!("[belay] {m}")
+    })?)
 }

@@ -81,33 +81,9 @@ pub fn io(what: impl std::fmt::Display, e: std::io::Error) -> Failure {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
 
-    fn sources() -> Vec<(PathBuf, String)> {
-        fn walk(d: &Path, out: &mut Vec<(PathBuf, String)>) {
-            for e in std::fs::read_dir(d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else if p.extension().is_some_and(|x| x == "rs") {
-                    let text = std::fs::read_to_string(&p).unwrap();
-                    // The code, not its unit tests.
-                    let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
-                    out.push((p, code));
-                }
-            }
-        }
-        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut out = Vec::new();
-        for c in std::fs::read_dir(&crates).unwrap().flatten() {
-            let src = c.path().join("src");
-            if src.is_dir() {
-                walk(&src, &mut out);
-            }
-        }
-        assert!(out.len() > 100, "the crates' sources were not found");
-        out
-    }
+    use crate::lint_tests::sources;
 
     /// The names of the public error types (`thiserror` derives), and of the
     /// types with an `impl Classify`.

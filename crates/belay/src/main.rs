@@ -6,6 +6,8 @@ mod cli;
 mod commands;
 mod context;
 mod exit;
+#[cfg(test)]
+mod lint_tests;
 mod output;
 
 use std::process::ExitCode;

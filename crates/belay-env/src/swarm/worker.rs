@@ -113,53 +113,26 @@ async fn claim(
     Ok(None)
 }
 
-/// Task logs: the build's phases and blocks, a line each, printable (a
-/// phase's detail and an error carry what the build printed).
-struct LogObserver;
-
-impl BuildObserver for LogObserver {
-    fn event(&self, event: &BuildEvent) {
-        match event {
-            BuildEvent::Phase { name, detail } => {
-                eprintln!("[belay] {name}: {}", belay_record::printable_line(detail))
-            }
-            BuildEvent::BlockFinished {
-                id,
-                ok,
-                cached,
-                duration,
-                ..
-            } => eprintln!(
-                "[belay] block {id}: {}{} in {:.1} s",
-                if *ok { "ok" } else { "failed" },
-                if *cached { " (cached)" } else { "" },
-                duration.as_secs_f64()
-            ),
-            BuildEvent::Finished { ok, error, .. } => eprintln!(
-                "[belay] build {}{}",
-                if *ok { "succeeded" } else { "failed" },
-                error
-                    .as_deref()
-                    .map(|e| format!(": {}", belay_record::printable_line(e)))
-                    .unwrap_or_default()
-            ),
-            _ => {}
-        }
-    }
-    fn output(&self, _block: &str, _stream: belay_sandbox::StreamKind, _bytes: &[u8]) {}
-}
-
 /// Run one task. A build the engine or the registry stopped returns its
 /// error without a result, so that the orchestrator runs the task again and
 /// the next one resumes the item; any other outcome is the item's result.
 ///
 /// With `only` (a Kubernetes index), the worker builds that item and no
 /// other; a result it finds already there is its outcome.
+/// The task's progress (its claims and its build) goes to `obs` as build
+/// events: the worker prints nothing itself.
 pub async fn work(
     rt: &dyn ContainerRuntime,
     spec_path: &Path,
     only: Option<usize>,
+    obs: &dyn BuildObserver,
 ) -> Result<Worked, EnvError> {
+    let say = |detail: String| {
+        obs.event(&BuildEvent::Phase {
+            name: "worker".into(),
+            detail,
+        })
+    };
     let mut spec = WorkDir::read_spec(spec_path)?;
     if let Some(o) = only {
         spec.items.retain(|i| i.index == o);
@@ -181,7 +154,7 @@ pub async fn work(
         }
         if let Some(o) = only {
             if let Some(r) = dir.read_result(o) {
-                eprintln!("[belay] worker {me}: item {o} has its result already");
+                say(format!("{me}: item {o} has its result already"));
                 return Ok(Worked::Built {
                     index: o,
                     took_over: false,
@@ -190,7 +163,7 @@ pub async fn work(
             }
         }
         if spec.items.iter().all(|i| dir.result(i.index).exists()) {
-            eprintln!("[belay] worker {me}: nothing left to claim");
+            say(format!("{me}: nothing left to claim"));
             return Ok(Worked::NothingLeft);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -202,12 +175,12 @@ pub async fn work(
         .ok_or_else(|| {
             EnvError::Usage(format!("item {index} is not in {}", spec_path.display()))
         })?;
-    eprintln!(
-        "[belay] worker {me}: {} item {index} ({}, run {})",
+    say(format!(
+        "{me}: {} item {index} ({}, run {})",
         if took_over { "took over" } else { "claimed" },
         item.result.name,
         item.result.run_id
-    );
+    ));
     if took_over {
         // The old holder's build containers: its run is this task's now.
         for c in rt
@@ -235,7 +208,7 @@ pub async fn work(
             }
         })
     };
-    let built = build_prepared(rt, &b, &LogObserver, &mut result).await;
+    let built = build_prepared(rt, &b, obs, &mut result).await;
     lease.abort();
     result.duration_s = (t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     if let Err(e) = built {
@@ -245,7 +218,9 @@ pub async fn work(
         }
     }
     if !dir.write_result(index, &result)? {
-        eprintln!("[belay] worker {me}: item {index} has a result already; this one is dropped");
+        say(format!(
+            "{me}: item {index} has a result already; this one is dropped"
+        ));
     }
     Ok(Worked::Built {
         index,

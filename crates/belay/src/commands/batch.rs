@@ -126,7 +126,9 @@ pub async fn build_projects(p: &Printer, a: BuildProjectsArgs) -> Result<u8, Fai
 pub async fn worker(p: &Printer, a: WorkerArgs) -> Result<u8, Failure> {
     let rt = connect().await?;
     let mut code = 0;
-    match belay_env::swarm::worker::work(&rt, &a.spec, a.index).await? {
+    // The task's log: its claims and its build, as `env build` prints them.
+    let view = crate::output::build::BuildView::new(p, false);
+    match belay_env::swarm::worker::work(&rt, &a.spec, a.index, &view).await? {
         belay_env::swarm::worker::Worked::Built {
             index,
             took_over,
