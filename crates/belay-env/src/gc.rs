@@ -70,27 +70,9 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
         dry_run: opts.dry_run,
         ..Default::default()
     };
-    let wanted = |run: &str| opts.runs.is_empty() || opts.runs.iter().any(|r| r == run);
+    let wanted = |run: &str| is_wanted(opts, run);
     // Containers first: orphans of dead owners, and stopped containers of runs.
-    if !opts.dry_run {
-        let reaped = reaper::reap_orphans(rt).await?;
-        report.removed_containers.extend(reaped.removed);
-    }
-    for c in rt
-        .list_containers(&[format!("{}=true", labels::BELAY)])
-        .await?
-    {
-        let Some(run) = c.labels.get(labels::RUN) else {
-            continue;
-        };
-        if c.state == "running" || !wanted(run) {
-            continue;
-        }
-        if !opts.dry_run {
-            rt.remove(&c.id).await?;
-        }
-        report.removed_containers.push(c.id);
-    }
+    remove_containers(rt, opts, &mut report).await?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -106,13 +88,6 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
             || kind == Some(crate::build::TOOLCHAIN_KIND)
             || (kind == Some("base") && has_run)
     };
-    let tags_of = |img: &belay_sandbox::ImageInfo| -> Vec<String> {
-        img.tags
-            .iter()
-            .filter(|t| !t.contains("<none>"))
-            .cloned()
-            .collect()
-    };
     // A run's age is that of its newest image: a cache hit tags an old image
     // for a new run, which must not make the new run look old.
     let mut newest: std::collections::HashMap<String, i64> = Default::default();
@@ -124,8 +99,7 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
             }
         }
     }
-    let old_enough =
-        |created: i64| Duration::from_secs((now - created).max(0) as u64) >= opts.older_than;
+    let old_enough = |created: i64| is_old_enough(opts, now, created);
     for img in images.iter().filter(|i| removable(i)) {
         let tags = tags_of(img);
         if tags.is_empty() {
@@ -168,6 +142,67 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
             }
         }
     }
+    remove_toolchain_names(rt, opts, &images, now, &mut report).await?;
+    Ok(report)
+}
+
+/// Whether `opts` asks for the run `run` (every run when it names none).
+fn is_wanted(opts: &GcOptions, run: &str) -> bool {
+    opts.runs.is_empty() || opts.runs.iter().any(|r| r == run)
+}
+
+/// Whether an image created at `created` (unix seconds) is old enough at `now`.
+fn is_old_enough(opts: &GcOptions, now: i64, created: i64) -> bool {
+    Duration::from_secs((now - created).max(0) as u64) >= opts.older_than
+}
+
+/// An image's tags, without the `<none>` ones.
+fn tags_of(img: &belay_sandbox::ImageInfo) -> Vec<String> {
+    img.tags
+        .iter()
+        .filter(|t| !t.contains("<none>"))
+        .cloned()
+        .collect()
+}
+
+/// Remove the orphaned containers of dead owners and the stopped containers
+/// of the runs `opts` asks for.
+async fn remove_containers(
+    rt: &dyn ContainerRuntime,
+    opts: &GcOptions,
+    report: &mut GcReport,
+) -> Result<(), EnvError> {
+    if !opts.dry_run {
+        let reaped = reaper::reap_orphans(rt).await?;
+        report.removed_containers.extend(reaped.removed);
+    }
+    for c in rt
+        .list_containers(&[format!("{}=true", labels::BELAY)])
+        .await?
+    {
+        let Some(run) = c.labels.get(labels::RUN) else {
+            continue;
+        };
+        if c.state == "running" || !is_wanted(opts, run) {
+            continue;
+        }
+        if !opts.dry_run {
+            rt.remove(&c.id).await?;
+        }
+        report.removed_containers.push(c.id);
+    }
+    Ok(())
+}
+
+/// Remove the shared names of the toolchain checkpoints among `images` that
+/// no kept run uses, with a gc of all runs.
+async fn remove_toolchain_names(
+    rt: &dyn ContainerRuntime,
+    opts: &GcOptions,
+    images: &[belay_sandbox::ImageInfo],
+    now: i64,
+    report: &mut GcReport,
+) -> Result<(), EnvError> {
     // The shared name of a toolchain checkpoint belongs to no run: it goes
     // with a gc of all runs, once the image is old enough and no run that
     // is kept still uses it (a kept run's tag on it stays, and so does it).
@@ -175,7 +210,7 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
         i.labels.get(labels::KIND).map(String::as_str) == Some(crate::build::TOOLCHAIN_KIND)
     });
     for img in toolchains {
-        if !opts.runs.is_empty() || !old_enough(img.created) {
+        if !opts.runs.is_empty() || !is_old_enough(opts, now, img.created) {
             continue;
         }
         let tags = tags_of(img);
@@ -201,7 +236,7 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
             }
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 #[cfg(test)]

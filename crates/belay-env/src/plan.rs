@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::{Language, PythonFacts, PythonInstaller, RepoContext};
+use crate::analyze::{Language, NativeFacts, PythonFacts, PythonInstaller, RepoContext};
 use crate::preflight::RuntimeNotes;
 use crate::EnvError;
 
@@ -229,6 +229,45 @@ fn apt_install(pkgs: &BTreeSet<String>) -> String {
 
 /// Plan blocks for `ctx` on an image described by `notes`.
 pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>, EnvError> {
+    check_package_manager(notes)?;
+    let mut system: BTreeSet<String> = BTreeSet::new();
+    let mut parts: Vec<Part> = Vec::new();
+    for lang in &ctx.languages {
+        let part = match lang {
+            Language::Python => python_part(ctx, notes, &mut system),
+            Language::Node => node_part(ctx, notes),
+            Language::Rust => rust_part(ctx, notes),
+            Language::Go => go_part(ctx, notes),
+            Language::Java => java_part(ctx, notes),
+        };
+        parts.push(part);
+    }
+    let mut blocks = vec![preflight_block()];
+
+    // Native build systems.
+    let native_primary = ctx.native.as_ref().filter(|n| n.primary);
+    if let Some(n) = &ctx.native {
+        native_system_packages(n, &mut system);
+    }
+    blocks.push(system_block(&system));
+
+    language_blocks(&parts, &mut blocks);
+
+    if let Some(n) = native_primary {
+        blocks.push(native_config_block(n));
+    }
+
+    if let Some(b) = test_block(&parts) {
+        blocks.push(b);
+    }
+    for (i, b) in blocks.iter_mut().enumerate() {
+        b.order = i as u32;
+    }
+    Ok(blocks)
+}
+
+/// An error unless the base image installs with apt.
+fn check_package_manager(notes: &RuntimeNotes) -> Result<(), EnvError> {
     if let Some(pm) = &notes.package_manager {
         if pm != "apt" {
             return Err(EnvError::Plan(format!(
@@ -244,19 +283,12 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
             notes.os_pretty
         )));
     }
-    let mut system: BTreeSet<String> = BTreeSet::new();
-    let mut parts: Vec<Part> = Vec::new();
-    for lang in &ctx.languages {
-        let part = match lang {
-            Language::Python => python_part(ctx, notes, &mut system),
-            Language::Node => node_part(ctx, notes),
-            Language::Rust => rust_part(ctx, notes),
-            Language::Go => go_part(ctx, notes),
-            Language::Java => java_part(ctx, notes),
-        };
-        parts.push(part);
-    }
-    let mut blocks = vec![Block::new(
+    Ok(())
+}
+
+/// The `00-preflight` block: a writable workspace and room to build.
+fn preflight_block() -> Block {
+    Block::new(
         "00-preflight",
         "Preflight",
         "Check that the workspace is writable and that there is room to build",
@@ -269,53 +301,56 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
         ],
         "test -w /workspace/repo",
     )
-    .before_workspace()];
+    .before_workspace()
+}
 
-    // Native build systems.
-    let native_primary = ctx.native.as_ref().filter(|n| n.primary);
-    if let Some(n) = &ctx.native {
-        system.insert("build-essential".into());
-        for s in &n.build_systems {
-            match s.as_str() {
-                "cmake" => {
-                    system.insert("cmake".into());
-                }
-                "meson" => {
-                    system.extend(["meson".to_string(), "ninja-build".to_string()]);
-                }
-                "autotools" => {
-                    system.extend([
-                        "autoconf".to_string(),
-                        "automake".to_string(),
-                        "libtool".to_string(),
-                    ]);
-                }
-                _ => {}
+/// Add the system packages the native build systems `n` need to `system`.
+fn native_system_packages(n: &NativeFacts, system: &mut BTreeSet<String>) {
+    system.insert("build-essential".into());
+    for s in &n.build_systems {
+        match s.as_str() {
+            "cmake" => {
+                system.insert("cmake".into());
             }
+            "meson" => {
+                system.extend(["meson".to_string(), "ninja-build".to_string()]);
+            }
+            "autotools" => {
+                system.extend([
+                    "autoconf".to_string(),
+                    "automake".to_string(),
+                    "libtool".to_string(),
+                ]);
+            }
+            _ => {}
         }
-        system.insert("pkg-config".into());
     }
+    system.insert("pkg-config".into());
+}
 
+/// The `10-system-packages` block installing `system`.
+fn system_block(system: &BTreeSet<String>) -> Block {
     let mut sys_body = vec!["apt-get update -q".to_string()];
     let validation = if system.is_empty() {
         sys_body.push("# No system packages beyond the language runtimes are needed.".into());
         "apt-cache policy bash | grep -q Candidate".to_string()
     } else {
-        sys_body.push(apt_install(&system));
+        sys_body.push(apt_install(system));
         let list: Vec<&str> = system.iter().map(String::as_str).collect();
         format!("dpkg -s {} >/dev/null", list.join(" "))
     };
-    blocks.push(
-        Block::new(
-            "10-system-packages",
-            "System packages",
-            "Refresh the package index and install the system packages the project needs",
-            &sys_body,
-            &validation,
-        )
-        .before_workspace(),
-    );
+    Block::new(
+        "10-system-packages",
+        "System packages",
+        "Refresh the package index and install the system packages the project needs",
+        &sys_body,
+        &validation,
+    )
+    .before_workspace()
+}
 
+/// Push the runtime and dependency blocks of the languages' `parts`.
+fn language_blocks(parts: &[Part], blocks: &mut Vec<Block>) {
     let and = |v: &[String]| v.join(" && ");
     match parts.len() {
         0 => {}
@@ -379,48 +414,49 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
             ));
         }
     }
+}
 
-    if let Some(n) = native_primary {
-        let (body, val): (Vec<String>, &str) = if n.build_systems.iter().any(|s| s == "cmake") {
-            (
-                vec!["cmake -S . -B build".into()],
-                "cmake --build build -j\"$(nproc)\"",
-            )
-        } else if n.build_systems.iter().any(|s| s == "meson") {
-            (vec!["meson setup build".into()], "meson compile -C build")
-        } else if n.build_systems.iter().any(|s| s == "autotools") {
-            (vec!["./configure".into()], "make -n >/dev/null")
-        } else {
-            (vec!["make -n >/dev/null".into()], "make -n >/dev/null")
-        };
-        blocks.push(Block::new(
-            "40-native-build-config",
-            "Native build configuration",
-            "Configure the native build",
-            &body,
-            val,
-        ));
-    }
+/// The `40-native-build-config` block for the primary native build `n`.
+fn native_config_block(n: &NativeFacts) -> Block {
+    let (body, val): (Vec<String>, &str) = if n.build_systems.iter().any(|s| s == "cmake") {
+        (
+            vec!["cmake -S . -B build".into()],
+            "cmake --build build -j\"$(nproc)\"",
+        )
+    } else if n.build_systems.iter().any(|s| s == "meson") {
+        (vec!["meson setup build".into()], "meson compile -C build")
+    } else if n.build_systems.iter().any(|s| s == "autotools") {
+        (vec!["./configure".into()], "make -n >/dev/null")
+    } else {
+        (vec!["make -n >/dev/null".into()], "make -n >/dev/null")
+    };
+    Block::new(
+        "40-native-build-config",
+        "Native build configuration",
+        "Configure the native build",
+        &body,
+        val,
+    )
+}
 
+/// The `50-test-tooling` block, when a language has test tooling to set up.
+fn test_block(parts: &[Part]) -> Option<Block> {
     let tests: Vec<&Part> = parts.iter().filter(|p| !p.test.is_empty()).collect();
-    if !tests.is_empty() {
-        let body: Vec<String> = tests.iter().flat_map(|p| p.test.iter().cloned()).collect();
-        let val: Vec<String> = tests
-            .iter()
-            .flat_map(|p| p.test_validation.iter().cloned())
-            .collect();
-        blocks.push(Block::new(
-            "50-test-tooling",
-            "Test tooling",
-            "Make the project's test runner available and able to collect the tests",
-            &body,
-            &val.join(" && "),
-        ));
+    if tests.is_empty() {
+        return None;
     }
-    for (i, b) in blocks.iter_mut().enumerate() {
-        b.order = i as u32;
-    }
-    Ok(blocks)
+    let body: Vec<String> = tests.iter().flat_map(|p| p.test.iter().cloned()).collect();
+    let val: Vec<String> = tests
+        .iter()
+        .flat_map(|p| p.test_validation.iter().cloned())
+        .collect();
+    Some(Block::new(
+        "50-test-tooling",
+        "Test tooling",
+        "Make the project's test runner available and able to collect the tests",
+        &body,
+        &val.join(" && "),
+    ))
 }
 
 fn title_case(s: &str) -> String {
@@ -441,6 +477,29 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
         lang: "python",
         ..Default::default()
     };
+    python_runtime(ctx, notes, py, system, &mut p);
+    python_deps(py, &mut p.deps);
+    p.deps_validation.push(match &py.import_name {
+        Some(m) => format!("{VENV_PY} -c 'import {m}'"),
+        None => format!("{VENV_PY} -m pip check"),
+    });
+    if ctx.test_frameworks.iter().any(|f| f == "pytest") {
+        python_test(py, &mut p.test);
+        p.test_validation.push(format!(
+            "{{ {VENV_PY} -m pytest --collect-only -q; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }}"
+        ));
+    }
+    p
+}
+
+/// The Python runtime lines of `p` (venv, uv), and the system packages `py` needs.
+fn python_runtime(
+    ctx: &RepoContext,
+    notes: &RuntimeNotes,
+    py: &PythonFacts,
+    system: &mut BTreeSet<String>,
+    p: &mut Part,
+) {
     let mut apt: BTreeSet<String> = BTreeSet::new();
     if !notes.has("python3") || !notes.python_venv {
         apt.extend(["python3".to_string(), "python3-venv".to_string()]);
@@ -493,7 +552,10 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
         "fi".to_string(),
     ]);
     p.runtime_validation.push(format!("test -x {VENV_PY}"));
+}
 
+/// The lines that install the project's Python dependencies with its installer.
+fn python_deps(py: &PythonFacts, deps: &mut Vec<String>) {
     let tool = |name: &str, pkg: &str| -> Vec<String> {
         vec![
             format!("# {name} runs from its own virtualenv so that it never lands in the project's."),
@@ -501,194 +563,218 @@ fn python_part(ctx: &RepoContext, notes: &RuntimeNotes, system: &mut BTreeSet<St
         ]
     };
     if let (true, Some(v)) = (py.needs_git, &py.vcs_versioning) {
-        p.deps.push(format!(
+        deps.push(format!(
             "# The version comes from git metadata ({v}): git must run on the checkout."
         ));
     }
     match py.installer {
         PythonInstaller::Poetry => {
-            p.deps.extend(tool("poetry", "poetry"));
-            p.deps.push(format!(
+            deps.extend(tool("poetry", "poetry"));
+            deps.push(format!(
                 "VIRTUAL_ENV={REPO_DIR}/.venv POETRY_VIRTUALENVS_CREATE=false /opt/belay/poetry/bin/poetry install --no-interaction"
             ));
         }
         PythonInstaller::Uv => {
-            p.deps.extend(tool("uv", "uv"));
-            p.deps.push(format!(
+            deps.extend(tool("uv", "uv"));
+            deps.push(format!(
                 "UV_PROJECT_ENVIRONMENT={REPO_DIR}/.venv UV_PYTHON_DOWNLOADS=never /opt/belay/uv/bin/uv sync --frozen --all-extras --python {REPO_DIR}/{VENV_PY}"
             ));
         }
         PythonInstaller::Pipenv => {
-            p.deps.extend(tool("pipenv", "pipenv"));
-            p.deps.push(format!(
+            deps.extend(tool("pipenv", "pipenv"));
+            deps.push(format!(
                 "PIPENV_VENV_IN_PROJECT=1 PIPENV_IGNORE_VIRTUALENVS=1 /opt/belay/pipenv/bin/pipenv install --dev --python {REPO_DIR}/{VENV_PY}"
             ));
         }
-        PythonInstaller::Pip => {
-            if let Some(a) = &py.resolve_as_of {
-                p.deps.push(format!(
-                    "# Dependencies resolve as of {}: {}. `--resolve-as-of latest` takes the newest.",
-                    a.at, a.from
-                ));
-            }
-            // One resolver call for the requirements and the project: two
-            // calls let the second backtrack through every version of a
-            // loosely pinned dependency the first already chose.
-            let mut files = py.requirement_files.clone();
-            files.sort_by_key(|f| (f != "requirements.txt", f.clone()));
-            // What each file and the project pass to the installer.
-            let mut parts: Vec<String> = Vec::new();
-            for f in &files {
-                match py.resolved_requirements.get(f) {
-                    Some(resolved) => {
-                        p.deps.push(format!(
-                            "# {f} names paths relative to itself, or pins the project itself: its lines are passed, paths resolved and that pin left out."
-                        ));
-                        parts.push(resolved.iter().map(|a| q(a)).collect::<Vec<_>>().join(" "));
-                    }
-                    None => parts.push(format!("-r {}", q(f))),
-                }
-            }
-            // The tests' dependency groups: in the same resolution, but a
-            // group that does not resolve (a dev group's tools pinned against
-            // the project) does not stop the project from installing.
-            let mut group_part: Option<String> = None;
-            if let Some(g) = &py.test_groups {
-                if !g.requirements.is_empty() {
-                    p.deps.push(format!(
-                        "# The tests' requirements of {} resolve with the project; should they not, the project goes in without them.",
-                        g.source
-                    ));
-                    let part = g
-                        .requirements
-                        .iter()
-                        .map(|r| q(r))
-                        .collect::<Vec<_>>()
-                        .join(" ");
-                    parts.push(part.clone());
-                    group_part = Some(part);
-                }
-            }
-            if py.installable {
-                let target = if py.test_extras.is_empty() {
-                    ".".to_string()
-                } else {
-                    format!(".[{}]", py.test_extras.join(","))
-                };
-                parts.push(format!("-e {}", q(&target)));
-            }
-            parts.retain(|a| !a.is_empty());
-            let together = parts.join(" ");
-            if files.len() > 1 {
-                // Files written for different uses (tests, docs, CI) can pin
-                // one package at different versions, which no single
-                // resolution satisfies. Then each goes in on its own, in
-                // order, a later file's pin winning, as running them one by
-                // one would.
-                p.deps.push(
-                    "# The requirement files resolve together; should they pin a package differently, one at a time (a later pin wins)."
-                        .to_string(),
-                );
-                let mut one_by_one = Vec::new();
-                for a in &parts {
-                    if Some(a) == group_part.as_ref() {
-                        one_by_one.extend(install_else(py, a, GROUPS_LEFT_OUT, Vec::new()));
-                    } else {
-                        one_by_one.extend(py_install(py, a));
-                    }
-                }
-                p.deps.extend(install_else(
-                    py,
-                    &together,
-                    "belay: the requirement files do not resolve together: installing them one at a time",
-                    one_by_one,
-                ));
-            } else if let Some(g) = &group_part {
-                let without: Vec<&str> = parts
-                    .iter()
-                    .filter(|a| *a != g)
-                    .map(String::as_str)
-                    .collect();
-                let fallback = if without.is_empty() {
-                    Vec::new()
-                } else {
-                    py_install(py, &without.join(" "))
-                };
-                p.deps
-                    .extend(install_else(py, &together, GROUPS_LEFT_OUT, fallback));
-            } else if !together.is_empty() {
-                p.deps.extend(py_install(py, &together));
-            }
-        }
+        PythonInstaller::Pip => pip_deps(py, deps),
     }
-    p.deps_validation.push(match &py.import_name {
-        Some(m) => format!("{VENV_PY} -c 'import {m}'"),
-        None => format!("{VENV_PY} -m pip check"),
-    });
-    if ctx.test_frameworks.iter().any(|f| f == "pytest") {
-        if py.test_plugins.is_empty() {
-            p.test.push(format!(
-                "if ! {VENV_PY} -m pytest --version >/dev/null 2>&1; then"
-            ));
-            p.test.extend(
-                py_install(py, "pytest")
-                    .into_iter()
-                    .map(|l| format!("  {l}")),
-            );
-            p.test.push("fi".to_string());
+}
+
+/// What pip's plan passes to the installer: one argument string per
+/// requirements file, the test groups and the project.
+struct PipArgs {
+    /// The installer arguments, in order, none empty.
+    parts: Vec<String>,
+    /// The test groups' arguments, when they are among `parts`.
+    group_part: Option<String>,
+    /// How many requirements files there are.
+    files: usize,
+}
+
+/// The dependency lines of pip's plan: one resolver call, with fallbacks.
+fn pip_deps(py: &PythonFacts, deps: &mut Vec<String>) {
+    let PipArgs {
+        parts,
+        group_part,
+        files,
+    } = pip_args(py, deps);
+    let together = parts.join(" ");
+    if files > 1 {
+        // Files written for different uses (tests, docs, CI) can pin
+        // one package at different versions, which no single
+        // resolution satisfies. Then each goes in on its own, in
+        // order, a later file's pin winning, as running them one by
+        // one would.
+        deps.push(
+            "# The requirement files resolve together; should they pin a package differently, one at a time (a later pin wins)."
+                .to_string(),
+        );
+        let mut one_by_one = Vec::new();
+        for a in &parts {
+            if Some(a) == group_part.as_ref() {
+                one_by_one.extend(install_else(py, a, GROUPS_LEFT_OUT, Vec::new()));
+            } else {
+                one_by_one.extend(py_install(py, a));
+            }
+        }
+        deps.extend(install_else(
+            py,
+            &together,
+            "belay: the requirement files do not resolve together: installing them one at a time",
+            one_by_one,
+        ));
+    } else if let Some(g) = &group_part {
+        let without: Vec<&str> = parts
+            .iter()
+            .filter(|a| *a != g)
+            .map(String::as_str)
+            .collect();
+        let fallback = if without.is_empty() {
+            Vec::new()
         } else {
-            // The plugins the test configuration names: without them
-            // collection fails with "unrecognized arguments".
-            for need in &py.test_plugins {
-                p.test
-                    .push(format!("# {} needs {}", need.because, need.distribution));
-            }
-            let mut pkgs = vec!["pytest".to_string()];
-            pkgs.extend(py.test_plugins.iter().map(|n| q(&n.distribution)));
-            p.test.extend(py_install(py, &pkgs.join(" ")));
-        }
-        if !py.conftest_imports.is_empty() {
-            // pytest imports every conftest before collecting: what they
-            // import unconditionally must be there. Only a module that does
-            // not import already is installed; should one not install, the
-            // rest go in one by one, and collection names what is missing.
-            for need in &py.conftest_imports {
-                p.test
-                    .push(format!("# {} needs {}", need.because, need.distribution));
-            }
-            let pairs: Vec<String> = py
-                .conftest_imports
-                .iter()
-                .map(|n| format!("{}:{}", n.module, n.distribution))
-                .collect();
-            p.test.push("missing=''".to_string());
-            p.test.push(format!(
-                "for m in {}; do {VENV_PY} -c \"import ${{m%%:*}}\" 2>/dev/null || missing=\"$missing ${{m#*:}}\"; done",
-                pairs.join(" ")
-            ));
-            p.test.push("if [ -n \"$missing\" ]; then".to_string());
-            p.test.push("  if ! {".to_string());
-            p.test.extend(
-                py_install(py, "$missing")
-                    .into_iter()
-                    .map(|l| format!("    {l}")),
-            );
-            p.test.push("  }; then".to_string());
-            p.test.push("    for d in $missing; do".to_string());
-            p.test.extend(
-                py_install(py, "\"$d\"")
-                    .into_iter()
-                    .map(|l| format!("      {l}")),
-            );
-            p.test.push("    done || true".to_string());
-            p.test.push("  fi".to_string());
-            p.test.push("fi".to_string());
-        }
-        p.test_validation.push(format!(
-            "{{ {VENV_PY} -m pytest --collect-only -q; rc=$?; [ \"$rc\" -eq 0 ] || [ \"$rc\" -eq 5 ]; }}"
+            py_install(py, &without.join(" "))
+        };
+        deps.extend(install_else(py, &together, GROUPS_LEFT_OUT, fallback));
+    } else if !together.is_empty() {
+        deps.extend(py_install(py, &together));
+    }
+}
+
+/// The installer arguments of pip's plan, with their comment lines pushed to `deps`.
+fn pip_args(py: &PythonFacts, deps: &mut Vec<String>) -> PipArgs {
+    if let Some(a) = &py.resolve_as_of {
+        deps.push(format!(
+            "# Dependencies resolve as of {}: {}. `--resolve-as-of latest` takes the newest.",
+            a.at, a.from
         ));
     }
-    p
+    // One resolver call for the requirements and the project: two
+    // calls let the second backtrack through every version of a
+    // loosely pinned dependency the first already chose.
+    let mut files = py.requirement_files.clone();
+    files.sort_by_key(|f| (f != "requirements.txt", f.clone()));
+    // What each file and the project pass to the installer.
+    let mut parts: Vec<String> = Vec::new();
+    for f in &files {
+        match py.resolved_requirements.get(f) {
+            Some(resolved) => {
+                deps.push(format!(
+                    "# {f} names paths relative to itself, or pins the project itself: its lines are passed, paths resolved and that pin left out."
+                ));
+                parts.push(resolved.iter().map(|a| q(a)).collect::<Vec<_>>().join(" "));
+            }
+            None => parts.push(format!("-r {}", q(f))),
+        }
+    }
+    // The tests' dependency groups: in the same resolution, but a
+    // group that does not resolve (a dev group's tools pinned against
+    // the project) does not stop the project from installing.
+    let mut group_part: Option<String> = None;
+    if let Some(g) = &py.test_groups {
+        if !g.requirements.is_empty() {
+            deps.push(format!(
+                "# The tests' requirements of {} resolve with the project; should they not, the project goes in without them.",
+                g.source
+            ));
+            let part = g
+                .requirements
+                .iter()
+                .map(|r| q(r))
+                .collect::<Vec<_>>()
+                .join(" ");
+            parts.push(part.clone());
+            group_part = Some(part);
+        }
+    }
+    if py.installable {
+        let target = if py.test_extras.is_empty() {
+            ".".to_string()
+        } else {
+            format!(".[{}]", py.test_extras.join(","))
+        };
+        parts.push(format!("-e {}", q(&target)));
+    }
+    parts.retain(|a| !a.is_empty());
+    PipArgs {
+        parts,
+        group_part,
+        files: files.len(),
+    }
+}
+
+/// The test tooling lines for pytest: pytest, its plugins and the conftests' imports.
+fn python_test(py: &PythonFacts, test: &mut Vec<String>) {
+    if py.test_plugins.is_empty() {
+        test.push(format!(
+            "if ! {VENV_PY} -m pytest --version >/dev/null 2>&1; then"
+        ));
+        test.extend(
+            py_install(py, "pytest")
+                .into_iter()
+                .map(|l| format!("  {l}")),
+        );
+        test.push("fi".to_string());
+    } else {
+        // The plugins the test configuration names: without them
+        // collection fails with "unrecognized arguments".
+        for need in &py.test_plugins {
+            test.push(format!("# {} needs {}", need.because, need.distribution));
+        }
+        let mut pkgs = vec!["pytest".to_string()];
+        pkgs.extend(py.test_plugins.iter().map(|n| q(&n.distribution)));
+        test.extend(py_install(py, &pkgs.join(" ")));
+    }
+    if !py.conftest_imports.is_empty() {
+        conftest_install(py, test);
+    }
+}
+
+/// The lines that install what the conftests import and is missing.
+fn conftest_install(py: &PythonFacts, test: &mut Vec<String>) {
+    // pytest imports every conftest before collecting: what they
+    // import unconditionally must be there. Only a module that does
+    // not import already is installed; should one not install, the
+    // rest go in one by one, and collection names what is missing.
+    for need in &py.conftest_imports {
+        test.push(format!("# {} needs {}", need.because, need.distribution));
+    }
+    let pairs: Vec<String> = py
+        .conftest_imports
+        .iter()
+        .map(|n| format!("{}:{}", n.module, n.distribution))
+        .collect();
+    test.push("missing=''".to_string());
+    test.push(format!(
+        "for m in {}; do {VENV_PY} -c \"import ${{m%%:*}}\" 2>/dev/null || missing=\"$missing ${{m#*:}}\"; done",
+        pairs.join(" ")
+    ));
+    test.push("if [ -n \"$missing\" ]; then".to_string());
+    test.push("  if ! {".to_string());
+    test.extend(
+        py_install(py, "$missing")
+            .into_iter()
+            .map(|l| format!("    {l}")),
+    );
+    test.push("  }; then".to_string());
+    test.push("    for d in $missing; do".to_string());
+    test.extend(
+        py_install(py, "\"$d\"")
+            .into_iter()
+            .map(|l| format!("      {l}")),
+    );
+    test.push("    done || true".to_string());
+    test.push("  fi".to_string());
+    test.push("fi".to_string());
 }
 
 /// Where belay's own uv lives in build containers (never in the project's venv).

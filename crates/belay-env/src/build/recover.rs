@@ -64,27 +64,9 @@ impl Run<'_> {
                     failure_now.summary, c.detail
                 )));
             }
-            let lookups = self.lookups(&text).await;
-            let mut proposals = repair::propose_with(&text, &self.ctx, &tried, &lookups);
-            if let Some(p) = self
-                .llm_proposal(blocks, i, &text, &proposals, &tried)
-                .await?
-            {
-                proposals.insert(0, p);
-            }
-            let chosen = match self
-                .choose(&blocks[i].id, proposals, &mut tried, &mut probe_failures)
-                .await?
-            {
-                Some(p) => Some(p),
-                None => match self.hidden_libraries(&text, &tried).await {
-                    Some(p) => {
-                        self.choose(&blocks[i].id, vec![p], &mut tried, &mut probe_failures)
-                            .await?
-                    }
-                    None => None,
-                },
-            };
+            let chosen = self
+                .next_proposal(blocks, i, &text, &mut tried, &mut probe_failures)
+                .await?;
             let Some(p) = chosen else {
                 let mut why = format!(
                     "{}; no repair rule matches this failure",
@@ -112,32 +94,8 @@ impl Run<'_> {
             );
 
             // The error points at an earlier block's output: fix it there.
-            if let Some(role) = &p.blame {
-                if let Some(j) = repair::block_for_role(blocks.iter().map(|b| b.id.as_str()), role)
-                {
-                    if j < i
-                        && blocks[j].baseline_checkpoint.is_some()
-                        && self.opts.ablation.checkpoint_rollback()
-                        && !rollbacks.contains(&(i, j))
-                    {
-                        rollbacks.push((i, j));
-                        let note =
-                            format!("{} (for {} failing: {})", p.rule_id, blocks[i].id, p.hint);
-                        blocks[j].script = script::patch_script(&blocks[j].script, &p.fix, &note);
-                        blocks[j].repair_attempts += 1;
-                        self.manifest.repairs += 1;
-                        self.save_block_and_script(&blocks[j])?;
-                        self.record_note(
-                            &blocks[i].id,
-                            &format!(
-                                "blame {}: roll back and patch `{}` into it",
-                                blocks[j].id, p.fix
-                            ),
-                            baseline,
-                        )?;
-                        return Ok(Recovery::RollBack(j));
-                    }
-                }
+            if let Some(j) = self.patch_blamed_block(blocks, i, baseline, &p, rollbacks)? {
+                return Ok(Recovery::RollBack(j));
             }
 
             blocks[i].repair_attempts = attempt;
@@ -154,19 +112,9 @@ impl Run<'_> {
                 fix: fixes.join("\n"),
                 ..p.clone()
             };
-            let outcome = match self.opts.ablation.recovery() {
-                Granularity::WholeScript => {
-                    self.repair_whole_script(blocks, i, &this_round).await?
-                }
-                Granularity::Command => {
-                    self.repair_commands(&blocks[i].clone(), &this_round)
-                        .await?
-                }
-                Granularity::Block => {
-                    self.repair_block(&blocks[i].clone(), baseline, &this_round)
-                        .await?
-                }
-            };
+            let outcome = self
+                .repair_attempt(blocks, i, baseline, &this_round)
+                .await?;
             match outcome {
                 Err(f) => {
                     if !f.summary.starts_with(FIX_FAILED) {
@@ -177,57 +125,10 @@ impl Run<'_> {
                 Ok(()) => {
                     self.manifest.repairs += 1;
                     applied.push((p.fix.clone(), note));
-                    // Patched in reverse, so that the script runs them in order.
-                    for (fix, note) in applied.iter().rev() {
-                        blocks[i].script = script::patch_script(&blocks[i].script, fix, note);
-                    }
-                    blocks[i].status = BlockStatus::Repaired;
-                    blocks[i].last_error = None;
-                    let mut extra = BTreeMap::new();
-                    // A later run that plans the same original script on the same
-                    // parent finds this checkpoint, and adopts the patched script.
-                    let parent_id = self.image_id(baseline).await?;
-                    extra.insert(
-                        cache::ALT_LABEL.to_string(),
-                        cache::block_key(
-                            &parent_id,
-                            &blocks[i].id,
-                            &original_script,
-                            &blocks[i].validation_command,
-                            &self.env_fingerprint,
-                        ),
-                    );
-                    extra.insert(
-                        cache::KEY_LABEL.to_string(),
-                        cache::block_key(
-                            &parent_id,
-                            &blocks[i].id,
-                            &blocks[i].script,
-                            &blocks[i].validation_command,
-                            &self.env_fingerprint,
-                        ),
-                    );
-                    extra.insert(
-                        cache::SCRIPT_LABEL.to_string(),
-                        hex::encode(&blocks[i].script),
-                    );
-                    let cp_t0 = std::time::Instant::now();
-                    let cp = self
-                        .commit(
-                            &blocks[i].id.clone(),
-                            i as u32 + 1,
-                            "repaired",
-                            Some(baseline.to_string()),
-                            extra,
-                        )
+                    let image_ref = self
+                        .commit_repaired(blocks, i, baseline, &original_script, &applied)
                         .await?;
-                    let mut t = blocks[i].timing.clone().unwrap_or_default();
-                    t.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
-                    blocks[i].timing = Some(t);
-                    self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
-                    self.set_last_checkpoint_after(&cp.image_ref);
-                    blocks[i].success_checkpoint = Some(cp.image_ref.clone());
-                    return Ok(Recovery::Repaired(cp.image_ref));
+                    return Ok(Recovery::Repaired(image_ref));
                 }
             }
         }
@@ -237,6 +138,161 @@ impl Run<'_> {
             self.opts.max_repair_attempts,
             history.join("; ")
         )))
+    }
+
+    /// The fix to try next for the failure `text` of `blocks[i]`: the model's
+    /// or the rules', else one for libraries an import failure hides.
+    async fn next_proposal(
+        &mut self,
+        blocks: &[Block],
+        i: usize,
+        text: &str,
+        tried: &mut Vec<String>,
+        probe_failures: &mut u32,
+    ) -> Result<Option<Proposal>, EnvError> {
+        let lookups = self.lookups(text).await;
+        let mut proposals = repair::propose_with(text, &self.ctx, tried.as_slice(), &lookups);
+        if let Some(p) = self
+            .llm_proposal(blocks, i, text, &proposals, tried.as_slice())
+            .await?
+        {
+            proposals.insert(0, p);
+        }
+        match self
+            .choose(&blocks[i].id, proposals, tried, probe_failures)
+            .await?
+        {
+            Some(p) => Ok(Some(p)),
+            None => match self.hidden_libraries(text, tried.as_slice()).await {
+                Some(p) => {
+                    self.choose(&blocks[i].id, vec![p], tried, probe_failures)
+                        .await
+                }
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// When `p` blames an earlier block that can be rolled back to, patch the
+    /// fix into it and record the rollback: that block's index.
+    fn patch_blamed_block(
+        &mut self,
+        blocks: &mut [Block],
+        i: usize,
+        baseline: &str,
+        p: &Proposal,
+        rollbacks: &mut Vec<(usize, usize)>,
+    ) -> Result<Option<usize>, EnvError> {
+        let Some(role) = &p.blame else {
+            return Ok(None);
+        };
+        let Some(j) = repair::block_for_role(blocks.iter().map(|b| b.id.as_str()), role) else {
+            return Ok(None);
+        };
+        if j < i
+            && blocks[j].baseline_checkpoint.is_some()
+            && self.opts.ablation.checkpoint_rollback()
+            && !rollbacks.contains(&(i, j))
+        {
+            rollbacks.push((i, j));
+            let note = format!("{} (for {} failing: {})", p.rule_id, blocks[i].id, p.hint);
+            blocks[j].script = script::patch_script(&blocks[j].script, &p.fix, &note);
+            blocks[j].repair_attempts += 1;
+            self.manifest.repairs += 1;
+            self.save_block_and_script(&blocks[j])?;
+            self.record_note(
+                &blocks[i].id,
+                &format!(
+                    "blame {}: roll back and patch `{}` into it",
+                    blocks[j].id, p.fix
+                ),
+                baseline,
+            )?;
+            return Ok(Some(j));
+        }
+        Ok(None)
+    }
+
+    /// Run this round's fixes and replay `blocks[i]` the way the ablation's
+    /// recovery granularity says.
+    async fn repair_attempt(
+        &mut self,
+        blocks: &[Block],
+        i: usize,
+        baseline: &str,
+        this_round: &Proposal,
+    ) -> Result<Result<(), Failure>, EnvError> {
+        Ok(match self.opts.ablation.recovery() {
+            Granularity::WholeScript => self.repair_whole_script(blocks, i, this_round).await?,
+            Granularity::Command => self.repair_commands(&blocks[i].clone(), this_round).await?,
+            Granularity::Block => {
+                self.repair_block(&blocks[i].clone(), baseline, this_round)
+                    .await?
+            }
+        })
+    }
+
+    /// Patch the `applied` fixes into `blocks[i]`, mark it repaired and commit
+    /// its `repaired` checkpoint: the checkpoint's image.
+    async fn commit_repaired(
+        &mut self,
+        blocks: &mut [Block],
+        i: usize,
+        baseline: &str,
+        original_script: &str,
+        applied: &[(String, String)],
+    ) -> Result<String, EnvError> {
+        // Patched in reverse, so that the script runs them in order.
+        for (fix, note) in applied.iter().rev() {
+            blocks[i].script = script::patch_script(&blocks[i].script, fix, note);
+        }
+        blocks[i].status = BlockStatus::Repaired;
+        blocks[i].last_error = None;
+        let mut extra = BTreeMap::new();
+        // A later run that plans the same original script on the same
+        // parent finds this checkpoint, and adopts the patched script.
+        let parent_id = self.image_id(baseline).await?;
+        extra.insert(
+            cache::ALT_LABEL.to_string(),
+            cache::block_key(
+                &parent_id,
+                &blocks[i].id,
+                original_script,
+                &blocks[i].validation_command,
+                &self.env_fingerprint,
+            ),
+        );
+        extra.insert(
+            cache::KEY_LABEL.to_string(),
+            cache::block_key(
+                &parent_id,
+                &blocks[i].id,
+                &blocks[i].script,
+                &blocks[i].validation_command,
+                &self.env_fingerprint,
+            ),
+        );
+        extra.insert(
+            cache::SCRIPT_LABEL.to_string(),
+            hex::encode(&blocks[i].script),
+        );
+        let cp_t0 = std::time::Instant::now();
+        let cp = self
+            .commit(
+                &blocks[i].id.clone(),
+                i as u32 + 1,
+                "repaired",
+                Some(baseline.to_string()),
+                extra,
+            )
+            .await?;
+        let mut t = blocks[i].timing.clone().unwrap_or_default();
+        t.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
+        blocks[i].timing = Some(t);
+        self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
+        self.set_last_checkpoint_after(&cp.image_ref);
+        blocks[i].success_checkpoint = Some(cp.image_ref.clone());
+        Ok(cp.image_ref)
     }
 
     /// Ask the model for a fix (when a model is configured). It may first ask

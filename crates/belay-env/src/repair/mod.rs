@@ -327,167 +327,29 @@ fn render(
         out = out.replace("{pc:1}", &pkg);
     }
     if out.contains("{soname:1}") {
-        // The library the failure names first, then every other one the
-        // lookup found missing (a wheel that needs libGL usually needs
-        // libEGL, fontconfig and more): one repair, not one per library.
-        // Keyed as `missing_sonames` names it (`-lsqlite3` is `libsqlite3.so`).
-        // The first the index resolved: cffi names a library as it was
-        // asked for ("cairo-2") before the loader's file (libcairo.so.2).
-        let first = missing_sonames(text)
-            .iter()
-            .find_map(|s| lookups.sonames.get(s))?;
-        let mut pkgs = vec![first.as_str()];
-        for p in lookups.sonames.values() {
-            if !pkgs.contains(&p.as_str()) {
-                pkgs.push(p);
-            }
-        }
-        out = out.replace("{soname:1}", &pkgs.join(" "));
+        out = out.replace("{soname:1}", &soname_packages(text, lookups)?);
     }
     if out.contains("{extras:2}") {
-        // The extras whose requirements name the missing module's
-        // distribution (`yaml` is PyYAML's): not every extra, which for a
-        // large project may not resolve at all.
-        let module = caps.get(2)?.as_str();
-        let dist_of = |m: &str| {
-            let top = m.split('.').next().unwrap_or(m);
-            crate::analyze::normalise_name(module_dists::distribution(m).unwrap_or(top))
-        };
-        let py = ctx.python.as_ref()?;
-        let core: Vec<String> = py
-            .core_dependencies
-            .iter()
-            .map(|d| crate::analyze::normalise_name(d))
-            .collect();
-        // And what the project's modules that the failing test modules import
-        // import in turn: cattrs's test_preconf imports a converter per
-        // format, each needing one extra, which would be one attempt each.
-        let mut dists = vec![dist_of(module)];
-        for rel in failing_test_modules(text) {
-            let import_name = py.import_name.as_deref();
-            for file in crate::analyze::own_files_imported_by(&ctx.repo_path, &rel, import_name) {
-                for m in crate::analyze::third_party_imports_of_package_file(
-                    &ctx.repo_path,
-                    &file,
-                    import_name,
-                ) {
-                    let d = dist_of(&m);
-                    // A core dependency is installed already: an extra that
-                    // repeats it (`all`, `gpu = ["cupy", "numpy"]`) is not
-                    // what the test module needs.
-                    if !dists.contains(&d) && !core.contains(&d) {
-                        dists.push(d);
-                    }
-                }
-            }
-        }
-        // Names from the repository's own metadata go into a shell word:
-        // only those shaped like an extra's name (PEP 685).
-        let extras: Vec<&str> = py
-            .extra_requirements
-            .iter()
-            .filter(|(_, reqs)| {
-                reqs.iter()
-                    .any(|r| dists.contains(&crate::analyze::normalise_name(r)))
-            })
-            .map(|(e, _)| e.as_str())
-            .filter(|e| {
-                !e.is_empty()
-                    && e.len() <= 64
-                    && e.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            })
-            .collect();
-        if extras.is_empty() {
-            return None;
-        }
-        out = out.replace("{extras:2}", &extras.join(","));
+        out = out.replace("{extras:2}", &needed_extras(caps, ctx, text)?);
     }
-    // A module is the project's own when its top-level package is.
-    let top = |m: &str| m.split('.').next().unwrap_or(m).to_string();
     let module = cap1.clone();
     match rule.id {
         "project-extra-missing" => {
-            // The import that failed is in the project's own package, not
-            // in a test file (`calc/tests/test_x.py` is a test's need), and
-            // the missing module is not the project's own.
             let file = cap1.clone()?;
-            let parts: Vec<&str> = file.trim_start_matches("src/").split('/').collect();
-            let name = parts.last().copied().unwrap_or("");
-            let is_test = parts
-                .iter()
-                .any(|p| matches!(*p, "tests" | "test" | "testing"))
-                || name.starts_with("test_")
-                || name.ends_with("_test.py")
-                || name == "conftest.py";
-            let missing = caps.get(2).map(|m| m.as_str()).unwrap_or("");
-            if is_test
-                || parts.len() < 2
-                || !is_local_module(ctx, parts[0])
-                || is_local_module(ctx, &top(missing))
-            {
+            if !project_extra_applies(&file, caps, ctx) {
                 return None;
             }
         }
         "local-module-not-installed" => {
             let m = module?;
-            if !is_local_module(ctx, &top(&m)) {
+            if !is_local_module(ctx, &top_package(&m)) {
                 return None;
             }
         }
         "python-module-missing" => {
             let m = module?;
-            // The repository's own (a package, or a directory such as
-            // `tests/` without `__init__.py`): never a name to install.
-            let own = |m: &str| {
-                is_local_module(ctx, &top(m))
-                    || matches!(m, "venv" | "ensurepip")
-                    || matches!(top(m).as_str(), "tests" | "test" | "testing" | "conftest")
-                    || ctx.repo_path.join(top(m)).is_dir()
-            };
-            if own(&m) {
-                return None;
-            }
-            // Every missing module the output names, so that one round installs them all,
-            // and what else the test module or conftest that failed imports at
-            // column 0 (collection stops at the first one missing).
-            let mut wanted: Vec<String> = all_missing.to_vec();
-            for rel in failing_test_modules(text) {
-                let import_name = ctx.python.as_ref().and_then(|p| p.import_name.as_deref());
-                for extra in
-                    crate::analyze::third_party_imports_of(&ctx.repo_path, &rel, import_name)
-                {
-                    if !wanted.contains(&extra) {
-                        wanted.push(extra);
-                    }
-                }
-            }
-            let mut dists: Vec<String> = Vec::new();
-            for m in wanted.iter().filter(|m| !own(m)) {
-                let d = match module_dists::distribution_in_text(m, text) {
-                    Some(d) => d.to_string(),
-                    // A shared namespace (`google`) without the dotted import
-                    // that says which of its distributions: no guess.
-                    None if module_dists::is_namespace(m) => continue,
-                    None => module_dists::distribution_or_own(m),
-                };
-                // A bound such as `setuptools<81` is quoted for the shell.
-                let d = if d
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-                {
-                    d
-                } else {
-                    format!("'{d}'")
-                };
-                if !dists.contains(&d) {
-                    dists.push(d);
-                }
-            }
-            if dists.is_empty() {
-                return None;
-            }
-            out = out.replace("{module:1}", &dists.join(" "));
+            let dists = missing_distributions(&m, ctx, all_missing, text)?;
+            out = out.replace("{module:1}", &dists);
         }
         _ => {}
     }
@@ -506,6 +368,182 @@ fn render(
         out = out.replace("{2}", caps.get(2)?.as_str());
     }
     (!out.contains('{') || !out.contains(":1}")).then_some(out)
+}
+
+/// A module's top-level package: the project's own module is one whose top-level package is.
+fn top_package(m: &str) -> String {
+    m.split('.').next().unwrap_or(m).to_string()
+}
+
+/// What fills `{soname:1}`: the packages that ship the missing libraries.
+fn soname_packages(text: &str, lookups: &Lookups) -> Option<String> {
+    // The library the failure names first, then every other one the
+    // lookup found missing (a wheel that needs libGL usually needs
+    // libEGL, fontconfig and more): one repair, not one per library.
+    // Keyed as `missing_sonames` names it (`-lsqlite3` is `libsqlite3.so`).
+    // The first the index resolved: cffi names a library as it was
+    // asked for ("cairo-2") before the loader's file (libcairo.so.2).
+    let first = missing_sonames(text)
+        .iter()
+        .find_map(|s| lookups.sonames.get(s))?;
+    let mut pkgs = vec![first.as_str()];
+    for p in lookups.sonames.values() {
+        if !pkgs.contains(&p.as_str()) {
+            pkgs.push(p);
+        }
+    }
+    Some(pkgs.join(" "))
+}
+
+/// What fills `{extras:2}`: the project's extras that provide the missing
+/// module (capture 2) and what the failing test modules need; `None` when none does.
+fn needed_extras(caps: &Captures, ctx: &RepoContext, text: &str) -> Option<String> {
+    // The extras whose requirements name the missing module's
+    // distribution (`yaml` is PyYAML's): not every extra, which for a
+    // large project may not resolve at all.
+    let module = caps.get(2)?.as_str();
+    let dist_of = |m: &str| {
+        let top = m.split('.').next().unwrap_or(m);
+        crate::analyze::normalise_name(module_dists::distribution(m).unwrap_or(top))
+    };
+    let py = ctx.python.as_ref()?;
+    let core: Vec<String> = py
+        .core_dependencies
+        .iter()
+        .map(|d| crate::analyze::normalise_name(d))
+        .collect();
+    // And what the project's modules that the failing test modules import
+    // import in turn: cattrs's test_preconf imports a converter per
+    // format, each needing one extra, which would be one attempt each.
+    let mut dists = vec![dist_of(module)];
+    for rel in failing_test_modules(text) {
+        let import_name = py.import_name.as_deref();
+        for file in crate::analyze::own_files_imported_by(&ctx.repo_path, &rel, import_name) {
+            for m in crate::analyze::third_party_imports_of_package_file(
+                &ctx.repo_path,
+                &file,
+                import_name,
+            ) {
+                let d = dist_of(&m);
+                // A core dependency is installed already: an extra that
+                // repeats it (`all`, `gpu = ["cupy", "numpy"]`) is not
+                // what the test module needs.
+                if !dists.contains(&d) && !core.contains(&d) {
+                    dists.push(d);
+                }
+            }
+        }
+    }
+    // Names from the repository's own metadata go into a shell word:
+    // only those shaped like an extra's name (PEP 685).
+    let extras: Vec<&str> = py
+        .extra_requirements
+        .iter()
+        .filter(|(_, reqs)| {
+            reqs.iter()
+                .any(|r| dists.contains(&crate::analyze::normalise_name(r)))
+        })
+        .map(|(e, _)| e.as_str())
+        .filter(|e| {
+            !e.is_empty()
+                && e.len() <= 64
+                && e.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
+        .collect();
+    if extras.is_empty() {
+        return None;
+    }
+    Some(extras.join(","))
+}
+
+/// Whether `project-extra-missing` applies: the import that failed (in
+/// `file`, capture 1) is in the project's own package, and the missing
+/// module (capture 2) is not the project's own.
+fn project_extra_applies(file: &str, caps: &Captures, ctx: &RepoContext) -> bool {
+    // The import that failed is in the project's own package, not
+    // in a test file (`calc/tests/test_x.py` is a test's need), and
+    // the missing module is not the project's own.
+    let parts: Vec<&str> = file.trim_start_matches("src/").split('/').collect();
+    let name = parts.last().copied().unwrap_or("");
+    let is_test = parts
+        .iter()
+        .any(|p| matches!(*p, "tests" | "test" | "testing"))
+        || name.starts_with("test_")
+        || name.ends_with("_test.py")
+        || name == "conftest.py";
+    let missing = caps.get(2).map(|m| m.as_str()).unwrap_or("");
+    if is_test
+        || parts.len() < 2
+        || !is_local_module(ctx, parts[0])
+        || is_local_module(ctx, &top_package(missing))
+    {
+        return false;
+    }
+    true
+}
+
+/// What fills `{module:1}` of `python-module-missing`: the distributions of
+/// every missing module (`m` first among them) that is not the project's
+/// own; `None` when there is none to install.
+fn missing_distributions(
+    m: &str,
+    ctx: &RepoContext,
+    all_missing: &[String],
+    text: &str,
+) -> Option<String> {
+    // The repository's own (a package, or a directory such as
+    // `tests/` without `__init__.py`): never a name to install.
+    let own = |m: &str| {
+        is_local_module(ctx, &top_package(m))
+            || matches!(m, "venv" | "ensurepip")
+            || matches!(
+                top_package(m).as_str(),
+                "tests" | "test" | "testing" | "conftest"
+            )
+            || ctx.repo_path.join(top_package(m)).is_dir()
+    };
+    if own(m) {
+        return None;
+    }
+    // Every missing module the output names, so that one round installs them all,
+    // and what else the test module or conftest that failed imports at
+    // column 0 (collection stops at the first one missing).
+    let mut wanted: Vec<String> = all_missing.to_vec();
+    for rel in failing_test_modules(text) {
+        let import_name = ctx.python.as_ref().and_then(|p| p.import_name.as_deref());
+        for extra in crate::analyze::third_party_imports_of(&ctx.repo_path, &rel, import_name) {
+            if !wanted.contains(&extra) {
+                wanted.push(extra);
+            }
+        }
+    }
+    let mut dists: Vec<String> = Vec::new();
+    for m in wanted.iter().filter(|m| !own(m)) {
+        let d = match module_dists::distribution_in_text(m, text) {
+            Some(d) => d.to_string(),
+            // A shared namespace (`google`) without the dotted import
+            // that says which of its distributions: no guess.
+            None if module_dists::is_namespace(m) => continue,
+            None => module_dists::distribution_or_own(m),
+        };
+        // A bound such as `setuptools<81` is quoted for the shell.
+        let d = if d
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            d
+        } else {
+            format!("'{d}'")
+        };
+        if !dists.contains(&d) {
+            dists.push(d);
+        }
+    }
+    if dists.is_empty() {
+        return None;
+    }
+    Some(dists.join(" "))
 }
 
 /// Fixes for a failure, most specific first, skipping fixes already `tried`.

@@ -28,7 +28,7 @@ use belay_sandbox::ContainerRuntime;
 
 use crate::batch::{
     bad, default_state_dir, prepare_project, select_projects, BatchObserver, BatchOptions,
-    BatchSummary, Collector,
+    BatchSummary, Collector, ProjectSpec,
 };
 use crate::EnvError;
 pub use cluster::{IndexedBatch, IndexedJobExecutor, IndexedJobRun};
@@ -204,7 +204,63 @@ pub async fn build_projects(
     cluster: Cluster,
 ) -> Result<BatchSummary, EnvError> {
     let flag = cluster.flag();
-    let swarm = match &cluster {
+    let swarm = swarm_jobs(rt, &cluster).await?;
+    let registry = distributed_registry(opts, flag)?;
+    let pinned = pinned_worker_image(rt, worker_image, &registry).await?;
+    let selected = select_projects(opts)?;
+    if let Some(p) = selected.iter().find(|p| p.has_url_credentials()) {
+        return Err(bad(
+            &opts.projects_file,
+            p.line,
+            format!("{flag}: this project's URL carries credentials, which would have to reach every task; give the machines a credential helper or an SSH key instead, or use --executor local"),
+        ));
+    }
+    let opts_abs = absolute_options(opts)?;
+    let opts = &opts_abs;
+    let projects_dir = opts.projects_dir.clone();
+    let state_dir = absolute(&default_state_dir(opts))?;
+    let mut collector = Collector::open(opts)?;
+
+    // Checkouts here, as a local batch makes them; the builds in the tasks.
+    // A project is reported started when a task claims it.
+    let items = prepare_items(opts, &selected, obs, &mut collector).await?;
+    if items.is_empty() {
+        return collector.finish();
+    }
+    let batch = format!(
+        "{}-{}",
+        belay_record::run_id::sanitize(&opts.run_id_prefix),
+        belay_record::unix_millis()
+    );
+    let work = WorkDir::new(projects_dir.join(".belay-swarm").join(&batch));
+    work.create(&WorkSpec {
+        batch: batch.clone(),
+        items: items.clone(),
+    })?;
+    let submission = Submission {
+        name: job_name(&batch),
+        image: pinned,
+        batch: &batch,
+        work: &work,
+        projects_dir: &projects_dir,
+        state_dir: &state_dir,
+        completions: items.len(),
+    };
+    let mut running = submit_job(cluster, swarm, opts, submission).await?;
+    let watched = watch_job(&mut running, &work, &items, obs, &mut collector, &mut stop).await;
+    let removed = end_job(rt, &running, watched.is_err(), &items).await;
+    watched?;
+    removed?;
+    collector.finish()
+}
+
+/// The engine's swarm jobs API when the cluster is a swarm (`None` for an
+/// indexed job), or why this engine cannot run the batch.
+async fn swarm_jobs(
+    rt: &dyn ContainerRuntime,
+    cluster: &Cluster,
+) -> Result<Option<std::sync::Arc<dyn belay_sandbox::swarm::SwarmJobs>>, EnvError> {
+    match cluster {
         Cluster::Swarm => {
             let jobs = rt.swarm_jobs().ok_or_else(|| {
                 EnvError::Usage("--executor swarm needs the Docker Engine API".into())
@@ -214,10 +270,15 @@ pub async fn build_projects(
                     "--executor swarm: this engine is not a swarm manager. Run `docker swarm init` (a single-node swarm is enough), or use --executor local".into(),
                 ));
             }
-            Some(jobs)
+            Ok(Some(jobs))
         }
-        Cluster::Indexed(_) => None,
-    };
+        Cluster::Indexed(_) => Ok(None),
+    }
+}
+
+/// The registry the tasks share, or why `opts` cannot run as a distributed
+/// batch (`flag` names the executor in the messages).
+fn distributed_registry(opts: &BatchOptions, flag: &str) -> Result<String, EnvError> {
     let Some(registry) = opts.build.registry.clone() else {
         return Err(EnvError::Usage(format!(
             "{flag} needs --registry: the tasks share checkpoints and the cache through it"
@@ -233,6 +294,15 @@ pub async fn build_projects(
             "--stop-on-failure is not supported with {flag}: the job's tasks run independently"
         )));
     }
+    Ok(registry)
+}
+
+/// The worker image pinned by its digest in the registry (`image@digest`).
+async fn pinned_worker_image(
+    rt: &dyn ContainerRuntime,
+    worker_image: &str,
+    registry: &str,
+) -> Result<String, EnvError> {
     let images = rt
         .image_registry()
         .ok_or_else(|| EnvError::Usage("--registry needs the Docker Engine API".into()))?;
@@ -243,32 +313,33 @@ pub async fn build_projects(
             "the worker image {worker_image} is not in the registry: run `belay image worker --registry {registry}` with this belay"
         )));
     };
-    let pinned = format!("{worker_image}@{digest}");
-    let selected = select_projects(opts)?;
-    if let Some(p) = selected.iter().find(|p| p.has_url_credentials()) {
-        return Err(bad(
-            &opts.projects_file,
-            p.line,
-            format!("{flag}: this project's URL carries credentials, which would have to reach every task; give the machines a credential helper or an SSH key instead, or use --executor local"),
-        ));
-    }
+    Ok(format!("{worker_image}@{digest}"))
+}
+
+/// `opts` with its projects, state and oracles directories absolute (and created).
+fn absolute_options(opts: &BatchOptions) -> Result<BatchOptions, EnvError> {
     let projects_dir = absolute(&opts.projects_dir)?;
     let mut opts_abs = opts.clone();
-    opts_abs.projects_dir = projects_dir.clone();
+    opts_abs.projects_dir = projects_dir;
     if let Some(s) = &opts.state_dir {
         opts_abs.state_dir = Some(absolute(s)?);
     }
     if let Some(o) = &opts.oracles_dir {
         opts_abs.oracles_dir = Some(absolute(o)?);
     }
-    let opts = &opts_abs;
-    let state_dir = absolute(&default_state_dir(opts))?;
-    let mut collector = Collector::open(opts)?;
+    Ok(opts_abs)
+}
 
-    // Checkouts here, as a local batch makes them; the builds in the tasks.
-    // A project is reported started when a task claims it.
+/// Make the `selected` projects' checkouts: a work item for each ready one;
+/// those that failed are reported and recorded in `collector`.
+async fn prepare_items(
+    opts: &BatchOptions,
+    selected: &[ProjectSpec],
+    obs: &dyn BatchObserver,
+    collector: &mut Collector<'_>,
+) -> Result<Vec<WorkItem>, EnvError> {
     let mut items: Vec<WorkItem> = Vec::new();
-    for p in &selected {
+    for p in selected {
         match prepare_project(opts, p, &Unstarted(obs)).await {
             Err(done) => {
                 obs.project_finished(&done);
@@ -281,19 +352,11 @@ pub async fn build_projects(
             }),
         }
     }
-    if items.is_empty() {
-        return collector.finish();
-    }
-    let batch = format!(
-        "{}-{}",
-        belay_record::run_id::sanitize(&opts.run_id_prefix),
-        belay_record::unix_millis()
-    );
-    let work = WorkDir::new(projects_dir.join(".belay-swarm").join(&batch));
-    work.create(&WorkSpec {
-        batch: batch.clone(),
-        items: items.clone(),
-    })?;
+    Ok(items)
+}
+
+/// The job's name: `belay-<batch>` as a DNS label (at most 63 characters).
+fn job_name(batch: &str) -> String {
     let name: String = format!("belay-{batch}")
         .chars()
         .map(|c| {
@@ -305,23 +368,45 @@ pub async fn build_projects(
         })
         .take(63)
         .collect();
-    let name = name.trim_end_matches('-').to_string();
-    let mut running = match (cluster, swarm) {
+    name.trim_end_matches('-').to_string()
+}
+
+/// What the batch's job is made of.
+struct Submission<'a> {
+    name: String,
+    /// The worker image, pinned by digest.
+    image: String,
+    batch: &'a str,
+    work: &'a WorkDir,
+    projects_dir: &'a Path,
+    state_dir: &'a Path,
+    /// How many work items the job completes.
+    completions: usize,
+}
+
+/// Create the batch's job on `cluster` (through `swarm`, a swarm's jobs API).
+async fn submit_job(
+    cluster: Cluster,
+    swarm: Option<std::sync::Arc<dyn belay_sandbox::swarm::SwarmJobs>>,
+    opts: &BatchOptions,
+    s: Submission<'_>,
+) -> Result<Running, EnvError> {
+    Ok(match (cluster, swarm) {
         (Cluster::Swarm, Some(jobs)) => {
-            let (binds, env) = task_mounts(opts, &projects_dir, &state_dir)?;
+            let (binds, env) = task_mounts(opts, s.projects_dir, s.state_dir)?;
             let spec = JobSpec {
-                name,
-                image: pinned,
+                name: s.name,
+                image: s.image,
                 args: vec![
                     "env".into(),
                     "worker".into(),
                     "--spec".into(),
-                    work.spec().display().to_string(),
+                    s.work.spec().display().to_string(),
                 ],
                 env,
                 binds,
-                labels: batch_labels(&batch),
-                completions: items.len() as u64,
+                labels: batch_labels(s.batch),
+                completions: s.completions as u64,
                 max_concurrent: opts.jobs.max(1) as u64,
                 max_attempts: 3,
             };
@@ -330,14 +415,14 @@ pub async fn build_projects(
         }
         (Cluster::Indexed(k), _) => Running::Indexed(
             k.submit(IndexedBatch {
-                name: &name,
-                image: &pinned,
-                spec_path: &work.spec(),
-                projects_dir: &projects_dir,
-                state_dir: &state_dir,
-                labels: batch_labels(&batch),
-                batch: &batch,
-                completions: items.len(),
+                name: &s.name,
+                image: &s.image,
+                spec_path: &s.work.spec(),
+                projects_dir: s.projects_dir,
+                state_dir: s.state_dir,
+                labels: batch_labels(s.batch),
+                batch: s.batch,
+                completions: s.completions,
                 parallelism: opts.jobs.max(1),
             })
             .await?,
@@ -347,19 +432,28 @@ pub async fn build_projects(
                 "--executor swarm needs the Docker Engine API".into(),
             ))
         }
-    };
-    let watched = watch_job(&mut running, &work, &items, obs, &mut collector, &mut stop).await;
-    let removed = match &running {
+    })
+}
+
+/// Remove the watched job (`failed`: the watch failed) and, for a failed
+/// swarm job, the build containers its tasks started: the removal's outcome.
+async fn end_job(
+    rt: &dyn ContainerRuntime,
+    running: &Running,
+    failed: bool,
+    items: &[WorkItem],
+) -> Result<(), EnvError> {
+    let removed = match running {
         Running::Swarm { jobs, service } => jobs.remove_job(service).await.map_err(EnvError::from),
         // A finished Job stays for its TTL (its pods' logs with it); one
         // that did not finish is deleted, and its pods with it.
-        Running::Indexed(k) if watched.is_err() => k.cancel().await,
+        Running::Indexed(k) if failed => k.cancel().await,
         Running::Indexed(_) => Ok(()),
     };
-    if watched.is_err() && matches!(running, Running::Swarm { .. }) {
+    if failed && matches!(running, Running::Swarm { .. }) {
         // Removing the job stops its tasks, not the build containers they
         // started: those are removed here.
-        for it in &items {
+        for it in items {
             let run = format!("{}={}", belay_sandbox::labels::RUN, it.result.run_id);
             if let Ok(cs) = rt.list_containers(&[run]).await {
                 for c in cs {
@@ -368,9 +462,7 @@ pub async fn build_projects(
             }
         }
     }
-    watched?;
-    removed?;
-    collector.finish()
+    removed
 }
 
 fn batch_labels(batch: &str) -> std::collections::BTreeMap<String, String> {
