@@ -6,10 +6,6 @@
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-use crate::config::raw::RawSchedule;
-use crate::config::Src;
-use crate::RoundsError;
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Window {
     /// Monday first.
@@ -119,43 +115,6 @@ impl Window {
 }
 
 impl Schedule {
-    pub(crate) fn resolve(src: &Src<'_>, raw: &RawSchedule) -> Result<Schedule, RoundsError> {
-        let (tz, tz_name) = match &raw.timezone {
-            None => (TimeZone::system(), "local".to_string()),
-            Some(n) => (
-                TimeZone::get(n.get_ref()).map_err(|e| {
-                    src.err(
-                        n.span(),
-                        format!(
-                            "timezone `{}` is not an IANA zone ({e}); e.g. \"Europe/Berlin\"",
-                            n.get_ref()
-                        ),
-                    )
-                })?,
-                n.get_ref().clone(),
-            ),
-        };
-        let parse = |ws: &[toml::Spanned<String>]| -> Result<Vec<Window>, RoundsError> {
-            ws.iter()
-                .map(|w| parse_window(w.get_ref()).map_err(|e| src.err(w.span(), e)))
-                .collect()
-        };
-        let s = Schedule {
-            tz,
-            tz_name,
-            run: parse(&raw.run_windows)?,
-            pause: parse(&raw.pause_windows)?,
-        };
-        // The peer's phase_window_overlap check: a pause window that covers
-        // every run window leaves no time to run.
-        if !s.run.is_empty() && s.run.iter().all(|r| s.pause.iter().any(|p| covers(p, r))) {
-            return Err(src.err_file(
-                "[schedule] pause_windows cover every run window: no round could ever start",
-            ));
-        }
-        Ok(s)
-    }
-
     fn local(&self, at: Timestamp) -> (usize, u32) {
         let z = at.to_zoned(self.tz.clone());
         let wd = z.weekday().to_monday_zero_offset() as usize;
@@ -197,7 +156,8 @@ impl Schedule {
     }
 }
 
-fn covers(outer: &Window, inner: &Window) -> bool {
+/// Whether `outer` holds every minute of `inner` (a pause over a run window).
+pub(crate) fn covers(outer: &Window, inner: &Window) -> bool {
     (0..7).all(|d| (0..1440).all(|m| !inner.contains(d, m) || outer.contains(d, m)))
 }
 

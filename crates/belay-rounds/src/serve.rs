@@ -5,6 +5,7 @@
 //! SIGTERM finishes the round and exits 0; a second one (or `kill`) stops
 //! the round now, records it as killed, and exits 130.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -120,64 +121,12 @@ impl Supervisor {
         let mut stalls = 0u32;
         let mut backoff_s = 60.0f64;
         let mut paused_reported = false;
-        let end = |code: u8, reason: String, rounds: u64| {
-            Ok(ServeEnd {
-                exit_code: code,
-                reason,
-                rounds,
-            })
-        };
         loop {
-            if let Some(why) = stops.reason() {
-                return end(crate::exit::OK, why, rounds);
+            if let Some(end) = self.stop_before_round(stops, max_rounds, rounds) {
+                return Ok(end);
             }
-            if let Some(f) = &cfg.runtime.stop_file {
-                if let Some(reason) = self.stop_requested(f) {
-                    self.emit(
-                        None,
-                        &RoundEvent::StopFileDetected {
-                            path: f.display().to_string(),
-                            reason,
-                        },
-                    );
-                    return end(
-                        crate::exit::OK,
-                        format!("the stop file {} exists", f.display()),
-                        rounds,
-                    );
-                }
-            }
-            if let Some(m) = max_rounds.filter(|m| rounds >= *m) {
-                self.emit(None, &RoundEvent::MaxRoundsReached { max_rounds: m });
-                return end(crate::exit::OK, format!("max_rounds ({m}) reached"), rounds);
-            }
-            if !o.ignore_schedule {
-                if let Err(why) = cfg.schedule.check(Timestamp::now()) {
-                    let next = cfg.schedule.next_open(Timestamp::now());
-                    if !paused_reported {
-                        self.emit(
-                            None,
-                            &RoundEvent::SchedulePaused {
-                                reason: why.clone(),
-                                until: next.map(|t| t.to_string()),
-                            },
-                        );
-                        (self.progress)(&format!("paused: {why}"));
-                        paused_reported = true;
-                    }
-                    let wait = next
-                        .map(until)
-                        .unwrap_or(Duration::from_secs(3600))
-                        .max(Duration::from_secs(1));
-                    if sleep_or_stop(wait.min(Duration::from_secs(300)), stops).await {
-                        continue;
-                    }
-                    continue;
-                }
-                if paused_reported {
-                    self.emit(None, &RoundEvent::ScheduleResumed {});
-                    paused_reported = false;
-                }
+            if !o.ignore_schedule && self.outside_schedule(stops, &mut paused_reported).await {
+                continue;
             }
             let phase = self.phase_for_schedule(o.ignore_schedule).await;
             let kill = stops.clone();
@@ -189,29 +138,10 @@ impl Supervisor {
                 .await;
             let r: RoundOutcome = match result {
                 Ok(r) => r,
-                Err(RoundsError::Config(m)) => return end(crate::exit::CONFIG, m, rounds),
-                Err(e @ RoundsError::Environment(_))
-                | Err(e @ RoundsError::Record(_))
-                | Err(e @ RoundsError::Sandbox(_))
-                | Err(e @ RoundsError::Agent(_)) => {
-                    // Not ready (another agent in the repository, no engine,
-                    // a limit spent): wait twice the delay, then try again.
-                    let msg = e.to_string();
-                    (self.progress)(&format!("round not started: {msg}"));
-                    if o.once {
-                        return end(e.exit_code(), msg, rounds);
-                    }
-                    let wait = if msg.contains("00:00 UTC") {
-                        next_utc_day()
-                    } else {
-                        delay * 2
-                    };
-                    if sleep_or_stop(wait, stops).await {
-                        continue;
-                    }
-                    continue;
-                }
-                Err(e) => return end(e.exit_code(), e.to_string(), rounds),
+                Err(e) => match self.not_started(e, o.once, delay, stops, rounds).await {
+                    Some(end) => return Ok(end),
+                    None => continue,
+                },
             };
             rounds += 1;
             // The monitor looks at the round at once (an auth failure stops
@@ -227,119 +157,244 @@ impl Supervisor {
                     .unwrap_or_default(),
                 r.duration_s
             ));
-            if r.outcome == Outcome::Killed {
-                return end(
-                    crate::exit::INTERRUPTED,
-                    "stopped now: the round was killed".into(),
-                    rounds,
-                );
-            }
-            if let Some(reason) = &r.agent_done {
-                return end(
-                    crate::exit::OK,
-                    format!("the agent is done: {reason}"),
-                    rounds,
-                );
-            }
-            if o.once {
-                return end(
-                    r.outcome.exit_code(),
-                    format!("one round ({})", r.outcome.as_str()),
-                    rounds,
-                );
+            if let Some(end) = round_ends_loop(&r, o.once, rounds) {
+                return Ok(end);
             }
             // Breakers.
-            let failing = r.exit_code != Some(0)
-                && !matches!(r.outcome, Outcome::Clean | Outcome::GraceKilled)
-                && r.duration_s < CRASH_ROUND_S
-                && r.transient.is_none();
-            crashes = if failing { crashes + 1 } else { 0 };
-            let no_usage = r.usage.turns == 0 && r.usage.input_tokens + r.usage.output_tokens == 0;
-            let stalled = r.outcome == Outcome::Clean
-                && r.duration_s < STALL_ROUND_S
-                && no_usage
-                && !r.new_commits
-                && r.stashed.is_none();
-            stalls = if stalled { stalls + 1 } else { 0 };
-            if crashes >= BREAKER_ROUNDS {
-                self.emit(
-                    None,
-                    &RoundEvent::CrashLoop {
-                        rounds: crashes,
-                        delay_s: 0.0,
-                        tripped: true,
-                    },
-                );
-                return end(crate::exit::BREAKER, format!("crash loop: {crashes} rounds in a row failed within {CRASH_ROUND_S:.0} s; read the round logs, fix, then start again"), rounds);
-            }
-            if stalls >= BREAKER_ROUNDS {
-                self.emit(None, &RoundEvent::StalledNoProgress { rounds: stalls });
-                return end(crate::exit::BREAKER, format!("no progress: {stalls} short clean rounds with no usage, no commits and no changes"), rounds);
+            if let Some(end) = self.breakers(&r, &mut crashes, &mut stalls, rounds) {
+                return Ok(end);
             }
             // The last round: no restart delay before saying so.
-            if let Some(m) = max_rounds.filter(|m| rounds >= *m) {
-                self.emit(None, &RoundEvent::MaxRoundsReached { max_rounds: m });
-                return end(crate::exit::OK, format!("max_rounds ({m}) reached"), rounds);
+            if let Some(end) = self.max_rounds_reached(max_rounds, rounds) {
+                return Ok(end);
             }
             // The next start: a rate-limit pause, a crash back-off, or the delay.
-            let mut wait = delay;
-            if let Some((class, reset)) = &r.transient {
-                match cfg.runtime.transient_error_action {
-                    TransientAction::Stop => {
-                        return end(
-                            crate::exit::OK,
-                            format!("{class}: transient_error_action = stop"),
-                            rounds,
-                        )
-                    }
-                    TransientAction::Skip => {}
-                    TransientAction::BackOff => {
-                        // Jitter: up to a tenth of the wait, at most 30 s (many
-                        // loops sharing a quota do not all resume at once).
-                        let jitter = |w: Duration| {
-                            let cap = (w.as_millis() as u64 / 10).clamp(1, 30_000);
-                            w + Duration::from_millis(fastrand::u64(0..cap))
-                        };
-                        wait = match reset.as_deref().and_then(|t| t.parse::<Timestamp>().ok()) {
-                            Some(t) if t > Timestamp::now() => jitter(until(t)),
-                            _ => {
-                                let w = jitter(Duration::from_secs_f64(backoff_s));
-                                backoff_s = (backoff_s * 2.0).min(MAX_DELAY_S);
-                                w
-                            }
-                        };
-                        let at = Timestamp::now()
-                            .checked_add(jiff::SignedDuration::try_from(wait).unwrap_or_default())
-                            .unwrap_or(Timestamp::now());
-                        self.emit(
-                            None,
-                            &RoundEvent::TransientErrorBackoff {
-                                until: at.to_string(),
-                                class: class.clone(),
-                            },
-                        );
-                        (self.progress)(&format!("{class}: pausing until {at}"));
-                    }
-                }
-            } else {
-                backoff_s = 60.0;
-            }
-            if crashes > 0 {
-                let d = (cfg.runtime.restart_delay_s * 2f64.powi(crashes as i32)).min(MAX_DELAY_S);
-                self.emit(
-                    None,
-                    &RoundEvent::CrashLoop {
-                        rounds: crashes,
-                        delay_s: d,
-                        tripped: false,
-                    },
-                );
-                wait = wait.max(Duration::from_secs_f64(d));
-            }
+            let wait = match self.next_wait(&r, delay, crashes, &mut backoff_s, rounds) {
+                ControlFlow::Continue(wait) => wait,
+                ControlFlow::Break(end) => return Ok(end),
+            };
             if sleep_or_stop(wait, stops).await {
                 continue;
             }
         }
+    }
+
+    /// Before a round: a stop request, the stop file, `max_rounds` end the loop.
+    fn stop_before_round(
+        &self,
+        stops: &Stop,
+        max_rounds: Option<u64>,
+        rounds: u64,
+    ) -> Option<ServeEnd> {
+        if let Some(why) = stops.reason() {
+            return Some(serve_end(crate::exit::OK, why, rounds));
+        }
+        if let Some(f) = &self.cfg.runtime.stop_file {
+            if let Some(reason) = self.stop_requested(f) {
+                self.emit(
+                    None,
+                    &RoundEvent::StopFileDetected {
+                        path: f.display().to_string(),
+                        reason,
+                    },
+                );
+                return Some(serve_end(
+                    crate::exit::OK,
+                    format!("the stop file {} exists", f.display()),
+                    rounds,
+                ));
+            }
+        }
+        self.max_rounds_reached(max_rounds, rounds)
+    }
+
+    /// `max_rounds` reached: recorded, the loop's end.
+    fn max_rounds_reached(&self, max_rounds: Option<u64>, rounds: u64) -> Option<ServeEnd> {
+        let m = max_rounds.filter(|m| rounds >= *m)?;
+        self.emit(None, &RoundEvent::MaxRoundsReached { max_rounds: m });
+        Some(serve_end(
+            crate::exit::OK,
+            format!("max_rounds ({m}) reached"),
+            rounds,
+        ))
+    }
+
+    /// Outside the schedule: the pause reported once, then a wait (at most
+    /// 5 minutes, less on a stop). Whether the round must wait (the loop goes on).
+    async fn outside_schedule(&self, stops: &Stop, paused_reported: &mut bool) -> bool {
+        let cfg = &self.cfg;
+        if let Err(why) = cfg.schedule.check(Timestamp::now()) {
+            let next = cfg.schedule.next_open(Timestamp::now());
+            if !*paused_reported {
+                self.emit(
+                    None,
+                    &RoundEvent::SchedulePaused {
+                        reason: why.clone(),
+                        until: next.map(|t| t.to_string()),
+                    },
+                );
+                (self.progress)(&format!("paused: {why}"));
+                *paused_reported = true;
+            }
+            let wait = next
+                .map(until)
+                .unwrap_or(Duration::from_secs(3600))
+                .max(Duration::from_secs(1));
+            sleep_or_stop(wait.min(Duration::from_secs(300)), stops).await;
+            return true;
+        }
+        if *paused_reported {
+            self.emit(None, &RoundEvent::ScheduleResumed {});
+            *paused_reported = false;
+        }
+        false
+    }
+
+    /// A round that did not start: the loop's end, or `None` after a wait
+    /// (not ready: twice the delay, or until the next UTC day for a day limit).
+    async fn not_started(
+        &self,
+        e: RoundsError,
+        once: bool,
+        delay: Duration,
+        stops: &Stop,
+        rounds: u64,
+    ) -> Option<ServeEnd> {
+        match e {
+            RoundsError::Config(m) => Some(serve_end(crate::exit::CONFIG, m, rounds)),
+            e @ RoundsError::Environment(_)
+            | e @ RoundsError::Record(_)
+            | e @ RoundsError::Sandbox(_)
+            | e @ RoundsError::Agent(_) => {
+                // Not ready (another agent in the repository, no engine,
+                // a limit spent): wait twice the delay, then try again.
+                let msg = e.to_string();
+                (self.progress)(&format!("round not started: {msg}"));
+                if once {
+                    return Some(serve_end(e.exit_code(), msg, rounds));
+                }
+                let wait = if msg.contains("00:00 UTC") {
+                    next_utc_day()
+                } else {
+                    delay * 2
+                };
+                sleep_or_stop(wait, stops).await;
+                None
+            }
+            e => Some(serve_end(e.exit_code(), e.to_string(), rounds)),
+        }
+    }
+
+    /// The breakers after a round: a crash loop, rounds without progress.
+    fn breakers(
+        &self,
+        r: &RoundOutcome,
+        crashes: &mut u32,
+        stalls: &mut u32,
+        rounds: u64,
+    ) -> Option<ServeEnd> {
+        let failing = r.exit_code != Some(0)
+            && !matches!(r.outcome, Outcome::Clean | Outcome::GraceKilled)
+            && r.duration_s < CRASH_ROUND_S
+            && r.transient.is_none();
+        *crashes = if failing { *crashes + 1 } else { 0 };
+        let no_usage = r.usage.turns == 0 && r.usage.input_tokens + r.usage.output_tokens == 0;
+        let stalled = r.outcome == Outcome::Clean
+            && r.duration_s < STALL_ROUND_S
+            && no_usage
+            && !r.new_commits
+            && r.stashed.is_none();
+        *stalls = if stalled { *stalls + 1 } else { 0 };
+        let (crashes, stalls) = (*crashes, *stalls);
+        if crashes >= BREAKER_ROUNDS {
+            self.emit(
+                None,
+                &RoundEvent::CrashLoop {
+                    rounds: crashes,
+                    delay_s: 0.0,
+                    tripped: true,
+                },
+            );
+            return Some(serve_end(crate::exit::BREAKER, format!("crash loop: {crashes} rounds in a row failed within {CRASH_ROUND_S:.0} s; read the round logs, fix, then start again"), rounds));
+        }
+        if stalls >= BREAKER_ROUNDS {
+            self.emit(None, &RoundEvent::StalledNoProgress { rounds: stalls });
+            return Some(serve_end(crate::exit::BREAKER, format!("no progress: {stalls} short clean rounds with no usage, no commits and no changes"), rounds));
+        }
+        None
+    }
+
+    /// The wait before the next round (a rate-limit pause, a crash back-off,
+    /// or the delay), or the loop's end (`transient_error_action = stop`).
+    fn next_wait(
+        &self,
+        r: &RoundOutcome,
+        delay: Duration,
+        crashes: u32,
+        backoff_s: &mut f64,
+        rounds: u64,
+    ) -> ControlFlow<ServeEnd, Duration> {
+        let cfg = &self.cfg;
+        let mut wait = delay;
+        if let Some((class, reset)) = &r.transient {
+            match cfg.runtime.transient_error_action {
+                TransientAction::Stop => {
+                    return ControlFlow::Break(serve_end(
+                        crate::exit::OK,
+                        format!("{class}: transient_error_action = stop"),
+                        rounds,
+                    ))
+                }
+                TransientAction::Skip => {}
+                TransientAction::BackOff => wait = self.back_off(class, reset, backoff_s),
+            }
+        } else {
+            *backoff_s = 60.0;
+        }
+        if crashes > 0 {
+            let d = (cfg.runtime.restart_delay_s * 2f64.powi(crashes as i32)).min(MAX_DELAY_S);
+            self.emit(
+                None,
+                &RoundEvent::CrashLoop {
+                    rounds: crashes,
+                    delay_s: d,
+                    tripped: false,
+                },
+            );
+            wait = wait.max(Duration::from_secs_f64(d));
+        }
+        ControlFlow::Continue(wait)
+    }
+
+    /// A rate limit's pause: until its reset, else the back-off (doubled
+    /// for the next), with jitter; recorded.
+    fn back_off(&self, class: &str, reset: &Option<String>, backoff_s: &mut f64) -> Duration {
+        // Jitter: up to a tenth of the wait, at most 30 s (many
+        // loops sharing a quota do not all resume at once).
+        let jitter = |w: Duration| {
+            let cap = (w.as_millis() as u64 / 10).clamp(1, 30_000);
+            w + Duration::from_millis(fastrand::u64(0..cap))
+        };
+        let wait = match reset.as_deref().and_then(|t| t.parse::<Timestamp>().ok()) {
+            Some(t) if t > Timestamp::now() => jitter(until(t)),
+            _ => {
+                let w = jitter(Duration::from_secs_f64(*backoff_s));
+                *backoff_s = (*backoff_s * 2.0).min(MAX_DELAY_S);
+                w
+            }
+        };
+        let at = Timestamp::now()
+            .checked_add(jiff::SignedDuration::try_from(wait).unwrap_or_default())
+            .unwrap_or(Timestamp::now());
+        self.emit(
+            None,
+            &RoundEvent::TransientErrorBackoff {
+                until: at.to_string(),
+                class: class.to_string(),
+            },
+        );
+        (self.progress)(&format!("{class}: pausing until {at}"));
+        wait
     }
 
     /// Whether the stop file asks the loop to stop, with its reason (the
@@ -477,6 +532,41 @@ impl Supervisor {
             }
         })
     }
+}
+
+/// The loop's end.
+fn serve_end(exit_code: u8, reason: String, rounds: u64) -> ServeEnd {
+    ServeEnd {
+        exit_code,
+        reason,
+        rounds,
+    }
+}
+
+/// After a round: a killed round, the agent's `.agent-done`, `--once` end the loop.
+fn round_ends_loop(r: &RoundOutcome, once: bool, rounds: u64) -> Option<ServeEnd> {
+    if r.outcome == Outcome::Killed {
+        return Some(serve_end(
+            crate::exit::INTERRUPTED,
+            "stopped now: the round was killed".into(),
+            rounds,
+        ));
+    }
+    if let Some(reason) = &r.agent_done {
+        return Some(serve_end(
+            crate::exit::OK,
+            format!("the agent is done: {reason}"),
+            rounds,
+        ));
+    }
+    if once {
+        return Some(serve_end(
+            r.outcome.exit_code(),
+            format!("one round ({})", r.outcome.as_str()),
+            rounds,
+        ));
+    }
+    None
 }
 
 fn next_utc_day() -> Duration {

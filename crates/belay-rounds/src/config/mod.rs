@@ -5,6 +5,7 @@
 mod agent;
 mod monitor;
 pub mod raw;
+mod schedule;
 
 use std::path::{Path, PathBuf};
 
