@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use belay_model::{Message, ModelClient, Request, ToolCall, ToolSpec};
+use belay_model::{Message, ModelClient, Prices, Request, ToolCall, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -342,7 +342,10 @@ impl<'a> BuiltinAgent<'a> {
     ) -> Result<AgentReport, AgentError> {
         let t0 = Instant::now();
         self.deadline = self.config.wall_time.map(|w| t0 + w);
-        let mut tally = Tally::default();
+        let mut rec = Recorder {
+            tally: Tally::default(),
+            on_event,
+        };
         let mut instructions = SYSTEM_PROMPT.to_string();
         if let Some(extra) = &self.config.instructions {
             instructions.push_str("\n\n");
@@ -353,146 +356,25 @@ impl<'a> BuiltinAgent<'a> {
             self.workspace.root()
         ));
         let task = self.config.scrub.redact(task).into_owned();
-        let mut messages = vec![Message::user(&task)];
-        let tools = tool_specs();
-        let mut stuck = StuckDetector::default();
-        let prices = self.client.ledger().report().prices;
-        let mut record = |tally: &mut Tally, ev: AgentEvent| {
-            tally.take(&ev);
-            on_event(&ev);
+        let mut conv = Conversation {
+            instructions,
+            messages: vec![Message::user(&task)],
+            tools: tool_specs(),
+            stuck: StuckDetector::default(),
         };
-        record(
-            &mut tally,
-            AgentEvent::Session {
-                id: format!("builtin-{}", std::process::id()),
-                model: Some(self.client.config().model.clone()),
-            },
-        );
+        let prices = self.client.ledger().report().prices;
+        rec.record(AgentEvent::Session {
+            id: format!("builtin-{}", std::process::id()),
+            model: Some(self.client.config().model.clone()),
+        });
         let mut stop: Option<StopReason> = None;
         let mut final_text = String::new();
-        'iterations: for _ in 0..self.config.max_iterations {
-            if let Some(w) = self.config.wall_time {
-                if t0.elapsed() >= w {
-                    stop = Some(StopReason::WallTime {
-                        limit_s: w.as_secs_f64(),
-                    });
-                    break;
-                }
-            }
-            let req = Request {
-                instructions: Some(instructions.clone()),
-                messages: messages.clone(),
-                tools: tools.clone(),
-                ..Default::default()
-            };
-            // The wall-time budget bounds the model call too.
-            let call = self.client.complete(&req, "agent");
-            let answer = match self.config.wall_time {
-                Some(w) => match tokio::time::timeout(w.saturating_sub(t0.elapsed()), call).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        stop = Some(StopReason::WallTime {
-                            limit_s: w.as_secs_f64(),
-                        });
-                        break;
-                    }
-                },
-                None => call.await,
-            };
-            let resp = match answer {
-                Ok(r) => r,
-                Err(e) => {
-                    let msg = e.to_string();
-                    record(
-                        &mut tally,
-                        AgentEvent::Error {
-                            message: msg.clone(),
-                            fatal: true,
-                        },
-                    );
-                    stop = Some(StopReason::Failed { message: msg });
-                    break;
-                }
-            };
-            record(
-                &mut tally,
-                AgentEvent::Usage {
-                    usage: resp.usage,
-                    cost_usd: None,
-                    cumulative: false,
-                },
-            );
-            if !resp.text.trim().is_empty() {
-                record(
-                    &mut tally,
-                    AgentEvent::Message {
-                        text: resp.text.clone(),
-                    },
-                );
-            }
-            if let (Some(max), Some(p)) = (self.config.max_cost_usd, prices) {
-                if p.cost(&tally.total_usage()) > max {
-                    stop = Some(StopReason::CostLimit { limit_usd: max });
-                    break;
-                }
-            }
-            if resp.tool_calls.is_empty() {
-                final_text = resp.text.clone();
-                stop = Some(StopReason::Completed);
+        for _ in 0..self.config.max_iterations {
+            stop = self
+                .iteration(t0, &mut conv, prices, &mut rec, &mut final_text)
+                .await;
+            if stop.is_some() {
                 break;
-            }
-            messages.push(Message::Assistant {
-                content: resp.text.clone(),
-                tool_calls: resp.tool_calls.clone(),
-            });
-            for call in &resp.tool_calls {
-                record(
-                    &mut tally,
-                    AgentEvent::ToolCall {
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        input: call.arguments.clone(),
-                    },
-                );
-                let mut pending = Vec::new();
-                let outcome = self.tool(call, &mut |ev| pending.push(ev)).await;
-                for ev in pending {
-                    record(&mut tally, ev);
-                }
-                match outcome {
-                    Outcome::Finish(summary) => {
-                        final_text = summary;
-                        stop = Some(StopReason::Completed);
-                        break 'iterations;
-                    }
-                    Outcome::Result(out) => {
-                        let out = self.config.scrub.redact(&out).into_owned();
-                        let is_error = out.starts_with("error:");
-                        record(
-                            &mut tally,
-                            AgentEvent::ToolResult {
-                                id: call.id.clone(),
-                                output: crate::parse::tail(out.clone()),
-                                is_error,
-                            },
-                        );
-                        // The engine failed under the agent: nothing more
-                        // can run, so stop now (no further model calls).
-                        if let Some(message) = self.workspace.infra_error() {
-                            stop = Some(StopReason::Infra { message });
-                            break 'iterations;
-                        }
-                        if let Some(pattern) = stuck.push(call, &out, self.config.stuck_repeats) {
-                            stop = Some(StopReason::Stuck { pattern });
-                            break 'iterations;
-                        }
-                        messages.push(Message::Tool {
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            content: out,
-                        });
-                    }
-                }
             }
         }
         let stop = stop.unwrap_or(StopReason::IterationLimit {
@@ -500,24 +382,174 @@ impl<'a> BuiltinAgent<'a> {
         });
         let interim = stop != StopReason::Completed;
         if interim {
-            final_text = tally.interim_report(&stop.describe());
+            final_text = rec.tally.interim_report(&stop.describe());
         }
-        let turns = tally.turns;
-        record(
-            &mut tally,
-            AgentEvent::Final {
-                text: final_text.clone(),
-                is_error: interim,
-                subtype: Some(match &stop {
-                    StopReason::Completed => "completed".into(),
-                    s => s.describe(),
-                }),
-                num_turns: Some(turns),
-                cost_usd: None,
+        let turns = rec.tally.turns;
+        rec.record(AgentEvent::Final {
+            text: final_text.clone(),
+            is_error: interim,
+            subtype: Some(match &stop {
+                StopReason::Completed => "completed".into(),
+                s => s.describe(),
+            }),
+            num_turns: Some(turns),
+            cost_usd: None,
+        });
+        let cost = prices
+            .map(|p| p.cost(&rec.tally.total_usage()))
+            .unwrap_or(0.0);
+        Ok(rec
+            .tally
+            .report(final_text, stop, interim, cost, t0.elapsed().as_secs_f64()))
+    }
+
+    /// One model call and the tool calls it asks for: why the run stops, if it does.
+    async fn iteration(
+        &self,
+        t0: Instant,
+        conv: &mut Conversation,
+        prices: Option<Prices>,
+        rec: &mut Recorder<'_>,
+        final_text: &mut String,
+    ) -> Option<StopReason> {
+        if let Some(w) = self.config.wall_time {
+            if t0.elapsed() >= w {
+                return Some(StopReason::WallTime {
+                    limit_s: w.as_secs_f64(),
+                });
+            }
+        }
+        let req = Request {
+            instructions: Some(conv.instructions.clone()),
+            messages: conv.messages.clone(),
+            tools: conv.tools.clone(),
+            ..Default::default()
+        };
+        // The wall-time budget bounds the model call too.
+        let call = self.client.complete(&req, "agent");
+        let answer = match self.config.wall_time {
+            Some(w) => match tokio::time::timeout(w.saturating_sub(t0.elapsed()), call).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Some(StopReason::WallTime {
+                        limit_s: w.as_secs_f64(),
+                    });
+                }
             },
-        );
-        let cost = prices.map(|p| p.cost(&tally.total_usage())).unwrap_or(0.0);
-        Ok(tally.report(final_text, stop, interim, cost, t0.elapsed().as_secs_f64()))
+            None => call.await,
+        };
+        let resp = match answer {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = e.to_string();
+                rec.record(AgentEvent::Error {
+                    message: msg.clone(),
+                    fatal: true,
+                });
+                return Some(StopReason::Failed { message: msg });
+            }
+        };
+        rec.record(AgentEvent::Usage {
+            usage: resp.usage,
+            cost_usd: None,
+            cumulative: false,
+        });
+        if !resp.text.trim().is_empty() {
+            rec.record(AgentEvent::Message {
+                text: resp.text.clone(),
+            });
+        }
+        if let (Some(max), Some(p)) = (self.config.max_cost_usd, prices) {
+            if p.cost(&rec.tally.total_usage()) > max {
+                return Some(StopReason::CostLimit { limit_usd: max });
+            }
+        }
+        if resp.tool_calls.is_empty() {
+            *final_text = resp.text.clone();
+            return Some(StopReason::Completed);
+        }
+        conv.messages.push(Message::Assistant {
+            content: resp.text.clone(),
+            tool_calls: resp.tool_calls.clone(),
+        });
+        for call in &resp.tool_calls {
+            let stop = self.tool_turn(call, conv, rec, final_text).await;
+            if stop.is_some() {
+                return stop;
+            }
+        }
+        None
+    }
+
+    /// Run one tool call and record it: why the run stops, if it does.
+    async fn tool_turn(
+        &self,
+        call: &ToolCall,
+        conv: &mut Conversation,
+        rec: &mut Recorder<'_>,
+        final_text: &mut String,
+    ) -> Option<StopReason> {
+        rec.record(AgentEvent::ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            input: call.arguments.clone(),
+        });
+        let mut pending = Vec::new();
+        let outcome = self.tool(call, &mut |ev| pending.push(ev)).await;
+        for ev in pending {
+            rec.record(ev);
+        }
+        match outcome {
+            Outcome::Finish(summary) => {
+                *final_text = summary;
+                Some(StopReason::Completed)
+            }
+            Outcome::Result(out) => {
+                let out = self.config.scrub.redact(&out).into_owned();
+                let is_error = out.starts_with("error:");
+                rec.record(AgentEvent::ToolResult {
+                    id: call.id.clone(),
+                    output: crate::parse::tail(out.clone()),
+                    is_error,
+                });
+                // The engine failed under the agent: nothing more
+                // can run, so stop now (no further model calls).
+                if let Some(message) = self.workspace.infra_error() {
+                    return Some(StopReason::Infra { message });
+                }
+                if let Some(pattern) = conv.stuck.push(call, &out, self.config.stuck_repeats) {
+                    return Some(StopReason::Stuck { pattern });
+                }
+                conv.messages.push(Message::Tool {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: out,
+                });
+                None
+            }
+        }
+    }
+}
+
+/// The conversation the built-in agent's loop carries from one model call to the next.
+struct Conversation {
+    instructions: String,
+    messages: Vec<Message>,
+    tools: Vec<ToolSpec>,
+    stuck: StuckDetector,
+}
+
+/// A run's tally and where its events go: each is counted, then passed on.
+struct Recorder<'r> {
+    tally: Tally,
+    on_event: &'r mut (dyn FnMut(&AgentEvent) + Send),
+}
+
+impl Recorder<'_> {
+    /// Count `ev`, then pass it on.
+    fn record(&mut self, ev: AgentEvent) {
+        self.tally.take(&ev);
+        (self.on_event)(&ev);
     }
 }
 

@@ -156,156 +156,12 @@ impl CliAgent {
         // The prompt as an argument, unless it goes on stdin.
         let inline = stdin.is_none().then(|| prompt.to_string());
         match self.kind {
-            CliKind::Claude => {
-                // `-p` (print mode) reads the prompt from stdin when none follows.
-                argv.push("-p".into());
-                argv.extend(inline);
-                argv.extend(["--output-format", "stream-json", "--verbose"].map(String::from));
-                if let Some(m) = &self.model {
-                    argv.extend(["--model".into(), m.clone()]);
-                }
-                if let Some(n) = self.max_turns {
-                    argv.extend(["--max-turns".into(), n.to_string()]);
-                }
-                if self.auto_approve {
-                    argv.push("--dangerously-skip-permissions".into());
-                    // Claude Code refuses that flag as root unless told it runs
-                    // in a sandbox, which is where belay runs agents.
-                    env.push(("IS_SANDBOX".into(), "1".into()));
-                }
-                if let Some(e) = &self.endpoint {
-                    if e.api != belay_model::Api::Anthropic {
-                        return Err(AgentError::Config(format!(
-                            "Claude Code speaks the Anthropic Messages API, not {}: point it at an anthropic endpoint",
-                            e.api
-                        )));
-                    }
-                    env.push(("ANTHROPIC_BASE_URL".into(), e.base_url.clone()));
-                    if let Some(k) = &e.key {
-                        env.push(("ANTHROPIC_API_KEY".into(), k.expose().to_string()));
-                    }
-                }
-            }
-            CliKind::Codex => {
-                argv.extend(["exec", "--json", "--skip-git-repo-check"].map(String::from));
-                if self.auto_approve {
-                    argv.push("--dangerously-bypass-approvals-and-sandbox".into());
-                } else {
-                    argv.extend(["--sandbox".into(), "workspace-write".into()]);
-                }
-                if let Some(m) = &self.model {
-                    argv.extend(["-m".into(), m.clone()]);
-                }
-                if let Some(e) = &self.endpoint {
-                    let wire = match e.api {
-                        belay_model::Api::Responses => "responses",
-                        belay_model::Api::ChatCompletions => "chat",
-                        belay_model::Api::Anthropic => {
-                            return Err(AgentError::Config(
-                                "codex speaks the OpenAI Responses or Chat Completions API, not anthropic".into(),
-                            ))
-                        }
-                    };
-                    let mut cfg = vec![
-                        "model_provider=belay".to_string(),
-                        "model_providers.belay.name=\"belay\"".to_string(),
-                        format!("model_providers.belay.base_url={}", toml_str(&e.base_url)),
-                        format!("model_providers.belay.wire_api=\"{wire}\""),
-                    ];
-                    if let Some(k) = &e.key {
-                        cfg.push("model_providers.belay.env_key=\"BELAY_AGENT_API_KEY\"".into());
-                        env.push(("BELAY_AGENT_API_KEY".into(), k.expose().to_string()));
-                    }
-                    for c in cfg {
-                        argv.extend(["-c".into(), c]);
-                    }
-                }
-                argv.extend(self.extra_args.iter().cloned());
-                // codex reads the prompt from stdin when it is `-`.
-                argv.push(inline.unwrap_or_else(|| "-".into()));
-                return Ok(CliCommand {
-                    argv,
-                    stdin,
-                    env,
-                    prompt_file: None,
-                });
-            }
-            CliKind::Gemini => {
-                // Without `-p`, gemini takes a piped prompt from stdin.
-                if let Some(p) = inline {
-                    argv.extend(["-p".into(), p]);
-                }
-                argv.extend(["--output-format", "stream-json"].map(String::from));
-                if let Some(m) = &self.model {
-                    argv.extend(["-m".into(), m.clone()]);
-                }
-                if self.auto_approve {
-                    argv.push("--yolo".into());
-                }
-                if let Some(e) = &self.endpoint {
-                    // Gemini CLI speaks Google's own API at this address.
-                    env.push(("GOOGLE_GEMINI_BASE_URL".into(), e.base_url.clone()));
-                    if let Some(k) = &e.key {
-                        env.push(("GEMINI_API_KEY".into(), k.expose().to_string()));
-                    }
-                }
-            }
-            CliKind::Plain => {
-                let has_slot = self.template.iter().any(|a| a.contains("{prompt}"));
-                for a in &self.template {
-                    let a = a.replace("{model}", self.model.as_deref().unwrap_or(""));
-                    argv.push(if stdin.is_none() {
-                        a.replace("{prompt}", prompt)
-                    } else {
-                        a.replace("{prompt}", "")
-                    });
-                }
-                argv.extend(self.extra_args.iter().cloned());
-                let stdin = if has_slot {
-                    stdin
-                } else {
-                    Some(prompt.to_string())
-                };
-                return Ok(CliCommand {
-                    argv,
-                    stdin,
-                    env,
-                    prompt_file: None,
-                });
-            }
+            CliKind::Claude => self.claude_args(inline, &mut argv, &mut env)?,
+            CliKind::Codex => return self.codex_command(argv, env, stdin, inline),
+            CliKind::Gemini => self.gemini_args(inline, &mut argv, &mut env),
+            CliKind::Plain => return Ok(self.plain_command(prompt, argv, env, stdin)),
             CliKind::Grok | CliKind::Antigravity => {
-                // These take the prompt only after `-p`: it goes to a file,
-                // and the argument only says where (argv is visible in `ps`
-                // and capped at 128 KiB).
-                let Some(path) = &self.prompt_file else {
-                    return Err(AgentError::Config(format!(
-                        "{} takes its prompt as an argument: the launcher must give it a prompt file",
-                        self.program
-                    )));
-                };
-                argv.extend([
-                    "-p".to_string(),
-                    format!("Your task is in the file {path}. Read that file and carry out the task it describes."),
-                ]);
-                if self.auto_approve {
-                    argv.push(
-                        match self.kind {
-                            CliKind::Grok => "--always-approve",
-                            _ => "--dangerously-skip-permissions",
-                        }
-                        .into(),
-                    );
-                }
-                if let Some(m) = &self.model {
-                    argv.extend(["--model".into(), m.clone()]);
-                }
-                argv.extend(self.extra_args.iter().cloned());
-                return Ok(CliCommand {
-                    argv,
-                    stdin: None,
-                    env,
-                    prompt_file: Some((path.clone(), prompt.to_string())),
-                });
+                return self.prompt_file_command(prompt, argv, env);
             }
         }
         argv.extend(self.extra_args.iter().cloned());
@@ -314,6 +170,195 @@ impl CliAgent {
             stdin,
             env,
             prompt_file: None,
+        })
+    }
+
+    /// Claude Code's arguments and env additions after the program (the caller adds `extra_args`).
+    fn claude_args(
+        &self,
+        inline: Option<String>,
+        argv: &mut Vec<String>,
+        env: &mut Vec<(String, String)>,
+    ) -> Result<(), AgentError> {
+        // `-p` (print mode) reads the prompt from stdin when none follows.
+        argv.push("-p".into());
+        argv.extend(inline);
+        argv.extend(["--output-format", "stream-json", "--verbose"].map(String::from));
+        if let Some(m) = &self.model {
+            argv.extend(["--model".into(), m.clone()]);
+        }
+        if let Some(n) = self.max_turns {
+            argv.extend(["--max-turns".into(), n.to_string()]);
+        }
+        if self.auto_approve {
+            argv.push("--dangerously-skip-permissions".into());
+            // Claude Code refuses that flag as root unless told it runs
+            // in a sandbox, which is where belay runs agents.
+            env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        if let Some(e) = &self.endpoint {
+            if e.api != belay_model::Api::Anthropic {
+                return Err(AgentError::Config(format!(
+                    "Claude Code speaks the Anthropic Messages API, not {}: point it at an anthropic endpoint",
+                    e.api
+                )));
+            }
+            env.push(("ANTHROPIC_BASE_URL".into(), e.base_url.clone()));
+            if let Some(k) = &e.key {
+                env.push(("ANTHROPIC_API_KEY".into(), k.expose().to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// codex's whole command (`codex exec --json`), from the program and the env so far.
+    fn codex_command(
+        &self,
+        mut argv: Vec<String>,
+        mut env: Vec<(String, String)>,
+        stdin: Option<String>,
+        inline: Option<String>,
+    ) -> Result<CliCommand, AgentError> {
+        argv.extend(["exec", "--json", "--skip-git-repo-check"].map(String::from));
+        if self.auto_approve {
+            argv.push("--dangerously-bypass-approvals-and-sandbox".into());
+        } else {
+            argv.extend(["--sandbox".into(), "workspace-write".into()]);
+        }
+        if let Some(m) = &self.model {
+            argv.extend(["-m".into(), m.clone()]);
+        }
+        if let Some(e) = &self.endpoint {
+            let wire =
+                match e.api {
+                    belay_model::Api::Responses => "responses",
+                    belay_model::Api::ChatCompletions => "chat",
+                    belay_model::Api::Anthropic => return Err(AgentError::Config(
+                        "codex speaks the OpenAI Responses or Chat Completions API, not anthropic"
+                            .into(),
+                    )),
+                };
+            let mut cfg = vec![
+                "model_provider=belay".to_string(),
+                "model_providers.belay.name=\"belay\"".to_string(),
+                format!("model_providers.belay.base_url={}", toml_str(&e.base_url)),
+                format!("model_providers.belay.wire_api=\"{wire}\""),
+            ];
+            if let Some(k) = &e.key {
+                cfg.push("model_providers.belay.env_key=\"BELAY_AGENT_API_KEY\"".into());
+                env.push(("BELAY_AGENT_API_KEY".into(), k.expose().to_string()));
+            }
+            for c in cfg {
+                argv.extend(["-c".into(), c]);
+            }
+        }
+        argv.extend(self.extra_args.iter().cloned());
+        // codex reads the prompt from stdin when it is `-`.
+        argv.push(inline.unwrap_or_else(|| "-".into()));
+        Ok(CliCommand {
+            argv,
+            stdin,
+            env,
+            prompt_file: None,
+        })
+    }
+
+    /// gemini's arguments and env additions after the program (the caller adds `extra_args`).
+    fn gemini_args(
+        &self,
+        inline: Option<String>,
+        argv: &mut Vec<String>,
+        env: &mut Vec<(String, String)>,
+    ) {
+        // Without `-p`, gemini takes a piped prompt from stdin.
+        if let Some(p) = inline {
+            argv.extend(["-p".into(), p]);
+        }
+        argv.extend(["--output-format", "stream-json"].map(String::from));
+        if let Some(m) = &self.model {
+            argv.extend(["-m".into(), m.clone()]);
+        }
+        if self.auto_approve {
+            argv.push("--yolo".into());
+        }
+        if let Some(e) = &self.endpoint {
+            // Gemini CLI speaks Google's own API at this address.
+            env.push(("GOOGLE_GEMINI_BASE_URL".into(), e.base_url.clone()));
+            if let Some(k) = &e.key {
+                env.push(("GEMINI_API_KEY".into(), k.expose().to_string()));
+            }
+        }
+    }
+
+    /// A plain command: the template filled in (the prompt on stdin without a `{prompt}` slot).
+    fn plain_command(
+        &self,
+        prompt: &str,
+        mut argv: Vec<String>,
+        env: Vec<(String, String)>,
+        stdin: Option<String>,
+    ) -> CliCommand {
+        let has_slot = self.template.iter().any(|a| a.contains("{prompt}"));
+        for a in &self.template {
+            let a = a.replace("{model}", self.model.as_deref().unwrap_or(""));
+            argv.push(if stdin.is_none() {
+                a.replace("{prompt}", prompt)
+            } else {
+                a.replace("{prompt}", "")
+            });
+        }
+        argv.extend(self.extra_args.iter().cloned());
+        let stdin = if has_slot {
+            stdin
+        } else {
+            Some(prompt.to_string())
+        };
+        CliCommand {
+            argv,
+            stdin,
+            env,
+            prompt_file: None,
+        }
+    }
+
+    /// grok's or agy's command: the prompt goes to [`CliAgent::prompt_file`], named by `-p`.
+    fn prompt_file_command(
+        &self,
+        prompt: &str,
+        mut argv: Vec<String>,
+        env: Vec<(String, String)>,
+    ) -> Result<CliCommand, AgentError> {
+        // These take the prompt only after `-p`: it goes to a file,
+        // and the argument only says where (argv is visible in `ps`
+        // and capped at 128 KiB).
+        let Some(path) = &self.prompt_file else {
+            return Err(AgentError::Config(format!(
+                "{} takes its prompt as an argument: the launcher must give it a prompt file",
+                self.program
+            )));
+        };
+        argv.extend([
+            "-p".to_string(),
+            format!("Your task is in the file {path}. Read that file and carry out the task it describes."),
+        ]);
+        if self.auto_approve {
+            argv.push(
+                match self.kind {
+                    CliKind::Grok => "--always-approve",
+                    _ => "--dangerously-skip-permissions",
+                }
+                .into(),
+            );
+        }
+        if let Some(m) = &self.model {
+            argv.extend(["--model".into(), m.clone()]);
+        }
+        argv.extend(self.extra_args.iter().cloned());
+        Ok(CliCommand {
+            argv,
+            stdin: None,
+            env,
+            prompt_file: Some((path.clone(), prompt.to_string())),
         })
     }
 }
@@ -588,30 +633,100 @@ pub async fn run(
         ));
     };
     let program = program.clone();
-    // Tied to belay: the launcher is belay itself, which sets its parent-death
-    // signal and then becomes the program (`exec`, no process of its own).
-    let (exe, args): (String, Vec<String>) = if launch.process.tie_to_parent {
-        let me = std::env::current_exe()
-            .map_err(|e| AgentError::Io(format!("cannot find belay's own executable: {e}")))?;
-        let mut a = vec![
-            crate::lifeline::EXEC_ARG.to_string(),
-            std::process::id().to_string(),
-            "--".to_string(),
-            program.clone(),
-        ];
-        a.extend(args.iter().cloned());
-        (me.display().to_string(), a)
-    } else {
-        (program.clone(), args.to_vec())
-    };
+    let (exe, args) = exec_argv(launch, &program, args)?;
     let transcript = match &launch.process.transcript {
         Some((path, red)) => Some(std::sync::Arc::new(std::sync::Mutex::new(
             Transcript::create(path, red.clone())?,
         ))),
         None => None,
     };
-    let mut cmd = tokio::process::Command::new(&exe);
-    cmd.args(&args)
+    let mut child = spawn_child(launch, &exe, &args, &program)?;
+    let pid = child.id();
+    // Whatever ends this function (a return, a dropped future), the group dies.
+    let _group = GroupGuard(pid);
+    let _recorded = record_pid(launch, pid)?.map(RemoveOnDrop);
+    let activity = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    write_stdin(launch, &mut child);
+    let stderr_task = read_stderr(&mut child, activity.clone(), transcript.clone());
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| AgentError::Io("no stdout pipe".into()))?;
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+
+    let mut w = Watch::new(limits);
+    let cx = WatchCx {
+        launch,
+        limits,
+        prices,
+        program: &program,
+        pid,
+        activity: &activity,
+        transcript: transcript.as_deref(),
+    };
+    w.watch(&mut child, &mut reader, cx, parser, on_event)
+        .await?;
+
+    let status = w.settle(&mut child, pid, limits).await;
+    let exit_code = status.and_then(|s| s.code());
+    if w.stop.is_none() {
+        w.finish_stream(parser, exit_code, on_event);
+    }
+    // A stderr held open by a process that escaped the group is not waited for.
+    let stderr_wait = if w.exited.is_some() || w.stop.is_some() || w.killed_after_result {
+        EXIT_DRAIN
+    } else {
+        Duration::from_secs(2)
+    };
+    let stderr_tail = join_stderr(stderr_task, stderr_wait).await;
+    if let Some(t) = &transcript {
+        Transcript::finish(t);
+    }
+
+    let (stop, final_text, interim) = outcome(&w.tally, w.stop, exit_code);
+    let cost = cost(&w.tally, prices);
+    Ok(AgentReport {
+        exit_code,
+        killed_after_result: w.killed_after_result,
+        stderr_tail,
+        ..w.tally
+            .report(final_text, stop, interim, cost, t0.elapsed().as_secs_f64())
+    })
+}
+
+/// The executable and arguments to start: the program's, or belay's launcher (tied to belay).
+fn exec_argv(
+    launch: &Launch,
+    program: &str,
+    args: &[String],
+) -> Result<(String, Vec<String>), AgentError> {
+    // Tied to belay: the launcher is belay itself, which sets its parent-death
+    // signal and then becomes the program (`exec`, no process of its own).
+    if launch.process.tie_to_parent {
+        let me = std::env::current_exe()
+            .map_err(|e| AgentError::Io(format!("cannot find belay's own executable: {e}")))?;
+        let mut a = vec![
+            crate::lifeline::EXEC_ARG.to_string(),
+            std::process::id().to_string(),
+            "--".to_string(),
+            program.to_string(),
+        ];
+        a.extend(args.iter().cloned());
+        Ok((me.display().to_string(), a))
+    } else {
+        Ok((program.to_string(), args.to_vec()))
+    }
+}
+
+/// Start `exe` in its own process group, with the launch's env and cwd and piped output.
+fn spawn_child(
+    launch: &Launch,
+    exe: &str,
+    args: &[String],
+    program: &str,
+) -> Result<tokio::process::Child, AgentError> {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(args)
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&launch.cwd)
@@ -624,34 +739,44 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|source| AgentError::Spawn {
-        program: program.clone(),
+    cmd.spawn().map_err(|source| AgentError::Spawn {
+        program: program.to_string(),
         source,
-    })?;
-    let pid = child.id();
-    // Whatever ends this function (a return, a dropped future), the group dies.
-    let _group = GroupGuard(pid);
-    let _recorded = match (
+    })
+}
+
+/// Record the child's identity in the launch's pid file, if any: the file written.
+fn record_pid(launch: &Launch, pid: Option<u32>) -> Result<Option<PathBuf>, AgentError> {
+    match (
         &launch.pid_file,
         pid.and_then(belay_record::ProcessIdentity::of),
     ) {
         (Some(f), Some(id)) => {
             let text = serde_json::to_string(&id).map_err(|e| AgentError::Io(e.to_string()))?;
             belay_record::atomic_write(f, text.as_bytes())?;
-            Some(RemoveOnDrop(f.clone()))
+            Ok(Some(f.clone()))
         }
-        _ => None,
-    };
-    let activity = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        _ => Ok(None),
+    }
+}
+
+/// Write the launch's stdin to the child in a task of its own, then close it.
+fn write_stdin(launch: &Launch, child: &mut tokio::process::Child) {
     if let (Some(text), Some(mut stdin)) = (launch.stdin.clone(), child.stdin.take()) {
         tokio::spawn(async move {
             let _ = stdin.write_all(text.as_bytes()).await;
             let _ = stdin.shutdown().await;
         });
     }
-    let stderr_activity = activity.clone();
-    let stderr_transcript = transcript.clone();
-    let stderr_task = child.stderr.take().map(|mut e| {
+}
+
+/// Read the child's stderr in a task (activity, transcript copy) that returns its tail.
+fn read_stderr(
+    child: &mut tokio::process::Child,
+    stderr_activity: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stderr_transcript: Option<std::sync::Arc<std::sync::Mutex<Transcript>>>,
+) -> Option<tokio::task::JoinHandle<String>> {
+    child.stderr.take().map(|mut e| {
         tokio::spawn(async move {
             let mut keep: Vec<u8> = Vec::new();
             let mut buf = vec![0u8; 8192];
@@ -672,180 +797,268 @@ pub async fn run(
                 .into_owned();
             s
         })
-    });
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| AgentError::Io("no stdout pipe".into()))?;
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    })
+}
 
-    let mut tally = Tally::default();
-    let mut stop: Option<StopReason> = None;
-    let mut line = Vec::with_capacity(4096);
-    let mut cut = false;
-    let mut events = Vec::new();
-    let wall_deadline = limits.wall_time.map(|w| tokio::time::Instant::now() + w);
-    let mut idle_deadline = limits.idle.map(|i| tokio::time::Instant::now() + i);
-    let mut grace_deadline: Option<tokio::time::Instant> = None;
-    let mut killed_after_result = false;
-    let mut activity_seen = 0u64;
-    let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
-    // The program's own exit: what it left running (a `sleep &` holding the
-    // pipe) gets the grace time to finish its output, then goes.
-    let mut exited: Option<std::process::ExitStatus> = None;
-    let mut drain_deadline: Option<tokio::time::Instant> = None;
-
-    loop {
-        let deadline = [wall_deadline, idle_deadline, grace_deadline, drain_deadline]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(far);
-        tokio::select! {
-            st = child.wait(), if exited.is_none() => {
-                match st {
-                    Ok(st) => exited = Some(st),
-                    Err(e) => return Err(AgentError::Io(format!("cannot wait for {program}: {e}"))),
-                }
-                // What it wrote is in the pipe; what it left running is a
-                // leftover, killed now. A process that left the group and
-                // holds the pipe gets a moment, not the budget.
-                kill_group(pid);
-                drain_deadline = Some(tokio::time::Instant::now() + EXIT_DRAIN);
-            }
-            r = next_line(&mut reader, &mut line, &mut cut, &activity) => {
-                match r {
-                    Ok(true) => {}
-                    Ok(false) | Err(_) => break,
-                }
-                if let Some(t) = &transcript {
-                    line.push(b'\n');
-                    Transcript::write(t, &line);
-                    line.pop();
-                }
-                if grace_deadline.is_none() {
-                    if let Some(m) = &launch.process.final_marker {
-                        if !m.is_empty() && memchr_str(&line, m.as_bytes()) {
-                            grace_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
-                        }
-                    }
-                }
-                if let Some(i) = limits.idle {
-                    idle_deadline = Some(tokio::time::Instant::now() + i);
-                }
-                activity_seen = activity.load(std::sync::atomic::Ordering::Relaxed);
-                if cut {
-                    events.push(AgentEvent::Error { message: format!("an output line longer than {MAX_LINE} bytes was cut"), fatal: false });
-                    cut = false;
-                }
-                if !line.iter().all(u8::is_ascii_whitespace) {
-                    parser.line(&line, &mut events);
-                }
-                line.clear();
-                for ev in events.drain(..) {
-                    tally.take(&ev);
-                    on_event(&ev);
-                    if matches!(ev, AgentEvent::Final { .. }) && grace_deadline.is_none() {
-                        grace_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
-                    }
-                }
-                if let Some(max) = limits.max_turns {
-                    if tally.turns > max {
-                        stop = Some(StopReason::TurnLimit { limit: max });
-                    }
-                }
-                if let Some(max) = limits.max_cost_usd {
-                    if cost(&tally, prices) > max {
-                        stop = Some(StopReason::CostLimit { limit_usd: max });
-                    }
-                }
-                if stop.is_some() {
-                    break;
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                let now = tokio::time::Instant::now();
-                // Output without a newline (progress bars) or on stderr is not idleness.
-                let seen = activity.load(std::sync::atomic::Ordering::Relaxed);
-                let idle_due = idle_deadline.is_some_and(|d| now >= d)
-                    && grace_deadline.is_none_or(|g| now < g)
-                    && wall_deadline.is_none_or(|w| now < w);
-                if idle_due && seen != activity_seen {
-                    activity_seen = seen;
-                    idle_deadline = limits.idle.map(|i| now + i);
-                    continue;
-                }
-                if drain_deadline.is_some_and(|d| now >= d) {
-                    // Exited; what holds its output open is a leftover.
-                } else if grace_deadline.is_some_and(|g| now >= g) {
-                    killed_after_result = true;
-                } else if wall_deadline.is_some_and(|w| now >= w) {
-                    stop = Some(StopReason::WallTime { limit_s: limits.wall_time.map(|d| d.as_secs_f64()).unwrap_or(0.0) });
-                } else {
-                    stop = Some(StopReason::Idle { limit_s: limits.idle.map(|d| d.as_secs_f64()).unwrap_or(0.0) });
-                }
-                break;
-            }
-        }
-    }
-
-    // Stopped by a limit, or hanging after its result: kill the whole group.
-    let status = if let Some(st) = exited {
-        kill_group(pid); // what it left running
-        Some(st)
-    } else if stop.is_some() || killed_after_result {
-        kill_group(pid);
-        tokio::time::timeout(Duration::from_secs(10), child.wait())
-            .await
-            .ok()
-            .and_then(Result::ok)
-    } else {
-        // End of output: the process should exit now; it gets the grace time
-        // (its children may hold the pipe or linger).
-        match tokio::time::timeout(limits.final_grace, child.wait()).await {
-            Ok(s) => {
-                kill_group(pid); // leftover grandchildren
-                s.ok()
-            }
-            Err(_) => {
-                if tally.final_event.is_some() {
-                    killed_after_result = true;
-                }
-                kill_group(pid);
-                tokio::time::timeout(Duration::from_secs(10), child.wait())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-            }
-        }
-    };
-    let exit_code = status.and_then(|s| s.code());
-    if stop.is_none() {
-        parser.finish(&mut events, exit_code);
-        for ev in events.drain(..) {
-            tally.take(&ev);
-            on_event(&ev);
-        }
-    }
-    // A stderr held open by a process that escaped the group is not waited for.
-    let stderr_wait = if exited.is_some() || stop.is_some() || killed_after_result {
-        EXIT_DRAIN
-    } else {
-        Duration::from_secs(2)
-    };
-    let stderr_tail = match stderr_task {
-        Some(t) => tokio::time::timeout(stderr_wait, t)
+/// The stderr task's tail, waited for at most `wait` (empty without one).
+async fn join_stderr(task: Option<tokio::task::JoinHandle<String>>, wait: Duration) -> String {
+    match task {
+        Some(t) => tokio::time::timeout(wait, t)
             .await
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default(),
         None => String::new(),
-    };
-    if let Some(t) = &transcript {
-        Transcript::finish(t);
+    }
+}
+
+/// What [`Watch::watch`] reads besides the child: launch, limits and shared reader state.
+#[derive(Clone, Copy)]
+struct WatchCx<'a> {
+    launch: &'a Launch,
+    limits: &'a Limits,
+    prices: Option<Prices>,
+    program: &'a str,
+    pid: Option<u32>,
+    activity: &'a std::sync::atomic::AtomicU64,
+    transcript: Option<&'a std::sync::Mutex<Transcript>>,
+}
+
+/// Where [`run`]'s watch over a child's output stands.
+struct Watch {
+    tally: Tally,
+    stop: Option<StopReason>,
+    line: Vec<u8>,
+    cut: bool,
+    events: Vec<AgentEvent>,
+    wall_deadline: Option<tokio::time::Instant>,
+    idle_deadline: Option<tokio::time::Instant>,
+    grace_deadline: Option<tokio::time::Instant>,
+    killed_after_result: bool,
+    activity_seen: u64,
+    /// The program's own exit: what it left running (a `sleep &` holding the
+    /// pipe) gets the grace time to finish its output, then goes.
+    exited: Option<std::process::ExitStatus>,
+    drain_deadline: Option<tokio::time::Instant>,
+}
+
+impl Watch {
+    /// A watch starting now, under `limits`.
+    fn new(limits: &Limits) -> Self {
+        Watch {
+            tally: Tally::default(),
+            stop: None,
+            line: Vec::with_capacity(4096),
+            cut: false,
+            events: Vec::new(),
+            wall_deadline: limits.wall_time.map(|w| tokio::time::Instant::now() + w),
+            idle_deadline: limits.idle.map(|i| tokio::time::Instant::now() + i),
+            grace_deadline: None,
+            killed_after_result: false,
+            activity_seen: 0,
+            exited: None,
+            drain_deadline: None,
+        }
     }
 
-    let (stop, final_text, interim) = match stop {
+    /// Read the child's output until it ends, a limit stops it, or a deadline passes.
+    async fn watch(
+        &mut self,
+        child: &mut tokio::process::Child,
+        reader: &mut BufReader<tokio::process::ChildStdout>,
+        cx: WatchCx<'_>,
+        parser: &mut dyn StreamParser,
+        on_event: &mut (dyn FnMut(&AgentEvent) + Send),
+    ) -> Result<(), AgentError> {
+        let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+        let program = cx.program;
+        loop {
+            let deadline = [
+                self.wall_deadline,
+                self.idle_deadline,
+                self.grace_deadline,
+                self.drain_deadline,
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(far);
+            tokio::select! {
+                st = child.wait(), if self.exited.is_none() => {
+                    match st {
+                        Ok(st) => self.exited = Some(st),
+                        Err(e) => return Err(AgentError::Io(format!("cannot wait for {program}: {e}"))),
+                    }
+                    // What it wrote is in the pipe; what it left running is a
+                    // leftover, killed now. A process that left the group and
+                    // holds the pipe gets a moment, not the budget.
+                    kill_group(cx.pid);
+                    self.drain_deadline = Some(tokio::time::Instant::now() + EXIT_DRAIN);
+                }
+                r = next_line(&mut *reader, &mut self.line, &mut self.cut, cx.activity) => {
+                    match r {
+                        Ok(true) => {}
+                        Ok(false) | Err(_) => break,
+                    }
+                    if self.take_line(cx, parser, on_event) {
+                        break;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if !self.on_deadline(cx.limits, cx.activity) {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Take the line just read (transcript, deadlines, events): whether a limit stops the run.
+    fn take_line(
+        &mut self,
+        cx: WatchCx<'_>,
+        parser: &mut dyn StreamParser,
+        on_event: &mut (dyn FnMut(&AgentEvent) + Send),
+    ) -> bool {
+        let limits = cx.limits;
+        if let Some(t) = cx.transcript {
+            self.line.push(b'\n');
+            Transcript::write(t, &self.line);
+            self.line.pop();
+        }
+        if self.grace_deadline.is_none() {
+            if let Some(m) = &cx.launch.process.final_marker {
+                if !m.is_empty() && memchr_str(&self.line, m.as_bytes()) {
+                    self.grace_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
+                }
+            }
+        }
+        if let Some(i) = limits.idle {
+            self.idle_deadline = Some(tokio::time::Instant::now() + i);
+        }
+        self.activity_seen = cx.activity.load(std::sync::atomic::Ordering::Relaxed);
+        if self.cut {
+            self.events.push(AgentEvent::Error {
+                message: format!("an output line longer than {MAX_LINE} bytes was cut"),
+                fatal: false,
+            });
+            self.cut = false;
+        }
+        if !self.line.iter().all(u8::is_ascii_whitespace) {
+            parser.line(&self.line, &mut self.events);
+        }
+        self.line.clear();
+        for ev in self.events.drain(..) {
+            self.tally.take(&ev);
+            on_event(&ev);
+            if matches!(ev, AgentEvent::Final { .. }) && self.grace_deadline.is_none() {
+                self.grace_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
+            }
+        }
+        if let Some(max) = limits.max_turns {
+            if self.tally.turns > max {
+                self.stop = Some(StopReason::TurnLimit { limit: max });
+            }
+        }
+        if let Some(max) = limits.max_cost_usd {
+            if cost(&self.tally, cx.prices) > max {
+                self.stop = Some(StopReason::CostLimit { limit_usd: max });
+            }
+        }
+        self.stop.is_some()
+    }
+
+    /// A deadline passed: true to watch on (output moved, not by line), false to end the watch.
+    fn on_deadline(&mut self, limits: &Limits, activity: &std::sync::atomic::AtomicU64) -> bool {
+        let now = tokio::time::Instant::now();
+        // Output without a newline (progress bars) or on stderr is not idleness.
+        let seen = activity.load(std::sync::atomic::Ordering::Relaxed);
+        let idle_due = self.idle_deadline.is_some_and(|d| now >= d)
+            && self.grace_deadline.is_none_or(|g| now < g)
+            && self.wall_deadline.is_none_or(|w| now < w);
+        if idle_due && seen != self.activity_seen {
+            self.activity_seen = seen;
+            self.idle_deadline = limits.idle.map(|i| now + i);
+            return true;
+        }
+        if self.drain_deadline.is_some_and(|d| now >= d) {
+            // Exited; what holds its output open is a leftover.
+        } else if self.grace_deadline.is_some_and(|g| now >= g) {
+            self.killed_after_result = true;
+        } else if self.wall_deadline.is_some_and(|w| now >= w) {
+            self.stop = Some(StopReason::WallTime {
+                limit_s: limits.wall_time.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            });
+        } else {
+            self.stop = Some(StopReason::Idle {
+                limit_s: limits.idle.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            });
+        }
+        false
+    }
+
+    /// The child's exit status after the watch, killing its group as the ending requires.
+    async fn settle(
+        &mut self,
+        child: &mut tokio::process::Child,
+        pid: Option<u32>,
+        limits: &Limits,
+    ) -> Option<std::process::ExitStatus> {
+        // Stopped by a limit, or hanging after its result: kill the whole group.
+        if let Some(st) = self.exited {
+            kill_group(pid); // what it left running
+            Some(st)
+        } else if self.stop.is_some() || self.killed_after_result {
+            kill_group(pid);
+            tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        } else {
+            // End of output: the process should exit now; it gets the grace time
+            // (its children may hold the pipe or linger).
+            match tokio::time::timeout(limits.final_grace, child.wait()).await {
+                Ok(s) => {
+                    kill_group(pid); // leftover grandchildren
+                    s.ok()
+                }
+                Err(_) => {
+                    if self.tally.final_event.is_some() {
+                        self.killed_after_result = true;
+                    }
+                    kill_group(pid);
+                    tokio::time::timeout(Duration::from_secs(10), child.wait())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                }
+            }
+        }
+    }
+
+    /// End of stream: the parser's last events, tallied and passed on.
+    fn finish_stream(
+        &mut self,
+        parser: &mut dyn StreamParser,
+        exit_code: Option<i32>,
+        on_event: &mut (dyn FnMut(&AgentEvent) + Send),
+    ) {
+        parser.finish(&mut self.events, exit_code);
+        for ev in self.events.drain(..) {
+            self.tally.take(&ev);
+            on_event(&ev);
+        }
+    }
+}
+
+/// Why the run stopped, its final text, and whether that text is an interim report.
+fn outcome(
+    tally: &Tally,
+    stop: Option<StopReason>,
+    exit_code: Option<i32>,
+) -> (StopReason, String, bool) {
+    match stop {
         Some(s) => {
             let why = s.describe();
             (s, tally.interim_report(&why), true)
@@ -875,14 +1088,7 @@ pub async fn run(
                 (StopReason::Failed { message }, text, true)
             }
         },
-    };
-    let cost = cost(&tally, prices);
-    Ok(AgentReport {
-        exit_code,
-        killed_after_result,
-        stderr_tail,
-        ..tally.report(final_text, stop, interim, cost, t0.elapsed().as_secs_f64())
-    })
+    }
 }
 
 /// Cost: what belay computes from the tokens, or what the CLI reported if more.
