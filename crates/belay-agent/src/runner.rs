@@ -29,7 +29,10 @@ pub struct Runner<'a> {
     pub prices: &'a PriceTable,
     pub redactor: &'a Redactor,
     pub run_id: &'a str,
-    pub git: &'a belay_vcs::Git,
+    /// The work tree the agent works in.
+    pub workdir: &'a std::path::Path,
+    /// Its repository, when it is one (its git dir is mounted read-only).
+    pub git: Option<&'a belay_vcs::Git>,
     /// belay's own directory for the box's files (outside the work tree).
     pub records: PathBuf,
     /// Progress lines.
@@ -63,6 +66,8 @@ pub struct Output {
     /// The nested `.git` entries the sweep of a container's work tree found
     /// (relative to the work tree; none on the host, where nothing sweeps).
     pub nested_git: Vec<String>,
+    /// The container kept after the call (`BoxExtras::keep`).
+    pub kept: Option<String>,
 }
 
 impl Runner<'_> {
@@ -83,13 +88,13 @@ impl Runner<'_> {
                     image: self.image.to_string(),
                     run_id: self.run_id.to_string(),
                     kind: c.kind,
-                    repo: self.git.root().to_path_buf(),
-                    git: Some(self.git),
+                    repo: self.workdir.to_path_buf(),
+                    git: self.git,
                     records: self.records.clone(),
                     agent: c.spec,
                     model_url: self.endpoint.map(|e| e.base_url.clone()),
-                    network: false,
-                    keep: false,
+                    network: self.extras.network,
+                    keep: self.extras.keep,
                     extras: self.extras.clone(),
                 })
                 .await?,
@@ -98,7 +103,7 @@ impl Runner<'_> {
         let (placement, endpoint, client) = match &agent_box {
             None => (
                 Placement::Host {
-                    cwd: self.git.root().to_path_buf(),
+                    cwd: self.workdir.to_path_buf(),
                     env: self.agent_env.clone(),
                 },
                 self.endpoint.cloned(),
@@ -158,9 +163,11 @@ impl Runner<'_> {
                 report,
                 leftovers,
                 nested_git: Vec::new(),
+                kept: None,
             });
         };
         let report = session.run(c.prompt).await;
+        let kept = self.extras.keep.then(|| agent_box.id().to_string());
         let sweep = agent_box.close().await?;
         if !sweep.setid_cleared.is_empty() {
             (self.warn)(&format!(
@@ -178,6 +185,7 @@ impl Runner<'_> {
             report,
             leftovers: 0,
             nested_git: sweep.nested_git,
+            kept,
         })
     }
 }

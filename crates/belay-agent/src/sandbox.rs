@@ -68,6 +68,11 @@ pub struct BoxExtras {
     /// A file belay holds a lock on for as long as it lives: the container
     /// ends when belay does (see [`belay_sandbox::ContainerSpec::lifeline`]).
     pub lifeline: Option<PathBuf>,
+    /// The built-in agent's tools get the network (`belay agent run
+    /// --network`; CLIs never do).
+    pub network: bool,
+    /// Keep the container after the call (`belay agent run --keep-container`).
+    pub keep: bool,
 }
 
 /// One open container for an agent.

@@ -92,13 +92,15 @@ pub async fn session(
         prices: &svc.prices,
         redactor: run.redactor(),
         run_id: run.id(),
-        git: &first.wt,
+        workdir: first.wt.root(),
+        git: Some(&first.wt),
         records: run.path("box"),
         warn: &warn,
         extras: BoxExtras {
             git_writable: false,
             mounts,
             lifeline: svc.lifeline.as_ref().map(|l| l.path.clone()),
+            ..Default::default()
         },
         agent_env: env,
     };

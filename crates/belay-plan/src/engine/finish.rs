@@ -174,6 +174,19 @@ impl Engine<'_> {
                 self.say(&format!("cannot remove this run's containers ({e})"));
             }
         }
+        // What the stopped agent's container left in the tree is swept as a
+        // finished call's would be: no set-id file stays behind.
+        let root = self.git.root().to_path_buf();
+        match tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&root))
+            .await
+        {
+            Ok(Ok(sweep)) if !sweep.setid_cleared.is_empty() => self.say(&format!(
+                "cleared set-id bits the stopped agent left on {}",
+                belay_record::printable_line(&sweep.setid_cleared.join(", "))
+            )),
+            Ok(Err(e)) => self.say(&format!("cannot sweep the work tree after the stop ({e})")),
+            _ => {}
+        }
         let message = format!(
             "{why}: the run stopped; its work is kept uncommitted and `belay plan run` resumes it"
         );

@@ -3,7 +3,7 @@
 //! reachable, the CLI's login directory mounted, tied to this process by its
 //! lifeline), or the host. The budget kills everything the round started.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use belay_agent::cli::ProcessOptions;
@@ -11,6 +11,7 @@ use belay_agent::runner::{Call, Runner};
 use belay_agent::sandbox::BoxExtras;
 use belay_agent::session::EventTarget;
 use belay_agent::{AgentKind, AgentReport, AgentSpec, Limits, StopReason};
+use belay_record::Redactor;
 use belay_sandbox::Mount;
 
 use super::Outcome;
@@ -70,6 +71,40 @@ fn container_spec(spec: &AgentSpec) -> AgentSpec {
     spec
 }
 
+/// The agent reports its usage (for the no-progress breaker).
+fn reports_usage(spec: &AgentSpec) -> bool {
+    match &spec.kind {
+        AgentKind::Command { program, args } => {
+            belay_agent::cli::stream_of(program, args).is_some()
+        }
+        AgentKind::Builtin => true,
+        _ => true,
+    }
+}
+
+/// What the runner's output says of the round.
+fn ran_of(out: belay_agent::runner::Output, usage_capable: bool) -> Ran {
+    let repos_planted = !out.nested_git.is_empty();
+    let r = out.report;
+    Ran {
+        outcome: outcome_of(&r),
+        exit_code: r.exit_code,
+        usage: Usage {
+            input_tokens: r.usage.input_tokens,
+            output_tokens: r.usage.output_tokens,
+            cached_tokens: r.usage.cached_tokens,
+            cost_usd: r.cost_usd,
+            turns: r.turns,
+        },
+        usage_capable,
+        leftovers: out.leftovers,
+        stop: r.stop.describe(),
+        commands: r.commands,
+        stderr_tail: r.stderr_tail,
+        repos_planted,
+    }
+}
+
 fn outcome_of(r: &AgentReport) -> Outcome {
     match &r.stop {
         StopReason::WallTime { .. } | StopReason::Idle { .. } => Outcome::TimedOut,
@@ -90,6 +125,80 @@ impl Supervisor {
         } else {
             container_spec(&c.agent.spec)
         };
+        let (view, context_path) = self.round_view(&c, on_host)?;
+        let env = self.agent_env(&c, on_host, &context_path);
+        let (mounts, login) = self.agent_mounts(&c, on_host, &view)?;
+        // The login tokens the agent can read: scrubbed from its log, its
+        // events and every record before it starts.
+        self.add_secrets(&super::login::secrets(&c.agent.login_dirs));
+        let redactor = self.redactor();
+        let warn = |m: &str| (self.progress)(m);
+        let runner = Runner {
+            rt: self.rt.clone(),
+            image: &c.agent.image,
+            on_host,
+            auto_approve: c.agent.auto_approve,
+            endpoint: self.endpoint.as_ref(),
+            client: None,
+            prices: &self.prices,
+            redactor: &redactor,
+            run_id: self.run.id(),
+            workdir: self.git.root(),
+            git: Some(&self.git),
+            records: log_dir.join(".box"),
+            warn: &warn,
+            extras: BoxExtras {
+                git_writable: true,
+                mounts,
+                lifeline: self.lifeline.as_ref().map(|l| l.path.clone()),
+                ..Default::default()
+            },
+            agent_env: env,
+        };
+        let grace = if cfg.runtime.grace_after_result_s > 0.0 {
+            cfg.runtime.grace_after_result_s
+        } else {
+            c.agent.sigterm_grace_s
+        };
+        let call = self.agent_call(&c, &spec, grace, &redactor);
+        let usage_capable = reports_usage(&spec);
+        let result = match c.kill {
+            Some(k) => {
+                tokio::select! {
+                    r = runner.run(call) => Some(r),
+                    _ = k.wait_now() => None,
+                }
+            }
+            None => Some(runner.run(call).await),
+        };
+        if let Some(back) = login
+            .as_ref()
+            .filter(|_| c.agent.login_write_back)
+            .map(|l| l.finish())
+            .filter(|b| !b.is_empty())
+        {
+            (self.progress)(&format!(
+                "copied the refreshed login back: {}",
+                back.join(", ")
+            ));
+        }
+        let Some(result) = result else {
+            // Stopped now: the host group died with the dropped call; the
+            // container goes here.
+            return Ok(self.stopped_now(on_host, usage_capable).await);
+        };
+        let out = result?;
+        Ok(ran_of(out, usage_capable))
+    }
+
+    /// The round's own view dir, with the context file in it for a
+    /// container; the view and where the agent finds the context file.
+    fn round_view(
+        &self,
+        c: &AgentCall<'_>,
+        on_host: bool,
+    ) -> Result<(PathBuf, PathBuf), RoundsError> {
+        let log_dir = self.log_dir();
         let view = log_dir.join(".round-view");
         fs_err::create_dir_all(&view).map_err(|e| RoundsError::io("cannot create", &view, e))?;
         let context_path = if on_host {
@@ -100,6 +209,17 @@ impl Supervisor {
         if !on_host {
             crate::state::write(&view, crate::state::CONTEXT_FILE, c.ctx, &self.redactor())?;
         }
+        Ok((view, context_path))
+    }
+
+    /// The agent's environment: the round's variables, the config's, the passed ones.
+    fn agent_env(
+        &self,
+        c: &AgentCall<'_>,
+        on_host: bool,
+        context_path: &Path,
+    ) -> Vec<(String, String)> {
+        let log_dir = self.log_dir();
         let mut env: Vec<(String, String)> = vec![
             ("AGENT_RUNNER_ROUND_NUM".into(), c.round_num.to_string()),
             (
@@ -131,16 +251,30 @@ impl Supervisor {
                 env.push((k.clone(), v.clone()));
             }
         }
+        env
+    }
+
+    /// The agent's mounts (the round view; in a container, the read-only
+    /// config and prompts and the login copies) and the login copies' view.
+    fn agent_mounts(
+        &self,
+        c: &AgentCall<'_>,
+        on_host: bool,
+        view: &Path,
+    ) -> Result<(Vec<Mount>, Option<super::login::LoginView>), RoundsError> {
+        let log_dir = self.log_dir();
         let mut mounts = vec![Mount {
-            host: view.clone(),
+            host: view.to_path_buf(),
             container: ROUND_VIEW.into(),
             read_only: true,
         }];
         if !on_host {
             // The config and prompts in the tree: read-only to the agent.
-            let views =
-                self.trust
-                    .readonly_views(cfg, self.git.root(), &log_dir.join(".control-view"))?;
+            let views = self.trust.readonly_views(
+                &self.cfg,
+                self.git.root(),
+                &log_dir.join(".control-view"),
+            )?;
             mounts.extend(views.into_iter().map(|(host, rel)| Mount {
                 host,
                 container: format!("{}/{rel}", belay_agent::sandbox::WORKDIR),
@@ -154,39 +288,21 @@ impl Supervisor {
             mounts.extend(m);
             Some(view)
         };
-        // The login tokens the agent can read: scrubbed from its log, its
-        // events and every record before it starts.
-        self.add_secrets(&super::login::secrets(&c.agent.login_dirs));
-        let redactor = self.redactor();
-        let warn = |m: &str| (self.progress)(m);
-        let runner = Runner {
-            rt: self.rt.clone(),
-            image: &c.agent.image,
-            on_host,
-            auto_approve: c.agent.auto_approve,
-            endpoint: self.endpoint.as_ref(),
-            client: None,
-            prices: &self.prices,
-            redactor: &redactor,
-            run_id: self.run.id(),
-            git: &self.git,
-            records: log_dir.join(".box"),
-            warn: &warn,
-            extras: BoxExtras {
-                git_writable: true,
-                mounts,
-                lifeline: self.lifeline.as_ref().map(|l| l.path.clone()),
-            },
-            agent_env: env,
-        };
-        let grace = if cfg.runtime.grace_after_result_s > 0.0 {
-            cfg.runtime.grace_after_result_s
-        } else {
-            c.agent.sigterm_grace_s
-        };
+        Ok((mounts, login))
+    }
+
+    /// The runner's call for the round's agent.
+    fn agent_call<'s>(
+        &self,
+        c: &AgentCall<'s>,
+        spec: &'s AgentSpec,
+        grace: f64,
+        redactor: &Redactor,
+    ) -> Call<'s> {
+        let log_dir = self.log_dir();
         let step = format!("R{}", c.round_num);
-        let call = Call {
-            spec: &spec,
+        Call {
+            spec,
             kind: "rounds-agent".into(),
             prompt: c.prompt,
             limits: Limits {
@@ -208,84 +324,38 @@ impl Supervisor {
                 final_marker: c.agent.terminal_marker.clone(),
                 tie_to_parent: true,
             },
-        };
-        let usage_capable = match &spec.kind {
-            AgentKind::Command { program, args } => {
-                belay_agent::cli::stream_of(program, args).is_some()
-            }
-            AgentKind::Builtin => true,
-            _ => true,
-        };
-        let result = match c.kill {
-            Some(k) => {
-                tokio::select! {
-                    r = runner.run(call) => Some(r),
-                    _ = k.wait_now() => None,
-                }
-            }
-            None => Some(runner.run(call).await),
-        };
-        if let Some(back) = login
-            .as_ref()
-            .filter(|_| c.agent.login_write_back)
-            .map(|l| l.finish())
-            .filter(|b| !b.is_empty())
-        {
-            (self.progress)(&format!(
-                "copied the refreshed login back: {}",
-                back.join(", ")
-            ));
         }
-        let Some(result) = result else {
-            // Stopped now: the host group died with the dropped call; the
-            // container goes here.
-            self.remove_round_containers().await;
-            let leftovers = if on_host {
-                tokio::task::spawn_blocking(belay_agent::orphans::kill_adopted)
-                    .await
-                    .map(|k| k.len())
-                    .unwrap_or(0)
-            } else {
-                0
-            };
-            return Ok(Ran {
-                outcome: Outcome::Killed,
-                exit_code: None,
-                usage: Usage {
-                    input_tokens: 0,
-                    output_tokens: 0,
-                    cached_tokens: 0,
-                    cost_usd: 0.0,
-                    turns: 0,
-                },
-                usage_capable,
-                leftovers,
-                stop: "killed".into(),
-                commands: vec![],
-                stderr_tail: String::new(),
-                repos_planted: !on_host,
-            });
+    }
+
+    /// A round stopped now: its containers removed, a host agent's
+    /// leftovers killed; what it ran is recorded as killed.
+    async fn stopped_now(&self, on_host: bool, usage_capable: bool) -> Ran {
+        self.remove_round_containers().await;
+        let leftovers = if on_host {
+            tokio::task::spawn_blocking(belay_agent::orphans::kill_adopted)
+                .await
+                .map(|k| k.len())
+                .unwrap_or(0)
+        } else {
+            0
         };
-        let out = result?;
-        let repos_planted = !out.nested_git.is_empty();
-        let r = out.report;
-        Ok(Ran {
-            outcome: outcome_of(&r),
-            exit_code: r.exit_code,
+        Ran {
+            outcome: Outcome::Killed,
+            exit_code: None,
             usage: Usage {
-                input_tokens: r.usage.input_tokens,
-                output_tokens: r.usage.output_tokens,
-                cached_tokens: r.usage.cached_tokens,
-                cost_usd: r.cost_usd,
-                turns: r.turns,
+                input_tokens: 0,
+                output_tokens: 0,
+                cached_tokens: 0,
+                cost_usd: 0.0,
+                turns: 0,
             },
             usage_capable,
-            leftovers: out.leftovers,
-            stop: r.stop.describe(),
-            commands: r.commands,
-            stderr_tail: r.stderr_tail,
-            repos_planted,
-        })
+            leftovers,
+            stop: "killed".into(),
+            commands: vec![],
+            stderr_tail: String::new(),
+            repos_planted: !on_host,
+        }
     }
 
     /// Remove this project's round containers (after a round stopped now,

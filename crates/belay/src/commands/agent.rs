@@ -1,12 +1,14 @@
-//! `belay agent run`: one task with any agent, through the one agent service
-//! (`belay_agent::AgentSession`): in a container by default (the workspace
+//! `belay agent run`: one task with any agent, through the one agent runner
+//! (`belay_agent::runner::Runner`): in a container by default (the workspace
 //! mounted, `.git` read-only, a CLI's network limited to the model endpoint,
 //! the CLI mounted read-only), on the host only with `--on-host`.
 
 use std::sync::Arc;
 
+use belay_agent::runner::{Call, Runner};
+use belay_agent::sandbox::BoxExtras;
 use belay_agent::session::EventTarget;
-use belay_agent::{AgentBox, AgentReport, AgentSession, BoxSpec, Limits, Placement};
+use belay_agent::{AgentReport, Limits};
 use belay_record::{Mode, OpenRun, Registry, RunHandle};
 use belay_sandbox::ContainerRuntime;
 
@@ -27,7 +29,7 @@ where
 {
     match stop.race(fut).await {
         Ok(r) => r.map_err(Failure::from),
-        Err(why) => Err(belay_record::Stopped(format!("{why}: the agent was stopped")).into()),
+        Err(why) => Err(belay_record::Stopped(format!("{}: the agent was stopped", why.0)).into()),
     }
 }
 
@@ -43,23 +45,7 @@ fn ended(run: &RunHandle, f: Failure) -> Failure {
 }
 
 pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
-    let given = fs_err::canonicalize(&a.repo).map_err(|e| {
-        usage(format!(
-            "--repo {}: {e}. Pass an existing directory",
-            a.repo.display()
-        ))
-    })?;
-    // The workspace is the whole work tree (a subdirectory would leave its
-    // `.git` unmounted, for the agent to plant one the next host git reads).
-    // Hooks point at an empty directory belay owns (never a shared /tmp path
-    // another user could fill).
-    let git = belay_vcs::Git::open(&given, &belay_record::state_home().join("no-hooks"))
-        .await
-        .ok();
-    let repo = git
-        .as_ref()
-        .map(|g| g.root().to_path_buf())
-        .unwrap_or_else(|| given.clone());
+    let (git, repo) = work_tree(&a).await?;
     let mut spec = a.agent.clone();
     if spec.model.is_none() {
         spec.model = a.model.model.clone();
@@ -70,35 +56,12 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         ));
     }
     let run_id = belay_record::run_id::generate("agent");
-    // The run's records live where the agent cannot write: never under the
-    // mounted workspace.
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| belay_record::state_home().join("agent").join(&run_id));
-    let inside = |o: &std::path::Path| -> Result<(), Failure> {
-        if o.starts_with(&repo) {
-            return Err(usage(format!(
-                "--out {} is inside the repository, which the agent can write: its records would be the agent's to change. Pass --out outside {}",
-                o.display(),
-                repo.display()
-            )));
-        }
-        Ok(())
-    };
-    inside(&std::path::absolute(&out).unwrap_or_else(|_| out.clone()))?;
-    fs_err::create_dir_all(&out).map_err(|e| {
-        usage(format!(
-            "cannot create {}: {e}. Pass --out with a writable directory",
-            out.display()
-        ))
-    })?;
-    // Again through links, now that it exists.
-    inside(&fs_err::canonicalize(&out)?)?;
+    let out = records_dir(&a, &repo, &run_id)?;
     let model = resolve_model(&a.model, spec.is_builtin())?;
     let mut redactor = crate::context::build_redactor();
-    if let Some((_, Some((name, key)))) = &model {
-        redactor.add(name.clone(), key.expose());
+    let endpoint = model.as_ref().map(crate::commands::model::agent_endpoint);
+    if let Some(e) = &endpoint {
+        e.add_secrets(&mut redactor);
     }
     let stop = crate::context::stop_on_signals()?;
     let run = RunHandle::open(OpenRun {
@@ -115,30 +78,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             out.display()
         ))
     })?;
-    // Cost is priced by the model the CLI runs; Claude Code reports its own.
-    let table = match &a.model.endpoint.llm_prices {
-        Some(f) => belay_model::PriceTable::load(f).map_err(|e| usage(e.to_string()))?,
-        None => belay_model::PriceTable::builtin(),
-    };
-    let prices = spec.model.as_deref().and_then(|m| table.lookup(m));
-    if !spec.is_builtin()
-        && a.max_cost.is_some()
-        && prices.is_none()
-        && spec.cli_kind() != Some(belay_agent::cli::CliKind::Claude)
-    {
-        return Err(usage(
-            "--max-cost needs a price for this CLI's model: give the agent a priced model (codex@MODEL or --model), or --llm-prices with its price",
-        ));
-    }
-    let client = match (&model, spec.is_builtin()) {
-        (Some((setup, _)), true) => Some(
-            setup
-                .client(Some(out.join("llm-usage.json")))
-                .map_err(|e| usage(e.to_string()))?,
-        ),
-        (None, true) => return Err(usage("the built-in agent needs a model")),
-        _ => None,
-    };
+    let (table, client) = pricing(&a, &spec, &model, &out)?;
     let limits = Limits {
         max_turns: Some(a.max_turns),
         max_cost_usd: a.max_cost,
@@ -151,106 +91,69 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         step: None,
         source: "agent",
     };
-    let endpoint_of = |base: String| {
-        model
-            .as_ref()
-            .map(|(setup, key)| belay_agent::cli::Endpoint {
-                base_url: base,
-                api: setup.config.api,
-                key: key.as_ref().map(|(_, k)| k.clone()),
-            })
-    };
-    let report: AgentReport = if a.on_host {
-        let session = AgentSession {
-            spec,
-            placement: Placement::Host {
-                cwd: repo.clone(),
-                env: vec![],
-            },
-            limits,
-            client: None,
-            builtin: Default::default(),
-            endpoint: model
-                .as_ref()
-                .and_then(|(s, _)| endpoint_of(s.config.base_url.clone())),
-            prices,
-            auto_approve: a.auto_approve,
-            logs: out.clone(),
-            redactor: redactor.clone(),
-            events: Some(events),
-            pid_file: None,
-            process: Default::default(),
-        };
-        // Interrupted, the run is dropped and its process group killed.
-        interruptible(&stop, session.run(&a.prompt))
-            .await
-            .map_err(|f| ended(&run, f))?
+    let endpoint: Option<belay_agent::cli::Endpoint> = endpoint.map(Into::into);
+    let rt: Option<Arc<dyn ContainerRuntime>> = if a.on_host {
+        None
     } else {
-        let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
-        let agent_box = AgentBox::open(BoxSpec {
-            rt,
-            image: a.image.clone(),
-            run_id: run_id.clone(),
-            kind: "agent".into(),
-            repo: repo.clone(),
-            git: git.as_ref(),
-            records: out.clone(),
-            agent: &spec,
-            model_url: model.as_ref().map(|(s, _)| s.config.base_url.clone()),
+        Some(Arc::new(connect().await?))
+    };
+    // The agent's warnings are untrusted text: one printable line each.
+    let warn = |m: &str| p.warn(&belay_record::printable_line(m));
+    // The one agent runner (the plan loop's, the rounds', the jobs'): the
+    // box, the endpoint as the container reaches it, the sweep of the work
+    // tree, and on the host the adoption of what leaves the agent's group.
+    let runner = Runner {
+        rt: rt.clone(),
+        image: &a.image,
+        on_host: a.on_host,
+        // In a container the container is the sandbox: the CLI's own
+        // approvals would only stall it. On the host only when asked.
+        auto_approve: a.auto_approve || !a.on_host,
+        endpoint: endpoint.as_ref(),
+        client: client.as_ref(),
+        prices: &table,
+        redactor: &redactor,
+        run_id: &run_id,
+        workdir: &repo,
+        git: git.as_ref(),
+        records: out.clone(),
+        warn: &warn,
+        extras: BoxExtras {
             network: a.network,
             keep: a.keep_container,
-            extras: Default::default(),
-        })
-        .await?;
-        let session = AgentSession {
-            endpoint: agent_box
-                .endpoint_url()
-                .and_then(|u| endpoint_of(u.to_string())),
-            spec,
-            placement: agent_box.placement(),
-            limits,
-            client: client.as_ref(),
-            builtin: Default::default(),
-            prices,
-            // The container is the sandbox: the CLI's own approvals would only stall it.
-            auto_approve: true,
-            logs: out.join("tool-logs"),
-            redactor: redactor.clone(),
-            events: Some(events),
-            pid_file: None,
-            process: Default::default(),
-        };
-        let result = interruptible(&stop, session.run(&a.prompt)).await;
-        if a.keep_container {
-            let c = agent_box.id().to_string();
-            p.note(&format!("kept container {c} (docker exec -it {c} bash)"));
-        }
-        // What the agent wrote is untrusted: no set-id file stays behind, and
-        // a planted repository is named. A walk that cannot finish fails the
-        // command (fail closed).
-        let sweep = match agent_box.close().await {
-            Ok(s) => s,
-            Err(e) => {
-                let f = Failure::with_code(belay_record::ExitClass::Infra.code(), e);
-                run.finish(failed_end(&run, &f.error));
-                return Err(f);
-            }
-        };
-        if !sweep.setid_cleared.is_empty() {
-            p.warn(&format!(
-                "cleared set-id bits the agent left on {}",
-                belay_record::printable_line(&sweep.setid_cleared.join(", "))
-            ));
-        }
-        if !sweep.nested_git.is_empty() {
-            p.warn(&format!(
-                "the agent left repositories in the workspace ({}): their config runs commands in any git there. Remove them before you use git in {}",
-                belay_record::printable_line(&sweep.nested_git.join(", ")),
-                repo.display()
-            ));
-        }
-        result.map_err(|f| ended(&run, f))?
+            ..BoxExtras::default()
+        },
+        agent_env: vec![],
     };
+    let call = Call {
+        spec: &spec,
+        kind: "agent".into(),
+        prompt: &a.prompt,
+        limits,
+        events: Some(events),
+        logs: if a.on_host {
+            out.clone()
+        } else {
+            out.join("tool-logs")
+        },
+        pid_file: None,
+        process: Default::default(),
+    };
+    // Interrupted, the call is dropped: its process group is killed, and
+    // what its container left is removed and swept here.
+    let output = match interruptible(&stop, runner.run(call)).await {
+        Ok(o) => o,
+        Err(f) => {
+            if f.code == belay_record::ExitClass::Interrupted.code() {
+                after_stop(rt.as_deref(), &run_id, &repo).await;
+            }
+            return Err(ended(&run, f));
+        }
+    };
+    if let Some(c) = &output.kept {
+        p.note(&format!("kept container {c} (docker exec -it {c} bash)"));
+    }
+    let report: AgentReport = output.report;
     let data = serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage, "cost_usd": report.cost_usd});
     #[derive(serde::Serialize)]
     struct Line<'a> {
@@ -286,6 +189,107 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         out.join("events.jsonl").display()
     ));
     Ok(if report.ok() { 0 } else { EXIT_FAILED })
+}
+
+/// The work tree: the whole repository `--repo` is in (a subdirectory would
+/// leave its `.git` unmounted, for the agent to plant one the next host git
+/// reads), or the directory itself when it is no repository. Hooks point at
+/// an empty directory belay owns (never a shared /tmp path another user
+/// could fill).
+async fn work_tree(
+    a: &AgentRunArgs,
+) -> Result<(Option<belay_vcs::Git>, std::path::PathBuf), Failure> {
+    let given = fs_err::canonicalize(&a.repo).map_err(|e| {
+        usage(format!(
+            "--repo {}: {e}. Pass an existing directory",
+            a.repo.display()
+        ))
+    })?;
+    let git = belay_vcs::Git::open(&given, &belay_record::state_home().join("no-hooks"))
+        .await
+        .ok();
+    let repo = git
+        .as_ref()
+        .map(|g| g.root().to_path_buf())
+        .unwrap_or(given);
+    Ok((git, repo))
+}
+
+/// Where the run's records live: where the agent cannot write, never under
+/// the mounted workspace (checked again through links once it exists).
+fn records_dir(
+    a: &AgentRunArgs,
+    repo: &std::path::Path,
+    run_id: &str,
+) -> Result<std::path::PathBuf, Failure> {
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| belay_record::state_home().join("agent").join(run_id));
+    let inside = |o: &std::path::Path| -> Result<(), Failure> {
+        if o.starts_with(repo) {
+            return Err(usage(format!(
+                "--out {} is inside the repository, which the agent can write: its records would be the agent's to change. Pass --out outside {}",
+                o.display(),
+                repo.display()
+            )));
+        }
+        Ok(())
+    };
+    inside(&std::path::absolute(&out).unwrap_or_else(|_| out.clone()))?;
+    fs_err::create_dir_all(&out).map_err(|e| {
+        usage(format!(
+            "cannot create {}: {e}. Pass --out with a writable directory",
+            out.display()
+        ))
+    })?;
+    inside(&fs_err::canonicalize(&out)?)?;
+    Ok(out)
+}
+
+/// The price table (cost is priced by the model the CLI runs; Claude Code
+/// reports its own) and, for the built-in agent, its model client.
+fn pricing(
+    a: &AgentRunArgs,
+    spec: &belay_agent::AgentSpec,
+    model: &Option<crate::commands::model::ModelChoice>,
+    out: &std::path::Path,
+) -> Result<(belay_model::PriceTable, Option<belay_model::ModelClient>), Failure> {
+    let table = match &a.model.endpoint.llm_prices {
+        Some(f) => belay_model::PriceTable::load(f).map_err(|e| usage(e.to_string()))?,
+        None => belay_model::PriceTable::builtin(),
+    };
+    let prices = spec.model.as_deref().and_then(|m| table.lookup(m));
+    if !spec.is_builtin()
+        && a.max_cost.is_some()
+        && prices.is_none()
+        && spec.cli_kind() != Some(belay_agent::cli::CliKind::Claude)
+    {
+        return Err(usage(
+            "--max-cost needs a price for this CLI's model: give the agent a priced model (codex@MODEL or --model), or --llm-prices with its price",
+        ));
+    }
+    let client = match (model, spec.is_builtin()) {
+        (Some((setup, _)), true) => Some(
+            setup
+                .client(Some(out.join("llm-usage.json")))
+                .map_err(|e| usage(e.to_string()))?,
+        ),
+        (None, true) => return Err(usage("the built-in agent needs a model")),
+        _ => None,
+    };
+    Ok((table, client))
+}
+
+/// After a stop: the run's containers gone and the work tree swept (no
+/// set-id file an interrupted agent made stays behind).
+async fn after_stop(rt: Option<&dyn ContainerRuntime>, run_id: &str, repo: &std::path::Path) {
+    if let Some(rt) = rt {
+        let _ = belay_sandbox::reaper::remove_own(rt, run_id).await;
+    }
+    let repo = repo.to_path_buf();
+    let _ =
+        tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&repo)).await;
 }
 
 /// The registry's end of a run that stopped on an error.

@@ -77,6 +77,17 @@ pub fn resolve_model(
     Ok(Some((setup, key)))
 }
 
+/// A resolved model as an agent's endpoint (its secrets go to the run's
+/// redactor through `AgentEndpoint::add_secrets`).
+pub fn agent_endpoint(choice: &ModelChoice) -> belay_model::resolve::AgentEndpoint {
+    let (setup, key) = choice;
+    belay_model::resolve::AgentEndpoint {
+        base_url: setup.config.base_url.clone(),
+        api: setup.config.api,
+        key: key.clone(),
+    }
+}
+
 /// The endpoint, its key and its prices (`model`: the model's name, if one
 /// is asked for); `None` when nothing is configured and nothing is required.
 pub fn resolve_endpoint(

@@ -50,11 +50,9 @@ fn model(a: &EndpointArgs) -> Result<Model, Failure> {
             redactor,
         });
     };
-    let e = belay_model::resolve::AgentEndpoint {
-        base_url: setup.config.base_url.clone(),
-        api: setup.config.api,
-        key,
-    };
+    let choice = (setup, key);
+    let e = crate::commands::model::agent_endpoint(&choice);
+    let setup = choice.0;
     e.add_secrets(&mut redactor);
     Ok(Model {
         endpoint: Some(e.into()),
@@ -246,7 +244,8 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
         prices: &m.prices,
         redactor: &m.redactor,
         run_id: &run_id,
-        git: &git,
+        workdir: git.root(),
+        git: Some(&git),
         records: records.join("box"),
         warn: &*warn,
         extras: Default::default(),
