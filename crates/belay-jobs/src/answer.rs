@@ -160,6 +160,7 @@ pub struct FixAnswer {
     pub message: Option<String>,
 }
 
+// model-facing: part of the FIX_RESULT check whose reason is the fixer's format correction.
 fn opt_str(o: &serde_json::Map<String, Value>, k: &str) -> Result<Option<String>, String> {
     match o.get(k) {
         Some(Value::Null) => Ok(None),
@@ -187,6 +188,7 @@ fn filled(v: &Option<String>) -> bool {
 /// Validate a fixer's answer: exactly one FIX_RESULT block with exactly the
 /// fields and types of FORMATS.md §7, the per-outcome rules, a commit block
 /// for `repaired` and none otherwise, and no other text.
+// model-facing: the reason is the fixer's format correction (`prompt::correction`).
 pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
     let (inner, commit) = fix_block(answer)?;
     let o = fix_object(inner)?;
@@ -206,6 +208,7 @@ pub fn fix_result(answer: &str) -> Result<FixAnswer, String> {
 }
 
 /// The one FIX_RESULT block's inner text and the commit block beside it.
+// model-facing: part of the FIX_RESULT check whose reason is the fixer's format correction.
 fn fix_block(answer: &str) -> Result<(&str, CommitBlock), String> {
     let (spans, unterminated) = blocks(answer, FIX_START, FIX_END);
     if unterminated {
@@ -233,6 +236,7 @@ fn fix_block(answer: &str) -> Result<(&str, CommitBlock), String> {
 }
 
 /// The FIX_RESULT block as a JSON object with exactly the FIX_RESULT fields.
+// model-facing: part of the FIX_RESULT check whose reason is the fixer's format correction.
 fn fix_object(inner: &str) -> Result<serde_json::Map<String, Value>, String> {
     let v: Value = serde_json::from_str(inner.trim())
         .map_err(|e| format!("the FIX_RESULT block is not valid JSON: {e}"))?;
@@ -262,6 +266,7 @@ fn fix_object(inner: &str) -> Result<serde_json::Map<String, Value>, String> {
 }
 
 /// The FIX_RESULT fields, each of its type.
+// model-facing: part of the FIX_RESULT check whose reason is the fixer's format correction.
 fn fix_fields(o: &serde_json::Map<String, Value>) -> Result<FixResult, String> {
     match o.get("schema_version") {
         Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
@@ -324,6 +329,7 @@ fn fix_fields(o: &serde_json::Map<String, Value>) -> Result<FixResult, String> {
 }
 
 /// The `tests` entries: each exactly a command and a result.
+// model-facing: part of the FIX_RESULT check whose reason is the fixer's format correction.
 fn fix_tests(a: &[Value]) -> Result<Vec<TestRun>, String> {
     let mut out = Vec::new();
     for (i, t) in a.iter().enumerate() {
@@ -357,6 +363,7 @@ fn fix_tests(a: &[Value]) -> Result<Vec<TestRun>, String> {
 }
 
 /// The per-outcome rules of FORMATS.md §7.
+// model-facing: part of the FIX_RESULT check whose reason is the fixer's format correction.
 fn outcome_rules(r: &FixResult, has_commit: bool) -> Result<(), String> {
     match r.outcome {
         Outcome::Repaired => {
@@ -404,6 +411,7 @@ fn outcome_rules(r: &FixResult, has_commit: bool) -> Result<(), String> {
     Ok(())
 }
 
+// model-facing: part of the FIX_RESULT check whose reason is the fixer's format correction.
 fn unreachable_missing<T>() -> Result<T, String> {
     Err("a FIX_RESULT field is missing".into())
 }

@@ -6,7 +6,7 @@
 //! the one validator of ids before a gate sees it, and a reply names ids
 //! and gives a short reason: never a path of the host.
 
-use belay_record::Id;
+use belay_record::{Id, IdError};
 
 use crate::gates;
 use crate::queue::{Dir, Queue};
@@ -94,52 +94,77 @@ pub fn jobs(svc: &Services, who: &str) -> String {
     }
 }
 
+/// Why a gate command is refused before the gate sees it; the text is the
+/// chat's reply.
+#[derive(Debug, thiserror::Error)]
+enum GateRefused {
+    #[error("Only the owner may use {verb}.")]
+    NotOwner { verb: String },
+    #[error("Give the job id, e.g. `{verb} <id>`.")]
+    NoId { verb: String },
+    /// The id is no id (the validator's reason, quoted escaped and short).
+    #[error("{0}.")]
+    BadId(#[source] IdError),
+}
+
+/// Why a chat command did nothing: its reply names ids and gives a short
+/// reason, never a host path.
+#[derive(Debug, thiserror::Error)]
+enum ChatError {
+    #[error(transparent)]
+    Refused(#[from] GateRefused),
+    #[error("{}", .0.reply())]
+    Gate(#[from] crate::JobsError),
+}
+
 /// The job id a gate command names, parsed by the one validator: a reply
 /// when there is none, or when it is no id (quoted escaped and short).
-fn need_id(verb: &str, id: &Option<String>) -> Result<Id, String> {
-    let raw = id
-        .as_deref()
-        .ok_or_else(|| format!("Give the job id, e.g. `{verb} <id>`."))?;
-    Id::parse("job", raw).map_err(|e| format!("{e}."))
+fn need_id(verb: &str, id: &Option<String>) -> Result<Id, GateRefused> {
+    let raw = id.as_deref().ok_or_else(|| GateRefused::NoId {
+        verb: verb.to_string(),
+    })?;
+    Id::parse("job", raw).map_err(GateRefused::BadId)
 }
 
 /// Answer a command from `from`; `None` for a request.
 pub async fn handle(svc: &Services, from: &str, cmd: &Command) -> Option<String> {
-    let gate = |verb: &str, id: &Option<String>| -> Result<Id, String> {
+    let gate = |verb: &str, id: &Option<String>| -> Result<Id, GateRefused> {
         if !svc.cfg.is_owner(from) {
-            return Err(format!("Only the owner may use {verb}."));
+            return Err(GateRefused::NotOwner {
+                verb: verb.to_string(),
+            });
         }
         need_id(verb, id)
     };
-    // What a gate says when it cannot: ids and a reason, no host path.
-    let said = |e: crate::JobsError| e.reply();
-    let r: Result<String, String> = match cmd {
+    let r: Result<String, ChatError> = match cmd {
         Command::Request => return None,
         Command::Help => Ok(HELP.into()),
         Command::Unknown(v) => Ok(format!("Unknown command {v}. {HELP}")),
         Command::Status => Ok(status(&svc.queue)),
         Command::Jobs => Ok(jobs(svc, from)),
-        Command::Reset => gates::reset(svc, from).map_err(said),
+        Command::Reset => gates::reset(svc, from).map_err(ChatError::from),
         Command::Accept(id) => match gate("/accept", id) {
-            Ok(id) => gates::accept(svc, &id, from).map_err(said),
-            Err(e) => Err(e),
+            Ok(id) => gates::accept(svc, &id, from).map_err(ChatError::from),
+            Err(e) => Err(e.into()),
         },
         Command::Decline(id) => match gate("/decline", id) {
-            Ok(id) => gates::decline(svc, &id, from).map_err(said),
-            Err(e) => Err(e),
+            Ok(id) => gates::decline(svc, &id, from).map_err(ChatError::from),
+            Err(e) => Err(e.into()),
         },
         Command::Approve(id) => match gate("/approve", id) {
-            Ok(id) => gates::approve(svc, &id, from).await.map_err(said),
-            Err(e) => Err(e),
+            Ok(id) => gates::approve(svc, &id, from)
+                .await
+                .map_err(ChatError::from),
+            Err(e) => Err(e.into()),
         },
         Command::Discard(id) => match gate("/discard", id) {
-            Ok(id) => gates::discard(svc, &id, from).await.map_err(said),
-            Err(e) => Err(e),
+            Ok(id) => gates::discard(svc, &id, from)
+                .await
+                .map_err(ChatError::from),
+            Err(e) => Err(e.into()),
         },
     };
-    Some(match r {
-        Ok(s) | Err(s) => s,
-    })
+    Some(r.unwrap_or_else(|e| e.to_string()))
 }
 
 #[cfg(test)]
@@ -179,11 +204,14 @@ mod tests {
             ".x",
             "a..b",
         ] {
-            let e = need_id("/accept", &Some(bad.into())).unwrap_err();
+            let e = need_id("/accept", &Some(bad.into()))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("is not a valid id"), "{bad}: {e}");
         }
         assert!(need_id("/accept", &None)
             .unwrap_err()
+            .to_string()
             .contains("Give the job id"));
     }
 }

@@ -286,7 +286,9 @@ fn agent_config(path: &Path, a: RawAgent, agent: &mut AgentConfig) -> Result<(),
     if let Some(api) = a.model_api {
         agent.model_api = api
             .parse()
-            .map_err(|e: String| JobsError::Config(format!("{}: [agent] {e}", path.display())))?;
+            .map_err(|e: belay_model::ModelError| {
+                JobsError::Config(format!("{}: [agent] {e}", path.display()))
+            })?;
     }
     agent.model_key_env = a.model_key_env;
     agent.auto_approve = a.auto_approve;

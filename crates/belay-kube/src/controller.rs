@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, PropagationPolicy, Wa
 use kube::core::WatchEvent;
 
 use crate::job::INDEX_ANNOTATION;
-use crate::KubeError;
+use crate::{IndexListError, KubeError};
 
 fn kube_err(op: &'static str, e: kube::Error) -> KubeError {
     let message = match &e {
@@ -38,10 +38,13 @@ fn backoff(n: u32) -> Duration {
 }
 
 /// Parse the Job status's index lists: `"1,3-5,7"`.
-pub fn parse_indexes(text: &str) -> Result<BTreeSet<u32>, String> {
+pub fn parse_indexes(text: &str) -> Result<BTreeSet<u32>, IndexListError> {
     let mut out = BTreeSet::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("not an index list: {text:?} (at {part:?})");
+        let bad = || IndexListError {
+            text: text.to_string(),
+            part: part.to_string(),
+        };
         match part.split_once('-') {
             Some((a, b)) => {
                 let a: u32 = a.trim().parse().map_err(|_| bad())?;
@@ -77,9 +80,9 @@ pub struct JobProgress {
 
 impl JobProgress {
     pub fn of(job: &Job) -> Result<Self, KubeError> {
-        let bad = |message: String| KubeError {
+        let bad = |e: IndexListError| KubeError {
             op: "read the Job status of",
-            message,
+            message: e.to_string(),
         };
         let Some(st) = &job.status else {
             return Ok(Self::default());

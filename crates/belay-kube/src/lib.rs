@@ -18,5 +18,5 @@ pub mod job;
 
 pub use batch::{KubeOptions, Submitted, MAX_COMPLETIONS};
 pub use controller::{parse_indexes, IndexFailure, JobEnd, JobProgress, KubeJobs};
-pub use error::KubeError;
+pub use error::{IndexListError, KubeError};
 pub use job::{job_manifest, object_name, IndexedJob, PodEngine};

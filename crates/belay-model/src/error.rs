@@ -25,6 +25,9 @@ pub enum ModelError {
     NoKey { var: String },
     #[error("model configuration: {0}")]
     Config(String),
+    /// A model API name that belay does not speak.
+    #[error("unknown model API `{value}`: use responses, chat-completions or anthropic")]
+    UnknownApi { value: String },
 }
 
 impl belay_record::Classify for ModelError {
@@ -36,7 +39,9 @@ impl belay_record::Classify for ModelError {
                 status: 400 | 401 | 403 | 404,
                 ..
             } => ExitClass::Usage,
-            ModelError::NoKey { .. } | ModelError::Config(_) => ExitClass::Usage,
+            ModelError::NoKey { .. } | ModelError::Config(_) | ModelError::UnknownApi { .. } => {
+                ExitClass::Usage
+            }
             ModelError::Connect { .. } => ExitClass::Infra,
             ModelError::Http { .. }
             | ModelError::Stream { .. }

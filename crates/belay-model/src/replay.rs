@@ -43,15 +43,40 @@ pub enum ReplayError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The request log cannot be read back ([`read_log`]).
+    #[error("cannot read {}: {source}", path.display())]
+    ReadLog {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A line of the request log is not a logged request.
+    #[error("{}:{line}: {source}", path.display())]
+    LogLine {
+        path: PathBuf,
+        line: usize,
+        source: serde_json::Error,
+    },
 }
 
 impl belay_record::Classify for ReplayError {
     fn exit_class(&self) -> belay_record::ExitClass {
         use belay_record::ExitClass;
         match self {
-            ReplayError::Read { .. } | ReplayError::Invalid { .. } => ExitClass::Usage,
+            ReplayError::Read { .. }
+            | ReplayError::Invalid { .. }
+            | ReplayError::LogLine { .. } => ExitClass::Usage,
             ReplayError::Bind { .. } => ExitClass::Infra,
-            ReplayError::Log { source, .. } => belay_record::io_class(source),
+            ReplayError::Log { source, .. } | ReplayError::ReadLog { source, .. } => {
+                belay_record::io_class(source)
+            }
+        }
+    }
+
+    fn error_code(&self) -> &'static str {
+        match self {
+            ReplayError::ReadLog { source, .. } => belay_record::io_code(source),
+            ReplayError::LogLine { .. } => "BELAY-E101",
+            e => belay_record::Classify::exit_class(e).error_code(),
         }
     }
 }
@@ -224,13 +249,19 @@ pub struct LoggedRequest {
 }
 
 /// Read a request log.
-pub fn read_log(path: &Path) -> Result<Vec<LoggedRequest>, String> {
-    let text =
-        fs_err::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn read_log(path: &Path) -> Result<Vec<LoggedRequest>, ReplayError> {
+    let text = fs_err::read_to_string(path).map_err(|source| ReplayError::ReadLog {
+        path: path.to_path_buf(),
+        source,
+    })?;
     text.lines()
         .enumerate()
         .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+            serde_json::from_str(l).map_err(|source| ReplayError::LogLine {
+                path: path.to_path_buf(),
+                line: i + 1,
+                source,
+            })
         })
         .collect()
 }

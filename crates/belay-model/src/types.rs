@@ -33,15 +33,15 @@ impl fmt::Display for Api {
 }
 
 impl FromStr for Api {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::ModelError;
+    fn from_str(s: &str) -> Result<Self, crate::ModelError> {
         match s {
             "responses" => Ok(Api::Responses),
             "chat-completions" | "chat" => Ok(Api::ChatCompletions),
             "anthropic" | "messages" => Ok(Api::Anthropic),
-            other => Err(format!(
-                "unknown model API `{other}`: use responses, chat-completions or anthropic"
-            )),
+            other => Err(crate::ModelError::UnknownApi {
+                value: other.to_string(),
+            }),
         }
     }
 }

@@ -1021,54 +1021,101 @@ fn load_agents(
             let (l, c) = step
                 .map(|s| (s.referenced.line(), s.referenced.column()))
                 .unwrap_or((1, 1));
-            let def = load_agent(&file, name).map_err(|m| err(l, c, m))?;
+            let def = load_agent(&file, name).map_err(|e| err(l, c, e.to_string()))?;
             agents.insert(name.clone(), def);
         }
     }
     Ok(agents)
 }
 
+/// Why an agent file cannot be used; the caller places it at the step.
+#[derive(Debug, thiserror::Error)]
+enum AgentFileError {
+    #[error("agent `{name}`: cannot read {}: {source}", path.display())]
+    Read {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: ToolingReadError,
+    },
+    #[error("{}: an agent file starts with `---` and YAML front matter (name, tools)", path.display())]
+    NoFrontMatter { path: PathBuf },
+    #[error("{}: the front matter has no closing `---`", path.display())]
+    Unclosed { path: PathBuf },
+    #[error("{}: front matter (from line 2): {source}", path.display())]
+    FrontMatter {
+        path: PathBuf,
+        /// Boxed: the parser's error is large.
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    #[error("{}: front matter says `name: {said}`, the file is for `{name}`", path.display())]
+    OtherName {
+        path: PathBuf,
+        said: String,
+        name: String,
+    },
+    /// `line` is the 1-based line of `runner:`, when the file has one.
+    #[error(
+        "{}{}: runner: {source}",
+        path.display(),
+        line.map(|l| format!(":{l}")).unwrap_or_default()
+    )]
+    Runner {
+        path: PathBuf,
+        line: Option<usize>,
+        #[source]
+        source: belay_agent::SpecError,
+    },
+    #[error("{}: the prompt (after the front matter) is empty", path.display())]
+    EmptyPrompt { path: PathBuf },
+}
+
 /// Read an agent file: YAML front matter between `---` lines, then the prompt.
-fn load_agent(file: &Path, name: &str) -> Result<AgentDef, String> {
-    let text = read_tooling_text(file)
-        .map_err(|e| format!("agent `{name}`: cannot read {}: {e}", file.display()))?;
-    let rest = text.strip_prefix("---\n").ok_or_else(|| {
-        format!(
-            "{}: an agent file starts with `---` and YAML front matter (name, tools)",
-            file.display()
-        )
+fn load_agent(file: &Path, name: &str) -> Result<AgentDef, AgentFileError> {
+    let path = || file.to_path_buf();
+    let text = read_tooling_text(file).map_err(|source| AgentFileError::Read {
+        name: name.to_string(),
+        path: path(),
+        source,
     })?;
+    let rest = text
+        .strip_prefix("---\n")
+        .ok_or_else(|| AgentFileError::NoFrontMatter { path: path() })?;
     let end = rest
         .find("\n---")
-        .ok_or_else(|| format!("{}: the front matter has no closing `---`", file.display()))?;
-    let fm: FrontMatter = serde_saphyr::from_str(&rest[..end])
-        .map_err(|e| format!("{}: front matter (from line 2): {e}", file.display()))?;
+        .ok_or_else(|| AgentFileError::Unclosed { path: path() })?;
+    let fm: FrontMatter =
+        serde_saphyr::from_str(&rest[..end]).map_err(|source| AgentFileError::FrontMatter {
+            path: path(),
+            source: Box::new(source),
+        })?;
     let _ = fm.description;
     if fm.name != name {
-        return Err(format!(
-            "{}: front matter says `name: {}`, the file is for `{name}`",
-            file.display(),
-            fm.name
-        ));
+        return Err(AgentFileError::OtherName {
+            path: path(),
+            said: fm.name,
+            name: name.to_string(),
+        });
     }
     let runner = fm.runner.unwrap_or_else(|| "builtin".into());
-    if let Err(e) = runner.parse::<belay_agent::AgentSpec>() {
+    if let Err(source) = runner.parse::<belay_agent::AgentSpec>() {
         let line = text
             .lines()
             .position(|l| l.trim_start().starts_with("runner:"))
-            .map(|i| format!(":{}", i + 1))
-            .unwrap_or_default();
-        return Err(format!("{}{line}: runner: {e}", file.display()));
+            .map(|i| i + 1);
+        return Err(AgentFileError::Runner {
+            path: path(),
+            line,
+            source,
+        });
     }
     let prompt = rest[end + 4..]
         .trim_start_matches(['-', '\n'])
         .trim()
         .to_string();
     if prompt.is_empty() {
-        return Err(format!(
-            "{}: the prompt (after the front matter) is empty",
-            file.display()
-        ));
+        return Err(AgentFileError::EmptyPrompt { path: path() });
     }
     Ok(AgentDef {
         name: fm.name,

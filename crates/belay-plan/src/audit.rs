@@ -29,13 +29,15 @@ pub enum AuditLevel {
 }
 
 impl std::str::FromStr for AuditLevel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::PlanError;
+    fn from_str(s: &str) -> Result<Self, crate::PlanError> {
         match s {
             "off" => Ok(AuditLevel::Off),
             "redacted" => Ok(AuditLevel::Redacted),
             "full" => Ok(AuditLevel::Full),
-            o => Err(format!("audit level `{o}`: use off, redacted or full")),
+            o => Err(crate::PlanError::UnknownAuditLevel {
+                value: o.to_string(),
+            }),
         }
     }
 }

@@ -16,6 +16,9 @@ pub enum PlanError {
     /// Bad input that is not in a file (a flag, the agent's plan answer).
     #[error("{0}")]
     Usage(String),
+    /// An audit level (`--audit-level`) that is none.
+    #[error("audit level `{value}`: use off, redacted or full")]
+    UnknownAuditLevel { value: String },
     /// The run cannot start or go on (a dirty tree, another run holds the lock).
     #[error("{0}")]
     Refused(String),
@@ -57,9 +60,10 @@ impl PlanError {
 impl Classify for PlanError {
     fn exit_class(&self) -> ExitClass {
         match self {
-            PlanError::Invalid { .. } | PlanError::Usage(_) | PlanError::Refused(_) => {
-                ExitClass::Usage
-            }
+            PlanError::Invalid { .. }
+            | PlanError::Usage(_)
+            | PlanError::UnknownAuditLevel { .. }
+            | PlanError::Refused(_) => ExitClass::Usage,
             PlanError::Agent(e) => e.exit_class(),
             PlanError::Vcs(e) => e.exit_class(),
             PlanError::Sandbox(e) => e.exit_class(),

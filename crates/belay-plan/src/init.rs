@@ -90,6 +90,7 @@ pub fn correction(feature: &str, why: &str) -> String {
 
 /// The JSON in an agent's answer: raw, or exactly one fenced block with
 /// nothing outside it.
+// model-facing: the reason goes back to the planning agent in `correction`.
 pub fn extract(answer: &str) -> Result<Value, String> {
     let text = answer.trim();
     if text.is_empty() {
@@ -126,6 +127,7 @@ pub fn extract(answer: &str) -> Result<Value, String> {
 
 /// The checkpoints of an answer (`{"checkpoints": […]}` or a bare list), each
 /// rebuilt: pending, 0 attempts, no notes.
+// model-facing: the reason goes back to the planning agent in `correction`.
 pub fn normalize(data: &Value) -> Result<Vec<Value>, String> {
     let list = match data {
         Value::Object(o) => o.get("checkpoints"),
@@ -166,6 +168,7 @@ pub fn normalize(data: &Value) -> Result<Vec<Value>, String> {
 
 /// The whole plan from an answer, validated by the same rules as a plan
 /// file; the error says why, for the correction round.
+// model-facing: the reason is the planning agent's correction (`correction`).
 pub fn plan_from_answer(answer: &str, plan_file: &str, branch: &str) -> Result<Value, String> {
     let data = extract(answer)?;
     let checkpoints = normalize(&data)?;

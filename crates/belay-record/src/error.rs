@@ -29,6 +29,12 @@ pub enum RecordError {
     },
     #[error("invalid run id {id:?}: {reason}")]
     InvalidRunId { id: String, reason: &'static str },
+    /// A run status (`--status`, the dashboard's filter) that is none.
+    #[error("unknown status `{value}`: running, ok, failed or interrupted")]
+    UnknownStatus { value: String },
+    /// A mode (`--mode`, the dashboard's filter) that is none.
+    #[error("unknown mode `{value}`: env, pipeline, agent, plan, rounds or jobs")]
+    UnknownMode { value: String },
 }
 
 impl RecordError {

@@ -52,8 +52,8 @@ impl Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = RecordError;
+    fn from_str(s: &str) -> Result<Self, RecordError> {
         Ok(match s {
             "env" => Mode::Env,
             "pipeline" => Mode::Pipeline,
@@ -62,9 +62,9 @@ impl std::str::FromStr for Mode {
             "rounds" => Mode::Rounds,
             "jobs" => Mode::Jobs,
             o => {
-                return Err(format!(
-                    "unknown mode `{o}`: env, pipeline, agent, plan, rounds or jobs"
-                ))
+                return Err(RecordError::UnknownMode {
+                    value: o.to_string(),
+                })
             }
         })
     }

@@ -121,7 +121,11 @@ impl Classify for crate::RecordError {
         match self {
             E::Io { source, .. } => io_class(source),
             E::Json { .. } => ExitClass::Failed,
-            E::Locked { .. } | E::InvalidRunId { .. } | E::BadState { .. } => ExitClass::Usage,
+            E::Locked { .. }
+            | E::InvalidRunId { .. }
+            | E::BadState { .. }
+            | E::UnknownStatus { .. }
+            | E::UnknownMode { .. } => ExitClass::Usage,
         }
     }
 

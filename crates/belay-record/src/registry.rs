@@ -35,17 +35,17 @@ pub enum RunStatus {
 }
 
 impl std::str::FromStr for RunStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = RecordError;
+    fn from_str(s: &str) -> Result<Self, RecordError> {
         Ok(match s {
             "running" => RunStatus::Running,
             "ok" => RunStatus::Ok,
             "failed" => RunStatus::Failed,
             "interrupted" => RunStatus::Interrupted,
             o => {
-                return Err(format!(
-                    "unknown status `{o}`: running, ok, failed or interrupted"
-                ))
+                return Err(RecordError::UnknownStatus {
+                    value: o.to_string(),
+                })
             }
         })
     }

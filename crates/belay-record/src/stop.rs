@@ -46,7 +46,7 @@ impl crate::Classify for SignalError {
 
 /// A run stopped by the token (exit 130, `BELAY-E130`); the text says why
 /// and how to go on.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("interrupted: {0}")]
 pub struct Stopped(pub String);
 
@@ -129,12 +129,13 @@ impl Stop {
         }
     }
 
-    /// Run `fut` unless the token trips first: `Err(reason)` then, and `fut`
-    /// is dropped (its `Drop`s run: containers owned by guards are removed).
-    pub async fn race<T>(&self, fut: impl std::future::Future<Output = T>) -> Result<T, String> {
+    /// Run `fut` unless the token trips first: `Err(Stopped(reason))` then,
+    /// and `fut` is dropped (its `Drop`s run: containers owned by guards are
+    /// removed).
+    pub async fn race<T>(&self, fut: impl std::future::Future<Output = T>) -> Result<T, Stopped> {
         tokio::select! {
             biased;
-            why = self.wait() => Err(why),
+            why = self.wait() => Err(Stopped(why)),
             v = fut => Ok(v),
         }
     }
@@ -209,7 +210,7 @@ mod tests {
             t.trip("stop");
         });
         let r = s.race(std::future::pending::<()>()).await;
-        assert_eq!(r, Err("stop".to_string()));
+        assert_eq!(r, Err(Stopped("stop".to_string())));
         assert_eq!(Stop::new().race(async { 5 }).await, Ok(5));
     }
 

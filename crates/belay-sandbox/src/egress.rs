@@ -157,31 +157,53 @@ fn is_local(ip: std::net::IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
+/// Why the browser class refuses a host (the proxy's 403 says it).
+#[derive(Debug, thiserror::Error)]
+enum NotPublic {
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{host} has no address")]
+    NoAddress { host: String },
+    #[error("{host} resolves to {ip}, which is not a public address")]
+    Private { host: String, ip: std::net::IpAddr },
+    #[error("{host} resolves to {ip}, an address of this host")]
+    Local { host: String, ip: std::net::IpAddr },
+}
+
 /// Resolve `host` and keep it only when every address is public: (the
 /// address to dial, or why not).
-async fn public_address(host: &str, port: u16) -> Result<SocketAddr, String> {
+async fn public_address(host: &str, port: u16) -> Result<SocketAddr, NotPublic> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .map_err(|source| NotPublic::Resolve {
+            host: host.to_string(),
+            source,
+        })?
         .collect();
-    if addrs.is_empty() {
-        return Err(format!("{host} has no address"));
-    }
+    let Some(first) = addrs.first().copied() else {
+        return Err(NotPublic::NoAddress {
+            host: host.to_string(),
+        });
+    };
     if let Some(a) = addrs.iter().find(|a| !is_public(a.ip())) {
-        return Err(format!(
-            "{host} resolves to {}, which is not a public address",
-            a.ip()
-        ));
+        return Err(NotPublic::Private {
+            host: host.to_string(),
+            ip: a.ip(),
+        });
     }
     // The proxy runs in the host's own network: one of the host's own public
     // addresses would reach its services past the bridge's fence.
     if let Some(a) = addrs.iter().find(|a| is_local(a.ip())) {
-        return Err(format!(
-            "{host} resolves to {}, an address of this host",
-            a.ip()
-        ));
+        return Err(NotPublic::Local {
+            host: host.to_string(),
+            ip: a.ip(),
+        });
     }
-    Ok(addrs[0])
+    Ok(first)
 }
 
 /// The package registries this machine is configured for: the apt sources,

@@ -40,6 +40,12 @@ pub enum SandboxError {
     Route(String),
     #[error("{0}")]
     BadUrl(String),
+    /// A `seccomp_profile: bundled:NAME` that belay does not ship.
+    #[error(
+        "unknown bundled seccomp profile `{name}`: belay ships {}",
+        crate::seccomp::bundled_names()
+    )]
+    UnknownSeccompProfile { name: String },
     /// The image registry failed a push, pull or lookup (the engine is fine).
     #[error("registry {op} of {image} failed: {message}. Check that the registry answers (`curl http://<host:port>/v2/`) and that the engine may use it: plain HTTP is allowed to loopback addresses and to the daemon's insecure-registries, and `docker login` credentials must be in ~/.docker/config.json's auths. Then rerun the same command: the build resumes")]
     Registry {
@@ -75,7 +81,9 @@ impl belay_record::Classify for SandboxError {
             | SandboxError::Docker { .. }
             | SandboxError::Route(_)
             | SandboxError::Registry { .. } => ExitClass::Infra,
-            SandboxError::BadUrl(_) => ExitClass::Usage,
+            SandboxError::BadUrl(_) | SandboxError::UnknownSeccompProfile { .. } => {
+                ExitClass::Usage
+            }
             SandboxError::Io { source, .. } => belay_record::io_class(source),
             SandboxError::ImageMissing { .. } => ExitClass::Usage,
             SandboxError::BuildFailed { .. }

@@ -27,7 +27,24 @@ pub struct Firewall {
     tools: Vec<&'static str>,
 }
 
-fn run(tool: &str, args: &[&str]) -> Result<String, String> {
+/// A firewall tool that could not run, or refused a rule.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    #[error("cannot run {tool}: {source}")]
+    Spawn {
+        tool: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{tool} {args}: {stderr}")]
+    Refused {
+        tool: String,
+        args: String,
+        stderr: String,
+    },
+}
+
+fn run(tool: &str, args: &[&str]) -> Result<String, ToolError> {
     let out = Command::new(tool)
         .env_clear()
         .env(
@@ -38,15 +55,28 @@ fn run(tool: &str, args: &[&str]) -> Result<String, String> {
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run {tool}: {e}"))?;
+        .map_err(|source| ToolError::Spawn {
+            tool: tool.to_string(),
+            source,
+        })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!(
-            "{tool} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(ToolError::Refused {
+            tool: tool.to_string(),
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// The network cannot be fenced: the sandbox must not start on it.
+fn fence_failed(message: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Docker {
+        op: "fence the internal network",
+        message: format!(
+            "{message}. belay needs iptables (run as root, or install the iptables package) so that a sandbox on an internal network reaches only belay's proxy"
+        ),
     }
 }
 
@@ -61,16 +91,8 @@ fn has_tool(tool: &str) -> bool {
 impl Firewall {
     /// Allow only TCP to `gateway` on `ports` from the bridge `iface`.
     pub fn lock(iface: &str, gateway: IpAddr, ports: &[u16]) -> Result<Firewall, SandboxError> {
-        let fail = |message: String| {
-            SandboxError::Docker {
-            op: "fence the internal network",
-            message: format!(
-                "{message}. belay needs iptables (run as root, or install the iptables package) so that a sandbox on an internal network reaches only belay's proxy"
-            ),
-        }
-        };
         if !has_tool("iptables") {
-            return Err(fail("iptables is not usable here".into()));
+            return Err(fence_failed("iptables is not usable here"));
         }
         let chain = chain_of(iface);
         let mut fw = Firewall {
@@ -88,7 +110,7 @@ impl Firewall {
         let gw = gateway.to_string();
         for tool in fw.tools.clone() {
             if run(tool, &["-N", &chain]).is_err() {
-                run(tool, &["-F", &chain]).map_err(fail)?;
+                run(tool, &["-F", &chain]).map_err(fence_failed)?;
             }
             if tool == "iptables" {
                 for p in ports {
@@ -99,12 +121,13 @@ impl Firewall {
                             "-A", &chain, "-p", "tcp", "-d", &gw, "--dport", &port, "-j", "ACCEPT",
                         ],
                     )
-                    .map_err(fail)?;
+                    .map_err(fence_failed)?;
                 }
             }
-            run(tool, &["-A", &chain, "-j", "DROP"]).map_err(fail)?;
+            run(tool, &["-A", &chain, "-j", "DROP"]).map_err(fence_failed)?;
             if run(tool, &["-C", "INPUT", "-i", iface, "-j", &chain]).is_err() {
-                run(tool, &["-I", "INPUT", "1", "-i", iface, "-j", &chain]).map_err(fail)?;
+                run(tool, &["-I", "INPUT", "1", "-i", iface, "-j", &chain])
+                    .map_err(fence_failed)?;
             }
         }
         Ok(fw)

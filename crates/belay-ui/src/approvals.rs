@@ -236,7 +236,7 @@ fn known(app: &App, a: &Action) -> bool {
         })
 }
 
-fn services(app: &App, queue: &Path) -> Result<belay_jobs::Services, String> {
+fn services(app: &App, queue: &Path) -> Result<belay_jobs::Services, belay_jobs::JobsError> {
     let configured = app.jobs_configs.iter().find_map(|c| {
         belay_jobs::config::locate(Some(c), None)
             .ok()
@@ -244,10 +244,19 @@ fn services(app: &App, queue: &Path) -> Result<belay_jobs::Services, String> {
     });
     let cfg = match configured {
         Some(c) => c,
-        None => belay_jobs::config::locate(None, Some(queue)).map_err(|e| e.reply())?,
+        None => belay_jobs::config::locate(None, Some(queue))?,
     };
     belay_jobs::Services::open(cfg, None, Box::new(|l: &str| tracing::info!("{l}")))
-        .map_err(|e| e.reply())
+}
+
+/// Why an action from the page failed, as the page is told it: a job's
+/// error as chat and HTTP show it (ids and a reason, no host path).
+#[derive(Debug, thiserror::Error)]
+enum ActError {
+    #[error("{}", .0.reply())]
+    Jobs(belay_jobs::JobsError),
+    #[error(transparent)]
+    Plan(belay_plan::PlanError),
 }
 
 /// `POST /api/act` with one of the actions the page was given.
@@ -269,12 +278,12 @@ pub(crate) async fn act(State(app): State<Arc<App>>, body: Option<Json<Action>>)
             a.target, a.verb
         ));
     }
-    let r: Result<String, String> = match (a.target.as_str(), a.verb.as_str()) {
+    let r: Result<String, ActError> = match (a.target.as_str(), a.verb.as_str()) {
         ("job", verb) => {
             let q = PathBuf::from(&a.place);
             let needs_engine = verb == "approve";
             match services(&app, &q) {
-                Err(e) => Err(e),
+                Err(e) => Err(ActError::Jobs(e)),
                 Ok(mut svc) => {
                     if needs_engine {
                         svc.ensure_engine().await;
@@ -286,7 +295,7 @@ pub(crate) async fn act(State(app): State<Arc<App>>, body: Option<Json<Action>>)
                         "discard" => belay_jobs::gates::discard(&svc, &id, LOCAL_SENDER).await,
                         _ => return bad(format!("a job has no `{verb}`")),
                     };
-                    r.map_err(|e| e.reply())
+                    r.map_err(ActError::Jobs)
                 }
             }
         }
@@ -298,7 +307,7 @@ pub(crate) async fn act(State(app): State<Arc<App>>, body: Option<Json<Action>>)
                     done.join(", ")
                 )
             })
-            .map_err(|e| e.to_string()),
+            .map_err(ActError::Plan),
         _ => return bad(format!("no action {} {}", a.target, a.verb)),
     };
     match r {

@@ -78,14 +78,18 @@ pub const MAX_ENTRIES: usize = 2_000_000;
 pub enum GuardError {
     #[error("the git dir {dir} holds more than {max} entries: belay does not run git on a git dir it cannot check; look at what the agent left there")]
     TooBig { dir: PathBuf, max: usize },
-    #[error("cannot read {path} in the git dir ({why}): belay does not run git on a git dir it cannot check; look at what the agent left there")]
-    Unreadable { path: PathBuf, why: String },
+    #[error("cannot read {path} in the git dir ({source}): belay does not run git on a git dir it cannot check; look at what the agent left there")]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-fn unreadable(p: &Path, e: std::io::Error) -> GuardError {
+fn unreadable(p: &Path, source: std::io::Error) -> GuardError {
     GuardError::Unreadable {
         path: p.to_path_buf(),
-        why: e.to_string(),
+        source,
     }
 }
 

@@ -366,7 +366,7 @@ pub async fn build(
         .stop
         .race(run.drive(ctx, prev_blocks))
         .await
-        .unwrap_or_else(|why| Err(interrupted(&why)));
+        .unwrap_or_else(|why| Err(interrupted(&why.0)));
     let result = run.finish_pushes(result).await;
     let finish = run.finish(result).await;
     for c in run.retired.drain(..) {

@@ -331,12 +331,15 @@ fn lexical_absolute(path: &Path) -> std::io::Result<PathBuf> {
 /// through no link at any level; outside it, never through a link at its
 /// last name (a step can plant a directory link that leads outside, and the
 /// profile is read again at every step).
-pub(super) fn read_policy(path: &Path, root: &Path) -> Result<String, String> {
+pub(super) fn read_policy(path: &Path, root: &Path) -> Result<String, PolicyError> {
     const MAX: u64 = 1 << 20;
     // Absolute by name only (no link on disk is followed to get there): a
     // step can swap a directory of the workspace for a link, so the path is
     // placed under `root` as named and read from there through no link.
-    let abs = lexical_absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let abs = lexical_absolute(path).map_err(|source| PolicyError::Absolute {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let canon_root = fs_err::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     let bytes = match abs
         .strip_prefix(&canon_root)
@@ -344,11 +347,36 @@ pub(super) fn read_policy(path: &Path, root: &Path) -> Result<String, String> {
     {
         Ok(rel) => belay_sandbox::hostfs::read(&canon_root, &rel.to_string_lossy(), MAX + 1),
         Err(_) => belay_sandbox::hostfs::read_under(root, &abs, MAX + 1),
-    }
-    .map_err(|e| e.to_string())?
-    .ok_or_else(|| format!("{} does not exist", path.display()))?;
+    }?
+    .ok_or_else(|| PolicyError::Missing {
+        path: path.to_path_buf(),
+    })?;
     if bytes.len() as u64 > MAX {
-        return Err(format!("{} is larger than 1 MiB", path.display()));
+        return Err(PolicyError::TooLarge {
+            path: path.to_path_buf(),
+        });
     }
-    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+    String::from_utf8(bytes).map_err(|_| PolicyError::NotUtf8 {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Why a policy file ([`read_policy`]) cannot be used; the caller says which
+/// setting names it.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PolicyError {
+    #[error("{}: {source}", path.display())]
+    Absolute {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Read(#[from] belay_sandbox::hostfs::HostFsError),
+    #[error("{} does not exist", path.display())]
+    Missing { path: PathBuf },
+    #[error("{} is larger than 1 MiB", path.display())]
+    TooLarge { path: PathBuf },
+    #[error("{} is not UTF-8 text", path.display())]
+    NotUtf8 { path: PathBuf },
 }

@@ -624,7 +624,7 @@ impl<'a> Engine<'a> {
                 Some(stop) => stop
                     .race(self.run_step(&step, n))
                     .await
-                    .unwrap_or_else(|why| Err(PipelineError::Interrupted(why))),
+                    .unwrap_or_else(|why| Err(PipelineError::Interrupted(why.0))),
                 None => self.run_step(&step, n).await,
             };
             let took = t.elapsed().as_secs_f64();

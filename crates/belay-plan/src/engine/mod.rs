@@ -127,7 +127,7 @@ pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let mut e = setup::open(o).await?;
     match o.stop.race(e.drive()).await {
         Ok(stop) => e.end(stop).await,
-        Err(why) => e.interrupted(why).await,
+        Err(why) => e.interrupted(why.0).await,
     }
 }
 

@@ -472,6 +472,7 @@ pub struct GcArgs {
     pub registry: Option<String>,
 }
 
+// clap value parser: the error is `belay_env::gc::parse_duration`'s text.
 fn parse_age(s: &str) -> Result<std::time::Duration, String> {
     belay_env::gc::parse_duration(s)
 }
@@ -520,6 +521,7 @@ impl From<LlmApi> for belay_model::Api {
     }
 }
 
+// clap value parser: the error is `belay_env::gc::parse_duration`'s text.
 pub(crate) fn parse_secs(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     if let Some(ms) = s.strip_suffix("ms") {
@@ -722,6 +724,7 @@ pub struct ControlArgs {
     pub oracle_collect_only: bool,
 }
 
+// clap value parser: the error is `belay_env::ablation::Ablation`'s `FromStr` text.
 fn parse_ablation(s: &str) -> Result<belay_env::ablation::Ablation, String> {
     s.parse()
 }

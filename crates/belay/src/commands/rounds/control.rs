@@ -18,7 +18,37 @@ fn systemd_running() -> bool {
     std::path::Path::new("/run/systemd/system").is_dir()
 }
 
-async fn systemctl(system: bool, args: &[&str]) -> Result<(), String> {
+/// A `systemctl` call that could not run, or failed.
+#[derive(Debug)]
+enum SystemctlError {
+    Spawn(std::io::Error),
+    Failed { args: String, stderr: String },
+}
+
+impl std::fmt::Display for SystemctlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SystemctlError::Spawn(e) => write!(f, "systemctl: {e}"),
+            SystemctlError::Failed { args, stderr } => write!(f, "systemctl {args}: {stderr}"),
+        }
+    }
+}
+
+impl std::error::Error for SystemctlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SystemctlError::Spawn(e) => Some(e),
+            SystemctlError::Failed { .. } => None,
+        }
+    }
+}
+
+/// The machine's service manager failed: the rounds' `Environment` error.
+fn systemd_failed(e: SystemctlError) -> Failure {
+    fail(RoundsError::Environment(e.to_string()))
+}
+
+async fn systemctl(system: bool, args: &[&str]) -> Result<(), SystemctlError> {
     let mut cmd = tokio::process::Command::new("systemctl");
     if !system {
         cmd.arg("--user");
@@ -27,15 +57,14 @@ async fn systemctl(system: bool, args: &[&str]) -> Result<(), String> {
         .args(args)
         .output()
         .await
-        .map_err(|e| format!("systemctl: {e}"))?;
+        .map_err(SystemctlError::Spawn)?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "systemctl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(SystemctlError::Failed {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
@@ -54,7 +83,7 @@ pub async fn start(p: &Printer, cfg: &Config, a: &StartArgs) -> Result<u8, Failu
         let unit = units::serve_unit_name(&cfg.project);
         systemctl(rec.system, &["start", &unit])
             .await
-            .map_err(|e| fail(RoundsError::Environment(e)))?;
+            .map_err(systemd_failed)?;
         p.out(format!("started {unit}"));
         return Ok(0);
     }
@@ -186,12 +215,10 @@ pub async fn install(p: &Printer, cfg: &Config, a: &InstallArgs) -> Result<u8, F
     if !a.no_enable && a.unit_dir.is_none() && systemd_running() {
         systemctl(a.system, &["daemon-reload"])
             .await
-            .map_err(|e| fail(RoundsError::Environment(e)))?;
+            .map_err(systemd_failed)?;
         let mut args = vec!["enable", "--now"];
         args.extend(rec.units.iter().map(String::as_str));
-        systemctl(a.system, &args)
-            .await
-            .map_err(|e| fail(RoundsError::Environment(e)))?;
+        systemctl(a.system, &args).await.map_err(systemd_failed)?;
         enabled = true;
     }
     if a.json {
@@ -215,7 +242,7 @@ pub async fn uninstall(p: &Printer, cfg: &Config, json: bool) -> Result<u8, Fail
             let mut args = vec!["disable", "--now"];
             args.extend(rec.units.iter().map(String::as_str));
             if let Err(e) = systemctl(rec.system, &args).await {
-                p.warn(&e);
+                p.warn(&e.to_string());
             }
         }
     }
