@@ -284,11 +284,9 @@ fn agent_config(path: &Path, a: RawAgent, agent: &mut AgentConfig) -> Result<(),
     };
     agent.model_url = a.model_url;
     if let Some(api) = a.model_api {
-        agent.model_api = api
-            .parse()
-            .map_err(|e: belay_model::ModelError| {
-                JobsError::Config(format!("{}: [agent] {e}", path.display()))
-            })?;
+        agent.model_api = api.parse().map_err(|e: belay_model::ModelError| {
+            JobsError::Config(format!("{}: [agent] {e}", path.display()))
+        })?;
     }
     agent.model_key_env = a.model_key_env;
     agent.auto_approve = a.auto_approve;

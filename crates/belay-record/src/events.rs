@@ -14,7 +14,8 @@
 //! says who produced it (`engine`, `agent`, `sandbox`, …).
 //!
 //! The [`EventSink`] appends each event as it happens (redacted, one `write`
-//! per line) and broadcasts the same line to followers in this process.
+//! per line). Readers (`belay runs events --follow`, the dashboard) tail
+//! the file: one stream for every process.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -104,14 +105,13 @@ struct Out<'a, E: Serialize> {
 struct Inner {
     log: JsonlAppender,
     seq: u64,
-    followers: Vec<std::sync::mpsc::Sender<Arc<str>>>,
     /// Shared by every clone, so that secrets added while the run goes on
     /// ([`EventSink::add_secrets`]) are scrubbed by all of them.
     redactor: Redactor,
 }
 
-/// Appends events to a run's `events.jsonl` and hands each line to live
-/// followers. Cheap to clone; every clone writes the same log in order.
+/// Appends events to a run's `events.jsonl`. Cheap to clone; every clone
+/// writes the same log in order.
 #[derive(Clone)]
 pub struct EventSink {
     run_id: Arc<str>,
@@ -174,12 +174,7 @@ impl EventSink {
         Ok(EventSink {
             run_id: run_id.into(),
             mode,
-            inner: Arc::new(Mutex::new(Inner {
-                log,
-                seq,
-                followers: Vec::new(),
-                redactor,
-            })),
+            inner: Arc::new(Mutex::new(Inner { log, seq, redactor })),
         })
     }
 
@@ -207,12 +202,8 @@ impl EventSink {
             event,
             step,
         };
-        let line = inner.log.append_line(&out, &inner.redactor)?;
+        inner.log.append_line(&out, &inner.redactor)?;
         inner.seq = seq;
-        if !inner.followers.is_empty() {
-            let line: Arc<str> = line.into();
-            inner.followers.retain(|f| f.send(line.clone()).is_ok());
-        }
         Ok(seq)
     }
 
@@ -233,13 +224,6 @@ impl EventSink {
     /// those added since).
     pub fn redactor(&self) -> Redactor {
         self.lock().redactor.clone()
-    }
-
-    /// Every line written from now on (in this process), as written.
-    pub fn follow(&self) -> std::sync::mpsc::Receiver<Arc<str>> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.lock().followers.push(tx);
-        rx
     }
 
     /// Make what was written durable (at state checkpoints).
@@ -274,12 +258,11 @@ mod tests {
     }
 
     #[test]
-    fn envelopes_are_numbered_redacted_followed_and_continued() {
+    fn envelopes_are_numbered_redacted_and_continued() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("events.jsonl");
         let red = Redactor::new([("T".to_string(), "tok-secret-1".to_string())]);
         let sink = EventSink::open(&p, "r1", Mode::Pipeline, red.clone()).unwrap();
-        let rx = sink.follow();
         sink.emit(
             "engine",
             Some("test"),
@@ -290,8 +273,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(sink.emit("engine", None, &Ev::RunEnd).unwrap(), 2);
-        let live: Vec<Arc<str>> = rx.try_iter().collect();
-        assert_eq!(live.len(), 2);
         drop(sink);
         // A torn line from a kill does not stop the reader, and a reopened
         // sink continues the numbering.
@@ -311,8 +292,6 @@ mod tests {
         assert_eq!(ev[0].data["verdict"], "pass");
         assert_eq!(ev[0].data["secret"], "x [REDACTED:T]");
         assert_eq!(ev[1].data, serde_json::Value::Null);
-        let followed: Envelope = serde_json::from_str(&live[0]).unwrap();
-        assert_eq!(followed, ev[0]);
     }
 
     #[test]

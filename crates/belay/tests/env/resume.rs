@@ -25,32 +25,8 @@ fn kill_9_mid_build_then_rerun_completes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let blocks_dir = state.path().join("runs").join(&run).join("blocks");
-    // Wait until two blocks are checkpointed and a third is running (while a
-    // build runs, each block's state is in blocks/<id>.json).
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "the build never reached its third block"
-        );
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("belay exited ({status}) before it could be killed");
-        }
-        let blocks: Vec<serde_json::Value> = std::fs::read_dir(&blocks_dir)
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                    .filter_map(|t| serde_json::from_str(&t).ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let done = blocks.iter().filter(|b| b["status"] == "succeeded").count();
-        if done >= 2 && blocks.iter().any(|b| b["status"] == "running") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Wait until two blocks are checkpointed and a third is running.
+    wait_for_blocks(&mut child, state.path(), &run, 2);
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
@@ -132,30 +108,7 @@ fn sigint_mid_build_leaves_no_container_and_the_same_command_resumes() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let blocks_dir = state.path().join("runs").join(&run).join("blocks");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "the build never reached its second block"
-        );
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("belay exited ({status}) before it could be interrupted");
-        }
-        let blocks: Vec<serde_json::Value> = std::fs::read_dir(&blocks_dir)
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                    .filter_map(|t| serde_json::from_str(&t).ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let done = blocks.iter().filter(|b| b["status"] == "succeeded").count();
-        if done >= 1 && blocks.iter().any(|b| b["status"] == "running") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_blocks(&mut child, state.path(), &run, 1);
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
     let sent = std::process::Command::new("kill")
@@ -198,4 +151,39 @@ fn sigint_mid_build_leaves_no_container_and_the_same_command_resumes() {
         .count();
     assert_eq!(preflight_runs, 1, "00-preflight ran again after the resume");
     assert!(run_containers(&run).is_empty());
+}
+
+/// Wait until `done` blocks of `run` are checkpointed and the next one is
+/// running (while a build runs, each block's state is in blocks/<id>.json).
+fn wait_for_blocks(
+    child: &mut std::process::Child,
+    state: &std::path::Path,
+    run: &str,
+    done: usize,
+) {
+    let blocks_dir = state.join("runs").join(run).join("blocks");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the build never reached block {}",
+            done + 1
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("belay exited ({status}) before it could be stopped");
+        }
+        let blocks: Vec<serde_json::Value> = std::fs::read_dir(&blocks_dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .filter_map(|t| serde_json::from_str(&t).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let ok = blocks.iter().filter(|b| b["status"] == "succeeded").count();
+        if ok >= done && blocks.iter().any(|b| b["status"] == "running") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

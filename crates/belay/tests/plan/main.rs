@@ -125,6 +125,25 @@ fn kill_9(mut child: std::process::Child) {
     child.wait().unwrap();
 }
 
+/// Wait until the `rev-slow` reviewer runs.
+fn wait_for_the_slow_reviewer(w: &Ws) {
+    let t0 = Instant::now();
+    loop {
+        let started = w
+            .kinds("agent_trace")
+            .iter()
+            .any(|e| e["data"]["action"] == "start" && e["data"]["role"] == "reviewer");
+        if started && !no_process("sleep 987655") {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the reviewer never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn no_process(marker: &str) -> bool {
     let out = Command::new("pgrep").args(["-f", marker]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().is_empty()
@@ -448,21 +467,7 @@ fn a_timed_out_developer_is_not_built_and_its_grandchild_dies() {
 fn kill_9_then_rerun_continues_at_the_review_gate() {
     let w = ws();
     let child = w.spawn_run("dev", "rev-slow");
-    let t0 = Instant::now();
-    loop {
-        let started = w
-            .kinds("agent_trace")
-            .iter()
-            .any(|e| e["data"]["action"] == "start" && e["data"]["role"] == "reviewer");
-        if started && !no_process("sleep 987655") {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "the reviewer never started"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_the_slow_reviewer(&w);
     kill_9(child);
     assert_eq!(w.subjects(), ["c1: built"]);
     let run_id = w.run_dirs()[0]
@@ -509,21 +514,7 @@ fn ctrl_c_then_the_same_command_continues_at_the_review_gate() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    loop {
-        let started = w
-            .kinds("agent_trace")
-            .iter()
-            .any(|e| e["data"]["action"] == "start" && e["data"]["role"] == "reviewer");
-        if started && !no_process("sleep 987655") {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "the reviewer never started"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_the_slow_reviewer(&w);
     Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
