@@ -640,6 +640,23 @@ impl ContainerRuntime for DockerRuntime {
             })
     }
 
+    async fn networks_named(&self, prefix: &str) -> Result<Vec<String>, SandboxError> {
+        self.check()?;
+        let mut f = HashMap::new();
+        f.insert("name".to_string(), vec![prefix.to_string()]);
+        let list = self
+            .docker
+            .list_networks(Some(qp::ListNetworksOptions { filters: Some(f) }))
+            .await
+            .map_err(|e| self.api_err("list networks", e))?;
+        // The engine's name filter matches anywhere in the name: keep prefixes.
+        Ok(list
+            .into_iter()
+            .filter_map(|n| n.name)
+            .filter(|n| n.starts_with(prefix))
+            .collect())
+    }
+
     async fn remove_network(&self, name: &str) -> Result<(), SandboxError> {
         match self.docker.remove_network(name).await {
             Ok(())

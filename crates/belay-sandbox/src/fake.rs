@@ -88,7 +88,7 @@ impl FakeRuntime {
         self.state().removed.clone()
     }
 
-    /// The networks made.
+    /// The networks made and not removed.
     pub fn networks(&self) -> Vec<String> {
         self.state().networks.clone()
     }
@@ -193,8 +193,18 @@ impl ContainerRuntime for FakeRuntime {
             bridge: None,
         })
     }
-    async fn remove_network(&self, _name: &str) -> Result<(), SandboxError> {
+    async fn remove_network(&self, name: &str) -> Result<(), SandboxError> {
+        self.state().networks.retain(|n| n != name);
         Ok(())
+    }
+    async fn networks_named(&self, prefix: &str) -> Result<Vec<String>, SandboxError> {
+        Ok(self
+            .state()
+            .networks
+            .iter()
+            .filter(|n| n.starts_with(prefix))
+            .cloned()
+            .collect())
     }
     async fn connect_network(
         &self,

@@ -86,7 +86,8 @@ pub async fn reap_orphans(rt: &dyn ContainerRuntime) -> Result<ReapReport, Sandb
 }
 
 /// Remove the containers this very process made for `run` (after a stop:
-/// a create that was abandoned half-way still made its container).
+/// a create that was abandoned half-way still made its container), then the
+/// run's route networks (`belay-<run>-…`) that no container uses any more.
 pub async fn remove_own(rt: &dyn ContainerRuntime, run: &str) -> Result<Vec<String>, SandboxError> {
     let Some(me) = ProcessIdentity::current() else {
         return Ok(Vec::new());
@@ -106,6 +107,13 @@ pub async fn remove_own(rt: &dyn ContainerRuntime, run: &str) -> Result<Vec<Stri
             removed.push(c.id);
         }
     }
+    // The uplinks (`…-up`) first: a relay joined both.
+    let mut nets = rt.networks_named(&format!("belay-{run}-")).await?;
+    nets.sort_by_key(|n| !n.ends_with("-up"));
+    for n in nets {
+        // A network still in use (another process's) is refused by the engine.
+        let _ = rt.remove_network(&n).await;
+    }
     Ok(removed)
 }
 
@@ -123,6 +131,18 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+    }
+
+    /// After a stop, the run's route networks go (an uplink first); another
+    /// run's stay.
+    #[tokio::test]
+    async fn a_stopped_runs_route_networks_are_removed() {
+        let rt = crate::fake::FakeRuntime::new(|_| crate::fake::Answer::Exit(0, String::new()));
+        for n in ["belay-r1-0a0b0c", "belay-r1-0a0b0c-up", "belay-r12-0d0e0f"] {
+            rt.ensure_network(n, true).await.unwrap();
+        }
+        remove_own(&rt, "r1").await.unwrap();
+        assert_eq!(rt.networks(), ["belay-r12-0d0e0f"]);
     }
 
     #[test]

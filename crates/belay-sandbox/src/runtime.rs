@@ -196,6 +196,11 @@ pub trait ContainerRuntime: Send + Sync {
     async fn ensure_network(&self, name: &str, internal: bool)
         -> Result<NetworkInfo, SandboxError>;
     async fn remove_network(&self, name: &str) -> Result<(), SandboxError>;
+    /// The names of the networks whose name starts with `prefix` (a run's
+    /// routes are `belay-<run>-…`). An engine that cannot list them says none.
+    async fn networks_named(&self, _prefix: &str) -> Result<Vec<String>, SandboxError> {
+        Ok(Vec::new())
+    }
     /// Attach a running container to another network; its address there.
     async fn connect_network(&self, container: &str, network: &str)
         -> Result<String, SandboxError>;

@@ -299,3 +299,30 @@ async fn a_missing_image_is_a_clear_error() {
     assert!(matches!(err, SandboxError::ImageMissing { .. }), "{err}");
     assert!(err.to_string().contains("belay image bootstrap"));
 }
+
+/// After a stop, `remove_own` removes the run's route networks on the real
+/// engine (the name filter matches anywhere; only the run's prefix goes).
+#[tokio::test]
+async fn a_stopped_runs_networks_are_removed_by_name() {
+    let rt = runtime().await;
+    let run = format!("t{}", std::process::id());
+    let mine = format!("belay-{run}-0a0b0c");
+    let other = format!("x-belay-{run}-0a0b0c");
+    rt.ensure_network(&mine, true).await.unwrap();
+    rt.ensure_network(&other, true).await.unwrap();
+    assert_eq!(
+        rt.networks_named(&format!("belay-{run}-")).await.unwrap(),
+        [mine]
+    );
+    belay_sandbox::reaper::remove_own(&rt, &run).await.unwrap();
+    assert!(rt
+        .networks_named(&format!("belay-{run}-"))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        rt.networks_named(&other).await.unwrap(),
+        std::slice::from_ref(&other)
+    );
+    rt.remove_network(&other).await.unwrap();
+}

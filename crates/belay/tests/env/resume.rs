@@ -126,6 +126,7 @@ fn sigint_mid_build_leaves_no_container_and_the_same_command_resumes() {
     );
     assert!(stderr.contains("BELAY-E130"), "{stderr}");
     assert!(stderr.contains("the same command resumes"), "{stderr}");
+    assert!(!stderr.contains("cannot remove"), "{stderr}");
     assert!(
         run_containers(&run).is_empty(),
         "Ctrl-C left containers: {:?}",

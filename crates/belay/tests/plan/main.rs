@@ -526,6 +526,7 @@ fn ctrl_c_then_the_same_command_continues_at_the_review_gate() {
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(t1.elapsed() < Duration::from_secs(20), "{:?}", t1.elapsed());
     assert!(stderr.contains("BELAY-E130"), "{stderr}");
+    assert!(!stderr.contains("cannot remove"), "{stderr}");
     let run_id = w.run_dirs()[0]
         .file_name()
         .unwrap()
