@@ -106,30 +106,45 @@ impl<'a> Recorder<'a> {
         Recorder { inner, run }
     }
 
-    /// The event's kind and data, for the envelope.
-    fn typed(event: &BuildEvent) -> (&'static str, Option<String>, serde_json::Value) {
-        use serde_json::json;
+    /// The event as the envelope records it: its kind, its step (a block),
+    /// and its typed data.
+    fn typed(event: &BuildEvent) -> (Option<&str>, EnvEvent<'_>) {
+        use EnvEvent as E;
         match event {
             BuildEvent::RunStarted {
                 run_id,
                 run_dir,
                 resumed_from,
-            } => (
-                if resumed_from.is_some() {
-                    "run_resumed"
-                } else {
-                    "run_started"
-                },
-                None,
-                json!({"run_id": run_id, "run_dir": run_dir, "resumed_from": resumed_from}),
-            ),
-            BuildEvent::Phase { name, detail } => {
-                ("phase", None, json!({"phase": name, "detail": detail}))
+            } => {
+                let d = RunStart {
+                    run_id,
+                    run_dir,
+                    resumed_from: resumed_from.as_deref(),
+                };
+                (
+                    None,
+                    if resumed_from.is_some() {
+                        E::RunResumed(d)
+                    } else {
+                        E::RunStarted(d)
+                    },
+                )
             }
-            BuildEvent::Plan { blocks } => (
-                "plan",
+            BuildEvent::Phase { name, detail } => (
                 None,
-                json!({"blocks": blocks.iter().map(|(id, t)| json!({"id": id, "title": t})).collect::<Vec<_>>()}),
+                E::Phase {
+                    phase: name,
+                    detail,
+                },
+            ),
+            BuildEvent::Plan { blocks } => (
+                None,
+                E::Plan {
+                    blocks: blocks
+                        .iter()
+                        .map(|(id, title)| PlanBlock { id, title })
+                        .collect(),
+                },
             ),
             BuildEvent::BlockStarted {
                 id,
@@ -137,9 +152,12 @@ impl<'a> Recorder<'a> {
                 index,
                 total,
             } => (
-                "block_started",
-                Some(id.clone()),
-                json!({"title": title, "index": index, "total": total}),
+                Some(id),
+                E::BlockStarted {
+                    title,
+                    index: *index,
+                    total: *total,
+                },
             ),
             BuildEvent::BlockFinished {
                 id,
@@ -147,15 +165,22 @@ impl<'a> Recorder<'a> {
                 cached,
                 duration,
                 detail,
-            } => (
-                if *cached {
-                    "cache_hit"
-                } else {
-                    "block_finished"
-                },
-                Some(id.clone()),
-                json!({"ok": ok, "cached": cached, "duration_s": duration.as_secs_f64(), "detail": detail}),
-            ),
+            } => {
+                let d = BlockEnd {
+                    ok: *ok,
+                    cached: *cached,
+                    duration_s: duration.as_secs_f64(),
+                    detail,
+                };
+                (
+                    Some(id),
+                    if *cached {
+                        E::CacheHit(d)
+                    } else {
+                        E::BlockFinished(d)
+                    },
+                )
+            }
             BuildEvent::Executed {
                 block,
                 phase,
@@ -163,29 +188,38 @@ impl<'a> Recorder<'a> {
                 exit_code,
                 timed_out,
                 duration,
-            } => (
+            } => {
+                let d = Exec {
+                    phase,
+                    attempt: *attempt,
+                    exit_code: *exit_code,
+                    timed_out: *timed_out,
+                    duration_s: duration.as_secs_f64(),
+                };
                 // Each kind of command its own event kind.
-                match phase.as_str() {
-                    "validation" | "clean_replay_validation" => "validation",
-                    "repair" | "repair_prep" | "probe" | "llm_probe" | "llm_repair" => "repair",
-                    "oracle" => "oracle",
-                    "clean_replay" => "clean_replay",
-                    "docker_build" => "docker_build",
-                    "container_preflight" => "preflight",
-                    _ => "command",
-                },
-                Some(block.clone()),
-                json!({"phase": phase, "attempt": attempt, "exit_code": exit_code, "timed_out": timed_out, "duration_s": duration.as_secs_f64()}),
-            ),
+                let e = match phase.as_str() {
+                    "validation" | "clean_replay_validation" => E::Validation(d),
+                    "repair" | "repair_prep" | "probe" | "llm_probe" | "llm_repair" => E::Repair(d),
+                    "oracle" => E::Oracle(d),
+                    "clean_replay" => E::CleanReplay(d),
+                    "docker_build" => E::DockerBuild(d),
+                    "container_preflight" => E::Preflight(d),
+                    _ => E::Command(d),
+                };
+                (Some(block), e)
+            }
             BuildEvent::Checkpoint {
                 block,
                 image_ref,
                 kind,
                 cached,
             } => (
-                "checkpoint",
-                Some(block.clone()),
-                json!({"image_ref": image_ref, "kind": kind, "cached": cached}),
+                Some(block),
+                E::Checkpoint {
+                    image_ref,
+                    kind,
+                    cached: *cached,
+                },
             ),
             BuildEvent::Repair {
                 block,
@@ -193,9 +227,12 @@ impl<'a> Recorder<'a> {
                 hint,
                 attempt,
             } => (
-                "repair_chosen",
-                Some(block.clone()),
-                json!({"rule": rule, "hint": hint, "attempt": attempt}),
+                Some(block),
+                E::RepairChosen {
+                    rule,
+                    hint,
+                    attempt: *attempt,
+                },
             ),
             BuildEvent::Finished {
                 ok,
@@ -203,32 +240,110 @@ impl<'a> Recorder<'a> {
                 final_image,
                 error,
                 duration,
-            } => (
-                if *interrupted {
-                    "run_interrupted"
-                } else {
-                    "run_end"
-                },
-                None,
-                json!({"ok": ok, "final_image": final_image, "error": error, "duration_s": duration.as_secs_f64()}),
-            ),
+            } => {
+                let d = RunEnd {
+                    ok: *ok,
+                    final_image: final_image.as_deref(),
+                    error: error.as_deref(),
+                    duration_s: duration.as_secs_f64(),
+                };
+                (
+                    None,
+                    if *interrupted {
+                        E::RunInterrupted(d)
+                    } else {
+                        E::RunEnd(d)
+                    },
+                )
+            }
         }
     }
 }
 
+/// The env builder's events in the shared envelope (`kind`, `data`): typed,
+/// as the other engines' are.
 #[derive(serde::Serialize)]
-struct Typed<'a> {
-    kind: &'a str,
-    data: &'a serde_json::Value,
+#[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+enum EnvEvent<'a> {
+    RunStarted(RunStart<'a>),
+    RunResumed(RunStart<'a>),
+    Phase {
+        phase: &'a str,
+        detail: &'a str,
+    },
+    Plan {
+        blocks: Vec<PlanBlock<'a>>,
+    },
+    BlockStarted {
+        title: &'a str,
+        index: usize,
+        total: usize,
+    },
+    BlockFinished(BlockEnd<'a>),
+    CacheHit(BlockEnd<'a>),
+    Validation(Exec<'a>),
+    Repair(Exec<'a>),
+    Oracle(Exec<'a>),
+    CleanReplay(Exec<'a>),
+    DockerBuild(Exec<'a>),
+    Preflight(Exec<'a>),
+    Command(Exec<'a>),
+    Checkpoint {
+        image_ref: &'a str,
+        kind: &'a str,
+        cached: bool,
+    },
+    RepairChosen {
+        rule: &'a str,
+        hint: &'a str,
+        attempt: u32,
+    },
+    RunEnd(RunEnd<'a>),
+    RunInterrupted(RunEnd<'a>),
+}
+
+#[derive(serde::Serialize)]
+struct RunStart<'a> {
+    run_id: &'a str,
+    run_dir: &'a str,
+    resumed_from: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct PlanBlock<'a> {
+    id: &'a str,
+    title: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct BlockEnd<'a> {
+    ok: bool,
+    cached: bool,
+    duration_s: f64,
+    detail: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct Exec<'a> {
+    phase: &'a str,
+    attempt: u32,
+    exit_code: Option<i64>,
+    timed_out: bool,
+    duration_s: f64,
+}
+
+#[derive(serde::Serialize)]
+struct RunEnd<'a> {
+    ok: bool,
+    final_image: Option<&'a str>,
+    error: Option<&'a str>,
+    duration_s: f64,
 }
 
 impl BuildObserver for Recorder<'_> {
     fn event(&self, event: &BuildEvent) {
-        let (kind, step, data) = Self::typed(event);
-        if let Err(e) = self
-            .run
-            .emit("engine", step.as_deref(), &Typed { kind, data: &data })
-        {
+        let (step, typed) = Self::typed(event);
+        if let Err(e) = self.run.emit("engine", step, &typed) {
             tracing::warn!("cannot record a build event: {e}");
         }
         if let BuildEvent::Finished {
