@@ -188,7 +188,7 @@ fn smoke(cfg: &Config, phase: Option<&crate::config::Phase>, name: &str) -> Chec
         Ok(()) => pass(name),
         Err(e) => fail(
             name,
-            e,
+            e.to_string(),
             "write a complete prompt (at least 500 bytes, starting with text)",
             true,
         ),

@@ -8,6 +8,9 @@ pub enum RoundsError {
     /// The config is broken: fix the file (exit 78; systemd does not restart).
     #[error("{0}")]
     Config(String),
+    /// A prompt file that cannot be used (exit 78, as a broken config).
+    #[error(transparent)]
+    Prompt(#[from] crate::prompt::PromptError),
     /// The environment is not ready (a lock held elsewhere, a missing daemon,
     /// an unwritable directory): retry later (exit 76).
     #[error("{0}")]
@@ -80,6 +83,7 @@ impl belay_record::Classify for RoundsError {
         use belay_record::ExitClass as C;
         match self {
             RoundsError::Config(_)
+            | RoundsError::Prompt(_)
             | RoundsError::ControlChanged(_)
             | RoundsError::ControlRead { .. } => C::Usage,
             RoundsError::Breaker(_) => C::Failed,

@@ -125,7 +125,7 @@ impl Supervisor {
         let ctx = self
             .write_context(&status, round_num, &started_at, &phase_name)
             .await?;
-        let body = crate::prompt::assemble_files(cfg, phase).map_err(RoundsError::Config)?;
+        let body = crate::prompt::assemble_files(cfg, phase)?;
         let prompt = crate::prompt::with_context(cfg, &body, &ctx);
         let budget_s = cfg.budget_s(phase);
         let agent_cfg = cfg.agent_of(phase);
