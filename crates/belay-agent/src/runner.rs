@@ -189,3 +189,30 @@ impl Runner<'_> {
         })
     }
 }
+
+/// After a stop dropped a call (its box was not closed): this process's
+/// containers of the run and its route networks are removed, and the work
+/// tree is swept as a finished call's would be, so that no set-id file the
+/// stopped agent made stays behind. What could not be done is told to `warn`.
+pub async fn after_stop(
+    rt: Option<&dyn ContainerRuntime>,
+    run_id: &str,
+    workdir: &std::path::Path,
+    warn: &(dyn Fn(&str) + Send + Sync),
+) {
+    if let Some(rt) = rt {
+        if let Err(e) = belay_sandbox::reaper::remove_own(rt, run_id).await {
+            warn(&format!("cannot remove this run's containers ({e})"));
+        }
+    }
+    let root = workdir.to_path_buf();
+    match tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&root)).await {
+        Ok(Ok(sweep)) if !sweep.setid_cleared.is_empty() => warn(&format!(
+            "cleared set-id bits the stopped agent left on {}",
+            belay_record::printable_line(&sweep.setid_cleared.join(", "))
+        )),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => warn(&format!("cannot sweep the work tree after the stop ({e})")),
+        Err(e) => warn(&format!("the sweep after the stop did not finish ({e})")),
+    }
+}

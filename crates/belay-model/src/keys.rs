@@ -30,6 +30,9 @@ impl fmt::Display for Secret {
     }
 }
 
+/// The most of a `.env` file read.
+pub const MAX_DOTENV_FILE: u64 = 1024 * 1024;
+
 /// The longest `.env` value taken (a PEM key is a few KiB).
 pub const MAX_DOTENV_VALUE: usize = 64 * 1024;
 
@@ -136,17 +139,36 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Read `dir/.env` if there is one.
+    /// Read `dir/.env` if there is one. It is read as a regular file only,
+    /// at most 1 MiB: a link, a FIFO or a device there (a planted one, when
+    /// `dir` is a work tree an agent writes) is not read and is said in the
+    /// log, so it can neither hang belay nor hand it another file.
     pub fn load(dir: &Path) -> Self {
-        let dotenv = fs_err::read_to_string(dir.join(".env"))
-            .map(|t| parse_dotenv(&t))
-            .unwrap_or_default();
+        let path = dir.join(".env");
+        let dotenv = match belay_record::read_regular(&path, MAX_DOTENV_FILE) {
+            Ok(Some(b)) => parse_dotenv(&String::from_utf8_lossy(&b)),
+            Ok(None) => {
+                if fs_err::symlink_metadata(&path).is_ok() {
+                    tracing::warn!(
+                        "{} is not a regular file (a link, a FIFO, a device): not read",
+                        path.display()
+                    );
+                }
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!("cannot read {}: {e}", path.display());
+                Vec::new()
+            }
+        };
         Settings { dotenv }
     }
 
     /// The one rule every mode uses: the environment, then `./.env` of the
-    /// directory belay was started in (the user's, never a work tree an
-    /// agent writes: the modes refuse `.env` files in their workspaces).
+    /// directory belay was started in. That may be a work tree an agent
+    /// writes (`plan run` in its repository, a rounds unit in its work dir):
+    /// the file is read as a regular file only ([`Settings::load`]), and a
+    /// value there never overrides the environment.
     pub fn for_cwd() -> Self {
         match std::env::current_dir() {
             Ok(d) => Settings::load(&d),
@@ -185,6 +207,34 @@ pub use belay_record::{looks_secret, secret_looking_env};
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A `.env` an agent could plant in its work tree: a link to another
+    /// file is not followed, a FIFO does not block, `/dev/zero` is not read.
+    #[test]
+    fn a_planted_dotenv_is_neither_followed_nor_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("other"), "BELAY_T_PLANTED=from-the-link\n").unwrap();
+        std::os::unix::fs::symlink(d.path().join("other"), d.path().join(".env")).unwrap();
+        assert_eq!(Settings::load(d.path()).var("BELAY_T_PLANTED"), None);
+        std::fs::remove_file(d.path().join(".env")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.path().join(".env")).unwrap();
+        assert_eq!(Settings::load(d.path()).var("BELAY_T_PLANTED"), None);
+        std::fs::remove_file(d.path().join(".env")).unwrap();
+        let ok = std::process::Command::new("mkfifo")
+            .arg(d.path().join(".env"))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let t = std::time::Instant::now();
+        assert_eq!(Settings::load(d.path()).var("BELAY_T_PLANTED"), None);
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        std::fs::remove_file(d.path().join(".env")).unwrap();
+        std::fs::write(d.path().join(".env"), "BELAY_T_PLANTED=plain\n").unwrap();
+        assert_eq!(
+            Settings::load(d.path()).var("BELAY_T_PLANTED").as_deref(),
+            Some("plain")
+        );
+    }
 
     #[test]
     fn dotenv_forms() {

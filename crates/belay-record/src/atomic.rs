@@ -62,6 +62,36 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
 }
 
 /// Serialise `value` as pretty JSON (with a trailing newline) and write it atomically.
+/// Read `path` only when it is a regular file: not through a link (the last
+/// component), never blocking on a FIFO, at most `max` bytes. `Ok(None)`: it
+/// is missing, or it is something else (a link, a FIFO, a device, a
+/// directory), which the caller then does not read. For a file someone else
+/// may have planted (a `.env` in a work tree an agent writes).
+pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let f = match OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // ELOOP: the name is a link.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    if !f.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    f.take(max).read_to_end(&mut out)?;
+    Ok(Some(out))
+}
+
 pub fn write_json_atomic<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), RecordError> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| RecordError::Json {
         path: path.to_path_buf(),

@@ -35,7 +35,7 @@ pub mod run_id;
 pub mod stop;
 mod time;
 
-pub use atomic::{atomic_write, write_json_atomic};
+pub use atomic::{atomic_write, read_regular, write_json_atomic};
 pub use control::{ControlChanged, ControlStore};
 pub use error::RecordError;
 pub use events::{Envelope, EventSink, Mode};

@@ -168,25 +168,14 @@ impl Engine<'_> {
     /// the plan file is belay's copy again, the state saved as it was, the
     /// registry says `interrupted`, and the same command resumes the run.
     pub(super) async fn interrupted(mut self, why: String) -> Result<Report, PlanError> {
-        if let Some(rt) = &self.o.rt {
-            if let Err(e) = belay_sandbox::reaper::remove_own(rt.as_ref(), &self.state.run_id).await
-            {
-                self.say(&format!("cannot remove this run's containers ({e})"));
-            }
-        }
-        // What the stopped agent's container left in the tree is swept as a
-        // finished call's would be: no set-id file stays behind.
-        let root = self.git.root().to_path_buf();
-        match tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&root))
-            .await
-        {
-            Ok(Ok(sweep)) if !sweep.setid_cleared.is_empty() => self.say(&format!(
-                "cleared set-id bits the stopped agent left on {}",
-                belay_record::printable_line(&sweep.setid_cleared.join(", "))
-            )),
-            Ok(Err(e)) => self.say(&format!("cannot sweep the work tree after the stop ({e})")),
-            _ => {}
-        }
+        let say = |m: &str| (self.o.progress)(m);
+        belay_agent::runner::after_stop(
+            self.o.rt.as_deref(),
+            &self.state.run_id,
+            self.git.root(),
+            &say,
+        )
+        .await;
         let message = format!(
             "{why}: the run stopped; its work is kept uncommitted and `belay plan run` resumes it"
         );

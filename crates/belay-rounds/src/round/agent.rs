@@ -330,6 +330,11 @@ impl Supervisor {
     /// A round stopped now: its containers removed, a host agent's
     /// leftovers killed; what it ran is recorded as killed.
     async fn stopped_now(&self, on_host: bool, usage_capable: bool) -> Ran {
+        // The dropped call's box was not closed: its containers, its route
+        // network and the sweep of the work tree, as for every mode.
+        let warn = |m: &str| (self.progress)(m);
+        belay_agent::runner::after_stop(self.rt.as_deref(), self.run.id(), self.git.root(), &warn)
+            .await;
         self.remove_round_containers().await;
         let leftovers = if on_host {
             tokio::task::spawn_blocking(belay_agent::orphans::kill_adopted)

@@ -145,7 +145,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         Ok(o) => o,
         Err(f) => {
             if f.code == belay_record::ExitClass::Interrupted.code() {
-                after_stop(rt.as_deref(), &run_id, &repo).await;
+                belay_agent::runner::after_stop(rt.as_deref(), &run_id, &repo, &warn).await;
             }
             return Err(ended(&run, f));
         }
@@ -279,17 +279,6 @@ fn pricing(
         _ => None,
     };
     Ok((table, client))
-}
-
-/// After a stop: the run's containers gone and the work tree swept (no
-/// set-id file an interrupted agent made stays behind).
-async fn after_stop(rt: Option<&dyn ContainerRuntime>, run_id: &str, repo: &std::path::Path) {
-    if let Some(rt) = rt {
-        let _ = belay_sandbox::reaper::remove_own(rt, run_id).await;
-    }
-    let repo = repo.to_path_buf();
-    let _ =
-        tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&repo)).await;
 }
 
 /// The registry's end of a run that stopped on an error.

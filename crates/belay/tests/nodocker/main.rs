@@ -252,10 +252,10 @@ fn the_pipeline_dry_run_needs_no_engine() {
     });
 }
 
-/// No engine: every command that needs one says so at once (exit 3,
+/// No engine: `env build` says so at once (exit 3,
 /// `BELAY-E301`) with the fix, and leaves no run behind.
 #[test]
-fn without_an_engine_each_mode_says_so_at_once() {
+fn without_an_engine_env_build_says_so_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello-python");
     let t = Instant::now();
