@@ -12,7 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use belay_sandbox::{labels, reaper, ContainerRuntime};
 use serde::Serialize;
 
-use crate::build::parse_checkpoint_tag;
+pub use crate::checkpoint_names::run_of_tag;
+use crate::checkpoint_names::TOOLCHAIN_KIND;
 use crate::EnvError;
 
 #[derive(Debug, Clone, Default)]
@@ -33,18 +34,6 @@ pub struct GcReport {
     pub removed_containers: Vec<String>,
     pub skipped: Vec<String>,
     pub dry_run: bool,
-}
-
-/// The run a tag belongs to, and whether it is a final image.
-pub fn run_of_tag(tag: &str) -> Option<(String, bool)> {
-    let t = tag.rsplit_once(':').map(|(_, t)| t).unwrap_or(tag);
-    if let Some(run) = t.strip_suffix("-final") {
-        return Some((run.to_string(), true));
-    }
-    if let Some(run) = t.strip_suffix("-base") {
-        return Some((run.to_string(), false));
-    }
-    parse_checkpoint_tag(t).map(|(run, _, _)| (run, false))
 }
 
 /// Parse `30s`, `15m`, `12h`, `7d` (or plain seconds).
@@ -85,7 +74,7 @@ pub async fn gc(rt: &dyn ContainerRuntime, opts: &GcOptions) -> Result<GcReport,
         // A toolchain checkpoint carries the run tags of the runs that used
         // it, which go with those runs.
         kind == Some("checkpoint")
-            || kind == Some(crate::build::TOOLCHAIN_KIND)
+            || kind == Some(TOOLCHAIN_KIND)
             || (kind == Some("base") && has_run)
     };
     // A run's age is that of its newest image: a cache hit tags an old image
@@ -206,9 +195,9 @@ async fn remove_toolchain_names(
     // The shared name of a toolchain checkpoint belongs to no run: it goes
     // with a gc of all runs, once the image is old enough and no run that
     // is kept still uses it (a kept run's tag on it stays, and so does it).
-    let toolchains = images.iter().filter(|i| {
-        i.labels.get(labels::KIND).map(String::as_str) == Some(crate::build::TOOLCHAIN_KIND)
-    });
+    let toolchains = images
+        .iter()
+        .filter(|i| i.labels.get(labels::KIND).map(String::as_str) == Some(TOOLCHAIN_KIND));
     for img in toolchains {
         if !opts.runs.is_empty() || !is_old_enough(opts, now, img.created) {
             continue;
@@ -242,18 +231,6 @@ async fn remove_toolchain_names(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tags_to_runs() {
-        assert_eq!(
-            run_of_tag("belay:r1-003-30-python-deps-success"),
-            Some(("r1".into(), false))
-        );
-        assert_eq!(run_of_tag("belay:r1-final"), Some(("r1".into(), true)));
-        assert_eq!(run_of_tag("belay:r1-base"), Some(("r1".into(), false)));
-        assert_eq!(run_of_tag("belay-base:bookworm"), None);
-        assert_eq!(run_of_tag("debian:latest"), None);
-    }
 
     #[test]
     fn durations() {

@@ -10,6 +10,7 @@ pub mod batch;
 pub mod block_exec;
 pub mod build;
 pub mod cache;
+pub mod checkpoint_names;
 pub mod debian_contents;
 pub mod dockerfile;
 mod error;

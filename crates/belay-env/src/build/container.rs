@@ -1,9 +1,12 @@
-//! The build container: the base image (built, pulled or the default), the
-//! container of the current checkpoint, and its environment.
+//! The build container as the run uses it: the base image (built, pulled or
+//! the default), containers started from a checkpoint (pulled first when only
+//! the registry has it) with the run's environment, the repository copy, and
+//! the containers left at the end. [`super::pool::ContainerPool`] keeps them.
 
 use super::*;
 
 impl Run<'_> {
+    /// The base image the build starts from, made present on this engine.
     pub(super) async fn resolve_base(&mut self) -> Result<String, EnvError> {
         match &self.opts.base {
             BaseSpec::Image(img) => {
@@ -72,8 +75,8 @@ impl Run<'_> {
                     .parent()
                     .map(Path::to_path_buf)
                     .unwrap_or_else(|| PathBuf::from("."));
-                let tag = format!("{}:{}-base", self.opts.image_prefix, self.dir.run_id);
-                let attempt = self.next_attempt("docker_build", "docker_build");
+                let tag = self.store.base_name();
+                let attempt = self.records.next_attempt("docker_build", "docker_build");
                 let log_path = self.dir.log_path("docker_build", "docker_build", attempt);
                 self.phase("base image", format!("building {} as {tag}", df.display()));
                 let t0 = Instant::now();
@@ -130,11 +133,30 @@ impl Run<'_> {
         env
     }
 
+    /// The base image is missing on this engine: pull it from the registry
+    /// (see [`CheckpointStore::pull_shared_base`]). `Ok(false)`: no registry,
+    /// or it does not have it either.
+    async fn pull_shared_base(&mut self, image: &str) -> Result<bool, EnvError> {
+        let Some(remote) = self.store.pull_shared_base(image).await? else {
+            return Ok(false);
+        };
+        self.phase("base", format!("{image} pulled from {remote}"));
+        Ok(true)
+    }
+
+    /// Make a checkpoint that is only in the registry present on this engine
+    /// (see [`CheckpointStore::ensure_local`]).
+    pub(super) async fn ensure_local(&mut self, image_ref: &str) -> Result<(), EnvError> {
+        if self.store.ensure_local(image_ref).await? {
+            self.phase("registry", format!("pulled {image_ref}"));
+        }
+        Ok(())
+    }
+
+    /// A fresh container of `image` (present on this engine first) as the
+    /// build container, with the run's network, environment and mounts.
     pub(crate) async fn start_container(&mut self, image: &str) -> Result<(), EnvError> {
         self.ensure_local(image).await?;
-        if let Some(old) = self.container.take() {
-            self.retired.push(old);
-        }
         let spec = ContainerSpec {
             image: image.to_string(),
             run_id: self.dir.run_id.clone(),
@@ -151,18 +173,9 @@ impl Run<'_> {
                 .unwrap_or_default(),
             ..Default::default()
         };
-        let id = self.rt.create(&spec).await?;
-        self.container_image_size = self.rt.image(image).await?.map(|i| i.size);
-        for old in self.retired.drain(..) {
-            self.removals.push(self.rt.remove_detached(&old));
-        }
-        let mut log = JsonlAppender::open(&self.dir.containers())?;
-        log.append(
-            &serde_json::json!({"container": id, "image": image, "created_at": belay_record::now_rfc3339(), "pid": std::process::id()}),
-            &self.redactor,
-        )?;
-        self.container = Some(id);
-        Ok(())
+        self.pool
+            .start(&spec, &self.dir.containers(), &self.redactor)
+            .await
     }
 
     /// A fresh container holding the repository copy and the trust files.
@@ -174,7 +187,7 @@ impl Run<'_> {
     /// A fresh container with the trust files, without the repository.
     pub(crate) async fn start_base_container(&mut self, image: &str) -> Result<(), EnvError> {
         self.start_container(image).await?;
-        let container = self.container.clone().unwrap_or_default();
+        let container = self.pool.id().unwrap_or_default().to_string();
         let files = self.trust.container_files();
         if !files.is_empty() {
             self.rt.put_files(&container, &files).await?;
@@ -184,7 +197,7 @@ impl Run<'_> {
 
     /// Copy the repository into the current container.
     pub(crate) async fn copy_workspace_in(&mut self) -> Result<(), EnvError> {
-        let container = self.container.clone().ok_or_else(|| {
+        let container = self.pool.id().map(str::to_string).ok_or_else(|| {
             EnvError::Usage("no build container to copy the repository into".into())
         })?;
         let filter = TarFilter {
@@ -197,18 +210,39 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// The retired container's work is checkpointed: it goes away in the background.
-    pub(crate) fn retire_container(&mut self) {
-        if let Some(c) = self.container.take() {
-            self.retired.push(c);
-        }
-    }
-
     /// Make sure a container holding `image` is running.
     pub(super) async fn ensure_container(&mut self, image: &str) -> Result<(), EnvError> {
-        if self.container.is_none() {
+        if self.pool.id().is_none() {
             self.start_container(image).await?;
         }
         Ok(())
+    }
+
+    /// The end of the build's containers: all removed in the background and
+    /// waited for, except, with `--keep-container`, one with the final state
+    /// (or the failed block's state).
+    pub(super) async fn release_containers(&mut self) {
+        self.pool.drain_retired();
+        if self.opts.keep_container {
+            // Keep a container with the final state (or the failed block's state).
+            if self.pool.id().is_none() {
+                if let Some(img) = self.manifest.final_image.clone() {
+                    let _ = self.start_container(&img).await;
+                }
+            }
+            if let Some(c) = self.pool.id() {
+                self.obs.event(&BuildEvent::Phase {
+                    name: "container".into(),
+                    detail: format!(
+                        "kept {} (remove it with `docker rm -f`)",
+                        &c[..c.len().min(12)]
+                    ),
+                });
+            }
+            self.pool.drain_retired();
+        } else {
+            self.pool.remove_current();
+        }
+        self.pool.await_removals().await;
     }
 }

@@ -23,7 +23,7 @@ impl Run<'_> {
             timed_out: out.timed_out,
             stdout_tail: out.stdout_tail.clone(),
             stderr_tail: out.stderr_tail.clone(),
-            checkpoint_before: self.current_checkpoint.clone(),
+            checkpoint_before: self.pool.checkpoint(),
             checkpoint_after: None,
             repair_command,
             duration_s: round3(out.duration.as_secs_f64()),
@@ -42,11 +42,8 @@ impl Run<'_> {
         argv: Vec<String>,
         timeout: Duration,
     ) -> Result<(ExecOutcome, ExecRun), EnvError> {
-        let container = self
-            .container
-            .clone()
-            .ok_or_else(|| EnvError::Usage("no build container".into()))?;
-        let attempt = self.next_attempt(block, phase);
+        let container = self.pool.require()?;
+        let attempt = self.records.next_attempt(block, phase);
         let log_path = self.dir.log_path(block, phase, attempt);
         let started_at = belay_record::now_rfc3339();
         let spec = ExecSpec {
@@ -100,7 +97,7 @@ impl Run<'_> {
         let script = self.redactor.redact(&block.script).into_owned();
         let inline = script.len() <= crate::block_exec::INLINE_SCRIPT_MAX;
         if !inline {
-            let container = self.container.clone().unwrap_or_default();
+            let container = self.pool.id().unwrap_or_default().to_string();
             self.rt
                 .put_files(
                     &container,
@@ -133,7 +130,7 @@ impl Run<'_> {
             .as_ref()
             .and_then(|s| crate::block_exec::plausible_split(s, total))
             .unwrap_or((total, 0.0));
-        let checkpoint_before = self.current_checkpoint.clone();
+        let checkpoint_before = self.pool.checkpoint();
         let script_exit = if status.is_some() { 0 } else { out.exit_code };
         self.record(Execution {
             block_id: block.id.clone(),
@@ -178,7 +175,7 @@ impl Run<'_> {
                 timing,
             ));
         };
-        let attempt = self.next_attempt(&block.id, "validation");
+        let attempt = self.records.next_attempt(&block.id, "validation");
         self.record(Execution {
             block_id: block.id.clone(),
             phase: "validation".into(),
@@ -217,7 +214,7 @@ impl Run<'_> {
         block: &Block,
         phase: &str,
     ) -> Result<Result<f64, Failure>, EnvError> {
-        let container = self.container.clone().unwrap_or_default();
+        let container = self.pool.id().unwrap_or_default().to_string();
         let path = block.container_script_path();
         self.rt
             .put_files(

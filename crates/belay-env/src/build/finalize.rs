@@ -1,5 +1,6 @@
-//! The end of a build: the final image, the Dockerfile and scripts, the oracle, and
-//! the final manifest.
+//! The last phase of a build, finalize: the clean replay, the final image,
+//! the Dockerfile and scripts, the oracle. Then, whatever happened, the end of
+//! the run: the wait for the registry's pushes and the final manifest.
 
 use super::*;
 
@@ -31,6 +32,9 @@ fn report_failure_class(
 }
 
 impl Run<'_> {
+    /// Phase 4: the clean replay (when the forward run may differ from a
+    /// clean run of the final scripts), then the final image from `current`,
+    /// the Dockerfiles and the oracle.
     pub(super) async fn finalize(
         &mut self,
         blocks: &[Block],
@@ -57,8 +61,11 @@ impl Run<'_> {
                 Some(format!("disabled by --ablation {}", self.opts.ablation));
         }
         let t0 = Instant::now();
-        let final_ref = format!("{}:{}-final", self.opts.image_prefix, self.dir.run_id);
-        let in_registry = self.final_in_registry(&final_source, &final_ref);
+        let final_ref = self.store.final_name();
+        // The oracle and a kept container need the image on this engine.
+        let needs_local =
+            self.opts.pull_final || self.opts.oracle_file.is_some() || self.opts.keep_container;
+        let in_registry = !needs_local && self.store.final_in_registry(&final_source, &final_ref);
         let command = if in_registry {
             format!("registry tag {final_source} {final_ref}")
         } else {
@@ -83,6 +90,39 @@ impl Run<'_> {
             started_at: belay_record::now_rfc3339(),
         })?;
         self.manifest.final_image = Some(final_ref.clone());
+        self.write_dockerfiles(blocks)?;
+        if let Some(file) = self.opts.oracle_file.clone() {
+            let report = self.run_oracle(&file, &final_ref).await?;
+            let ok = report.ok;
+            self.manifest.oracle = Some(report);
+            if !ok {
+                // The oracle runs offline: a suite that needs the network to
+                // collect is named as such, with its host.
+                let class =
+                    report_failure_class(self.manifest.oracle.as_ref(), &self.ctx.repo_path);
+                let why = class
+                    .as_ref()
+                    .map(|c| format!(": {}", c.detail))
+                    .unwrap_or_default();
+                self.manifest.failure_class = class.map(|c| c.detail);
+                self.manifest.error = Some(format!(
+                    "the oracle {} failed on {final_ref}{why}",
+                    file.display()
+                ));
+                return Ok(());
+            }
+        }
+        self.manifest.ok = true;
+        // Only an image that passed its oracle is published as final.
+        if !in_registry {
+            self.store.share_final(&final_ref);
+        }
+        Ok(())
+    }
+
+    /// The `Dockerfile` (BuildKit) and `Dockerfile.legacy` that rebuild the
+    /// final image from the base with the final scripts.
+    fn write_dockerfiles(&mut self, blocks: &[Block]) -> Result<(), EnvError> {
         let run_rel = self
             .dir
             .root
@@ -111,32 +151,6 @@ impl Run<'_> {
         }
         self.manifest.dockerfile_path = Some(self.dir.dockerfile());
         self.manifest.dockerfile_legacy_path = Some(self.dir.dockerfile_legacy());
-        if let Some(file) = self.opts.oracle_file.clone() {
-            let report = self.run_oracle(&file, &final_ref).await?;
-            let ok = report.ok;
-            self.manifest.oracle = Some(report);
-            if !ok {
-                // The oracle runs offline: a suite that needs the network to
-                // collect is named as such, with its host.
-                let class =
-                    report_failure_class(self.manifest.oracle.as_ref(), &self.ctx.repo_path);
-                let why = class
-                    .as_ref()
-                    .map(|c| format!(": {}", c.detail))
-                    .unwrap_or_default();
-                self.manifest.failure_class = class.map(|c| c.detail);
-                self.manifest.error = Some(format!(
-                    "the oracle {} failed on {final_ref}{why}",
-                    file.display()
-                ));
-                return Ok(());
-            }
-        }
-        self.manifest.ok = true;
-        // Only an image that passed its oracle is published as final.
-        if !in_registry {
-            self.share_final(&final_ref);
-        }
         Ok(())
     }
 
@@ -162,7 +176,7 @@ impl Run<'_> {
             };
             // A command that passed on this very image before is not run again
             // (the image id pins every byte); --no-cache runs it regardless.
-            let image_id = self.image_id(image).await?;
+            let image_id = self.store.image_id(image).await?;
             let pass_file = oracle_cache_file(&self.dir.state_dir, &image_id, &command);
             if self.opts.cache && pass_file.is_file() {
                 results.push(OracleCommandResult {
@@ -201,7 +215,7 @@ impl Run<'_> {
                 .rt
                 .exec(&cid, &exec, &self.redactor, &NoopObserver)
                 .await;
-            self.removals.push(self.rt.remove_detached(&cid));
+            self.pool.remove_later(&cid);
             let out = res?;
             self.record(Execution {
                 block_id: "oracle".into(),
@@ -263,15 +277,69 @@ impl Run<'_> {
         }
         .into();
         self.manifest.finished_at = Some(belay_record::now_rfc3339());
-        self.write_llm_usage()?;
-        self.save_final()?;
+        self.records
+            .write_llm_usage(&mut self.manifest, self.llm.as_ref())?;
+        self.records.save_final(&mut self.manifest)?;
         self.obs.event(&BuildEvent::Finished {
             ok: self.manifest.ok,
             interrupted,
             final_image: self.manifest.final_image.clone(),
             error: self.manifest.error.clone(),
-            duration: self.started.elapsed(),
+            duration: self.records.elapsed(),
         });
         result
+    }
+
+    /// Wait for the pushes still queued and record them in the manifest. A
+    /// build whose checkpoints did not all reach the registry fails (E305),
+    /// whatever else happened: its success would be a claim the registry
+    /// cannot back.
+    pub(super) async fn finish_pushes(
+        &mut self,
+        result: Result<(), EnvError>,
+    ) -> Result<(), EnvError> {
+        if !self.store.has_registry() {
+            return result;
+        }
+        let queued = self.records.elapsed();
+        let Some((report, failed)) = self.store.finish_pushes().await else {
+            return result;
+        };
+        let pushed = report.pushes.iter().filter(|p| p.error.is_none()).count();
+        self.phase(
+            "registry",
+            format!(
+                "{pushed} of {} push(es) to {} in {:.1} s, {:.1} s of it after the last block; {} of {} lookup(s) hit, {} pull(s)",
+                report.pushes.len(),
+                report.registry,
+                report.push_ms_total as f64 / 1000.0,
+                report.waited_ms as f64 / 1000.0,
+                report.hits,
+                report.lookups,
+                report.pulls.len(),
+            ),
+        );
+        tracing::debug!(
+            build_ms = queued.as_millis() as u64,
+            waited_ms = report.waited_ms,
+            "registry pushes finished"
+        );
+        let registry = report.registry.clone();
+        self.manifest.registry = Some(report);
+        match (result, failed) {
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some(f)) => {
+                // The final image is on this engine, but not where the
+                // build was asked to keep it.
+                self.manifest.ok = false;
+                Err(SandboxError::Registry {
+                    op: "push",
+                    image: registry,
+                    message: f,
+                }
+                .into())
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ impl Run<'_> {
     /// The libraries the loader cannot find for the shared objects in the
     /// build container (nothing when there is no container or `ldd` fails).
     async fn unresolved_in_container(&self) -> Vec<String> {
-        let Some(cid) = self.container.clone() else {
+        let Some(cid) = self.pool.id().map(str::to_string) else {
             return Vec::new();
         };
         let exec = ExecSpec {

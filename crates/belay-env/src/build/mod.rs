@@ -1,44 +1,63 @@
 //! `belay env build`: the checkpointed block loop.
 //!
-//! 1. Analyse the repository; resolve the base image (given, built from a
-//!    Dockerfile through the Engine API, or the default).
-//! 2. Copy the repository into a container from the base image, run the
-//!    container preflight (`runtime_notes`), plan (or reuse the run's
-//!    `blocks/*.json`), and commit the workspace as the first checkpoint.
-//! 3. Run each block and its validation; after each success commit a
-//!    checkpoint `<prefix>:<run>-<NNN>-<block>-success`. A failing block is
-//!    repaired ([`recover`]) from its baseline checkpoint and replayed.
-//! 4. Finalize: the clean replay ([`replay`]) when repairs changed the scripts,
-//!    the final tag, the Dockerfile, the oracle.
+//! [`build`] opens the run (analysis, run directory, lock, event log), then
+//! drives it through four phases (`Run::drive`):
+//!
+//! 1. Resume or fresh ([`start`]): resume from the last checkpoint that still
+//!    exists on the engine (or `--resume-from`), or resolve the base image
+//!    (given, built from a Dockerfile through the Engine API, or the
+//!    default), run the container preflight (`runtime_notes`) and plan (or
+//!    reuse the run's `blocks/*.json`).
+//! 2. The toolchain ([`toolchain`]): the leading blocks that read nothing of
+//!    the repository, shared between projects, then the repository copied in
+//!    and committed as the workspace checkpoint.
+//! 3. The blocks ([`blocks`]): each block and its validation; after each
+//!    success a checkpoint `<prefix>:<run>-<NNN>-<block>-success`. A failing
+//!    block is repaired ([`recover`]) from its baseline checkpoint and replayed.
+//! 4. Finalize ([`finalize`]): the clean replay ([`replay`]) when repairs
+//!    changed the scripts, the final tag, the Dockerfile, the oracle.
 //!
 //! Checkpoints are also a cache: a block whose parent image and script match an
 //! earlier checkpoint on the same engine reuses it without running.
+//!
+//! `Run` is the run's shared context (the engine, options, observer,
+//! redactor, host trust, repository context and manifest) and the parts that
+//! own their state: the [`pool::ContainerPool`] (the build container and the
+//! retired ones), the [`checkpoints::CheckpointStore`] (checkpoint names, ids,
+//! the checkpoint log, the cache and the registry) and the
+//! [`records::Records`] (the execution log, attempt numbers, and the writing
+//! of the manifest, blocks and scripts).
 //!
 //! State (manifest, blocks, executions) is written atomically after every
 //! transition, so rerunning the same command with the same run id after a crash
 //! resumes from the last checkpoint that still exists on the engine.
 
+mod blocks;
 mod checkpoints;
 mod container;
 mod exec;
-#[cfg(test)]
-mod fake_tests;
 mod finalize;
 mod lookups;
+mod pool;
+mod records;
 mod recover;
 mod replay;
-mod shared;
+mod start;
 mod state;
 mod toolchain;
 
+use checkpoints::{CacheHit, CheckpointStore};
 use finalize::*;
+use pool::ContainerPool;
+use records::Records;
+use start::Start;
 use state::*;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use belay_record::{run_id, write_json_atomic, JsonlAppender, OpenRun, Redactor, RunHandle};
+use belay_record::{run_id, write_json_atomic, OpenRun, Redactor, RunHandle};
 use belay_sandbox::reaper::reap_orphans;
 use belay_sandbox::trust::HostTrust;
 use belay_sandbox::{
@@ -48,27 +67,16 @@ use belay_sandbox::{
 
 use crate::ablation::{Ablation, Granularity};
 use crate::analyze::{analyze, RepoContext};
-use crate::manifest::{
-    CacheStats, Checkpoint, Execution, LlmUsage, Manifest, OracleCommandResult, OracleReport,
-};
+use crate::manifest::{Checkpoint, Execution, Manifest, OracleCommandResult, OracleReport};
 use crate::plan::{plan_rules, Block, BlockStatus, BlockTiming, REPO_DIR, SCRIPTS_DIR};
 use crate::preflight::{self, RuntimeNotes};
 use crate::progress::{BlockOutput, BuildEvent, BuildObserver};
 use crate::rundir::RunDir;
 use crate::{cache, dockerfile, oracle, script, EnvError};
 
-/// The next block continues in the container while its writable layer (all
-/// it changed since it started) is smaller than this...
-const KEEP_LAYER_BELOW: i64 = 64 << 20;
-/// ...and its last commit took less than this.
-const KEEP_COMMIT_BELOW: Duration = Duration::from_secs(1);
-
-/// Label on checkpoint images: the base image the run started from.
-pub const BASE_LABEL: &str = "belay.base";
-/// Label on checkpoint images: success | repaired | clean-replay.
-pub const CHECKPOINT_KIND_LABEL: &str = "belay.checkpoint";
-pub use toolchain::TOOLCHAIN_KIND;
-
+pub use crate::checkpoint_names::{
+    checkpoint_ref, parse_checkpoint_tag, BASE_LABEL, CHECKPOINT_KIND_LABEL, TOOLCHAIN_KIND,
+};
 /// Where the base image comes from.
 #[derive(Debug, Clone)]
 pub enum BaseSpec {
@@ -198,28 +206,6 @@ pub fn state_dir_for(repo: &Path, state_dir: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Parse `<run-id>-<NNN>-<block-id>-<success|repaired|clean-replay>` from a
-/// checkpoint tag: returns (run id, NNN, block id).
-pub fn parse_checkpoint_tag(tag: &str) -> Option<(String, u32, String)> {
-    let rest = ["-success", "-repaired", "-clean-replay"]
-        .iter()
-        .find_map(|s| tag.strip_suffix(s))?;
-    // Run ids may contain "-NNN-" too; planned block ids never do, so the
-    // rightmost "-NNN-" is the sequence number.
-    let bytes = rest.as_bytes();
-    for i in (0..rest.len()).rev() {
-        if bytes[i] == b'-'
-            && i + 5 <= rest.len()
-            && bytes[i + 1..i + 4].iter().all(|b| b.is_ascii_digit())
-            && bytes.get(i + 4) == Some(&b'-')
-        {
-            let n = rest[i + 1..i + 4].parse().ok()?;
-            return Some((rest[..i].to_string(), n, rest[i + 5..].to_string()));
-        }
-    }
-    None
-}
-
 /// Run (or resume) a build.
 ///
 /// Returns `Ok` with the manifest whether the build succeeded or a block failed;
@@ -231,6 +217,46 @@ pub async fn build(
     obs: &dyn BuildObserver,
 ) -> Result<BuildOutcome, EnvError> {
     let started = Instant::now();
+    let (ctx, setup) = prepare(opts).await?;
+    // The run's directory, lock, event log and registry record, opened the
+    // one way every mode opens its runs.
+    let handle = open_handle(&setup.dir, &setup.redactor)?;
+    let recorder = crate::progress::Recorder::new(obs, &handle);
+    let obs: &dyn BuildObserver = &recorder;
+    reap(rt, obs).await?;
+    let (mut run, prev_blocks) = Run::open(rt, opts, obs, setup, &ctx, started)?;
+    let result = opts
+        .stop
+        .race(run.drive(ctx, prev_blocks))
+        .await
+        .unwrap_or_else(|why| Err(interrupted(&why.0)));
+    let result = run.finish_pushes(result).await;
+    let finish = run.finish(result).await;
+    run.release_containers().await;
+    if matches!(finish, Err(EnvError::Interrupted(_))) {
+        // A container whose create was abandoned by the stop is still ours.
+        let run_id = &run.dir.run_id;
+        if let Err(e) = belay_sandbox::reaper::remove_own(rt, run_id).await {
+            tracing::warn!("cannot remove the containers of stopped run {run_id}: {e}");
+        }
+    }
+    finish?;
+    Ok(BuildOutcome {
+        manifest: run.manifest,
+        run_dir: run.dir.root,
+    })
+}
+
+/// A run's directory and what its records pass through, before it is opened.
+struct Setup {
+    dir: RunDir,
+    trust: HostTrust,
+    redactor: Redactor,
+}
+
+/// Analyse the repository (and the date its Python dependencies resolve as
+/// of), and make the run's directory; the host's trust and its secrets.
+async fn prepare(opts: &BuildOptions) -> Result<(RepoContext, Setup), EnvError> {
     let mut ctx = analyze(&opts.repo)?;
     let repo = ctx.repo_path.clone();
     let state_dir = state_dir_for(&repo, opts.state_dir.as_deref());
@@ -260,11 +286,23 @@ pub async fn build(
     };
     let mut redactor = opts.redactor.clone();
     trust.register_secrets(&mut redactor);
-    // The run's directory, lock, event log and registry record, opened the
-    // one way every mode opens its runs.
-    let handle = RunHandle::open(OpenRun {
+    Ok((
+        ctx,
+        Setup {
+            dir,
+            trust,
+            redactor,
+        },
+    ))
+}
+
+/// Open the run's handle: its lock (one process per run id), event log and
+/// registry record.
+fn open_handle(dir: &RunDir, redactor: &Redactor) -> Result<RunHandle, EnvError> {
+    let run_id = &dir.run_id;
+    RunHandle::open(OpenRun {
         dir: dir.root.clone(),
-        id: &run_id,
+        id: run_id,
         mode: belay_record::Mode::Env,
         title: None,
         redactor: redactor.clone(),
@@ -276,10 +314,11 @@ pub async fn build(
             dir.lock().display()
         )),
         other => other.into(),
-    })?;
-    let recorder = crate::progress::Recorder::new(obs, &handle);
-    let obs: &dyn BuildObserver = &recorder;
+    })
+}
 
+/// Remove the containers of belay processes that are gone.
+async fn reap(rt: &dyn ContainerRuntime, obs: &dyn BuildObserver) -> Result<(), EnvError> {
     let report = reap_orphans(rt).await?;
     if !report.removed.is_empty() {
         obs.event(&BuildEvent::Phase {
@@ -290,124 +329,7 @@ pub async fn build(
             ),
         });
     }
-
-    let previous = read_manifest(&dir)?;
-    let prev_blocks = read_blocks(&dir)?;
-    let llm = match &opts.llm {
-        Some(setup) => Some(
-            setup
-                .client(Some(dir.llm_usage()))
-                .map_err(|e| EnvError::Usage(e.to_string()))?,
-        ),
-        None => None,
-    };
-    let registry = match &opts.registry {
-        None => None,
-        Some(reg) => {
-            if !opts.image_prefix.starts_with(&format!("{reg}/")) {
-                return Err(EnvError::Usage(format!(
-                    "image prefix {} is not in registry {reg}: set the registry with BuildOptions::use_registry",
-                    opts.image_prefix
-                )));
-            }
-            let ops = rt.image_registry().ok_or_else(|| {
-                EnvError::Usage("this container engine cannot use a registry; --registry needs the Docker Engine API".into())
-            })?;
-            Some(crate::registry_store::RegistryStore::start(reg, ops))
-        }
-    };
-    let mut run = Run {
-        rt,
-        registry,
-        dir: dir.clone(),
-        opts,
-        obs,
-        redactor,
-        exec_log: JsonlAppender::open(&dir.executions())?,
-        checkpoint_log: JsonlAppender::open(&dir.checkpoints())?,
-        container: None,
-        retired: Vec::new(),
-        container_image_size: None,
-        removals: Vec::new(),
-        manifest: new_manifest(&dir, &repo, previous.as_ref(), opts),
-        started,
-        repo,
-        excluded: Vec::new(),
-        env_fingerprint: String::new(),
-        trust,
-        ctx: ctx.clone(),
-        attempts: HashMap::new(),
-        image_ids: HashMap::new(),
-        remote_only: HashMap::new(),
-        diverged: false,
-        current_checkpoint: None,
-        llm,
-        laid_under: 0,
-        made_toolchain: Default::default(),
-        package_caches: if opts.package_cache {
-            Some(crate::package_cache::PackageCaches::open(
-                &preflight_cache_dir(&dir.state_dir),
-            )?)
-        } else {
-            None
-        },
-    };
-    // Attempt numbers continue across starts, so that no earlier log is overwritten.
-    if let Some(prev) = &previous {
-        for e in &prev.executions {
-            let n = run
-                .attempts
-                .entry((e.block_id.clone(), e.phase.clone()))
-                .or_insert(0);
-            *n = (*n).max(e.attempt);
-        }
-    }
-    let result = opts
-        .stop
-        .race(run.drive(ctx, prev_blocks))
-        .await
-        .unwrap_or_else(|why| Err(interrupted(&why.0)));
-    let result = run.finish_pushes(result).await;
-    let finish = run.finish(result).await;
-    for c in run.retired.drain(..) {
-        run.removals.push(rt.remove_detached(&c));
-    }
-    if opts.keep_container {
-        // Keep a container with the final state (or the failed block's state).
-        if run.container.is_none() {
-            if let Some(img) = run.manifest.final_image.clone() {
-                let _ = run.start_container(&img).await;
-            }
-        }
-        if let Some(c) = &run.container {
-            obs.event(&BuildEvent::Phase {
-                name: "container".into(),
-                detail: format!(
-                    "kept {} (remove it with `docker rm -f`)",
-                    &c[..c.len().min(12)]
-                ),
-            });
-        }
-        for c in run.retired.drain(..) {
-            run.removals.push(rt.remove_detached(&c));
-        }
-    } else if let Some(c) = run.container.take() {
-        run.removals.push(rt.remove_detached(&c));
-    }
-    for h in run.removals.drain(..) {
-        let _ = h.await;
-    }
-    if matches!(finish, Err(EnvError::Interrupted(_))) {
-        // A container whose create was abandoned by the stop is still ours.
-        if let Err(e) = belay_sandbox::reaper::remove_own(rt, &run_id).await {
-            tracing::warn!("cannot remove the containers of stopped run {run_id}: {e}");
-        }
-    }
-    finish?;
-    Ok(BuildOutcome {
-        manifest: run.manifest,
-        run_dir: dir.root,
-    })
+    Ok(())
 }
 
 /// The build was stopped by the one token (`BuildOptions::stop`).
@@ -426,6 +348,8 @@ pub(crate) struct Failure {
     pub stderr_tail: String,
 }
 
+/// One build: the shared context every phase reads, the manifest every
+/// phase fills in, and the parts that own their state.
 pub(crate) struct Run<'a> {
     pub(crate) rt: &'a dyn ContainerRuntime,
     pub(crate) dir: RunDir,
@@ -433,803 +357,256 @@ pub(crate) struct Run<'a> {
     pub(crate) obs: &'a dyn BuildObserver,
     pub(crate) redactor: Redactor,
     pub(crate) trust: HostTrust,
-    pub(crate) exec_log: JsonlAppender,
-    /// `checkpoints.jsonl`: each checkpoint as it is made, and rollbacks.
-    pub(crate) checkpoint_log: JsonlAppender,
-    pub(crate) container: Option<String>,
-    /// Retired containers, removed in the background once the next container
-    /// has started (so that removal never competes with the start).
-    pub(crate) retired: Vec<String>,
-    /// Size of the image the current container started from (its writable
-    /// layer is a checkpoint's size minus this).
-    pub(crate) container_image_size: Option<i64>,
-    /// Removals of retired containers, running in the background.
-    pub(crate) removals: Vec<tokio::task::JoinHandle<()>>,
+    pub(crate) ctx: RepoContext,
     pub(crate) manifest: Manifest,
-    pub(crate) started: Instant,
+    /// The build container, and the retired ones going away.
+    pub(crate) pool: ContainerPool<'a>,
+    /// This run's checkpoints: names, ids, the log, the cache, the registry.
+    pub(crate) store: CheckpointStore<'a>,
+    /// The execution log and attempt numbers; writes the manifest, blocks
+    /// and scripts.
+    pub(crate) records: Records,
     pub(crate) repo: PathBuf,
     /// Paths (relative to the repo) not copied into the container.
     pub(crate) excluded: Vec<String>,
     /// What containers see besides their image (for cache keys).
     pub(crate) env_fingerprint: String,
-    pub(crate) ctx: RepoContext,
-    /// Next attempt number per (block, phase).
-    pub(crate) attempts: HashMap<(String, String), u32>,
-    /// Image ids of checkpoint refs seen in this run.
-    pub(crate) image_ids: HashMap<String, String>,
-    /// Checkpoints of this run that are only in the registry (cache hits
-    /// read there), with what was read: pulled when a container must start
-    /// from one.
-    /// The key ref it was read from, and what was read.
-    pub(crate) remote_only: HashMap<String, (String, belay_sandbox::registry::RemoteImage)>,
     /// The machine's package caches this build mounts (and its apt slot).
     pub(crate) package_caches: Option<crate::package_cache::PackageCaches>,
     /// The forward state may differ from a clean run of the final scripts
     /// (a repair ran in a live, unrolled-back container).
     pub(crate) diverged: bool,
-    /// The checkpoint the current container started from (for records).
-    pub(crate) current_checkpoint: Option<String>,
     /// The model client, when planning and repair use a model.
     pub(crate) llm: Option<belay_model::ModelClient>,
-    /// The registry store, with `--registry`.
-    pub(crate) registry: Option<crate::registry_store::RegistryStore>,
     /// How many leading blocks are under the repository copy.
     pub(crate) laid_under: usize,
-    /// The toolchain images this run committed (their reuse is not sharing).
-    pub(crate) made_toolchain: std::collections::HashSet<String>,
 }
 
-impl Run<'_> {
-    /// The plan: the model's when a model is configured and answers well,
-    /// else the rules' (the reason is logged and kept in the manifest).
-    pub(crate) async fn plan_blocks(
-        &mut self,
+impl<'a> Run<'a> {
+    /// Open the run in `setup`: what an earlier start of it left (its
+    /// manifest and blocks, returned), the model client, the registry store,
+    /// the logs and the package caches.
+    fn open(
+        rt: &'a dyn ContainerRuntime,
+        opts: &'a BuildOptions,
+        obs: &'a dyn BuildObserver,
+        setup: Setup,
         ctx: &RepoContext,
-        notes: &RuntimeNotes,
-    ) -> Result<Vec<Block>, EnvError> {
-        let rules = plan_rules(ctx, notes);
-        let Some(client) = self.llm.clone() else {
-            return rules;
+        started: Instant,
+    ) -> Result<(Self, Option<Vec<Block>>), EnvError> {
+        let Setup {
+            dir,
+            trust,
+            redactor,
+        } = setup;
+        let previous = read_manifest(&dir)?;
+        let prev_blocks = read_blocks(&dir)?;
+        let llm = match &opts.llm {
+            Some(setup) => Some(
+                setup
+                    .client(Some(dir.llm_usage()))
+                    .map_err(|e| EnvError::Usage(e.to_string()))?,
+            ),
+            None => None,
         };
-        self.manifest.llm_usage.planner = "llm".into();
-        self.manifest.llm_usage.model = Some(client.config().model.clone());
-        let mut said = Vec::new();
-        let t0 = Instant::now();
-        let baseline = rules.as_deref().unwrap_or(&[]);
-        let answer = crate::llm::plan(&client, ctx, notes, baseline, &mut |m| said.push(m)).await;
-        for m in said {
-            self.phase("plan", m);
-        }
-        match answer {
-            Ok(blocks) => {
-                let what = format!(
-                    "model plan ({}): {}",
-                    client.config().model,
-                    blocks
-                        .iter()
-                        .map(|b| b.id.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                self.phase("plan", what.clone());
-                self.record_phase("plan", "llm_plan", &what, true, t0.elapsed())?;
-                Ok(blocks)
-            }
-            Err(why) => {
-                let what =
-                    format!("the model planner failed ({why}); falling back to the rules planner");
-                self.manifest.llm_usage.planner = "rules (llm fallback)".into();
-                self.manifest
-                    .llm_usage
-                    .fallbacks
-                    .push(format!("plan: {why}"));
-                self.phase("plan", what.clone());
-                self.record_phase("plan", "llm_plan", &what, false, t0.elapsed())?;
-                rules
-            }
-        }
+        let registry = open_registry(rt, opts)?;
+        let records = Records::open(&dir, &redactor, previous.as_ref(), started)?;
+        let store = CheckpointStore::open(rt, &dir, &opts.image_prefix, registry)?;
+        let manifest = new_manifest(&dir, &ctx.repo_path, previous.as_ref(), opts);
+        let package_caches = if opts.package_cache {
+            Some(crate::package_cache::PackageCaches::open(
+                &preflight_cache_dir(&dir.state_dir),
+            )?)
+        } else {
+            None
+        };
+        let run = Run {
+            rt,
+            dir,
+            opts,
+            obs,
+            redactor,
+            trust,
+            ctx: ctx.clone(),
+            manifest,
+            pool: ContainerPool::new(rt),
+            store,
+            records,
+            repo: ctx.repo_path.clone(),
+            excluded: Vec::new(),
+            env_fingerprint: String::new(),
+            package_caches,
+            diverged: false,
+            llm,
+            laid_under: 0,
+        };
+        Ok((run, prev_blocks))
     }
 
-    /// The runtime notes of the base image: from this run, from the preflight
-    /// cache of the base image, or from a fresh preflight in the current container.
-    /// The runtime notes of the base image: from this run, from the preflight
-    /// cache (keyed by the base image's id, so shared by every run on this
-    /// machine), or from a fresh preflight in a container of `image`.
-    async fn runtime_notes(
-        &mut self,
-        base_id: &str,
-        image: &str,
-    ) -> Result<RuntimeNotes, EnvError> {
-        if let Some(n) = read_context(&self.dir).and_then(|c| c.runtime_notes) {
-            return Ok(n);
-        }
-        let cache_file = preflight_cache_dir(&self.dir.state_dir)
-            .join(format!("preflight-{}.json", base_id.replace(':', "-")));
-        if self.opts.cache {
-            if let Ok(t) = fs_err::read_to_string(&cache_file) {
-                if let Ok(n) = serde_json::from_str::<RuntimeNotes>(&t) {
-                    return Ok(n);
-                }
-            }
-        }
-        self.ensure_container(image).await?;
-        let n = self.preflight().await?;
-        if let Some(d) = cache_file.parent() {
-            if fs_err::create_dir_all(d).is_ok() {
-                let _ = write_json_atomic(&cache_file, &n);
-            }
-        }
-        Ok(n)
-    }
-
-    async fn preflight(&mut self) -> Result<RuntimeNotes, EnvError> {
-        self.phase("preflight", "reading facts from the image");
-        let (out, log) = self
-            .exec(
-                "container_preflight",
-                "container_preflight",
-                vec!["/bin/sh".into(), "-c".into(), preflight::script()],
-                "container preflight",
-                Duration::from_secs(120),
-                None,
-            )
-            .await?;
-        if !out.success() {
-            return Err(EnvError::Plan(format!(
-                "the container preflight failed (exit {}); does the image have /bin/sh? Log: {}",
-                out.exit_code,
-                log.display()
-            )));
-        }
-        let text = fs_err::read_to_string(&log).unwrap_or_default();
-        Ok(RuntimeNotes::parse(&text))
-    }
-
+    /// The build, phase by phase: resume or start fresh, lay the toolchain,
+    /// run the blocks, finalize. A block that fails for good ends it before
+    /// finalize (the manifest says why).
     async fn drive(
         &mut self,
-        mut ctx: RepoContext,
+        ctx: RepoContext,
         prev_blocks: Option<Vec<Block>>,
     ) -> Result<(), EnvError> {
-        self.manifest.host_trust = self.trust.enabled();
-        if let Some(ca) = &self.trust.ca_bundle {
-            belay_record::atomic_write(&self.dir.ca_bundle(), ca)?;
-        }
-        let state_rel = self
-            .dir
-            .state_dir
-            .strip_prefix(&self.repo)
-            .ok()
-            .map(Path::to_path_buf);
-        self.excluded = excluded_paths(&ctx, state_rel.as_deref());
-        self.env_fingerprint = cache::env_fingerprint(
-            &self.container_env(),
-            &self.trust.container_files(),
-            self.opts.network.as_docker(),
-        );
-
-        let resume = self.resume_point(prev_blocks.as_ref()).await?;
-        self.obs.event(&BuildEvent::RunStarted {
-            run_id: self.dir.run_id.clone(),
-            run_dir: self.dir.root.display().to_string(),
-            resumed_from: resume.as_ref().map(|r| r.0.clone()),
-        });
-
-        let (mut blocks, start_index, current) = match resume {
-            Some((image, done_block)) => {
-                if self.manifest.base_image.is_none() {
-                    // A checkpoint records the base image it grew from.
-                    let recorded = self
-                        .rt
-                        .image(&image)
-                        .await?
-                        .and_then(|i| i.labels.get(BASE_LABEL).cloned())
-                        .filter(|b| !b.is_empty());
-                    self.manifest.base_image = Some(recorded.unwrap_or_else(|| image.clone()));
-                }
-                let notes = match read_context(&self.dir).and_then(|c| c.runtime_notes) {
-                    Some(n) => n,
-                    None => {
-                        // Plan for the base image the checkpoint grew from, not for
-                        // the checkpoint: the final scripts must rebuild from the base.
-                        let base = self
-                            .manifest
-                            .base_image
-                            .clone()
-                            .unwrap_or_else(|| image.clone());
-                        let n = match self.image_id(&base).await {
-                            Ok(base_id) => self.runtime_notes(&base_id, &base).await?,
-                            Err(_) => {
-                                self.phase(
-                                    "warning",
-                                    format!("the base image {base} is gone: planning from the checkpoint instead"),
-                                );
-                                let id = self.image_id(&image).await?;
-                                self.runtime_notes(&id, &image).await?
-                            }
-                        };
-                        ctx.runtime_notes = Some(n.clone());
-                        write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
-                        n
-                    }
-                };
-                // The preflight may have used a container of the base image.
-                self.retire_container();
-                self.start_container(&image).await?;
-                // The same run id reuses its blocks; another run's checkpoint gets
-                // the plan for its base image.
-                let mut blocks = match prev_blocks {
-                    Some(b) => b,
-                    None => self.plan_blocks(&ctx, &notes).await?,
-                };
-                if self.opts.resume_from.is_none() {
-                    self.warn_if_repo_changed().await;
-                }
-                // Starting from another run's checkpoint (or at a chosen block),
-                // the forward run is not a run of these scripts from the base
-                // image: the final scripts must be replayed to be proven.
-                if self.opts.resume_from.is_some() || self.opts.start_at_block.is_some() {
-                    self.diverged = true;
-                }
-                self.laid_under = self.under_workspace_of(&image).await?;
-                let start = start_index_for(
-                    &blocks,
-                    self.opts.start_at_block.as_deref(),
-                    done_block.as_deref(),
-                    &image,
-                    self.laid_under,
-                )?;
-                self.phase(
-                    "resume",
-                    format!(
-                        "from {image}, at block {}",
-                        blocks
-                            .get(start)
-                            .map(|b| b.id.as_str())
-                            .unwrap_or("(finalize)")
-                    ),
-                );
-                for (i, b) in blocks.iter_mut().enumerate() {
-                    if i < start {
-                        if !matches!(b.status, BlockStatus::Succeeded | BlockStatus::Repaired) {
-                            b.status = BlockStatus::Skipped;
-                        }
-                    } else {
-                        b.status = BlockStatus::Planned;
-                        b.last_error = None;
-                    }
-                }
-                // A toolchain checkpoint lacks the repository: it is copied
-                // onto it first, as after the toolchain of a fresh build.
-                let image = if self.is_toolchain(&image).await? {
-                    self.laid_under = start;
-                    self.lay_workspace(&image, &blocks[..start]).await?
-                } else {
-                    image
-                };
-                // The flags and the record say what this run's chain is.
-                let under = self.laid_under.min(blocks.len());
-                for (i, b) in blocks.iter_mut().enumerate() {
-                    b.before_workspace = i < under;
-                }
-                self.manifest.toolchain = (under > 0).then(|| crate::manifest::ToolchainLayers {
-                    blocks: blocks[..under].iter().map(|b| b.id.clone()).collect(),
-                    shared: self
-                        .manifest
-                        .toolchain
-                        .as_ref()
-                        .map(|t| t.shared.clone())
-                        .unwrap_or_default(),
-                    image: blocks[under - 1]
-                        .success_checkpoint
-                        .clone()
-                        .unwrap_or_default(),
-                });
-                (blocks, start, Some(image))
-            }
-            None => {
-                let base = self.resolve_base().await?;
-                self.share_base(&base).await?;
-                self.manifest.base_image = Some(base.clone());
-                let base_id = self.image_id(&base).await?;
-                // Of the base (the notes are keyed by its id), from a container
-                // of it when no earlier run on this machine read them.
-                if ctx.runtime_notes.is_none() {
-                    ctx.runtime_notes = Some(self.runtime_notes(&base_id, &base).await?);
-                }
-                write_redacted_json(&self.dir.context(), &ctx, &self.redactor)?;
-                let blocks = match prev_blocks {
-                    Some(b) => {
-                        self.phase("plan", "reusing blocks/*.json of this run id");
-                        b
-                    }
-                    None => {
-                        let notes = ctx
-                            .runtime_notes
-                            .clone()
-                            .unwrap_or_else(RuntimeNotes::assumed_debian);
-                        self.plan_blocks(&ctx, &notes).await?
-                    }
-                };
-                // The toolchain and the workspace are laid once the plan is saved.
-                (blocks, 0, None)
-            }
-        };
-        self.ctx = ctx;
-        self.obs.event(&BuildEvent::Plan {
-            blocks: blocks
-                .iter()
-                .map(|b| (b.id.clone(), b.title.clone()))
-                .collect(),
-        });
-        for b in &blocks {
-            self.save_block_and_script(b)?;
-        }
-        self.manifest.blocks = blocks.clone();
-        self.save()?;
-
-        let (start_index, mut current) = match current {
-            Some(image) => (start_index, image),
-            None => self.lay(&mut blocks).await?,
-        };
-        if self.opts.ablation.forward() == Granularity::WholeScript && start_index == 0 {
-            if let Some(cp) = self.whole_script_forward(&mut blocks, &current).await? {
-                return self.finalize(&blocks, cp).await;
-            }
-            // The whole script failed: fall back to block-level forward with recovery.
-            self.retire_container();
-        }
-        self.current_checkpoint = Some(current.clone());
-        let mut i = start_index;
-        let mut rollbacks: Vec<(usize, usize)> = Vec::new();
-        while i < blocks.len() {
-            let t0 = Instant::now();
-            let seq = i as u32 + 1;
-            blocks[i].baseline_checkpoint = Some(current.clone());
-            let key = self.block_key(&blocks[i], &current).await?;
-            if self.opts.cache {
-                if let Some(hit) = self.cache_lookup(&key, &blocks[i].id.clone()).await? {
-                    let adopted_script = hit
-                        .info
-                        .labels
-                        .get(cache::SCRIPT_LABEL)
-                        // Checkpoints that were not repaired carry it empty.
-                        .filter(|h| !h.is_empty())
-                        .and_then(|h| hex::decode(h).ok())
-                        .filter(|b| !b.is_empty())
-                        .and_then(|b| String::from_utf8(b).ok());
-                    let cp = self
-                        .adopt_cached(hit, &blocks[i].id.clone(), seq, Some(current.clone()))
-                        .await?;
-                    // The cached checkpoint is not in the current container.
-                    self.retire_container();
-                    let b = &mut blocks[i];
-                    if let Some(s) = adopted_script {
-                        b.script = s;
-                    }
-                    b.status = if cp.kind == "repaired" {
-                        BlockStatus::Repaired
-                    } else {
-                        BlockStatus::Succeeded
-                    };
-                    b.cached = true;
-                    b.last_error = None;
-                    b.timing = Some(BlockTiming {
-                        total_s: round3(t0.elapsed().as_secs_f64()),
-                        ..Default::default()
-                    });
-                    let detail = format!("from {}", cp.cached_from.unwrap_or_default());
-                    current = self.block_done(&mut blocks, i, cp.image_ref, true, t0, detail)?;
-                    i += 1;
-                    continue;
-                }
-                self.manifest.cache.misses += 1;
-            }
-            self.ensure_container(&current).await?;
-            self.block_started(&mut blocks, i)?;
-            let (step, mut timing) = self.forward_block(&blocks[i].clone()).await?;
-            match step {
-                Ok(()) => {
-                    let cp_t0 = Instant::now();
-                    let extra = BTreeMap::from([(cache::KEY_LABEL.to_string(), key)]);
-                    let cp = self
-                        .commit(
-                            &blocks[i].id.clone(),
-                            seq,
-                            "success",
-                            Some(current.clone()),
-                            extra,
-                        )
-                        .await?;
-                    self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
-                    timing.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
-                    timing.total_s = round3(t0.elapsed().as_secs_f64());
-                    self.set_last_checkpoint_after(&cp.image_ref);
-                    blocks[i].status = BlockStatus::Succeeded;
-                    blocks[i].last_error = None;
-                    blocks[i].timing = Some(timing);
-                    current =
-                        self.block_done(&mut blocks, i, cp.image_ref, false, t0, String::new())?;
-                    i += 1;
-                }
-                Err(fail) => {
-                    let outcome = if self.opts.ablation.local_repair() {
-                        self.recover(&mut blocks, i, &current, fail, &mut rollbacks)
-                            .await?
-                    } else {
-                        recover::Recovery::Failed(format!(
-                            "{} (local repair is off in this ablation mode)",
-                            fail.summary
-                        ))
-                    };
-                    match outcome {
-                        recover::Recovery::Repaired(cp) => {
-                            let mut t = blocks[i].timing.clone().unwrap_or_default();
-                            t.total_s = round3(t0.elapsed().as_secs_f64());
-                            blocks[i].timing = Some(t);
-                            let detail =
-                                format!("repaired after {} attempt(s)", blocks[i].repair_attempts);
-                            current = self.block_done(&mut blocks, i, cp, false, t0, detail)?;
-                            i += 1;
-                        }
-                        recover::Recovery::RollBack(j) if j < self.laid_under => {
-                            // The patched block is under the copy: it, and the
-                            // blocks after it, move above a new copy.
-                            self.retire_container();
-                            // The workspace too: it sits on the old toolchain.
-                            crate::manifest::retire_checkpoints(&mut self.manifest.checkpoints, 0);
-                            self.checkpoint_log.append(
-                                &crate::manifest::CheckpointRecord::Retired { retired_from: 0 },
-                                &self.redactor,
-                            )?;
-                            for b in blocks.iter_mut().skip(j) {
-                                b.before_workspace = false;
-                            }
-                            for b in blocks.iter_mut().take(i + 1).skip(j) {
-                                b.status = BlockStatus::Planned;
-                                b.cached = false;
-                            }
-                            for b in blocks.iter().skip(j) {
-                                self.save_block(b)?;
-                            }
-                            self.phase(
-                                "rollback",
-                                format!(
-                                    "back to {}, which now runs after the repository copy",
-                                    blocks[j].id
-                                ),
-                            );
-                            let (k, ws) = self.lay(&mut blocks).await?;
-                            current = ws;
-                            self.current_checkpoint = Some(current.clone());
-                            self.manifest.blocks = blocks.clone();
-                            self.save()?;
-                            i = k;
-                        }
-                        recover::Recovery::RollBack(j) => {
-                            current = blocks[j].baseline_checkpoint.clone().ok_or_else(|| {
-                                EnvError::Usage(format!(
-                                    "block {} has no baseline checkpoint to roll back to",
-                                    blocks[j].id
-                                ))
-                            })?;
-                            self.current_checkpoint = Some(current.clone());
-                            self.retire_container();
-                            // Checkpoints from block j on are stale: a resume must not
-                            // pick them over the patched block.
-                            let first_stale = j as u32 + 1;
-                            crate::manifest::retire_checkpoints(
-                                &mut self.manifest.checkpoints,
-                                first_stale,
-                            );
-                            self.checkpoint_log.append(
-                                &crate::manifest::CheckpointRecord::Retired {
-                                    retired_from: first_stale,
-                                },
-                                &self.redactor,
-                            )?;
-                            for b in blocks.iter_mut().take(i + 1).skip(j) {
-                                b.status = BlockStatus::Planned;
-                                b.cached = false;
-                            }
-                            for b in blocks.iter().take(i + 1).skip(j) {
-                                self.save_block(b)?;
-                            }
-                            self.manifest.blocks = blocks.clone();
-                            self.save()?;
-                            self.phase("rollback", format!("back to {} ({current})", blocks[j].id));
-                            i = j;
-                        }
-                        recover::Recovery::Failed(err) => {
-                            let b = &mut blocks[i];
-                            b.status = BlockStatus::Failed;
-                            b.last_error = Some(err.clone());
-                            b.timing = Some(timing);
-                            self.save_block_and_script(&blocks[i])?;
-                            self.manifest.blocks = blocks.clone();
-                            self.obs.event(&BuildEvent::BlockFinished {
-                                id: blocks[i].id.clone(),
-                                ok: false,
-                                cached: false,
-                                duration: t0.elapsed(),
-                                detail: err.clone(),
-                            });
-                            self.manifest.error =
-                                Some(format!("block {} failed: {err}", blocks[i].id));
-                            return Ok(());
-                        }
-                    }
-                }
-            }
-        }
-        self.finalize(&blocks, current).await
-    }
-
-    /// Resuming a run continues with the repository copy it made. When the
-    /// repository has changed since, say so: a new run id builds the new tree.
-    async fn warn_if_repo_changed(&mut self) {
-        let Some(ws) = self
-            .manifest
-            .checkpoints
-            .iter()
-            .find(|c| c.block_id == "workspace")
-            .cloned()
-        else {
-            return;
-        };
-        // The workspace sits on the base, or on the toolchain laid under it.
-        let (Some(base), Ok(Some(img))) = (
-            ws.parent_image_ref
-                .clone()
-                .or_else(|| self.manifest.base_image.clone()),
-            self.rt.image(&ws.image_ref).await,
-        ) else {
-            return;
-        };
-        let Some(recorded) = img
-            .labels
-            .get(cache::KEY_LABEL)
-            .filter(|k| !k.is_empty())
-            .cloned()
-        else {
-            return;
-        };
-        let Ok(base_id) = self.image_id(&base).await else {
-            return;
-        };
-        let (repo, excluded) = (self.repo.clone(), self.excluded.clone());
-        let Ok(Ok(tree)) =
-            tokio::task::spawn_blocking(move || cache::tree_hash(&repo, &excluded)).await
-        else {
-            return;
-        };
-        if cache::workspace_key(&base_id, &tree, &self.env_fingerprint) != recorded {
-            self.phase(
-                "warning",
-                format!(
-                    "{} changed since run {} copied it; resuming with that copy (use a new --run-id to build the current tree)",
-                    self.repo.display(),
-                    self.dir.run_id
-                ),
-            );
+        let mut start: Start = self.resume_or_fresh(ctx, prev_blocks).await?;
+        let (first, current) = self.toolchain(&mut start).await?;
+        let blocks = &mut start.blocks;
+        match self.run_blocks(blocks, first, current).await? {
+            Some(last) => self.finalize(blocks, last).await,
+            None => Ok(()),
         }
     }
+}
 
-    /// Record that block `i` runs now: its file, the manifest, the event.
-    pub(super) fn block_started(&mut self, blocks: &mut [Block], i: usize) -> Result<(), EnvError> {
-        blocks[i].status = BlockStatus::Running;
-        blocks[i].cached = false;
-        self.save_block(&blocks[i])?;
-        self.manifest.blocks = blocks.to_vec();
-        self.save()?;
-        self.obs.event(&BuildEvent::BlockStarted {
-            id: blocks[i].id.clone(),
-            title: blocks[i].title.clone(),
-            index: i,
-            total: blocks.len(),
-        });
-        Ok(())
+/// The registry store of `--registry`, started.
+fn open_registry(
+    rt: &dyn ContainerRuntime,
+    opts: &BuildOptions,
+) -> Result<Option<crate::registry_store::RegistryStore>, EnvError> {
+    let Some(reg) = &opts.registry else {
+        return Ok(None);
+    };
+    if !opts.image_prefix.starts_with(&format!("{reg}/")) {
+        return Err(EnvError::Usage(format!(
+            "image prefix {} is not in registry {reg}: set the registry with BuildOptions::use_registry",
+            opts.image_prefix
+        )));
+    }
+    let ops = rt.image_registry().ok_or_else(|| {
+        EnvError::Usage(
+            "this container engine cannot use a registry; --registry needs the Docker Engine API"
+                .into(),
+        )
+    })?;
+    Ok(Some(crate::registry_store::RegistryStore::start(reg, ops)))
+}
+
+/// What needs more than one part of the run.
+impl Run<'_> {
+    /// Write the interim manifest.
+    pub(crate) fn save(&mut self) -> Result<(), EnvError> {
+        self.records.save(&mut self.manifest)
     }
 
-    /// Record a finished block (its status and timing already set): its
-    /// checkpoint, block file and script, the manifest, and the event. Returns
-    /// the checkpoint, which the next block starts from.
-    fn block_done(
-        &mut self,
-        blocks: &mut [Block],
-        i: usize,
-        checkpoint: String,
-        cached: bool,
-        t0: Instant,
-        detail: String,
-    ) -> Result<String, EnvError> {
-        blocks[i].success_checkpoint = Some(checkpoint.clone());
-        self.current_checkpoint = Some(checkpoint.clone());
-        self.save_block_and_script(&blocks[i])?;
-        self.manifest.blocks = blocks.to_vec();
-        self.save()?;
-        self.obs.event(&BuildEvent::BlockFinished {
-            id: blocks[i].id.clone(),
-            ok: true,
-            cached,
-            duration: t0.elapsed(),
-            detail,
-        });
-        Ok(checkpoint)
+    /// Record an execution: the log, the manifest, the event.
+    pub(crate) fn record(&mut self, exec: Execution) -> Result<(), EnvError> {
+        self.records.record(&mut self.manifest, self.obs, exec)
     }
 
-    /// Put `text` into the container as `name` and run it: the whole-script forms.
-    async fn run_whole_script(
+    /// A bookkeeping record of a phase that ran no container command.
+    pub(crate) fn record_phase(
         &mut self,
         block: &str,
         phase: &str,
-        name: &str,
-        text: &str,
-    ) -> Result<Result<(), Failure>, EnvError> {
-        let path = format!("{SCRIPTS_DIR}/{name}");
-        let container = self.container.clone().unwrap_or_default();
-        self.rt
-            .put_files(
-                &container,
-                &[(
-                    path.clone(),
-                    self.redactor.redact(text).into_owned().into_bytes(),
-                    0o755,
-                )],
-            )
-            .await?;
-        let (out, log) = self
-            .exec(
-                block,
-                phase,
-                vec!["bash".into(), path.clone()],
-                &format!("bash {path}"),
-                self.opts.command_timeout,
-                None,
-            )
-            .await?;
-        Ok(if out.success() {
-            Ok(())
-        } else {
-            Err(failure(
-                "the whole script",
-                &out,
-                log,
-                self.opts.command_timeout,
-            ))
+        what: &str,
+        ok: bool,
+        took: Duration,
+    ) -> Result<(), EnvError> {
+        let attempt = self.records.next_attempt(block, phase);
+        self.record(Execution {
+            block_id: block.to_string(),
+            phase: phase.to_string(),
+            attempt,
+            exit_code: Some(if ok { 0 } else { 1 }),
+            timed_out: false,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            checkpoint_before: self.pool.checkpoint(),
+            checkpoint_after: None,
+            repair_command: None,
+            duration_s: round3(took.as_secs_f64()),
+            command: what.to_string(),
+            log_path: None,
+            started_at: belay_record::now_rfc3339(),
         })
     }
 
-    /// Point the last execution record at the checkpoint it led to.
-    fn set_last_checkpoint_after(&mut self, image_ref: &str) {
-        if let Some(last) = self.manifest.executions.last_mut() {
-            last.checkpoint_after = Some(image_ref.to_string());
-        }
+    pub(crate) fn phase(&self, name: &str, detail: impl Into<String>) {
+        self.obs.event(&BuildEvent::Phase {
+            name: name.into(),
+            detail: detail.into(),
+        });
     }
 
-    /// `whole-script-forward`: every block in one script, validated block by
-    /// block, one checkpoint at the end. `None` when it failed.
-    async fn whole_script_forward(
+    /// A checkpoint made or adopted: reported, logged, and in the manifest.
+    pub(crate) fn push_checkpoint(&mut self, cp: Checkpoint) {
+        self.obs.event(&BuildEvent::Checkpoint {
+            block: cp.block_id.clone(),
+            image_ref: cp.image_ref.clone(),
+            kind: cp.kind.clone(),
+            cached: cp.cached_from.is_some(),
+        });
+        self.store.log(&cp, &self.redactor);
+        crate::manifest::add_checkpoint(&mut self.manifest.checkpoints, cp);
+    }
+
+    /// Checkpoints from `from` on are stale (a rollback): a resume must not
+    /// pick them.
+    pub(crate) fn retire_checkpoints(&mut self, from: u32) -> Result<(), EnvError> {
+        self.store
+            .retire_from(from, &mut self.manifest.checkpoints, &self.redactor)
+    }
+
+    /// Commit the current container as a checkpoint.
+    pub(crate) async fn commit(
         &mut self,
-        blocks: &mut [Block],
-        current: &str,
-    ) -> Result<Option<String>, EnvError> {
-        let t0 = Instant::now();
-        self.ensure_container(current).await?;
-        let text = script::whole_script(blocks.iter().map(|b| (b.id.as_str(), b.script.as_str())));
-        self.phase(
-            "whole script",
-            format!("{} blocks as one script", blocks.len()),
-        );
-        if let Err(f) = self
-            .run_whole_script("whole-script", "whole_script", "whole-script.sh", &text)
-            .await?
-        {
-            self.phase(
-                "whole script",
-                format!(
-                    "{}: falling back to block-level execution with recovery",
-                    f.summary
-                ),
-            );
-            return Ok(None);
-        }
-        for b in blocks.iter() {
-            if let Err(f) = self.run_validation(b, "validation").await? {
-                self.phase(
-                    "whole script",
-                    format!(
-                        "validation of {} failed ({}): falling back to block-level execution",
-                        b.id, f.summary
-                    ),
-                );
-                return Ok(None);
-            }
-        }
-        let last = blocks.len() as u32;
-        let last_id = blocks.last().map(|b| b.id.clone()).unwrap_or_default();
+        block: &str,
+        seq: u32,
+        kind: &str,
+        parent: Option<String>,
+        extra_labels: BTreeMap<String, String>,
+    ) -> Result<Checkpoint, EnvError> {
+        let container = self.pool.require()?;
+        let base = self.manifest.base_image.clone();
         let cp = self
+            .store
             .commit(
-                &last_id,
-                last,
-                "success",
-                Some(current.to_string()),
-                BTreeMap::new(),
+                &container,
+                (seq, block, kind),
+                base.as_deref(),
+                parent,
+                extra_labels,
             )
             .await?;
-        for b in blocks.iter_mut() {
-            b.status = BlockStatus::Succeeded;
-            b.baseline_checkpoint = Some(current.to_string());
-            b.success_checkpoint = Some(cp.image_ref.clone());
-            b.timing = Some(BlockTiming {
-                total_s: round3(t0.elapsed().as_secs_f64()),
-                ..Default::default()
-            });
-            self.save_block(b)?;
-        }
-        self.manifest.blocks = blocks.to_vec();
-        self.save()?;
-        Ok(Some(cp.image_ref))
+        self.push_checkpoint(cp.clone());
+        Ok(cp)
+    }
+
+    /// Adopt a cached checkpoint as this run's checkpoint `seq` for `block`.
+    pub(crate) async fn adopt_cached(
+        &mut self,
+        hit: CacheHit,
+        block: &str,
+        seq: u32,
+        parent: Option<String>,
+    ) -> Result<Checkpoint, EnvError> {
+        let cp = self.store.adopt(hit, seq, block, parent).await?;
+        self.push_checkpoint(cp.clone());
+        self.manifest.cache.hits += 1;
+        Ok(cp)
+    }
+
+    /// Cache key of `block` on top of `parent`.
+    pub(crate) async fn block_key(
+        &mut self,
+        block: &Block,
+        parent: &str,
+    ) -> Result<String, EnvError> {
+        let parent_id = self.store.image_id(parent).await?;
+        Ok(cache::block_key(
+            &parent_id,
+            &block.id,
+            &block.script,
+            &block.validation_command,
+            &self.env_fingerprint,
+        ))
     }
 }
 
-/// `<prefix>:<run>-<NNN>-<block>-<kind>`
-pub fn checkpoint_ref(prefix: &str, run: &str, seq: u32, block: &str, kind: &str) -> String {
-    format!("{prefix}:{run}-{seq:03}-{block}-{kind}")
-}
-
-/// Where a resumed build starts: `under` blocks are under the workspace copy.
-fn start_index_for(
-    blocks: &[Block],
-    start_at: Option<&str>,
-    done: Option<&str>,
-    image: &str,
-    under: usize,
-) -> Result<usize, EnvError> {
-    match (start_at, done) {
-        (Some(id), _) => blocks.iter().position(|b| b.id == id).ok_or_else(|| {
-            EnvError::Usage(format!(
-                "--start-at-block {id} is not a block of this plan; blocks are: {}",
-                blocks.iter().map(|b| b.id.as_str()).collect::<Vec<_>>().join(", ")
-            ))
-        }),
-        (None, Some("workspace")) => Ok(under.min(blocks.len())),
-        (None, Some(done)) => blocks.iter().position(|b| b.id == done).map(|i| i + 1).ok_or_else(|| {
-            EnvError::Usage(format!(
-                "cannot infer where to resume: block {done} (from the image tag) is not in this plan; pass --start-at-block"
-            ))
-        }),
-        (None, None) => Err(EnvError::Usage(format!(
-            "cannot infer the completed block from the tag of {image}; pass --start-at-block BLOCK"
-        ))),
-    }
-}
-
-fn read_context(dir: &RunDir) -> Option<RepoContext> {
-    let t = fs_err::read_to_string(dir.context()).ok()?;
-    serde_json::from_str(&t).ok()
-}
-
-/// Paths (relative to the repo) that are not copied into the container: the
-/// state dir, and host build environments that would be wrong inside it.
-fn excluded_paths(ctx: &RepoContext, state_rel: Option<&Path>) -> Vec<String> {
-    let mut v = Vec::new();
-    if let Some(s) = state_rel {
-        if !s.as_os_str().is_empty() {
-            v.push(s.to_string_lossy().into_owned());
-        }
-    }
-    let root = &ctx.repo_path;
-    for p in [".venv", "node_modules"] {
-        if root.join(p).exists() {
-            v.push(p.to_string());
-        }
-    }
-    if ctx.rust.is_some() && root.join("target").is_dir() {
-        v.push("target".into());
-    }
-    v
-}
-
+/// What failed, from its exit (or timeout) and the last line of its output.
 pub(crate) fn failure(what: &str, out: &ExecOutcome, log: PathBuf, timeout: Duration) -> Failure {
     let summary = if out.timed_out {
         format!(
@@ -1284,32 +661,4 @@ pub(crate) fn round3(x: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_checkpoint_tags() {
-        assert_eq!(
-            parse_checkpoint_tag("myrun-1-003-30-python-deps-success"),
-            Some(("myrun-1".into(), 3, "30-python-deps".into()))
-        );
-        assert_eq!(
-            parse_checkpoint_tag("r-000-workspace-success"),
-            Some(("r".into(), 0, "workspace".into()))
-        );
-        assert_eq!(
-            parse_checkpoint_tag("r-20261129-104400-ab12-002-10-system-packages-repaired"),
-            Some((
-                "r-20261129-104400-ab12".into(),
-                2,
-                "10-system-packages".into()
-            ))
-        );
-        assert_eq!(
-            parse_checkpoint_tag("run-123-x-006-50-test-tooling-clean-replay"),
-            Some(("run-123-x".into(), 6, "50-test-tooling".into()))
-        );
-        assert_eq!(parse_checkpoint_tag("r-final"), None);
-        assert_eq!(parse_checkpoint_tag("latest"), None);
-    }
-}
+mod fake_tests;

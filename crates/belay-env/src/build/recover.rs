@@ -199,7 +199,7 @@ impl Run<'_> {
             blocks[j].script = script::patch_script(&blocks[j].script, &p.fix, &note);
             blocks[j].repair_attempts += 1;
             self.manifest.repairs += 1;
-            self.save_block_and_script(&blocks[j])?;
+            self.records.save_block_and_script(&blocks[j])?;
             self.record_note(
                 &blocks[i].id,
                 &format!(
@@ -251,7 +251,7 @@ impl Run<'_> {
         let mut extra = BTreeMap::new();
         // A later run that plans the same original script on the same
         // parent finds this checkpoint, and adopts the patched script.
-        let parent_id = self.image_id(baseline).await?;
+        let parent_id = self.store.image_id(baseline).await?;
         extra.insert(
             cache::ALT_LABEL.to_string(),
             cache::block_key(
@@ -289,7 +289,9 @@ impl Run<'_> {
         let mut t = blocks[i].timing.clone().unwrap_or_default();
         t.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
         blocks[i].timing = Some(t);
-        self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
+        self.pool
+            .after_checkpoint(cp_t0.elapsed(), &cp.image_ref)
+            .await;
         self.set_last_checkpoint_after(&cp.image_ref);
         blocks[i].success_checkpoint = Some(cp.image_ref.clone());
         Ok(cp.image_ref)
@@ -419,7 +421,7 @@ impl Run<'_> {
                 continue;
             }
             if let Some(probe) = &p.probe {
-                if *probe_failures < self.opts.max_probe_failures && self.container.is_some() {
+                if *probe_failures < self.opts.max_probe_failures && self.pool.id().is_some() {
                     if let Some(why) = safety::check_probe(probe) {
                         self.phase("repair", why);
                     } else {
@@ -479,7 +481,7 @@ impl Run<'_> {
         p: &Proposal,
     ) -> Result<Result<(), Failure>, EnvError> {
         if self.opts.ablation.checkpoint_rollback() {
-            self.retire_container();
+            self.pool.retire();
             self.start_container(baseline).await?;
             self.record_note(
                 &block.id,
@@ -532,7 +534,7 @@ impl Run<'_> {
                     "whole-script recovery needs the workspace checkpoint of this run".into(),
                 )
             })?;
-        self.retire_container();
+        self.pool.retire();
         self.start_container(&workspace).await?;
         self.record_note(
             &blocks[i].id,
@@ -566,7 +568,7 @@ impl Run<'_> {
 
     /// A bookkeeping record (no command ran in the container).
     fn record_note(&mut self, block: &str, what: &str, checkpoint: &str) -> Result<(), EnvError> {
-        let attempt = self.next_attempt(block, "repair_prep");
+        let attempt = self.records.next_attempt(block, "repair_prep");
         self.record(crate::manifest::Execution {
             block_id: block.to_string(),
             phase: "repair_prep".into(),

@@ -52,7 +52,7 @@ impl Run<'_> {
                 )
             });
         if let (Some(k), true) = (&key, self.opts.cache) {
-            if let Some(hit) = self.cache_lookup(k, &last).await? {
+            if let Some(hit) = self.store.lookup(k, &last).await? {
                 let cp = self
                     .adopt_cached(hit, &last, blocks.len() as u32 + 1, Some(base.clone()))
                     .await?;
@@ -69,7 +69,7 @@ impl Run<'_> {
             "clean replay",
             format!("{} final scripts from {base}", blocks.len()),
         );
-        self.retire_container();
+        self.pool.retire();
         // In the order of the forward run and the written Dockerfile: the
         // toolchain blocks, the repository copy, the rest. An unrepaired
         // toolchain is already a clean run of its scripts from the base.
@@ -79,7 +79,7 @@ impl Run<'_> {
             None => (0, base.clone()),
         };
         self.start_base_container(&start).await?;
-        self.current_checkpoint = Some(start.clone());
+        self.pool.set_checkpoint(start.clone());
         for (i, b) in blocks.iter().enumerate().skip(from) {
             if i == under {
                 self.copy_workspace_in().await?;
@@ -107,7 +107,7 @@ impl Run<'_> {
                 extra,
             )
             .await?;
-        self.retire_container();
+        self.pool.retire();
         self.manifest.final_clean_replay_ok = Some(true);
         self.manifest.final_clean_replay_image = Some(cp.image_ref.clone());
         self.manifest.final_clean_replay_note = Some(match from {

@@ -1,26 +1,35 @@
-//! What a build shares through `--registry` besides its checkpoints (which
-//! `checkpoints.rs` pushes as they are made): the base image it starts from,
-//! the final image, and the wait for the push queue at the end.
+//! What the checkpoint store shares through `--registry` besides its
+//! checkpoints (which `checkpoints.rs` pushes as they are made): the base
+//! image a build starts from, the final image, a checkpoint only the registry
+//! has, and the wait for the push queue at the end.
 
-use super::*;
+use belay_sandbox::SandboxError;
 
-impl Run<'_> {
+use crate::registry_store::RegistryReport;
+use crate::EnvError;
+
+use super::CheckpointStore;
+
+impl CheckpointStore<'_> {
     /// The base image is missing on this engine: pull it from the registry
     /// (under the registry's name for it) and give it its local name.
-    /// `Ok(false)`: no registry, or it does not have it either.
-    pub(super) async fn pull_shared_base(&mut self, image: &str) -> Result<bool, EnvError> {
+    /// `Ok(None)`: no registry, or it does not have it either; else the name
+    /// it was pulled under.
+    pub(crate) async fn pull_shared_base(
+        &mut self,
+        image: &str,
+    ) -> Result<Option<String>, EnvError> {
         let Some(store) = self.registry.as_mut() else {
-            return Ok(false);
+            return Ok(None);
         };
         let remote = store.remote_name(image);
         if !store.pull(&remote, "base").await? {
-            return Ok(false);
+            return Ok(None);
         }
         if remote != image {
             store.tag(&remote, image).await?;
         }
-        self.phase("base", format!("{image} pulled from {remote}"));
-        Ok(true)
+        Ok(Some(remote))
     }
 
     /// Queue the base image for the registry, so that an engine without it
@@ -28,7 +37,7 @@ impl Run<'_> {
     /// from the same cache keys. Layers the registry has are not sent again.
     /// A base the registry already has (the same image id under the same
     /// name) is not pushed again.
-    pub(super) async fn share_base(&mut self, base: &str) -> Result<(), EnvError> {
+    pub(crate) async fn share_base(&mut self, base: &str) -> Result<(), EnvError> {
         if self.registry.is_none() {
             return Ok(());
         }
@@ -50,12 +59,13 @@ impl Run<'_> {
     /// Make a checkpoint that is only in the registry (a hit read there)
     /// present on this engine: one pull of the key it was found under
     /// (the run's own name may still be queued), named as the checkpoint.
-    pub(super) async fn ensure_local(&mut self, image_ref: &str) -> Result<(), EnvError> {
+    /// `true` when it was pulled.
+    pub(crate) async fn ensure_local(&mut self, image_ref: &str) -> Result<bool, EnvError> {
         let Some((src, image)) = self.remote_only.remove(image_ref) else {
-            return Ok(());
+            return Ok(false);
         };
         let Some(store) = self.registry.as_mut() else {
-            return Ok(());
+            return Ok(false);
         };
         // By the digest that was read and checked: the key's tag may have
         // moved since (another build re-pushed it, gc removed it), and the
@@ -86,18 +96,12 @@ impl Run<'_> {
         if let Some(store) = self.registry.as_ref() {
             store.forget(&pinned).await;
         }
-        self.phase("registry", format!("pulled {image_ref}"));
-        Ok(())
+        Ok(true)
     }
 
     /// Name the final image in the registry only, when its source is there
-    /// and nothing here needs it: no pull, no push. `false` when it must be
-    /// made on the engine.
-    pub(super) fn final_in_registry(&mut self, source: &str, final_ref: &str) -> bool {
-        // The oracle and a kept container need the image on this engine.
-        if self.opts.pull_final || self.opts.oracle_file.is_some() || self.opts.keep_container {
-            return false;
-        }
+    /// (no pull, no push). `false` when it must be made on the engine.
+    pub(crate) fn final_in_registry(&mut self, source: &str, final_ref: &str) -> bool {
         let (Some((src, image)), Some(store)) =
             (self.remote_only.get(source), self.registry.as_mut())
         else {
@@ -108,60 +112,16 @@ impl Run<'_> {
     }
 
     /// Queue the final image for the registry.
-    pub(super) fn share_final(&mut self, final_ref: &str) {
+    pub(crate) fn share_final(&mut self, final_ref: &str) {
         if let Some(store) = self.registry.as_mut() {
             store.push(final_ref, None, None);
         }
     }
 
-    /// Wait for the pushes still queued and record them in the manifest. A
-    /// build whose checkpoints did not all reach the registry fails (E305),
-    /// whatever else happened: its success would be a claim the registry
-    /// cannot back.
-    pub(super) async fn finish_pushes(
-        &mut self,
-        result: Result<(), EnvError>,
-    ) -> Result<(), EnvError> {
-        let Some(store) = self.registry.as_mut() else {
-            return result;
-        };
-        let queued = self.started.elapsed();
-        let (report, failed) = store.finish().await;
-        let pushed = report.pushes.iter().filter(|p| p.error.is_none()).count();
-        self.phase(
-            "registry",
-            format!(
-                "{pushed} of {} push(es) to {} in {:.1} s, {:.1} s of it after the last block; {} of {} lookup(s) hit, {} pull(s)",
-                report.pushes.len(),
-                report.registry,
-                report.push_ms_total as f64 / 1000.0,
-                report.waited_ms as f64 / 1000.0,
-                report.hits,
-                report.lookups,
-                report.pulls.len(),
-            ),
-        );
-        tracing::debug!(
-            build_ms = queued.as_millis() as u64,
-            waited_ms = report.waited_ms,
-            "registry pushes finished"
-        );
-        let registry = report.registry.clone();
-        self.manifest.registry = Some(report);
-        match (result, failed) {
-            (Err(e), _) => Err(e),
-            (Ok(()), None) => Ok(()),
-            (Ok(()), Some(f)) => {
-                // The final image is on this engine, but not where the
-                // build was asked to keep it.
-                self.manifest.ok = false;
-                Err(SandboxError::Registry {
-                    op: "push",
-                    image: registry,
-                    message: f,
-                }
-                .into())
-            }
-        }
+    /// Wait for the pushes still queued: the registry's report, and the
+    /// first push that failed. `None` without a registry.
+    pub(crate) async fn finish_pushes(&mut self) -> Option<(RegistryReport, Option<String>)> {
+        let store = self.registry.as_mut()?;
+        Some(store.finish().await)
     }
 }

@@ -15,15 +15,16 @@
 //! A toolchain block that fails runs again after the copy, where repair and
 //! rollback work as for any block; a rollback that patches one of them moves
 //! it, and the blocks after it, above the copy.
+//!
+//! This is the second phase of a build ([`Run::toolchain`]); the checkpoint
+//! store names, commits and finds the toolchain images (`checkpoints.rs`).
 
-use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::start::Start;
 use super::*;
 use crate::manifest::ToolchainLayers;
-
-/// The `belay.kind` of toolchain checkpoints.
-pub const TOOLCHAIN_KIND: &str = "toolchain";
 
 /// One lock per toolchain key in this process: the first build makes the
 /// checkpoint, the others then find it.
@@ -64,6 +65,21 @@ pub(crate) fn toolchain_len(
 }
 
 impl Run<'_> {
+    /// Phase 2: the toolchain. A fresh start lays the toolchain blocks and
+    /// the workspace on top of them; a resume is on its chain already (its
+    /// start copied the repository onto a toolchain checkpoint). Returns the
+    /// first block to run and the checkpoint it runs on.
+    pub(super) async fn toolchain(
+        &mut self,
+        start: &mut Start,
+    ) -> Result<(usize, String), EnvError> {
+        match start.image.take() {
+            Some(image) => Ok((start.index, image)),
+            None => self.lay(&mut start.blocks).await,
+        }
+    }
+
+    /// The scope toolchain checkpoints are shared in under `--no-cache`.
     fn scope(&self) -> String {
         self.opts
             .cache_scope
@@ -78,12 +94,12 @@ impl Run<'_> {
             EnvError::Usage("laying the workspace needs the run's base image".into())
         })?;
         // The preflight's container is of the base, without the trust files.
-        self.retire_container();
+        self.pool.retire();
         let n = toolchain_len(
             blocks,
             self.opts.ablation,
             &self.excluded,
-            self.registry.is_some(),
+            self.store.has_registry(),
         );
         // Recorded before any of them runs: the manifest of a build killed
         // meanwhile says which checkpoints lack the repository.
@@ -97,11 +113,7 @@ impl Run<'_> {
             n => match self.lay_toolchain(blocks, n, &base).await? {
                 Some(top) => (top, n),
                 None => {
-                    crate::manifest::retire_checkpoints(&mut self.manifest.checkpoints, 1);
-                    self.checkpoint_log.append(
-                        &crate::manifest::CheckpointRecord::Retired { retired_from: 1 },
-                        &self.redactor,
-                    )?;
+                    self.retire_checkpoints(1)?;
                     (base.clone(), 0)
                 }
             },
@@ -112,7 +124,7 @@ impl Run<'_> {
         for (i, b) in blocks.iter_mut().enumerate() {
             if b.before_workspace != (i < n) {
                 b.before_workspace = i < n;
-                self.save_block(b)?;
+                self.records.save_block(b)?;
             }
         }
         self.manifest.toolchain = (n > 0).then(|| ToolchainLayers {
@@ -123,8 +135,7 @@ impl Run<'_> {
                 .filter(|b| {
                     !b.success_checkpoint
                         .as_ref()
-                        .and_then(|c| self.image_ids.get(c))
-                        .is_some_and(|id| self.made_toolchain.contains(id))
+                        .is_some_and(|c| self.store.made_here(c))
                 })
                 .map(|b| b.id.clone())
                 .collect(),
@@ -150,10 +161,10 @@ impl Run<'_> {
             let lock = flight(&key);
             let _held = lock.lock().await;
             if let Some(image) = self.toolchain_lookup(&key, &blocks[i].id).await? {
-                if self.opts.cache && !self.made_toolchain.contains(&image) {
+                if self.opts.cache && !self.store.made_toolchain(&image) {
                     self.manifest.cache.hits += 1;
                 }
-                self.retire_container();
+                self.pool.retire();
                 let b = &mut blocks[i];
                 b.status = BlockStatus::Succeeded;
                 b.cached = true;
@@ -162,9 +173,8 @@ impl Run<'_> {
                     total_s: round3(t0.elapsed().as_secs_f64()),
                     ..Default::default()
                 });
-                let from = self.toolchain_tag(&blocks[i].id, &key);
                 let cp = self
-                    .record_toolchain(i, &blocks[i].id, &image, &current, Some(from))
+                    .record_toolchain(i, &blocks[i].id, &image, &current, Some(&key))
                     .await?;
                 let detail = format!("shared toolchain {}", cp.cached_from.unwrap_or_default());
                 current = self.block_done(blocks, i, cp.image_ref, true, t0, detail)?;
@@ -173,13 +183,13 @@ impl Run<'_> {
             if self.opts.cache {
                 self.manifest.cache.misses += 1;
             }
-            if self.container.is_none() {
+            if self.pool.id().is_none() {
                 self.start_base_container(&current).await?;
             }
             self.block_started(blocks, i)?;
             let (step, mut timing) = self.forward_block(&blocks[i].clone()).await?;
             if let Err(f) = step {
-                self.retire_container();
+                self.pool.retire();
                 self.phase(
                     "toolchain",
                     format!(
@@ -200,7 +210,9 @@ impl Run<'_> {
             let cp = self
                 .record_toolchain(i, &blocks[i].id, &image, &current, None)
                 .await?;
-            self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
+            self.pool
+                .after_checkpoint(cp_t0.elapsed(), &cp.image_ref)
+                .await;
             timing.checkpoint_s = round3(cp_t0.elapsed().as_secs_f64());
             timing.total_s = round3(t0.elapsed().as_secs_f64());
             let b = &mut blocks[i];
@@ -213,49 +225,22 @@ impl Run<'_> {
     }
 
     /// The toolchain checkpoint as this run's checkpoint of block `i`: its
-    /// run tag on the shared image, and its record.
+    /// run tag on the shared image, and its record (a shared one found under
+    /// `shared_key`).
     async fn record_toolchain(
         &mut self,
         i: usize,
         block: &str,
         image_id: &str,
         parent: &str,
-        shared_from: Option<String>,
+        shared_key: Option<&str>,
     ) -> Result<Checkpoint, EnvError> {
-        let seq = i as u32 + 1;
-        let image_ref = checkpoint_ref(
-            &self.opts.image_prefix,
-            &self.dir.run_id,
-            seq,
-            block,
-            "success",
-        );
-        self.rt.tag_image(image_id, &image_ref).await?;
-        self.image_ids
-            .insert(image_ref.clone(), image_id.to_string());
-        let cp = Checkpoint {
-            id: format!("{seq:03}-{block}"),
-            image_ref,
-            block_id: block.to_string(),
-            parent_image_ref: Some(parent.to_string()),
-            kind: "success".into(),
-            image_id: image_id.to_string(),
-            created_at: belay_record::now_rfc3339(),
-            cached_from: shared_from,
-        };
+        let cp = self
+            .store
+            .tag_toolchain(i as u32 + 1, block, image_id, parent, shared_key)
+            .await?;
         self.push_checkpoint(cp.clone());
         Ok(cp)
-    }
-
-    /// The shared name of the toolchain checkpoint of `block` under `key`:
-    /// one repository for every project (a batch's image prefixes are per
-    /// project), in the registry of the prefix when it has one.
-    fn toolchain_tag(&self, block: &str, key: &str) -> String {
-        let repo = match self.opts.image_prefix.rsplit_once('/') {
-            Some((registry, _)) => format!("{registry}/belay-toolchain"),
-            None => "belay-toolchain".to_string(),
-        };
-        format!("{repo}:{block}-{}", &key[..key.len().min(24)])
     }
 
     /// The newest toolchain checkpoint of `block` under `key` on this engine:
@@ -265,26 +250,8 @@ impl Run<'_> {
         key: &str,
         block: &str,
     ) -> Result<Option<String>, EnvError> {
-        let mut filters = vec![format!("{}={key}", cache::KEY_LABEL)];
-        if !self.opts.cache {
-            filters.push(format!("{}={}", cache::SCOPE_LABEL, self.scope()));
-        }
-        let mut found: Vec<_> = self
-            .rt
-            .list_images(&filters)
-            .await?
-            .into_iter()
-            .filter(|i| {
-                i.labels.get(labels::BLOCK).map(String::as_str) == Some(block)
-                    && i.labels.get(labels::KIND).map(String::as_str) == Some(TOOLCHAIN_KIND)
-            })
-            .collect();
-        found.sort_by_key(|i| Reverse(i.created));
-        let Some(img) = found.into_iter().next() else {
-            return Ok(None);
-        };
-        // By id: a tag may move to another build's image of the same key.
-        Ok(Some(img.id))
+        let scope = (!self.opts.cache).then(|| self.scope());
+        self.store.toolchain_lookup(key, block, scope).await
     }
 
     /// Commit the container as the toolchain checkpoint of `block` under `key`.
@@ -294,29 +261,11 @@ impl Run<'_> {
         key: &str,
         base: &str,
     ) -> Result<String, EnvError> {
-        let container = self
-            .container
-            .clone()
-            .ok_or_else(|| EnvError::Usage("no build container".into()))?;
-        let image_ref = self.toolchain_tag(block, key);
-        let lbl: BTreeMap<String, String> = [
-            (cache::KEY_LABEL, key.to_string()),
-            (cache::ALT_LABEL, String::new()),
-            (cache::SCRIPT_LABEL, String::new()),
-            (cache::SCOPE_LABEL, self.scope()),
-            (cache::UNDER_WORKSPACE_LABEL, String::new()),
-            (labels::RUN, String::new()),
-            (labels::KIND, TOOLCHAIN_KIND.to_string()),
-            (labels::BLOCK, block.to_string()),
-            (CHECKPOINT_KIND_LABEL, "success".to_string()),
-            (BASE_LABEL, base.to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let id = self.rt.commit(&container, &image_ref, &lbl).await?;
-        self.made_toolchain.insert(id.clone());
-        Ok(id)
+        let container = self.pool.require()?;
+        let scope = self.scope();
+        self.store
+            .commit_toolchain(&container, block, key, base, scope)
+            .await
     }
 
     /// The workspace checkpoint: the repository copied onto `under`, or the
@@ -326,17 +275,17 @@ impl Run<'_> {
         under: &str,
         below: &[Block],
     ) -> Result<String, EnvError> {
-        let under_id = self.image_id(under).await?;
+        let under_id = self.store.image_id(under).await?;
         let (repo, excluded) = (self.repo.clone(), self.excluded.clone());
         let tree = tokio::task::spawn_blocking(move || cache::tree_hash(&repo, &excluded))
             .await
             .map_err(|e| EnvError::Usage(format!("hashing the repository failed: {e}")))??;
         let key = cache::workspace_key(&under_id, &tree, &self.env_fingerprint);
         if self.opts.cache {
-            if let Some(hit) = self.cache_lookup(&key, "workspace").await? {
+            if let Some(hit) = self.store.lookup(&key, "workspace").await? {
                 // The next block starts from the adopted image, not from
                 // whatever container is running.
-                self.retire_container();
+                self.pool.retire();
                 self.phase("cache", "workspace checkpoint reused");
                 let cp = self
                     .adopt_cached(hit, "workspace", 0, Some(under.to_string()))
@@ -356,7 +305,9 @@ impl Run<'_> {
         let cp = self
             .commit("workspace", 0, "success", Some(under.to_string()), extra)
             .await?;
-        self.after_checkpoint(cp_t0.elapsed(), &cp.image_ref).await;
+        self.pool
+            .after_checkpoint(cp_t0.elapsed(), &cp.image_ref)
+            .await;
         Ok(cp.image_ref)
     }
 
@@ -374,24 +325,6 @@ impl Run<'_> {
             .all(|b| b.status == BlockStatus::Succeeded && b.repair_attempts == 0);
         let top = blocks[n - 1].success_checkpoint.clone()?;
         clean.then_some((n, top))
-    }
-
-    /// Whether `image` is a toolchain checkpoint (no repository in it).
-    pub(super) async fn is_toolchain(&mut self, image: &str) -> Result<bool, EnvError> {
-        Ok(self.rt.image(image).await?.is_some_and(|i| {
-            i.labels.get(labels::KIND).map(String::as_str) == Some(TOOLCHAIN_KIND)
-        }))
-    }
-
-    /// How many blocks are under the copy in `image` (a checkpoint of a run).
-    pub(super) async fn under_workspace_of(&mut self, image: &str) -> Result<usize, EnvError> {
-        Ok(self
-            .rt
-            .image(image)
-            .await?
-            .and_then(|i| i.labels.get(cache::UNDER_WORKSPACE_LABEL).cloned())
-            .map(|s| s.split(',').filter(|b| !b.is_empty()).count())
-            .unwrap_or(0))
     }
 }
 

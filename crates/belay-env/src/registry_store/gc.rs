@@ -16,7 +16,8 @@ use belay_sandbox::labels;
 use serde::Serialize;
 
 use super::CACHE_REPO;
-use crate::gc::{run_of_tag, GcOptions};
+use crate::checkpoint_names::run_of_tag;
+use crate::gc::GcOptions;
 use crate::EnvError;
 
 #[derive(Debug, Clone, Default, Serialize)]
