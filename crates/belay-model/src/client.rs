@@ -53,7 +53,8 @@ impl ClientConfig {
     pub fn default_base_url(api: Api) -> &'static str {
         match api {
             Api::Anthropic => "https://api.anthropic.com",
-            _ => "https://api.openai.com/v1",
+            Api::Gemini => "https://generativelanguage.googleapis.com",
+            Api::Responses | Api::ChatCompletions => "https://api.openai.com/v1",
         }
     }
 }
@@ -142,7 +143,7 @@ impl ModelClient {
             .build()
             .map_err(|e| ModelError::Config(format!("cannot set up HTTP: {e}")))?;
         Ok(ModelClient {
-            url: dialect::endpoint(cfg.api, &cfg.base_url),
+            url: dialect::call_url(cfg.api, &cfg.base_url, &cfg.model, cfg.stream),
             cfg,
             http,
             ledger,
@@ -297,6 +298,8 @@ impl ModelClient {
                     rb = rb.header("x-api-key", k.expose());
                 }
             }
+            // In a header, never in the URL's `?key=`, where errors would show it.
+            (Api::Gemini, Some(k)) => rb = rb.header("x-goog-api-key", k.expose()),
             (_, Some(k)) => rb = rb.bearer_auth(k.expose()),
             (_, None) => {}
         }
@@ -484,5 +487,53 @@ impl ModelSetup {
             &self.prices,
         ));
         ModelClient::new(self.config.clone(), ledger)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Gemini: the model and the method in the path, the key in
+    /// `x-goog-api-key` (not a bearer token, not `?key=` in the URL).
+    #[test]
+    fn a_gemini_call_names_the_model_in_its_path_and_the_key_in_its_header() {
+        for (stream, tail) in [
+            (true, "gemini-2.5-pro:streamGenerateContent?alt=sse"),
+            (false, "gemini-2.5-pro:generateContent"),
+        ] {
+            let mut cfg = ClientConfig::new(
+                Api::Gemini,
+                ClientConfig::default_base_url(Api::Gemini),
+                "gemini-2.5-pro",
+            );
+            cfg.stream = stream;
+            cfg.key = Some(Secret::new("g-key-123"));
+            let ledger = Arc::new(UsageLedger::new(
+                None,
+                Api::Gemini,
+                "gemini-2.5-pro",
+                "x",
+                &crate::PriceTable::default(),
+            ));
+            let c = ModelClient::new(cfg, ledger).unwrap();
+            let r = c
+                .request_builder(&Request {
+                    messages: vec![crate::Message::user("hi")],
+                    ..Default::default()
+                })
+                .build()
+                .unwrap();
+            assert_eq!(
+                r.url().as_str(),
+                format!("https://generativelanguage.googleapis.com/v1beta/models/{tail}")
+            );
+            assert_eq!(r.headers()["x-goog-api-key"], "g-key-123");
+            assert!(r.headers().get("authorization").is_none());
+            let body: Value =
+                serde_json::from_slice(r.body().unwrap().as_bytes().unwrap()).unwrap();
+            assert_eq!(body["contents"][0]["parts"][0]["text"], "hi");
+        }
     }
 }

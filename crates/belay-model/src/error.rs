@@ -26,7 +26,7 @@ pub enum ModelError {
     #[error("model configuration: {0}")]
     Config(String),
     /// A model API name that belay does not speak.
-    #[error("unknown model API `{value}`: use responses, chat-completions or anthropic")]
+    #[error("unknown model API `{value}`: use responses, chat-completions, anthropic or gemini")]
     UnknownApi { value: String },
 }
 

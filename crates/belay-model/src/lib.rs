@@ -1,14 +1,15 @@
 //! Model clients and the scripted model server.
 //!
-//! * [`ModelClient`]: one client for three wire dialects ([`Api`]): OpenAI
-//!   Responses, OpenAI Chat Completions and Anthropic Messages, streaming over
-//!   SSE or not, with tool calling, retries (backoff, jitter, `Retry-After`), an
-//!   idle-stream timeout and an optional overall timeout.
+//! * [`ModelClient`]: one client for four wire dialects ([`Api`]): OpenAI
+//!   Responses, OpenAI Chat Completions, Anthropic Messages and Google
+//!   Gemini, streaming over SSE or not, with tool calling, retries (backoff,
+//!   jitter, `Retry-After`), an idle-stream timeout and an optional overall
+//!   timeout.
 //! * [`UsageLedger`]: tokens, requests, retries, latency and cost, written to
 //!   `llm-usage.json` after every call.
 //! * [`keys`]: API keys from the environment or a local `.env`, never from files
 //!   belay writes.
-//! * [`replay`]: `belay model replay`, a server that answers all three dialects
+//! * [`replay`]: `belay model replay`, a server that answers all four dialects
 //!   from a script, and logs every request it receives.
 
 mod client;

@@ -1,10 +1,10 @@
 //! The scripted model server (`belay model replay`).
 //!
-//! It answers OpenAI Responses, Chat Completions and Anthropic Messages
-//! requests, streamed or not, from a script of turns, and appends every request
-//! it receives to a JSONL log. Tests use it in place of the remote model; users
-//! use it to rehearse a pipeline without spending tokens. The script format is
-//! documented in `docs/models-and-agents.md`.
+//! It answers OpenAI Responses, Chat Completions, Anthropic Messages and
+//! Google Gemini requests, streamed or not, from a script of turns, and appends
+//! every request it receives to a JSONL log. Tests use it in place of the
+//! remote model; users use it to rehearse a pipeline without spending tokens.
+//! The script format is documented in `docs/models-and-agents.md`.
 //!
 //! Matching: each request takes the first unused turn, in script order, whose
 //! `match` (if any) holds. A turn is used once unless it says `repeat: true`.
@@ -332,7 +332,8 @@ impl ReplayServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`: the Anthropic base URL.
+    /// `http://127.0.0.1:PORT`: the Anthropic base URL, and Gemini's
+    /// (`GOOGLE_GEMINI_BASE_URL`; calls go to `/v1beta/models/{model}:…`).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -375,8 +376,29 @@ impl Drop for ReplayServer {
     }
 }
 
+/// A Gemini call's path, `…/models/{model}:{method}`: the model and the method.
+fn gemini_call(path: &str) -> Option<(&str, &str)> {
+    let (_, rest) = path.rsplit_once("/models/")?;
+    let (model, method) = rest.split_once(':')?;
+    (!model.is_empty() && !model.contains('/')).then_some((model, method))
+}
+
+/// A request from a Gemini client: a Gemini version in the path, or the
+/// headers Google's SDKs send.
+fn from_gemini_client(path: &str, headers: &HeaderMap) -> bool {
+    path.starts_with("/v1beta/")
+        || path.starts_with("/v1alpha/")
+        || headers.contains_key("x-goog-api-key")
+        || headers.contains_key("x-goog-api-client")
+}
+
 fn api_of(path: &str) -> Option<Api> {
-    if path.ends_with("/responses") {
+    if matches!(
+        gemini_call(path),
+        Some((_, "generateContent" | "streamGenerateContent"))
+    ) {
+        Some(Api::Gemini)
+    } else if path.ends_with("/responses") {
         Some(Api::Responses)
     } else if path.ends_with("/chat/completions") {
         Some(Api::ChatCompletions)
@@ -417,10 +439,67 @@ fn error_body(api: Option<Api>, status: u16, message: &str) -> Value {
         Some(Api::Anthropic) => {
             json!({"type": "error", "error": {"type": if status == 429 {"rate_limit_error"} else {"api_error"}, "message": message}})
         }
-        _ => {
+        Some(Api::Gemini) => dialect::gemini::error_body(status, message),
+        Some(Api::Responses | Api::ChatCompletions) | None => {
             json!({"error": {"message": message, "type": if status == 429 {"rate_limit_exceeded"} else {"server_error"}, "code": status}})
         }
     }
+}
+
+/// Gemini's stream without `alt=sse`: one JSON array, a chunk per element.
+fn json_array_frames(events: &[(String, String)]) -> Vec<Bytes> {
+    let last = events.len().saturating_sub(1);
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, (_, data))| {
+            let mut f = String::from(if i == 0 { "[" } else { ",\r\n" });
+            f.push_str(data);
+            if i == last {
+                f.push(']');
+            }
+            Bytes::from(f)
+        })
+        .collect()
+}
+
+/// What a request that uses no turn is answered (model lists, token counts),
+/// or `None` for a request that needs a turn or goes to no endpoint.
+fn meta_answer(
+    method: &Method,
+    path: &str,
+    gemini_client: bool,
+    model: Option<&str>,
+    body_len: usize,
+) -> Option<Value> {
+    let gemini_model = |id: &str| {
+        json!({"name": format!("models/{id}"), "version": "001", "displayName": id,
+               "description": "a belay replay model",
+               "inputTokenLimit": 1_048_576, "outputTokenLimit": 65_536,
+               "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]})
+    };
+    let id = model.unwrap_or("replay");
+    if *method == Method::GET && path.ends_with("/models") {
+        return Some(if gemini_client {
+            json!({ "models": [gemini_model(id)] })
+        } else {
+            json!({"object": "list", "data": [{"id": id, "object": "model", "owned_by": "belay-replay"}]})
+        });
+    }
+    if *method == Method::GET && gemini_client {
+        if let Some((_, m)) = path.rsplit_once("/models/") {
+            if !m.is_empty() && !m.contains(['/', ':']) {
+                return Some(gemini_model(m));
+            }
+        }
+    }
+    if *method == Method::POST && path.ends_with("/messages/count_tokens") {
+        return Some(json!({"input_tokens": body_len / 4}));
+    }
+    if *method == Method::POST && matches!(gemini_call(path), Some((_, "countTokens"))) {
+        return Some(json!({"totalTokens": body_len / 4}));
+    }
+    None
 }
 
 fn sse_frame(event: &str, data: &str) -> Bytes {
@@ -475,26 +554,40 @@ async fn handle(
     State(state): State<Shared>,
     method: Method,
     uri: Uri,
-    _headers: HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 ) -> axum::response::Response {
     let path = uri.path().to_string();
     let body_text = String::from_utf8_lossy(&body);
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let model = parsed
-        .get("model")
-        .and_then(Value::as_str)
-        .map(String::from);
-    let stream = parsed
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    // Gemini names the model and whether to stream in the path, the others in the body.
+    let gemini = gemini_call(&path);
+    let model = match gemini {
+        Some((m, _)) => Some(m.to_string()),
+        None => parsed
+            .get("model")
+            .and_then(Value::as_str)
+            .map(String::from),
+    };
+    let stream = match gemini {
+        Some((_, m)) => m == "streamGenerateContent",
+        None => parsed
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    };
+    // Gemini streams SSE only with `?alt=sse`; without, one JSON array.
+    let sse = gemini.is_none()
+        || uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+    let gemini_client = gemini.is_some() || from_gemini_client(&path, &headers);
     let api = api_of(&path).filter(|_| method == Method::POST);
     let mut decoded = String::new();
     decoded_strings(&parsed, &mut decoded);
 
     // Pick the turn under the lock; answer outside it.
-    let (seq, picked) = {
+    let (seq, picked, listed_model) = {
         let Ok(mut s) = state.lock() else {
             return (StatusCode::INTERNAL_SERVER_ERROR, "replay state poisoned").into_response();
         };
@@ -516,14 +609,22 @@ async fn handle(
             }
             Some((i, s.script.turns[i].clone(), s.script.model.clone()))
         });
-        (seq, picked)
+        (seq, picked, s.script.model.clone())
     };
 
     // Logged before answering: a client that hangs up mid-answer is still on record.
-    let is_models = method == Method::GET && path.ends_with("/models");
-    let is_count = path.ends_with("/messages/count_tokens");
+    let meta = match api {
+        Some(_) => None,
+        None => meta_answer(
+            &method,
+            &path,
+            gemini_client,
+            listed_model.as_deref().or(model.as_deref()),
+            body.len(),
+        ),
+    };
     let status: u16 = match (api, &picked) {
-        (None, _) if is_models || is_count => 200,
+        (None, _) if meta.is_some() => 200,
         (None, _) => 404,
         (Some(_), None) => 400,
         (Some(_), Some((_, t, _))) => t.error.as_ref().map(|e| e.status).unwrap_or(200),
@@ -555,27 +656,55 @@ async fn handle(
     drop(record);
 
     match (api, &picked) {
-        (None, _) if is_models => axum::Json(json!({"object": "list", "data": [{"id": model.clone().unwrap_or_else(|| "replay".into()), "object": "model", "owned_by": "belay-replay"}]}))
-            .into_response(),
-        (None, _) if is_count => axum::Json(json!({"input_tokens": body.len() / 4})).into_response(),
-        (None, _) => {
-            let msg = format!("belay replay: no such endpoint {method} {path}");
-            (StatusCode::NOT_FOUND, axum::Json(error_body(None, 404, &msg))).into_response()
-        }
+        (None, _) => match meta {
+            Some(v) => axum::Json(v).into_response(),
+            None => {
+                let msg = format!("belay replay: no such endpoint {method} {path}");
+                let shape = gemini_client.then_some(Api::Gemini);
+                (
+                    StatusCode::NOT_FOUND,
+                    axum::Json(error_body(shape, 404, &msg)),
+                )
+                    .into_response()
+            }
+        },
         (Some(api), None) => {
             let msg = format!(
                 "belay replay: no scripted turn left for request #{seq} ({method} {path}); every turn that matches is used"
             );
             tracing::warn!("{msg}");
-            (StatusCode::BAD_REQUEST, axum::Json(error_body(Some(api), 400, &msg))).into_response()
+            (
+                StatusCode::BAD_REQUEST,
+                axum::Json(error_body(Some(api), 400, &msg)),
+            )
+                .into_response()
         }
         (Some(api), Some((_, turn, script_model))) => {
             if turn.delay_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(turn.delay_ms)).await;
             }
-            answer(api, turn, seq, model.as_deref(), script_model.as_deref(), stream, &parsed, body.len()).1
+            let how = Delivery { stream, sse };
+            answer(
+                api,
+                turn,
+                seq,
+                model.as_deref(),
+                script_model.as_deref(),
+                how,
+                &parsed,
+                body.len(),
+            )
+            .1
         }
     }
+}
+
+/// How a reply goes out: whole, or streamed as SSE or (Gemini without
+/// `alt=sse`) as one JSON array sent chunk by chunk.
+#[derive(Debug, Clone, Copy)]
+struct Delivery {
+    stream: bool,
+    sse: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -585,10 +714,11 @@ fn answer(
     seq: u64,
     req_model: Option<&str>,
     script_model: Option<&str>,
-    stream: bool,
+    how: Delivery,
     req: &Value,
     body_len: usize,
 ) -> (u16, axum::response::Response) {
+    let Delivery { stream, sse } = how;
     if let Some(e) = &turn.error {
         let msg = e
             .message
@@ -618,7 +748,11 @@ fn answer(
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let events = dialect::reply_events(api, &resp, &id, model, include_usage);
-    let frames: Vec<Bytes> = events.iter().map(|(e, d)| sse_frame(e, d)).collect();
+    let frames: Vec<Bytes> = if sse {
+        events.iter().map(|(e, d)| sse_frame(e, d)).collect()
+    } else {
+        json_array_frames(&events)
+    };
     let drop_after = turn.drop_after;
     let stall = turn
         .stall_after
@@ -647,7 +781,11 @@ fn answer(
     let mut r = Body::from_stream(s).into_response();
     r.headers_mut().insert(
         "content-type",
-        axum::http::HeaderValue::from_static("text/event-stream"),
+        axum::http::HeaderValue::from_static(if sse {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }),
     );
     r.headers_mut().insert(
         "cache-control",

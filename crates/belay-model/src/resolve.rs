@@ -1,9 +1,10 @@
 //! Which model, where, with which key: resolved here for every mode and flag.
 //!
 //! The key's variable is the one named (`--llm-key-env`, `llm.api_key_env`),
-//! else `ANTHROPIC_API_KEY` for the Anthropic dialect and `OPENAI_API_KEY`
-//! otherwise. The base URL is the one given, else (where the caller allows it)
-//! `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`, else the dialect's default. The
+//! else `ANTHROPIC_API_KEY` for the Anthropic dialect, `GEMINI_API_KEY` for
+//! Gemini and `OPENAI_API_KEY` otherwise. The base URL is the one given, else
+//! (where the caller allows it) `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` /
+//! `GOOGLE_GEMINI_BASE_URL`, else the dialect's default. The
 //! model is the one given, else `BELAY_MODEL`, else the dialect's default.
 //! Settings come from the environment first, then `./.env` ([`Settings`]).
 
@@ -84,10 +85,10 @@ pub fn agent_endpoint(
 
 /// The key's variable for `api` when none is named.
 pub fn default_key_env(api: Api) -> &'static str {
-    if api == Api::Anthropic {
-        "ANTHROPIC_API_KEY"
-    } else {
-        "OPENAI_API_KEY"
+    match api {
+        Api::Anthropic => "ANTHROPIC_API_KEY",
+        Api::Gemini => "GEMINI_API_KEY",
+        Api::Responses | Api::ChatCompletions => "OPENAI_API_KEY",
     }
 }
 
@@ -99,10 +100,10 @@ pub fn resolve(w: &ModelWanted<'_>, settings: &Settings) -> Result<Option<Resolv
         .map(str::to_string)
         .unwrap_or_else(|| default_key_env(w.api).to_string());
     let key = settings.secret(&key_env);
-    let base_env = if w.api == Api::Anthropic {
-        "ANTHROPIC_BASE_URL"
-    } else {
-        "OPENAI_BASE_URL"
+    let base_env = match w.api {
+        Api::Anthropic => "ANTHROPIC_BASE_URL",
+        Api::Gemini => "GOOGLE_GEMINI_BASE_URL",
+        Api::Responses | Api::ChatCompletions => "OPENAI_BASE_URL",
     };
     let base = w
         .base_url
@@ -121,7 +122,8 @@ pub fn resolve(w: &ModelWanted<'_>, settings: &Settings) -> Result<Option<Resolv
         .unwrap_or_else(|| {
             match w.api {
                 Api::Anthropic => "claude-sonnet-4-5",
-                _ => "gpt-5-mini",
+                Api::Gemini => "gemini-2.5-flash",
+                Api::Responses | Api::ChatCompletions => "gpt-5-mini",
             }
             .to_string()
         });
@@ -227,5 +229,6 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("BELAY_TEST_KEY_NONE"), "{e}");
         assert_eq!(default_key_env(Api::Anthropic), "ANTHROPIC_API_KEY");
+        assert_eq!(default_key_env(Api::Gemini), "GEMINI_API_KEY");
     }
 }

@@ -14,6 +14,10 @@ pub enum Api {
     ChatCompletions,
     /// Anthropic Messages, `POST {base}/v1/messages`.
     Anthropic,
+    /// Google Gemini (Generative Language API),
+    /// `POST {base}/v1beta/models/{model}:generateContent` (streamed:
+    /// `:streamGenerateContent?alt=sse`).
+    Gemini,
 }
 
 impl Api {
@@ -22,6 +26,7 @@ impl Api {
             Api::Responses => "responses",
             Api::ChatCompletions => "chat-completions",
             Api::Anthropic => "anthropic",
+            Api::Gemini => "gemini",
         }
     }
 }
@@ -39,6 +44,7 @@ impl FromStr for Api {
             "responses" => Ok(Api::Responses),
             "chat-completions" | "chat" => Ok(Api::ChatCompletions),
             "anthropic" | "messages" => Ok(Api::Anthropic),
+            "gemini" | "google" => Ok(Api::Gemini),
             other => Err(crate::ModelError::UnknownApi {
                 value: other.to_string(),
             }),

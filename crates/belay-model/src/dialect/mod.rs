@@ -1,4 +1,4 @@
-//! The three wire dialects: request bodies, replies (whole and streamed), and
+//! The four wire dialects: request bodies, replies (whole and streamed), and
 //! the server side of each (used by the replay server).
 //!
 //! Replies are read from `serde_json::Value` so that unknown fields, and the
@@ -6,6 +6,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod gemini;
 pub mod responses;
 
 use serde_json::Value;
@@ -13,7 +14,9 @@ use serde_json::Value;
 use crate::sse::Event;
 use crate::types::{Api, Request, Response};
 
-/// The URL of a dialect's endpoint under `base`.
+/// The URL of a dialect's endpoint under `base`. For Gemini, whose calls
+/// name the model and the method in the path, it is the models collection
+/// (`{base}/v1beta/models`); [`call_url`] is the URL of one call.
 pub fn endpoint(api: Api, base: &str) -> String {
     let base = base.trim_end_matches('/');
     match api {
@@ -21,15 +24,27 @@ pub fn endpoint(api: Api, base: &str) -> String {
         Api::ChatCompletions => format!("{base}/chat/completions"),
         Api::Anthropic if base.ends_with("/v1") => format!("{base}/messages"),
         Api::Anthropic => format!("{base}/v1/messages"),
+        Api::Gemini => gemini::models_url(base),
     }
 }
 
-/// The request body.
+/// The URL a call to `model` goes to: the dialect's endpoint, except for
+/// Gemini, where it is `{base}/v1beta/models/{model}:generateContent` (or
+/// `:streamGenerateContent?alt=sse`).
+pub fn call_url(api: Api, base: &str, model: &str, stream: bool) -> String {
+    match api {
+        Api::Gemini => gemini::url(base, model, stream),
+        _ => endpoint(api, base),
+    }
+}
+
+/// The request body (Gemini's names neither the model nor `stream`: the URL does).
 pub fn body(api: Api, req: &Request, model: &str, stream: bool) -> Value {
     match api {
         Api::Responses => responses::body(req, model, stream),
         Api::ChatCompletions => chat::body(req, model, stream),
         Api::Anthropic => anthropic::body(req, model, stream),
+        Api::Gemini => gemini::body(req),
     }
 }
 
@@ -57,6 +72,7 @@ pub fn parse(api: Api, v: &Value) -> Result<Response, DecodeError> {
         Api::Responses => responses::parse(v),
         Api::ChatCompletions => chat::parse(v),
         Api::Anthropic => anthropic::parse(v),
+        Api::Gemini => gemini::parse(v),
     }
 }
 
@@ -66,6 +82,7 @@ pub fn reply(api: Api, r: &Response, id: &str, model: &str) -> Value {
         Api::Responses => responses::reply(r, id, model),
         Api::ChatCompletions => chat::reply(r, id, model),
         Api::Anthropic => anthropic::reply(r, id, model),
+        Api::Gemini => gemini::reply(r, id, model),
     }
 }
 
@@ -82,6 +99,7 @@ pub fn reply_events(
         Api::Responses => responses::reply_events(r, id, model),
         Api::ChatCompletions => chat::reply_events(r, id, model, include_usage),
         Api::Anthropic => anthropic::reply_events(r, id, model),
+        Api::Gemini => gemini::reply_events(r, id, model),
     }
 }
 
@@ -91,6 +109,7 @@ pub enum StreamState {
     Responses(responses::Stream),
     Chat(chat::Stream),
     Anthropic(anthropic::Stream),
+    Gemini(gemini::Stream),
 }
 
 impl StreamState {
@@ -99,6 +118,7 @@ impl StreamState {
             Api::Responses => StreamState::Responses(Default::default()),
             Api::ChatCompletions => StreamState::Chat(Default::default()),
             Api::Anthropic => StreamState::Anthropic(Default::default()),
+            Api::Gemini => StreamState::Gemini(Default::default()),
         }
     }
 
@@ -108,15 +128,18 @@ impl StreamState {
             StreamState::Responses(s) => s.on_event(ev),
             StreamState::Chat(s) => s.on_event(ev),
             StreamState::Anthropic(s) => s.on_event(ev),
+            StreamState::Gemini(s) => s.on_event(ev),
         }
     }
 
     /// The stream ended without its completion event: is what arrived whole
-    /// enough to use? (Some local servers omit `[DONE]` after a finish reason.)
+    /// enough to use? (Some local servers omit `[DONE]` after a finish reason;
+    /// Gemini has no completion event: its stream ends after the finish reason.)
     pub fn usable_without_end(&self) -> bool {
         match self {
             StreamState::Chat(s) => s.finished(),
-            _ => false,
+            StreamState::Gemini(s) => s.finished(),
+            StreamState::Responses(_) | StreamState::Anthropic(_) => false,
         }
     }
 
@@ -125,6 +148,7 @@ impl StreamState {
             StreamState::Responses(s) => s.into_response(),
             StreamState::Chat(s) => s.into_response(),
             StreamState::Anthropic(s) => s.into_response(),
+            StreamState::Gemini(s) => s.into_response(),
         }
     }
 }
@@ -223,7 +247,12 @@ mod tests {
             },
             ..Default::default()
         };
-        for api in [Api::Responses, Api::ChatCompletions, Api::Anthropic] {
+        for api in [
+            Api::Responses,
+            Api::ChatCompletions,
+            Api::Anthropic,
+            Api::Gemini,
+        ] {
             let whole = parse(api, &reply(api, &r, "id_1", "m")).unwrap();
             assert_eq!(whole.text, r.text, "{api}");
             assert!(
@@ -238,7 +267,11 @@ mod tests {
                 assert!(!done, "{api}: an event after the completion event");
                 done = s.on_event(&Event { event, data }).unwrap();
             }
-            assert!(done, "{api}: no completion event");
+            // Gemini has no completion event: its stream ends after the finish reason.
+            assert!(
+                done || (api == Api::Gemini && s.usable_without_end()),
+                "{api}: no completion event"
+            );
             let streamed = s.into_response();
             assert_eq!(streamed.text, r.text, "{api}");
             assert!(
