@@ -22,6 +22,8 @@ pub struct CommandRun {
     pub duration_s: f64,
     /// Its last 4,000 characters of output (stdout, then stderr), redacted.
     pub output_tail: String,
+    /// Its whole output, redacted (`<log_prefix><name>.log`).
+    pub log: PathBuf,
 }
 
 impl CommandRun {
@@ -101,7 +103,7 @@ pub async fn run(c: Checks<'_>) -> Result<Vec<CommandRun>, AgentError> {
                     working_dir: Some(crate::sandbox::WORKDIR.into()),
                     env: vec![("HOME".into(), "/tmp".into())],
                     timeout: Some(c.timeout),
-                    log_path: log,
+                    log_path: log.clone(),
                     log_limit: None,
                 },
                 c.redactor,
@@ -126,6 +128,7 @@ pub async fn run(c: Checks<'_>) -> Result<Vec<CommandRun>, AgentError> {
             timed_out: out.timed_out,
             duration_s: out.duration.as_secs_f64(),
             output_tail: last_chars(&tail, 4000),
+            log,
         };
         let passed = run.passed();
         ran.push(run);

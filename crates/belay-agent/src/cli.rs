@@ -53,6 +53,19 @@ pub struct Endpoint {
     pub key: Option<Secret>,
 }
 
+/// gemini's settings when belay gives it an endpoint: API-key auth.
+pub const GEMINI_SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#;
+
+/// codex's analytics (its metrics exporter) and its plugin sync off: in a
+/// sandbox their hosts are unreachable and codex waits for each lookup (5 s
+/// a call) before it exits. No environment variable does it in 0.171.
+pub const CODEX_QUIET_ARGS: [&str; 4] = [
+    "-c",
+    "analytics.enabled=false",
+    "-c",
+    "features.plugins=false",
+];
+
 /// What to run for one prompt.
 #[derive(Debug, Clone)]
 pub struct CliCommand {
@@ -158,7 +171,7 @@ impl CliAgent {
         match self.kind {
             CliKind::Claude => self.claude_args(inline, &mut argv, &mut env)?,
             CliKind::Codex => return self.codex_command(argv, env, stdin, inline),
-            CliKind::Gemini => self.gemini_args(inline, &mut argv, &mut env),
+            CliKind::Gemini => self.gemini_args(inline, &mut argv, &mut env)?,
             CliKind::Plain => return Ok(self.plain_command(prompt, argv, env, stdin)),
             CliKind::Grok | CliKind::Antigravity => {
                 return self.prompt_file_command(prompt, argv, env);
@@ -171,6 +184,22 @@ impl CliAgent {
             env,
             prompt_file: None,
         })
+    }
+
+    /// The one dialect table ([`crate::spec::AgentKind::dialects`]), checked
+    /// again where the command is built (a mode checks it before any work).
+    fn check_dialect(&self, e: &Endpoint) -> Result<(), AgentError> {
+        let kind = match self.kind {
+            CliKind::Claude => crate::AgentKind::Claude,
+            CliKind::Codex => crate::AgentKind::Codex,
+            CliKind::Gemini => crate::AgentKind::Gemini,
+            CliKind::Grok | CliKind::Antigravity | CliKind::Plain => return Ok(()),
+        };
+        let spec = crate::AgentSpec { kind, model: None };
+        spec.check_dialect("CLI", e.api, &e.base_url, |a| {
+            format!("point it at a `{a}` endpoint")
+        })?;
+        Ok(())
     }
 
     /// Claude Code's arguments and env additions after the program (the caller adds `extra_args`).
@@ -197,12 +226,7 @@ impl CliAgent {
             env.push(("IS_SANDBOX".into(), "1".into()));
         }
         if let Some(e) = &self.endpoint {
-            if e.api != belay_model::Api::Anthropic {
-                return Err(AgentError::Config(format!(
-                    "Claude Code speaks the Anthropic Messages API, not {}: point it at an anthropic endpoint",
-                    e.api
-                )));
-            }
+            self.check_dialect(e)?;
             env.push(("ANTHROPIC_BASE_URL".into(), e.base_url.clone()));
             if let Some(k) = &e.key {
                 env.push(("ANTHROPIC_API_KEY".into(), k.expose().to_string()));
@@ -220,6 +244,9 @@ impl CliAgent {
         inline: Option<String>,
     ) -> Result<CliCommand, AgentError> {
         argv.extend(["exec", "--json", "--skip-git-repo-check"].map(String::from));
+        for a in CODEX_QUIET_ARGS {
+            argv.push(a.to_string());
+        }
         if self.auto_approve {
             argv.push("--dangerously-bypass-approvals-and-sandbox".into());
         } else {
@@ -229,15 +256,11 @@ impl CliAgent {
             argv.extend(["-m".into(), m.clone()]);
         }
         if let Some(e) = &self.endpoint {
-            let wire =
-                match e.api {
-                    belay_model::Api::Responses => "responses",
-                    belay_model::Api::ChatCompletions => "chat",
-                    belay_model::Api::Anthropic => return Err(AgentError::Config(
-                        "codex speaks the OpenAI Responses or Chat Completions API, not anthropic"
-                            .into(),
-                    )),
-                };
+            self.check_dialect(e)?;
+            let wire = match e.api {
+                belay_model::Api::ChatCompletions => "chat",
+                _ => "responses",
+            };
             let mut cfg = vec![
                 "model_provider=belay".to_string(),
                 "model_providers.belay.name=\"belay\"".to_string(),
@@ -269,7 +292,7 @@ impl CliAgent {
         inline: Option<String>,
         argv: &mut Vec<String>,
         env: &mut Vec<(String, String)>,
-    ) {
+    ) -> Result<(), AgentError> {
         // Without `-p`, gemini takes a piped prompt from stdin.
         if let Some(p) = inline {
             argv.extend(["-p".into(), p]);
@@ -282,12 +305,20 @@ impl CliAgent {
             argv.push("--yolo".into());
         }
         if let Some(e) = &self.endpoint {
-            // Gemini CLI speaks Google's own API at this address.
+            self.check_dialect(e)?;
+            // Gemini CLI speaks Google's own API at this address. Headless,
+            // it needs the workspace trusted and API-key auth chosen in its
+            // settings (a bare base URL makes it pick a gateway auth it
+            // refuses): the launcher writes [`GEMINI_SETTINGS`] to a
+            // settings home of belay's.
             env.push(("GOOGLE_GEMINI_BASE_URL".into(), e.base_url.clone()));
+            env.push(("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()));
+            env.push(("BELAY_GEMINI_SETTINGS".into(), GEMINI_SETTINGS.into()));
             if let Some(k) = &e.key {
                 env.push(("GEMINI_API_KEY".into(), k.expose().to_string()));
             }
         }
+        Ok(())
     }
 
     /// A plain command: the template filled in (the prompt on stdin without a `{prompt}` slot).

@@ -24,7 +24,7 @@ pub mod workspace;
 pub use event::{AgentEvent, AgentReport, Limits, StopReason};
 pub use sandbox::{AgentBox, BoxSpec};
 pub use session::{AgentSession, Placement};
-pub use spec::{AgentKind, AgentSpec, SpecError};
+pub use spec::{AgentKind, AgentSpec, DialectError, SpecError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -41,10 +41,19 @@ pub enum AgentError {
     Record(#[from] belay_record::RecordError),
     #[error("agent configuration: {0}")]
     Config(String),
+    /// Boxed: it carries the role, the agent, the address and the fix.
+    #[error(transparent)]
+    Dialect(Box<spec::DialectError>),
     #[error(transparent)]
     Sandbox(#[from] belay_sandbox::SandboxError),
     #[error(transparent)]
     Vcs(#[from] belay_vcs::VcsError),
+}
+
+impl From<spec::DialectError> for AgentError {
+    fn from(e: spec::DialectError) -> Self {
+        AgentError::Dialect(Box::new(e))
+    }
 }
 
 impl belay_record::Classify for AgentError {
@@ -52,6 +61,7 @@ impl belay_record::Classify for AgentError {
         use belay_record::ExitClass;
         match self {
             AgentError::Spawn { .. } | AgentError::Config(_) => ExitClass::Usage,
+            AgentError::Dialect(e) => e.exit_class(),
             AgentError::Io(_) => ExitClass::Failed,
             AgentError::Model(e) => e.exit_class(),
             AgentError::Record(e) => e.exit_class(),

@@ -113,6 +113,7 @@ impl AgentBox {
         mounts.extend(container_mounts(s.agent)?);
         mounts.extend(s.extras.mounts.iter().cloned());
         let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
+        env.extend(quiet_cli_env());
         if let Some(r) = &route {
             env.extend(r.env.iter().cloned());
         }
@@ -205,6 +206,26 @@ impl AgentBox {
                 ))
             })
     }
+}
+
+/// What every agent container gets so that a CLI calls only its model: its
+/// telemetry, feature-flag, update and error-report calls switched off.
+/// Those hosts are unreachable from belay's sandbox, and a CLI waits for each
+/// lookup to time out (Claude Code about 10 s a call, codex 5 s); off, a call
+/// costs in a container what it costs on the host. codex has no variable for
+/// it: its flags are [`crate::cli::CODEX_QUIET_ARGS`].
+pub fn quiet_cli_env() -> Vec<(String, String)> {
+    [
+        // Claude Code: telemetry, GrowthBook, the auto-updater, error
+        // reporting and the feedback survey, all at once.
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        // gemini: its usage statistics.
+        ("GEMINI_TELEMETRY_ENABLED", "false"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 /// What keeps the agent from git: the repository's git dir read-only (also

@@ -117,6 +117,10 @@ pub fn program_of(spec: &AgentSpec, in_container: bool) -> Result<String, AgentE
     Ok(pinned.display().to_string())
 }
 
+/// In the container, before the CLI: gemini's settings home of belay's,
+/// when the CLI was given [`cli::GEMINI_SETTINGS`].
+const GEMINI_HOME_SETUP: &str = "[ -z \"$BELAY_GEMINI_SETTINGS\" ] || { export GEMINI_CLI_HOME=/tmp/.belay-gemini; mkdir -p \"$GEMINI_CLI_HOME/.gemini\" && printf '%s' \"$BELAY_GEMINI_SETTINGS\" > \"$GEMINI_CLI_HOME/.gemini/settings.json\"; }; ";
+
 /// The read-only mounts a container needs to run `spec`: the pinned CLIs and
 /// the host's node for codex, claude and gemini; a `cmd:` program at its own
 /// path. Nothing for the built-in agent.
@@ -314,6 +318,26 @@ impl AgentSession<'_> {
         Ok(agent)
     }
 
+    /// On the host, gemini with belay's endpoint reads its settings from a
+    /// home of the run's own (the user's `~/.gemini` is left alone).
+    fn gemini_home_on_host(
+        &self,
+        agent: &cli::CliAgent,
+        env: &[(String, String)],
+    ) -> Result<Vec<(String, String)>, AgentError> {
+        let mut env = env.to_vec();
+        if agent.kind == CliKind::Gemini && agent.endpoint.is_some() {
+            let home = self.logs.join("gemini-home");
+            let dir = home.join(".gemini");
+            fs_err::create_dir_all(&dir)
+                .map_err(|e| AgentError::Io(format!("cannot create {}: {e}", dir.display())))?;
+            belay_record::atomic_write(&dir.join("settings.json"), cli::GEMINI_SETTINGS.as_bytes())
+                .map_err(|e| AgentError::Io(e.to_string()))?;
+            env.push(("GEMINI_CLI_HOME".into(), home.display().to_string()));
+        }
+        Ok(env)
+    }
+
     async fn run_cli(
         &self,
         prompt: &str,
@@ -328,6 +352,7 @@ impl AgentSession<'_> {
                 fs_err::create_dir_all(&self.logs).map_err(|e| {
                     AgentError::Io(format!("cannot create {}: {e}", self.logs.display()))
                 })?;
+                let env = &self.gemini_home_on_host(&agent, env)?;
                 let mut launch = Launch::for_agent(&agent, prompt, cwd.clone(), env)?;
                 launch.pid_file = self.pid_file.clone();
                 launch.process = self.process.clone();
@@ -455,7 +480,7 @@ impl AgentSession<'_> {
                 "-c".to_string(),
                 "inner=$1; shift; setsid -w sh -c \"$inner\" belay-agent \"$@\"; rc=$?; g=$(cat /tmp/.belay-agent.pid 2>/dev/null) && [ -n \"$g\" ] && kill -KILL -\"$g\" 2>/dev/null; exit $rc".to_string(),
                 "belay-wrap".to_string(),
-                format!("{to_file}mkdir -p \"${{CODEX_HOME:-/tmp/.codex}}\"; echo $$ > /tmp/.belay-agent.pid; exec \"$@\"{redirect}"),
+                format!("{to_file}mkdir -p \"${{CODEX_HOME:-/tmp/.codex}}\"; {GEMINI_HOME_SETUP}echo $$ > /tmp/.belay-agent.pid; exec \"$@\"{redirect}"),
             ],
         );
         argv.extend(cmd.argv.iter().cloned());

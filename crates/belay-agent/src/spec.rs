@@ -211,6 +211,86 @@ impl fmt::Display for AgentSpec {
     }
 }
 
+/// An agent pointed at an endpoint whose wire dialect it does not speak
+/// (Claude Code at an OpenAI Responses address, codex at an Anthropic one):
+/// refused before any work, since every call would fail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the {role} agent `{agent}` speaks {speaks}, but its endpoint {base_url} is set to `{api}`: {fix}")]
+pub struct DialectError {
+    /// `developer`, `reviewer`, `planner`, `round`, `job`, a step's name…
+    pub role: String,
+    pub agent: String,
+    /// What it speaks, in words.
+    pub speaks: &'static str,
+    pub api: belay_model::Api,
+    pub base_url: String,
+    /// How to fix it, in the mode's own flags.
+    pub fix: String,
+}
+
+impl belay_record::Classify for DialectError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        belay_record::ExitClass::Usage
+    }
+}
+
+impl AgentKind {
+    /// The wire dialects this agent can be pointed at, with their words;
+    /// `None` where belay does not choose: the built-in agent calls any
+    /// through belay's own client, a `cmd:` program is given the address and
+    /// the dialect, and grok and agy are not wired to an endpoint.
+    pub fn dialects(&self) -> Option<(&'static [belay_model::Api], &'static str)> {
+        use belay_model::Api;
+        match self {
+            AgentKind::Claude => Some((
+                &[Api::Anthropic],
+                "the Anthropic Messages API (`anthropic`)",
+            )),
+            AgentKind::Codex => Some((
+                &[Api::Responses, Api::ChatCompletions],
+                "the OpenAI Responses or Chat Completions API (`responses`, `chat-completions`)",
+            )),
+            AgentKind::Gemini => Some((&[Api::Gemini], "Google's Gemini API (`gemini`)")),
+            AgentKind::Builtin
+            | AgentKind::Grok
+            | AgentKind::Antigravity
+            | AgentKind::Command { .. } => None,
+        }
+    }
+
+    /// The first dialect this agent speaks (what a fix should name).
+    pub fn native_dialect(&self) -> Option<belay_model::Api> {
+        self.dialects().and_then(|(d, _)| d.first().copied())
+    }
+}
+
+impl AgentSpec {
+    /// Refuse an endpoint this agent cannot talk to, before any work.
+    /// `fix` is told the dialect to name and says how, in the mode's flags.
+    pub fn check_dialect(
+        &self,
+        role: &str,
+        api: belay_model::Api,
+        base_url: &str,
+        fix: impl FnOnce(belay_model::Api) -> String,
+    ) -> Result<(), DialectError> {
+        let Some((accepted, speaks)) = self.kind.dialects() else {
+            return Ok(());
+        };
+        if accepted.contains(&api) {
+            return Ok(());
+        }
+        Err(DialectError {
+            role: role.to_string(),
+            agent: self.to_string(),
+            speaks,
+            api,
+            base_url: base_url.to_string(),
+            fix: fix(accepted[0]),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -287,5 +367,55 @@ mod tests {
         fn never_panics(s in "\\PC{0,40}") {
             let _ = s.parse::<AgentSpec>();
         }
+    }
+
+    #[test]
+    fn each_cli_is_checked_against_the_one_dialect_table() {
+        use belay_model::Api;
+        let fix = |a: Api| format!("use {a}");
+        let claude = p("claude@m").unwrap();
+        assert!(claude
+            .check_dialect("reviewer", Api::Anthropic, "u", fix)
+            .is_ok());
+        let e = claude
+            .check_dialect("reviewer", Api::Responses, "http://x/v1", fix)
+            .unwrap_err();
+        assert_eq!(e.fix, "use anthropic");
+        assert!(
+            e.to_string()
+                .starts_with("the reviewer agent `claude@m` speaks the Anthropic Messages API"),
+            "{e}"
+        );
+        let codex = p("codex").unwrap();
+        assert!(codex.check_dialect("d", Api::Responses, "u", fix).is_ok());
+        assert!(codex
+            .check_dialect("d", Api::ChatCompletions, "u", fix)
+            .is_ok());
+        assert_eq!(
+            codex
+                .check_dialect("d", Api::Anthropic, "u", fix)
+                .unwrap_err()
+                .fix,
+            "use responses"
+        );
+        assert!(p("gemini")
+            .unwrap()
+            .check_dialect("d", Api::Responses, "u", fix)
+            .is_err());
+        assert!(p("gemini")
+            .unwrap()
+            .check_dialect("d", Api::Gemini, "u", fix)
+            .is_ok());
+        // Not checked: the built-in agent, grok, agy and commands.
+        for s in ["builtin", "grok", "agy", "cmd:./a.sh"] {
+            assert!(
+                p(s).unwrap()
+                    .check_dialect("d", Api::Anthropic, "u", fix)
+                    .is_ok(),
+                "{s}"
+            );
+        }
+        assert_eq!(AgentKind::Claude.native_dialect(), Some(Api::Anthropic));
+        assert_eq!(AgentKind::Builtin.native_dialect(), None);
     }
 }

@@ -283,11 +283,24 @@ fn agent_config(path: &Path, a: RawAgent, agent: &mut AgentConfig) -> Result<(),
         }
     };
     agent.model_url = a.model_url;
-    if let Some(api) = a.model_api {
-        agent.model_api = api.parse().map_err(|e: belay_model::ModelError| {
-            JobsError::Config(format!("{}: [agent] {e}", path.display()))
-        })?;
-    }
+    // Unset, the dialect is the one the agent speaks; set, it must be one.
+    let spec: Option<belay_agent::AgentSpec> = agent.spec.parse().ok();
+    let native = spec.as_ref().and_then(|s| s.kind.native_dialect());
+    agent.model_api = match a.model_api {
+        None => native.unwrap_or(belay_model::Api::Responses),
+        Some(api) => {
+            let api = api.parse().map_err(|e: belay_model::ModelError| {
+                JobsError::Config(format!("{}: [agent] {e}", path.display()))
+            })?;
+            if let (Some(url), Some(spec)) = (&agent.model_url, &spec) {
+                spec.check_dialect("job", api, url, |native| {
+                    format!("set [agent] model_api = \"{native}\" (or remove it: the agent's own dialect is the default)")
+                })
+                .map_err(|e| JobsError::Config(format!("{}: {e}", path.display())))?;
+            }
+            api
+        }
+    };
     agent.model_key_env = a.model_key_env;
     agent.auto_approve = a.auto_approve;
     agent.wall_time = secs(path, "[agent] wall_time_s", a.wall_time_s, 900.0)?;

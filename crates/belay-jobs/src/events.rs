@@ -1,7 +1,44 @@
 //! The typed events of a job's run (in the shared envelope of
-//! `events.jsonl`, source `jobs`).
+//! `events.jsonl`, source `jobs`), and the few of the queue's own that no
+//! job's run holds (a front end up, a message to the owners): those are only
+//! told to the observer.
+//!
+//! [`JobRun`] is a job's run with the process's observer: every event it
+//! records is told, so the terminal shows what the log holds.
 
+use std::sync::Arc;
+
+use belay_record::{Observer, RecordError, RunHandle};
 use serde::Serialize;
+
+/// A job's run, and the observer every event it records is told.
+pub struct JobRun {
+    run: RunHandle,
+    obs: Arc<dyn Observer<JobEvent>>,
+}
+
+impl JobRun {
+    pub fn new(run: RunHandle, obs: Arc<dyn Observer<JobEvent>>) -> JobRun {
+        JobRun { run, obs }
+    }
+
+    /// Record an event in the job's run and tell the observer.
+    pub fn emit(&self, source: &str, step: Option<&str>, e: &JobEvent) -> Result<u64, RecordError> {
+        self.run.emit_to(source, step, e, &*self.obs)
+    }
+
+    /// A warning, recorded and told.
+    pub fn warn(&self, message: String) {
+        let _ = self.emit("jobs", None, &JobEvent::Warning { message });
+    }
+}
+
+impl std::ops::Deref for JobRun {
+    type Target = RunHandle;
+    fn deref(&self) -> &RunHandle {
+        &self.run
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
@@ -90,6 +127,10 @@ pub enum JobEvent {
     JobFinished {
         job_id: String,
         status: String,
+        /// Why a job that did not commit failed (its checks, its agent, the
+        /// push).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         commits: usize,
         /// Seconds outside the agent: worktrees, stashes, checks, commit,
         /// push, record.
@@ -99,5 +140,42 @@ pub enum JobEvent {
     JobInterrupted {
         job_id: String,
         reason: String,
+    },
+    /// The job could not run (its repositories, its agent spec, a lock).
+    JobFailed {
+        job_id: String,
+        reason: String,
+    },
+    /// Set-id bits the agent left in a worktree, cleared.
+    SetidCleared {
+        repo: String,
+        paths: Vec<String>,
+    },
+    /// Something belay could not do that does not stop the job.
+    Warning {
+        message: String,
+    },
+    // The queue's own, told only (no job's run holds them).
+    /// The HTTP front end listens.
+    HttpListening {
+        url: String,
+    },
+    /// The XMPP front end is online.
+    XmppOnline {
+        jid: String,
+        resumed: bool,
+    },
+    /// The XMPP front end lost its server and connects again.
+    XmppReconnecting {
+        reason: String,
+    },
+    /// A file in the drop directory that is no job, moved to `failed/`.
+    DropRefused {
+        file: String,
+        reason: String,
+    },
+    /// What the owners were told (by chat where they have an address).
+    OwnersTold {
+        text: String,
     },
 }

@@ -31,6 +31,17 @@ pub enum Status {
 }
 
 impl Status {
+    /// A job that failed: its checks, its agent, its push, or its limit
+    /// (the exit class of a failed check for `belay jobs work --once`).
+    pub fn failed(self) -> bool {
+        match self {
+            Status::LimitReached | Status::CheckFailed | Status::PublishFailed | Status::Failed => {
+                true
+            }
+            Status::Committed | Status::NoChanges | Status::Held | Status::Declined => false,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Committed => "committed",
@@ -125,6 +136,25 @@ pub fn write(
     redactor.redact_value(&mut v);
     belay_record::write_json_atomic(&path, &v)?;
     Ok(true)
+}
+
+/// The completion records in `dir` (the queue's `done/`), oldest first;
+/// a file that is no record is skipped.
+pub fn finished(dir: &Path) -> Vec<CompletionRecord> {
+    // host-owned: the queue's done/ (0700, belay's own; no agent mounts it).
+    let Ok(rd) = fs_err::read_dir(dir) else {
+        return vec![];
+    };
+    let mut out: Vec<CompletionRecord> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        // host-owned: a record belay wrote in its own done/.
+        .filter_map(|e| fs_err::read_to_string(e.path()).ok())
+        .filter_map(|t| serde_json::from_str(&t).ok())
+        .collect();
+    out.sort_by(|a: &CompletionRecord, b| a.completed_at.cmp(&b.completed_at));
+    out
 }
 
 /// The hook's marker for these commits: it ran to success once.

@@ -8,10 +8,11 @@ use belay_agent::cli::Endpoint;
 use belay_agent::lifeline::Lifeline;
 use belay_model::keys::Settings;
 use belay_model::PriceTable;
-use belay_record::Redactor;
+use belay_record::{Observer, Redactor};
 use belay_sandbox::ContainerRuntime;
 
 use crate::config::{Config, Placement};
+use crate::events::JobEvent;
 use crate::notify::Outbox;
 use crate::queue::Queue;
 use crate::JobsError;
@@ -27,7 +28,9 @@ pub struct Services {
     pub passed_env: Vec<(String, String)>,
     pub lifeline: Option<Lifeline>,
     pub outbox: Outbox,
-    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+    /// Told every event of every job's run as it is recorded, and the
+    /// queue's own ([`Services::tell`]).
+    pub observer: Arc<dyn Observer<JobEvent>>,
     /// What the config names by reference and the environment lacks: fatal
     /// for `work` ([`Services::ready`]), not for the queue's other verbs.
     missing: Vec<JobsError>,
@@ -79,7 +82,7 @@ impl Services {
     pub fn open(
         cfg: Config,
         rt: Option<Arc<dyn ContainerRuntime>>,
-        progress: Box<dyn Fn(&str) + Send + Sync>,
+        observer: Arc<dyn Observer<JobEvent>>,
     ) -> Result<Services, JobsError> {
         let queue = Queue::open(&cfg.queue)?;
         // The config's own secrets (their names label what is redacted),
@@ -152,7 +155,7 @@ impl Services {
             passed_env,
             lifeline,
             outbox,
-            progress,
+            observer,
             missing,
             missing_front,
         })
@@ -182,6 +185,14 @@ impl Services {
                 tracing::warn!("cannot queue a message for {o}: {e}");
             }
         }
-        (self.progress)(text);
+        self.tell(&JobEvent::OwnersTold {
+            text: text.to_string(),
+        });
+    }
+
+    /// Tell the observer an event of the queue's own, which no job's run
+    /// holds.
+    pub fn tell(&self, e: &JobEvent) {
+        self.observer.event(None, e);
     }
 }

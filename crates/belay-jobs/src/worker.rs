@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::JobEvent;
 use crate::exec::{self, Ended};
 use crate::queue::{Claim, Dir, Recovered};
 use crate::record::Status;
@@ -21,6 +22,24 @@ pub struct Summary {
     pub ran: usize,
     pub interrupted: usize,
     pub recovered: usize,
+    /// The jobs that ran and failed (their checks, their agent, their push,
+    /// their limit), or could not run.
+    pub failed: Vec<FailedJob>,
+}
+
+/// A job that failed, and why.
+#[derive(Debug, Clone)]
+pub struct FailedJob {
+    pub id: String,
+    /// Its status (`check_failed`, `failed`, …).
+    pub status: String,
+    pub reason: String,
+}
+
+/// How one claimed job went.
+enum Processed {
+    Ran(Option<FailedJob>),
+    Interrupted,
 }
 
 /// Undo what killed workers left, and requeue (once) or fail their jobs;
@@ -132,6 +151,7 @@ pub async fn work(
             Ok(Ok(s)) => {
                 sum.ran += s.ran;
                 sum.interrupted += s.interrupted;
+                sum.failed.extend(s.failed);
             }
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
@@ -159,13 +179,13 @@ async fn worker(
             return Ok(sum);
         }
         match svc.queue.claim()? {
-            Some(c) => {
-                if process(svc, c, &stop).await? {
-                    sum.interrupted += 1;
-                } else {
+            Some(c) => match process(svc, c, &stop).await? {
+                Processed::Interrupted => sum.interrupted += 1,
+                Processed::Ran(failed) => {
                     sum.ran += 1;
+                    sum.failed.extend(failed);
                 }
-            }
+            },
             None if once => return Ok(sum),
             None => {
                 tokio::select! {
@@ -205,12 +225,26 @@ pub fn reply(svc: &Services, job: &crate::job::Job, text: &str) {
     }
 }
 
-/// Run one claimed job and file it; whether it was interrupted.
-async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, JobsError> {
+/// Run one claimed job and file it.
+async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed, JobsError> {
     let mut job = claim.job.clone();
     let ended = exec::run(svc, &job, stop).await;
-    let interrupted = match ended {
+    let processed = match ended {
         Ok(Ended::Finished(f)) => {
+            let status = f.record.status;
+            let failed = status.failed().then(|| FailedJob {
+                id: job.id.to_string(),
+                status: status.as_str().into(),
+                reason: svc
+                    .redactor
+                    .redact(
+                        f.record
+                            .failure_detail
+                            .as_deref()
+                            .unwrap_or(status.as_str()),
+                    )
+                    .into_owned(),
+            });
             reply(svc, &job, &f.reply);
             if let Some(h) = &f.held {
                 let mut v = serde_json::to_value(h)
@@ -244,7 +278,7 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
             } else {
                 let _ = fs_err::remove_file(&claim.path);
             }
-            false
+            Processed::Ran(failed)
         }
         Ok(Ended::Interrupted) => {
             job.belay.interrupted += 1;
@@ -257,7 +291,7 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
             if !svc.cfg.is_owner(&job.sender) {
                 let _ = svc.outbox.send(&job.sender, &text);
             }
-            true
+            Processed::Interrupted
         }
         Err(e) => {
             // The job could not run (its repositories, its agent spec, a
@@ -266,7 +300,13 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
             svc.queue.relocate(&claim.path, Dir::Failed, &job)?;
             let text = format!("Job {} failed before its agent ran: {}", job.id, e.reply());
             reply(svc, &job, &text);
+            let reason = svc.redactor.redact(&e.to_string()).into_owned();
+            let failed = JobEvent::JobFailed {
+                job_id: job.id.to_string(),
+                reason: reason.clone(),
+            };
             if let Ok(run) = exec::open_run(svc, &job) {
+                let _ = run.emit("jobs", None, &failed);
                 let rec = {
                     let mut r = exec::plain_record(svc, &job, Status::Failed, vec![], &text);
                     r.failure_detail = Some(e.to_string());
@@ -278,16 +318,21 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<bool, Jobs
                     summary: Some(format!("failed: {e}")),
                     ..Default::default()
                 });
+            } else {
+                svc.tell(&failed);
             }
-            (svc.progress)(&format!("job {} failed: {e}", job.id));
-            false
+            Processed::Ran(Some(FailedJob {
+                id: job.id.to_string(),
+                status: Status::Failed.as_str().into(),
+                reason,
+            }))
         }
     };
     // The lock file goes while the lock is still held (a job back in the
     // inbox keeps it: another worker may be opening it right now).
-    if !interrupted {
+    if !matches!(processed, Processed::Interrupted) {
         let _ = fs_err::remove_file(svc.queue.claim_file(&job.id));
     }
     drop(claim);
-    Ok(interrupted)
+    Ok(processed)
 }

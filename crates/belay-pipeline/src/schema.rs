@@ -612,6 +612,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Pipeline, LoadError> {
     }
     // Agent files.
     let agents = load_agents(path, &dir, &raw, &agent_names)?;
+    check_agent_dialects(path, &raw, &agents, llm.as_ref())?;
     Ok(Pipeline {
         name: raw.name,
         path: path.to_path_buf(),
@@ -993,6 +994,38 @@ impl StepCtx<'_> {
             line: l,
         })
     }
+}
+
+/// An agent CLI must speak the `llm` block's dialect when it names one
+/// (unset, each CLI is given its own): refused at load, before any step.
+fn check_agent_dialects(
+    path: &Path,
+    raw: &RawPipeline,
+    agents: &BTreeMap<String, AgentDef>,
+    llm: Option<&LlmConfig>,
+) -> Result<(), LoadError> {
+    let Some((l, api)) = llm.and_then(|l| l.api.map(|a| (l, a))) else {
+        return Ok(());
+    };
+    for def in agents.values() {
+        let Ok(spec) = def.runner.parse::<belay_agent::AgentSpec>() else {
+            continue;
+        };
+        let base = l.base_url.as_deref().unwrap_or("(the vendor's)");
+        if let Err(e) = spec.check_dialect(&def.name, api, base, |native| {
+            format!("remove `llm.api` (each agent CLI is then given its own dialect) or set it to `{native}`")
+        }) {
+            let step = raw
+                .steps
+                .iter()
+                .find(|s| s.value.agent.as_deref() == Some(def.name.as_str()));
+            let (line, col) = step
+                .map(|s| (s.referenced.line(), s.referenced.column()))
+                .unwrap_or((1, 1));
+            return Err(located(path, line, col, e.to_string()));
+        }
+    }
+    Ok(())
 }
 
 /// Load the agent file of every agent step (`<agents_dir>/<name>.agent.md`).

@@ -21,12 +21,26 @@ pub struct GateCommand {
 #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
 pub enum PlanEvent {
     RunStarted {
+        run_id: String,
         /// The repository root: `repo` + `plan` is the plan file.
         repo: std::path::PathBuf,
         plan: String,
         branch: String,
         resumed: bool,
         audit_level: crate::audit::AuditLevel,
+        max_review_attempts: u32,
+    },
+    /// A developer run of a checkpoint begins (`run_kind`: build or
+    /// revision).
+    CheckpointStarted {
+        checkpoint: String,
+        name: String,
+        run_kind: &'static str,
+    },
+    /// A review of a checkpoint begins.
+    ReviewStarted {
+        checkpoint: String,
+        review_attempt: u32,
         max_review_attempts: u32,
     },
     /// An agent call: `action` start, prompt or finish (the peer's AGENT_TRACE).
@@ -70,7 +84,10 @@ pub enum PlanEvent {
     /// Code the reviewer changed: reverted (the reviewer only decides).
     ReviewerEditsReverted {
         checkpoint: String,
+        /// The first 50.
         paths: Vec<String>,
+        /// All of them.
+        count: usize,
     },
     /// belay's own run of the project's commands.
     Gate {
@@ -81,6 +98,23 @@ pub enum PlanEvent {
         /// (ignored by the repository's rules).
         #[serde(skip_serializing_if = "Vec::is_empty")]
         not_committed: Vec<String>,
+    },
+    /// Why belay's gate failed, after its `gate` event: the first command
+    /// that failed, the tail of its output and its whole log (or, when
+    /// every command passed, that they changed the tree).
+    GateFailed {
+        checkpoint: String,
+        /// The command's name (`build`, `test`, `lint`), when one failed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// In one line: `test: `cargo test` failed (exit 101)`.
+        reason: String,
+        /// The last lines (at most 10) of the command's output, redacted
+        /// (and kept as the audit level keeps agent text).
+        output_tail: String,
+        /// The command's whole output, redacted.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        log: Option<std::path::PathBuf>,
     },
     /// Files the developer made that a commit never holds (`.env` files,
     /// agent tooling): removed before the gate, so that the gate sees what
@@ -135,4 +169,8 @@ pub enum PlanEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// Something belay could not do that does not stop the run (the audit
+    /// commit, the cleanup after a stop, a container the agent runner could
+    /// not remove).
+    Warning { message: String },
 }

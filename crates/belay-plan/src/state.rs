@@ -114,6 +114,9 @@ pub struct RunState {
     pub phase: Phase,
     pub commit_pending: Option<PendingCommit>,
     pub cost_usd: f64,
+    /// Input and output tokens of every agent call, as the agents report them.
+    #[serde(default)]
+    pub tokens: u64,
     pub agent_calls: u64,
     pub outcome: Option<Outcome>,
     pub reason: Option<String>,
@@ -159,6 +162,7 @@ impl RunState {
             phase: Phase::Idle,
             commit_pending: None,
             cost_usd: 0.0,
+            tokens: 0,
             agent_calls: 0,
             outcome: None,
             reason: None,

@@ -189,6 +189,35 @@ impl EventSink {
         step: Option<&str>,
         event: &E,
     ) -> Result<u64, RecordError> {
+        self.write(source, step, event).map(|(seq, _)| seq)
+    }
+
+    /// Record one event, then tell `obs` the same typed value: the envelope
+    /// as written ([`Observer::recorded`]), then the event
+    /// ([`Observer::event`]). An event that cannot be written is still told
+    /// (without an envelope), and the write's error returned.
+    pub fn emit_to<E: Serialize>(
+        &self,
+        source: &str,
+        step: Option<&str>,
+        event: &E,
+        obs: &dyn Observer<E>,
+    ) -> Result<u64, RecordError> {
+        let written = self.write(source, step, event);
+        if let Ok((_, line)) = &written {
+            obs.recorded(line);
+        }
+        obs.event(step, event);
+        written.map(|(seq, _)| seq)
+    }
+
+    /// Write one envelope: its `seq` and the line as written (redacted).
+    fn write<E: Serialize>(
+        &self,
+        source: &str,
+        step: Option<&str>,
+        event: &E,
+    ) -> Result<(u64, String), RecordError> {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let seq = inner.seq + 1;
@@ -202,9 +231,9 @@ impl EventSink {
             event,
             step,
         };
-        inner.log.append_line(&out, &inner.redactor)?;
+        let line = inner.log.append_line(&out, &inner.redactor)?;
         inner.seq = seq;
-        Ok(seq)
+        Ok((seq, line))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -230,6 +259,30 @@ impl EventSink {
     pub fn sync(&self) -> Result<(), RecordError> {
         self.lock().log.sync()
     }
+}
+
+/// Who is told an engine's events as they are recorded: the binary's
+/// renderer of them (a line on the terminal, the envelope with `--json`).
+/// An engine records an event and tells its observer the same typed value in
+/// one call ([`EventSink::emit_to`], [`crate::RunHandle::emit_to`]), so what
+/// the terminal shows is what the log holds. An event an engine has no run
+/// to record in (a front end of the job queue listening) is told with
+/// [`Observer::event`] alone.
+pub trait Observer<E>: Send + Sync {
+    /// One event, of `step` when it has one.
+    fn event(&self, step: Option<&str>, e: &E);
+
+    /// The envelope of the event told next, as written to the run's log (one
+    /// JSON line, redacted). Not told for an event that was not recorded.
+    fn recorded(&self, _envelope: &str) {}
+}
+
+/// The observer that is told nothing (a library caller, a test).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl<E> Observer<E> for NoObserver {
+    fn event(&self, _step: Option<&str>, _e: &E) {}
 }
 
 /// Read a log: every whole line that parses as an envelope (a torn last line,
@@ -292,6 +345,46 @@ mod tests {
         assert_eq!(ev[0].data["verdict"], "pass");
         assert_eq!(ev[0].data["secret"], "x [REDACTED:T]");
         assert_eq!(ev[1].data, serde_json::Value::Null);
+    }
+
+    #[test]
+    fn an_observer_is_told_what_is_recorded() {
+        #[derive(Default)]
+        struct Seen(Mutex<Vec<String>>);
+        impl Observer<Ev> for Seen {
+            fn event(&self, step: Option<&str>, e: &Ev) {
+                let what = match e {
+                    Ev::StepEnd { verdict, .. } => format!("end {verdict}"),
+                    Ev::RunEnd => "run end".into(),
+                };
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {what}", step.unwrap_or("-")));
+            }
+            fn recorded(&self, envelope: &str) {
+                self.0.lock().unwrap().push(envelope.to_string());
+            }
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("events.jsonl");
+        let red = Redactor::new([("T".to_string(), "tok-secret-1".to_string())]);
+        let sink = EventSink::open(&p, "r1", Mode::Plan, red).unwrap();
+        let seen = Seen::default();
+        let ev = Ev::StepEnd {
+            verdict: "pass",
+            secret: "tok-secret-1".into(),
+        };
+        assert_eq!(sink.emit_to("engine", Some("c1"), &ev, &seen).unwrap(), 1);
+        let seen = seen.0.into_inner().unwrap();
+        assert_eq!(seen.len(), 2);
+        // The envelope told is the line written, redacted.
+        let written = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(seen[0], written.trim_end());
+        assert!(seen[0].contains("[REDACTED:T]"), "{}", seen[0]);
+        assert_eq!(seen[1], "c1 end pass");
+        sink.emit_to("engine", None, &Ev::RunEnd, &NoObserver)
+            .unwrap();
     }
 
     #[test]

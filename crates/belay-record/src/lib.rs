@@ -38,7 +38,7 @@ mod time;
 pub use atomic::{atomic_write, read_regular, write_json_atomic};
 pub use control::{ControlChanged, ControlStore};
 pub use error::RecordError;
-pub use events::{Envelope, EventSink, Mode};
+pub use events::{Envelope, EventSink, Mode, NoObserver, Observer};
 pub use exit::{io_class, io_code, Classify, ErrorCode, ExitClass, ERROR_CODES};
 pub use identity::ProcessIdentity;
 pub use ids::{Id, IdError};

@@ -138,6 +138,18 @@ impl RunHandle {
         self.sink.emit(source, step, event)
     }
 
+    /// Record one event and tell `obs` the same value
+    /// ([`EventSink::emit_to`]).
+    pub fn emit_to<E: Serialize>(
+        &self,
+        source: &str,
+        step: Option<&str>,
+        event: &E,
+        obs: &dyn crate::Observer<E>,
+    ) -> Result<u64, RecordError> {
+        self.sink.emit_to(source, step, event, obs)
+    }
+
     /// Write the typed state atomically (a crash leaves the old file or the
     /// new one, never a torn one), redacted. Its size is the state's, not the
     /// history's: what grows with the run goes to the event log.

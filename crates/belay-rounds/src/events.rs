@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -146,6 +146,12 @@ pub enum RoundEvent {
         reason: String,
         files: usize,
     },
+    /// The agent's refreshed login, copied back to the host's login
+    /// directory.
+    LoginCopiedBack {
+        round_num: u64,
+        paths: Vec<String>,
+    },
     OrphanIdempotentSkip {
         round_num: u64,
         reason: String,
@@ -204,6 +210,16 @@ pub enum RoundEvent {
     TransientErrorBackoff {
         until: String,
         class: String,
+    },
+    /// A round that could not start (another agent in the repository, no
+    /// engine, a limit spent): serve waits and tries again.
+    RoundNotStarted {
+        reason: String,
+    },
+    /// Something belay could not do that does not stop the loop (a record
+    /// it could not write, a check it could not make).
+    Warning {
+        message: String,
     },
     SignalReceived {
         signal: String,

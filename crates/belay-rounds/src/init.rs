@@ -43,12 +43,16 @@ name = "claude"
 
 [agent.env]
 DISABLE_AUTOUPDATER = "1"
+# Telemetry, feature flags and error reports off: a sandbox cannot reach
+# them, and each would wait out a lookup.
+CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1"
 "#
         }
         "codex" => {
             r#"[agent]
 command = ["codex", "exec", "--json", "--skip-git-repo-check",
-           "--dangerously-bypass-approvals-and-sandbox"]
+           "--dangerously-bypass-approvals-and-sandbox",
+           "-c", "analytics.enabled=false", "-c", "features.plugins=false"]
 prompt_arg_template = ["-"]
 prompt_delivery = "stdin"
 name = "codex"

@@ -104,6 +104,14 @@ impl Supervisor {
             },
         );
         let _ = self.run.sink().sync();
+        self.end_run(
+            match end.exit_code {
+                crate::exit::OK => belay_record::RunStatus::Ok,
+                crate::exit::INTERRUPTED => belay_record::RunStatus::Interrupted,
+                _ => belay_record::RunStatus::Failed,
+            },
+            &format!("{} round(s): {}", end.rounds, end.reason),
+        );
         Ok(end)
     }
 
@@ -147,16 +155,6 @@ impl Supervisor {
             // The monitor looks at the round at once (an auth failure stops
             // the loop before the next round burns quota).
             poke.notify_one();
-            (self.progress)(&format!(
-                "round {} {}: {}{} in {:.1} s",
-                r.round_num,
-                r.phase.as_deref().unwrap_or(""),
-                r.outcome.as_str(),
-                r.exit_code
-                    .map(|c| format!(" (exit {c})"))
-                    .unwrap_or_default(),
-                r.duration_s
-            ));
             if let Some(end) = round_ends_loop(&r, o.once, rounds) {
                 return Ok(end);
             }
@@ -233,7 +231,6 @@ impl Supervisor {
                         until: next.map(|t| t.to_string()),
                     },
                 );
-                (self.progress)(&format!("paused: {why}"));
                 *paused_reported = true;
             }
             let wait = next
@@ -269,7 +266,12 @@ impl Supervisor {
                 // Not ready (another agent in the repository, no engine,
                 // a limit spent): wait twice the delay, then try again.
                 let msg = e.to_string();
-                (self.progress)(&format!("round not started: {msg}"));
+                self.emit(
+                    None,
+                    &RoundEvent::RoundNotStarted {
+                        reason: msg.clone(),
+                    },
+                );
                 if once {
                     return Some(serve_end(e.exit_code(), msg, rounds));
                 }
@@ -299,7 +301,10 @@ impl Supervisor {
             && r.transient.is_none();
         *crashes = if failing { *crashes + 1 } else { 0 };
         let no_usage = r.usage.turns == 0 && r.usage.input_tokens + r.usage.output_tokens == 0;
-        let stalled = r.outcome == Outcome::Clean
+        // Only an agent that reports usage can be judged by its absence
+        // (the peer's rule): a plain command's silence is not a stall.
+        let stalled = r.usage_capable
+            && r.outcome == Outcome::Clean
             && r.duration_s < STALL_ROUND_S
             && no_usage
             && !r.new_commits
@@ -393,7 +398,6 @@ impl Supervisor {
                 class: class.to_string(),
             },
         );
-        (self.progress)(&format!("{class}: pausing until {at}"));
         wait
     }
 
@@ -415,7 +419,6 @@ impl Supervisor {
                     .to_string(),
             ),
             Err(e) => {
-                (self.progress)(&format!("the stop file is there but not read: {e}"));
                 self.emit(
                     None,
                     &RoundEvent::StopFileRefused {
@@ -477,15 +480,17 @@ impl Supervisor {
         let sink = self.run.sink().clone();
         let interval = Duration::from_secs_f64(self.cfg.monitor.interval_s);
         let stops = stops.clone();
-        let progress_sink = sink.clone();
+        // Every event told as it is recorded, as the rounds' own are.
+        let obs = self.observer.clone();
         tokio::spawn(async move {
-            let _ = progress_sink.emit(
+            let _ = sink.emit_to(
                 "monitor",
                 None,
                 &RoundEvent::MonitorStarted {
                     mode: "serve".into(),
                     interval_s: interval.as_secs_f64(),
                 },
+                &*obs,
             );
             loop {
                 tokio::select! {
@@ -494,7 +499,7 @@ impl Supervisor {
                 }
                 let tick = m.tick(Timestamp::now());
                 for f in &tick.new {
-                    let _ = sink.emit(
+                    let _ = sink.emit_to(
                         "monitor",
                         None,
                         &RoundEvent::MonitorAlertEmitted {
@@ -502,15 +507,17 @@ impl Supervisor {
                             severity: format!("{:?}", f.severity).to_lowercase(),
                             message: f.message.clone(),
                         },
+                        &*obs,
                     );
                 }
                 for d in &tick.cleared {
-                    let _ = sink.emit(
+                    let _ = sink.emit_to(
                         "monitor",
                         None,
                         &RoundEvent::MonitorAlertCleared {
                             detector: d.as_str().into(),
                         },
+                        &*obs,
                     );
                 }
                 if let Some(f) = tick.stop {
@@ -520,13 +527,14 @@ impl Supervisor {
                         f.detector.as_str(),
                         f.message
                     ));
-                    let _ = sink.emit(
+                    let _ = sink.emit_to(
                         "monitor",
                         None,
                         &RoundEvent::MonitorAutoStopTriggered {
                             detector: f.detector.as_str().into(),
                             draining,
                         },
+                        &*obs,
                     );
                 }
             }

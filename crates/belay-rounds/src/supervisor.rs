@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use belay_agent::cli::Endpoint;
 use belay_model::PriceTable;
-use belay_record::{Mode, OpenRun, Redactor, Registry, RunHandle};
+use belay_record::{Mode, Observer, OpenRun, Redactor, Registry, RunHandle};
 use belay_sandbox::ContainerRuntime;
 use sha2::Digest;
 
@@ -33,7 +33,11 @@ pub struct Supervisor {
     /// The values of `pass_env`, passed to the agent by name.
     pub passed_env: Vec<(String, String)>,
     pub lifeline: Option<Lifeline>,
-    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+    /// Told every event as it is recorded (the terminal's lines).
+    pub observer: Arc<dyn Observer<RoundEvent>>,
+    /// What this invocation's rounds used, as their agents reported it (for
+    /// the registry's end record).
+    pub used: std::sync::Mutex<crate::events::Usage>,
 }
 
 /// The run id of a project's rounds: stable per config and log dir.
@@ -44,6 +48,36 @@ pub fn run_id(cfg: &Config) -> String {
         "rounds-{}-{key}",
         belay_record::run_id::sanitize(&cfg.project)
     )
+}
+
+/// Record `ev` in `run` and tell `obs`; a log that cannot be written is told
+/// as a warning (not recorded: it could not be).
+pub(crate) fn emit_to(
+    run: &RunHandle,
+    obs: &dyn Observer<RoundEvent>,
+    step: Option<&str>,
+    ev: &RoundEvent,
+) {
+    if let Err(e) = run.emit_to("rounds", step, ev, obs) {
+        obs.event(
+            None,
+            &RoundEvent::Warning {
+                message: format!("cannot record {}: {e}", ev.kind()),
+            },
+        );
+    }
+}
+
+/// A warning for the agent runner's cleanup (`Runner::warn`, `after_stop`).
+pub(crate) fn warn_to(run: &RunHandle, obs: &dyn Observer<RoundEvent>, message: &str) {
+    emit_to(
+        run,
+        obs,
+        None,
+        &RoundEvent::Warning {
+            message: message.to_string(),
+        },
+    );
 }
 
 impl Supervisor {
@@ -58,7 +92,7 @@ impl Supervisor {
         trust: crate::trusted::Trust,
         rt: Option<Arc<dyn ContainerRuntime>>,
         mut redactor: Redactor,
-        progress: Box<dyn Fn(&str) + Send + Sync>,
+        observer: Arc<dyn Observer<RoundEvent>>,
     ) -> Result<Supervisor, RoundsError> {
         let mut passed_env = Vec::new();
         let agents =
@@ -172,14 +206,48 @@ impl Supervisor {
             prices: PriceTable::builtin(),
             passed_env,
             lifeline,
-            progress,
+            observer,
+            used: Default::default(),
         })
     }
 
-    /// Record an event; a log that cannot be written is reported, not fatal.
+    /// Record an event and tell the observer; a log that cannot be written
+    /// is reported, not fatal.
     pub fn emit(&self, step: Option<&str>, ev: &RoundEvent) {
-        if let Err(e) = self.run.emit("rounds", step, ev) {
-            (self.progress)(&format!("warning: cannot record {}: {e}", ev.kind()));
+        if let RoundEvent::AgentUsageRecorded { usage, .. } = ev {
+            let mut u = self.used.lock().unwrap_or_else(|p| p.into_inner());
+            u.input_tokens += usage.input_tokens;
+            u.output_tokens += usage.output_tokens;
+            u.cached_tokens += usage.cached_tokens;
+            u.cost_usd += usage.cost_usd;
+            u.turns += usage.turns;
+        }
+        emit_to(&self.run, &*self.observer, step, ev);
+    }
+
+    /// A warning, recorded and told.
+    pub fn warn(&self, message: String) {
+        self.emit(None, &RoundEvent::Warning { message });
+    }
+
+    /// The registry's end of this invocation (a serve or a lone round):
+    /// `ok` unless it ended on an error or a breaker, with the tokens and
+    /// cost its agents reported. A serve stopped on request ends `ok`: it did
+    /// what was asked.
+    /// A round killed on request ends `interrupted`.
+    pub fn end_run(&self, status: belay_record::RunStatus, summary: &str) {
+        let u = self.used.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let end = belay_record::RunEnd {
+            ok: status == belay_record::RunStatus::Ok,
+            duration_s: self.run.elapsed_s(),
+            tokens: u.input_tokens + u.output_tokens,
+            cost_usd: u.cost_usd,
+            summary: Some(self.run.redactor().redact(summary).into_owned()),
+        };
+        if status == belay_record::RunStatus::Interrupted {
+            self.run.interrupted(end);
+        } else {
+            self.run.finish(end);
         }
     }
 

@@ -246,7 +246,9 @@ fn services(app: &App, queue: &Path) -> Result<belay_jobs::Services, belay_jobs:
         Some(c) => c,
         None => belay_jobs::config::locate(None, Some(queue))?,
     };
-    belay_jobs::Services::open(cfg, None, Box::new(|l: &str| tracing::info!("{l}")))
+    // What an approval does is recorded in the job's run (the page reads it
+    // there); nothing is shown here.
+    belay_jobs::Services::open(cfg, None, std::sync::Arc::new(belay_record::NoObserver))
 }
 
 /// Why an action from the page failed, as the page is told it: a job's

@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
+use crate::events::JobRun;
 use belay_agent::cli::ProcessOptions;
 use belay_agent::runner::{Call, Runner};
 use belay_agent::sandbox::BoxExtras;
 use belay_agent::session::EventTarget;
 use belay_agent::{AgentReport, AgentSpec, Limits};
-use belay_record::RunHandle;
 use belay_sandbox::Mount;
 
 use super::repos::{container_path, Workspace};
@@ -37,6 +37,14 @@ pub fn spec_for(svc: &Services, job: &Job) -> Result<AgentSpec, JobsError> {
     if let Some(m) = &job.model {
         spec.model = Some(m.clone());
     }
+    // A job's own agent may not speak the config's endpoint: refused before
+    // its work tree is made.
+    if let Some(e) = &svc.endpoint {
+        spec.check_dialect("job", e.api, &e.base_url, |native| {
+            format!("give this job an agent that speaks it, or point [agent] model_url at a `{native}` endpoint with model_api = \"{native}\"")
+        })
+        .map_err(|e| JobsError::Refused(format!("job {}: {e}", job.id)))?;
+    }
     Ok(spec)
 }
 
@@ -51,7 +59,7 @@ pub enum Session {
 #[allow(clippy::too_many_arguments)]
 pub async fn session(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     ws: &Workspace,
     spec: &AgentSpec,
     attempt: &'static str,
@@ -79,7 +87,7 @@ pub async fn session(
             });
         }
     }
-    let warn = |m: &str| (svc.progress)(m);
+    let warn = |m: &str| run.warn(m.to_string());
     let mut env = svc.passed_env.clone();
     env.push(("BELAY_JOB_ID".into(), ws.state.job_id.clone()));
     let runner = Runner {
@@ -163,11 +171,14 @@ pub async fn session(
                         ))
                     })?;
             if !swept.setid_cleared.is_empty() {
-                (svc.progress)(&format!(
-                    "cleared set-id bits the agent left on {} in {}",
-                    swept.setid_cleared.join(", "),
-                    r.cfg.name
-                ));
+                let _ = run.emit(
+                    "jobs",
+                    Some("agent"),
+                    &JobEvent::SetidCleared {
+                        repo: r.cfg.name.clone(),
+                        paths: swept.setid_cleared,
+                    },
+                );
             }
         }
     }

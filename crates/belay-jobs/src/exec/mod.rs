@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::answer::{self, FixResult, Outcome};
 use crate::config::RepoConfig;
 use crate::context;
-use crate::events::JobEvent;
+use crate::events::{JobEvent, JobRun};
 use crate::job::{Job, Role};
 use crate::prompt::{self, Place};
 use crate::record::{self, CommitRef, CompletionRecord, Profile, Status, Telemetry, Tokens};
@@ -69,16 +69,17 @@ fn pushes(repos: &[(String, bool)], name: &str) -> bool {
 }
 
 /// Open (or reopen) a job's run.
-pub fn open_run(svc: &Services, job: &Job) -> Result<RunHandle, JobsError> {
+pub fn open_run(svc: &Services, job: &Job) -> Result<JobRun, JobsError> {
     let title = format!("job {}: {}", job.id, job.preview(60));
-    Ok(RunHandle::open(OpenRun {
+    let run = RunHandle::open(OpenRun {
         dir: svc.queue.run_dir(&job.id),
         id: job.id.as_str(),
         mode: Mode::Jobs,
         title: Some(&title),
         redactor: svc.redactor.clone(),
         registry: Registry::default_location(),
-    })?)
+    })?;
+    Ok(JobRun::new(run, svc.observer.clone()))
 }
 
 /// The repositories a job may write.
@@ -134,14 +135,8 @@ impl Tally {
     }
 }
 
-/// Tell the run and the progress line that the job started.
-fn announce_start(
-    svc: &Services,
-    run: &RunHandle,
-    job: &Job,
-    spec: &belay_agent::AgentSpec,
-    repos: &[RepoConfig],
-) {
+/// Record (and tell) that the job started.
+fn announce_start(run: &JobRun, job: &Job, spec: &belay_agent::AgentSpec, repos: &[RepoConfig]) {
     let _ = run.emit(
         "jobs",
         None,
@@ -156,12 +151,6 @@ fn announce_start(
             queued_s: seconds_since(job.created_at.as_deref()),
         },
     );
-    (svc.progress)(&format!(
-        "job {} started ({}, {})",
-        job.id,
-        spec,
-        job.pipeline_role.as_str()
-    ));
 }
 
 /// The repositories pushed (name, hash) and those whose job branch is kept.
@@ -256,7 +245,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
     let run = open_run(svc, job)?;
     let spec = agent::spec_for(svc, job)?;
     let repos = repos_of(svc, job)?;
-    announce_start(svc, &run, job, &spec, &repos);
+    announce_start(&run, job, &spec, &repos);
     let ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
     let mut tally = Tally {
         tokens: Tokens::default(),
@@ -338,6 +327,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         &JobEvent::JobFinished {
             job_id: job.id.to_string(),
             status: status.as_str().into(),
+            reason: outcome.failure.clone(),
             commits: record.commits.len(),
             overhead_s: overhead,
             duration_s: started.elapsed().as_secs_f64(),
@@ -350,7 +340,6 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         cost_usd: tally.cost_usd,
         summary: Some(status.as_str().into()),
     });
-    (svc.progress)(&format!("job {} {}", job.id, status.as_str()));
     Ok(Ended::Finished(Box::new(Finished {
         record,
         reply,
@@ -398,7 +387,7 @@ pub fn plain_record(
 /// hook for a commit.
 pub async fn finish_record(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     job: &Job,
     record: &CompletionRecord,
     reply: &str,
@@ -569,7 +558,7 @@ type Answer = (String, Option<String>, Option<FixResult>);
 #[allow(clippy::too_many_arguments)]
 async fn fixer_answer(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     ws: &Workspace,
     spec: &belay_agent::AgentSpec,
     stop: &Stop,
@@ -624,7 +613,7 @@ async fn fixer_answer(
 /// Commit and push each repository, or hold it for the owner's approval.
 async fn commit_or_hold(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     job: &Job,
     ws: &Workspace,
     message: &str,
@@ -681,7 +670,7 @@ fn status_of(results: &[(String, RepoResult)], held: &[HeldRepo]) -> Status {
 /// The agent, the answer, the checks and the commits. `None`: stopped.
 async fn judge_and_publish(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     job: &Job,
     ws: &Workspace,
     spec: &belay_agent::AgentSpec,

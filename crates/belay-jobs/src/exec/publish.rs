@@ -7,7 +7,7 @@ use belay_record::RunHandle;
 use belay_vcs::{CommitOutcome, Git};
 
 use super::repos::{RepoWork, Workspace};
-use crate::events::JobEvent;
+use crate::events::{JobEvent, JobRun};
 use crate::services::Services;
 use crate::JobsError;
 
@@ -30,7 +30,7 @@ pub enum RepoResult {
 /// Run every repository's checks; the report of the first failure.
 pub async fn checks(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     ws: &Workspace,
 ) -> Result<Option<String>, JobsError> {
     for r in &ws.repos {
@@ -106,7 +106,7 @@ pub async fn checks(
 /// Commit the worktree's change with belay's author, hooks off.
 pub async fn commit(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     wt: &Git,
     name: &str,
     message: &str,
@@ -180,7 +180,7 @@ pub async fn commit(
 /// Commit and push one repository of the workspace.
 pub async fn commit_and_push(
     svc: &Services,
-    run: &RunHandle,
+    run: &JobRun,
     r: &RepoWork,
     message: &str,
 ) -> Result<RepoResult, JobsError> {
@@ -241,7 +241,7 @@ pub async fn commit_and_push(
 
 /// Hold the worktree's change for the owner's approval: a stash by SHA in
 /// the repository's stash list.
-pub async fn hold(run: &RunHandle, r: &RepoWork, job_id: &str) -> Result<RepoResult, JobsError> {
+pub async fn hold(run: &JobRun, r: &RepoWork, job_id: &str) -> Result<RepoResult, JobsError> {
     match r.wt.stash_push(&format!("belay-job-{job_id}-held")).await? {
         None => Ok(RepoResult::Unchanged),
         Some(stash) => {

@@ -13,7 +13,7 @@ use belay_vcs::{Git, RepoLock};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RepoConfig;
-use crate::events::JobEvent;
+use crate::events::{JobEvent, JobRun};
 use crate::queue::Queue;
 use crate::JobsError;
 
@@ -103,7 +103,7 @@ impl Workspace {
     /// Lock, stash and add the worktrees.
     pub async fn prepare(
         q: &Queue,
-        run: &RunHandle,
+        run: &JobRun,
         job_id: &Id,
         repos: &[RepoConfig],
         lock_wait: std::time::Duration,
@@ -151,7 +151,7 @@ impl Workspace {
     async fn add(
         &mut self,
         q: &Queue,
-        run: &RunHandle,
+        run: &JobRun,
         job_id: &Id,
         mains: Vec<(RepoConfig, Git)>,
     ) -> Result<(), JobsError> {
@@ -244,7 +244,7 @@ impl Workspace {
     /// notes for the reply: the job's result stands.
     pub async fn finish(
         mut self,
-        run: &RunHandle,
+        run: &JobRun,
         keep_branches: &[String],
         pushed: &[(String, String)],
     ) -> Vec<String> {

@@ -125,7 +125,10 @@ fn fail(svc: &Services, taken: &Path, name: &str, why: &str) {
         reason.push(".reason");
         let _ = belay_record::atomic_write(Path::new(&reason), format!("{why}\n").as_bytes());
     }
-    (svc.progress)(&format!("drop: {name} is no job: {why}"));
+    svc.tell(&crate::events::JobEvent::DropRefused {
+        file: name.to_string(),
+        reason: why,
+    });
 }
 
 /// The file names of the drop directory to take (not dot files: others'

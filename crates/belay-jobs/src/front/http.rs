@@ -271,7 +271,9 @@ pub async fn run(
         .route("/jobs/{id}", get(show))
         .route("/jobs/{id}/{verb}", post(gate))
         .with_state(app);
-    (svc.progress)(&format!("http: listening on http://{}", cfg.listen));
+    svc.tell(&crate::events::JobEvent::HttpListening {
+        url: format!("http://{}", cfg.listen),
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             stop.wait().await;

@@ -137,10 +137,10 @@ fn connect_parts(x: &XmppConfig) -> Result<(String, BareJid, Client, Jid), JobsE
 
 /// After a bind: say so, send belay's presence and enable carbons again.
 async fn on_online(svc: &Services, client: &mut Client, bound_jid: &Jid, resumed: bool) {
-    (svc.progress)(&format!(
-        "xmpp: online as {bound_jid}{}",
-        if resumed { " (resumed)" } else { "" }
-    ));
+    svc.tell(&crate::events::JobEvent::XmppOnline {
+        jid: bound_jid.to_string(),
+        resumed,
+    });
     let mut p = Presence::new(PresenceType::None);
     p.show = Some(Show::Chat);
     let _ = client.send_stanza(p.into()).await;
@@ -260,7 +260,9 @@ pub async fn run(
                     }
                     Event::Disconnected(e) => {
                         if online {
-                            (svc.progress)(&format!("xmpp: disconnected ({e}); reconnecting"));
+                            svc.tell(&crate::events::JobEvent::XmppReconnecting {
+                                reason: format!("disconnected ({e})"),
+                            });
                         }
                         online = false;
                     }
@@ -294,7 +296,9 @@ pub async fn run(
                 let now = Instant::now();
                 if now >= alive_until {
                     if online {
-                        (svc.progress)("xmpp: the server stopped answering; connecting anew");
+                        svc.tell(&crate::events::JobEvent::XmppReconnecting {
+                                reason: "the server stopped answering".into(),
+                            });
                     }
                     online = false;
                     ping = None;

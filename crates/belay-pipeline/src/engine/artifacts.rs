@@ -33,9 +33,11 @@ impl Engine<'_> {
                     // belay could read through it, so nothing to delete.
                     Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => {
                         self.event(
-                            Kind::ArtifactUnreachable,
                             Some(&step.name),
-                            serde_json::json!({"path": rel, "why": e.to_string()}),
+                            PipelineEvent::ArtifactUnreachable {
+                                path: rel.to_string(),
+                                why: e.to_string(),
+                            },
                         )?;
                         false
                     }
@@ -48,9 +50,10 @@ impl Engine<'_> {
                 };
                 if removed {
                     self.event(
-                        Kind::ArtifactDeleted,
                         Some(&step.name),
-                        serde_json::json!({"path": rel}),
+                        PipelineEvent::ArtifactDeleted {
+                            path: rel.to_string(),
+                        },
                     )?;
                 }
             }
@@ -72,15 +75,23 @@ impl Engine<'_> {
             let bytes = match belay_sandbox::hostfs::read(&root, rel, ARTIFACT_MAX + 1) {
                 Ok(Some(b)) if b.len() as u64 <= ARTIFACT_MAX => b,
                 Ok(Some(_)) => {
-                    self.event(Kind::ArtifactUnreachable, Some(&step.name), serde_json::json!({"path": rel, "why": "larger than 16 MiB: left in the workspace, scrubbed there, never committed"}))?;
+                    self.event(
+                        Some(&step.name),
+                        PipelineEvent::ArtifactUnreachable {
+                            path: rel.to_string(),
+                            why: "larger than 16 MiB: left in the workspace, scrubbed there, never committed".into(),
+                        },
+                    )?;
                     continue;
                 }
                 Ok(None) => continue,
                 Err(e) => {
                     self.event(
-                        Kind::ArtifactUnreachable,
                         Some(&step.name),
-                        serde_json::json!({"path": rel, "why": e.to_string()}),
+                        PipelineEvent::ArtifactUnreachable {
+                            path: rel.to_string(),
+                            why: e.to_string(),
+                        },
                     )?;
                     continue;
                 }
@@ -96,16 +107,14 @@ impl Engine<'_> {
             self.write_artifact(rel, &bytes)?;
             let _ = belay_sandbox::hostfs::remove(&root, rel);
             self.event(
-                Kind::ArtifactCollected,
                 Some(&step.name),
-                serde_json::json!({"path": rel, "bytes": bytes.len()}),
+                PipelineEvent::ArtifactCollected {
+                    path: rel.to_string(),
+                    bytes: bytes.len(),
+                },
             )?;
             if scrubbed {
-                self.event(
-                    Kind::ArtifactScrubbed,
-                    Some(&step.name),
-                    serde_json::json!({"path": rel}),
-                )?;
+                self.event(Some(&step.name), PipelineEvent::scrubbed(rel))?;
             }
         }
         Ok(())
@@ -139,9 +148,11 @@ impl Engine<'_> {
         let text = self.redactor.redact(final_text).into_owned();
         self.write_artifact(first, text.as_bytes())?;
         self.event(
-            Kind::SummaryCaptured,
             Some(&step.name),
-            serde_json::json!({"path": first, "bytes": text.len()}),
+            PipelineEvent::SummaryCaptured {
+                path: first.to_string(),
+                bytes: text.len(),
+            },
         )
     }
 
@@ -178,16 +189,14 @@ impl Engine<'_> {
             // Streamed: any size, nothing cut, never through a link. (A
             // copy too large to collect stays in the workspace: scrubbed there.)
             match belay_sandbox::hostfs::scrub(root, rel, &self.redactor) {
-                Ok(true) => self.event(
-                    Kind::ArtifactScrubbed,
-                    Some(&step.name),
-                    serde_json::json!({"path": rel}),
-                )?,
+                Ok(true) => self.event(Some(&step.name), PipelineEvent::scrubbed(rel))?,
                 Ok(false) => {}
                 Err(e @ belay_sandbox::hostfs::HostFsError::Refused { .. }) => self.event(
-                    Kind::ArtifactUnreachable,
                     Some(&step.name),
-                    serde_json::json!({"path": rel, "why": e.to_string()}),
+                    PipelineEvent::ArtifactUnreachable {
+                        path: rel.to_string(),
+                        why: e.to_string(),
+                    },
                 )?,
                 Err(e) => {
                     return Err(PipelineError::Infra(format!(
@@ -215,29 +224,35 @@ impl Engine<'_> {
                 art.display(),
             ))
         })?;
-        let changes = done
+        let undeclared = |p: &String, renamed: bool, link: bool| PipelineEvent::ArtifactScrubbed {
+            path: Some(p.clone()),
+            undeclared: true,
+            renamed,
+            link,
+            more: None,
+        };
+        let changes: Vec<PipelineEvent> = done
             .renamed
             .iter()
-            .map(|p| serde_json::json!({"path": p, "undeclared": true, "renamed": true}))
-            .chain(
-                done.scrubbed
-                    .iter()
-                    .map(|p| serde_json::json!({"path": p, "undeclared": true})),
-            )
-            .chain(
-                done.relinked
-                    .iter()
-                    .map(|p| serde_json::json!({"path": p, "undeclared": true, "link": true})),
-            );
+            .map(|p| undeclared(p, true, false))
+            .chain(done.scrubbed.iter().map(|p| undeclared(p, false, false)))
+            .chain(done.relinked.iter().map(|p| undeclared(p, false, true)))
+            .take(ARTIFACT_EVENTS)
+            .collect();
         let total = done.renamed.len() + done.scrubbed.len() + done.relinked.len();
-        for data in changes.take(ARTIFACT_EVENTS) {
-            self.event(Kind::ArtifactScrubbed, Some(step), data)?;
+        for e in changes {
+            self.event(Some(step), e)?;
         }
         if total > ARTIFACT_EVENTS {
             self.event(
-                Kind::ArtifactScrubbed,
                 Some(step),
-                serde_json::json!({"undeclared": true, "more": total - ARTIFACT_EVENTS}),
+                PipelineEvent::ArtifactScrubbed {
+                    path: None,
+                    undeclared: true,
+                    renamed: false,
+                    link: false,
+                    more: Some(total - ARTIFACT_EVENTS),
+                },
             )?;
         }
         Ok(())

@@ -11,9 +11,10 @@ impl Engine<'_> {
         reason: String,
     ) -> Result<StepResult, PipelineError> {
         self.event(
-            Kind::CommitRefused,
             Some(&step.name),
-            serde_json::json!({"reason": &reason}),
+            PipelineEvent::CommitRefused {
+                reason: reason.clone(),
+            },
         )?;
         Ok(StepResult {
             verdict: Verdict::Fail,
@@ -86,9 +87,15 @@ impl Engine<'_> {
             belay_vcs::CommitOutcome::Nothing => {
                 self.save()?;
                 self.event(
-                    Kind::Commit,
                     Some(&step.name),
-                    serde_json::json!({"skipped": "nothing to commit"}),
+                    PipelineEvent::Commit {
+                        sha: None,
+                        message: None,
+                        files: None,
+                        files_total: None,
+                        recovered: false,
+                        skipped: Some("nothing to commit"),
+                    },
                 )?;
                 return Ok(StepResult {
                     verdict: Verdict::Pass,
@@ -107,9 +114,15 @@ impl Engine<'_> {
         self.state.commit = Some(sha.clone());
         self.save()?;
         self.event(
-            Kind::Commit,
             Some(&step.name),
-            serde_json::json!({"sha": sha, "message": message, "files": cap_list(&committed.files), "files_total": committed.files_total}),
+            PipelineEvent::Commit {
+                sha: Some(sha.clone()),
+                message: Some(message.clone()),
+                files: Some(cap_list(&committed.files).to_vec()),
+                files_total: Some(committed.files_total),
+                recovered: false,
+                skipped: None,
+            },
         )?;
         Ok(StepResult {
             verdict: Verdict::Pass,
@@ -156,9 +169,15 @@ impl Engine<'_> {
                 self.state.commit_pending = None;
                 self.save()?;
                 self.event(
-                    Kind::Commit,
                     Some(&step.name),
-                    serde_json::json!({"sha": head, "recovered": true}),
+                    PipelineEvent::Commit {
+                        sha: Some(head.clone()),
+                        message: None,
+                        files: None,
+                        files_total: None,
+                        recovered: true,
+                        skipped: None,
+                    },
                 )?;
                 return Ok(Some(StepResult {
                     verdict: Verdict::Pass,

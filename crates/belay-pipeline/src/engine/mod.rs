@@ -11,7 +11,7 @@ use belay_agent::cli::Endpoint;
 use belay_agent::session::EventTarget;
 use belay_agent::{AgentSession, AgentSpec, Placement};
 use belay_model::{Api, ClientConfig, ModelClient, PriceTable};
-use belay_record::{OpenRun, Redactor, RunHandle, RunLock};
+use belay_record::{NoObserver, Observer, OpenRun, Redactor, RunHandle, RunLock};
 use belay_sandbox::route::Route as NetRoute;
 use belay_sandbox::{
     ContainerRuntime, ContainerSpec, ExecSpec, Mount, Network, NoopObserver, SandboxError,
@@ -20,7 +20,7 @@ use belay_vcs::Git;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::events::{Event, Kind};
+use crate::events::{Budget, Kind, PipelineEvent, RunStart, StepNode};
 use crate::schema::{Access, DepsPolicy, OpenNet, Pipeline, Route, Step, StepKind};
 use crate::state::{Exhausted, RunState, Status, LLM_USAGE_FILE, LOGS_DIR, SUMMARY_FILE};
 use crate::verdict::{self, Verdict};
@@ -146,7 +146,7 @@ impl belay_record::Classify for PipelineError {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RunOptions {
     pub resume: Option<String>,
     pub max_attempts: Option<u32>,
@@ -159,20 +159,21 @@ pub struct RunOptions {
     /// step is stopped and recorded as interrupted, the containers are
     /// removed, and `--resume` continues it.
     pub stop: Option<belay_record::Stop>,
-    /// Told every event as it is written (the console).
-    pub observer: Option<Observer>,
+    /// Told every event as it is recorded (the console).
+    pub observer: Option<Arc<dyn Observer<PipelineEvent>>>,
 }
 
-/// What an [`Observer`] is told: (kind, step, data).
-pub type ObserveFn = dyn Fn(Kind, Option<&str>, &serde_json::Value) + Send + Sync;
-
-/// A function told each event as it is written.
-#[derive(Clone)]
-pub struct Observer(pub Arc<ObserveFn>);
-
-impl std::fmt::Debug for Observer {
+impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Observer")
+        f.debug_struct("RunOptions")
+            .field("resume", &self.resume)
+            .field("max_attempts", &self.max_attempts)
+            .field("refresh", &self.refresh)
+            .field("state_dir", &self.state_dir)
+            .field("registry", &self.registry)
+            .field("stop", &self.stop.is_some())
+            .field("observer", &self.observer.is_some())
+            .finish()
     }
 }
 
@@ -251,7 +252,7 @@ pub struct Engine<'a> {
     tokens: u64,
     cost_usd: f64,
     stop: Option<belay_record::Stop>,
-    observer: Option<Observer>,
+    observer: Option<Arc<dyn Observer<PipelineEvent>>>,
 }
 
 /// The pipeline's model client, and its key (name, value) for the redactor.
@@ -284,69 +285,7 @@ impl<'a> Engine<'a> {
         let pipeline_hash = hash_file(&p.path)?;
         let now = belay_record::now_rfc3339();
         let state = match &opts.resume {
-            Some(id) => {
-                belay_record::run_id::validate(id)
-                    .map_err(|e| PipelineError::Resume(e.to_string()))?;
-                let dir = state_dir.join("runs").join(id);
-                let mut st: RunState = RunHandle::load_state(&dir)?.ok_or_else(|| {
-                    PipelineError::Resume(format!(
-                        "no run {id} to resume (no {}); `belay runs list --mode pipeline` lists runs",
-                        dir.join(belay_record::STATE_FILE).display(),
-                    ))
-                })?;
-                if st.pipeline_hash != pipeline_hash {
-                    return Err(PipelineError::Resume(format!(
-                        "run {id} was started with a different {}: resume needs the same pipeline file (start a new run instead)",
-                        p.path.display()
-                    )));
-                }
-                match (st.status, st.exhausted.clone(), opts.max_attempts) {
-                    (Status::Running, _, n) => {
-                        if let Some(n) = n {
-                            resumed_budget = Some((st.max_attempts, n));
-                            st.max_attempts = n;
-                        }
-                    }
-                    // An exhausted run continues with a larger budget: the
-                    // retry route it could not take, with its feedback.
-                    (Status::Failed, Some(ex), Some(n)) if n > st.attempt => {
-                        resumed_budget = Some((st.max_attempts, n));
-                        st.max_attempts = n;
-                        st.status = Status::Running;
-                        st.attempt += 1;
-                        st.verdicts.clear();
-                        st.current = Some(ex.next.clone());
-                        st.failure = None;
-                        st.exhausted = None;
-                    }
-                    (Status::Failed, Some(_), Some(n)) => {
-                        return Err(PipelineError::Resume(format!(
-                            "run {id} used {} attempt(s); --max-attempts {n} gives it none more. Pass a larger number",
-                            st.attempt
-                        )));
-                    }
-                    (Status::Failed, Some(_), None) => {
-                        return Err(PipelineError::Resume(format!(
-                            "run {id} used all {} attempts; continue it with a larger budget: --resume {id} --max-attempts N (N > {})",
-                            st.max_attempts, st.attempt
-                        )));
-                    }
-                    (status, _, _) => {
-                        return Err(PipelineError::Resume(format!(
-                            "run {id} already ended ({}{}); only an interrupted run, or one that used all its attempts, can be resumed",
-                            match status {
-                                Status::Succeeded => "succeeded",
-                                _ => "failed",
-                            },
-                            st.failure
-                                .as_ref()
-                                .map(|f| format!(": {f}"))
-                                .unwrap_or_default()
-                        )));
-                    }
-                }
-                st
-            }
+            Some(id) => resume_state(p, &state_dir, id, &pipeline_hash, opts, &mut resumed_budget)?,
             None => {
                 let id = belay_record::run_id::generate(&sanitize(&p.name));
                 RunState {
@@ -427,29 +366,7 @@ impl<'a> Engine<'a> {
                 "isolation.image {image} is not on this Docker engine: build it (`belay env build` prints one) or run `belay image bootstrap` for {DEFAULT_IMAGE}"
             )));
         }
-        let seccomp = match &p.isolation.seccomp_profile {
-            Some(f) if f.starts_with(belay_sandbox::seccomp::PREFIX) => {
-                let text = match belay_sandbox::seccomp::parse(f) {
-                    Ok(belay_sandbox::seccomp::ProfileRef::Bundled(_, text)) => text.to_string(),
-                    Ok(_) | Err(_) => {
-                        return Err(PipelineError::Config(format!(
-                            "isolation.seccomp_profile {f}: not a profile belay ships"
-                        )))
-                    }
-                };
-                let hash = hex::encode(Sha256::digest(text.as_bytes()));
-                Some((PathBuf::from(f), text, hash))
-            }
-            Some(f) => {
-                let path = p.dir.join(f);
-                let text = read_policy(&path, git.root()).map_err(|e| {
-                    PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}. Give the path of a seccomp JSON profile (a regular file of at most 1 MiB), relative to the pipeline file"))
-                })?;
-                let hash = hex::encode(Sha256::digest(text.as_bytes()));
-                Some((path, text, hash))
-            }
-            None => None,
-        };
+        let seccomp = seccomp_profile(p, git.root())?;
         // The chains of internal networks that a killed run left.
         belay_sandbox::firewall::sweep_stale();
         let mut e = Engine {
@@ -478,42 +395,67 @@ impl<'a> Engine<'a> {
             stop: opts.stop.clone(),
             observer: opts.observer.clone(),
         };
-        let kind = if opts.resume.is_some() {
-            Kind::RunResumed
-        } else {
-            Kind::RunStarted
-        };
+        e.announce(opts.resume.is_some(), resumed_budget, &dirty)?;
+        e.save()?;
+        Ok(e)
+    }
+
+    /// The run's first events: its step graph (for a reader that draws it,
+    /// the dashboard) and what was untracked at the start.
+    fn announce(
+        &mut self,
+        resumed: bool,
+        resumed_budget: Option<(u32, u32)>,
+        dirty: &[String],
+    ) -> Result<(), PipelineError> {
         // The step graph, for a reader that draws it (the dashboard).
-        let graph: Vec<serde_json::Value> = p
+        let steps: Vec<StepNode> = self
+            .p
             .steps
             .iter()
-            .map(|s| {
-                let kind = match &s.kind {
+            .map(|s| StepNode {
+                name: s.name.clone(),
+                kind: match &s.kind {
                     StepKind::Agent { .. } => "agent",
                     StepKind::Command { .. } => "command",
                     StepKind::Action { .. } => "action",
-                };
-                serde_json::json!({"name": s.name, "kind": kind, "on_pass": s.on_pass.describe(),
-                    "on_fail": s.on_fail.describe(), "on_unverifiable": s.on_unverifiable.describe()})
+                },
+                on_pass: s.on_pass.describe(),
+                on_fail: s.on_fail.describe(),
+                on_unverifiable: s.on_unverifiable.describe(),
             })
             .collect();
-        let mut data = serde_json::json!({"pipeline": p.path, "attempt": e.state.attempt, "max_attempts": e.state.max_attempts,
-            "current": e.state.current, "clean_at_start": e.state.clean_at_start, "steps": graph});
-        if let Some((before, now)) = resumed_budget {
-            data["budget"] =
-                serde_json::json!({"max_attempts_before": before, "max_attempts": now});
-        }
-        e.event(kind, None, data)?;
-        if opts.resume.is_none() && !dirty.is_empty() {
-            e.event(
-                Kind::UntrackedAtStart,
+        let start = RunStart {
+            pipeline: self.p.path.clone(),
+            attempt: self.state.attempt,
+            max_attempts: self.state.max_attempts,
+            current: self.state.current.clone(),
+            clean_at_start: self.state.clean_at_start,
+            steps,
+            budget: resumed_budget.map(|(before, now)| Budget {
+                max_attempts_before: before,
+                max_attempts: now,
+            }),
+        };
+        self.event(
+            None,
+            if resumed {
+                PipelineEvent::RunResumed(start)
+            } else {
+                PipelineEvent::RunStarted(start)
+            },
+        )?;
+        if !resumed && !dirty.is_empty() {
+            self.event(
                 None,
-                serde_json::json!({"files": cap_list(&dirty), "files_total": dirty.len(),
-                    "hint": "the commit point refuses to mix these into its commit: commit or stash them, .gitignore build output, or list it in sync_excludes"}),
+                PipelineEvent::UntrackedAtStart {
+                    files: cap_list(dirty).to_vec(),
+                    files_total: dirty.len(),
+                    hint: "the commit point refuses to mix these into its commit: commit or stash them, .gitignore build output, or list it in sync_excludes",
+                },
             )?;
         }
-        e.save()?;
-        Ok(e)
+        Ok(())
     }
 
     pub fn run_id(&self) -> &str {
@@ -530,17 +472,13 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    fn event(
-        &mut self,
-        kind: Kind,
-        step: Option<&str>,
-        data: serde_json::Value,
-    ) -> Result<(), PipelineError> {
-        self.run
-            .emit(kind.source(), step, &Event { kind, data: &data })?;
-        if let Some(o) = &self.observer {
-            (o.0)(kind, step, &data);
-        }
+    /// Record an event and tell the observer.
+    fn event(&mut self, step: Option<&str>, e: PipelineEvent) -> Result<(), PipelineError> {
+        let obs: &dyn Observer<PipelineEvent> = match &self.observer {
+            Some(o) => &**o,
+            None => &NoObserver,
+        };
+        self.run.emit_to(e.kind().source(), step, &e, obs)?;
         Ok(())
     }
 
@@ -570,9 +508,10 @@ impl<'a> Engine<'a> {
         if let Err(e) = &result {
             // A config or engine error mid-run: the run can be resumed.
             let _ = self.event(
-                Kind::RunInterrupted,
                 None,
-                serde_json::json!({"error": e.to_string()}),
+                PipelineEvent::RunInterrupted {
+                    error: e.to_string(),
+                },
             );
         }
         result?;
@@ -615,9 +554,12 @@ impl<'a> Engine<'a> {
             self.save()?;
             let n = self.state.step_runs;
             self.event(
-                Kind::StepStart,
                 Some(&name),
-                serde_json::json!({"n": n, "attempt": self.state.attempt, "step_kind": &step.kind}),
+                PipelineEvent::StepStart {
+                    n,
+                    attempt: self.state.attempt,
+                    step_kind: step.kind.clone(),
+                },
             )?;
             let t = Instant::now();
             let r = match self.stop.clone() {
@@ -632,9 +574,12 @@ impl<'a> Engine<'a> {
                 Err(PipelineError::Interrupted(why)) => {
                     // The step starts again on `--resume`; its processes end below.
                     self.event(
-                        Kind::StepInterrupted,
                         Some(&name),
-                        serde_json::json!({"n": n, "reason": &why, "after_s": (took * 1000.0).round() / 1000.0}),
+                        PipelineEvent::StepInterrupted {
+                            n,
+                            reason: why.clone(),
+                            after_s: (took * 1000.0).round() / 1000.0,
+                        },
                     )?;
                     Err(PipelineError::Interrupted(format!(
                         "{why}: step `{name}` was stopped and recorded, its containers removed; continue with `belay run {} --resume {}`",
@@ -657,13 +602,17 @@ impl<'a> Engine<'a> {
                 .flat_map(|(_, r)| r.drain_decisions())
                 .collect();
             for d in decisions {
-                self.event(
-                    Kind::Egress,
-                    Some(&name),
-                    serde_json::to_value(&d).unwrap_or_default(),
-                )?;
+                self.event(Some(&name), PipelineEvent::Egress(d))?;
             }
-            self.event(Kind::StepEnd, Some(&name), serde_json::json!({"n": n, "verdict": r.verdict, "exit_code": r.exit_code, "duration_s": (took * 1000.0).round() / 1000.0}))?;
+            self.event(
+                Some(&name),
+                PipelineEvent::StepEnd {
+                    n,
+                    verdict: r.verdict,
+                    exit_code: r.exit_code,
+                    duration_s: (took * 1000.0).round() / 1000.0,
+                },
+            )?;
             if !r.missing_deps.is_empty() {
                 let lock = self.p.lockfiles.join(", ");
                 return self.finish(Status::Failed, Some(format!("step `{name}` needs dependencies the lockfile does not have. Extend {lock} with these pins and re-run: {}", r.missing_deps.join(", "))));
@@ -692,9 +641,12 @@ impl<'a> Engine<'a> {
                 .then(|| self.state.feedback.clone())
                 .flatten();
             self.event(
-                Kind::Route,
                 Some(&name),
-                serde_json::json!({"verdict": r.verdict, "to": route.describe(), "feedback": feedback}),
+                PipelineEvent::Route {
+                    verdict: r.verdict,
+                    to: route.describe(),
+                    feedback,
+                },
             )?;
             match route {
                 Route::Success => return self.finish(Status::Succeeded, None),
@@ -718,7 +670,14 @@ impl<'a> Engine<'a> {
                         self.state.attempt += 1;
                         self.state.verdicts.clear();
                         let a = self.state.attempt;
-                        self.event(Kind::Attempt, None, serde_json::json!({"attempt": a, "max_attempts": self.state.max_attempts}))?;
+                        let max_attempts = self.state.max_attempts;
+                        self.event(
+                            None,
+                            PipelineEvent::Attempt {
+                                attempt: a,
+                                max_attempts,
+                            },
+                        )?;
                     }
                     self.state.current = Some(next);
                     self.save()?;
@@ -734,6 +693,118 @@ impl<'a> Engine<'a> {
         self.state.failure = failure.clone();
         self.save()?;
         let commit = self.state.commit.clone();
-        self.event(Kind::RunEnd, None, serde_json::json!({"status": status, "failure": failure, "commit": commit, "attempts": self.state.attempt, "step_runs": self.state.step_runs}))
+        let (attempts, step_runs) = (self.state.attempt, self.state.step_runs);
+        self.event(
+            None,
+            PipelineEvent::RunEnd {
+                status,
+                failure,
+                commit,
+                attempts,
+                step_runs,
+            },
+        )
     }
+}
+
+/// The state of the run `id` to resume: the same pipeline file, a run that
+/// was interrupted or that used its attempts (given more).
+fn resume_state(
+    p: &Pipeline,
+    state_dir: &std::path::Path,
+    id: &str,
+    pipeline_hash: &str,
+    opts: &RunOptions,
+    resumed_budget: &mut Option<(u32, u32)>,
+) -> Result<RunState, PipelineError> {
+    belay_record::run_id::validate(id).map_err(|e| PipelineError::Resume(e.to_string()))?;
+    let dir = state_dir.join("runs").join(id);
+    let mut st: RunState = RunHandle::load_state(&dir)?.ok_or_else(|| {
+        PipelineError::Resume(format!(
+            "no run {id} to resume (no {}); `belay runs list --mode pipeline` lists runs",
+            dir.join(belay_record::STATE_FILE).display(),
+        ))
+    })?;
+    if st.pipeline_hash != pipeline_hash {
+        return Err(PipelineError::Resume(format!(
+                "run {id} was started with a different {}: resume needs the same pipeline file (start a new run instead)",
+                p.path.display()
+            )));
+    }
+    match (st.status, st.exhausted.clone(), opts.max_attempts) {
+        (Status::Running, _, n) => {
+            if let Some(n) = n {
+                *resumed_budget = Some((st.max_attempts, n));
+                st.max_attempts = n;
+            }
+        }
+        // An exhausted run continues with a larger budget: the
+        // retry route it could not take, with its feedback.
+        (Status::Failed, Some(ex), Some(n)) if n > st.attempt => {
+            *resumed_budget = Some((st.max_attempts, n));
+            st.max_attempts = n;
+            st.status = Status::Running;
+            st.attempt += 1;
+            st.verdicts.clear();
+            st.current = Some(ex.next.clone());
+            st.failure = None;
+            st.exhausted = None;
+        }
+        (Status::Failed, Some(_), Some(n)) => {
+            return Err(PipelineError::Resume(format!(
+                    "run {id} used {} attempt(s); --max-attempts {n} gives it none more. Pass a larger number",
+                    st.attempt
+                )));
+        }
+        (Status::Failed, Some(_), None) => {
+            return Err(PipelineError::Resume(format!(
+                    "run {id} used all {} attempts; continue it with a larger budget: --resume {id} --max-attempts N (N > {})",
+                    st.max_attempts, st.attempt
+                )));
+        }
+        (status, _, _) => {
+            return Err(PipelineError::Resume(format!(
+                    "run {id} already ended ({}{}); only an interrupted run, or one that used all its attempts, can be resumed",
+                    match status {
+                        Status::Succeeded => "succeeded",
+                        _ => "failed",
+                    },
+                    st.failure
+                        .as_ref()
+                        .map(|f| format!(": {f}"))
+                        .unwrap_or_default()
+                )));
+        }
+    }
+    Ok(st)
+}
+
+/// The step containers' seccomp profile: (path, text, hash), when one is set.
+fn seccomp_profile(
+    p: &Pipeline,
+    root: &std::path::Path,
+) -> Result<Option<(PathBuf, String, String)>, PipelineError> {
+    Ok(match &p.isolation.seccomp_profile {
+        Some(f) if f.starts_with(belay_sandbox::seccomp::PREFIX) => {
+            let text = match belay_sandbox::seccomp::parse(f) {
+                Ok(belay_sandbox::seccomp::ProfileRef::Bundled(_, text)) => text.to_string(),
+                Ok(_) | Err(_) => {
+                    return Err(PipelineError::Config(format!(
+                        "isolation.seccomp_profile {f}: not a profile belay ships"
+                    )))
+                }
+            };
+            let hash = hex::encode(Sha256::digest(text.as_bytes()));
+            Some((PathBuf::from(f), text, hash))
+        }
+        Some(f) => {
+            let path = p.dir.join(f);
+            let text = read_policy(&path, root).map_err(|e| {
+                PipelineError::Config(format!("isolation.seccomp_profile {f}: {e}. Give the path of a seccomp JSON profile (a regular file of at most 1 MiB), relative to the pipeline file"))
+            })?;
+            let hash = hex::encode(Sha256::digest(text.as_bytes()));
+            Some((path, text, hash))
+        }
+        None => None,
+    })
 }

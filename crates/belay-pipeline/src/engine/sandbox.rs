@@ -38,9 +38,10 @@ impl Engine<'_> {
         }
         if !setid.is_empty() {
             self.event(
-                Kind::SetidCleared,
                 Some(step),
-                serde_json::json!({"paths": cap_list(&setid)}),
+                PipelineEvent::SetidCleared {
+                    paths: cap_list(&setid).to_vec(),
+                },
             )?;
         }
         // Whatever the step left in the artifacts directory, declared or not,
@@ -66,11 +67,7 @@ impl Engine<'_> {
             killed += self.rt.end_step(&c).await?;
         }
         if killed > 0 {
-            self.event(
-                Kind::ProcessesEnded,
-                Some(step),
-                serde_json::json!({"killed": killed}),
-            )?;
+            self.event(Some(step), PipelineEvent::ProcessesEnded { killed })?;
         }
         Ok(())
     }
@@ -109,9 +106,16 @@ impl Engine<'_> {
             return Ok(());
         }
         self.event(
-            Kind::GitTampered,
             Some(step),
-            serde_json::json!({"quarantined": &moved, "not_moved": &failed}),
+            PipelineEvent::GitTampered {
+                quarantined: Some(moved.clone()),
+                not_moved: Some(failed.clone()),
+                repaired: None,
+                links_removed: None,
+                modes_cleared: None,
+                specials_removed: None,
+                files: None,
+            },
         )?;
         if !failed.is_empty() {
             return Err(PipelineError::Failed(format!(
@@ -151,14 +155,16 @@ impl Engine<'_> {
             })?;
             if !r.is_empty() {
                 self.event(
-                    Kind::GitTampered,
                     Some(step),
-                    serde_json::json!({
-                        "repaired": r.restored,
-                        "links_removed": r.links_removed,
-                        "modes_cleared": r.modes_cleared,
-                        "specials_removed": r.specials_removed,
-                    }),
+                    PipelineEvent::GitTampered {
+                        quarantined: None,
+                        not_moved: None,
+                        repaired: Some(r.restored),
+                        links_removed: Some(r.links_removed),
+                        modes_cleared: Some(r.modes_cleared),
+                        specials_removed: Some(r.specials_removed),
+                        files: None,
+                    },
                 )?;
             }
         }
@@ -166,9 +172,16 @@ impl Engine<'_> {
             return Ok(());
         }
         self.event(
-            Kind::GitTampered,
             Some(step),
-            serde_json::json!({"files": &changed}),
+            PipelineEvent::GitTampered {
+                quarantined: None,
+                not_moved: None,
+                repaired: None,
+                links_removed: None,
+                modes_cleared: None,
+                specials_removed: None,
+                files: Some(changed.clone()),
+            },
         )?;
         Err(PipelineError::Failed(format!(
             "step `{step}` changed git's control files ({}) in {}: they redirect git to another config, whose commands the next host git would run. Planted files were removed; check the repository, then start a new run",
@@ -198,9 +211,11 @@ impl Engine<'_> {
         })?;
         let fence = belay_sandbox::firewall::Firewall::lock(bridge, gw, &[])?;
         self.event(
-            Kind::OpenNetwork,
             None,
-            serde_json::json!({"network": &net, "firewall": fence.chain()}),
+            PipelineEvent::OpenNetwork {
+                network: net.clone(),
+                firewall: fence.chain().to_string(),
+            },
         )?;
         self.open_net = Some((net.clone(), fence));
         Ok(net)
@@ -229,8 +244,19 @@ impl Engine<'_> {
         };
         let route =
             belay_sandbox::route::egress_route(self.rt.as_ref(), &net, allow.clone()).await?;
-        self.event(Kind::EgressProxy, None, serde_json::json!({"network": &net, "proxy": &route.url, "class": kind, "presets": presets, "allowed_hosts": &allow.hosts, "allowed_ports": &allow.ports,
-            "any_public_host": allow.public, "firewall": route.firewall_chain()}))?;
+        self.event(
+            None,
+            PipelineEvent::EgressProxy {
+                network: net.clone(),
+                proxy: route.url.clone(),
+                class: kind,
+                presets,
+                allowed_hosts: allow.hosts.clone(),
+                allowed_ports: allow.ports.clone(),
+                any_public_host: allow.public,
+                firewall: route.firewall_chain().to_string(),
+            },
+        )?;
         let out = (route.network.clone(), route.url.clone());
         self.egress.push((kind, route));
         Ok(out)
@@ -254,8 +280,14 @@ impl Engine<'_> {
             let net = format!("belay-{}-model", self.state.run_id);
             let route = belay_sandbox::route::model_route(self.rt.as_ref(), &net, &base).await?;
             let host = belay_sandbox::egress::url_host(&base);
-            let data = serde_json::json!({"network": &route.network, "base_url_in_container": &route.url, "endpoint_host": host});
-            self.event(Kind::ModelRoute, None, data)?;
+            self.event(
+                None,
+                PipelineEvent::ModelRoute {
+                    network: route.network.clone(),
+                    base_url_in_container: route.url.clone(),
+                    endpoint_host: host,
+                },
+            )?;
             self.model_route = Some(route);
         }
         self.model_route
@@ -314,12 +346,9 @@ impl Engine<'_> {
             })
             .collect();
         if !dirs.is_empty() {
-            let names: Vec<&str> = dirs.iter().map(|(_, d)| d.as_str()).collect();
-            self.event(
-                Kind::EnvVolumes,
-                None,
-                serde_json::json!({"dirs": names, "image": &self.image}),
-            )?;
+            let names: Vec<String> = dirs.iter().map(|(_, d)| d.clone()).collect();
+            let image = self.image.clone();
+            self.event(None, PipelineEvent::EnvVolumes { dirs: names, image })?;
         }
         self.env_volumes = Some(dirs.clone());
         Ok(dirs)
@@ -403,9 +432,20 @@ impl Engine<'_> {
             .memory_bytes
             .unwrap_or_else(belay_sandbox::default_memory);
         let pids = spec.pids_limit.unwrap_or(belay_sandbox::DEFAULT_PIDS);
-        self.event(Kind::Sandbox, None, serde_json::json!({"container": &id, "network": net_desc, "workspace": access, "image": &self.image,
-            "read_only_rootfs": true, "cap_drop": "ALL", "git_mutations": self.p.isolation.allow_git_mutations,
-            "memory_bytes": memory, "pids_limit": pids, "secrets": &key.2, "seccomp": self.seccomp.as_ref().map(|s| &s.2)}))?;
+        let sandbox = PipelineEvent::Sandbox {
+            container: id.clone(),
+            network: net_desc,
+            workspace: access,
+            image: self.image.clone(),
+            read_only_rootfs: true,
+            cap_drop: "ALL",
+            git_mutations: self.p.isolation.allow_git_mutations,
+            memory_bytes: memory,
+            pids_limit: pids,
+            secrets: key.2.clone(),
+            seccomp: self.seccomp.as_ref().map(|s| s.2.clone()),
+        };
+        self.event(None, sandbox)?;
         self.containers.insert(key, id.clone());
         Ok(id)
     }
@@ -587,6 +627,9 @@ impl Engine<'_> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         env.push(("BELAY_ARTIFACTS".into(), ARTIFACTS.into()));
+        if matches!(step.kind, crate::schema::StepKind::Agent { .. }) {
+            env.extend(belay_agent::sandbox::quiet_cli_env());
+        }
         for r in &step.secrets {
             if let (Some(def), Some(v)) = (self.p.secrets.get(r), self.secrets.get(r)) {
                 env.push((def.key.clone(), v.clone()));
@@ -637,8 +680,17 @@ impl Engine<'_> {
         // Only the tail is read: a step's log can be gigabytes.
         let text = read_tail(&log, FEEDBACK_MAX as u64)
             .unwrap_or_else(|| format!("{}{}", out.stdout_tail, out.stderr_tail));
-        self.event(Kind::Command, Some(&step.name), serde_json::json!({"what": what, "command": command, "exit_code": out.exit_code, "timed_out": out.timed_out,
-            "duration_s": (out.duration.as_secs_f64() * 1000.0).round() / 1000.0, "log": log}))?;
+        self.event(
+            Some(&step.name),
+            PipelineEvent::Command {
+                what: what.to_string(),
+                command: command.to_string(),
+                exit_code: out.exit_code,
+                timed_out: out.timed_out,
+                duration_s: (out.duration.as_secs_f64() * 1000.0).round() / 1000.0,
+                log,
+            },
+        )?;
         Ok((out.exit_code, out.timed_out, tail(&text, FEEDBACK_MAX)))
     }
 
@@ -658,11 +710,7 @@ impl Engine<'_> {
                 .join("stamps")
                 .join(format!("{}-{}", sanitize(&step.name), &key[..16]));
         if stamp.exists() && !self.refresh {
-            self.event(
-                Kind::SetupCached,
-                Some(&step.name),
-                serde_json::json!({"stamp": stamp}),
-            )?;
+            self.event(Some(&step.name), PipelineEvent::SetupCached { stamp })?;
             return Ok(None);
         }
         // Setup provisions (installs): it gets the network, and the step's

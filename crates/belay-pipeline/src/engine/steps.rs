@@ -211,7 +211,11 @@ impl Engine<'_> {
             let c = self.container(Net::Model, step.workspace, step).await?;
             let endpoint = Endpoint {
                 base_url: base,
-                api: llm.api.unwrap_or(Api::Responses),
+                // Unset, each CLI is given the dialect it speaks.
+                api: llm
+                    .api
+                    .or_else(|| spec.kind.native_dialect())
+                    .unwrap_or(Api::Responses),
                 key: key.map(belay_model::Secret::new),
             };
             let prices = PriceTable::builtin().lookup(spec.model.as_deref().unwrap_or(""));
@@ -275,8 +279,20 @@ impl Engine<'_> {
                 agent: format!("{} ({})", def.name, def.runner),
                 source,
             })?;
-        self.event(Kind::AgentReport, Some(&step.name), serde_json::json!({"runner": &def.runner, "stop": report.stop, "turns": report.turns, "usage": report.usage,
-            "cost_usd": report.cost_usd, "files_changed": report.files_changed, "exit_code": report.exit_code, "final_text": tail(&report.final_text, 4096), "stderr_tail": tail(&report.stderr_tail, 2048)}))?;
+        self.event(
+            Some(&step.name),
+            PipelineEvent::AgentReport {
+                runner: def.runner.clone(),
+                stop: report.stop.clone(),
+                turns: report.turns,
+                usage: report.usage,
+                cost_usd: report.cost_usd,
+                files_changed: report.files_changed.clone(),
+                exit_code: report.exit_code,
+                final_text: tail(&report.final_text, 4096),
+                stderr_tail: tail(&report.stderr_tail, 2048),
+            },
+        )?;
         if let belay_agent::StopReason::Infra { message } = &report.stop {
             // Not the agent's failure and not a gate's: the machine's. No
             // retry (it would fail the same way), exit 3.

@@ -115,12 +115,17 @@ impl Engine<'_> {
             step: Some(id.to_string()),
             source: "agent",
         });
+        let (run, obs) = (&self.run, &*self.o.observer);
+        let warn = move |m: &str| super::warn_to(run, obs, m.to_string());
         let runner = belay_agent::runner::Runner {
             rt: self.o.rt.clone(),
             image: &self.o.image,
             on_host: self.o.on_host,
             auto_approve: self.o.auto_approve,
-            endpoint: self.o.endpoint.as_ref(),
+            endpoint: match role {
+                Role::Developer => self.o.developer_endpoint.as_ref(),
+                Role::Reviewer => self.o.reviewer_endpoint.as_ref(),
+            },
             client: self.o.client.as_ref(),
             prices: &self.o.prices,
             redactor: self.run.redactor(),
@@ -128,7 +133,7 @@ impl Engine<'_> {
             workdir: self.git.root(),
             git: Some(&self.git),
             records: self.run.path("box"),
-            warn: &*self.o.progress,
+            warn: &warn,
             extras,
             agent_env: vec![],
         };
@@ -185,6 +190,7 @@ impl Engine<'_> {
         let (failure, answer) = match result {
             Ok(report) => {
                 self.state.cost_usd += report.cost_usd;
+                self.state.tokens += report.usage.input_tokens + report.usage.output_tokens;
                 if let PlanEvent::AgentTrace {
                     outcome,
                     exit_code,
@@ -289,7 +295,6 @@ impl Engine<'_> {
                     what: self.o.audit.prepare(&v.what),
                 })
                 .collect();
-            let n = judgement.violations.len();
             match role {
                 Role::Developer => {
                     self.emit(
@@ -300,10 +305,6 @@ impl Engine<'_> {
                             violations: recorded,
                         },
                     )?;
-                    (self.o.progress)(&format!(
-                        ">> reverted {n} change(s) the developer made to {} that were not its to make",
-                        self.plan_rel
-                    ));
                     for v in &judgement.violations {
                         feedback.push(format!(
                             "belay reverted your change to {}: {}",
@@ -320,10 +321,6 @@ impl Engine<'_> {
                             violations: recorded,
                         },
                     )?;
-                    (self.o.progress)(&format!(
-                        ">> {} changed during the review of {id} ({n} change(s)): refused and restored from belay's state; the verdict is the reviewer's answer",
-                        self.plan_rel
-                    ));
                 }
             }
         }
@@ -385,12 +382,9 @@ impl Engine<'_> {
             &PlanEvent::ReviewerEditsReverted {
                 checkpoint: id.into(),
                 paths: changed.iter().take(50).cloned().collect(),
+                count: changed.len(),
             },
         )?;
-        (self.o.progress)(&format!(
-            ">> reverted the reviewer's edits to {} path(s): the reviewer only decides",
-            changed.len()
-        ));
         Ok(())
     }
 }

@@ -65,32 +65,31 @@ impl Engine<'_> {
         })
         .await?;
         let mut passed = ran.iter().all(|r| r.passed());
-        let mut summary = String::new();
-        for r in &ran {
-            let ok = r.passed();
-            summary.push_str(&format!(
-                "- {}: `{}` {}\n",
-                r.name,
-                r.command,
-                if ok {
-                    "passed".to_string()
-                } else if r.timed_out {
-                    format!("TIMED OUT after {:.0}s", self.o.gate_timeout.as_secs_f64())
+        let mut summary = gate_summary(&ran, self.o.gate_timeout);
+        // Why, for the terminal and the record: the first command that
+        // failed, its output's last lines and its whole log.
+        let timeout_s = self.o.gate_timeout.as_secs_f64();
+        let mut failure = ran.iter().find(|r| !r.passed()).map(|r| {
+            let tail = self
+                .run
+                .redactor()
+                .redact(last_lines(&r.output_tail, 10))
+                .into_owned();
+            PlanEvent::GateFailed {
+                checkpoint: id.into(),
+                command: Some(r.name.clone()),
+                reason: if r.timed_out {
+                    format!(
+                        "{}: `{}` timed out after {timeout_s:.0} s",
+                        r.name, r.command
+                    )
                 } else {
-                    format!("FAILED (exit {})", r.exit_code)
-                }
-            ));
-            // A failure's output goes back to the developer; a pass's tail
-            // goes to the reviewer.
-            let shown = if ok {
-                last_chars(&r.output_tail, 1500)
-            } else {
-                r.output_tail.clone()
-            };
-            if !shown.trim().is_empty() {
-                summary.push_str(&format!("```\n{}\n```\n", shown.trim_end()));
+                    format!("{}: `{}` failed (exit {})", r.name, r.command, r.exit_code)
+                },
+                output_tail: self.o.audit.prepare(&tail),
+                log: Some(r.log.clone()),
             }
-        }
+        });
         let ran: Vec<GateCommand> = ran
             .into_iter()
             .map(|r| GateCommand {
@@ -113,6 +112,21 @@ impl Engine<'_> {
             .collect();
         if !changed.is_empty() {
             passed = false;
+            failure.get_or_insert_with(|| PlanEvent::GateFailed {
+                checkpoint: id.into(),
+                command: None,
+                reason: format!(
+                    "the commands changed files a commit would hold: {}",
+                    changed
+                        .iter()
+                        .take(10)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                output_tail: String::new(),
+                log: None,
+            });
             summary.push_str(&format!(
                 "- the commands changed files a commit would hold ({}): belay's gate judges the work as it is, so build, test and lint must not rewrite it (a formatter belongs in the developer's run, `--check` in the gate)\n",
                 changed.iter().take(10).cloned().collect::<Vec<_>>().join(", ")
@@ -127,14 +141,9 @@ impl Engine<'_> {
                 not_committed: not_committed.to_vec(),
             },
         )?;
-        (self.o.progress)(&format!(
-            ">> {id} gate {}",
-            if passed {
-                "passed"
-            } else {
-                "FAILED: back to the developer"
-            }
-        ));
+        if let Some(f) = failure.filter(|_| !passed) {
+            self.emit(Some(id), &f)?;
+        }
         if !not_committed.is_empty() {
             summary.push_str(&format!(
                 "Present for these commands but in no commit (the repository ignores them): {}\n",
@@ -145,6 +154,47 @@ impl Engine<'_> {
             cp.gate_summary = Some(summary.clone());
         }
         Ok(Some(GateRun { passed, summary }))
+    }
+}
+
+/// The gate's summary for the agents: each command and how it ended; a
+/// failure's output (for the developer), a pass's tail (for the reviewer).
+fn gate_summary(ran: &[belay_agent::checks::CommandRun], timeout: std::time::Duration) -> String {
+    let mut summary = String::new();
+    for r in ran {
+        let ok = r.passed();
+        summary.push_str(&format!(
+            "- {}: `{}` {}\n",
+            r.name,
+            r.command,
+            if ok {
+                "passed".to_string()
+            } else if r.timed_out {
+                format!("TIMED OUT after {:.0}s", timeout.as_secs_f64())
+            } else {
+                format!("FAILED (exit {})", r.exit_code)
+            }
+        ));
+        // A failure's output goes back to the developer; a pass's tail
+        // goes to the reviewer.
+        let shown = if ok {
+            last_chars(&r.output_tail, 1500)
+        } else {
+            r.output_tail.clone()
+        };
+        if !shown.trim().is_empty() {
+            summary.push_str(&format!("```\n{}\n```\n", shown.trim_end()));
+        }
+    }
+    summary
+}
+
+/// The last `n` lines of `text` (without the blank ones at its end).
+fn last_lines(text: &str, n: usize) -> &str {
+    let text = text.trim_end();
+    match text.rmatch_indices('\n').nth(n.saturating_sub(1)) {
+        Some((i, _)) if n > 0 => &text[i + 1..],
+        _ => text,
     }
 }
 
@@ -201,5 +251,21 @@ impl Engine<'_> {
         .await
         .map_err(|e| PlanError::Refused(format!("the tree's fingerprint stopped: {e}")))?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn the_tail_is_the_last_lines() {
+        let text = (1..=15).map(|i| format!("line {i}\n")).collect::<String>();
+        let tail = last_lines(&text, 10);
+        assert_eq!(tail.lines().count(), 10);
+        assert!(tail.starts_with("line 6\n"), "{tail}");
+        assert!(tail.ends_with("line 15"), "{tail}");
+        assert_eq!(last_lines("one\ntwo\n\n", 10), "one\ntwo");
+        assert_eq!(last_lines("", 10), "");
     }
 }

@@ -56,10 +56,6 @@ impl Engine<'_> {
             Ok(belay_vcs::CommitOutcome::Committed(c)) => {
                 self.git.record_commit(&self.run, &c.sha).await;
                 self.commits.push(c.sha.clone());
-                self.say(&format!(
-                    "   commit {} {subject}",
-                    &c.sha[..c.sha.len().min(10)]
-                ));
                 (
                     Committed::Yes,
                     PlanEvent::CommitStatement {
@@ -83,7 +79,6 @@ impl Engine<'_> {
             ),
             Ok(belay_vcs::CommitOutcome::Refused(r)) => {
                 let why = r.to_string();
-                self.say(&format!("   commit refused: {why}"));
                 (
                     Committed::Refused(why.clone()),
                     PlanEvent::CommitStatement {

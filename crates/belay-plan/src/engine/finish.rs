@@ -61,21 +61,6 @@ impl Engine<'_> {
             Err(Stop::Failed(r)) => (Outcome::Failed, Some(r), "audit: run failed"),
         };
         let branch = self.state.branch.clone();
-        match outcome {
-            Outcome::Completed => {
-                self.say(&format!("### All checkpoints approved on branch {branch}."));
-                self.say("### No merge was performed. Review the branch and merge it only after explicit human approval.");
-            }
-            _ => self.say(&format!(
-                "### {}: {}",
-                if outcome == Outcome::Halted {
-                    "halted"
-                } else {
-                    "run failed"
-                },
-                reason.as_deref().unwrap_or_default()
-            )),
-        }
         self.state.outcome = Some(outcome);
         self.state.reason = reason.clone();
         self.state.phase = Phase::Idle;
@@ -113,13 +98,13 @@ impl Engine<'_> {
         // The audit commit records the plan's state, nothing else: work that
         // did not pass belay's gate stays uncommitted in the tree.
         match plan_written {
-            Err(e) => self.say(&format!(
+            Err(e) => self.warn(format!(
                 "no audit commit: the plan file cannot be restored ({e})"
             )),
             Ok(_) => {
                 let paths = vec![self.plan_rel.clone()];
                 if let Err(e) = self.commit(body, None, None, true, paths).await {
-                    self.say(&format!("the audit commit failed: {e}"));
+                    self.warn(format!("the audit commit failed: {e}"));
                 }
             }
         }
@@ -133,7 +118,7 @@ impl Engine<'_> {
             // new and takes the plan file as a human left it.
             let key = super::setup::control_key(self.git.root(), &self.plan_rel);
             if let Err(e) = super::setup::control_store().forget(&key) {
-                self.say(&format!(
+                self.warn(format!(
                     "cannot forget the trusted copy of {} ({e}): the next run may ask for --accept-plan",
                     self.plan_rel
                 ));
@@ -142,7 +127,7 @@ impl Engine<'_> {
         self.run.finish(belay_record::RunEnd {
             ok: outcome == Outcome::Completed,
             duration_s: self.run.elapsed_s(),
-            tokens: 0,
+            tokens: self.state.tokens,
             cost_usd: self.state.cost_usd,
             summary: Some(
                 self.run
@@ -168,18 +153,18 @@ impl Engine<'_> {
     /// the plan file is belay's copy again, the state saved as it was, the
     /// registry says `interrupted`, and the same command resumes the run.
     pub(super) async fn interrupted(mut self, why: String) -> Result<Report, PlanError> {
-        let say = |m: &str| (self.o.progress)(m);
+        let (run, obs) = (&self.run, &*self.o.observer);
+        let warn = move |m: &str| super::warn_to(run, obs, m.to_string());
         belay_agent::runner::after_stop(
             self.o.rt.as_deref(),
             &self.state.run_id,
             self.git.root(),
-            &say,
+            &warn,
         )
         .await;
         let message = format!(
             "{why}: the run stopped; its work is kept uncommitted and `belay plan run` resumes it"
         );
-        self.say(&format!("### interrupted: {message}"));
         self.emit(
             None,
             &PlanEvent::RunOutcome {
@@ -189,14 +174,14 @@ impl Engine<'_> {
             },
         )?;
         if let Err(e) = self.write_plan() {
-            self.say(&format!("the plan file cannot be restored ({e})"));
+            self.warn(format!("the plan file cannot be restored ({e})"));
         }
         self.note_left_dirty().await;
         self.save()?;
         self.run.interrupted(belay_record::RunEnd {
             ok: false,
             duration_s: self.run.elapsed_s(),
-            tokens: 0,
+            tokens: self.state.tokens,
             cost_usd: self.state.cost_usd,
             summary: Some(why),
         });

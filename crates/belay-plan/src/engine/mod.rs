@@ -27,7 +27,7 @@ use std::time::Duration;
 use belay_agent::cli::Endpoint;
 use belay_agent::AgentSpec;
 use belay_model::{ModelClient, PriceTable};
-use belay_record::{Redactor, Registry, RunHandle, RunLock};
+use belay_record::{Observer, Redactor, Registry, RunHandle, RunLock};
 use belay_sandbox::ContainerRuntime;
 use belay_vcs::Git;
 
@@ -72,8 +72,10 @@ pub struct RunOptions {
     /// edit between runs) instead of refusing it.
     pub accept_plan: bool,
     pub image: String,
-    /// Where the agents' model is, as the host reaches it.
-    pub endpoint: Option<Endpoint>,
+    /// Where the developer's model is, as the host reaches it.
+    pub developer_endpoint: Option<Endpoint>,
+    /// Where the reviewer's model is (its own address, key and dialect).
+    pub reviewer_endpoint: Option<Endpoint>,
     /// The built-in agent's client.
     pub client: Option<ModelClient>,
     pub prices: PriceTable,
@@ -83,8 +85,8 @@ pub struct RunOptions {
     pub registry: Registry,
     /// The container engine (needed for containers and for the gate).
     pub rt: Option<Arc<dyn ContainerRuntime>>,
-    /// Progress lines for the terminal.
-    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+    /// Told every event as it is recorded (the terminal's lines).
+    pub observer: Arc<dyn Observer<PlanEvent>>,
     /// The one cancellation token (SIGINT/SIGTERM): the run stops cleanly
     /// and resumes with the same command.
     pub stop: belay_record::Stop,
@@ -122,6 +124,11 @@ pub(crate) struct Engine<'a> {
     _lock: RunLock,
 }
 
+/// A warning event, recorded in `run` and told to `obs`.
+fn warn_to(run: &RunHandle, obs: &dyn Observer<PlanEvent>, message: String) {
+    let _ = run.emit_to("engine", None, &PlanEvent::Warning { message }, obs);
+}
+
 /// Run (or resume) the loop of the plan in `o.plan`.
 pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let mut e = setup::open(o).await?;
@@ -132,13 +139,16 @@ pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
 }
 
 impl Engine<'_> {
-    fn say(&self, line: &str) {
-        (self.o.progress)(line);
+    /// Record an event and tell the observer.
+    fn emit(&self, step: Option<&str>, e: &PlanEvent) -> Result<(), PlanError> {
+        self.run.emit_to("engine", step, e, &*self.o.observer)?;
+        Ok(())
     }
 
-    fn emit(&self, step: Option<&str>, e: &PlanEvent) -> Result<(), PlanError> {
-        self.run.emit("engine", step, e)?;
-        Ok(())
+    /// A warning, recorded and told (a log that cannot be written does not
+    /// stop the run for it).
+    fn warn(&self, message: String) {
+        warn_to(&self.run, &*self.o.observer, message);
     }
 
     fn save(&self) -> Result<(), PlanError> {
@@ -262,7 +272,6 @@ impl Engine<'_> {
                     {
                         return Ok(());
                     }
-                    self.say(&format!(">> {id} already approved: skip"));
                     self.emit(
                         Some(id),
                         &PlanEvent::ApprovalComment {
@@ -320,10 +329,15 @@ impl Engine<'_> {
             let head = self.git.head().await.map_err(|e| Self::failed(e.into()))?;
             self.cp_mut(id).map_err(Self::failed)?.base = Some(head);
         }
-        self.say(&format!(
-            "== CHECKPOINT {id}: {} ({run_kind}) ==",
-            cp_plan.name
-        ));
+        self.emit(
+            Some(id),
+            &PlanEvent::CheckpointStarted {
+                checkpoint: id.into(),
+                name: cp_plan.name.clone(),
+                run_kind,
+            },
+        )
+        .map_err(Self::failed)?;
         let prompt = if revision {
             crate::prompts::revision(&self.plan_rel, &cp_plan, &st.notes, &st.feedback)
         } else {
@@ -450,7 +464,6 @@ impl Engine<'_> {
             cp.failed_builds
         };
         self.state.phase = Phase::Idle;
-        self.say(&format!(">> {id} not built: {reason}"));
         self.emit(
             Some(id),
             &PlanEvent::BuildFailed {

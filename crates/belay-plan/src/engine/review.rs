@@ -39,10 +39,15 @@ impl Engine<'_> {
             ignored_before: ignored_before.clone(),
         };
         self.save().map_err(Self::failed)?;
-        self.say(&format!(
-            "--- {id} review attempt {attempt}/{} ---",
-            self.o.max_review_attempts
-        ));
+        self.emit(
+            Some(id),
+            &PlanEvent::ReviewStarted {
+                checkpoint: id.into(),
+                review_attempt: attempt,
+                max_review_attempts: self.o.max_review_attempts,
+            },
+        )
+        .map_err(Self::failed)?;
         let cp_plan = self
             .plan
             .get(id)
@@ -117,14 +122,13 @@ impl Engine<'_> {
         if approved {
             return self.approve(id, attempt, &notes).await;
         }
-        self.send_back(id, attempt)
+        self.send_back(id)
     }
 
     /// A review without a verdict (the reviewer failed, or its answer did not
     /// end with one): the attempt is used, the review is due again.
     fn no_verdict(&mut self, id: &str, attempt: u32, why: &str) -> Result<(), Stop> {
         self.state.phase = Phase::Idle;
-        self.say(&format!(">> {id} no decision: {why}"));
         self.emit(
             Some(id),
             &PlanEvent::ReviewComment {
@@ -142,7 +146,6 @@ impl Engine<'_> {
 
     /// The reviewer approved: recorded, then committed (`<id>: approved`).
     async fn approve(&mut self, id: &str, attempt: u32, notes: &str) -> Result<(), Stop> {
-        self.say(&format!(">> {id} APPROVED"));
         self.emit(
             Some(id),
             &PlanEvent::ApprovalComment {
@@ -179,8 +182,7 @@ impl Engine<'_> {
     }
 
     /// The reviewer rejected: the revision is due, with its notes.
-    fn send_back(&mut self, id: &str, attempt: u32) -> Result<(), Stop> {
-        self.say(&format!(">> {id} sent back (review {attempt})"));
+    fn send_back(&mut self, id: &str) -> Result<(), Stop> {
         {
             let cp = self.cp_mut(id).map_err(Self::failed)?;
             cp.stage = Stage::Revising;

@@ -275,12 +275,32 @@ fn load_plan(
 }
 
 /// Everything before the loop.
+/// Each role's agent speaks its endpoint's dialect: a mismatch would fail
+/// at the role's first call, after work was done and an attempt spent.
+fn check_endpoints(o: &RunOptions) -> Result<(), PlanError> {
+    let roles = [
+        ("developer", &o.developer, &o.developer_endpoint),
+        ("reviewer", &o.reviewer, &o.reviewer_endpoint),
+    ];
+    for (role, spec, endpoint) in roles {
+        let Some(e) = endpoint else { continue };
+        spec.check_dialect(role, e.api, &e.base_url, |api| {
+            format!(
+                "give the {role} its own dialect with --{role}-llm-api {api} (and its address with --{role}-base-url URL, its key with --{role}-llm-key-env VAR)"
+            )
+        })
+        .map_err(belay_agent::AgentError::from)?;
+    }
+    Ok(())
+}
+
 pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     if o.max_review_attempts == 0 {
         return Err(PlanError::Usage(
             "--max-review-attempts must be 1 or more".into(),
         ));
     }
+    check_endpoints(o)?;
     let (git, loc) = plan_key(&o.plan).await?;
     state_outside(git.root())?;
     if !o.on_host && loc.plan_rel.contains(':') {
@@ -352,10 +372,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     e.save()?;
     e.announce(&branch, resumed, &notes, stale)?;
     if resumed {
-        e.say(&format!("resuming run {run_id} on {branch}"));
         e.recover().await?;
-    } else {
-        e.say(&format!("run {run_id} on {branch}"));
     }
     Ok(e)
 }
@@ -478,6 +495,7 @@ impl Engine<'_> {
         self.emit(
             None,
             &PlanEvent::RunStarted {
+                run_id: self.state.run_id.clone(),
                 repo: self.git.root().to_path_buf(),
                 plan: self.plan_rel.clone(),
                 branch: branch.to_string(),

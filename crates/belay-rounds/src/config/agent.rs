@@ -146,19 +146,26 @@ impl AgentConfig {
                 "exec_prefix wraps the agent in your own container, and belay already runs it in one: remove exec_prefix, or set placement = \"host\" to keep your wrapper",
             ));
         }
-        let model_api = match raw
-            .model_api
-            .as_ref()
-            .map(|a| (a.get_ref().as_str(), a.span()))
-        {
-            None | Some(("responses", _)) => Api::Responses,
-            Some(("chat-completions", _)) => Api::ChatCompletions,
-            Some(("anthropic", _)) => Api::Anthropic,
-            Some((o, s)) => {
-                return Err(src.err(
-                    s,
-                    format!("model_api `{o}`: use responses, chat-completions or anthropic"),
-                ))
+        // Unset, the dialect is the one the agent speaks; set, it must be one.
+        let model_api = match raw.model_api.as_ref() {
+            None => spec.kind.native_dialect().unwrap_or(Api::Responses),
+            Some(a) => {
+                let api: Api = a.get_ref().parse().map_err(|_| {
+                    src.err(
+                        a.span(),
+                        format!(
+                            "model_api `{}`: use responses, chat-completions, anthropic or gemini",
+                            a.get_ref()
+                        ),
+                    )
+                })?;
+                if let Some(url) = raw.model_url.as_deref() {
+                    spec.check_dialect("round", api, url, |native| {
+                        format!("set model_api = \"{native}\" (or remove it: the agent's own dialect is the default)")
+                    })
+                    .map_err(|e| src.err(a.span(), e.to_string()))?;
+                }
+                api
             }
         };
         let sigterm_grace_s = match &raw.sigterm_grace_s {

@@ -98,6 +98,11 @@ impl View {
             "serve_started" => {
                 self.serve_stopped = false;
                 self.paused = false;
+                // A new serve is judged on its own rounds: an earlier
+                // serve's auth failure or crash loop does not stop it.
+                self.rounds.clear();
+                self.current = None;
+                self.open_round = None;
             }
             "serve_stopped" => self.serve_stopped = true,
             "schedule_paused" | "transient_error_backoff" => self.paused = true,

@@ -77,8 +77,9 @@ fn reports_usage(spec: &AgentSpec) -> bool {
         AgentKind::Command { program, args } => {
             belay_agent::cli::stream_of(program, args).is_some()
         }
-        AgentKind::Builtin => true,
-        _ => true,
+        // Their stdout is the answer: no usage to judge progress by.
+        AgentKind::Grok | AgentKind::Antigravity => false,
+        AgentKind::Builtin | AgentKind::Codex | AgentKind::Claude | AgentKind::Gemini => true,
     }
 }
 
@@ -132,7 +133,8 @@ impl Supervisor {
         // events and every record before it starts.
         self.add_secrets(&super::login::secrets(&c.agent.login_dirs));
         let redactor = self.redactor();
-        let warn = |m: &str| (self.progress)(m);
+        let (run, obs) = (&self.run, &*self.observer);
+        let warn = move |m: &str| crate::supervisor::warn_to(run, obs, m);
         let runner = Runner {
             rt: self.rt.clone(),
             image: &c.agent.image,
@@ -177,10 +179,13 @@ impl Supervisor {
             .map(|l| l.finish())
             .filter(|b| !b.is_empty())
         {
-            (self.progress)(&format!(
-                "copied the refreshed login back: {}",
-                back.join(", ")
-            ));
+            self.emit(
+                Some(&format!("R{}", c.round_num)),
+                &crate::events::RoundEvent::LoginCopiedBack {
+                    round_num: c.round_num,
+                    paths: back,
+                },
+            );
         }
         let Some(result) = result else {
             // Stopped now: the host group died with the dropped call; the
@@ -332,7 +337,8 @@ impl Supervisor {
     async fn stopped_now(&self, on_host: bool, usage_capable: bool) -> Ran {
         // The dropped call's box was not closed: its containers, its route
         // network and the sweep of the work tree, as for every mode.
-        let warn = |m: &str| (self.progress)(m);
+        let (run, obs) = (&self.run, &*self.observer);
+        let warn = move |m: &str| crate::supervisor::warn_to(run, obs, m);
         belay_agent::runner::after_stop(self.rt.as_deref(), self.run.id(), self.git.root(), &warn)
             .await;
         self.remove_round_containers().await;

@@ -192,9 +192,7 @@ impl Supervisor {
                     st.stashes.drain(..cut);
                 }
                 if let Err(e) = state::write(log_dir, state::ORPHAN_FILE, &st, &self.redactor()) {
-                    (self.progress)(&format!(
-                        "warning: the stash {sha} is made but not recorded: {e}"
-                    ));
+                    self.warn(format!("the stash {sha} is made but not recorded: {e}"));
                 }
                 self.emit(
                     Some(step),

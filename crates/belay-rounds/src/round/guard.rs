@@ -62,10 +62,6 @@ impl Supervisor {
             RoundsError::Breaker(e.to_string())
         })?;
         if !r.is_empty() {
-            (self.progress)(&format!(
-                "undid what the agent left in the git dir: restored {:?}, links {:?}, modes {:?}, locks {:?}, special files {:?}",
-                r.restored, r.links_removed, r.modes_cleared, r.locks_removed, r.specials_removed
-            ));
             self.emit(
                 Some(step),
                 &RoundEvent::GitDirRepaired {
@@ -91,10 +87,6 @@ impl Supervisor {
             return Ok(());
         }
         let paths: Vec<String> = changes.into_iter().map(|c| c.rel).collect();
-        (self.progress)(&format!(
-            "the agent changed belay's own inputs; put back: {}",
-            paths.join(", ")
-        ));
         self.emit(
             Some(step),
             &RoundEvent::ControlFileRestored { round_num, paths },
@@ -136,8 +128,8 @@ impl Supervisor {
             Ok(l) if l.is_empty() => return,
             Ok(l) => l,
             Err(e) => {
-                (self.progress)(&format!(
-                    "warning: cannot list the submodules the agent committed ({e}); a repository it left in the tree could run its config on your git status: check the tree's nested .git directories before you run git in it"
+                self.warn(format!(
+                    "cannot list the submodules the agent committed ({e}); a repository it left in the tree could run its config on your git status: check the tree's nested .git directories before you run git in it"
                 ));
                 return;
             }
@@ -148,16 +140,12 @@ impl Supervisor {
             match belay_sandbox::hostfs::quarantine_git(&root, &rel) {
                 Ok(Some(to)) => moved.push(to),
                 Ok(None) => {}
-                Err(e) => (self.progress)(&format!(
-                    "warning: cannot move aside the repository at {rel}: {e}; do not run git in this tree before you inspect {rel}/.git"
+                Err(e) => self.warn(format!(
+                    "cannot move aside the repository at {rel}: {e}; do not run git in this tree before you inspect {rel}/.git"
                 )),
             }
         }
         if !moved.is_empty() {
-            (self.progress)(&format!(
-                "the agent committed submodules whose repositories could run code on your git status; moved aside: {}",
-                moved.join(", ")
-            ));
             self.emit(
                 Some(step),
                 &RoundEvent::RepositoryQuarantined { round_num, moved },

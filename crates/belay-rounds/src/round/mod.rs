@@ -234,10 +234,6 @@ impl Supervisor {
     fn refresh_trust(&self) -> Result<(), RoundsError> {
         let retrusted = self.trust.refresh(&self.cfg)?;
         if !retrusted.is_empty() {
-            (self.progress)(&format!(
-                "prompt files changed since the last round, trusted as they are: {}",
-                retrusted.join(", ")
-            ));
             self.emit(None, &RoundEvent::ControlFileTrusted { paths: retrusted });
         }
         Ok(())
@@ -591,9 +587,7 @@ impl Supervisor {
             .handle_dirty(round_num, phase_name, outcome.as_str(), step)
             .await;
         if let Err(e) = self.outstanding_orphans().await {
-            (self.progress)(&format!(
-                "warning: cannot check the outstanding stashes: {e}"
-            ));
+            self.warn(format!("cannot check the outstanding stashes: {e}"));
         }
         let new_commits = match (head_before, self.git.head().await.ok()) {
             (Some(a), Some(b)) => a != b.as_str(),
@@ -660,7 +654,7 @@ impl Supervisor {
             ..running.clone()
         };
         if let Err(e) = state::write(self.log_dir(), state::STATUS_FILE, &done, &self.redactor()) {
-            (self.progress)(&format!("warning: cannot write status.json: {e}"));
+            self.warn(format!("cannot write status.json: {e}"));
         }
         self.emit(
             Some(step),
@@ -672,7 +666,7 @@ impl Supervisor {
             },
         );
         if let Err(e) = self.run.sink().sync() {
-            (self.progress)(&format!("warning: cannot sync the event log: {e}"));
+            self.warn(format!("cannot sync the event log: {e}"));
         }
     }
 

@@ -25,10 +25,11 @@ pub enum JobsCommand {
     /// Run the queue: recover what a killed worker left, then run jobs
     /// (with the configured front ends: XMPP, the drop directory, HTTP)
     /// until SIGTERM, or until the inbox is empty with --once. SIGTERM puts
-    /// a running job back in the inbox.
+    /// a running job back in the inbox. With --once, exit 1 when a job
+    /// failed (its checks, its agent, its push, its limit).
     Work(WorkArgs),
-    /// The jobs in the queue, by state.
-    List(JsonFlag),
+    /// The jobs in the queue, by state (with --all, the finished ones too).
+    List(ListArgs),
     /// One job: its state, its file, its record once done.
     Show(IdJson),
     /// Start a third party's job (the start approval).
@@ -93,10 +94,18 @@ pub struct WorkArgs {
     /// Workers side by side (default: `workers` of jobs.toml, else 1).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// The jobs' events on stdout, one JSON envelope a line as their event
+    /// logs record them, instead of the progress lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct JsonFlag {
+pub struct ListArgs {
+    /// The finished jobs too (their outcome and when), from the queue's
+    /// completion records.
+    #[arg(long)]
+    pub all: bool,
     #[arg(long)]
     pub json: bool,
 }

@@ -493,9 +493,10 @@ pub struct EndpointArgs {
     /// Model endpoint, e.g. http://127.0.0.1:8081/v1 (default: $OPENAI_BASE_URL, else the vendor's).
     #[arg(long)]
     pub openai_base_url: Option<String>,
-    /// Wire dialect of the endpoint.
-    #[arg(long, value_enum, default_value = "responses")]
-    pub llm_api: LlmApi,
+    /// Wire dialect of the endpoint (default: the agent CLI's own, so
+    /// that claude gets anthropic and codex responses; else responses).
+    #[arg(long, value_enum)]
+    pub llm_api: Option<LlmApi>,
     /// The environment variable that holds the API key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub llm_key_env: String,
@@ -509,6 +510,8 @@ pub enum LlmApi {
     Responses,
     ChatCompletions,
     Anthropic,
+    /// Google's Gemini API (the gemini CLI's).
+    Gemini,
 }
 
 impl From<LlmApi> for belay_model::Api {
@@ -517,6 +520,7 @@ impl From<LlmApi> for belay_model::Api {
             LlmApi::Responses => belay_model::Api::Responses,
             LlmApi::ChatCompletions => belay_model::Api::ChatCompletions,
             LlmApi::Anthropic => belay_model::Api::Anthropic,
+            LlmApi::Gemini => belay_model::Api::Gemini,
         }
     }
 }

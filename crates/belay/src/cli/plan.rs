@@ -157,9 +157,73 @@ pub struct PlanRunArgs {
     /// it such a file is refused, with what changed.
     #[arg(long)]
     pub accept_plan: bool,
+    /// The run's events on stdout, one JSON envelope a line as the event
+    /// log records them, instead of the progress lines.
+    #[arg(long)]
+    pub json: bool,
     /// The container image agents and the gate run in.
     #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
     pub image: String,
     #[command(flatten)]
     pub model: EndpointArgs,
+    #[command(flatten)]
+    pub roles: RoleEndpointArgs,
+}
+
+/// A role's own endpoint, over the shared one (`--openai-base-url`,
+/// `--llm-api`, `--llm-key-env`), field by field: a codex developer and a
+/// Claude Code reviewer each talk to their own dialect. A role whose agent
+/// cannot speak its endpoint's dialect is refused before any work (exit 2).
+#[derive(Debug, Clone, Args)]
+pub struct RoleEndpointArgs {
+    /// The developer's model endpoint (default: the shared one).
+    #[arg(long)]
+    pub developer_base_url: Option<String>,
+    /// The developer's wire dialect (default: --llm-api).
+    #[arg(long, value_enum)]
+    pub developer_llm_api: Option<super::LlmApi>,
+    /// The variable that holds the developer's key (default: --llm-key-env,
+    /// or ANTHROPIC_API_KEY for the anthropic dialect).
+    #[arg(long)]
+    pub developer_llm_key_env: Option<String>,
+    /// The reviewer's model endpoint (default: the shared one).
+    #[arg(long)]
+    pub reviewer_base_url: Option<String>,
+    /// The reviewer's wire dialect (default: --llm-api).
+    #[arg(long, value_enum)]
+    pub reviewer_llm_api: Option<super::LlmApi>,
+    /// The variable that holds the reviewer's key.
+    #[arg(long)]
+    pub reviewer_llm_key_env: Option<String>,
+}
+
+impl RoleEndpointArgs {
+    /// The developer's and the reviewer's endpoint arguments.
+    pub fn resolve(&self, shared: &EndpointArgs) -> (EndpointArgs, EndpointArgs) {
+        let over = |base: &Option<String>, api: Option<super::LlmApi>, key: &Option<String>| {
+            let mut e = shared.clone();
+            if base.is_some() {
+                e.openai_base_url = base.clone();
+            }
+            if let Some(a) = api {
+                e.llm_api = Some(a);
+            }
+            if let Some(k) = key {
+                e.llm_key_env = k.clone();
+            }
+            e
+        };
+        (
+            over(
+                &self.developer_base_url,
+                self.developer_llm_api,
+                &self.developer_llm_key_env,
+            ),
+            over(
+                &self.reviewer_base_url,
+                self.reviewer_llm_api,
+                &self.reviewer_llm_key_env,
+            ),
+        )
+    }
 }

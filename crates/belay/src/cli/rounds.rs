@@ -102,6 +102,10 @@ pub struct ServeArgs {
     /// Do not run the monitor inside serve (it has its own unit).
     #[arg(long)]
     pub no_monitor: bool,
+    /// The loop's events on stdout, one JSON envelope a line as the event
+    /// log records them, instead of the progress lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

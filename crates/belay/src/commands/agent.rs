@@ -57,12 +57,8 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     }
     let run_id = belay_record::run_id::generate("agent");
     let out = records_dir(&a, &repo, &run_id)?;
-    let model = resolve_model(&a.model, spec.is_builtin())?;
-    let mut redactor = crate::context::build_redactor();
-    let endpoint = model.as_ref().map(crate::commands::model::agent_endpoint);
-    if let Some(e) = &endpoint {
-        e.add_secrets(&mut redactor);
-    }
+    let model = resolve_model(&a.model, spec.is_builtin(), spec.kind.native_dialect())?;
+    let (endpoint, redactor) = endpoint_and_redactor(&spec, &model)?;
     let stop = crate::context::stop_on_signals()?;
     let run = RunHandle::open(OpenRun {
         dir: out.clone(),
@@ -290,4 +286,30 @@ fn failed_end(run: &RunHandle, e: &anyhow::Error) -> belay_record::RunEnd {
         cost_usd: 0.0,
         summary: Some(run.redactor().redact(&format!("{e:#}")).into_owned()),
     }
+}
+
+/// The agent's endpoint (checked against the dialect its CLI speaks) and the
+/// run's redactor with the endpoint's secrets.
+fn endpoint_and_redactor(
+    spec: &belay_agent::AgentSpec,
+    model: &Option<crate::commands::model::ModelChoice>,
+) -> Result<
+    (
+        Option<belay_model::resolve::AgentEndpoint>,
+        belay_record::Redactor,
+    ),
+    Failure,
+> {
+    let mut redactor = crate::context::build_redactor();
+    let endpoint = model.as_ref().map(crate::commands::model::agent_endpoint);
+    if let Some(e) = &endpoint {
+        e.add_secrets(&mut redactor);
+        if !spec.is_builtin() {
+            spec.check_dialect("CLI", e.api, &e.base_url, |api| {
+                format!("give --llm-api {api} (or leave --llm-api out: the agent's own dialect is the default)")
+            })
+            .map_err(belay_agent::AgentError::from)?;
+        }
+    }
+    Ok((endpoint, redactor))
 }

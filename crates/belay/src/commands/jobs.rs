@@ -10,15 +10,10 @@ use belay_jobs::{gates, Config, Job, JobsError, Services};
 use belay_record::Id;
 use belay_sandbox::ContainerRuntime;
 
-use crate::cli::{JobsArgs, JobsCommand, SubmitArgs, WorkArgs};
-use crate::exit::{infra, io, usage, Failure};
-use crate::output::Printer;
-
-/// Progress lines on stderr, printable (they carry what agents and senders
-/// wrote).
-fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
-    p.progress_sink("belay")
-}
+use crate::cli::{JobsArgs, JobsCommand, ListArgs, SubmitArgs, WorkArgs};
+use crate::exit::{infra, io, usage, Failure, EXIT_FAILED};
+use crate::output::jobs::JobLines;
+use crate::output::{EventView, Printer};
 
 /// The engine, when agents or checks run in containers.
 async fn engine(cfg: &Config, needed: bool) -> Result<Option<Arc<dyn ContainerRuntime>>, Failure> {
@@ -35,11 +30,12 @@ pub async fn jobs(p: &Printer, a: JobsArgs) -> Result<u8, Failure> {
     // Only the worker and the commit gates need the engine.
     let needs_engine = matches!(a.command, JobsCommand::Work(_) | JobsCommand::Approve(_));
     let rt = engine(&cfg, needs_engine).await?;
-    let svc = Services::open(cfg, rt, progress(p))?;
+    let json = matches!(&a.command, JobsCommand::Work(w) if w.json);
+    let svc = Services::open(cfg, rt, Arc::new(EventView::new(p, JobLines, json)))?;
     match a.command {
         JobsCommand::Submit(s) => submit(p, &svc, *s),
         JobsCommand::Work(w) => work(p, svc, w).await,
-        JobsCommand::List(j) => list(p, &svc, j.json),
+        JobsCommand::List(l) => list(p, &svc, &l),
         JobsCommand::Show(s) => show(p, &svc, &job_id(&s.id)?, s.json),
         JobsCommand::Accept(i) => said(p, gates::accept(&svc, &job_id(&i.id)?, LOCAL_SENDER)),
         JobsCommand::Decline(i) => said(p, gates::decline(&svc, &job_id(&i.id)?, LOCAL_SENDER)),
@@ -198,13 +194,34 @@ async fn work(p: &Printer, svc: Services, w: WorkArgs) -> Result<u8, Failure> {
         return Err(e.into());
     }
     p.note(&format!(
-        "jobs: {} ran, {} interrupted, {} recovered",
-        s.ran, s.interrupted, s.recovered
+        "jobs: {} ran, {} interrupted, {} recovered{}",
+        s.ran,
+        s.interrupted,
+        s.recovered,
+        if s.failed.is_empty() {
+            String::new()
+        } else {
+            format!(", {} failed", s.failed.len())
+        }
     ));
+    // A run until the inbox is empty says whether its jobs did what they
+    // were asked: a failed one is a failed check (exit 1), with why.
+    if w.once && !s.failed.is_empty() {
+        for f in &s.failed {
+            p.warn(&format!(
+                "job {} {}: {}",
+                f.id,
+                f.status,
+                belay_record::printable_line(f.reason.lines().next().unwrap_or_default())
+            ));
+        }
+        return Ok(EXIT_FAILED);
+    }
     Ok(0)
 }
 
-fn list(p: &Printer, svc: &Services, json: bool) -> Result<u8, Failure> {
+fn list(p: &Printer, svc: &Services, a: &ListArgs) -> Result<u8, Failure> {
+    let json = a.json;
     let mut rows = Vec::new();
     for d in Dir::ALL {
         for f in svc.queue.list(d)? {
@@ -221,12 +238,42 @@ fn list(p: &Printer, svc: &Services, json: bool) -> Result<u8, Failure> {
             }
         }
     }
+    // The finished jobs: their completion records, but for those still in
+    // the queue (a failed job is in failed/ and has a record).
+    let queued: std::collections::HashSet<String> = rows
+        .iter()
+        .filter_map(|r| r["id"].as_str().map(str::to_string))
+        .collect();
+    let finished: Vec<belay_jobs::record::CompletionRecord> =
+        belay_jobs::record::finished(&svc.queue.sub("done"))
+            .into_iter()
+            .filter(|r| !queued.contains(&r.job_id))
+            .collect();
+    let waiting = rows.len();
+    if a.all {
+        rows.extend(finished.iter().map(|r| {
+            serde_json::json!({
+                "id": r.job_id, "state": "done", "outcome": r.status.as_str(),
+                "completed_at": r.completed_at, "role": r.pipeline_role,
+                "failure": r.failure_detail,
+            })
+        }));
+    }
     if json {
         p.json(&rows);
         return Ok(0);
     }
-    if rows.is_empty() {
-        p.out("no jobs in the queue");
+    let more = if finished.is_empty() || a.all {
+        String::new()
+    } else {
+        format!("{} finished: `belay jobs list --all`", finished.len())
+    };
+    if waiting == 0 {
+        p.out(match (finished.is_empty(), a.all) {
+            (true, _) => "no jobs in the queue".to_string(),
+            (false, true) => "no jobs waiting; finished:".to_string(),
+            (false, false) => format!("no jobs waiting; {more}"),
+        });
     }
     // One row a job: a sender's request body, its name and an error are
     // shown on one line, with no control character of theirs.
@@ -234,6 +281,17 @@ fn list(p: &Printer, svc: &Services, json: bool) -> Result<u8, Failure> {
         belay_record::printable_line(v.as_str().unwrap_or(or)).into_owned()
     };
     for r in rows {
+        if r["state"] == "done" {
+            // A finished job: its outcome and when.
+            p.out(format!(
+                "{:<26} {:<10} {:<24} {}",
+                cell(&r["id"], "?"),
+                cell(&r["state"], "?"),
+                cell(&r["outcome"], ""),
+                cell(&r["completed_at"], "")
+            ));
+            continue;
+        }
         let last = if r["preview"].is_string() {
             &r["preview"]
         } else {
@@ -246,6 +304,9 @@ fn list(p: &Printer, svc: &Services, json: bool) -> Result<u8, Failure> {
             cell(&r["requested_by"], ""),
             cell(last, "")
         ));
+    }
+    if waiting > 0 && !more.is_empty() {
+        p.out(format!("and {more}"));
     }
     Ok(0)
 }

@@ -51,8 +51,8 @@ pub fn model_setup(a: &crate::cli::LlmArgs) -> Result<Option<ModelChoice>, Failu
     use crate::cli::Planner;
     match a.planner {
         Planner::Rules => Ok(None),
-        Planner::Auto => resolve_model(&a.model, false),
-        Planner::Llm => resolve_model(&a.model, true)
+        Planner::Auto => resolve_model(&a.model, false, None),
+        Planner::Llm => resolve_model(&a.model, true, None)
             .map_err(|f| usage(format!("--planner llm needs a model: {:#}", f.error))),
     }
 }
@@ -62,8 +62,10 @@ pub fn model_setup(a: &crate::cli::LlmArgs) -> Result<Option<ModelChoice>, Failu
 pub fn resolve_model(
     a: &crate::cli::ModelArgs,
     required: bool,
+    native: Option<belay_model::Api>,
 ) -> Result<Option<ModelChoice>, Failure> {
-    let Some((mut setup, key)) = resolve_endpoint(&a.endpoint, a.model.as_deref(), required)?
+    let Some((mut setup, key)) =
+        resolve_endpoint(&a.endpoint, a.model.as_deref(), required, native)?
     else {
         return Ok(None);
     };
@@ -90,15 +92,22 @@ pub fn agent_endpoint(choice: &ModelChoice) -> belay_model::resolve::AgentEndpoi
 
 /// The endpoint, its key and its prices (`model`: the model's name, if one
 /// is asked for); `None` when nothing is configured and nothing is required.
+/// `native`: the dialect of the agent it is for, taken when `--llm-api` is
+/// not given.
 pub fn resolve_endpoint(
     e: &crate::cli::EndpointArgs,
     model: Option<&str>,
     required: bool,
+    native: Option<belay_model::Api>,
 ) -> Result<Option<ModelChoice>, Failure> {
     use belay_model::resolve::{resolve, ModelWanted};
     use belay_model::{Api, PriceTable};
     let settings = belay_model::keys::Settings::for_cwd();
-    let api: Api = e.llm_api.into();
+    let api: Api = e
+        .llm_api
+        .map(Api::from)
+        .or(native)
+        .unwrap_or(Api::Responses);
     // The flag's default names OpenAI's variable; the Anthropic dialect's
     // default is its own.
     let key_env = (e.llm_key_env != "OPENAI_API_KEY" || api != Api::Anthropic)

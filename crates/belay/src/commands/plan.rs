@@ -16,7 +16,8 @@ use crate::cli::{
 };
 use crate::context::connect;
 use crate::exit::{usage, Failure, EXIT_FAILED};
-use crate::output::Printer;
+use crate::output::plan::PlanLines;
+use crate::output::{EventView, Printer};
 
 pub async fn plan(p: &Printer, c: PlanCommand) -> Result<u8, Failure> {
     match c {
@@ -28,12 +29,6 @@ pub async fn plan(p: &Printer, c: PlanCommand) -> Result<u8, Failure> {
     }
 }
 
-/// Progress lines on stderr, printable (they carry what agents and senders
-/// wrote).
-fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
-    p.progress_sink("belay")
-}
-
 /// The agents' endpoint, its key (a secret for the redactor) and prices.
 struct Model {
     endpoint: Option<belay_agent::cli::Endpoint>,
@@ -41,9 +36,12 @@ struct Model {
     redactor: Redactor,
 }
 
-fn model(a: &EndpointArgs) -> Result<Model, Failure> {
+/// `native`: the dialect of the agent the endpoint is for (when `--llm-api`
+/// is not given).
+fn model(a: &EndpointArgs, native: Option<belay_model::Api>) -> Result<Model, Failure> {
     let mut redactor = crate::context::build_redactor();
-    let Some((setup, key)) = crate::commands::model::resolve_endpoint(a, None, false)? else {
+    let Some((setup, key)) = crate::commands::model::resolve_endpoint(a, None, false, native)?
+    else {
         return Ok(Model {
             endpoint: None,
             prices: belay_model::PriceTable::builtin(),
@@ -229,11 +227,18 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
     let git = belay_vcs::Git::open(&dir, &belay_record::state_home().join("no-hooks"))
         .await
         .map_err(|e| usage(format!("{} is not in a git work tree: {e}", dir.display())))?;
-    let m = model(&a.model)?;
+    let m = model(&a.model, a.agent.kind.native_dialect())?;
+    if let Some(e) = &m.endpoint {
+        a.agent
+            .check_dialect("planner", e.api, &e.base_url, |api| {
+                format!("give its dialect with --llm-api {api}")
+            })
+            .map_err(belay_agent::AgentError::from)?;
+    }
     let rt = engine_if(!a.on_host).await?;
     let run_id = belay_record::run_id::generate("plan-init");
     let records = belay_record::state_home().join("plan/init").join(&run_id);
-    let warn = progress(p);
+    let warn = |m: &str| p.warn(m);
     let runner = belay_agent::runner::Runner {
         rt,
         image: &a.image,
@@ -247,7 +252,7 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
         workdir: git.root(),
         git: Some(&git),
         records: records.join("box"),
-        warn: &*warn,
+        warn: &warn,
         extras: Default::default(),
         agent_env: vec![],
     };
@@ -279,8 +284,11 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
 }
 
 async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
-    let m = model(&a.model)?;
+    let (developer, reviewer) = a.roles.resolve(&a.model);
+    let m = model(&developer, a.developer.kind.native_dialect())?;
+    let r = model(&reviewer, a.reviewer.kind.native_dialect())?;
     let mut redactor = m.redactor;
+    redactor.extend_from(&r.redactor);
     for name in &a.secret_env {
         match std::env::var(name) {
             Ok(v) if !v.is_empty() => redactor.add(name.clone(), v),
@@ -297,6 +305,7 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
         .iter()
         .any(|c| !plan.commands_for(&c.id).list().is_empty());
     let rt = engine_if(!a.on_host || gate).await?;
+    let json = a.json;
     let o = RunOptions {
         plan: a.file.state.clone(),
         developer: a.developer,
@@ -313,17 +322,24 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
         auto_approve: a.auto_approve,
         accept_plan: a.accept_plan,
         image: a.image,
-        endpoint: m.endpoint,
+        developer_endpoint: m.endpoint,
+        reviewer_endpoint: r.endpoint,
         client: None,
         prices: m.prices,
         gate_timeout: a.gate_timeout,
         redactor,
         registry: belay_record::Registry::default_location(),
         rt,
-        progress: progress(p),
+        observer: Arc::new(EventView::new(p, PlanLines::default(), json)),
         stop: crate::context::stop_on_signals()?,
     };
     let report = engine::run(&o).await?;
+    // With --json, stdout is the run's events: `run_outcome` is the result.
+    let out = |text: String| {
+        if !json {
+            p.out(text);
+        }
+    };
     p.note(&format!(
         "run {}: {} agent call(s), ${:.4}; events in {}",
         report.run_id,
@@ -333,14 +349,14 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
     ));
     match report.outcome {
         Outcome::Completed => {
-            p.out(format!(
+            out(format!(
                 "completed: every checkpoint approved on {} (not merged)",
                 report.branch
             ));
             Ok(0)
         }
         Outcome::Halted | Outcome::Failed => {
-            p.out(format!(
+            out(format!(
                 "{}: {}",
                 if report.outcome == Outcome::Halted {
                     "halted"

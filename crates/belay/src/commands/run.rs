@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use belay_pipeline::engine::{state_dir_for, Engine, Observer, RunOptions};
-use belay_pipeline::events::Kind;
+use belay_pipeline::engine::{state_dir_for, Engine, RunOptions};
+use belay_pipeline::events::PipelineEvent;
 use belay_pipeline::state::Status;
 use belay_sandbox::ContainerRuntime;
 
@@ -11,7 +11,7 @@ use crate::cli::RunArgs;
 use crate::context::connect;
 use crate::exit::{io, Failure, EXIT_FAILED};
 use crate::output::pipeline::Console;
-use crate::output::Printer;
+use crate::output::{EventView, Printer};
 
 pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
     if a.explain_compat {
@@ -36,37 +36,9 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
         return Ok(0);
     }
     let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
-    // The console: each event's line, printed here as it comes.
-    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
-    let console = std::sync::Mutex::new(Console::default());
-    let observer = Observer(Arc::new(move |kind, step, data| {
-        if kind == Kind::UntrackedAtStart {
-            let files: Vec<&str> = data
-                .get("files")
-                .and_then(|f| f.as_array())
-                .map(|v| v.iter().filter_map(|x| x.as_str()).collect())
-                .unwrap_or_default();
-            let total = data
-                .get("files_total")
-                .and_then(|t| t.as_u64())
-                .unwrap_or(0);
-            // File names are anyone's: one line, printable.
-            let names = files.iter().take(8).copied().collect::<Vec<_>>().join(", ");
-            let _ = lines_tx.send((true, format!(
-                "the worktree has {total} uncommitted or untracked file(s) ({}{}): the commit point will refuse to mix them into its commit. Commit or stash them, .gitignore build output, or list it in sync_excludes",
-                belay_record::printable_line(&names),
-                if total > 8 { ", …" } else { "" }
-            )));
-            return;
-        }
-        if let Some(l) = console
-            .lock()
-            .ok()
-            .and_then(|mut c| c.line(kind, step, data))
-        {
-            let _ = lines_tx.send((false, l));
-        }
-    }));
+    // The console: each event's line as it is recorded.
+    let observer: Arc<dyn belay_record::Observer<PipelineEvent>> =
+        Arc::new(EventView::new(out, Console::default(), false));
     let stop = crate::context::stop_on_signals()?;
     let opts = RunOptions {
         resume: a.resume.clone(),
@@ -87,18 +59,7 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
         engine.run_dir().display()
     ));
     let _viz = crate::commands::ui::viz(out, &a.viz, engine.run_id()).await;
-    let printing = async {
-        while let Some((warn, l)) = lines.recv().await {
-            if warn {
-                out.warn(&l);
-            } else {
-                out.note(&l);
-            }
-        }
-    };
-    // The engine holds the only sender: its end closes the console.
-    let (res, ()) = tokio::join!(engine.run(), printing);
-    let res = res?;
+    let res = engine.run().await?;
     out.out(format!(
         "{} {}: {} after {} step run(s), attempt {}{}{}; records in {}",
         p.name,

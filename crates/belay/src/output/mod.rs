@@ -11,12 +11,20 @@
 
 pub mod batch;
 pub mod build;
+pub mod jobs;
 pub mod pipeline;
+pub mod plan;
+pub mod rounds;
 
 use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
 
+use belay_record::Observer;
 use indicatif::{MultiProgress, ProgressDrawTarget};
 
+/// Cheap to clone: the clones share the live display, so that an engine's
+/// observer, which outlives the borrow of a command, prints through it too.
+#[derive(Clone)]
 pub struct Printer {
     quiet: bool,
     live: Option<MultiProgress>,
@@ -33,11 +41,6 @@ impl Printer {
     /// The live display, on a terminal without `--quiet`.
     pub fn live(&self) -> Option<&MultiProgress> {
         self.live.as_ref()
-    }
-
-    /// Whether notes are off (`--quiet`).
-    pub fn is_quiet(&self) -> bool {
-        self.quiet
     }
 
     /// A progress note.
@@ -75,18 +78,6 @@ impl Printer {
         text
     }
 
-    /// The sink of a library's progress lines (jobs, rounds, plan): each
-    /// `[prefix] line` on stderr, nothing with `--quiet`. The lines carry
-    /// what agents and senders wrote, so they are shown printable.
-    pub fn progress_sink(&self, prefix: &'static str) -> Box<dyn Fn(&str) + Send + Sync> {
-        let quiet = self.is_quiet();
-        Box::new(move |line: &str| {
-            if !quiet {
-                eprintln!("[{prefix}] {}", belay_record::printable(line));
-            }
-        })
-    }
-
     fn to_stderr(&self, line: &str) {
         let line = belay_record::printable(line);
         let line: &str = &line;
@@ -115,6 +106,12 @@ impl Printer {
             Ok(s) => self.stdout_line(&s),
             Err(e) => self.warn(&format!("cannot encode the result as JSON: {e}")),
         }
+    }
+
+    /// A recorded envelope (one JSON line as the event log holds it, its
+    /// text escaped by serde) on stdout, as it is.
+    pub fn envelope(&self, line: &str) {
+        self.stdout_line(line);
     }
 
     /// One JSON value on one line (streamed results such as events).
@@ -148,4 +145,74 @@ impl Printer {
             None => write(),
         }
     }
+}
+
+/// A line an event gets on the terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// Progress: nothing with `--quiet`.
+    Note(String),
+    /// Shown even with `--quiet`.
+    Warn(String),
+}
+
+/// What an engine's events look like on the terminal: the lines of each
+/// (none for most). It may keep what a later line needs (the plan file's
+/// name, a round's phase).
+pub trait Render<E>: Send {
+    fn lines(&mut self, step: Option<&str>, e: &E) -> Vec<Line>;
+}
+
+/// An engine's observer over the [`Printer`]: each event's lines (notes
+/// around the live display on a terminal, plain lines otherwise, nothing
+/// with `--quiet`; warnings always), or with `json` the recorded envelopes
+/// on stdout instead of the notes.
+pub struct EventView<R> {
+    p: Printer,
+    json: bool,
+    render: Mutex<R>,
+}
+
+impl<R> EventView<R> {
+    pub fn new(p: &Printer, render: R, json: bool) -> Self {
+        EventView {
+            p: p.clone(),
+            json,
+            render: Mutex::new(render),
+        }
+    }
+}
+
+impl<E, R: Render<E>> Observer<E> for EventView<R> {
+    fn event(&self, step: Option<&str>, e: &E) {
+        let lines = self
+            .render
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .lines(step, e);
+        for l in lines {
+            match l {
+                Line::Note(t) if !self.json => self.p.note(&t),
+                Line::Note(_) => {}
+                Line::Warn(t) => self.p.warn(&t),
+            }
+        }
+    }
+
+    fn recorded(&self, envelope: &str) {
+        if self.json {
+            self.p.envelope(envelope);
+        }
+    }
+}
+
+/// The last `n` lines of `text` (its blank end left out), each indented as
+/// a quote under the line it explains.
+pub(crate) fn quoted_tail(text: &str, n: usize) -> Vec<Line> {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let from = lines.len().saturating_sub(n);
+    lines[from..]
+        .iter()
+        .map(|l| Line::Note(format!("   | {l}")))
+        .collect()
 }

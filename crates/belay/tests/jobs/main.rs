@@ -32,7 +32,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use git_cli::git;
-use output::{ok, text};
+use output::{ok, show, text};
 use serde_json::Value;
 
 /// The scripted agent: the prompt on stdin; the request's `@@` lines say
@@ -174,6 +174,19 @@ impl Ws {
             .output()
             .unwrap();
         ok(&o);
+        o
+    }
+
+    /// `work --once` that runs a job that fails: exit 1, the job named on
+    /// stderr with its status.
+    fn work_once_failing(&self, id: &str, status: &str) -> Output {
+        let o = self.cmd().args(["work", "--once"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("warning: job {id} {status}: ")),
+            "{err}"
+        );
         o
     }
 
@@ -323,7 +336,7 @@ fn the_iteration_limit_gives_an_interim_report_carried_into_the_next_job() {
         &["--agent", &claude, "--iteration-limit", "3"],
         "do a long thing",
     );
-    w.work_once(&[]);
+    w.work_once_failing(&id, "limit_reached");
     let r = w.record(&id);
     assert_eq!(r["status"], "limit_reached", "{r}");
     let report = r["report"].as_str().unwrap();
@@ -380,7 +393,7 @@ fn foreign_changes_are_restored_byte_for_byte() {
     assert_eq!(w.record(&good)["status"], "committed");
     assert_eq!(snapshot(&w.repo).0, before.0, "the files changed");
     let bad = w.submit(&[], "@@write page.html again\n@@fail");
-    w.work_once(&[]);
+    w.work_once_failing(&bad, "failed");
     assert_eq!(w.record(&bad)["status"], "failed");
     let after = snapshot(&w.repo);
     assert_eq!(after.0, before.0, "the files changed after a failed job");
@@ -955,7 +968,14 @@ fn checks_secrets_and_the_on_commit_hook() {
             .args(["work", "--once"])
             .output()
             .unwrap();
-        ok(&o);
+        // A job that failed its checks fails the run, and says why.
+        if w.record(&id)["status"] == "committed" {
+            ok(&o);
+        } else {
+            assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains(&format!("job {id} check_failed: ")), "{err}");
+        }
         id
     };
     let bad = run(&[], "@@write index.html not yet\n@@commit try");

@@ -26,6 +26,9 @@ mod output;
 #[path = "../shared/plan.rs"]
 #[allow(dead_code)]
 mod plan_ws;
+#[path = "../shared/rounds.rs"]
+#[allow(dead_code)]
+mod rounds_config;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -111,6 +114,7 @@ fn the_plan_loop_on_the_host_needs_no_engine() {
     insta::with_settings!({ filters => filters() }, {
         insta::assert_json_snapshot!("plan_event_kinds", kinds(&w.events()));
         insta::assert_snapshot!("plan_run_stdout", String::from_utf8_lossy(&o.stdout));
+        insta::assert_snapshot!("plan_run_stderr", String::from_utf8_lossy(&o.stderr));
     });
     let listed = w
         .cmd()
@@ -282,4 +286,243 @@ fn without_an_engine_env_build_says_so_at_once() {
     insta::with_settings!({ filters => filters() }, {
         insta::assert_snapshot!("env_build_without_engine", err);
     });
+}
+
+/// Each role's agent must speak its endpoint's dialect: a Claude Code
+/// reviewer on an OpenAI Responses endpoint, or a codex developer on an
+/// Anthropic one, is refused before any work (exit 2, the role and the fix
+/// named; no branch, no commit, no run), and a role's own flags fix it.
+#[test]
+fn a_role_whose_agent_cannot_speak_its_endpoint_is_refused_before_any_work() {
+    let w = plan_ws();
+    let head = git(&w.repo, &["rev-parse", "HEAD"]);
+    let refused = |roles: &[&str], role: &str, fix: &str| {
+        let o = w
+            .cmd()
+            .env("DOCKER_HOST", NO_ENGINE)
+            .args(["plan", "run", "--on-host"])
+            .args(roles)
+            .args(["--openai-base-url", "http://127.0.0.1:9/v1"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("the {role} agent")), "{err}");
+        assert!(err.contains(fix), "{err}");
+        assert!(err.contains("BELAY-E"), "{err}");
+        err.into_owned()
+    };
+    // One dialect given for both roles: the reviewer cannot speak it.
+    let err = refused(
+        &[
+            "--developer",
+            "codex@m",
+            "--reviewer",
+            "claude@m",
+            "--llm-api",
+            "responses",
+        ],
+        "reviewer",
+        "--reviewer-llm-api anthropic",
+    );
+    assert!(err.contains("Anthropic Messages API"), "{err}");
+    // A role's own dialect that its agent does not speak.
+    refused(
+        &[
+            "--developer",
+            "codex@m",
+            "--developer-llm-api",
+            "anthropic",
+            "--reviewer",
+            "claude@m",
+        ],
+        "developer",
+        "--developer-llm-api responses",
+    );
+    // Nothing happened: no branch, no commit, no run.
+    assert_eq!(git(&w.repo, &["rev-parse", "HEAD"]), head);
+    let branches = git(&w.repo, &["branch", "--list", SETUP.branch]);
+    assert!(branches.is_empty(), "{branches}");
+    assert!(w.run_dirs().is_empty(), "{:?}", w.run_dirs());
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `belay jobs` in `tmp` with `config`, the engine out of reach.
+fn jobs_in(tmp: &Path, config: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", tmp.join("state"))
+        .env("DOCKER_HOST", NO_ENGINE)
+        .env_remove("OPENAI_API_KEY")
+        .args(["jobs", "--config"])
+        .arg(config)
+        .args(args)
+        .current_dir(tmp)
+        .output()
+        .unwrap()
+}
+
+/// A job that fails makes `jobs work --once` exit 1 and say which and why;
+/// `jobs list` says how many jobs finished, and `--all` lists them with
+/// their outcome and when.
+#[test]
+fn a_failed_job_fails_work_once_and_finished_jobs_are_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _remote) =
+        git_cli::site_with_remote(tmp.path(), &[("index.html", "<h1>hello</h1>\n")]);
+    let good = tmp.path().join("agent.sh");
+    common::install_script(
+        &good,
+        "#!/bin/sh\ncat > /dev/null\necho '<h1>changed</h1>' > index.html\nprintf '===COMMIT-MESSAGE===\\nchange the title\\n===END-COMMIT-MESSAGE===\\n'\n",
+    );
+    let bad = tmp.path().join("bad.sh");
+    common::install_script(
+        &bad,
+        "#!/bin/sh\ncat > /dev/null\necho 'cannot reach the build server' >&2\nexit 3\n",
+    );
+    let config = tmp.path().join("jobs.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "queue = \"queue\"\nowners = [\"owner@localhost\"]\n[agent]\nspec = \"cmd:{}\"\nplacement = \"host\"\nwall_time_s = 60\n[[repo]]\nname = \"site\"\npath = \"{}\"\n",
+            good.display(),
+            repo.file_name().unwrap().to_string_lossy()
+        ),
+    )
+    .unwrap();
+    let jobs = |args: &[&str]| jobs_in(tmp.path(), &config, args);
+    let empty = jobs(&["list"]);
+    ok(&empty);
+    assert_eq!(stdout(&empty).trim(), "no jobs in the queue");
+    // A job that commits: the queue is empty, and says one finished.
+    let sub = jobs(&["submit", "change the title"]);
+    ok(&sub);
+    let first = text(&sub).split_whitespace().next().unwrap().to_string();
+    ok(&jobs(&["work", "--once"]));
+    let listed = jobs(&["list"]);
+    ok(&listed);
+    assert_eq!(
+        stdout(&listed).trim(),
+        "no jobs waiting; 1 finished: `belay jobs list --all`"
+    );
+    let all = jobs(&["list", "--all"]);
+    ok(&all);
+    let row = stdout(&all)
+        .lines()
+        .find(|l| l.starts_with(&first))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("{}", stdout(&all)));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1..3], ["done", "committed"], "{row}");
+    assert!(cells[3].starts_with("20"), "when: {row}");
+    // A job whose agent fails: exit 1, the job and why on stderr.
+    let sub = jobs(&[
+        "submit",
+        "--agent",
+        &format!("cmd:{}", bad.display()),
+        "break it",
+    ]);
+    ok(&sub);
+    let second = text(&sub).split_whitespace().next().unwrap().to_string();
+    let work = jobs(&["work", "--once"]);
+    assert_eq!(work.status.code(), Some(1), "{}", text(&work));
+    let err = String::from_utf8_lossy(&work.stderr);
+    assert!(
+        err.contains(&format!("[belay] job {second} failed: the agent")),
+        "{err}"
+    );
+    assert!(err.contains("(exit 3)"), "{err}");
+    assert!(
+        err.contains(&format!("[belay] warning: job {second} failed: ")),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 ran, 0 interrupted, 0 recovered, 1 failed"),
+        "{err}"
+    );
+    // The failed job waits in failed/; the committed one is counted.
+    let listed = jobs(&["list"]);
+    ok(&listed);
+    let t = stdout(&listed);
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with(&second) && l.contains("failed")),
+        "{t}"
+    );
+    assert!(t.contains("and 1 finished: `belay jobs list --all`"), "{t}");
+    let all = jobs(&["list", "--all", "--json"]);
+    ok(&all);
+    let rows: Vec<Value> = serde_json::from_slice(&all.stdout).unwrap();
+    let states: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                r["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (second.clone(), "failed".into()),
+            (first.clone(), "done".into())
+        ]
+    );
+    assert_eq!(rows[1]["outcome"], "committed");
+}
+
+/// A round that leaves the tree dirty: its work is stashed by SHA, and the
+/// terminal says which round, the SHA, why, and how to get it back.
+#[test]
+fn a_rounds_stash_says_its_round_its_sha_and_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("prompts")).unwrap();
+    std::fs::write(repo.join("README"), "demo\n").unwrap();
+    std::fs::write(repo.join("prompts/main.md"), rounds_config::prompt_text()).unwrap();
+    git_cli::init_repo(&repo);
+    let agent = tmp.path().join("agent.sh");
+    common::install_script(&agent, "#!/bin/sh\ncat > /dev/null\necho work > work.txt\n");
+    let agent = agent.display().to_string();
+    let config = tmp.path().join("rounds.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}restart_delay_s = 0.2\n\n[prompt]\nfile = \"./prompts/main.md\"\n",
+            rounds_config::config_head(&[agent.as_str()], "host", &repo, &tmp.path().join("logs"))
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", tmp.path().join("state"))
+        .env("HOME", tmp.path())
+        .env("DOCKER_HOST", NO_ENGINE)
+        .env_remove("OPENAI_API_KEY")
+        .args(["rounds", "--config"])
+        .arg(&config)
+        .arg("round")
+        .output()
+        .unwrap();
+    ok(&o);
+    let sha = git(&repo, &["stash", "list", "--format=%H"]);
+    let sha = sha.trim();
+    assert_eq!(sha.len(), 40, "one stash: {sha}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "[belay] round 1: its work (1 file(s)) is stashed as {sha}: the clean round left the tree dirty; `git stash apply {sha}` brings it back"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("[belay] round 1: clean (exit 0) in "), "{err}");
+    let stashed = events::read(&[tmp.path().join("logs")])
+        .into_iter()
+        .find(|e| e["kind"] == "orphan_stashed")
+        .unwrap();
+    assert_eq!(stashed["data"]["round_num"], 1);
+    assert_eq!(stashed["data"]["ref"], sha);
+    assert_eq!(stashed["data"]["reason"], "clean_exit_with_dirty_tree");
 }

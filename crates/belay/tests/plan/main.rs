@@ -374,6 +374,29 @@ fn a_red_gate_goes_back_to_the_developer_without_a_review() {
     )));
     let o = w.run("dev-breaks-tests", "rev-approve", &[]);
     ok(&o);
+    // The terminal says why the gate failed: the command, the last lines of
+    // its output, and where its whole log is.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("[belay] >> c1 gate FAILED: back to the developer: test: `grep -qx ok status.txt || { echo status is $(cat status.txt); exit 1; }` failed (exit 1)"),
+        "{err}"
+    );
+    assert!(err.contains("[belay]    | status is broken"), "{err}");
+    let log = err
+        .lines()
+        .find_map(|l| l.strip_prefix("[belay]    full log: "))
+        .unwrap_or_else(|| panic!("no log named: {err}"));
+    assert!(log.ends_with("-c1-test.log"), "{log}");
+    assert!(std::fs::read_to_string(log)
+        .unwrap()
+        .contains("status is broken"));
+    let failed = &w.kinds("gate_failed")[0];
+    assert_eq!(failed["data"]["command"], "test");
+    assert_eq!(failed["data"]["log"], log);
+    assert!(failed["data"]["output_tail"]
+        .as_str()
+        .unwrap()
+        .contains("status is broken"));
     let ev = w.events();
     let order: Vec<String> = ev
         .iter()

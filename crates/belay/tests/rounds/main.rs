@@ -52,6 +52,7 @@ case "$mode" in
   overrun) (setsid sh -c "exec sleep 77$mark" > /dev/null 2>&1 &); exec sleep 76$mark ;;
   bg) sleep 75$mark & echo "left a sleep behind" ;;
   slow) sleep 2; echo "slept" ;;
+  claude-idle) echo '{"type":"result","subtype":"success","is_error":false,"result":"nothing to do","num_turns":0,"usage":{"input_tokens":0,"output_tokens":0}}' ;;
   hang) echo "work" > hang.txt; exec sleep 74$mark ;;
   auth) echo "Error: 401 Unauthorized: invalid x-api-key"; exit 1 ;;
   ratelimit) echo "429 Too Many Requests: rate limit reached, try again in 1 seconds"; exit 1 ;;
@@ -162,6 +163,23 @@ file = "./prompts/main.md"
 
     fn kinds(&self, name: &str, kind: &str) -> Vec<Value> {
         events::of_kind(self.events(name), kind)
+    }
+
+    /// This project's run in `belay runs list --json`.
+    fn registry_entry(&self) -> Value {
+        let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+            .env("BELAY_STATE_HOME", self.state())
+            .args(["runs", "list", "--json"])
+            .output()
+            .unwrap();
+        ok(&o);
+        let runs: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let rounds: Vec<&Value> = runs.iter().filter(|r| r["mode"] == "rounds").collect();
+        assert_eq!(rounds.len(), 1, "{runs:?}");
+        rounds[0].clone()
     }
 
     fn json(&self, name: &str, file: &str) -> Value {
@@ -560,6 +578,13 @@ fn sigterm_finishes_the_round_then_serve_exits_0_and_a_second_stops_now() {
         .unwrap()
         .contains("SIGTERM"));
     assert_eq!(p.json("term", "status.json")["running"], false);
+    // A serve stopped as asked is `ok` in the one history, not interrupted.
+    let reg = p.registry_entry();
+    assert_eq!(reg["status"], "ok", "{reg}");
+    assert!(
+        reg["summary"].as_str().unwrap().contains("SIGTERM"),
+        "{reg}"
+    );
     // Two SIGTERMs: the round is killed now and recorded as killed.
     let h = p.config("term", "hang", "container", "round_budget_s = 60", "");
     let mark = p.mark;
@@ -582,6 +607,8 @@ fn sigterm_finishes_the_round_then_serve_exits_0_and_a_second_stops_now() {
     let ends = p.kinds("term", "round_end");
     assert_eq!(ends.last().unwrap()["data"]["outcome"], "killed");
     assert!(pgrep(&format!("sleep 74{mark}")).is_empty());
+    // Stopped now: `interrupted`.
+    assert_eq!(p.registry_entry()["status"], "interrupted");
 }
 
 #[test]
@@ -777,6 +804,12 @@ turns:
         .filter_map(|r| r["turn_name"].as_str().map(String::from))
         .collect();
     assert_eq!(used, ["edit", "done"]);
+    // The one history has the round's tokens and its end.
+    let reg = p.registry_entry();
+    assert_eq!(reg["status"], "ok", "{reg}");
+    let tokens = usage[0]["data"]["input_tokens"].as_u64().unwrap()
+        + usage[0]["data"]["output_tokens"].as_u64().unwrap();
+    assert_eq!(reg["tokens"].as_u64(), Some(tokens), "{reg}");
     // The key is scrubbed from every file belay wrote.
     assert!(
         replay::files_containing(&p.logs("codex"), "sk-test-rounds-codex-0000000000").is_empty()
@@ -970,9 +1003,38 @@ fn the_breakers_stop_a_crash_loop_and_rounds_without_progress_with_75() {
         .map(|e| e["data"]["delay_s"].as_f64().unwrap())
         .collect();
     assert_eq!(delays, [0.4, 0.8, 1.6, 3.2]);
+    // No progress is judged only for an agent that reports usage (the
+    // peer's rule): the same silent rounds of a plain script go on.
     let p = proj();
     let n = p.config("noop", "noop", "host", "round_budget_s = 60", "");
-    let o = p.run(&n, &["serve"]);
+    let o = p.run(&n, &["serve", "--max-rounds", "6"]);
+    ok(&o);
+    assert!(p.kinds("noop", "stalled_no_progress").is_empty());
+    assert_eq!(p.kinds("noop", "round_end").len(), 6);
+    // A Claude Code stream (a `claude … stream-json` command) that reports
+    // no usage for five short clean rounds trips it.
+    let p = proj();
+    let claude = p.tmp.path().join("claude");
+    std::os::unix::fs::symlink(&p.agent, &claude).unwrap();
+    let n = p.config("noop", "claude-idle", "host", "round_budget_s = 60", "");
+    let text = std::fs::read_to_string(&n).unwrap();
+    let old = format!(
+        "command = [\"{}\", \"claude-idle\", \"{}\"]",
+        p.agent.display(),
+        p.mark
+    );
+    assert!(text.contains(&old), "{text}");
+    let text = text.replace(
+        &old,
+        &format!(
+            "command = [\"{}\", \"claude-idle\", \"{}\", \"--output-format\", \"stream-json\"]",
+            claude.display(),
+            p.mark
+        ),
+    );
+    std::fs::write(&n, text).unwrap();
+    // Bounded: a breaker that does not trip ends at max_rounds, not never.
+    let o = p.run(&n, &["serve", "--max-rounds", "8"]);
     assert_eq!(code(&o), 75, "{}", show(&o));
     assert_eq!(p.kinds("noop", "stalled_no_progress").len(), 1);
     assert_eq!(p.kinds("noop", "round_end").len(), 5);
@@ -1042,4 +1104,50 @@ fn an_agent_that_hangs_after_its_result_is_killed_after_the_grace() {
             "{placement}"
         );
     }
+}
+
+/// `belay runs events ID --follow` follows a live serve to its end: it is
+/// still following while rounds run, and ends with the serve's last event.
+#[test]
+fn runs_events_follow_tails_a_live_serve_to_its_end() {
+    let p = proj();
+    let c = p.config("follow", "slow", "host", "round_budget_s = 60", "");
+    let mut serve = p
+        .cmd(&c)
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("round 1 to start", Duration::from_secs(20), || {
+        !p.kinds("follow", "agent_spawn").is_empty()
+    });
+    let reg = p.registry_entry();
+    assert_eq!(reg["status"], "running", "{reg}");
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", p.state())
+        .args([
+            "runs",
+            "events",
+            reg["run_id"].as_str().unwrap(),
+            "--follow",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        follow.try_wait().unwrap().is_none(),
+        "--follow ended while the serve runs"
+    );
+    let pid = rustix::process::Pid::from_raw(serve.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert_eq!(serve.wait().unwrap().code(), Some(0));
+    let t = std::time::Instant::now();
+    let out = follow.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("round_end"), "{text}");
+    assert!(text.contains("serve_stopped"), "{text}");
+    assert_eq!(p.registry_entry()["status"], "ok");
 }

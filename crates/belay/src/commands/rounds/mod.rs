@@ -16,7 +16,8 @@ use belay_sandbox::ContainerRuntime;
 
 use crate::cli::{JsonArg, RoundArgs, RoundsArgs, RoundsCommand, RoundsInitArgs, ServeArgs};
 use crate::exit::Failure;
-use crate::output::Printer;
+use crate::output::rounds::RoundLines;
+use crate::output::{EventView, Printer};
 
 /// A rounds error with the peer's exit code.
 pub(super) fn fail(e: RoundsError) -> Failure {
@@ -56,12 +57,6 @@ pub(super) fn load(path: &std::path::Path) -> Result<Config, Failure> {
     belay_rounds::trusted::open(path, Use::Observe)
         .map(|g| g.cfg)
         .map_err(fail)
-}
-
-/// Progress lines on stderr, printable (they carry what agents and senders
-/// wrote).
-fn progress(p: &Printer) -> Box<dyn Fn(&str) + Send + Sync> {
-    p.progress_sink("belay rounds")
 }
 
 async fn init(p: &Printer, a: RoundsInitArgs) -> Result<u8, Failure> {
@@ -152,7 +147,8 @@ async fn engine_for(cfg: &Config) -> Result<Option<Arc<dyn ContainerRuntime>>, F
 
 /// The project opened to run rounds: recovery of a round a killed belay left
 /// and the check of the config against its trusted copy come first.
-async fn open(p: &Printer, config: &std::path::Path) -> Result<Supervisor, Failure> {
+/// `json`: the events as their envelopes on stdout instead of lines.
+async fn open(p: &Printer, config: &std::path::Path, json: bool) -> Result<Supervisor, Failure> {
     let g = belay_rounds::trusted::open(config, Use::Run).map_err(fail)?;
     let rt = engine_for(&g.cfg).await?;
     Supervisor::open(
@@ -160,7 +156,7 @@ async fn open(p: &Printer, config: &std::path::Path) -> Result<Supervisor, Failu
         g.trust,
         rt,
         crate::context::build_redactor(),
-        progress(p),
+        Arc::new(EventView::new(p, RoundLines::default(), json)),
     )
     .await
     .map_err(fail)
@@ -180,7 +176,8 @@ fn trust(p: &Printer, config: &std::path::Path, a: &JsonArg) -> Result<u8, Failu
 }
 
 async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8, Failure> {
-    let sup = open(p, config).await?;
+    // --json is the round's result on stdout; its events stay lines.
+    let sup = open(p, config, false).await?;
     // One SIGTERM or SIGINT stops a lone round now (there is no loop to drain).
     let stop = crate::context::stop_on_signals()?;
     stop.handles_now();
@@ -189,13 +186,30 @@ async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8
         let why = now.wait().await;
         now.trip_now(why);
     });
-    let r = sup
+    let r = match sup
         .round(RoundOptions {
             phase: a.phase.as_deref(),
             kill: Some(stop),
         })
         .await
-        .map_err(fail)?;
+    {
+        Ok(r) => r,
+        Err(e) => {
+            sup.end_run(
+                belay_record::RunStatus::Failed,
+                &format!("the round did not run: {e}"),
+            );
+            return Err(fail(e));
+        }
+    };
+    sup.end_run(
+        match r.outcome.exit_code() {
+            0 => belay_record::RunStatus::Ok,
+            130 => belay_record::RunStatus::Interrupted,
+            _ => belay_record::RunStatus::Failed,
+        },
+        &format!("round {}: {}", r.round_num, r.outcome.as_str()),
+    );
     if a.json {
         p.json(&r);
     } else {
@@ -221,7 +235,7 @@ async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8
 }
 
 async fn serve(p: &Printer, config: &std::path::Path, a: ServeArgs) -> Result<u8, Failure> {
-    let sup = open(p, config).await?;
+    let sup = open(p, config, a.json).await?;
     // The first signal ends the loop after the round, the second stops the
     // agent now, a third exits.
     let stops = crate::context::stop_on_signals()?;
