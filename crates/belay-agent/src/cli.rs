@@ -54,7 +54,9 @@ pub struct Endpoint {
 }
 
 /// gemini's settings when belay gives it an endpoint: API-key auth.
-pub const GEMINI_SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#;
+/// Usage statistics and the update check off: from a sandbox their hosts are
+/// unreachable and each would wait out a lookup.
+pub const GEMINI_SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false},"general":{"enableAutoUpdate":false,"enableAutoUpdateNotification":false}}"#;
 
 /// codex's analytics (its metrics exporter) and its plugin sync off: in a
 /// sandbox their hosts are unreachable and codex waits for each lookup (5 s

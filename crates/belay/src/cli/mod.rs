@@ -493,7 +493,7 @@ pub struct EndpointArgs {
     /// Model endpoint, e.g. http://127.0.0.1:8081/v1 (default: $OPENAI_BASE_URL, else the vendor's).
     #[arg(long)]
     pub openai_base_url: Option<String>,
-    /// Wire dialect of the endpoint (default: the agent CLI's own, so
+    /// Wire dialect of the endpoint (default: an agent CLI gets its own, so
     /// that claude gets anthropic and codex responses; else responses).
     #[arg(long, value_enum)]
     pub llm_api: Option<LlmApi>,
