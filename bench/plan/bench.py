@@ -69,7 +69,9 @@ id=$(printf '%s\n' "$p" | sed -n "s/.*checkpoint '\([^']*\)'.*/\1/p" | head -n1)
 case "$p" in
   *"Review ONLY"*)
     [ "$1" = slow ] && sleep 3600
-    sed -i "/\"id\": \"$id\"/,/\"status\"/ s/\"status\": \"[a-z]*\"/\"status\": \"approved\"/" plan_checkpoints.json ;;
+    sed -i "/\"id\": \"$id\"/,/\"status\"/ s/\"status\": \"[a-z]*\"/\"status\": \"approved\"/" plan_checkpoints.json
+    # belay takes the verdict from the reviewer's final message only.
+    echo "looks good"; echo "VERDICT: approved"; exit 0 ;;
   *)
     echo "$id" > "$id.txt"
     sed -i "/\"id\": \"$id\"/,/\"status\"/ s/\"status\": \"[a-z]*\"/\"status\": \"built\"/" plan_checkpoints.json ;;

@@ -9,6 +9,9 @@ mod common;
 #[path = "../shared/git.rs"]
 #[allow(dead_code)]
 mod git_cli;
+#[path = "../shared/replay.rs"]
+#[allow(dead_code)]
+mod replay;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -204,4 +207,64 @@ fn the_agent_cannot_plant_a_repository() {
     assert!(!String::from_utf8_lossy(&o.stdout).contains("planted"));
     let cfg = std::fs::read_to_string(w.repo.join(".git/config")).unwrap();
     assert!(!cfg.contains("fsmonitor"), "{cfg}");
+}
+
+/// Each real CLI answers through `belay agent run` in its container, in its
+/// own dialect (no `--llm-api`), against the one scripted model server, and
+/// the one history has its tokens.
+#[test]
+fn every_real_cli_answers_in_its_container_in_its_own_dialect() {
+    let w = ws();
+    let server = replay::Replay::start(
+        w.tmp.path(),
+        "turns:\n  - name: any\n    reply: {text: \"Done by the scripted model.\"}\n    repeat: true\n",
+    );
+    for (spec, path) in [
+        ("codex@gpt-5-codex", "/responses"),
+        ("claude@claude-sonnet-4-5", "/v1/messages"),
+        ("gemini@gemini-2.5-flash", ":streamGenerateContent"),
+    ] {
+        let before = server.requests().len();
+        let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+            .env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
+            .env("OPENAI_API_KEY", "sk-test-agent-matrix-000000000")
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-agent-matrix-0000")
+            .env("GEMINI_API_KEY", "gk-test-agent-matrix-0000000000")
+            .args([
+                "agent", "run", "--agent", spec, "--prompt", "Say done", "--repo",
+            ])
+            .arg(&w.repo)
+            .args(["--openai-base-url", &server.url])
+            .output()
+            .unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "{spec}: {out}");
+        assert!(out.contains("Done by the scripted model."), "{spec}: {out}");
+        let reqs = server.requests();
+        assert!(
+            reqs[before..]
+                .iter()
+                .any(|r| r["path"].as_str().unwrap_or("").ends_with(path)),
+            "{spec}: {:?}",
+            &reqs[before..]
+        );
+    }
+    let runs = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
+        .args(["runs", "list", "--json"])
+        .output()
+        .unwrap();
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&runs.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    for r in &runs {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["tokens"].as_u64().unwrap() > 0, "{r}");
+    }
 }

@@ -832,6 +832,71 @@ turns:
         .any(|e| e["data"]["agent"] == "codex@gpt-5-codex"));
 }
 
+/// One address, two CLIs, two dialects: a codex developer speaks OpenAI
+/// Responses and the reviewer its own (Claude Code Anthropic Messages, gemini
+/// Google's Gemini API), each given its dialect without `--llm-api`, in
+/// containers, against the one scripted model server.
+#[test]
+fn a_codex_developer_and_each_other_cli_as_reviewer_speak_their_own_dialects() {
+    common::require_engine();
+    for (reviewer, api) in [
+        ("claude@claude-sonnet-4-5", "anthropic"),
+        ("gemini@gemini-2.5-flash", "gemini"),
+    ] {
+        let mut p = plan_json(None);
+        p["checkpoints"].as_array_mut().unwrap().truncate(1);
+        let w = ws_with(p);
+        let script = format!(
+            r#"
+turns:
+  - name: dev-edit
+    match: {{api: responses, contains: "Work ONLY on checkpoint 'c1'"}}
+    reply:
+      tool_calls:
+        - name: exec_command
+          arguments: {{cmd: "echo 'c1 by codex' > c1.txt && echo dev-edit-done"}}
+  - name: dev-done
+    match: {{api: responses, contains: "dev-edit-done"}}
+    reply: {{text: "Wrote c1.txt."}}
+  - name: review
+    match: {{api: {api}, contains: "Review ONLY checkpoint 'c1'"}}
+    reply: {{text: "c1.txt is there.\nVERDICT: approved"}}
+"#
+        );
+        let server = replay::Replay::start(w.tmp.path(), &script);
+        let o = w
+            .cmd()
+            .env("OPENAI_API_KEY", "sk-test-plan-mixed-00000000000")
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-plan-mixed-0000000")
+            .env("GEMINI_API_KEY", "gk-test-plan-mixed-000000000000")
+            .args([
+                "plan",
+                "run",
+                "--auto-approve",
+                "--developer",
+                "codex@gpt-5-codex",
+                "--reviewer",
+                reviewer,
+                "--openai-base-url",
+            ])
+            .arg(&server.url)
+            .output()
+            .unwrap();
+        ok(&o);
+        assert_eq!(
+            w.subjects(),
+            ["c1: built", "c1: approved", "audit: completed run"],
+            "{reviewer}"
+        );
+        let used: Vec<String> = server
+            .requests()
+            .iter()
+            .filter_map(|r| r["turn_name"].as_str().map(String::from))
+            .collect();
+        assert_eq!(used, ["dev-edit", "dev-done", "review"], "{reviewer}");
+    }
+}
+
 /// The bundled example runs as its README says: c2's first build fails
 /// belay's gate and goes back without a review; everything is approved.
 #[test]

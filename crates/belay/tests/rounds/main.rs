@@ -1151,3 +1151,60 @@ fn runs_events_follow_tails_a_live_serve_to_its_end() {
     assert!(text.contains("serve_stopped"), "{text}");
     assert_eq!(p.registry_entry()["status"], "ok");
 }
+
+/// Claude Code and gemini as round agents (the spec form), in their
+/// containers, each in its own dialect (no `model_api`), against the one
+/// scripted model server: a clean round, their usage recorded, and the
+/// registry's end with their tokens.
+#[test]
+fn claude_and_gemini_run_a_round_in_their_containers() {
+    require_agent_image();
+    for (spec, key_env, key) in [
+        (
+            "claude@claude-sonnet-4-5",
+            "ANTHROPIC_API_KEY",
+            "sk-ant-test-rounds-000000000000",
+        ),
+        (
+            "gemini@gemini-2.5-flash",
+            "GEMINI_API_KEY",
+            "gk-test-rounds-gemini-0000000000",
+        ),
+    ] {
+        let p = proj();
+        let server = replay::Replay::start(
+            p.tmp.path(),
+            "turns:\n  - name: any\n    reply: {text: \"Nothing to do this round.\"}\n    repeat: true\n",
+        );
+        let f = p.tmp.path().join("cli.toml");
+        std::fs::write(
+            &f,
+            format!(
+                "schema_version = 1\n[agent]\nagent = \"{spec}\"\nmodel_url = \"{}\"\nmodel_key_env = \"{key_env}\"\nauto_approve = true\n[runtime]\nwork_dir = \"{}\"\nlog_dir = \"{}\"\nround_budget_s = 120\n[prompt]\nfile = \"./prompts/main.md\"\n",
+                server.url,
+                p.repo.display(),
+                p.logs("cli").display()
+            ),
+        )
+        .unwrap();
+        let o = p
+            .cmd(&f)
+            .env(key_env, key)
+            .args(["round", "--json"])
+            .output()
+            .unwrap();
+        ok(&o);
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["outcome"], "clean", "{spec}: {r}");
+        let usage = p.kinds("cli", "agent_usage_recorded");
+        assert_eq!(usage.len(), 1, "{spec}");
+        assert!(!server.requests().is_empty(), "{spec}");
+        let reg = p.registry_entry();
+        assert_eq!(reg["status"], "ok", "{spec}: {reg}");
+        assert!(reg["tokens"].as_u64().unwrap() > 0, "{spec}: {reg}");
+        assert!(
+            replay::files_containing(&p.logs("cli"), key).is_empty(),
+            "{spec}"
+        );
+    }
+}
