@@ -53,6 +53,24 @@ pub struct Endpoint {
     pub key: Option<Secret>,
 }
 
+/// codex's `-c` arguments for belay's endpoint: a `belay` provider at its
+/// address in its wire dialect, the key passed by name.
+fn codex_provider_args(e: &Endpoint, wire: &str, env: &mut Vec<(String, String)>) -> Vec<String> {
+    let mut cfg = vec![
+        "model_provider=belay".to_string(),
+        "model_providers.belay.name=\"belay\"".to_string(),
+        format!("model_providers.belay.base_url={}", toml_str(&e.base_url)),
+        format!("model_providers.belay.wire_api=\"{wire}\""),
+    ];
+    if let Some(k) = &e.key {
+        cfg.push("model_providers.belay.env_key=\"BELAY_AGENT_API_KEY\"".into());
+        env.push(("BELAY_AGENT_API_KEY".into(), k.expose().to_string()));
+    }
+    cfg.into_iter()
+        .flat_map(|c| ["-c".to_string(), c])
+        .collect()
+}
+
 /// gemini's settings when belay gives it an endpoint: API-key auth.
 /// Usage statistics and the update check off: from a sandbox their hosts are
 /// unreachable and each would wait out a lookup.
@@ -263,19 +281,7 @@ impl CliAgent {
                 belay_model::Api::ChatCompletions => "chat",
                 _ => "responses",
             };
-            let mut cfg = vec![
-                "model_provider=belay".to_string(),
-                "model_providers.belay.name=\"belay\"".to_string(),
-                format!("model_providers.belay.base_url={}", toml_str(&e.base_url)),
-                format!("model_providers.belay.wire_api=\"{wire}\""),
-            ];
-            if let Some(k) = &e.key {
-                cfg.push("model_providers.belay.env_key=\"BELAY_AGENT_API_KEY\"".into());
-                env.push(("BELAY_AGENT_API_KEY".into(), k.expose().to_string()));
-            }
-            for c in cfg {
-                argv.extend(["-c".into(), c]);
-            }
+            argv.extend(codex_provider_args(e, wire, &mut env));
         }
         argv.extend(self.extra_args.iter().cloned());
         // codex reads the prompt from stdin when it is `-`.
@@ -341,6 +347,8 @@ impl CliAgent {
             });
         }
         argv.extend(self.extra_args.iter().cloned());
+        let mut env = env;
+        self.stream_endpoint(&mut argv, &mut env);
         let stdin = if has_slot {
             stdin
         } else {
@@ -351,6 +359,58 @@ impl CliAgent {
             stdin,
             env,
             prompt_file: None,
+        }
+    }
+
+    /// A command whose stream is a known CLI's (a peer config's `claude …
+    /// stream-json`) is wired to belay's endpoint as that CLI's own form
+    /// is: its base URL and key variables (a dialect it does not speak gets
+    /// none), and Claude Code told it runs in a sandbox when it is asked to
+    /// skip permissions.
+    fn stream_endpoint(&self, argv: &mut Vec<String>, env: &mut Vec<(String, String)>) {
+        let Some(kind) = self.stream else { return };
+        let skip = self
+            .template
+            .iter()
+            .chain(&self.extra_args)
+            .any(|a| a == "--dangerously-skip-permissions");
+        if kind == CliKind::Claude && skip {
+            env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        let Some(e) = &self.endpoint else { return };
+        let as_cli = CliAgent {
+            kind,
+            ..CliAgent::new(kind)
+        };
+        if as_cli.check_dialect(e).is_err() {
+            return;
+        }
+        let key = e.key.as_ref().map(|k| k.expose().to_string());
+        let (url_var, key_var) = match kind {
+            CliKind::Claude => ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+            // codex reads no base URL from its environment: its provider
+            // goes after `exec`, as the spec form's does.
+            CliKind::Codex => {
+                if let Some(i) = argv.iter().position(|a| a == "exec") {
+                    let wire = match e.api {
+                        belay_model::Api::ChatCompletions => "chat",
+                        _ => "responses",
+                    };
+                    let args = codex_provider_args(e, wire, env);
+                    argv.splice(i + 1..i + 1, args);
+                }
+                return;
+            }
+            CliKind::Gemini => {
+                env.push(("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()));
+                env.push(("BELAY_GEMINI_SETTINGS".into(), GEMINI_SETTINGS.into()));
+                ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY")
+            }
+            _ => return,
+        };
+        env.push((url_var.into(), e.base_url.clone()));
+        if let Some(k) = key {
+            env.push((key_var.into(), k));
         }
     }
 

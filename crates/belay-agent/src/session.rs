@@ -87,6 +87,14 @@ pub fn program_of(spec: &AgentSpec, in_container: bool) -> Result<String, AgentE
         }
         AgentKind::Command { program, .. } => {
             let p = PathBuf::from(program);
+            // A peer config's bare `claude` (`codex`, `gemini`) in belay's
+            // container is the pinned CLI, as the spec form is.
+            if in_container && matches!(program.as_str(), "claude" | "codex" | "gemini") {
+                let pinned = agents_dir().join("node_modules/.bin").join(program);
+                if pinned.exists() {
+                    return Ok(pinned.display().to_string());
+                }
+            }
             let found = if p.components().count() > 1 {
                 fs_err::canonicalize(&p).ok()
             } else {

@@ -202,6 +202,20 @@ fn agent_cli(a: &AgentConfig, work_dir: &Path, name: &str) -> Check {
     let in_container = a.placement == PlacementKind::Container;
     let program = match &a.spec.kind {
         AgentKind::Builtin => return pass(name),
+        // In a container a bare peer CLI name is the pinned CLI.
+        AgentKind::Command { program, .. }
+            if in_container && matches!(program.as_str(), "claude" | "codex" | "gemini") =>
+        {
+            match belay_agent::session::program_of(&a.spec, true) {
+                Ok(p) if p.starts_with('/') => p,
+                _ => return fail(
+                    name,
+                    format!("`{program}` is not installed for belay's container"),
+                    "run ./scripts/setup-host.sh (it pins the agent CLIs under /opt/belay-agents)",
+                    true,
+                ),
+            }
+        }
         AgentKind::Command { program, .. } => program.clone(),
         _ => match belay_agent::session::program_of(&a.spec, in_container) {
             Ok(p) => p,

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use belay_agent::cli::CliKind;
 use belay_agent::{AgentKind, AgentSpec};
 use belay_model::Api;
 
@@ -146,28 +147,7 @@ impl AgentConfig {
                 "exec_prefix wraps the agent in your own container, and belay already runs it in one: remove exec_prefix, or set placement = \"host\" to keep your wrapper",
             ));
         }
-        // Unset, the dialect is the one the agent speaks; set, it must be one.
-        let model_api = match raw.model_api.as_ref() {
-            None => spec.kind.native_dialect().unwrap_or(Api::Responses),
-            Some(a) => {
-                let api: Api = a.get_ref().parse().map_err(|_| {
-                    src.err(
-                        a.span(),
-                        format!(
-                            "model_api `{}`: use responses, chat-completions, anthropic or gemini",
-                            a.get_ref()
-                        ),
-                    )
-                })?;
-                if let Some(url) = raw.model_url.as_deref() {
-                    spec.check_dialect("round", api, url, |native| {
-                        format!("set model_api = \"{native}\" (or remove it: the agent's own dialect is the default)")
-                    })
-                    .map_err(|e| src.err(a.span(), e.to_string()))?;
-                }
-                api
-            }
-        };
+        let (model_api, streams) = model_dialect(src, raw, &spec)?;
         let sigterm_grace_s = match &raw.sigterm_grace_s {
             None => 10.0,
             Some(g) if (1.0..=12.0).contains(g.get_ref()) => *g.get_ref(),
@@ -186,6 +166,22 @@ impl AgentConfig {
         let mut env: Vec<(String, String)> =
             raw.env.clone().unwrap_or_default().into_iter().collect();
         env.sort();
+        // A peer config names the model in [agent.env] (`ANTHROPIC_BASE_URL
+        // = "http://127.0.0.1:PORT"`), an address belay's container cannot
+        // reach: without `model_url` it becomes the endpoint, which belay
+        // routes to the container like any other.
+        let mut model_url = raw.model_url.clone();
+        if model_url.is_none() {
+            let var = match streams {
+                Some(CliKind::Claude) => Some("ANTHROPIC_BASE_URL"),
+                Some(CliKind::Codex) => Some("OPENAI_BASE_URL"),
+                Some(CliKind::Gemini) => Some("GOOGLE_GEMINI_BASE_URL"),
+                _ => None,
+            };
+            if let Some(i) = var.and_then(|v| env.iter().position(|(k, _)| k == v)) {
+                model_url = Some(env.remove(i).1);
+            }
+        }
         Ok(AgentConfig {
             spec,
             binary,
@@ -204,7 +200,7 @@ impl AgentConfig {
                 .image
                 .clone()
                 .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
-            model_url: raw.model_url.clone(),
+            model_url,
             model_api,
             model_key_env: raw.model_key_env.clone(),
             login_dirs,
@@ -271,4 +267,48 @@ fn peer_spec(
         kind: AgentKind::Command { program, args: all },
         model: None,
     })
+}
+
+/// The endpoint's dialect (unset: the one the agent speaks, a command's by
+/// the CLI whose stream it prints; set: one it speaks), and the CLI whose
+/// stream a command prints.
+fn model_dialect(
+    src: &Src<'_>,
+    raw: &RawAgent,
+    spec: &AgentSpec,
+) -> Result<(Api, Option<CliKind>), RoundsError> {
+    // Unset, the dialect is the one the agent speaks (a command's, by
+    // the CLI whose stream it prints); set, it must be one.
+    let streams = match &spec.kind {
+        AgentKind::Command { program, args } => belay_agent::cli::stream_of(program, args),
+        _ => None,
+    };
+    let native = spec.kind.native_dialect().or(match streams {
+        Some(CliKind::Claude) => Some(Api::Anthropic),
+        Some(CliKind::Gemini) => Some(Api::Gemini),
+        Some(CliKind::Codex) => Some(Api::Responses),
+        _ => None,
+    });
+    let model_api = match raw.model_api.as_ref() {
+        None => native.unwrap_or(Api::Responses),
+        Some(a) => {
+            let api: Api = a.get_ref().parse().map_err(|_| {
+                src.err(
+                    a.span(),
+                    format!(
+                        "model_api `{}`: use responses, chat-completions, anthropic or gemini",
+                        a.get_ref()
+                    ),
+                )
+            })?;
+            if let Some(url) = raw.model_url.as_deref() {
+                spec.check_dialect("round", api, url, |native| {
+                    format!("set model_api = \"{native}\" (or remove it: the agent's own dialect is the default)")
+                })
+                .map_err(|e| src.err(a.span(), e.to_string()))?;
+            }
+            api
+        }
+    };
+    Ok((model_api, streams))
 }

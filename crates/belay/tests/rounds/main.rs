@@ -1208,3 +1208,81 @@ fn claude_and_gemini_run_a_round_in_their_containers() {
         );
     }
 }
+
+/// `rounds init --preset claude|codex|gemini` as written, with the model
+/// named the peer's way in `[agent.env]` (a loopback address the container
+/// cannot reach): doctor passes (the pinned CLI counts as installed), and a
+/// round runs in belay's container, its model reached through belay's route.
+#[test]
+fn the_cli_presets_run_a_round_in_their_containers_as_written() {
+    require_agent_image();
+    for (preset, url_var, key_var, key) in [
+        (
+            "claude",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_API_KEY",
+            "sk-ant-test-preset-00000000000",
+        ),
+        (
+            "codex",
+            "OPENAI_BASE_URL",
+            "OPENAI_API_KEY",
+            "sk-test-preset-codex-000000000",
+        ),
+        (
+            "gemini",
+            "GOOGLE_GEMINI_BASE_URL",
+            "GEMINI_API_KEY",
+            "gk-test-preset-gemini-00000000",
+        ),
+    ] {
+        let p = proj();
+        let server = replay::Replay::start(
+            p.tmp.path(),
+            // gemini without `-m` first asks a small model to route the
+            // prompt, and wants JSON back.
+            "turns:\n  - name: route\n    match: {model: gemini-3.5-flash-lite}\n    reply: {text: \"{\\\"complexity_reasoning\\\": \\\"simple\\\", \\\"complexity_score\\\": 1}\"}\n    repeat: true\n  - name: any\n    reply: {text: \"Nothing to do this round.\"}\n    repeat: true\n",
+        );
+        let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+            .env("BELAY_STATE_HOME", p.state())
+            .env("HOME", p.tmp.path())
+            .current_dir(&p.repo)
+            .args(["rounds", "init", "--preset", preset])
+            .output()
+            .unwrap();
+        ok(&o);
+        let f = p.repo.join("agent-runner.toml");
+        let text = std::fs::read_to_string(&f).unwrap();
+        // The peer's way: the model's address and key in [agent.env].
+        let env_table = if text.contains("[agent.env]\n") {
+            text.replace(
+                "[agent.env]\n",
+                &format!(
+                    "[agent.env]\n{url_var} = \"{}\"\n{key_var} = \"{key}\"\n",
+                    server.url
+                ),
+            )
+        } else {
+            text.replace(
+                "\n[runtime]",
+                &format!(
+                    "\n[agent.env]\n{url_var} = \"{}\"\n{key_var} = \"{key}\"\n\n[runtime]",
+                    server.url
+                ),
+            )
+        };
+        std::fs::write(&f, env_table).unwrap();
+        git(&p.repo, &["commit", "-qam", "the model"]);
+        ok(&p.run(&f, &["trust"]));
+        let d = p.run(&f, &["doctor"]);
+        assert_eq!(code(&d), 0, "{preset}: {}", show(&d));
+        let o = p.run(&f, &["round", "--json"]);
+        ok(&o);
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["outcome"], "clean", "{preset}: {r}");
+        assert!(
+            !server.requests().is_empty(),
+            "{preset}: no request reached the model"
+        );
+    }
+}
