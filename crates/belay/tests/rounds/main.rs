@@ -1276,6 +1276,11 @@ fn the_cli_presets_run_a_round_in_their_containers_as_written() {
         ok(&p.run(&f, &["trust"]));
         let d = p.run(&f, &["doctor"]);
         assert_eq!(code(&d), 0, "{preset}: {}", show(&d));
+        assert!(
+            String::from_utf8_lossy(&d.stdout).contains("ok    agent_image_present"),
+            "{preset}: {}",
+            show(&d)
+        );
         let o = p.run(&f, &["round", "--json"]);
         ok(&o);
         let r: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -1285,4 +1290,26 @@ fn the_cli_presets_run_a_round_in_their_containers_as_written() {
             "{preset}: no request reached the model"
         );
     }
+}
+
+/// doctor checks the agent image of a container placement: a missing one is
+/// exit 76 with the fix, before any round.
+#[test]
+fn doctor_says_when_the_agent_image_is_missing() {
+    require_agent_image();
+    let p = proj();
+    let c = p.config("img", "commit", "container", "round_budget_s = 60", "");
+    let text = std::fs::read_to_string(&c).unwrap().replace(
+        "placement = \"container\"",
+        "placement = \"container\"\nimage = \"belay-no-such-image:gone\"",
+    );
+    std::fs::write(&c, text).unwrap();
+    let d = p.run(&c, &["doctor"]);
+    assert_eq!(code(&d), 76, "{}", show(&d));
+    let out = String::from_utf8_lossy(&d.stdout);
+    assert!(
+        out.contains("FAIL  agent_image_present: the agent image belay-no-such-image:gone is not on this Docker engine"),
+        "{out}"
+    );
+    assert!(out.contains("setup-host.sh"), "{out}");
 }

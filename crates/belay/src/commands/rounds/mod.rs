@@ -28,7 +28,7 @@ pub async fn rounds(p: &Printer, a: RoundsArgs) -> Result<u8, Failure> {
     let config = a.config;
     match a.command {
         RoundsCommand::Init(i) => init(p, i).await,
-        RoundsCommand::Doctor(j) => doctor(p, &config, j.json),
+        RoundsCommand::Doctor(j) => doctor(p, &config, j.json).await,
         RoundsCommand::Trust(j) => trust(p, &config, &j),
         RoundsCommand::Round(r) => round(p, &config, r).await,
         RoundsCommand::Serve(s) => serve(p, &config, s).await,
@@ -78,7 +78,53 @@ async fn init(p: &Printer, a: RoundsInitArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn doctor(p: &Printer, config: &std::path::Path, json: bool) -> Result<u8, Failure> {
+/// The image of each agent that runs in a container is on the engine (a
+/// start would refuse it otherwise); not permanent: setup-host builds it.
+async fn agent_images(cfg: &Config) -> Vec<belay_rounds::battery::Check> {
+    let mut images: Vec<&str> = std::iter::once(&cfg.agent)
+        .chain(cfg.phases.iter().filter_map(|ph| ph.agent.as_ref()))
+        .filter(|a| a.placement == PlacementKind::Container)
+        .map(|a| a.image.as_str())
+        .collect();
+    images.sort();
+    images.dedup();
+    if images.is_empty() {
+        return Vec::new();
+    }
+    let check = |ok: bool, reason: String, fix: &str| belay_rounds::battery::Check {
+        name: "agent_image_present".into(),
+        ok,
+        reason,
+        how_to_fix: fix.into(),
+        permanent: false,
+    };
+    let rt =
+        match crate::context::connect().await {
+            Ok(rt) => rt,
+            Err(e) => {
+                return vec![check(
+                false,
+                format!("the agent runs in a container and Docker is not reachable: {:#}", e.error),
+                "start Docker (./scripts/setup-host.sh), or set placement = \"host\" in [agent]",
+            )]
+            }
+        };
+    let mut out = Vec::new();
+    for image in images {
+        out.push(match rt.image_exists(image).await {
+            Ok(true) => check(true, String::new(), ""),
+            Ok(false) => check(
+                false,
+                format!("the agent image {image} is not on this Docker engine"),
+                "run ./scripts/setup-host.sh (it builds belay-agent:bookworm), or set [agent] image",
+            ),
+            Err(e) => check(false, format!("cannot inspect {image}: {e}"), "check the Docker engine"),
+        });
+    }
+    out
+}
+
+async fn doctor(p: &Printer, config: &std::path::Path, json: bool) -> Result<u8, Failure> {
     let cfg = match Config::load(config) {
         Ok(c) => c,
         Err(e) => {
@@ -108,6 +154,7 @@ fn doctor(p: &Printer, config: &std::path::Path, json: bool) -> Result<u8, Failu
         }),
         Err(e) => return Err(fail(e)),
     }
+    checks.extend(agent_images(&cfg).await);
     let code = belay_rounds::battery::exit_code(&checks).unwrap_or(exit::OK);
     if json {
         p.json(&serde_json::json!({"ok": code == 0, "checks": checks, "notes": cfg.notes}));
