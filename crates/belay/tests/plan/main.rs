@@ -897,6 +897,67 @@ turns:
     }
 }
 
+/// Claude Code as the developer (and the reviewer), in its container: the
+/// developer's shell tool call writes the checkpoint's file, belay commits
+/// it, the reviewer approves. (gemini as the developer exits 41, an auth
+/// error, where it works as the reviewer: not yet understood.)
+#[test]
+fn claude_builds_and_reviews_a_checkpoint() {
+    common::require_engine();
+    let (spec, api, tool, arg) = ("claude@claude-sonnet-4-5", "anthropic", "Bash", "command");
+    {
+        let mut p = plan_json(None);
+        p["checkpoints"].as_array_mut().unwrap().truncate(1);
+        let w = ws_with(p);
+        let script = format!(
+            r#"
+turns:
+  - name: dev-edit
+    match: {{api: {api}, contains: "Work ONLY on checkpoint 'c1'"}}
+    reply:
+      tool_calls:
+        - name: {tool}
+          arguments: {{{arg}: "echo 'c1 by the cli' > c1.txt && echo dev-edit-done"}}
+  - name: dev-done
+    match: {{api: {api}, contains: "dev-edit-done"}}
+    reply: {{text: "Wrote c1.txt."}}
+  - name: review
+    match: {{api: {api}, contains: "Review ONLY checkpoint 'c1'"}}
+    reply: {{text: "c1.txt is there.\nVERDICT: approved"}}
+"#
+        );
+        let server = replay::Replay::start(w.tmp.path(), &script);
+        let o = w
+            .cmd()
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-plan-dev-000000000")
+            .env("GEMINI_API_KEY", "gk-test-plan-dev-00000000000000")
+            .args([
+                "plan",
+                "run",
+                "--auto-approve",
+                "--developer",
+                spec,
+                "--reviewer",
+                spec,
+                "--openai-base-url",
+            ])
+            .arg(&server.url)
+            .output()
+            .unwrap();
+        ok(&o);
+        assert_eq!(
+            w.subjects(),
+            ["c1: built", "c1: approved", "audit: completed run"],
+            "{spec}"
+        );
+        assert_eq!(
+            git(&w.repo, &["show", "feature/demo:c1.txt"]),
+            "c1 by the cli",
+            "{spec}"
+        );
+    }
+}
+
 /// The bundled example runs as its README says: c2's first build fails
 /// belay's gate and goes back without a review; everything is approved.
 #[test]
