@@ -108,10 +108,11 @@ pub fn resolve_endpoint(
         .map(Api::from)
         .or(native)
         .unwrap_or(Api::Responses);
-    // The flag's default names OpenAI's variable; the Anthropic dialect's
-    // default is its own.
-    let key_env = (e.llm_key_env != "OPENAI_API_KEY" || api != Api::Anthropic)
-        .then_some(e.llm_key_env.as_str());
+    // The flag's default names OpenAI's variable; the Anthropic and Gemini
+    // dialects' defaults are their own (ANTHROPIC_API_KEY, GEMINI_API_KEY).
+    let key_env = (e.llm_key_env != "OPENAI_API_KEY"
+        || !matches!(api, Api::Anthropic | Api::Gemini))
+    .then_some(e.llm_key_env.as_str());
     let wanted = ModelWanted {
         api,
         model,

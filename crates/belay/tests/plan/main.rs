@@ -897,15 +897,22 @@ turns:
     }
 }
 
-/// Claude Code as the developer (and the reviewer), in its container: the
-/// developer's shell tool call writes the checkpoint's file, belay commits
-/// it, the reviewer approves. (gemini as the developer exits 41, an auth
-/// error, where it works as the reviewer: not yet understood.)
+/// Claude Code and gemini as the developer (and the reviewer), in their
+/// containers: the developer's shell tool call writes the checkpoint's file,
+/// belay commits it, the reviewer approves. Only the role's own key is set
+/// (gemini's is GEMINI_API_KEY, not the OpenAI variable).
 #[test]
-fn claude_builds_and_reviews_a_checkpoint() {
+fn claude_and_gemini_build_and_review_a_checkpoint() {
     common::require_engine();
-    let (spec, api, tool, arg) = ("claude@claude-sonnet-4-5", "anthropic", "Bash", "command");
-    {
+    for (spec, api, tool, arg) in [
+        ("claude@claude-sonnet-4-5", "anthropic", "Bash", "command"),
+        (
+            "gemini@gemini-2.5-flash",
+            "gemini",
+            "run_shell_command",
+            "command",
+        ),
+    ] {
         let mut p = plan_json(None);
         p["checkpoints"].as_array_mut().unwrap().truncate(1);
         let w = ws_with(p);
