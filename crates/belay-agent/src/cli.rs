@@ -55,7 +55,11 @@ pub struct Endpoint {
 
 /// codex's `-c` arguments for belay's endpoint: a `belay` provider at its
 /// address in its wire dialect, the key passed by name.
-fn codex_provider_args(e: &Endpoint, wire: &str, env: &mut Vec<(String, String)>) -> Vec<String> {
+fn codex_provider_args(e: &Endpoint, env: &mut Vec<(String, String)>) -> Vec<String> {
+    let wire = match e.api {
+        belay_model::Api::ChatCompletions => "chat",
+        _ => "responses",
+    };
     let mut cfg = vec![
         "model_provider=belay".to_string(),
         "model_providers.belay.name=\"belay\"".to_string(),
@@ -69,6 +73,68 @@ fn codex_provider_args(e: &Endpoint, wire: &str, env: &mut Vec<(String, String)>
     cfg.into_iter()
         .flat_map(|c| ["-c".to_string(), c])
         .collect()
+}
+
+/// The one dialect table ([`crate::spec::AgentKind::dialects`]) for a CLI of
+/// `kind`, checked again where its command is built (a mode checks it before
+/// any work).
+fn dialect_of(kind: CliKind, e: &Endpoint) -> Result<(), AgentError> {
+    let Some(kind) = kind.agent_kind() else {
+        return Ok(());
+    };
+    let spec = crate::AgentSpec { kind, model: None };
+    spec.check_dialect("CLI", e.api, &e.base_url, |a| {
+        format!("point it at a `{a}` endpoint")
+    })?;
+    Ok(())
+}
+
+impl CliKind {
+    /// The variables a CLI of this kind reads its model's address and key
+    /// from (a peer config names its model with them).
+    pub fn endpoint_vars(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            CliKind::Claude => Some(("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")),
+            CliKind::Codex => Some(("OPENAI_BASE_URL", "OPENAI_API_KEY")),
+            CliKind::Gemini => Some(("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY")),
+            CliKind::Grok | CliKind::Antigravity | CliKind::Plain => None,
+        }
+    }
+
+    /// The dialect it speaks first (what it is given when none is named),
+    /// from the one table.
+    pub fn native_dialect(self) -> Option<belay_model::Api> {
+        self.agent_kind().and_then(|k| k.native_dialect())
+    }
+
+    /// The named agent whose dialects it speaks.
+    fn agent_kind(self) -> Option<crate::AgentKind> {
+        match self {
+            CliKind::Claude => Some(crate::AgentKind::Claude),
+            CliKind::Codex => Some(crate::AgentKind::Codex),
+            CliKind::Gemini => Some(crate::AgentKind::Gemini),
+            CliKind::Grok | CliKind::Antigravity | CliKind::Plain => None,
+        }
+    }
+}
+
+/// Claude Code's and gemini's endpoint: its address and key variables.
+/// Headless, gemini also needs the workspace trusted and API-key auth chosen
+/// in its settings (a bare base URL makes it pick a gateway auth it
+/// refuses): the launcher writes [`GEMINI_SETTINGS`] to a settings home of
+/// belay's. (codex takes its endpoint as arguments: [`codex_provider_args`].)
+fn endpoint_env(kind: CliKind, e: &Endpoint, env: &mut Vec<(String, String)>) {
+    let Some((url_var, key_var)) = kind.endpoint_vars() else {
+        return;
+    };
+    env.push((url_var.into(), e.base_url.clone()));
+    if let Some(k) = &e.key {
+        env.push((key_var.into(), k.expose().to_string()));
+    }
+    if kind == CliKind::Gemini {
+        env.push(("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()));
+        env.push(("BELAY_GEMINI_SETTINGS".into(), GEMINI_SETTINGS.into()));
+    }
 }
 
 /// gemini's settings when belay gives it an endpoint: API-key auth.
@@ -209,17 +275,7 @@ impl CliAgent {
     /// The one dialect table ([`crate::spec::AgentKind::dialects`]), checked
     /// again where the command is built (a mode checks it before any work).
     fn check_dialect(&self, e: &Endpoint) -> Result<(), AgentError> {
-        let kind = match self.kind {
-            CliKind::Claude => crate::AgentKind::Claude,
-            CliKind::Codex => crate::AgentKind::Codex,
-            CliKind::Gemini => crate::AgentKind::Gemini,
-            CliKind::Grok | CliKind::Antigravity | CliKind::Plain => return Ok(()),
-        };
-        let spec = crate::AgentSpec { kind, model: None };
-        spec.check_dialect("CLI", e.api, &e.base_url, |a| {
-            format!("point it at a `{a}` endpoint")
-        })?;
-        Ok(())
+        dialect_of(self.kind, e)
     }
 
     /// Claude Code's arguments and env additions after the program (the caller adds `extra_args`).
@@ -247,10 +303,7 @@ impl CliAgent {
         }
         if let Some(e) = &self.endpoint {
             self.check_dialect(e)?;
-            env.push(("ANTHROPIC_BASE_URL".into(), e.base_url.clone()));
-            if let Some(k) = &e.key {
-                env.push(("ANTHROPIC_API_KEY".into(), k.expose().to_string()));
-            }
+            endpoint_env(CliKind::Claude, e, env);
         }
         Ok(())
     }
@@ -277,11 +330,7 @@ impl CliAgent {
         }
         if let Some(e) = &self.endpoint {
             self.check_dialect(e)?;
-            let wire = match e.api {
-                belay_model::Api::ChatCompletions => "chat",
-                _ => "responses",
-            };
-            argv.extend(codex_provider_args(e, wire, &mut env));
+            argv.extend(codex_provider_args(e, &mut env));
         }
         argv.extend(self.extra_args.iter().cloned());
         // codex reads the prompt from stdin when it is `-`.
@@ -314,17 +363,7 @@ impl CliAgent {
         }
         if let Some(e) = &self.endpoint {
             self.check_dialect(e)?;
-            // Gemini CLI speaks Google's own API at this address. Headless,
-            // it needs the workspace trusted and API-key auth chosen in its
-            // settings (a bare base URL makes it pick a gateway auth it
-            // refuses): the launcher writes [`GEMINI_SETTINGS`] to a
-            // settings home of belay's.
-            env.push(("GOOGLE_GEMINI_BASE_URL".into(), e.base_url.clone()));
-            env.push(("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()));
-            env.push(("BELAY_GEMINI_SETTINGS".into(), GEMINI_SETTINGS.into()));
-            if let Some(k) = &e.key {
-                env.push(("GEMINI_API_KEY".into(), k.expose().to_string()));
-            }
+            endpoint_env(CliKind::Gemini, e, env);
         }
         Ok(())
     }
@@ -378,39 +417,18 @@ impl CliAgent {
             env.push(("IS_SANDBOX".into(), "1".into()));
         }
         let Some(e) = &self.endpoint else { return };
-        let as_cli = CliAgent {
-            kind,
-            ..CliAgent::new(kind)
-        };
-        if as_cli.check_dialect(e).is_err() {
+        if dialect_of(kind, e).is_err() {
             return;
         }
-        let key = e.key.as_ref().map(|k| k.expose().to_string());
-        let (url_var, key_var) = match kind {
-            CliKind::Claude => ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+        if kind == CliKind::Codex {
             // codex reads no base URL from its environment: its provider
             // goes after `exec`, as the spec form's does.
-            CliKind::Codex => {
-                if let Some(i) = argv.iter().position(|a| a == "exec") {
-                    let wire = match e.api {
-                        belay_model::Api::ChatCompletions => "chat",
-                        _ => "responses",
-                    };
-                    let args = codex_provider_args(e, wire, env);
-                    argv.splice(i + 1..i + 1, args);
-                }
-                return;
+            if let Some(i) = argv.iter().position(|a| a == "exec") {
+                let args = codex_provider_args(e, env);
+                argv.splice(i + 1..i + 1, args);
             }
-            CliKind::Gemini => {
-                env.push(("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()));
-                env.push(("BELAY_GEMINI_SETTINGS".into(), GEMINI_SETTINGS.into()));
-                ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY")
-            }
-            _ => return,
-        };
-        env.push((url_var.into(), e.base_url.clone()));
-        if let Some(k) = key {
-            env.push((key_var.into(), k));
+        } else {
+            endpoint_env(kind, e, env);
         }
     }
 

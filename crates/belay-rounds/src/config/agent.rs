@@ -172,12 +172,7 @@ impl AgentConfig {
         // routes to the container like any other.
         let mut model_url = raw.model_url.clone();
         if model_url.is_none() {
-            let var = match streams {
-                Some(CliKind::Claude) => Some("ANTHROPIC_BASE_URL"),
-                Some(CliKind::Codex) => Some("OPENAI_BASE_URL"),
-                Some(CliKind::Gemini) => Some("GOOGLE_GEMINI_BASE_URL"),
-                _ => None,
-            };
+            let var = streams.and_then(CliKind::endpoint_vars).map(|(url, _)| url);
             if let Some(i) = var.and_then(|v| env.iter().position(|(k, _)| k == v)) {
                 model_url = Some(env.remove(i).1);
             }
@@ -283,12 +278,10 @@ fn model_dialect(
         AgentKind::Command { program, args } => belay_agent::cli::stream_of(program, args),
         _ => None,
     };
-    let native = spec.kind.native_dialect().or(match streams {
-        Some(CliKind::Claude) => Some(Api::Anthropic),
-        Some(CliKind::Gemini) => Some(Api::Gemini),
-        Some(CliKind::Codex) => Some(Api::Responses),
-        _ => None,
-    });
+    let native = spec
+        .kind
+        .native_dialect()
+        .or(streams.and_then(CliKind::native_dialect));
     let model_api = match raw.model_api.as_ref() {
         None => native.unwrap_or(Api::Responses),
         Some(a) => {
