@@ -49,7 +49,19 @@ pub struct Checks<'a> {
     /// The log of command `name` is `<log_prefix><name>.log`.
     pub log_prefix: PathBuf,
     pub redactor: &'a Redactor,
+    /// The image's environment directories (an env build's image), mounted
+    /// read-only: a set no agent ever had writable.
+    pub env: &'a belay_sandbox::envimage::EnvVolumes,
 }
+
+/// What every check command runs with besides `HOME`: the test runners'
+/// own caches off, so that running the project's tests writes nothing a
+/// commit would hold (Python's bytecode, pytest's cache directory) and the
+/// gate judges the tree as the developer left it.
+pub const CHECK_ENV: [(&str, &str); 2] = [
+    ("PYTHONDONTWRITEBYTECODE", "1"),
+    ("PYTEST_ADDOPTS", "-p no:cacheprovider"),
+];
 
 /// The last `n` characters of `s`.
 pub fn last_chars(s: &str, n: usize) -> String {
@@ -83,7 +95,11 @@ pub async fn run(c: Checks<'_>) -> Result<Vec<CommandRun>, AgentError> {
         model_url: None,
         network: false,
         keep: false,
-        extras: Default::default(),
+        extras: crate::sandbox::BoxExtras {
+            env: c.env.clone(),
+            env_read_only: true,
+            ..Default::default()
+        },
     })
     .await?;
     let mut ran = Vec::new();
@@ -101,7 +117,10 @@ pub async fn run(c: Checks<'_>) -> Result<Vec<CommandRun>, AgentError> {
                 &ExecSpec {
                     argv: vec!["sh".into(), "-c".into(), cmd.to_string()],
                     working_dir: Some(crate::sandbox::WORKDIR.into()),
-                    env: vec![("HOME".into(), "/tmp".into())],
+                    env: std::iter::once(("HOME", "/tmp"))
+                        .chain(CHECK_ENV)
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
                     timeout: Some(c.timeout),
                     log_path: log.clone(),
                     log_limit: None,

@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use belay_sandbox::envimage::EnvVolumes;
 use belay_sandbox::hostfs::WorkspaceSweep;
 use belay_sandbox::route::Route;
 use belay_sandbox::{ContainerRuntime, ContainerSpec, Mount, Network};
@@ -73,6 +74,11 @@ pub struct BoxExtras {
     pub network: bool,
     /// Keep the container after the call (`belay agent run --keep-container`).
     pub keep: bool,
+    /// The image's environment directories over the work tree (an env
+    /// build's image as the sandbox), and whether they are read-only (a
+    /// gate's set, which no agent mounts writable).
+    pub env: EnvVolumes,
+    pub env_read_only: bool,
 }
 
 /// One open container for an agent.
@@ -82,6 +88,9 @@ pub struct AgentBox {
     route: Option<Route>,
     repo: PathBuf,
     keep: bool,
+    /// The empty mount points the engine makes in the work tree for the
+    /// environment volumes, removed with the container.
+    mount_points: Vec<PathBuf>,
 }
 
 impl AgentBox {
@@ -112,7 +121,10 @@ impl AgentBox {
         mounts.extend(git_mounts(s.git, &s.repo, &s.records, s.extras.git_writable).await?);
         mounts.extend(container_mounts(s.agent)?);
         mounts.extend(s.extras.mounts.iter().cloned());
+        mounts.extend(s.extras.env.mounts(WORKDIR, s.extras.env_read_only));
+        let mount_points = s.extras.env.missing_mount_points(&s.repo);
         let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
+        env.extend(s.extras.env.env(WORKDIR));
         env.extend(quiet_cli_env());
         if let Some(r) = &route {
             env.extend(r.env.iter().cloned());
@@ -146,6 +158,7 @@ impl AgentBox {
                 if let Some(r) = route {
                     r.close(s.rt.as_ref()).await;
                 }
+                belay_sandbox::envimage::remove_mount_points(&mount_points);
                 return Err(e.into());
             }
         };
@@ -155,6 +168,7 @@ impl AgentBox {
             route,
             repo: s.repo,
             keep: s.keep,
+            mount_points,
         })
     }
 
@@ -191,6 +205,7 @@ impl AgentBox {
     pub async fn close(self) -> Result<WorkspaceSweep, AgentError> {
         if !self.keep {
             let _ = self.rt.remove(&self.id).await;
+            belay_sandbox::envimage::remove_mount_points(&self.mount_points);
         }
         if let Some(r) = self.route {
             r.close(self.rt.as_ref()).await;

@@ -27,6 +27,7 @@ pub mod registry_store;
 pub mod repair;
 pub mod rundir;
 pub mod safety;
+pub mod sandbox_image;
 pub mod script;
 pub mod swarm;
 

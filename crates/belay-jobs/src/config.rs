@@ -135,7 +135,13 @@ pub enum Placement {
 pub struct AgentConfig {
     /// The default spec; a job's `agent`, then its `runtime`, win.
     pub spec: String,
+    /// The image agents and checks run in: as the config names it (an image
+    /// or an env build's run id) until the binary resolves it
+    /// (`belay_env::sandbox_image`).
     pub image: String,
+    /// Whether the config named `image` (else the one repository's latest
+    /// env build with git may take the default's place).
+    pub image_named: bool,
     pub placement: Placement,
     pub model_url: Option<String>,
     pub model_api: belay_model::Api,
@@ -271,6 +277,7 @@ fn agent_config(path: &Path, a: RawAgent, agent: &mut AgentConfig) -> Result<(),
     }
     if let Some(i) = a.image {
         agent.image = i;
+        agent.image_named = true;
     }
     agent.placement = match a.placement.as_deref() {
         None | Some("container") => Placement::Container,
@@ -428,6 +435,7 @@ impl Config {
             agent: AgentConfig {
                 spec: "codex".into(),
                 image: belay_sandbox::bootstrap::AGENT_IMAGE.to_string(),
+                image_named: false,
                 placement: Placement::Container,
                 model_url: None,
                 model_api: belay_model::Api::Responses,

@@ -75,6 +75,12 @@ pub enum JobEvent {
         branch: String,
         base: String,
     },
+    /// The image the job's agent and checks run in, and the environment
+    /// directories it brings over the worktree (an env build's image).
+    Sandbox {
+        image: String,
+        env_dirs: Vec<String>,
+    },
     AgentStarted {
         attempt: &'static str,
     },

@@ -169,6 +169,13 @@ pub enum PlanEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The image agents and the gate run in, and the environment directories
+    /// it brings over the work tree (an env build's image).
+    Sandbox {
+        image: String,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        env_dirs: Vec<String>,
+    },
     /// Something belay could not do that does not stop the run (the audit
     /// commit, the cleanup after a stop, a container the agent runner could
     /// not remove).

@@ -190,6 +190,34 @@ pub fn plan_from_answer(answer: &str, plan_file: &str, branch: &str) -> Result<V
     Ok(plan)
 }
 
+/// The plan document `plan_file` names, for a feature given as text: the
+/// feature and the checkpoints, so that the file the agents are told to
+/// read exists.
+pub fn plan_doc(feature: &str, plan: &Value) -> String {
+    let mut out = format!(
+        "# Implementation plan\n\n## Feature\n\n{}\n\n## Checkpoints\n",
+        feature.trim()
+    );
+    for c in plan["checkpoints"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "\n### {} — {}\n\n{}\n",
+            c["id"].as_str().unwrap_or_default(),
+            c["name"].as_str().unwrap_or_default(),
+            c["scope"].as_str().unwrap_or_default()
+        ));
+        for e in c["exit_criteria"].as_array().into_iter().flatten() {
+            out.push_str(&format!("- {}\n", e.as_str().unwrap_or_default()));
+        }
+    }
+    if let Some(p) = plan.get("project").and_then(Value::as_object) {
+        out.push_str("\n## The gate\n\nbelay runs these after every developer run:\n\n");
+        for (k, v) in p {
+            out.push_str(&format!("- {k}: `{}`\n", v.as_str().unwrap_or_default()));
+        }
+    }
+    out
+}
+
 /// Write `plan` to `path`: to a temporary file in the same directory,
 /// synced, then published in one step that fails if `path` exists (unless
 /// `force`). A crash leaves the old file or the new one, never half of one.

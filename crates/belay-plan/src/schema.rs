@@ -101,6 +101,14 @@ impl Plan {
         self.checkpoints.iter().find(|c| c.id == id)
     }
 
+    /// Whether any checkpoint has a build, test or lint command (its own or
+    /// the project's): a gate runs in a container.
+    pub fn has_commands(&self) -> bool {
+        self.checkpoints
+            .iter()
+            .any(|c| !self.commands_for(&c.id).list().is_empty())
+    }
+
     /// The commands of checkpoint `id`: its own, else the project's.
     pub fn commands_for(&self, id: &str) -> Commands {
         let own = self.get(id).map(|c| c.commands.clone()).unwrap_or_default();

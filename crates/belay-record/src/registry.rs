@@ -87,6 +87,8 @@ enum Record {
         owner: Option<ProcessIdentity>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         title: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repo: Option<PathBuf>,
     },
     End {
         run_id: String,
@@ -112,6 +114,9 @@ pub struct RunEntry {
     /// Where the run's records live.
     pub dir: PathBuf,
     pub title: Option<String>,
+    /// The repository the run is for, when it recorded one (env builds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<PathBuf>,
     /// When it first started.
     pub started_at: String,
     pub ended_at: Option<String>,
@@ -187,8 +192,10 @@ impl Registry {
         mode: Mode,
         dir: &Path,
         title: Option<&str>,
+        repo: Option<&Path>,
     ) -> Result<(), RecordError> {
         let dir = fs_err::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let repo = repo.map(|r| fs_err::canonicalize(r).unwrap_or_else(|_| r.to_path_buf()));
         self.append(&Record::Start {
             run_id: run_id.into(),
             mode,
@@ -196,6 +203,7 @@ impl Registry {
             at: crate::now_rfc3339(),
             owner: ProcessIdentity::current(),
             title: title.map(String::from),
+            repo,
         })
     }
 
@@ -240,9 +248,11 @@ impl Registry {
                     at,
                     owner,
                     title,
+                    repo,
                 } => match by_id.get_mut(&run_id) {
                     Some(e) => {
                         e.status = RunStatus::Running;
+                        e.repo = repo.or(e.repo.take());
                         e.owner = owner;
                         e.ended_at = None;
                         e.dir = dir;
@@ -257,6 +267,7 @@ impl Registry {
                                 status: RunStatus::Running,
                                 dir,
                                 title,
+                                repo,
                                 started_at: at,
                                 ended_at: None,
                                 duration_s: None,
@@ -351,7 +362,7 @@ mod tests {
     fn a_stopped_run_is_interrupted_while_its_owner_lives_and_keeps_its_figures() {
         let d = tempfile::tempdir().unwrap();
         let r = Registry::at(d.path());
-        r.started("s", Mode::Plan, d.path(), None).unwrap();
+        r.started("s", Mode::Plan, d.path(), None, None).unwrap();
         r.interrupted(
             "s",
             RunEnd {
@@ -383,9 +394,10 @@ mod tests {
     fn runs_fold_into_entries_and_torn_records_are_skipped() {
         let d = tempfile::tempdir().unwrap();
         let r = Registry::at(d.path());
-        r.started("a", Mode::Env, d.path(), Some("build x"))
+        r.started("a", Mode::Env, d.path(), Some("build x"), None)
             .unwrap();
-        r.started("b", Mode::Pipeline, d.path(), None).unwrap();
+        r.started("b", Mode::Pipeline, d.path(), None, None)
+            .unwrap();
         r.ended(
             "a",
             RunEnd {
@@ -404,7 +416,7 @@ mod tests {
             .unwrap()
             .write_all(b"\n{\"op\":\"start\",\"run_")
             .unwrap();
-        r.started("c", Mode::Agent, d.path(), None).unwrap();
+        r.started("c", Mode::Agent, d.path(), None, None).unwrap();
         let all = r.list().unwrap();
         let ids: Vec<&str> = all.iter().map(|e| e.run_id.as_str()).collect();
         assert_eq!(ids, ["c", "b", "a"]);
@@ -424,6 +436,7 @@ mod tests {
                 boot_id: "b".into(),
             }),
             title: None,
+            repo: None,
         })
         .unwrap();
         rec["op"] = "start".into();

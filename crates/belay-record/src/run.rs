@@ -35,6 +35,9 @@ pub struct OpenRun<'a> {
     pub mode: Mode,
     /// A short description for `belay runs list`.
     pub title: Option<&'a str>,
+    /// The repository the run is for, when it has one (an env build's: how
+    /// the other modes find the repository's latest environment image).
+    pub repo: Option<&'a Path>,
     /// What every file the run writes must not hold.
     pub redactor: Redactor,
     pub registry: Registry,
@@ -68,7 +71,10 @@ impl RunHandle {
         let sink = EventSink::open(&o.dir.join(EVENTS_FILE), o.id, o.mode, o.redactor.clone())?;
         // The title may quote a prompt: it is redacted like every record.
         let title = o.title.map(|t| o.redactor.redact(t).into_owned());
-        if let Err(e) = o.registry.started(o.id, o.mode, &o.dir, title.as_deref()) {
+        if let Err(e) = o
+            .registry
+            .started(o.id, o.mode, &o.dir, title.as_deref(), o.repo)
+        {
             tracing::warn!("run {} is not in the registry: {e}", o.id);
         }
         Ok(RunHandle {
@@ -229,6 +235,7 @@ mod tests {
             id,
             mode: Mode::Pipeline,
             title: Some("t"),
+            repo: None,
             redactor: Redactor::new([("TOKEN".to_string(), "s3cr3t-value-1".to_string())]),
             registry: Registry::at(reg),
         })

@@ -38,6 +38,12 @@ pub struct Supervisor {
     /// What this invocation's rounds used, as their agents reported it (for
     /// the registry's end record).
     pub used: std::sync::Mutex<crate::events::Usage>,
+    /// The agent images' environments over the work tree (an env build's
+    /// image), by image, found on first use. The volumes are named by the
+    /// run and the image's id, so they carry over from round to round and
+    /// a new image starts fresh ones; `belay runs rm` removes them.
+    pub env:
+        tokio::sync::Mutex<std::collections::BTreeMap<String, belay_sandbox::envimage::RunEnv>>,
 }
 
 /// The run id of a project's rounds: stable per config and log dir.
@@ -157,6 +163,7 @@ impl Supervisor {
             id: &id,
             mode: Mode::Rounds,
             title: Some(&title),
+            repo: None,
             redactor,
             registry: Registry::default_location(),
         })
@@ -208,6 +215,7 @@ impl Supervisor {
             lifeline,
             observer,
             used: Default::default(),
+            env: Default::default(),
         })
     }
 

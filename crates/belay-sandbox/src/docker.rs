@@ -657,6 +657,25 @@ impl ContainerRuntime for DockerRuntime {
             .collect())
     }
 
+    async fn volumes_named(&self, prefix: &str) -> Result<Vec<String>, SandboxError> {
+        self.check()?;
+        let mut f = HashMap::new();
+        f.insert("name".to_string(), vec![prefix.to_string()]);
+        let list = self
+            .docker
+            .list_volumes(Some(qp::ListVolumesOptions { filters: Some(f) }))
+            .await
+            .map_err(|e| self.api_err("list volumes", e))?;
+        // As for networks: the name filter matches anywhere in the name.
+        Ok(list
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v.name)
+            .filter(|n| n.starts_with(prefix))
+            .collect())
+    }
+
     async fn remove_network(&self, name: &str) -> Result<(), SandboxError> {
         match self.docker.remove_network(name).await {
             Ok(())

@@ -13,6 +13,8 @@
 //! * [`logsink`]: streaming exec output to a log file with bounded tails;
 //! * [`egress`] and [`route`]: the ways out of a sandbox (the model route, the
 //!   egress proxy with its allow list), fenced by [`firewall`];
+//! * [`envimage`]: an env build's image as a sandbox (its environment
+//!   directories over the work tree's mount);
 //! * [`hostfs`] and [`procs`]: host file access that never follows a link a
 //!   sandbox planted, and the end of every process a step left.
 
@@ -20,6 +22,7 @@ pub mod bootstrap;
 pub mod distribution;
 mod docker;
 pub mod egress;
+pub mod envimage;
 mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;

@@ -201,6 +201,10 @@ pub trait ContainerRuntime: Send + Sync {
     async fn networks_named(&self, _prefix: &str) -> Result<Vec<String>, SandboxError> {
         Ok(Vec::new())
     }
+    /// The volumes whose names start with `prefix`.
+    async fn volumes_named(&self, _prefix: &str) -> Result<Vec<String>, SandboxError> {
+        Ok(Vec::new())
+    }
     /// Attach a running container to another network; its address there.
     async fn connect_network(&self, container: &str, network: &str)
         -> Result<String, SandboxError>;

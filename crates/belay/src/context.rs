@@ -23,3 +23,43 @@ pub fn stop_on_signals() -> Result<belay_record::Stop, Failure> {
         eprintln!("[belay] {m}")
     })?)
 }
+
+/// The image a mode's sandboxes run in (`belay_env::sandbox_image`): `named`
+/// (an image or an env build's run id), else the latest successful env build
+/// of the repository around `dir`, else `default`. Without an engine, what
+/// was named or the default. Says which on the terminal unless named.
+pub async fn sandbox_image(
+    p: &crate::output::Printer,
+    rt: Option<&dyn belay_sandbox::ContainerRuntime>,
+    dir: &std::path::Path,
+    named: Option<&str>,
+    default: &str,
+    needs: &[&str],
+) -> Result<String, Failure> {
+    let Some(rt) = rt else {
+        return Ok(named.unwrap_or(default).to_string());
+    };
+    let chosen = belay_env::sandbox_image::resolve(
+        rt,
+        &belay_record::Registry::default_location(),
+        &repo_root(dir),
+        named,
+        default,
+        needs,
+    )
+    .await?;
+    if chosen.source != belay_env::sandbox_image::ImageSource::Named {
+        p.note(&chosen.describe());
+    }
+    Ok(chosen.image)
+}
+
+/// The repository around `dir`: the nearest directory up that has a `.git`
+/// (the user's own path, before any sandbox runs), else `dir`.
+pub fn repo_root(dir: &std::path::Path) -> std::path::PathBuf {
+    let dir = fs_err::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    dir.ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or(&dir)
+        .to_path_buf()
+}

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::EnvError;
 
+pub mod commands;
 mod conftest_imports;
 mod pytest_plugins;
 mod python;

@@ -220,7 +220,7 @@ pub async fn build(
     let (ctx, setup) = prepare(opts).await?;
     // The run's directory, lock, event log and registry record, opened the
     // one way every mode opens its runs.
-    let handle = open_handle(&setup.dir, &setup.redactor)?;
+    let handle = open_handle(&setup.dir, &setup.redactor, &ctx.repo_path)?;
     let recorder = crate::progress::Recorder::new(obs, &handle);
     let obs: &dyn BuildObserver = &recorder;
     reap(rt, obs).await?;
@@ -298,13 +298,14 @@ async fn prepare(opts: &BuildOptions) -> Result<(RepoContext, Setup), EnvError> 
 
 /// Open the run's handle: its lock (one process per run id), event log and
 /// registry record.
-fn open_handle(dir: &RunDir, redactor: &Redactor) -> Result<RunHandle, EnvError> {
+fn open_handle(dir: &RunDir, redactor: &Redactor, repo: &Path) -> Result<RunHandle, EnvError> {
     let run_id = &dir.run_id;
     RunHandle::open(OpenRun {
         dir: dir.root.clone(),
         id: run_id,
         mode: belay_record::Mode::Env,
         title: None,
+        repo: Some(repo),
         redactor: redactor.clone(),
         registry: belay_record::Registry::default_location(),
     })

@@ -55,6 +55,39 @@ pub enum Session {
     Stopped,
 }
 
+/// The job's environment sets, when its agent or its checks run in a
+/// container: the image's environment directories over the worktree.
+pub async fn run_env(
+    svc: &Services,
+    run: &JobRun,
+    ws: &Workspace,
+) -> Result<belay_sandbox::envimage::RunEnv, JobsError> {
+    let in_container = svc.cfg.agent.placement != Placement::Host
+        || ws.repos.iter().any(|r| !r.cfg.checks.is_empty());
+    let Some(rt) = svc.rt.as_ref().filter(|_| in_container) else {
+        return Ok(Default::default());
+    };
+    let env = belay_sandbox::envimage::RunEnv::open(
+        rt.as_ref(),
+        &svc.cfg.agent.image,
+        run.id(),
+        belay_agent::sandbox::WORKDIR,
+        run.redactor(),
+    )
+    .await?;
+    if !env.dirs().is_empty() {
+        let _ = run.emit(
+            "jobs",
+            None,
+            &JobEvent::Sandbox {
+                image: svc.cfg.agent.image.clone(),
+                env_dirs: env.dirs(),
+            },
+        );
+    }
+    Ok(env)
+}
+
 /// One session on the workspace.
 #[allow(clippy::too_many_arguments)]
 pub async fn session(
@@ -108,6 +141,7 @@ pub async fn session(
             git_writable: false,
             mounts,
             lifeline: svc.lifeline.as_ref().map(|l| l.path.clone()),
+            env: ws.env.agent.clone(),
             ..Default::default()
         },
         agent_env: env,

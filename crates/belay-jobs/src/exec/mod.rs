@@ -76,6 +76,7 @@ pub fn open_run(svc: &Services, job: &Job) -> Result<JobRun, JobsError> {
         id: job.id.as_str(),
         mode: Mode::Jobs,
         title: Some(&title),
+        repo: None,
         redactor: svc.redactor.clone(),
         registry: Registry::default_location(),
     })?;
@@ -246,7 +247,8 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
     let spec = agent::spec_for(svc, job)?;
     let repos = repos_of(svc, job)?;
     announce_start(&run, job, &spec, &repos);
-    let ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
+    let mut ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
+    ws.env = agent::run_env(svc, &run, &ws).await?;
     let mut tally = Tally {
         tokens: Tokens::default(),
         cost_usd: 0.0,
@@ -265,6 +267,9 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         .iter()
         .map(|r| (r.cfg.name.clone(), r.target.clone()))
         .collect();
+    if let Some(rt) = &svc.rt {
+        ws.env.remove(rt.as_ref()).await;
+    }
     let notes = ws.finish(&run, &keep, &pushed).await;
     let outcome = match outcome {
         Ok(Some(o)) => o,

@@ -62,6 +62,7 @@ pub async fn checks(
             timeout: svc.cfg.check_timeout,
             log_prefix: run.path("checks").join(format!("{}-", r.cfg.name)),
             redactor: run.redactor(),
+            env: &ws.env.gate,
         })
         .await?;
         let passed = ran.iter().all(|c| c.passed());

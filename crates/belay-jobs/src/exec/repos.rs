@@ -57,6 +57,9 @@ pub struct RepoWork {
 pub struct Workspace {
     pub repos: Vec<RepoWork>,
     pub state: JobState,
+    /// The image's environment over the worktrees (an env build's image):
+    /// the agent's writable set, the checks' read-only one.
+    pub env: belay_sandbox::envimage::RunEnv,
     _locks: Vec<RepoLock>,
 }
 
@@ -131,6 +134,7 @@ impl Workspace {
                 job_id: job_id.to_string(),
                 ..Default::default()
             },
+            env: Default::default(),
             _locks: locks,
         };
         match ws.add(q, run, job_id, mains).await {

@@ -229,7 +229,10 @@ pub struct Engine<'a> {
     /// Build-environment directories the image has under the workspace path
     /// (`.venv`, `node_modules`...), each kept in a named volume of the run
     /// that Docker fills from the image: a bind-mounted workspace would hide them.
-    env_volumes: Option<Vec<(String, String)>>,
+    env_volumes: Option<belay_sandbox::envimage::EnvVolumes>,
+    /// The empty directories the engine makes in the work tree as the
+    /// volumes' mount points, removed with the containers.
+    env_mount_points: Vec<PathBuf>,
     /// The internal networks and the proxies of networked steps with an
     /// egress policy (presets, the browser class), made on first use.
     egress: Vec<(OpenNet, NetRoute)>,
@@ -338,6 +341,7 @@ impl<'a> Engine<'a> {
             id: &state.run_id,
             mode: belay_record::Mode::Pipeline,
             title: Some(&p.name),
+            repo: None,
             redactor: redactor.clone(),
             registry: opts
                 .registry
@@ -379,6 +383,7 @@ impl<'a> Engine<'a> {
             secrets,
             containers: HashMap::new(),
             env_volumes: None,
+            env_mount_points: Vec::new(),
             egress: Vec::new(),
             open_net: None,
             seccomp,
@@ -488,6 +493,7 @@ impl<'a> Engine<'a> {
         for (_, c) in self.containers.drain() {
             let _ = self.rt.remove(&c).await;
         }
+        belay_sandbox::envimage::remove_mount_points(&self.env_mount_points);
         if let Some(route) = self.model_route.take() {
             route.close(self.rt.as_ref()).await;
         }
@@ -501,8 +507,8 @@ impl<'a> Engine<'a> {
         // A finished run drops its environment volumes; an interrupted one
         // keeps them for its resume.
         if self.state.status != Status::Running {
-            for (name, _) in self.env_volumes.take().unwrap_or_default() {
-                let _ = self.rt.remove_volume(&name).await;
+            if let Some(v) = self.env_volumes.take() {
+                v.remove(self.rt.as_ref()).await;
             }
         }
         if let Err(e) = &result {

@@ -4,6 +4,7 @@
 //! artifacts' secrets).
 
 use super::*;
+use belay_sandbox::envimage::EnvVolumes;
 
 impl Engine<'_> {
     /// End the step in every container of the run: kill every process it
@@ -296,62 +297,35 @@ impl Engine<'_> {
     }
 
     /// The image's build-environment directories under the workspace path
-    /// (an image from `belay env build` has its venv there), found once per run.
-    pub(super) async fn env_volumes(&mut self) -> Result<Vec<(String, String)>, PipelineError> {
+    /// (an image from `belay env build` has its venv there), found once per
+    /// run, as this run's volumes.
+    pub(super) async fn env_volumes(&mut self) -> Result<EnvVolumes, PipelineError> {
         if let Some(v) = &self.env_volumes {
             return Ok(v.clone());
         }
-        let probe = self
-            .rt
-            .create(&ContainerSpec {
-                image: self.image.clone(),
-                run_id: self.state.run_id.clone(),
-                kind: "pipeline-probe".into(),
-                network: Network::None,
-                read_only_rootfs: true,
-                drop_capabilities: true,
-                tmpfs: vec!["/tmp".into()],
-                ..Default::default()
-            })
-            .await?;
-        let log = self.run.path(LOGS_DIR).join("image-probe.log");
-        let spec = ExecSpec {
-            argv: vec!["sh".into(), "-c".into(), format!("cd {WORKDIR} 2>/dev/null && for d in .venv venv node_modules target .tox; do [ -d \"$d\" ] && echo \"$d\"; done; true")],
-            working_dir: None,
-            env: vec![],
-            timeout: Some(Duration::from_secs(30)),
-            log_path: log,
-            log_limit: None,
-        };
-        let out = self
-            .rt
-            .exec(&probe, &spec, &self.redactor, &NoopObserver)
-            .await;
-        let _ = self.rt.remove(&probe).await;
-        let out = out?;
-        let dirs: Vec<(String, String)> = out
-            .stdout_tail
-            .lines()
-            .map(str::trim)
-            .filter(|d| !d.is_empty())
-            .map(|d| {
-                (
-                    format!(
-                        "belay-{}-{}",
-                        self.state.run_id,
-                        sanitize(d.trim_start_matches('.'))
-                    ),
-                    d.to_string(),
-                )
-            })
-            .collect();
-        if !dirs.is_empty() {
-            let names: Vec<String> = dirs.iter().map(|(_, d)| d.clone()).collect();
+        let dirs = belay_sandbox::envimage::probe(
+            self.rt.as_ref(),
+            &self.image,
+            &self.state.run_id,
+            WORKDIR,
+            Some(&belay_sandbox::envimage::probe_cache()),
+            &self.redactor,
+        )
+        .await?;
+        let volumes = EnvVolumes::for_run(&dirs, &self.state.run_id, "step");
+        self.env_mount_points = volumes.missing_mount_points(self.git.root());
+        if !volumes.is_empty() {
             let image = self.image.clone();
-            self.event(None, PipelineEvent::EnvVolumes { dirs: names, image })?;
+            self.event(
+                None,
+                PipelineEvent::EnvVolumes {
+                    dirs: volumes.dirs(),
+                    image,
+                },
+            )?;
         }
-        self.env_volumes = Some(dirs.clone());
-        Ok(dirs)
+        self.env_volumes = Some(volumes.clone());
+        Ok(volumes)
     }
 
     pub(super) async fn container(
@@ -377,7 +351,7 @@ impl Engine<'_> {
         let mut tmpfs = vec!["/tmp".to_string()];
         // (Not following a link a step may have put there.)
         let host_venv = fs_err::symlink_metadata(root.join(".venv")).is_ok_and(|m| m.is_dir());
-        if host_venv && !env_volumes.iter().any(|(_, d)| d == ".venv") {
+        if host_venv && !env_volumes.dirs().iter().any(|d| d == ".venv") {
             tmpfs.push(format!("{WORKDIR}/.venv"));
         }
         let trust = belay_sandbox::trust::HostTrust::detect();
@@ -385,6 +359,7 @@ impl Engine<'_> {
             ("HOME".to_string(), "/tmp".to_string()),
             ("LANG".into(), "C.UTF-8".into()),
         ];
+        env.extend(env_volumes.env(WORKDIR));
         if let Some(src) = &trust.ca_source {
             mounts.push(Mount {
                 host: src.clone(),
@@ -455,7 +430,7 @@ impl Engine<'_> {
         &mut self,
         root: &Path,
         access: Access,
-        env_volumes: &[(String, String)],
+        env_volumes: &EnvVolumes,
     ) -> Result<Vec<Mount>, PipelineError> {
         let artifacts = self.artifacts_dir();
         let mut mounts = vec![
@@ -470,13 +445,7 @@ impl Engine<'_> {
                 read_only: false,
             },
         ];
-        for (name, dir) in env_volumes {
-            mounts.push(Mount {
-                host: PathBuf::from(name),
-                container: format!("{WORKDIR}/{dir}"),
-                read_only: access == Access::Ro,
-            });
-        }
+        mounts.extend(env_volumes.mounts(WORKDIR, access == Access::Ro));
         let dot_git = root.join(".git");
         if dot_git.is_file() && !self.p.isolation.allow_git_mutations {
             // A worktree's or submodule's `.git` is a file naming the real

@@ -244,8 +244,12 @@ impl Engine<'_> {
     /// developer proposes through the file, so its box has none; on the host
     /// there are no mounts (the opt-out), and what changed is judged after.
     fn box_extras(&self, role: Role) -> Result<BoxExtras, PlanError> {
+        let env = BoxExtras {
+            env: self.env.agent.clone(),
+            ..BoxExtras::default()
+        };
         if role != Role::Reviewer || self.o.on_host {
-            return Ok(BoxExtras::default());
+            return Ok(env);
         }
         let view = self.run.path(super::PLAN_VIEW);
         let text = self.plan.render(&self.state.view());
@@ -256,7 +260,7 @@ impl Engine<'_> {
                 container: format!("{}/{}", belay_agent::sandbox::WORKDIR, self.plan_rel),
                 read_only: true,
             }],
-            ..BoxExtras::default()
+            ..env
         })
     }
 

@@ -62,6 +62,7 @@ impl Engine<'_> {
             timeout: self.o.gate_timeout,
             log_prefix: self.run.path("gate").join(format!("{n:03}-{id}-")),
             redactor: self.run.redactor(),
+            env: &self.env.gate,
         })
         .await?;
         let mut passed = ran.iter().all(|r| r.passed());

@@ -121,6 +121,9 @@ pub(crate) struct Engine<'a> {
     submodules: Vec<String>,
     commits: Vec<String>,
     index: PathBuf,
+    /// The image's environment over the work tree (an env build's image):
+    /// the agents' writable set, the gate's read-only one.
+    env: belay_sandbox::envimage::RunEnv,
     _lock: RunLock,
 }
 
@@ -132,10 +135,15 @@ fn warn_to(run: &RunHandle, obs: &dyn Observer<PlanEvent>, message: String) {
 /// Run (or resume) the loop of the plan in `o.plan`.
 pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let mut e = setup::open(o).await?;
-    match o.stop.race(e.drive()).await {
+    let env = e.env.clone();
+    let report = match o.stop.race(e.drive()).await {
         Ok(stop) => e.end(stop).await,
         Err(why) => e.interrupted(why.0).await,
+    };
+    if let Some(rt) = &o.rt {
+        env.remove(rt.as_ref()).await;
     }
+    report
 }
 
 impl Engine<'_> {

@@ -331,6 +331,24 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         Phase::Idle => None,
     });
     let (plan, notes) = load_plan(o, &git, &loc, &dir, interrupted.as_ref())?;
+    // The sandbox's image and what it brings, before anything changes: a
+    // gate it cannot run is refused here.
+    let env = match &o.rt {
+        Some(rt) if !o.on_host || plan.has_commands() => {
+            belay_sandbox::envimage::RunEnv::open(
+                rt.as_ref(),
+                &o.image,
+                &run_id,
+                belay_agent::sandbox::WORKDIR,
+                &o.redactor,
+            )
+            .await?
+        }
+        _ => Default::default(),
+    };
+    if o.rt.is_some() {
+        refuse_gates_the_image_cannot_run(&plan, &env, git.root())?;
+    }
     let dirty = check_tree(&git, &loc, previous.as_ref(), interrupted.as_ref()).await?;
     let branch = enter_branch(&git, previous.as_ref(), &plan, &dirty).await?;
     let redactor = tree_redactor(o, &git).await?;
@@ -339,6 +357,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         id: &run_id,
         mode: Mode::Plan,
         title: Some(&format!("{} on {branch}", loc.plan_rel)),
+        repo: None,
         redactor,
         registry: o.registry.clone(),
     })?;
@@ -367,6 +386,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         submodules,
         commits: Vec::new(),
         index: loc.index.clone(),
+        env,
         _lock: lock,
     };
     e.save()?;
@@ -375,6 +395,29 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         e.recover().await?;
     }
     Ok(e)
+}
+
+/// A gate command whose program the image lacks (`python3` in the base
+/// image) would fail every attempt: refused before any agent runs, with the
+/// way to an image that has the project's environment.
+fn refuse_gates_the_image_cannot_run(
+    plan: &crate::schema::Plan,
+    env: &belay_sandbox::envimage::RunEnv,
+    root: &std::path::Path,
+) -> Result<(), PlanError> {
+    for c in &plan.checkpoints {
+        for (name, cmd) in plan.commands_for(&c.id).list() {
+            if let Some(prog) = env.lacking(cmd) {
+                return Err(PlanError::Usage(format!(
+                    "checkpoint {}: its {name} command `{cmd}` runs `{prog}`, which the image {} does not have: build the project's environment with `belay env build --repo {}` (plan run then runs in it), or pass --image with one that has {prog}",
+                    c.id,
+                    env.image,
+                    root.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The work tree's changes but the plan file, refused unless a resume's run left them.
@@ -506,6 +549,15 @@ impl Engine<'_> {
         )?;
         for n in notes {
             self.emit(None, n)?;
+        }
+        if !self.env.dirs().is_empty() {
+            self.emit(
+                None,
+                &PlanEvent::Sandbox {
+                    image: self.o.image.clone(),
+                    env_dirs: self.env.dirs(),
+                },
+            )?;
         }
         if stale {
             let checkpoint = match &self.state.phase {

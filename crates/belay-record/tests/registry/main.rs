@@ -14,7 +14,7 @@ fn child_main(dir: &Path, n: usize, tag: &str) {
     let r = Registry::at(dir);
     for i in 0..n {
         let id = format!("{tag}-{i:04}");
-        r.started(&id, Mode::Pipeline, dir, Some("concurrent"))
+        r.started(&id, Mode::Pipeline, dir, Some("concurrent"), None)
             .unwrap();
         r.ended(
             &id,
@@ -82,8 +82,14 @@ fn a_writer_killed_mid_write_loses_nothing_else() {
     if let Ok(spec) = std::env::var(CHILD) {
         let (dir, tag) = spec.split_once('|').unwrap();
         let r = Registry::at(Path::new(dir));
-        r.started(&format!("{tag}-open"), Mode::Env, Path::new(dir), None)
-            .unwrap();
+        r.started(
+            &format!("{tag}-open"),
+            Mode::Env,
+            Path::new(dir),
+            None,
+            None,
+        )
+        .unwrap();
         child_main(Path::new(dir), 100_000, tag);
         return;
     }
@@ -109,7 +115,8 @@ fn a_writer_killed_mid_write_loses_nothing_else() {
     let r = Registry::at(d.path());
     let before = r.list().unwrap().len();
     assert!(before > 100, "{before}");
-    r.started("after", Mode::Pipeline, d.path(), None).unwrap();
+    r.started("after", Mode::Pipeline, d.path(), None, None)
+        .unwrap();
     r.ended(
         "after",
         RunEnd {

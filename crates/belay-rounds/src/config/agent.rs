@@ -34,7 +34,13 @@ pub struct AgentConfig {
     pub terminal_marker: Option<String>,
     pub sigterm_grace_s: f64,
     pub placement: PlacementKind,
+    /// The image named in the config (an image or an env build's run id),
+    /// else [`DEFAULT_IMAGE`]; the binary resolves it
+    /// (`belay_env::sandbox_image`) before any round.
     pub image: String,
+    /// Whether the config named `image` (else the repository's latest env
+    /// build with git may take the default's place).
+    pub image_named: bool,
     pub model_url: Option<String>,
     pub model_api: Api,
     pub model_key_env: Option<String>,
@@ -195,6 +201,7 @@ impl AgentConfig {
                 .image
                 .clone()
                 .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
+            image_named: raw.image.is_some(),
             model_url,
             model_api,
             model_key_env: raw.model_key_env.clone(),

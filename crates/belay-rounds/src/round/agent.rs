@@ -117,6 +117,33 @@ fn outcome_of(r: &AgentReport) -> Outcome {
 }
 
 impl Supervisor {
+    /// The environment an agent image brings over the work tree (an env
+    /// build's image), found once per image.
+    async fn agent_env_volumes(
+        &self,
+        image: &str,
+        on_host: bool,
+    ) -> Result<belay_sandbox::envimage::EnvVolumes, RoundsError> {
+        let Some(rt) = self.rt.as_ref().filter(|_| !on_host) else {
+            return Ok(Default::default());
+        };
+        let mut known = self.env.lock().await;
+        if let Some(e) = known.get(image) {
+            return Ok(e.agent.clone());
+        }
+        let e = belay_sandbox::envimage::RunEnv::open(
+            rt.as_ref(),
+            image,
+            self.run.id(),
+            belay_agent::sandbox::WORKDIR,
+            &self.redactor(),
+        )
+        .await?;
+        let agent = e.agent.clone();
+        known.insert(image.to_string(), e);
+        Ok(agent)
+    }
+
     pub(super) async fn run_agent(&self, c: AgentCall<'_>) -> Result<Ran, RoundsError> {
         let cfg = &self.cfg;
         let log_dir = self.log_dir();
@@ -133,6 +160,7 @@ impl Supervisor {
         // events and every record before it starts.
         self.add_secrets(&super::login::secrets(&c.agent.login_dirs));
         let redactor = self.redactor();
+        let env_volumes = self.agent_env_volumes(&c.agent.image, on_host).await?;
         let (run, obs) = (&self.run, &*self.observer);
         let warn = move |m: &str| crate::supervisor::warn_to(run, obs, m);
         let runner = Runner {
@@ -153,6 +181,7 @@ impl Supervisor {
                 git_writable: true,
                 mounts,
                 lifeline: self.lifeline.as_ref().map(|l| l.path.clone()),
+                env: env_volumes,
                 ..Default::default()
             },
             agent_env: env,

@@ -88,9 +88,11 @@ pub struct PlanInitArgs {
     /// Run the agent on the host instead of in a container.
     #[arg(long)]
     pub on_host: bool,
-    /// The container image agents run in.
-    #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
-    pub image: String,
+    /// The container image agents run in: an image, or the run id of an env
+    /// build (default: the repository's latest successful env build, else
+    /// belay-base:bookworm).
+    #[arg(long)]
+    pub image: Option<String>,
     #[command(flatten)]
     pub model: EndpointArgs,
 }
@@ -161,9 +163,11 @@ pub struct PlanRunArgs {
     /// log records them, instead of the progress lines.
     #[arg(long)]
     pub json: bool,
-    /// The container image agents and the gate run in.
-    #[arg(long, default_value = belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE)]
-    pub image: String,
+    /// The container image agents and the gate run in: an image, or the run
+    /// id of an env build (default: the repository's latest successful env
+    /// build, else belay-base:bookworm).
+    #[arg(long)]
+    pub image: Option<String>,
     #[command(flatten)]
     pub model: EndpointArgs,
     #[command(flatten)]

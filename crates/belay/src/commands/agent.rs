@@ -65,6 +65,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         id: &run_id,
         mode: Mode::Agent,
         title: Some(&a.prompt.chars().take(80).collect::<String>()),
+        repo: None,
         redactor: redactor.clone(),
         registry: Registry::default_location(),
     })
@@ -93,6 +94,20 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     } else {
         Some(Arc::new(connect().await?))
     };
+    // An env build's image brings the project's environment over the tree.
+    let env = match &rt {
+        Some(rt) => {
+            belay_sandbox::envimage::RunEnv::open(
+                rt.as_ref(),
+                &a.image,
+                &run_id,
+                belay_agent::sandbox::WORKDIR,
+                &redactor,
+            )
+            .await?
+        }
+        None => Default::default(),
+    };
     // The agent's warnings are untrusted text: one printable line each.
     let warn = |m: &str| p.warn(&belay_record::printable_line(m));
     // The one agent runner (the plan loop's, the rounds', the jobs'): the
@@ -117,6 +132,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         extras: BoxExtras {
             network: a.network,
             keep: a.keep_container,
+            env: env.agent.clone(),
             ..BoxExtras::default()
         },
         agent_env: vec![],
@@ -137,7 +153,13 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     };
     // Interrupted, the call is dropped: its process group is killed, and
     // what its container left is removed and swept here.
-    let output = match interruptible(&stop, runner.run(call)).await {
+    let output = interruptible(&stop, runner.run(call)).await;
+    // (A kept container keeps its volumes: the engine refuses to remove a
+    // volume in use.)
+    if let Some(rt) = &rt {
+        env.remove(rt.as_ref()).await;
+    }
+    let output = match output {
         Ok(o) => o,
         Err(f) => {
             if f.code == belay_record::ExitClass::Interrupted.code() {
@@ -150,6 +172,18 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         p.note(&format!("kept container {c} (docker exec -it {c} bash)"));
     }
     let report: AgentReport = output.report;
+    report_end(p, &run, &report, &redactor, &out)?;
+    Ok(if report.ok() { 0 } else { EXIT_FAILED })
+}
+
+/// The end of a call: its report recorded and shown.
+fn report_end(
+    p: &Printer,
+    run: &RunHandle,
+    report: &AgentReport,
+    redactor: &belay_record::Redactor,
+    out: &std::path::Path,
+) -> Result<(), Failure> {
     let data = serde_json::json!({"stop": report.stop, "turns": report.turns, "usage": report.usage, "cost_usd": report.cost_usd});
     #[derive(serde::Serialize)]
     struct Line<'a> {
@@ -171,7 +205,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         cost_usd: report.cost_usd,
         summary: Some(report.stop.describe()),
     });
-    run.write_json("report.json", &report)?;
+    run.write_json("report.json", report)?;
     // The agent's text: the printer shows its control characters escaped.
     p.out(redactor.redact(&report.final_text));
     p.note(&format!(
@@ -184,7 +218,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         report.duration_s,
         out.join("events.jsonl").display()
     ));
-    Ok(if report.ok() { 0 } else { EXIT_FAILED })
+    Ok(())
 }
 
 /// The work tree: the whole repository `--repo` is in (a subdirectory would

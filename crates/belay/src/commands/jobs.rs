@@ -26,10 +26,37 @@ async fn engine(cfg: &Config, needed: bool) -> Result<Option<Arc<dyn ContainerRu
 }
 
 pub async fn jobs(p: &Printer, a: JobsArgs) -> Result<u8, Failure> {
-    let cfg = config::locate(a.config.as_deref(), a.queue.as_deref())?;
+    let mut cfg = config::locate(a.config.as_deref(), a.queue.as_deref())?;
     // Only the worker and the commit gates need the engine.
     let needs_engine = matches!(a.command, JobsCommand::Work(_) | JobsCommand::Approve(_));
     let rt = engine(&cfg, needs_engine).await?;
+    // The image: as named (an image or an env build's run id), else the
+    // latest env build of the one repository when it has git, else the
+    // agent image.
+    if matches!(a.command, JobsCommand::Work(_)) {
+        let named = cfg.agent.image_named.then(|| cfg.agent.image.clone());
+        if let [only] = cfg.repos.as_slice() {
+            cfg.agent.image = crate::context::sandbox_image(
+                p,
+                rt.as_deref(),
+                &only.path,
+                named.as_deref(),
+                belay_sandbox::bootstrap::AGENT_IMAGE,
+                &["git"],
+            )
+            .await?;
+        } else if let (Some(rt), Some(n)) = (rt.as_deref(), named.as_deref()) {
+            cfg.agent.image = crate::context::sandbox_image(
+                p,
+                Some(rt),
+                std::path::Path::new("/"),
+                Some(n),
+                belay_sandbox::bootstrap::AGENT_IMAGE,
+                &["git"],
+            )
+            .await?;
+        }
+    }
     let json = matches!(&a.command, JobsCommand::Work(w) if w.json);
     let svc = Services::open(cfg, rt, Arc::new(EventView::new(p, JobLines, json)))?;
     match a.command {

@@ -236,12 +236,21 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
             .map_err(belay_agent::AgentError::from)?;
     }
     let rt = engine_if(!a.on_host).await?;
+    let image = crate::context::sandbox_image(
+        p,
+        rt.as_deref(),
+        git.root(),
+        a.image.as_deref(),
+        belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE,
+        &[],
+    )
+    .await?;
     let run_id = belay_record::run_id::generate("plan-init");
     let records = belay_record::state_home().join("plan/init").join(&run_id);
     let warn = |m: &str| p.warn(m);
     let runner = belay_agent::runner::Runner {
         rt,
-        image: &a.image,
+        image: &image,
         on_host: a.on_host,
         auto_approve: false,
         endpoint: m.endpoint.as_ref(),
@@ -267,7 +276,36 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
         logs: records.join("logs"),
     })
     .await?;
+    let mut plan = plan;
+    // The gate: the project's own commands, from the env builder's analysis.
+    let commands = belay_env::analyze::analyze(git.root())
+        .map(|ctx| belay_env::analyze::commands::project_commands(&ctx))
+        .unwrap_or_default();
+    if !commands.is_empty() && plan.get("project").is_none() {
+        plan["project"] = serde_json::to_value(&commands).unwrap_or_default();
+        for (k, v) in [
+            ("build", &commands.build_cmd),
+            ("test", &commands.test_cmd),
+            ("lint", &commands.lint_cmd),
+        ] {
+            if let Some(v) = v {
+                p.note(&format!("gate {k} command from the repository: {v}"));
+            }
+        }
+    }
     belay_plan::init::write(&a.file.state, &plan, a.force)?;
+    // The document the plan names, when belay chose its name: it exists.
+    let doc = dir.join(&plan_doc);
+    let wrote_doc =
+        a.plan_file.is_none() && a.feature.is_some() && fs_err::symlink_metadata(&doc).is_err();
+    if wrote_doc {
+        // Never through a link on the way (a repository may ship one).
+        belay_sandbox::hostfs::write(
+            &dir,
+            &plan_doc,
+            belay_plan::init::plan_doc(&feature, &plan).as_bytes(),
+        )?;
+    }
     // belay wrote it: its trusted copy, so that a resumed run takes it.
     if let Err(e) = engine::trust_plan(&a.file.state).await {
         p.note(&format!(
@@ -276,10 +314,17 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
         ));
     }
     let n = plan["checkpoints"].as_array().map(Vec::len).unwrap_or(0);
-    p.out(format!(
-        "wrote {} ({n} checkpoints, branch {branch}); next: belay plan validate && belay plan run --developer … --reviewer …",
-        a.file.state.display()
-    ));
+    if wrote_doc {
+        p.out(format!(
+            "wrote {} ({n} checkpoints, branch {branch}) and {plan_doc}; next: git add {plan_doc} && git commit -m 'the plan', then belay plan run --developer … --reviewer …",
+            a.file.state.display()
+        ));
+    } else {
+        p.out(format!(
+            "wrote {} ({n} checkpoints, branch {branch}); next: belay plan validate && belay plan run --developer … --reviewer …",
+            a.file.state.display()
+        ));
+    }
     Ok(0)
 }
 
@@ -305,6 +350,27 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
         .iter()
         .any(|c| !plan.commands_for(&c.id).list().is_empty());
     let rt = engine_if(!a.on_host || gate).await?;
+    let image = match a.file.state.parent() {
+        Some(d) => {
+            crate::context::sandbox_image(
+                p,
+                rt.as_deref(),
+                if d.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    d
+                },
+                a.image.as_deref(),
+                belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE,
+                &[],
+            )
+            .await?
+        }
+        None => a
+            .image
+            .clone()
+            .unwrap_or_else(|| belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE.into()),
+    };
     let json = a.json;
     let o = RunOptions {
         plan: a.file.state.clone(),
@@ -321,7 +387,7 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
         on_host: a.on_host,
         auto_approve: a.auto_approve,
         accept_plan: a.accept_plan,
-        image: a.image,
+        image,
         developer_endpoint: m.endpoint,
         reviewer_endpoint: r.endpoint,
         client: None,

@@ -20,7 +20,7 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
         out.out(report.trim_end_matches('\n'));
         return Ok(0);
     }
-    let p = belay_pipeline::load(&a.pipeline)?;
+    let mut p = belay_pipeline::load(&a.pipeline)?;
     if a.dry_run {
         let plan = belay_pipeline::dryrun::plan(&p, a.state_dir.as_deref());
         out.out(plan.trim_end_matches('\n'));
@@ -36,6 +36,18 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
         return Ok(0);
     }
     let rt: Arc<dyn ContainerRuntime> = Arc::new(connect().await?);
+    // isolation.image (an image, or an env build's run id), else the
+    // repository's latest env build, else the default.
+    let image = crate::context::sandbox_image(
+        out,
+        Some(rt.as_ref()),
+        &p.dir,
+        p.isolation.image.as_deref(),
+        belay_pipeline::engine::DEFAULT_IMAGE,
+        &[],
+    )
+    .await?;
+    p.isolation.image = Some(image);
     // The console: each event's line as it is recorded.
     let observer: Arc<dyn belay_record::Observer<PipelineEvent>> =
         Arc::new(EventView::new(out, Console::default(), false));

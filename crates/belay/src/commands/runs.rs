@@ -270,9 +270,7 @@ async fn gc(p: &Printer, reg: &Registry, a: RunsGcArgs) -> Result<u8, Failure> {
                 .remove_network(&format!("belay-{}-{suffix}", e.run_id))
                 .await;
         }
-        for v in ["venv", "node_modules", "target", "tox"] {
-            let _ = rt.remove_volume(&format!("belay-{}-{v}", e.run_id)).await;
-        }
+        belay_sandbox::envimage::remove_run_volumes(&rt, &e.run_id).await;
         if e.dir.is_dir() {
             fs_err::remove_dir_all(&e.dir)
                 .map_err(|err| io(format_args!("remove {}", e.dir.display()), err))?;

@@ -82,6 +82,7 @@ impl Render<JobEvent> for JobLines {
             | JobEvent::ForeignChangesRestored { .. }
             | JobEvent::ForeignChangesKept { .. }
             | JobEvent::WorktreeAdded { .. }
+            | JobEvent::Sandbox { .. }
             | JobEvent::AgentStarted { .. }
             | JobEvent::AgentFinished { .. }
             | JobEvent::FixResultInvalid { .. }

@@ -140,24 +140,14 @@ impl Render<PlanEvent> for PlanLines {
                 outcome,
                 branch,
                 reason,
-            } => {
-                let reason = printable_line(reason.as_deref().unwrap_or_default()).into_owned();
-                match *outcome {
-                    "completed" => vec![
-                        Line::Note(format!(
-                            "### All checkpoints approved on branch {}.",
-                            printable_line(branch.as_deref().unwrap_or_default())
-                        )),
-                        Line::Note("### No merge was performed. Review the branch and merge it only after explicit human approval.".into()),
-                    ],
-                    "halted" => note(format!("### halted: {reason}")),
-                    "interrupted" => note(format!(
-                        "### interrupted: {reason}: the run stopped; its work is kept uncommitted and `belay plan run` resumes it"
-                    )),
-                    _ => note(format!("### run failed: {reason}")),
-                }
-            }
+            } => outcome_lines(outcome, branch.as_deref(), reason.as_deref()),
             PlanEvent::Warning { message } => vec![Line::Warn(message.clone())],
+            PlanEvent::Sandbox { image, env_dirs } if !env_dirs.is_empty() => note(format!(
+                "### sandbox: {} (its {} over the work tree)",
+                printable_line(image),
+                env_dirs.join(", ")
+            )),
+            PlanEvent::Sandbox { .. } => vec![],
             PlanEvent::Gate { .. }
             | PlanEvent::AgentTrace { .. }
             | PlanEvent::PlanChanged { .. }
@@ -165,6 +155,25 @@ impl Render<PlanEvent> for PlanLines {
             | PlanEvent::LeftoversKilled { .. }
             | PlanEvent::StaleAgentKilled { .. } => vec![],
         }
+    }
+}
+
+/// The run's last lines: how it ended.
+fn outcome_lines(outcome: &str, branch: Option<&str>, reason: Option<&str>) -> Vec<Line> {
+    let reason = printable_line(reason.unwrap_or_default()).into_owned();
+    match outcome {
+        "completed" => vec![
+            Line::Note(format!(
+                "### All checkpoints approved on branch {}.",
+                printable_line(branch.unwrap_or_default())
+            )),
+            Line::Note("### No merge was performed. Review the branch and merge it only after explicit human approval.".into()),
+        ],
+        "halted" => note(format!("### halted: {reason}")),
+        "interrupted" => note(format!(
+            "### interrupted: {reason}: the run stopped; its work is kept uncommitted and `belay plan run` resumes it"
+        )),
+        _ => note(format!("### run failed: {reason}")),
     }
 }
 

@@ -109,6 +109,7 @@ fn planted_run(tmp: &Path, home: &Path) -> (String, Vec<String>) {
         id: &id,
         mode: Mode::Agent,
         title: Some("a run with planted files"),
+        repo: None,
         redactor: Redactor::default(),
         registry: Registry::at(home),
     })
@@ -353,6 +354,7 @@ fn the_dashboard_serves_no_host_proxy_password_from_a_runs_records() {
         id: &id,
         mode: Mode::Agent,
         title: Some("a run whose step printed what it found"),
+        repo: None,
         redactor: Redactor::default(),
         registry: Registry::at(&home),
     })

@@ -708,6 +708,12 @@ fn init_accepts_json_or_one_fence_and_corrects_once() {
             .output()
             .unwrap()
     };
+    // A Python project with pytest tests: the gate runs them.
+    std::fs::write(
+        w.repo.join("pyproject.toml"),
+        "[project]\nname = \"x\"\n[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
+    )
+    .unwrap();
     // In a container (the default), raw JSON.
     let o = init("init-raw", "raw.json", &[]);
     ok(&o);
@@ -715,6 +721,25 @@ fn init_accepts_json_or_one_fence_and_corrects_once() {
         serde_json::from_str(&std::fs::read_to_string(w.repo.join("raw.json")).unwrap()).unwrap();
     assert_eq!(plan["branch"], "feature/add-two-files");
     assert_eq!(plan["plan_file"], "docs/implementation_plan.md");
+    assert_eq!(plan["project"]["test_cmd"], "python3 -m pytest -q");
+    assert!(
+        text(&o).contains("gate test command from the repository: python3 -m pytest -q"),
+        "{}",
+        text(&o)
+    );
+    // The document the plan names exists: the feature and the checkpoints.
+    let doc = std::fs::read_to_string(w.repo.join("docs/implementation_plan.md")).unwrap();
+    assert!(
+        doc.contains("Add two files")
+            && doc.contains("### c1 — one")
+            && doc.contains("python3 -m pytest -q"),
+        "{doc}"
+    );
+    assert!(
+        text(&o).contains("git add docs/implementation_plan.md"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(plan["checkpoints"][0]["status"], "pending");
     assert_eq!(plan["checkpoints"][0]["attempts"], 0);
     ok(&w
@@ -1311,4 +1336,121 @@ fn odd_plan_files_and_status_and_reset() {
         "no unfinished run after completion: {}",
         text(&o)
     );
+}
+
+/// The env builder's image is the plan loop's sandbox. Without one, a gate
+/// that runs `python3` (which the base image lacks) is refused before any
+/// agent runs, with the command that builds one. After `belay env build`,
+/// the same `plan run` takes the repository's latest env build by itself:
+/// the agents and the gate run in its image, its venv over the mounted work
+/// tree, and the gate runs the project's own test suite.
+#[test]
+fn the_env_builds_image_is_the_plan_loops_sandbox() {
+    env_image_gate(
+        "hello-python",
+        "python3 -m pytest -q",
+        "python3",
+        ".venv",
+        "2 passed",
+    );
+}
+
+/// The same on a node project: `npm test` (node's own test runner over a
+/// module that requires its npm dependency) runs in the env build's image,
+/// its `node_modules` over the work tree.
+#[test]
+fn the_env_builds_image_runs_a_node_projects_tests_at_the_gate() {
+    env_image_gate("hello-node", "npm test", "npm", "node_modules", "# pass 2");
+}
+
+fn env_image_gate(example: &str, test_cmd: &str, program: &str, env_dir: &str, passed: &str) {
+    let w = ws_with(plan_json(Some(test_cmd)));
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(example);
+    for e in std::fs::read_dir(&example).unwrap().flatten() {
+        if e.file_name() == "README.md" {
+            continue;
+        }
+        let st = Command::new("cp")
+            .arg("-r")
+            .arg(e.path())
+            .arg(&w.repo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    git(&w.repo, &["add", "-A"]);
+    git(&w.repo, &["commit", "-qm", "the project"]);
+
+    let o = w.run("dev", "rev-approve", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "runs `{program}`, which the image belay-base:bookworm does not have"
+        )) && err.contains("belay env build --repo"),
+        "{err}"
+    );
+    assert!(w.kinds("agent_trace").is_empty(), "an agent ran");
+
+    let env_run = format!(
+        "plan-env-{}-{}",
+        env_dir.trim_start_matches('.'),
+        std::process::id()
+    );
+    let o = w
+        .cmd()
+        .args(["env", "build", "--planner", "rules", "--repo"])
+        .arg(&w.repo)
+        .arg("--state-dir")
+        .arg(w.tmp.path().join("env-state"))
+        .args(["--run-id", &env_run])
+        .output()
+        .unwrap();
+    ok(&o);
+
+    let o = w.run("dev", "rev-approve", &[]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "sandbox image belay:{env_run}-final (the repository's latest env build {env_run})"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("(its {env_dir} over the work tree)")),
+        "{err}"
+    );
+    let sandbox = &w.kinds("sandbox")[0];
+    assert_eq!(sandbox["data"]["env_dirs"], json!([env_dir]));
+    let gates = w.kinds("gate");
+    assert!(!gates.is_empty());
+    for g in &gates {
+        assert_eq!(g["data"]["passed"], true, "{g}");
+        let tail = g["data"]["commands"][0]["output_tail"].as_str().unwrap();
+        assert!(tail.contains(passed), "{tail}");
+    }
+    assert_eq!(w.subjects(), COMPLETED);
+    // The engine's mount point is gone from the work tree, and the run's
+    // volumes from the engine.
+    assert!(!w.repo.join(env_dir).exists());
+    let run_id = w.kinds("run_started")[0]["data"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vols = Command::new("docker")
+        .args(["volume", "ls", "-q", "--filter"])
+        .arg(format!("name=belay-{run_id}"))
+        .output()
+        .unwrap();
+    assert_eq!(text(&vols).trim(), "");
+    let imgs = Command::new("docker")
+        .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+        .output()
+        .unwrap();
+    for tag in text(&imgs).lines().filter(|l| l.contains(&env_run)) {
+        let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
+    }
 }

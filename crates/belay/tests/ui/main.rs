@@ -38,6 +38,7 @@ fn synthetic_run(home: &Path, dir: PathBuf, id: &str, mode: Mode) -> RunHandle {
         id,
         mode,
         title: Some("a synthetic run"),
+        repo: None,
         redactor: Redactor::default(),
         registry: Registry::at(home),
     })

@@ -192,12 +192,40 @@ async fn engine_for(cfg: &Config) -> Result<Option<Arc<dyn ContainerRuntime>>, F
     }
 }
 
+/// Each container agent's image: the one its config names (an image or an
+/// env build's run id), else the work dir's latest env build when it has
+/// git (round agents commit), else the agent image.
+async fn resolve_images(
+    p: &Printer,
+    rt: Option<&dyn ContainerRuntime>,
+    cfg: &mut Config,
+) -> Result<(), Failure> {
+    let work_dir = cfg.runtime.work_dir.clone();
+    let agents = std::iter::once(&mut cfg.agent)
+        .chain(cfg.phases.iter_mut().filter_map(|ph| ph.agent.as_mut()))
+        .filter(|a| a.placement == PlacementKind::Container);
+    for a in agents {
+        let named = a.image_named.then(|| a.image.clone());
+        a.image = crate::context::sandbox_image(
+            p,
+            rt,
+            &work_dir,
+            named.as_deref(),
+            belay_sandbox::bootstrap::AGENT_IMAGE,
+            &["git"],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// The project opened to run rounds: recovery of a round a killed belay left
 /// and the check of the config against its trusted copy come first.
 /// `json`: the events as their envelopes on stdout instead of lines.
 async fn open(p: &Printer, config: &std::path::Path, json: bool) -> Result<Supervisor, Failure> {
-    let g = belay_rounds::trusted::open(config, Use::Run).map_err(fail)?;
+    let mut g = belay_rounds::trusted::open(config, Use::Run).map_err(fail)?;
     let rt = engine_for(&g.cfg).await?;
+    resolve_images(p, rt.as_deref(), &mut g.cfg).await?;
     Supervisor::open(
         g.cfg,
         g.trust,
