@@ -1454,3 +1454,63 @@ fn env_image_gate(example: &str, test_cmd: &str, program: &str, env_dir: &str, p
         let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
     }
 }
+
+/// Each real CLI as the planner: `plan init --agent <cli>@model` against the
+/// scripted model server, in its container, speaking its own dialect; its
+/// answer becomes the plan file.
+#[test]
+fn each_cli_plans_a_feature() {
+    common::require_engine();
+    let answer = serde_json::to_string(&serde_json::from_str::<Value>(INIT_ANSWER).unwrap())
+        .unwrap()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    for (spec, api) in [
+        ("codex@gpt-5-codex", "responses"),
+        ("claude@claude-sonnet-4-5", "anthropic"),
+        ("gemini@gemini-2.5-flash", "gemini"),
+    ] {
+        let w = ws();
+        let script = format!(
+            "turns:\n  - name: plan\n    match: {{api: {api}, contains: \"You are generating an implementation plan\"}}\n    reply: {{text: \"{answer}\"}}\n"
+        );
+        let server = replay::Replay::start(w.tmp.path(), &script);
+        let o = w
+            .cmd()
+            .env("OPENAI_API_KEY", "sk-test-plan-init-0000000000")
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-plan-init-000000")
+            .env("GEMINI_API_KEY", "gk-test-plan-init-00000000000")
+            .args([
+                "plan",
+                "init",
+                "Add two files",
+                "--state",
+                "new.json",
+                "--agent",
+                spec,
+            ])
+            .arg("--openai-base-url")
+            .arg(&server.url)
+            .output()
+            .unwrap();
+        ok(&o);
+        let plan: Value =
+            serde_json::from_str(&std::fs::read_to_string(w.repo.join("new.json")).unwrap())
+                .unwrap();
+        let ids: Vec<&str> = plan["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["c1", "c2"], "{spec}");
+        assert_eq!(plan["checkpoints"][0]["status"], "pending", "{spec}");
+        // The turn that matched only a request in the CLI's own dialect.
+        let used: Vec<String> = server
+            .requests()
+            .iter()
+            .filter_map(|r| r["turn_name"].as_str().map(String::from))
+            .collect();
+        assert!(used.iter().any(|t| t == "plan"), "{spec}: {used:?}");
+    }
+}
