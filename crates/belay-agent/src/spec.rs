@@ -56,8 +56,9 @@ impl belay_record::Classify for SpecError {
     }
 }
 
-/// Split `s` into words: white space separates, quotes group.
-fn words(s: &str) -> Result<Vec<String>, String> {
+/// Split `s` into words: white space separates, quotes group. The error is
+/// the quote left open.
+fn words(s: &str) -> Result<Vec<String>, char> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut in_word = false;
@@ -83,7 +84,7 @@ fn words(s: &str) -> Result<Vec<String>, String> {
         }
     }
     if let Some(q) = quote {
-        return Err(format!("an unclosed {q} quote"));
+        return Err(q);
     }
     if in_word {
         out.push(cur);
@@ -107,7 +108,7 @@ impl std::str::FromStr for AgentSpec {
         };
         let s = spec.trim();
         if let Some(rest) = s.strip_prefix("cmd:") {
-            let mut w = words(rest).map_err(|e| err(&e))?;
+            let mut w = words(rest).map_err(|q| err(&format!("an unclosed {q} quote")))?;
             let mut model = None;
             if w.len() > 1 && w.last().is_some_and(|l| l.starts_with('@')) {
                 let m = w.pop().unwrap_or_default()[1..].to_string();

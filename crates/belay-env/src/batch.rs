@@ -612,7 +612,7 @@ pub(crate) async fn prepare_project(
     obs.project_started(&p.name);
     if let Err(e) = prepare(opts, p, &checkout).await {
         result.stage = Some("prepare_failed".into());
-        result.error = Some(e);
+        result.error = Some(e.to_string());
         result.duration_s = secs(t0);
         return Err(result);
     }
@@ -709,18 +709,45 @@ fn marker(projects_dir: &Path, name: &str) -> PathBuf {
     projects_dir.join(".belay-checkouts").join(name)
 }
 
+/// Why a project of a batch could not be checked out.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckoutError {
+    #[error("{} exists and was not checked out by belay; move it away or pick another --projects-dir", path.display())]
+    NotOurs { path: PathBuf },
+    #[error("the checkout dir {} overlaps the project itself ({}); pick a --projects-dir outside it", checkout.display(), project.display())]
+    Overlaps { checkout: PathBuf, project: PathBuf },
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("copying {} to {} failed ({status})", from.display(), to.display())]
+    Copy {
+        from: PathBuf,
+        to: PathBuf,
+        status: std::process::ExitStatus,
+    },
+    #[error(transparent)]
+    Git(#[from] belay_vcs::VcsError),
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CheckoutError {
+    let path = path.to_path_buf();
+    move |source| CheckoutError::Io { op, path, source }
+}
+
 /// Remove `dir` only if belay made it (its marker exists); refuse otherwise.
-fn clear_checkout(projects_dir: &Path, name: &str, dir: &Path) -> Result<(), String> {
+fn clear_checkout(projects_dir: &Path, name: &str, dir: &Path) -> Result<(), CheckoutError> {
     if !dir.exists() {
         return Ok(());
     }
     if !marker(projects_dir, name).exists() {
-        return Err(format!(
-            "{} exists and was not checked out by belay; move it away or pick another --projects-dir",
-            dir.display()
-        ));
+        return Err(CheckoutError::NotOurs {
+            path: dir.to_path_buf(),
+        });
     }
-    fs_err::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))
+    std::fs::remove_dir_all(dir).map_err(io_err("clear", dir))
 }
 
 fn secs(t0: Instant) -> f64 {
@@ -728,33 +755,28 @@ fn secs(t0: Instant) -> f64 {
 }
 
 /// Check the project out under `dir`; quarantine `.github`.
-async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(), String> {
+async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(), CheckoutError> {
     let pd = &opts.projects_dir;
     // Never copy a project onto itself or into itself, nor replace it.
     if let Source::Local(src) = &p.source {
-        let s = src
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve {}: {e}", src.display()))?;
+        let s = src.canonicalize().map_err(io_err("resolve", src))?;
         let d = pd
             .canonicalize()
             .unwrap_or_else(|_| pd.clone())
             .join(&p.name);
         if s == d || d.starts_with(&s) || s.starts_with(&d) {
-            return Err(format!(
-                "the checkout dir {} overlaps the project itself ({}); pick a --projects-dir outside it",
-                d.display(),
-                s.display()
-            ));
+            return Err(CheckoutError::Overlaps {
+                checkout: d,
+                project: s,
+            });
         }
     }
     clear_checkout(pd, &p.name, dir)?;
     let mark = marker(pd, &p.name);
     if let Some(parent) = mark.parent() {
-        fs_err::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(io_err("create", parent))?;
     }
-    fs_err::write(&mark, p.display_source())
-        .map_err(|e| format!("cannot write {}: {e}", mark.display()))?;
+    std::fs::write(&mark, p.display_source()).map_err(io_err("write", &mark))?;
     match &p.source {
         Source::Local(src) if p.reference.is_some() => {
             // A ref of a local repository: clone it (a copied .git would bring
@@ -775,13 +797,13 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
                 .stdin(std::process::Stdio::null())
                 .status()
                 .await
-                .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+                .map_err(io_err("copy", src))?;
             if !status.success() {
-                return Err(format!(
-                    "copying {} to {} failed ({status})",
-                    src.display(),
-                    dir.display()
-                ));
+                return Err(CheckoutError::Copy {
+                    from: src.clone(),
+                    to: dir.to_path_buf(),
+                    status,
+                });
             }
         }
         Source::Slug(slug) => {
@@ -793,28 +815,28 @@ async fn prepare(opts: &BatchOptions, p: &ProjectSpec, dir: &Path) -> Result<(),
             checkout_git(dir, url, p.reference.as_deref(), opts.git_timeout).await?
         }
     }
+    quarantine_github(opts, p, dir)
+}
+
+/// The project's `.github` (its CI, an oracle's source) moved aside into
+/// the oracles directory, so that the build never reads it.
+fn quarantine_github(
+    opts: &BatchOptions,
+    p: &ProjectSpec,
+    dir: &Path,
+) -> Result<(), CheckoutError> {
     let github = dir.join(".github");
-    if github.exists() {
-        if let Some(o) = &opts.oracles_dir {
-            let target = o.join(&p.name).join(".github");
-            if target.exists() {
-                fs_err::remove_dir_all(&target)
-                    .map_err(|e| format!("cannot clear {}: {e}", target.display()))?;
-            }
-            if let Some(parent) = target.parent() {
-                fs_err::create_dir_all(parent)
-                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-            }
-            fs_err::rename(&github, &target).map_err(|e| {
-                format!(
-                    "cannot quarantine {} into {}: {e}",
-                    github.display(),
-                    target.display()
-                )
-            })?;
-        }
+    let Some(o) = opts.oracles_dir.as_ref().filter(|_| github.exists()) else {
+        return Ok(());
+    };
+    let target = o.join(&p.name).join(".github");
+    if target.exists() {
+        std::fs::remove_dir_all(&target).map_err(io_err("clear", &target))?;
     }
-    Ok(())
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+    }
+    std::fs::rename(&github, &target).map_err(io_err("quarantine", &github))
 }
 
 /// Check out `url` at `reference` into `dir`, through the hardened git of
@@ -827,17 +849,15 @@ async fn checkout_git(
     url: &str,
     reference: Option<&str>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), CheckoutError> {
     let hooks = dir.with_file_name(".belay-no-hooks");
     let proxy: Vec<(String, String)> = belay_sandbox::trust::PROXY_VARS
         .iter()
         .chain(["GIT_SSL_CAINFO", "SSL_CERT_FILE"].iter())
         .filter_map(|v| std::env::var(v).ok().map(|val| (v.to_string(), val)))
         .collect();
-    belay_vcs::Git::checkout_remote(dir, &hooks, url, reference, timeout, proxy)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    belay_vcs::Git::checkout_remote(dir, &hooks, url, reference, timeout, proxy).await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -48,6 +48,10 @@ pub enum RoundsError {
         #[source]
         source: belay_sandbox::hostfs::HostFsError,
     },
+    /// A state file of the log dir that cannot be read (exit 78 when torn:
+    /// the file and line say which).
+    #[error(transparent)]
+    State(#[from] crate::state::StateFileError),
     #[error(transparent)]
     Record(#[from] belay_record::RecordError),
     #[error(transparent)]
@@ -87,6 +91,10 @@ impl belay_record::Classify for RoundsError {
             | RoundsError::ControlChanged(_)
             | RoundsError::ControlRead { .. } => C::Usage,
             RoundsError::Breaker(_) => C::Failed,
+            RoundsError::State(e) => match belay_record::Classify::exit_class(e) {
+                C::Usage => C::Usage,
+                C::Failed | C::Infra | C::Interrupted => C::Infra,
+            },
             RoundsError::Agent(e) => match belay_record::Classify::exit_class(e) {
                 C::Usage => C::Usage,
                 C::Failed | C::Infra | C::Interrupted => C::Infra,

@@ -34,7 +34,7 @@ pub fn live_serve(log_dir: &Path) -> Option<belay_record::ProcessIdentity> {
 pub fn report(project: &str, log_dir: &Path) -> Report {
     let (status, problem) = match state::read::<Status>(log_dir, state::STATUS_FILE) {
         Ok(s) => (s, None),
-        Err(e) => (None, Some(e)),
+        Err(e) => (None, Some(e.to_string())),
     };
     let never = status.is_none();
     let status = status.unwrap_or_default();

@@ -114,6 +114,21 @@ impl Window {
     }
 }
 
+/// Why the schedule keeps a round from starting now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Closed {
+    #[error("inside pause window `{window}` ({tz})")]
+    Paused { window: String, tz: String },
+    #[error("outside every run window ({tz})")]
+    OutsideRun { tz: String },
+}
+
+impl belay_record::Classify for Closed {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        belay_record::ExitClass::Failed
+    }
+}
+
 impl Schedule {
     fn local(&self, at: Timestamp) -> (usize, u32) {
         let z = at.to_zoned(self.tz.clone());
@@ -122,16 +137,18 @@ impl Schedule {
     }
 
     /// Whether a round may start at `at`, and if not, which window says so.
-    pub fn check(&self, at: Timestamp) -> Result<(), String> {
+    pub fn check(&self, at: Timestamp) -> Result<(), Closed> {
         let (wd, m) = self.local(at);
         if let Some(p) = self.pause.iter().find(|p| p.contains(wd, m)) {
-            return Err(format!(
-                "inside pause window `{}` ({})",
-                p.text, self.tz_name
-            ));
+            return Err(Closed::Paused {
+                window: p.text.clone(),
+                tz: self.tz_name.clone(),
+            });
         }
         if !self.run.is_empty() && !self.run.iter().any(|r| r.contains(wd, m)) {
-            return Err(format!("outside every run window ({})", self.tz_name));
+            return Err(Closed::OutsideRun {
+                tz: self.tz_name.clone(),
+            });
         }
         Ok(())
     }
@@ -200,14 +217,13 @@ mod tests {
         };
         // 2026-12-01 is a Tuesday; 07:30 UTC is 08:30 in Berlin.
         let t: Timestamp = "2026-12-01T07:30:00Z".parse().unwrap();
-        assert!(s.check(t).unwrap_err().contains("outside"));
+        assert!(matches!(s.check(t), Err(Closed::OutsideRun { .. })));
         let open = s.next_open(t).unwrap();
         assert_eq!(open.to_string(), "2026-12-01T08:00:00Z");
         let noon: Timestamp = "2026-12-01T11:30:00Z".parse().unwrap();
-        assert!(s
-            .check(noon)
-            .unwrap_err()
-            .contains("pause window `12:00-13:00`"));
+        assert!(
+            matches!(s.check(noon), Err(Closed::Paused { window, .. }) if window == "12:00-13:00")
+        );
     }
 
     proptest! {

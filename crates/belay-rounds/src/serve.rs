@@ -227,7 +227,7 @@ impl Supervisor {
                 self.emit(
                     None,
                     &RoundEvent::SchedulePaused {
-                        reason: why.clone(),
+                        reason: why.to_string(),
                         until: next.map(|t| t.to_string()),
                     },
                 );

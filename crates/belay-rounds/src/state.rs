@@ -126,17 +126,47 @@ pub struct DayUsage {
     pub rounds: u64,
 }
 
+/// A state file of the log dir that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Torn or hand-edited: the file and line.
+    #[error("{}:{}: {source}", path.display(), source.line())]
+    Json {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl belay_record::Classify for StateFileError {
+    fn exit_class(&self) -> belay_record::ExitClass {
+        match self {
+            StateFileError::Io { source, .. } => belay_record::io_class(source),
+            StateFileError::Json { .. } => belay_record::ExitClass::Usage,
+        }
+    }
+}
+
 /// Read a JSON file of the log dir: `Ok(None)` when it is missing, `Err`
 /// with the file and line when it does not parse.
-pub fn read<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, String> {
+pub fn read<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+) -> Result<Option<T>, StateFileError> {
     let path = dir.join(name);
     // host-owned: the log dir, belay's own (the battery refuses one inside the work tree).
-    match fs_err::read(&path) {
+    match std::fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)
-            .map_err(|e| format!("{}:{}: {e}", path.display(), e.line())),
+            .map_err(|source| StateFileError::Json { path, source }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(source) => Err(StateFileError::Io { path, source }),
     }
 }
 

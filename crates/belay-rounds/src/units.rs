@@ -242,9 +242,8 @@ pub fn install(cfg: &Config, o: &UnitOptions) -> Result<Installed, RoundsError> 
 
 /// Remove what `install` wrote (by its record); the files removed.
 pub fn uninstall(cfg: &Config) -> Result<Installed, RoundsError> {
-    let rec: Installed = crate::state::read(&cfg.runtime.log_dir, INSTALLED_FILE)
-        .map_err(RoundsError::Config)?
-        .ok_or_else(|| {
+    let rec: Installed =
+        crate::state::read(&cfg.runtime.log_dir, INSTALLED_FILE)?.ok_or_else(|| {
             RoundsError::Config(format!(
                 "no units are recorded as installed for this config ({} is missing)",
                 cfg.runtime.log_dir.join(INSTALLED_FILE).display()

@@ -1290,3 +1290,144 @@ fn without_push_the_commit_stays_on_the_job_branch() {
     );
     assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
 }
+
+/// Each real agent CLI (codex, Claude Code, gemini), pinned under
+/// /opt/belay-agents, is the job agent in its container against the scripted
+/// model server, in its own dialect: its shell tool call writes a file, the
+/// repository's check runs in the sandbox, and belay commits and pushes the
+/// file. The key is passed by reference (`model_key_env`) and is in no file
+/// of the queue; the CLI's tools run because the owner set `auto_approve`.
+#[test]
+fn each_real_cli_as_the_job_agent_writes_a_checked_and_pushed_file() {
+    require_agent_image();
+    for (cli, spec, api, tool, arg, key_env) in [
+        (
+            "codex",
+            "codex@gpt-5-codex",
+            "responses",
+            "exec_command",
+            "cmd",
+            "OPENAI_API_KEY",
+        ),
+        (
+            "claude",
+            "claude@claude-sonnet-4-5",
+            "anthropic",
+            "Bash",
+            "command",
+            "ANTHROPIC_API_KEY",
+        ),
+        (
+            "gemini",
+            "gemini@gemini-2.5-flash",
+            "gemini",
+            "run_shell_command",
+            "command",
+            "GEMINI_API_KEY",
+        ),
+    ] {
+        let w = ws();
+        let script = r#"
+turns:
+  - name: job-edit
+    match: {api: @API@, contains: "MATRIX-JOB: add hello.txt"}
+    reply:
+      tool_calls:
+        - name: @TOOL@
+          arguments: {@ARG@: "echo 'written by @CLI@' > hello.txt && echo job-edit-done"}
+  - name: job-done
+    match: {api: @API@, contains: "job-edit-done"}
+    reply: {text: "I wrote hello.txt.\n===COMMIT-MESSAGE===\nadd hello.txt by @CLI@\n===END-COMMIT-MESSAGE===\n"}
+"#
+        .replace("@API@", api)
+        .replace("@TOOL@", tool)
+        .replace("@ARG@", arg)
+        .replace("@CLI@", cli);
+        let server = replay::Replay::start(w.tmp.path(), &script);
+        let check = format!("grep -q 'written by {cli}' hello.txt");
+        w.config("container", &format!("checks = [\"{check}\"]"), "");
+        let cfg = std::fs::read_to_string(w.path("jobs.toml"))
+            .unwrap()
+            .replace(
+                &format!("spec = \"cmd:{}\"\n", w.agent.display()),
+                &format!(
+                    "spec = \"{spec}\"\nmodel_url = \"{}\"\nmodel_key_env = \"{key_env}\"\nauto_approve = true\n",
+                    server.url
+                ),
+            );
+        assert!(cfg.contains(spec), "{cfg}");
+        std::fs::write(w.path("jobs.toml"), cfg).unwrap();
+        let key = format!("sk-test-jobs-{cli}-0123456789abcdef");
+        let id = w.submit(&[], "MATRIX-JOB: add hello.txt saying who wrote it");
+        let t = Instant::now();
+        let o = w
+            .cmd()
+            .env(key_env, &key)
+            .args(["work", "--once"])
+            .output()
+            .unwrap();
+        ok(&o);
+        let took = t.elapsed();
+        let r = w.record(&id);
+        assert_eq!(r["status"], "committed", "{cli}: {r}");
+        assert_eq!(r["runtime"], spec, "{cli}: {r}");
+        assert_eq!(r["commits"][0]["repo"], "site", "{cli}: {r}");
+        assert_eq!(r["commits"][0]["branch"], "main", "{cli}: {r}");
+        assert_eq!(
+            r["commits"][0]["hash"].as_str().unwrap(),
+            git(&w.remote, &["rev-parse", "main"]),
+            "{cli}"
+        );
+        assert!(
+            r["report"]
+                .as_str()
+                .unwrap()
+                .contains("committed and pushed to main"),
+            "{cli}: {r}"
+        );
+        // The file the CLI wrote is what was pushed, in belay's commit.
+        assert_eq!(
+            git(&w.remote, &["show", "main:hello.txt"]),
+            format!("written by {cli}")
+        );
+        assert_eq!(
+            w.remote_log(),
+            [
+                format!("add hello.txt by {cli}|belay builder"),
+                "initial|belay-test".to_string()
+            ]
+        );
+        assert!(
+            !w.repo.join("hello.txt").exists(),
+            "{cli}: the checkout changed"
+        );
+        // The check ran, before the commit, and passed.
+        let ev = w.events(&id);
+        let checks = ev
+            .iter()
+            .find(|e| e["kind"] == "checks_ran")
+            .unwrap_or_else(|| panic!("{cli}: no checks_ran in {ev:#?}"));
+        assert_eq!(checks["data"]["passed"], true, "{cli}: {checks}");
+        assert_eq!(
+            checks["data"]["commands"][0]["command"],
+            check.as_str(),
+            "{cli}"
+        );
+        // The model server was spoken to in the CLI's own dialect, both turns.
+        let reqs = server.requests();
+        let used: Vec<&str> = reqs
+            .iter()
+            .filter_map(|r| r["turn_name"].as_str())
+            .collect();
+        assert_eq!(used, ["job-edit", "job-done"], "{cli}");
+        assert!(
+            reqs.iter()
+                .filter(|r| r["turn_name"].is_string())
+                .all(|r| r["api"] == api),
+            "{cli}: {reqs:#?}"
+        );
+        let found = replay::files_containing(w.queue().as_path(), &key);
+        assert!(found.is_empty(), "{cli}: the key is in {found:?}");
+        eprintln!("{cli}: the job took {took:?}");
+    }
+}

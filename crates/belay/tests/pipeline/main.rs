@@ -698,6 +698,121 @@ turns:
     assert_eq!(codex_requests, 2);
 }
 
+/// Claude Code and gemini as the dev step's runner, each in the step
+/// container against the scripted model server in its own dialect (the
+/// pipeline's `llm.api`, which the built-in reviewer speaks too): its shell
+/// tool call fixes calc.sh and runs the tests, it cannot reach beyond the
+/// model, and the fix is committed.
+#[test]
+fn claude_and_gemini_agents_run_inside_the_step_container() {
+    for (runner, api, tool, key_env) in [
+        ("claude", "anthropic", "Bash", "ANTHROPIC_API_KEY"),
+        ("gemini", "gemini", "run_shell_command", "GEMINI_API_KEY"),
+    ] {
+        let script = r#"
+turns:
+  - name: cli-fix
+    match: {api: @API@, contains: "You are the developer"}
+    reply:
+      tool_calls:
+        - name: @TOOL@
+          arguments: {command: "sed -i 's/add) echo $(( $2 \\* $3 ))/add) echo $(( $2 + $3 ))/' calc.sh && tests/test.sh && (timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo OUTSIDE-REACHED || echo outside-blocked)"}
+  - name: cli-done
+    match: {api: @API@, contains: "outside-"}
+    reply: {text: "Fixed add; the tests pass."}
+  - name: review-write
+    match: {contains: "You are the reviewer"}
+    reply:
+      tool_calls:
+        - name: write_file
+          arguments: {path: review-findings.md, content: "VERDICT: APPROVED\n"}
+  - name: review-finish
+    match: {contains: "You are the reviewer"}
+    reply:
+      tool_calls: [{name: finish, arguments: {summary: "ok"}}]
+"#
+        .replace("@API@", api)
+        .replace("@TOOL@", tool);
+        let ws = workspace(&script, |t| {
+            t.replace("api: chat-completions", &format!("api: {api}"))
+        });
+        // These dialects' base URL is the server itself, without `/v1`.
+        let p = ws.repo.join("pipeline.yaml");
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace(&ws.replay.openai_base(), &ws.replay.url);
+        std::fs::write(&p, text).unwrap();
+        std::fs::write(
+            ws.repo.join("agents/dev.agent.md"),
+            format!("---\nname: dev\ntools: [shell]\nrunner: {runner}\n---\nYou are the developer. Make tests/test.sh pass by fixing calc.sh.\n"),
+        )
+        .unwrap();
+        git(&ws.repo, &["commit", "-qam", &format!("dev runs {runner}")]);
+        let key = format!("test-pipeline-{runner}-key-0123456789");
+        let t = Instant::now();
+        let out = ws.command(&[], &[(key_env, &key)]).assert();
+        let took = t.elapsed();
+        if !out.get_output().status.success() {
+            let reports: Vec<Value> = ws
+                .events()
+                .into_iter()
+                .filter(|e| e["kind"] != "agent")
+                .collect();
+            panic!("{runner}: the run failed: {reports:#?}");
+        }
+        assert_eq!(
+            git(&ws.repo, &["diff", "--name-only", "HEAD~1", "HEAD"]),
+            "calc.sh",
+            "{runner}"
+        );
+        assert!(
+            git(&ws.repo, &["diff", "HEAD~1", "HEAD"]).contains("+  add) echo $(( $2 + $3 ))"),
+            "{runner}"
+        );
+        assert!(git(&ws.repo, &["log", "-1", "--format=%s"]).starts_with("fix: calc add"));
+        let ev = ws.events();
+        let report = ev
+            .iter()
+            .find(|e| e["kind"] == "agent_report" && e["data"]["runner"] == runner)
+            .unwrap_or_else(|| panic!("no {runner} report"));
+        assert_eq!(report["data"]["stop"]["reason"], "completed", "{report}");
+        assert_eq!(report["data"]["exit_code"], 0, "{report}");
+        // The CLI's shell call, with its output, in the events.
+        let result = ev
+            .iter()
+            .filter(|e| e["kind"] == "agent")
+            .map(|e| &e["data"]["event"])
+            .find(|e| {
+                (e["kind"] == "tool_result" || e["kind"] == "command")
+                    && e["output"]
+                        .as_str()
+                        .is_some_and(|o| o.contains("ok: add 2 3 = 5"))
+            })
+            .unwrap_or_else(|| panic!("{runner}: the tests' output is in no event"));
+        let out = result["output"].as_str().unwrap();
+        assert!(
+            out.contains("outside-blocked") && !out.contains("OUTSIDE-REACHED"),
+            "the CLI container reached beyond the model: {out}"
+        );
+        assert!(ev.iter().any(|e| e["kind"] == "model_route"));
+        // Both of the CLI's requests, in its own dialect.
+        let reqs = ws.replay.requests();
+        let cli: Vec<&Value> = reqs
+            .iter()
+            .filter(|r| {
+                r["turn_name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("cli-"))
+            })
+            .collect();
+        assert_eq!(cli.len(), 2, "{runner}: {reqs:#?}");
+        assert!(cli.iter().all(|r| r["api"] == api), "{runner}: {cli:#?}");
+        let found = files_containing(&ws.state, &key);
+        assert!(found.is_empty(), "{runner}: the key is in {found:?}");
+        eprintln!("{runner}: the run took {took:?}");
+    }
+}
+
 /// `deps_policy: locked`: an agent that declares missing dependencies fails
 /// the run at once with the pins to add; a secret that an agent writes into
 /// its artifact is scrubbed from it.
