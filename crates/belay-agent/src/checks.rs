@@ -57,9 +57,13 @@ pub struct Checks<'a> {
 /// What every check command runs with besides `HOME`: the test runners'
 /// own caches off, so that running the project's tests writes nothing a
 /// commit would hold (Python's bytecode, pytest's cache directory) and the
-/// gate judges the tree as the developer left it.
-pub const CHECK_ENV: [(&str, &str); 2] = [
+/// gate judges the tree as the developer left it. Python's bytecode is
+/// neither written nor read in the tree: an ignored `__pycache__` the
+/// developer planted (the right code compiled, the wrong code committed)
+/// would otherwise be what the tests import.
+pub const CHECK_ENV: [(&str, &str); 3] = [
     ("PYTHONDONTWRITEBYTECODE", "1"),
+    ("PYTHONPYCACHEPREFIX", "/tmp/.belay-pycache"),
     ("PYTEST_ADDOPTS", "-p no:cacheprovider"),
 ];
 
@@ -115,7 +119,7 @@ pub async fn run(c: Checks<'_>) -> Result<Vec<CommandRun>, AgentError> {
             c.rt.exec(
                 gate_box.id(),
                 &ExecSpec {
-                    argv: vec!["sh".into(), "-c".into(), cmd.to_string()],
+                    argv: vec!["/bin/sh".into(), "-c".into(), cmd.to_string()],
                     working_dir: Some(crate::sandbox::WORKDIR.into()),
                     env: std::iter::once(("HOME", "/tmp"))
                         .chain(CHECK_ENV)

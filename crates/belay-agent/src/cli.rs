@@ -127,7 +127,12 @@ fn endpoint_env(kind: CliKind, e: &Endpoint, env: &mut Vec<(String, String)>) {
     let Some((url_var, key_var)) = kind.endpoint_vars() else {
         return;
     };
-    env.push((url_var.into(), e.base_url.clone()));
+    // Claude Code and gemini add their API's version path themselves
+    // (`/v1/messages`, `/v1beta/models/…`): a base ending in `/v1`, as belay's
+    // own clients take it, would be asked for `/v1/v1/…`.
+    let base = e.base_url.trim_end_matches('/');
+    let base = base.strip_suffix("/v1").unwrap_or(base);
+    env.push((url_var.into(), base.to_string()));
     if let Some(k) = &e.key {
         env.push((key_var.into(), k.expose().to_string()));
     }
@@ -1179,10 +1184,14 @@ fn outcome(
                 (StopReason::Completed, text.clone(), false)
             }
             Some((text, _, sub)) => {
+                // The CLI's own words first (Claude Code's "Not logged in"
+                // is its result text, under the subtype "success").
+                let said = Some(text.trim()).filter(|t| !t.is_empty()).map(one_line);
                 let message = tally
                     .fatal_error
                     .clone()
-                    .or_else(|| sub.clone())
+                    .or(said)
+                    .or_else(|| sub.clone().filter(|s| s != "success"))
                     .unwrap_or_else(|| "the agent reported an error".into());
                 (StopReason::Failed { message }, text.clone(), false)
             }
@@ -1200,6 +1209,12 @@ fn outcome(
             }
         },
     }
+}
+
+/// A CLI's error text as one line of at most 300 characters.
+fn one_line(t: &str) -> String {
+    let line = t.split_whitespace().collect::<Vec<_>>().join(" ");
+    line.chars().take(300).collect()
 }
 
 /// Cost: what belay computes from the tokens, or what the CLI reported if more.

@@ -21,8 +21,11 @@ pub struct Runner<'a> {
     pub image: &'a str,
     pub on_host: bool,
     /// Pass the CLIs' auto-approval flags (`--dangerously-skip-permissions`
-    /// and the like): only when the user opts in (`--auto-approve`), in a
-    /// container as on the host.
+    /// and the like) on the host too: the user's opt-in (`--auto-approve`).
+    /// In a container they are always passed: the container is the sandbox,
+    /// and a headless CLI's own approval layer only refuses there (codex's
+    /// bubblewrap cannot make namespaces in it; Claude Code and gemini deny
+    /// every write), while the model reports the work as done.
     pub auto_approve: bool,
     pub endpoint: Option<&'a Endpoint>,
     pub client: Option<&'a ModelClient>,
@@ -137,8 +140,9 @@ impl Runner<'_> {
             builtin: Default::default(),
             endpoint,
             prices,
-            // Only when the user asked: a CLI's own approvals stay otherwise.
-            auto_approve: self.auto_approve,
+            // In a container always (the container is the sandbox); on the
+            // host only when the user asked.
+            auto_approve: self.auto_approve || agent_box.is_some(),
             logs: c.logs,
             redactor: self.redactor.clone(),
             events: c.events,

@@ -406,7 +406,7 @@ impl AgentSession<'_> {
                 }
                 // Whatever the CLI left running in the container goes with it.
                 let kill = ExecSpec {
-                    argv: vec!["sh".into(), "-c".into(), "[ -f /tmp/.belay-agent.pid ] && kill -KILL -$(cat /tmp/.belay-agent.pid) 2>/dev/null; rm -f /tmp/.belay-agent.pid; true".into()],
+                    argv: vec!["/bin/sh".into(), "-c".into(), "[ -f /tmp/.belay-agent.pid ] && read g < /tmp/.belay-agent.pid && kill -KILL -\"$g\" 2>/dev/null; /bin/rm -f /tmp/.belay-agent.pid; true".into()],
                     working_dir: None,
                     env: vec![],
                     timeout: Some(Duration::from_secs(30)),
@@ -484,9 +484,9 @@ impl AgentSession<'_> {
         // (and the round) waiting, and exits with the CLI's status.
         argv.extend(
             [
-                "sh".to_string(),
+                "/bin/sh".to_string(),
                 "-c".to_string(),
-                "inner=$1; shift; setsid -w sh -c \"$inner\" belay-agent \"$@\"; rc=$?; g=$(cat /tmp/.belay-agent.pid 2>/dev/null) && [ -n \"$g\" ] && kill -KILL -\"$g\" 2>/dev/null; exit $rc".to_string(),
+                "inner=$1; shift; s=$(PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v setsid); \"$s\" -w /bin/sh -c \"$inner\" belay-agent \"$@\"; rc=$?; g=; read g < /tmp/.belay-agent.pid 2>/dev/null; [ -n \"$g\" ] && kill -KILL -\"$g\" 2>/dev/null; exit $rc".to_string(),
                 "belay-wrap".to_string(),
                 format!("{to_file}mkdir -p \"${{CODEX_HOME:-/tmp/.codex}}\"; {GEMINI_HOME_SETUP}echo $$ > /tmp/.belay-agent.pid; exec \"$@\"{redirect}"),
             ],

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use belay_record::{Mode, Registry, RunStatus};
+use belay_record::{Mode, Registry, RunEntry, RunStatus};
 use belay_sandbox::ContainerRuntime;
 
 use crate::EnvError;
@@ -65,19 +65,34 @@ impl SandboxImage {
     }
 }
 
-/// The final image of env build `run_id`, if it is on this engine: belay's
-/// checkpoint image tagged `<prefix>:<run>-final` (its `belay.run` label may
-/// name an earlier run when the whole build came from the cache).
-async fn final_image(rt: &dyn ContainerRuntime, run_id: &str) -> Option<String> {
-    let images = rt
-        .list_images(&["belay.kind=checkpoint".to_string()])
-        .await
-        .ok()?;
-    let tag = format!("{run_id}-final");
-    images
-        .into_iter()
-        .flat_map(|i| i.tags)
-        .find(|t| belay_sandbox::split_image_ref(t).1 == tag)
+/// The final image of env build `e`, if it is on this engine: the image id
+/// its run recorded (its `<prefix>:<run>-final` tag when that still names
+/// the same image; another build with the same run id may have moved it).
+async fn final_image(rt: &dyn ContainerRuntime, e: &RunEntry) -> Option<String> {
+    let id = e.artifact.as_deref()?;
+    let info = rt.image(id).await.ok()??;
+    let tag = format!("{}-final", e.run_id);
+    Some(
+        info.tags
+            .into_iter()
+            .find(|t| belay_sandbox::split_image_ref(t).1 == tag)
+            .unwrap_or(info.id),
+    )
+}
+
+/// Whether the work tree at `repo` is the repository env build `e` was made
+/// from: the commit it was built at is in the history of what is checked
+/// out now (a build of an unrelated repository at the same path is not).
+async fn same_lineage(repo: &Path, e: &RunEntry) -> bool {
+    let Some(built) = e.commit.as_deref() else {
+        // Built from a directory that was no repository: the path is all.
+        return true;
+    };
+    let hooks = belay_record::state_home().join("no-hooks");
+    let Ok(git) = belay_vcs::Git::open(repo, &hooks).await else {
+        return false;
+    };
+    git.is_ancestor(built, "HEAD").await.unwrap_or(false)
 }
 
 /// The image for a mode working on `repo`: `named` (an image, or an env
@@ -102,7 +117,7 @@ pub async fn resolve(
                     e.status.as_str()
                 )));
             }
-            let Some(image) = final_image(rt, n).await else {
+            let Some(image) = final_image(rt, e).await else {
                 return Err(EnvError::Usage(format!(
                     "the final image of env build {n} is not on this Docker engine (removed by `belay env gc`?): run `belay env build` again, or pass an image"
                 )));
@@ -125,9 +140,12 @@ pub async fn resolve(
     for e in runs.iter().filter(|e| {
         e.mode == Mode::Env && e.status == RunStatus::Ok && e.repo.as_deref() == Some(&repo)
     }) {
-        let Some(image) = final_image(rt, &e.run_id).await else {
+        let Some(image) = final_image(rt, e).await else {
             continue;
         };
+        if !same_lineage(&repo, e).await {
+            continue;
+        }
         if !needs.is_empty() {
             let probe = belay_sandbox::envimage::probe(
                 rt,

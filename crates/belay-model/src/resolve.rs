@@ -70,7 +70,12 @@ pub fn agent_endpoint(
     settings: &Settings,
 ) -> Result<AgentEndpoint, ModelError> {
     let key = match w.key_env {
-        None => None,
+        // Unnamed: the dialect's own variable when it is set (a CLI then
+        // gets the key it reads), else none.
+        None => {
+            let var = default_key_env(w.api);
+            settings.secret(var).map(|k| (var.to_string(), k))
+        }
         Some(var) => match settings.secret(var) {
             Some(k) => Some((var.to_string(), k)),
             None => return Err(ModelError::NoKey { var: var.into() }),
@@ -172,8 +177,15 @@ mod tests {
             Err(ModelError::NoKey { var }) => assert_eq!(var, "BELAY_TEST_EP_MISSING"),
             other => panic!("{other:?}"),
         }
+        // Unnamed: the dialect's own variable, when it is set.
         let keyless = EndpointWanted { key_env: None, ..w };
-        assert!(agent_endpoint(&keyless, &s).unwrap().key.is_none());
+        assert!(agent_endpoint(&keyless, &s)
+            .unwrap()
+            .key
+            .is_none_or(|(v, _)| v == "ANTHROPIC_API_KEY"));
+        let own = settings("ANTHROPIC_API_KEY=sk-ant-own-5678\n");
+        let e = agent_endpoint(&keyless, &own).unwrap();
+        assert_eq!(e.key.as_ref().unwrap().0, "ANTHROPIC_API_KEY");
     }
 
     fn settings(dotenv: &str) -> Settings {

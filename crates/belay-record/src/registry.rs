@@ -96,6 +96,15 @@ enum Record {
         #[serde(flatten)]
         end: RunEnd,
     },
+    /// What a run made for other runs to use (an env build's final image,
+    /// by id), and the commit of its repository it was made from.
+    Artifact {
+        run_id: String,
+        at: String,
+        image: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        commit: Option<String>,
+    },
     /// Stopped on request (SIGINT/SIGTERM): the same command resumes it.
     Interrupted {
         run_id: String,
@@ -117,6 +126,12 @@ pub struct RunEntry {
     /// The repository the run is for, when it recorded one (env builds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repo: Option<PathBuf>,
+    /// What the run made for other runs (an env build's final image id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<String>,
+    /// The commit of `repo` the artifact was made from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
     /// When it first started.
     pub started_at: String,
     pub ended_at: Option<String>,
@@ -216,6 +231,22 @@ impl Registry {
         })
     }
 
+    /// Record what a run made for other runs: an env build's final image
+    /// (its id) and the commit it was made from.
+    pub fn artifact(
+        &self,
+        run_id: &str,
+        image: &str,
+        commit: Option<&str>,
+    ) -> Result<(), RecordError> {
+        self.append(&Record::Artifact {
+            run_id: run_id.into(),
+            at: crate::now_rfc3339(),
+            image: image.into(),
+            commit: commit.map(String::from),
+        })
+    }
+
     /// Record that a run was stopped on request and can be resumed.
     pub fn interrupted(&self, run_id: &str, end: RunEnd) -> Result<(), RecordError> {
         self.append(&Record::Interrupted {
@@ -268,6 +299,8 @@ impl Registry {
                                 dir,
                                 title,
                                 repo,
+                                artifact: None,
+                                commit: None,
                                 started_at: at,
                                 ended_at: None,
                                 duration_s: None,
@@ -279,6 +312,17 @@ impl Registry {
                         );
                     }
                 },
+                Record::Artifact {
+                    run_id,
+                    image,
+                    commit,
+                    ..
+                } => {
+                    if let Some(e) = by_id.get_mut(&run_id) {
+                        e.artifact = Some(image);
+                        e.commit = commit;
+                    }
+                }
                 Record::End { run_id, at, end } | Record::Interrupted { run_id, at, end } => {
                     if let Some(e) = by_id.get_mut(&run_id) {
                         e.status = if stopped {

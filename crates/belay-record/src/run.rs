@@ -89,6 +89,14 @@ impl RunHandle {
         })
     }
 
+    /// Record what this run made for other runs (`Registry::artifact`); a
+    /// registry that cannot be written is logged, as for every record.
+    pub fn artifact(&self, image: &str, commit: Option<&str>) {
+        if let Err(e) = self.registry.artifact(&self.id, image, commit) {
+            tracing::warn!("run {}: its artifact is not in the registry: {e}", self.id);
+        }
+    }
+
     pub fn id(&self) -> &str {
         &self.id
     }

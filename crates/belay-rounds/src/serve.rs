@@ -104,6 +104,7 @@ impl Supervisor {
             },
         );
         let _ = self.run.sink().sync();
+        self.close_env().await;
         self.end_run(
             match end.exit_code {
                 crate::exit::OK => belay_record::RunStatus::Ok,

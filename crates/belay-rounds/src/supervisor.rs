@@ -40,8 +40,8 @@ pub struct Supervisor {
     pub used: std::sync::Mutex<crate::events::Usage>,
     /// The agent images' environments over the work tree (an env build's
     /// image), by image, found on first use. The volumes are named by the
-    /// run and the image's id, so they carry over from round to round and
-    /// a new image starts fresh ones; `belay runs rm` removes them.
+    /// run and the image's id; they carry over from round to round of one
+    /// invocation and go at its end ([`Supervisor::close_env`]).
     pub env:
         tokio::sync::Mutex<std::collections::BTreeMap<String, belay_sandbox::envimage::RunEnv>>,
 }
@@ -243,6 +243,21 @@ impl Supervisor {
     /// cost its agents reported. A serve stopped on request ends `ok`: it did
     /// what was asked.
     /// A round killed on request ends `interrupted`.
+    /// Remove the agent images' environment volumes and the mount points
+    /// the engine made for them in the work tree: what an agent wrote there
+    /// does not outlive this invocation.
+    pub async fn close_env(&self) {
+        let envs: Vec<_> = std::mem::take(&mut *self.env.lock().await)
+            .into_values()
+            .collect();
+        if let Some(rt) = &self.rt {
+            for e in &envs {
+                e.remove(rt.as_ref()).await;
+                e.tidy(self.git.root());
+            }
+        }
+    }
+
     pub fn end_run(&self, status: belay_record::RunStatus, summary: &str) {
         let u = self.used.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let end = belay_record::RunEnd {

@@ -50,7 +50,8 @@ pub fn default_memory() -> i64 {
 /// seen from the host: kill every process but PID 1, PID 1's child with the
 /// earliest start time (the main process, started before any exec: no later
 /// process can claim an earlier start), and this shell's own chain.
-const IN_CONTAINER_SWEEP: &str = r#"main=; best=
+const IN_CONTAINER_SWEEP: &str = r#"PATH=/usr/sbin:/usr/bin:/sbin:/bin
+main=; best=
 for c in $(cat /proc/1/task/1/children 2>/dev/null); do
   t=$(sed 's/.*) //' /proc/$c/stat 2>/dev/null | cut -d' ' -f20)
   [ -n "$t" ] || continue
@@ -718,7 +719,7 @@ impl ContainerRuntime for DockerRuntime {
         // The engine's processes are not visible from here (a remote
         // engine): the same, from inside, by recorded pid (never by name).
         let spec = ExecSpec {
-            argv: vec!["sh".into(), "-c".into(), IN_CONTAINER_SWEEP.into()],
+            argv: vec!["/bin/sh".into(), "-c".into(), IN_CONTAINER_SWEEP.into()],
             working_dir: None,
             env: vec![],
             timeout: Some(Duration::from_secs(30)),
@@ -936,7 +937,7 @@ impl ContainerRuntime for DockerRuntime {
         // id is written to a pidfile, so that a timeout can kill the whole tree.
         let inner = format!("echo $$ > {pidfile}; \"$@\"; rc=$?; rm -f {pidfile}; exit $rc");
         let wrapper = format!(
-            "if command -v setsid >/dev/null 2>&1; then exec setsid -w /bin/sh -c '{inner}' belay-exec \"$@\"; \
+            "s=$(PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v setsid); if [ -n \"$s\" ]; then exec \"$s\" -w /bin/sh -c '{inner}' belay-exec \"$@\"; \
              else exec /bin/sh -c '{inner}' belay-exec \"$@\"; fi"
         );
         let mut cmd = vec![

@@ -43,6 +43,8 @@ pub struct EnvDirs {
     pub dirs: Vec<String>,
     /// Which of [`TOOLS`] the image has on its `PATH`.
     pub tools: Vec<String>,
+    /// The image's own `PATH` (its config's, else the engine's default).
+    pub path: Option<String>,
 }
 
 /// The programs a probe looks for: what modes need in their image (round
@@ -52,8 +54,9 @@ pub const TOOLS: [&str; 12] = [
 ];
 
 /// Which of [`ENV_DIRS`] `image` has under `workdir` (real directories, not
-/// links), found in one short container without network. An image's id pins
-/// its files, so the answer is cached in `cache` by id.
+/// links), which of [`TOOLS`] and its `PATH`, found in one short container
+/// without network. An image's id pins its files, so a probe that finished
+/// is cached in `cache` by id (and by what was asked).
 pub async fn probe(
     rt: &dyn ContainerRuntime,
     image: &str,
@@ -70,26 +73,25 @@ pub async fn probe(
             ..Default::default()
         });
     };
-    let id: String = info
-        .id
-        .trim_start_matches("sha256:")
-        .chars()
-        .take(12)
-        .collect();
-    // (A file name only from a real content digest.)
     let digest = info.id.trim_start_matches("sha256:");
+    let id: String = digest.chars().take(12).collect();
+    let script = format!(
+        "echo \"path:$PATH\"; for t in {}; do command -v \"$t\" >/dev/null 2>&1 && echo \"tool:$t\"; done; cd {workdir} 2>/dev/null || exit 0; for d in {}; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true",
+        TOOLS.join(" "),
+        ENV_DIRS.join(" ")
+    );
+    // (A file name only from a real content digest; the question is part of
+    // the key, so a belay that asks more does not read an older answer.)
     let cached = cache
         .filter(|_| digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()))
-        .map(|dir| dir.join(digest));
+        .map(|dir| {
+            use sha2::Digest;
+            let q = hex::encode(&sha2::Sha256::digest(script.as_bytes())[..6]);
+            dir.join(format!("{digest}-{q}"))
+        });
     // host-owned: belay's own cache directory, outside every work tree.
     if let Some(text) = cached.as_ref().and_then(|p| fs_err::read_to_string(p).ok()) {
-        let (dirs, tools) = parse(&text);
-        return Ok(EnvDirs {
-            image: image.into(),
-            id,
-            dirs,
-            tools,
-        });
+        return Ok(parse(image, &id, &text));
     }
     let container = rt
         .create(&ContainerSpec {
@@ -104,16 +106,11 @@ pub async fn probe(
         })
         .await?;
     let log = std::env::temp_dir().join(format!("belay-env-probe-{}.log", fastrand::u64(..)));
-    let script = format!(
-        "for t in {}; do command -v \"$t\" >/dev/null 2>&1 && echo \"tool:$t\"; done; cd {workdir} 2>/dev/null || exit 0; for d in {}; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true",
-        TOOLS.join(" "),
-        ENV_DIRS.join(" ")
-    );
     let out = rt
         .exec(
             &container,
             &ExecSpec {
-                argv: vec!["sh".into(), "-c".into(), script],
+                argv: vec!["/bin/sh".into(), "-c".into(), script],
                 working_dir: None,
                 env: vec![],
                 timeout: Some(Duration::from_secs(30)),
@@ -127,24 +124,16 @@ pub async fn probe(
     let _ = rt.remove(&container).await;
     let _ = fs_err::remove_file(&log);
     let out = out?;
-    let (dirs, tools) = parse(&out.stdout_tail);
-    if let Some(p) = cached {
+    let found = parse(image, &id, &out.stdout_tail);
+    // Only a probe that finished is remembered (a timed-out one is asked
+    // again next time).
+    if let Some(p) = cached.filter(|_| out.success()) {
         if let Some(d) = p.parent() {
             let _ = fs_err::create_dir_all(d);
         }
-        let text: Vec<String> = dirs
-            .iter()
-            .cloned()
-            .chain(tools.iter().map(|t| format!("tool:{t}")))
-            .collect();
-        let _ = belay_record::atomic_write(&p, text.join("\n").as_bytes());
+        let _ = belay_record::atomic_write(&p, out.stdout_tail.as_bytes());
     }
-    Ok(EnvDirs {
-        image: image.into(),
-        id,
-        dirs,
-        tools,
-    })
+    Ok(found)
 }
 
 /// Where probes are remembered: belay's state directory, by image id.
@@ -152,9 +141,10 @@ pub fn probe_cache() -> PathBuf {
     belay_record::state_home().join("cache").join("env-probe")
 }
 
-/// The known directory names and tools in a probe's output, in
-/// [`ENV_DIRS`] and [`TOOLS`] order.
-fn parse(text: &str) -> (Vec<String>, Vec<String>) {
+/// What a probe's output says: the known directory names and tools, in
+/// [`ENV_DIRS`] and [`TOOLS`] order, and the image's `PATH` (when it is a
+/// plain list of absolute directories).
+fn parse(image: &str, id: &str, text: &str) -> EnvDirs {
     let seen: Vec<&str> = text.lines().map(str::trim).collect();
     let dirs = ENV_DIRS
         .iter()
@@ -166,7 +156,22 @@ fn parse(text: &str) -> (Vec<String>, Vec<String>) {
         .filter(|t| seen.contains(&format!("tool:{t}").as_str()))
         .map(|t| t.to_string())
         .collect();
-    (dirs, tools)
+    let path = seen
+        .iter()
+        .find_map(|l| l.strip_prefix("path:"))
+        .filter(|p| {
+            !p.is_empty()
+                && p.split(':')
+                    .all(|d| d.starts_with('/') && d.chars().all(|c| !c.is_control() && c != ' '))
+        })
+        .map(String::from);
+    EnvDirs {
+        image: image.into(),
+        id: id.into(),
+        dirs,
+        tools,
+        path,
+    }
 }
 
 /// One run's volumes for one purpose, one per environment directory.
@@ -174,13 +179,17 @@ fn parse(text: &str) -> (Vec<String>, Vec<String>) {
 pub struct EnvVolumes {
     /// `(volume name, directory under the workspace path)`.
     pub volumes: Vec<(String, String)>,
+    /// The image's own `PATH`, which the environment's directories go before.
+    pub base_path: Option<String>,
 }
 
 impl EnvVolumes {
     /// The volumes of run `run_id` for `purpose` (`agent`, `gate`, …), from
-    /// this image: `belay-<run>-<purpose>-<image id>-<dir>`.
+    /// this image: `belay-<run>-<hash of the run id>-<purpose>-<image id>-<dir>`
+    /// (the hash keeps runs whose ids sanitize alike apart).
     pub fn for_run(dirs: &EnvDirs, run_id: &str, purpose: &str) -> EnvVolumes {
         EnvVolumes {
+            base_path: dirs.path.clone(),
             volumes: dirs
                 .dirs
                 .iter()
@@ -242,7 +251,11 @@ impl EnvVolumes {
             }
         }
         if !path.is_empty() {
-            path.push(DEFAULT_PATH.into());
+            path.push(
+                self.base_path
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_PATH.into()),
+            );
             out.push(("PATH".into(), path.join(":")));
         }
         out
@@ -256,6 +269,16 @@ impl EnvVolumes {
             .map(|(_, d)| root.join(d))
             .filter(|p| fs_err::symlink_metadata(p).is_err())
             .collect()
+    }
+
+    /// Remove the mount points the engine made for these directories in
+    /// the work tree at `root`, once no container of the run is left: each
+    /// that is an empty directory (never a link, never one with content; an
+    /// empty `.venv` is nobody's work, and git does not keep it). Also what
+    /// a killed run left, which its resume found already there.
+    pub fn tidy(&self, root: &Path) {
+        let points: Vec<PathBuf> = self.dirs().iter().map(|d| root.join(d)).collect();
+        remove_mount_points(&points);
     }
 
     /// Remove the run's volumes.
@@ -330,6 +353,11 @@ impl RunEnv {
             .map(str::to_string)
     }
 
+    /// [`EnvVolumes::tidy`] for the run's directories.
+    pub fn tidy(&self, root: &Path) {
+        self.agent.tidy(root);
+    }
+
     /// Remove both sets.
     pub async fn remove(&self, rt: &dyn ContainerRuntime) {
         self.agent.remove(rt).await;
@@ -348,18 +376,25 @@ pub fn remove_mount_points(points: &[PathBuf]) {
     }
 }
 
-/// The start of every volume name of run `run_id`.
+/// The start of every volume name of run `run_id`: its id as Docker takes
+/// it, and a hash of the exact id.
 fn run_prefix(run_id: &str) -> String {
-    format!("belay-{}-", sanitize(run_id))
+    use sha2::Digest;
+    let h = hex::encode(&sha2::Sha256::digest(run_id.as_bytes())[..4]);
+    format!("belay-{}-{h}-", sanitize(run_id))
 }
 
-/// Remove every environment volume of run `run_id` (`belay runs rm`).
+/// Remove every environment volume of run `run_id` (`belay runs gc`).
 pub async fn remove_run_volumes(rt: &dyn ContainerRuntime, run_id: &str) {
     for purpose in PURPOSES {
         let prefix = format!("{}{purpose}-", run_prefix(run_id));
         for name in rt.volumes_named(&prefix).await.unwrap_or_default() {
             let _ = rt.remove_volume(&name).await;
         }
+    }
+    // The names pipeline runs used before (one per directory, no purpose).
+    for d in ["venv", "node_modules", "target", "tox"] {
+        let _ = rt.remove_volume(&format!("belay-{run_id}-{d}")).await;
     }
 }
 
@@ -382,10 +417,16 @@ mod tests {
 
     #[test]
     fn parses_known_dirs_in_order() {
-        let (dirs, tools) = parse("tool:git\ntool:evil\nnode_modules\n.venv\nevil\ntool:sh\n");
-        assert_eq!(dirs, vec![".venv", "node_modules"]);
-        assert_eq!(tools, vec!["git", "sh"]);
-        assert_eq!(parse(""), (vec![], vec![]));
+        let d = parse(
+            "i",
+            "x",
+            "path:/opt/tool/bin:/usr/bin\ntool:git\ntool:evil\nnode_modules\n.venv\nevil\ntool:sh\n",
+        );
+        assert_eq!(d.dirs, vec![".venv", "node_modules"]);
+        assert_eq!(d.tools, vec!["git", "sh"]);
+        assert_eq!(d.path.as_deref(), Some("/opt/tool/bin:/usr/bin"));
+        assert_eq!(parse("i", "x", "path:rel/bin:/x").path, None);
+        assert!(parse("i", "x", "").dirs.is_empty());
     }
 
     #[test]
@@ -395,10 +436,18 @@ mod tests {
             id: "0123456789ab".into(),
             dirs: vec![".venv".into(), "node_modules".into()],
             tools: vec![],
+            path: None,
         };
         let v = EnvVolumes::for_run(&d, "r/1", "gate");
-        assert_eq!(v.volumes[0].0, "belay-r-1-gate-0123456789ab-venv");
-        assert_eq!(v.volumes[1].0, "belay-r-1-gate-0123456789ab-node_modules");
+        let prefix = run_prefix("r/1");
+        assert!(prefix.starts_with("belay-r-1-") && prefix.len() == "belay-r-1-".len() + 9);
+        assert_eq!(v.volumes[0].0, format!("{prefix}gate-0123456789ab-venv"));
+        assert_eq!(
+            v.volumes[1].0,
+            format!("{prefix}gate-0123456789ab-node_modules")
+        );
+        // Ids that sanitize alike are kept apart.
+        assert_ne!(run_prefix("a.b"), run_prefix("a-b"));
         let m = v.mounts("/workspace/repo", true);
         assert_eq!(m[0].container, "/workspace/repo/.venv");
         assert!(m[0].read_only);
@@ -411,6 +460,12 @@ mod tests {
             "/workspace/repo/.venv/bin:/workspace/repo/node_modules/.bin:/usr/local/sbin"
         ));
         assert!(EnvVolumes::default().env("/w").is_empty());
+        // The image's own PATH stays, after the environment's directories.
+        let mut own = v.clone();
+        own.base_path = Some("/opt/tool/bin:/usr/bin".into());
+        assert!(own.env("/w")[1]
+            .1
+            .ends_with(":/w/node_modules/.bin:/opt/tool/bin:/usr/bin"));
     }
 
     #[test]
@@ -437,6 +492,7 @@ mod tests {
             probed: true,
             agent: EnvVolumes {
                 volumes: vec![("v".into(), ".venv".into())],
+                base_path: None,
             },
             ..Default::default()
         };
@@ -451,6 +507,7 @@ mod tests {
             id: "x".into(),
             dirs: vec![".venv".into(), "node_modules".into()],
             tools: vec![],
+            path: None,
         };
         let v = EnvVolumes::for_run(&d, "r", "agent");
         std::fs::create_dir(t.path().join("node_modules")).unwrap();

@@ -330,6 +330,19 @@ impl Git {
         Ok(self.run(&["rev-parse", "HEAD"]).await?.trim().to_string())
     }
 
+    /// Whether commit `ancestor` is in the history of `rev` (false when
+    /// either is unknown here).
+    pub async fn is_ancestor(&self, ancestor: &str, rev: &str) -> Result<bool, VcsError> {
+        let Some(a) = self.resolve_commit(ancestor).await? else {
+            return Ok(false);
+        };
+        match self.run(&["merge-base", "--is-ancestor", &a, rev]).await {
+            Ok(_) => Ok(true),
+            Err(VcsError::Failed { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The full SHA of the commit `rev` names, if it names one.
     pub async fn resolve_commit(&self, rev: &str) -> Result<Option<String>, VcsError> {
         let spec = format!("{rev}^{{commit}}");

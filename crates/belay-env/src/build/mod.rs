@@ -225,6 +225,7 @@ pub async fn build(
     let obs: &dyn BuildObserver = &recorder;
     reap(rt, obs).await?;
     let (mut run, prev_blocks) = Run::open(rt, opts, obs, setup, &ctx, started)?;
+    let head = repo_head(&ctx.repo_path).await;
     let result = opts
         .stop
         .race(run.drive(ctx, prev_blocks))
@@ -241,10 +242,27 @@ pub async fn build(
         }
     }
     finish?;
+    // The final image for the other modes: by id, with the commit it was
+    // built from (`sandbox_image` checks both before it uses the image).
+    if run.manifest.ok {
+        if let Some(img) = &run.manifest.final_image {
+            if let Ok(Some(info)) = rt.image(img).await {
+                handle.artifact(&info.id, head.as_deref());
+            }
+        }
+    }
     Ok(BuildOutcome {
         manifest: run.manifest,
         run_dir: run.dir.root,
     })
+}
+
+/// The commit the repository's work tree is at, when it is a git work
+/// tree (through belay's hardened git: no hooks, a deadline).
+pub async fn repo_head(repo: &Path) -> Option<String> {
+    let hooks = belay_record::state_home().join("no-hooks");
+    let git = belay_vcs::Git::open(repo, &hooks).await.ok()?;
+    git.head().await.ok()
 }
 
 /// A run's directory and what its records pass through, before it is opened.

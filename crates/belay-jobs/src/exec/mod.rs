@@ -248,7 +248,14 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
     let repos = repos_of(svc, job)?;
     announce_start(&run, job, &spec, &repos);
     let mut ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
-    ws.env = agent::run_env(svc, &run, &ws).await?;
+    match agent::run_env(svc, &run, &ws).await {
+        Ok(env) => ws.env = env,
+        Err(e) => {
+            // The worktrees go as after any job.
+            let _ = ws.finish(&run, &[], &[]).await;
+            return Err(e);
+        }
+    }
     let mut tally = Tally {
         tokens: Tokens::default(),
         cost_usd: 0.0,
@@ -269,6 +276,9 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         .collect();
     if let Some(rt) = &svc.rt {
         ws.env.remove(rt.as_ref()).await;
+    }
+    for r in &ws.repos {
+        ws.env.tidy(&r.wt_path);
     }
     let notes = ws.finish(&run, &keep, &pushed).await;
     let outcome = match outcome {
@@ -528,7 +538,16 @@ fn answer_prompt(svc: &Services, job: &Job, ws: &Workspace) -> String {
 
 /// The judgement of a session that hit its limit or failed; `None`: it completed.
 fn unfinished(report: &belay_agent::AgentReport, limit: u32) -> Option<Judged> {
-    if report.interim || matches!(report.stop, StopReason::TurnLimit { .. }) {
+    // A limit is the iteration limit's interim report; a CLI that crashed
+    // (an interim text too, from its partial output) failed, with its reason.
+    let limit_hit = matches!(
+        report.stop,
+        StopReason::TurnLimit { .. }
+            | StopReason::CostLimit { .. }
+            | StopReason::WallTime { .. }
+            | StopReason::Idle { .. }
+    );
+    if limit_hit {
         return Some(Judged::plain(
             Status::LimitReached,
             prompt::interim(limit, &report.final_text),

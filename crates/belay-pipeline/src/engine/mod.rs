@@ -230,9 +230,6 @@ pub struct Engine<'a> {
     /// (`.venv`, `node_modules`...), each kept in a named volume of the run
     /// that Docker fills from the image: a bind-mounted workspace would hide them.
     env_volumes: Option<belay_sandbox::envimage::EnvVolumes>,
-    /// The empty directories the engine makes in the work tree as the
-    /// volumes' mount points, removed with the containers.
-    env_mount_points: Vec<PathBuf>,
     /// The internal networks and the proxies of networked steps with an
     /// egress policy (presets, the browser class), made on first use.
     egress: Vec<(OpenNet, NetRoute)>,
@@ -383,7 +380,6 @@ impl<'a> Engine<'a> {
             secrets,
             containers: HashMap::new(),
             env_volumes: None,
-            env_mount_points: Vec::new(),
             egress: Vec::new(),
             open_net: None,
             seccomp,
@@ -493,7 +489,10 @@ impl<'a> Engine<'a> {
         for (_, c) in self.containers.drain() {
             let _ = self.rt.remove(&c).await;
         }
-        belay_sandbox::envimage::remove_mount_points(&self.env_mount_points);
+        // The empty mount points the engine made in the work tree.
+        if let Some(v) = &self.env_volumes {
+            v.tidy(self.git.root());
+        }
         if let Some(route) = self.model_route.take() {
             route.close(self.rt.as_ref()).await;
         }

@@ -313,7 +313,6 @@ impl Engine<'_> {
         )
         .await?;
         let volumes = EnvVolumes::for_run(&dirs, &self.state.run_id, "step");
-        self.env_mount_points = volumes.missing_mount_points(self.git.root());
         if !volumes.is_empty() {
             let image = self.image.clone();
             self.event(

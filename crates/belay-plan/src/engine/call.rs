@@ -244,9 +244,20 @@ impl Engine<'_> {
     /// developer proposes through the file, so its box has none; on the host
     /// there are no mounts (the opt-out), and what changed is judged after.
     fn box_extras(&self, role: Role) -> Result<BoxExtras, PlanError> {
-        let env = BoxExtras {
-            env: self.env.agent.clone(),
-            ..BoxExtras::default()
+        // The developer's environment set is writable; the reviewer gets
+        // the read-only set no agent ever wrote: a program the developer
+        // planted on the environment's PATH (a `setsid`, a `node`) must not
+        // run in the reviewer's container and speak for it.
+        let env = match role {
+            Role::Developer => BoxExtras {
+                env: self.env.agent.clone(),
+                ..BoxExtras::default()
+            },
+            Role::Reviewer => BoxExtras {
+                env: self.env.gate.clone(),
+                env_read_only: true,
+                ..BoxExtras::default()
+            },
         };
         if role != Role::Reviewer || self.o.on_host {
             return Ok(env);

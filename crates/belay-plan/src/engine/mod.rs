@@ -135,7 +135,7 @@ fn warn_to(run: &RunHandle, obs: &dyn Observer<PlanEvent>, message: String) {
 /// Run (or resume) the loop of the plan in `o.plan`.
 pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let mut e = setup::open(o).await?;
-    let env = e.env.clone();
+    let (env, root) = (e.env.clone(), e.git.root().to_path_buf());
     let report = match o.stop.race(e.drive()).await {
         Ok(stop) => e.end(stop).await,
         Err(why) => e.interrupted(why.0).await,
@@ -143,6 +143,8 @@ pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     if let Some(rt) = &o.rt {
         env.remove(rt.as_ref()).await;
     }
+    // (After a stop, too: the box was dropped before it could.)
+    env.tidy(&root);
     report
 }
 

@@ -158,6 +158,9 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     // volume in use.)
     if let Some(rt) = &rt {
         env.remove(rt.as_ref()).await;
+        if !a.keep_container {
+            env.tidy(&repo);
+        }
     }
     let output = match output {
         Ok(o) => o,

@@ -1295,8 +1295,9 @@ fn without_push_the_commit_stays_on_the_job_branch() {
 /// /opt/belay-agents, is the job agent in its container against the scripted
 /// model server, in its own dialect: its shell tool call writes a file, the
 /// repository's check runs in the sandbox, and belay commits and pushes the
-/// file. The key is passed by reference (`model_key_env`) and is in no file
-/// of the queue; the CLI's tools run because the owner set `auto_approve`.
+/// file. Nothing is configured but the spec and the URL: the key is taken
+/// from the CLI's own variable (and is in no file of the queue), and in its
+/// container the CLI's tools are approved without `auto_approve`.
 #[test]
 fn each_real_cli_as_the_job_agent_writes_a_checked_and_pushed_file() {
     require_agent_image();
@@ -1350,10 +1351,7 @@ turns:
             .unwrap()
             .replace(
                 &format!("spec = \"cmd:{}\"\n", w.agent.display()),
-                &format!(
-                    "spec = \"{spec}\"\nmodel_url = \"{}\"\nmodel_key_env = \"{key_env}\"\nauto_approve = true\n",
-                    server.url
-                ),
+                &format!("spec = \"{spec}\"\nmodel_url = \"{}\"\n", server.url),
             );
         assert!(cfg.contains(spec), "{cfg}");
         std::fs::write(w.path("jobs.toml"), cfg).unwrap();

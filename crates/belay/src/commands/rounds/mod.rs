@@ -261,13 +261,14 @@ async fn round(p: &Printer, config: &std::path::Path, a: RoundArgs) -> Result<u8
         let why = now.wait().await;
         now.trip_now(why);
     });
-    let r = match sup
+    let r = sup
         .round(RoundOptions {
             phase: a.phase.as_deref(),
             kill: Some(stop),
         })
-        .await
-    {
+        .await;
+    sup.close_env().await;
+    let r = match r {
         Ok(r) => r,
         Err(e) => {
             sup.end_run(
