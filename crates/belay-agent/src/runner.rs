@@ -15,6 +15,35 @@ use belay_model::{ModelClient, PriceTable};
 use belay_record::Redactor;
 use belay_sandbox::ContainerRuntime;
 
+/// Containers kept between the calls of one run, one per role: the role's
+/// next call reuses its container (readied by [`AgentBox::recycle`]), so a
+/// run starts one container per role and not one per call. The owner closes
+/// them at the run's end ([`WarmBoxes::close_all`]).
+#[derive(Default)]
+pub struct WarmBoxes {
+    boxes: tokio::sync::Mutex<std::collections::HashMap<String, AgentBox>>,
+}
+
+impl WarmBoxes {
+    async fn take(&self, key: &str) -> Option<AgentBox> {
+        self.boxes.lock().await.remove(key)
+    }
+
+    async fn put(&self, key: String, b: AgentBox) {
+        if let Some(old) = self.boxes.lock().await.insert(key, b) {
+            let _ = old.close().await;
+        }
+    }
+
+    /// Remove every kept container (and its route), sweeping the tree.
+    pub async fn close_all(&self) {
+        let all: Vec<AgentBox> = self.boxes.lock().await.drain().map(|(_, b)| b).collect();
+        for b in all {
+            let _ = b.close().await;
+        }
+    }
+}
+
 /// Where and how agents run.
 pub struct Runner<'a> {
     pub rt: Option<Arc<dyn ContainerRuntime>>,
@@ -46,6 +75,8 @@ pub struct Runner<'a> {
     /// The environment the agent gets beyond the scrubbed one (and, in a
     /// container, the route's), on either placement.
     pub agent_env: Vec<(String, String)>,
+    /// Keep each role's container for its next call (the plan loop).
+    pub warm: Option<&'a WarmBoxes>,
 }
 
 /// One call.
@@ -76,9 +107,18 @@ pub struct Output {
 impl Runner<'_> {
     pub async fn run(&self, c: Call<'_>) -> Result<Output, AgentError> {
         let prices = c.spec.model.as_deref().and_then(|m| self.prices.lookup(m));
-        // Where: the host (the opt-out), or a box of the call's own.
+        // Where: the host (the opt-out), a warm box of the role's last call,
+        // or a box of the call's own.
+        let warm = self.warm.filter(|_| !self.on_host && !self.extras.keep);
+        let key = self.box_key(&c);
+        let reused = match warm {
+            Some(w) => w.take(&key).await,
+            None => None,
+        };
         let agent_box = if self.on_host {
             None
+        } else if reused.is_some() {
+            reused
         } else {
             let Some(rt) = self.rt.clone() else {
                 return Err(AgentError::Config(
@@ -114,7 +154,7 @@ impl Runner<'_> {
             ),
             Some(b) => (
                 {
-                    let mut p = b.placement();
+                    let mut p = b.placement_kept(warm.is_some());
                     if let Placement::Container { env, .. } = &mut p {
                         env.extend(self.agent_env.iter().cloned());
                     }
@@ -172,7 +212,19 @@ impl Runner<'_> {
         };
         let report = session.run(c.prompt).await;
         let kept = self.extras.keep.then(|| agent_box.id().to_string());
-        let sweep = agent_box.close().await?;
+        let sweep = match warm {
+            Some(w) => match agent_box.recycle().await {
+                Ok(sweep) => {
+                    w.put(key, agent_box).await;
+                    sweep
+                }
+                Err(e) => {
+                    let _ = agent_box.close().await;
+                    return Err(e);
+                }
+            },
+            None => agent_box.close().await?,
+        };
         if !sweep.setid_cleared.is_empty() {
             (self.warn)(&format!(
                 "cleared set-id bits the agent left on {}",
@@ -191,6 +243,25 @@ impl Runner<'_> {
             nested_git: sweep.nested_git,
             kept,
         })
+    }
+}
+
+impl Runner<'_> {
+    /// What a warm box is kept under: everything its container was made
+    /// with (the role's label, agent, image, endpoint, mounts, environment).
+    fn box_key(&self, c: &Call<'_>) -> String {
+        format!(
+            "{}|{}|{}|{:?}|{:?}|{:?}|{}|{}|{:?}",
+            c.kind,
+            c.spec,
+            self.image,
+            self.endpoint.map(|e| &e.base_url),
+            self.extras.mounts,
+            self.extras.env.volumes,
+            self.extras.env_read_only,
+            self.extras.git_writable,
+            self.extras.lifeline,
+        )
     }
 }
 

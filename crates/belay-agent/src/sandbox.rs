@@ -184,6 +184,12 @@ impl AgentBox {
 
     /// Where an [`crate::AgentSession`] runs in this box.
     pub fn placement(&self) -> Placement {
+        self.placement_kept(false)
+    }
+
+    /// [`AgentBox::placement`] for a box that outlives the call (`warm`:
+    /// kept for the role's next call): the session cleans up after itself.
+    pub fn placement_kept(&self, warm: bool) -> Placement {
         Placement::Container {
             rt: self.rt.clone(),
             id: self.id.clone(),
@@ -195,9 +201,29 @@ impl AgentBox {
                 .unwrap_or_default(),
             host_root: Some(self.repo.clone()),
             host_dirs: vec![],
-            // A kept container stays for the user: it gets the cleanup.
-            removed_after: !self.keep,
+            // A kept container (for the user, or warm for the next call)
+            // gets the cleanup.
+            removed_after: !self.keep && !warm,
         }
+    }
+
+    /// Ready the container for the same role's next call instead of
+    /// removing it: every process but its init and idle main process killed
+    /// (by recorded identity), and the work tree swept as after any call.
+    /// The root is read-only; what the call left in `/tmp` is the same
+    /// role's, for its next call.
+    pub async fn recycle(&self) -> Result<WorkspaceSweep, AgentError> {
+        self.rt.end_call(&self.id).await?;
+        let repo = self.repo.clone();
+        tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&repo))
+            .await
+            .map_err(|e| AgentError::Io(format!("the workspace sweep stopped: {e}")))?
+            .map_err(|e| {
+                AgentError::Io(format!(
+                    "cannot check the workspace for set-id files after the agent: {e}; remove that path and check {} by hand",
+                    self.repo.display()
+                ))
+            })
     }
 
     /// Remove the container (unless kept) and its network, then sweep the

@@ -702,41 +702,11 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn end_step(&self, container: &str) -> Result<usize, SandboxError> {
-        self.check()?;
-        let recorded = self
-            .procs
-            .lock()
-            .ok()
-            .and_then(|m| m.get(container).cloned());
-        if let Some(mut p) = recorded {
-            let swept = p.sweep()?;
-            p.wipe_scratch()?;
-            if let Ok(mut m) = self.procs.lock() {
-                m.insert(container.to_string(), p);
-            }
-            return Ok(swept.killed);
-        }
-        // The engine's processes are not visible from here (a remote
-        // engine): the same, from inside, by recorded pid (never by name).
-        let spec = ExecSpec {
-            argv: vec!["/bin/sh".into(), "-c".into(), IN_CONTAINER_SWEEP.into()],
-            working_dir: None,
-            env: vec![],
-            timeout: Some(Duration::from_secs(30)),
-            log_path: std::env::temp_dir().join(format!("belay-sweep-{}.log", std::process::id())),
-            log_limit: None,
-        };
-        let out = self
-            .exec(container, &spec, &Redactor::default(), &crate::NoopObserver)
-            .await?;
-        let _ = fs_err::remove_file(&spec.log_path);
-        if !out.success() {
-            return Err(SandboxError::Docker {
-                op: "end a step's processes",
-                message: format!("the sweep failed: {}", out.stderr_tail.trim()),
-            });
-        }
-        Ok(out.stdout_tail.trim().parse().unwrap_or(0))
+        self.end_processes(container, true).await
+    }
+
+    async fn end_call(&self, container: &str) -> Result<usize, SandboxError> {
+        self.end_processes(container, false).await
     }
 
     fn exec_user(&self, container: &str) -> Option<String> {
@@ -1264,4 +1234,49 @@ impl DockerRuntime {
             .map(|i| i.id)
             .unwrap_or_default())
     }
+}
+
+impl DockerRuntime {
+    /// Kill every process in `container` but its init and main process
+    /// (by recorded identity), and with `wipe` empty `/tmp` and `/dev/shm`.
+    async fn end_processes(&self, container: &str, wipe: bool) -> Result<usize, SandboxError> {
+        self.check()?;
+        let recorded = self
+            .procs
+            .lock()
+            .ok()
+            .and_then(|m| m.get(container).cloned());
+        if let Some(mut p) = recorded {
+            let swept = p.sweep()?;
+            if wipe {
+                p.wipe_scratch()?;
+            }
+            if let Ok(mut m) = self.procs.lock() {
+                m.insert(container.to_string(), p);
+            }
+            return Ok(swept.killed);
+        }
+        // The engine's processes are not visible from here (a remote
+        // engine): the same, from inside, by recorded pid (never by name).
+        let spec = ExecSpec {
+            argv: vec!["/bin/sh".into(), "-c".into(), IN_CONTAINER_SWEEP.into()],
+            working_dir: None,
+            env: vec![],
+            timeout: Some(Duration::from_secs(30)),
+            log_path: std::env::temp_dir().join(format!("belay-sweep-{}.log", std::process::id())),
+            log_limit: None,
+        };
+        let out = self
+            .exec(container, &spec, &Redactor::default(), &crate::NoopObserver)
+            .await?;
+        let _ = fs_err::remove_file(&spec.log_path);
+        if !out.success() {
+            return Err(SandboxError::Docker {
+                op: "end a step's processes",
+                message: format!("the sweep failed: {}", out.stderr_tail.trim()),
+            });
+        }
+        Ok(out.stdout_tail.trim().parse().unwrap_or(0))
+    }
+
 }

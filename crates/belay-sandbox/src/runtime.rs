@@ -185,6 +185,13 @@ pub trait ContainerRuntime: Send + Sync {
     /// and main process (by recorded identity, never by name), and empty its
     /// `/tmp` and `/dev/shm`. How many processes were killed.
     async fn end_step(&self, container: &str) -> Result<usize, SandboxError>;
+    /// End an agent's call in a container kept for the same role's next
+    /// call: kill every process but its init and main process, as
+    /// [`ContainerRuntime::end_step`], but keep `/tmp` (mounts a box makes,
+    /// a `cmd:` program or a login directory, can be under it).
+    async fn end_call(&self, container: &str) -> Result<usize, SandboxError> {
+        self.end_step(container).await
+    }
     /// The user commands run as in this container (`docker exec -u`): the
     /// image's user, or `None` for the container's own.
     fn exec_user(&self, container: &str) -> Option<String>;

@@ -145,6 +145,7 @@ pub async fn session(
             ..Default::default()
         },
         agent_env: env,
+        warm: None,
     };
     let _ = run.emit("jobs", Some("agent"), &JobEvent::AgentStarted { attempt });
     let call = Call {

@@ -136,6 +136,7 @@ impl Engine<'_> {
             warn: &warn,
             extras,
             agent_env: vec![],
+            warm: Some(&self.warm),
         };
         let result = runner
             .run(belay_agent::runner::Call {
@@ -264,7 +265,10 @@ impl Engine<'_> {
         }
         let view = self.run.path(super::PLAN_VIEW);
         let text = self.plan.render(&self.state.view());
-        belay_record::atomic_write(&view, text.as_bytes())?;
+        // Rewritten in place, not renamed over: the reviewer's kept container
+        // has this very file (its inode) mounted. No agent runs meanwhile,
+        // and no agent can write it (belay's run directory, mounted read-only).
+        fs_err::write(&view, text.as_bytes()).map_err(|e| PlanError::io("write", &view, e))?;
         Ok(BoxExtras {
             mounts: vec![belay_sandbox::Mount {
                 host: view,

@@ -124,6 +124,8 @@ pub(crate) struct Engine<'a> {
     /// The image's environment over the work tree (an env build's image):
     /// the agents' writable set, the gate's read-only one.
     env: belay_sandbox::envimage::RunEnv,
+    /// Each role's container, kept for its next call.
+    warm: std::sync::Arc<belay_agent::runner::WarmBoxes>,
     _lock: RunLock,
 }
 
@@ -136,9 +138,16 @@ fn warn_to(run: &RunHandle, obs: &dyn Observer<PlanEvent>, message: String) {
 pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let mut e = setup::open(o).await?;
     let (env, root) = (e.env.clone(), e.git.root().to_path_buf());
+    let warm = e.warm.clone();
     let report = match o.stop.race(e.drive()).await {
-        Ok(stop) => e.end(stop).await,
-        Err(why) => e.interrupted(why.0).await,
+        Ok(stop) => {
+            warm.close_all().await;
+            e.end(stop).await
+        }
+        Err(why) => {
+            warm.close_all().await;
+            e.interrupted(why.0).await
+        }
     };
     if let Some(rt) = &o.rt {
         env.remove(rt.as_ref()).await;

@@ -387,6 +387,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         commits: Vec::new(),
         index: loc.index.clone(),
         env,
+        warm: Default::default(),
         _lock: lock,
     };
     e.save()?;

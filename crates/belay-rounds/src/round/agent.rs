@@ -185,6 +185,7 @@ impl Supervisor {
                 ..Default::default()
             },
             agent_env: env,
+            warm: None,
         };
         let grace = if cfg.runtime.grace_after_result_s > 0.0 {
             cfg.runtime.grace_after_result_s

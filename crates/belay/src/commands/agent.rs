@@ -136,6 +136,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             ..BoxExtras::default()
         },
         agent_env: vec![],
+        warm: None,
     };
     let call = Call {
         spec: &spec,
