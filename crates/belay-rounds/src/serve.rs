@@ -260,6 +260,20 @@ impl Supervisor {
     ) -> Option<ServeEnd> {
         match e {
             RoundsError::Config(m) => Some(serve_end(crate::exit::CONFIG, m, rounds)),
+            // The agent cannot be started as configured (its program is not
+            // there, its spec is wrong): waiting does not fix that.
+            RoundsError::Agent(a)
+                if belay_record::Classify::exit_class(&a) == belay_record::ExitClass::Usage =>
+            {
+                let msg = format!("the agent cannot start: {a}; fix [agent] in the config");
+                self.emit(
+                    None,
+                    &RoundEvent::RoundNotStarted {
+                        reason: msg.clone(),
+                    },
+                );
+                Some(serve_end(crate::exit::CONFIG, msg, rounds))
+            }
             e @ RoundsError::Environment(_)
             | e @ RoundsError::Record(_)
             | e @ RoundsError::Sandbox(_)

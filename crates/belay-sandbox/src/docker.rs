@@ -1278,5 +1278,4 @@ impl DockerRuntime {
         }
         Ok(out.stdout_tail.trim().parse().unwrap_or(0))
     }
-
 }

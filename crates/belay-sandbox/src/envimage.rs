@@ -136,6 +136,15 @@ pub async fn probe(
     Ok(found)
 }
 
+/// Whether `image` is one of belay's checkpoint images (an env build's),
+/// the only kind that brings an environment under the workspace path.
+pub async fn is_env_image(rt: &dyn ContainerRuntime, image: &str) -> Result<bool, SandboxError> {
+    Ok(rt
+        .image(image)
+        .await?
+        .is_some_and(|i| i.labels.get("belay.kind").map(String::as_str) == Some("checkpoint")))
+}
+
 /// Where probes are remembered: belay's state directory, by image id.
 pub fn probe_cache() -> PathBuf {
     belay_record::state_home().join("cache").join("env-probe")
@@ -304,14 +313,23 @@ pub struct RunEnv {
 
 impl RunEnv {
     /// Probe `image` (cached in belay's state directory) and name the run's
-    /// two sets.
+    /// two sets. Only an env build's image (a belay checkpoint) brings an
+    /// environment; another is probed only when `tools` are asked for (a
+    /// gate to check), so a run on the base image starts no probe.
     pub async fn open(
         rt: &dyn ContainerRuntime,
         image: &str,
         run_id: &str,
         workdir: &str,
         redactor: &Redactor,
+        tools: bool,
     ) -> Result<RunEnv, SandboxError> {
+        if !tools && !is_env_image(rt, image).await? {
+            return Ok(RunEnv {
+                image: image.into(),
+                ..Default::default()
+            });
+        }
         let dirs = probe(rt, image, run_id, workdir, Some(&probe_cache()), redactor).await?;
         Ok(RunEnv {
             image: image.into(),

@@ -72,12 +72,17 @@ const short = (s, n) => (s && s.length > n ? s.slice(0, n) + '…' : s || '');
 
 // ---- the registry stream: the list and the attention count stay live ----
 
+// Throttled, not debounced: a change schedules one refresh 120 ms on, and
+// changes meanwhile ride on it. While runs finish faster than the timer, the
+// list still refreshes every 120 ms (a debounce restarted by every change
+// never fired under load).
 let regTimer = null;
 function registryStream() {
   const es = new EventSource(withToken('/api/stream'));
   es.addEventListener('changed', () => {
-    clearTimeout(regTimer);
+    if (regTimer) return;
     regTimer = setTimeout(() => {
+      regTimer = null;
       refreshAttention();
       if (B.view && B.view.onRegistry) B.view.onRegistry();
     }, 120);

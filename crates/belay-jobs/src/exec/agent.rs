@@ -73,6 +73,7 @@ pub async fn run_env(
         run.id(),
         belay_agent::sandbox::WORKDIR,
         run.redactor(),
+        false,
     )
     .await?;
     if !env.dirs().is_empty() {

@@ -303,6 +303,11 @@ impl Engine<'_> {
         if let Some(v) = &self.env_volumes {
             return Ok(v.clone());
         }
+        // Only an env build's image brings an environment: no probe else.
+        if !belay_sandbox::envimage::is_env_image(self.rt.as_ref(), &self.image).await? {
+            self.env_volumes = Some(EnvVolumes::default());
+            return Ok(EnvVolumes::default());
+        }
         let dirs = belay_sandbox::envimage::probe(
             self.rt.as_ref(),
             &self.image,

@@ -136,7 +136,11 @@ impl Engine<'_> {
             warn: &warn,
             extras,
             agent_env: vec![],
-            warm: Some(&self.warm),
+            // The developer's container is kept for its next call. The
+            // reviewer's is not: its read-only plan view is a file mount
+            // over the plan file, which the next write of the plan file
+            // (a rename in the work tree) would leave it without.
+            warm: (role == Role::Developer).then_some(&*self.warm),
         };
         let result = runner
             .run(belay_agent::runner::Call {

@@ -341,6 +341,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
                 &run_id,
                 belay_agent::sandbox::WORKDIR,
                 &o.redactor,
+                plan.has_commands(),
             )
             .await?
         }

@@ -137,6 +137,7 @@ impl Supervisor {
             self.run.id(),
             belay_agent::sandbox::WORKDIR,
             &self.redactor(),
+            false,
         )
         .await?;
         let agent = e.agent.clone();

@@ -103,6 +103,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
                 &run_id,
                 belay_agent::sandbox::WORKDIR,
                 &redactor,
+                false,
             )
             .await?
         }
