@@ -49,6 +49,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| filter.into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: stderr redirected to a log file (a
+        // systemd unit, `belay jobs work 2> log`) gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
