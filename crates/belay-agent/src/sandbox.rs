@@ -214,16 +214,7 @@ impl AgentBox {
     /// role's, for its next call.
     pub async fn recycle(&self) -> Result<WorkspaceSweep, AgentError> {
         self.rt.end_call(&self.id).await?;
-        let repo = self.repo.clone();
-        tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&repo))
-            .await
-            .map_err(|e| AgentError::Io(format!("the workspace sweep stopped: {e}")))?
-            .map_err(|e| {
-                AgentError::Io(format!(
-                    "cannot check the workspace for set-id files after the agent: {e}; remove that path and check {} by hand",
-                    self.repo.display()
-                ))
-            })
+        sweep(&self.repo).await
     }
 
     /// Remove the container (unless kept) and its network, then sweep the
@@ -236,17 +227,24 @@ impl AgentBox {
         if let Some(r) = self.route {
             r.close(self.rt.as_ref()).await;
         }
-        let repo = self.repo.clone();
-        tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&repo))
-            .await
-            .map_err(|e| AgentError::Io(format!("the workspace sweep stopped: {e}")))?
-            .map_err(|e| {
-                AgentError::Io(format!(
-                    "cannot check the workspace for set-id files after the agent: {e}; remove that path and check {} by hand",
-                    self.repo.display()
-                ))
-            })
+        sweep(&self.repo).await
     }
+}
+
+/// The work tree swept after an agent (`hostfs::sweep_workspace`: set-id
+/// bits cleared, planted repositories named); one that cannot finish is an
+/// error (fail closed).
+async fn sweep(repo: &Path) -> Result<WorkspaceSweep, AgentError> {
+    let root = repo.to_path_buf();
+    tokio::task::spawn_blocking(move || belay_sandbox::hostfs::sweep_workspace(&root))
+        .await
+        .map_err(|e| AgentError::Io(format!("the workspace sweep stopped: {e}")))?
+        .map_err(|e| {
+            AgentError::Io(format!(
+                "cannot check the workspace for set-id files after the agent: {e}; remove that path and check {} by hand",
+                repo.display()
+            ))
+        })
 }
 
 /// What every agent container gets so that a CLI calls only its model: its

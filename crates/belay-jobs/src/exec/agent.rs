@@ -62,8 +62,8 @@ pub async fn run_env(
     run: &JobRun,
     ws: &Workspace,
 ) -> Result<belay_sandbox::envimage::RunEnv, JobsError> {
-    let in_container = svc.cfg.agent.placement != Placement::Host
-        || ws.repos.iter().any(|r| !r.cfg.checks.is_empty());
+    let checks = ws.repos.iter().any(|r| !r.cfg.checks.is_empty());
+    let in_container = svc.cfg.agent.placement != Placement::Host || checks;
     let Some(rt) = svc.rt.as_ref().filter(|_| in_container) else {
         return Ok(Default::default());
     };
@@ -73,9 +73,23 @@ pub async fn run_env(
         run.id(),
         belay_agent::sandbox::WORKDIR,
         run.redactor(),
-        false,
+        checks,
     )
     .await?;
+    // A check the image cannot run would fail after the agent's whole
+    // session: refused before it, with the way to an image that has it.
+    for r in &ws.repos {
+        for c in &r.cfg.checks {
+            if let Some(prog) = env.lacking(c) {
+                return Err(JobsError::Refused(format!(
+                    "`{}`'s check `{c}` runs `{prog}`, which the image {} does not have: build the repository's environment with `belay env build --repo {}` (its jobs then run in it), or set [agent] image to one that has {prog}",
+                    r.cfg.name,
+                    env.image,
+                    r.cfg.path.display()
+                )));
+            }
+        }
+    }
     if !env.dirs().is_empty() {
         let _ = run.emit(
             "jobs",

@@ -1429,3 +1429,26 @@ turns:
         eprintln!("{cli}: the job took {took:?}");
     }
 }
+
+/// A check that starts a program the agent's image does not have (`python3`
+/// in belay-agent:bookworm) would fail after the agent's whole session: the
+/// job is refused before the agent runs, saying which env build makes an
+/// image that has it, and nothing reaches the remote.
+#[test]
+fn a_check_the_image_cannot_run_fails_the_job_before_its_agent() {
+    require_agent_image();
+    let w = ws();
+    w.config("container", "checks = [\"python3 -m pytest -q\"]", "");
+    let id = w.submit(&[], "@@write index.html changed\n@@commit change it");
+    let t = Instant::now();
+    let o = w.work_once_failing(&id, "failed");
+    // (No agent session: the refusal comes at once.)
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("runs `python3`, which the image belay-agent:bookworm does not have")
+            && err.contains("belay env build --repo"),
+        "{err}"
+    );
+    assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
+}

@@ -1374,15 +1374,7 @@ fn a_developers_plant_on_the_env_path_never_speaks_for_the_reviewer() {
     let w = ws_with(p);
     copy_example(&w, "hello-python");
     let env_run = format!("plan-env-plant-{}", std::process::id());
-    ok(&w
-        .cmd()
-        .args(["env", "build", "--planner", "rules", "--repo"])
-        .arg(&w.repo)
-        .arg("--state-dir")
-        .arg(w.tmp.path().join("env-state"))
-        .args(["--run-id", &env_run])
-        .output()
-        .unwrap());
+    env_build(&w, &env_run);
     let o = w.run("dev-plant", "rev-reject", &["--max-review-attempts", "1"]);
     assert!(
         !w.subjects().iter().any(|s| s == "c1: approved"),
@@ -1403,6 +1395,19 @@ fn a_developers_plant_on_the_env_path_never_speaks_for_the_reviewer() {
         "{answers:?}"
     );
     remove_images_of(&env_run);
+}
+
+/// `belay env build` of the work tree (the rules planner), as run `run`.
+fn env_build(w: &Ws, run: &str) {
+    ok(&w
+        .cmd()
+        .args(["env", "build", "--planner", "rules", "--repo"])
+        .arg(&w.repo)
+        .arg("--state-dir")
+        .arg(w.tmp.path().join("env-state"))
+        .args(["--run-id", run])
+        .output()
+        .unwrap());
 }
 
 fn copy_example(w: &Ws, example: &str) {
@@ -1455,16 +1460,7 @@ fn env_image_gate(example: &str, test_cmd: &str, program: &str, env_dir: &str, p
         env_dir.trim_start_matches('.'),
         std::process::id()
     );
-    let o = w
-        .cmd()
-        .args(["env", "build", "--planner", "rules", "--repo"])
-        .arg(&w.repo)
-        .arg("--state-dir")
-        .arg(w.tmp.path().join("env-state"))
-        .args(["--run-id", &env_run])
-        .output()
-        .unwrap();
-    ok(&o);
+    env_build(&w, &env_run);
 
     let o = w.run("dev", "rev-approve", &[]);
     ok(&o);
