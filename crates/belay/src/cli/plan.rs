@@ -144,10 +144,9 @@ pub struct PlanRunArgs {
     /// Let the CLIs act without asking: pass their auto-approval flags
     /// (claude --dangerously-skip-permissions, codex
     /// --dangerously-bypass-approvals-and-sandbox, gemini --yolo, grok
-    /// --always-approve, agy --dangerously-skip-permissions). Off unless given,
-    /// in a container as on the host; without it a headless CLI keeps its own
-    /// permission layer, which denies what it would ask for. In belay's
-    /// container it is the usual choice: the container is the sandbox.
+    /// --always-approve, agy --dangerously-skip-permissions) on the host too. In
+    /// belay's container they are always passed (the container is the
+    /// sandbox; a headless CLI's own permission layer only refuses there).
     #[arg(long)]
     pub auto_approve: bool,
     /// More environment variables whose values are secrets (scrubbed from
