@@ -490,7 +490,8 @@ fn malformed_pipeline_files_name_the_line() {
 
 /// The bridge between the two modes: the final image of `belay env build`
 /// runs the project's tests as a pipeline step (its venv under the workspace
-/// path comes from the image although the workspace is bind-mounted there).
+/// path comes from the image although the workspace is bind-mounted there),
+/// and is the pipeline's image by default.
 #[test]
 fn an_env_build_image_runs_the_pipeline_steps() {
     require_engine();
@@ -519,14 +520,16 @@ fn an_env_build_image_runs_the_pipeline_steps() {
     )
     .unwrap();
     let image = manifest["final_image"].as_str().unwrap().to_string();
+    // No isolation.image: the repository's latest env build is the image,
+    // and `python3` is the project's interpreter (its venv on PATH).
     std::fs::write(
         repo.join("pipeline.yaml"),
-        format!("name: bridge\nisolation: {{image: \"{image}\"}}\ndeps_policy: open\nsteps:\n  - name: test\n    command: .venv/bin/python -m pytest -q\n"),
+        "name: bridge\ndeps_policy: open\nsteps:\n  - name: test\n    command: python3 -m pytest -q\n",
     )
     .unwrap();
     init_repo(&repo);
     let state = tmp.path().join("state");
-    belay()
+    let out = belay()
         .arg("run")
         .arg(repo.join("pipeline.yaml"))
         .arg("--state-dir")
@@ -534,6 +537,13 @@ fn an_env_build_image_runs_the_pipeline_steps() {
         .timeout(Duration::from_secs(300))
         .assert()
         .success();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        err.contains(&format!(
+            "sandbox image {image} (the repository's latest env build {run})"
+        )),
+        "{err}"
+    );
     let run_dir = latest_run(&state);
     let all = all_logs(&run_dir);
     assert!(all.contains("passed"), "{all}");
