@@ -12,15 +12,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use sasl::common::ChannelBinding;
 use tokio::time::Instant;
-use tokio_xmpp::connect::DnsConfig;
+use tokio_xmpp::connect::{
+    DnsConfig, ServerConnector, StartTlsServerConnector, TcpServerConnector,
+};
 use tokio_xmpp::jid::{BareJid, Jid};
 use tokio_xmpp::parsers::carbons;
 use tokio_xmpp::parsers::iq::Iq;
 use tokio_xmpp::parsers::message::{Lang, Message, MessageType};
 use tokio_xmpp::parsers::ping::Ping;
 use tokio_xmpp::parsers::presence::{Presence, Show, Type as PresenceType};
-use tokio_xmpp::xmlstream::Timeouts;
+use tokio_xmpp::xmlstream::{PendingFeaturesRecv, Timeouts};
 use tokio_xmpp::{Client, Event, IqRequest, IqResponseToken, Stanza};
 
 use crate::chat::{self, Command};
@@ -40,6 +43,66 @@ const PING_EVERY: Duration = Duration::from_secs(10);
 const DEAD_AFTER: Duration = Duration::from_secs(25);
 /// The back-off of making the client anew.
 const REBUILD_MAX: Duration = Duration::from_secs(60);
+
+/// A connection within this long of the last one is paced.
+const QUIET: Duration = Duration::from_secs(30);
+
+/// When belay's account last connected and how long the next quick
+/// reconnection waits.
+#[derive(Debug, Default)]
+struct PaceState {
+    last: Option<std::time::Instant>,
+    pause: Duration,
+}
+
+/// Every connection of belay's account goes through here. tokio-xmpp
+/// reconnects by itself, at once, after a drop, and again after every
+/// login that ends before its stream is bound (a restarted server that
+/// refuses the stream's resumption): hundreds of logins a second, which a
+/// real server rate-limits or bans. A connection within [`QUIET`] of the
+/// last one waits 1 s, then 2, 4, … up to [`REBUILD_MAX`]; after a quiet
+/// spell the next is at once.
+#[derive(Clone, Debug)]
+struct Paced<C> {
+    inner: C,
+    state: Arc<std::sync::Mutex<PaceState>>,
+}
+
+impl<C: ServerConnector> ServerConnector for Paced<C> {
+    type Stream = C::Stream;
+
+    fn connect(
+        &self,
+        jid: &Jid,
+        ns: &'static str,
+        timeouts: Timeouts,
+    ) -> impl std::future::Future<
+        Output = Result<(PendingFeaturesRecv<Self::Stream>, ChannelBinding), tokio_xmpp::Error>,
+    > + Send {
+        let wait = {
+            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            let wait = match s.last {
+                Some(t) if now < t + QUIET => {
+                    let w = s.pause.max(Duration::from_secs(1));
+                    s.pause = (w * 2).min(REBUILD_MAX);
+                    w
+                }
+                _ => {
+                    s.pause = Duration::from_secs(1);
+                    Duration::ZERO
+                }
+            };
+            s.last = Some(now + wait);
+            wait
+        };
+        let (inner, jid) = (self.inner.clone(), jid.clone());
+        async move {
+            tokio::time::sleep(wait).await;
+            inner.connect(&jid, ns, timeouts).await
+        }
+    }
+}
 
 /// Messages of one sender within the window.
 struct Batch {
@@ -85,37 +148,52 @@ pub fn chunks(text: &str, n: usize) -> Vec<String> {
     out
 }
 
-fn client_for(x: &XmppConfig, jid: BareJid, password: String) -> Result<Client, JobsError> {
+fn client_for(
+    x: &XmppConfig,
+    jid: BareJid,
+    password: String,
+    pace: &Arc<std::sync::Mutex<PaceState>>,
+) -> Result<Client, JobsError> {
     let timeouts = Timeouts::default();
     if x.insecure_plaintext_loopback {
         let server = x.server.clone().unwrap_or_default();
-        return Ok(Client::new_plaintext(
+        return Ok(Client::new_with_connector(
             jid,
             password,
-            DnsConfig::addr(&server),
+            Paced {
+                inner: TcpServerConnector::from(DnsConfig::addr(&server)),
+                state: pace.clone(),
+            },
             timeouts,
         ));
     }
-    match &x.server {
+    let dns = match &x.server {
         Some(s) => {
             let (host, port) = s
                 .rsplit_once(':')
                 .and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h.to_string(), p)))
                 .ok_or_else(|| JobsError::Config(format!("[xmpp] server `{s}`: give host:port")))?;
-            Ok(Client::new_starttls(
-                jid,
-                password,
-                DnsConfig::no_srv(&host, port),
-                timeouts,
-            ))
+            DnsConfig::no_srv(&host, port)
         }
-        None => Ok(Client::new(jid, password)),
-    }
+        None => DnsConfig::srv_default_client(jid.domain().as_ref()),
+    };
+    Ok(Client::new_with_connector(
+        jid,
+        password,
+        Paced {
+            inner: StartTlsServerConnector::from(dns),
+            state: pace.clone(),
+        },
+        timeouts,
+    ))
 }
 
 /// The account's password, its bare address, a client for it and the
 /// server's address (each error as the config names it).
-fn connect_parts(x: &XmppConfig) -> Result<(String, BareJid, Client, Jid), JobsError> {
+fn connect_parts(
+    x: &XmppConfig,
+    pace: &Arc<std::sync::Mutex<PaceState>>,
+) -> Result<(String, BareJid, Client, Jid), JobsError> {
     let password = std::env::var(&x.password_env).map_err(|_| {
         JobsError::Config(format!(
             "[xmpp] password_env names {}, which is not set: export the account's password there",
@@ -126,7 +204,7 @@ fn connect_parts(x: &XmppConfig) -> Result<(String, BareJid, Client, Jid), JobsE
         .jid
         .parse()
         .map_err(|e| JobsError::Config(format!("[xmpp] jid `{}`: {e}", x.jid)))?;
-    let client = client_for(x, me.clone(), password.clone())?;
+    let client = client_for(x, me.clone(), password.clone(), pace)?;
     let server_jid: Jid = me
         .domain()
         .as_str()
@@ -231,7 +309,9 @@ pub async fn run(
         return Ok(());
     };
     let _ = tokio_xmpp::rustls::crypto::ring::default_provider().install_default();
-    let (password, me, mut client, server_jid) = connect_parts(&x)?;
+    // One pace for every client this front end makes.
+    let pace = Arc::new(std::sync::Mutex::new(PaceState::default()));
+    let (password, me, mut client, server_jid) = connect_parts(&x, &pace)?;
     let mut alive_until = Instant::now() + DEAD_AFTER;
     let mut next_ping = Instant::now() + PING_EVERY;
     let mut ping: Option<std::pin::Pin<Box<IqResponseToken>>> = None;
@@ -307,7 +387,11 @@ pub async fn run(
                         _ = stop.wait() => break,
                     }
                     rebuild_pause = (rebuild_pause * 2).min(REBUILD_MAX);
-                    let old = std::mem::replace(&mut client, client_for(&x, me.clone(), password.clone())?);
+                    // A fresh client (no stream to resume) may connect at once.
+                    if let Ok(mut p) = pace.lock() {
+                        p.last = None;
+                    }
+                    let old = std::mem::replace(&mut client, client_for(&x, me.clone(), password.clone(), &pace)?);
                     let _ = tokio::time::timeout(Duration::from_secs(1), old.send_end()).await;
                     alive_until = Instant::now() + DEAD_AFTER + rebuild_pause;
                     next_ping = Instant::now() + PING_EVERY;

@@ -931,6 +931,14 @@ fn chat_survives_a_server_restart_without_duplicate_jobs() {
         err.matches("online as builder@localhost").count() >= 2,
         "{err}"
     );
+    // No reconnect storm: tokio-xmpp reconnects by itself, and after the
+    // restarted server refused to resume the stream it logged in hundreds of
+    // times (497 and 573 in two runs) until belay made a new client; every
+    // connection is paced now.
+    let log = std::fs::read_to_string(server.dir.join("prosody.log")).unwrap_or_default();
+    let logins = log.matches("Authenticated as builder@localhost").count();
+    eprintln!("belay's logins across the restart: {logins}");
+    assert!((2..=12).contains(&logins), "{logins} logins:\n{err}");
 }
 
 /// The repository's checks run in the sandbox before the commit (a failure
