@@ -232,6 +232,60 @@ async fn on_online(svc: &Services, client: &mut Client, bound_jid: &Jid, resumed
     let _ = client.send_stanza(iq.into()).await;
 }
 
+/// The batches waiting for their window, as the disk has them: a belay
+/// killed inside a window loses no message (the server delivered it once).
+const BATCHES_FILE: &str = "xmpp-batches.json";
+
+/// Write the open batches (`from` → texts and ids) atomically.
+fn save_batches(path: &std::path::Path, batches: &BTreeMap<String, Batch>) {
+    let open: BTreeMap<&String, (&Vec<String>, &Vec<String>)> = batches
+        .iter()
+        .map(|(from, b)| (from, (&b.texts, &b.ids)))
+        .collect();
+    match serde_json::to_vec(&open) {
+        Ok(bytes) => {
+            if let Err(e) = belay_record::atomic_write(path, &bytes) {
+                tracing::warn!(
+                    "xmpp: cannot keep the open batches in {}: {e}",
+                    path.display()
+                );
+            }
+        }
+        Err(e) => tracing::warn!("xmpp: cannot encode the open batches: {e}"),
+    }
+}
+
+/// What a killed belay left in its batching window becomes jobs now (its
+/// window is long over); a message already made into a job (its id seen)
+/// is not made again.
+fn recover_batches(
+    svc: &Services,
+    wake: &tokio::sync::Notify,
+    seen: &mut Seen,
+    path: &std::path::Path,
+) {
+    // host-owned: the queue directory, belay's own.
+    let Ok(bytes) = std::fs::read(path) else {
+        return;
+    };
+    let open: BTreeMap<String, (Vec<String>, Vec<String>)> =
+        serde_json::from_slice(&bytes).unwrap_or_default();
+    for (from, (texts, ids)) in open {
+        if texts.is_empty() || ids.iter().any(|id| seen.contains(&from, id)) {
+            continue;
+        }
+        tracing::info!("xmpp: a batch from {from} left by a stopped belay becomes a job");
+        let b = Batch {
+            texts,
+            ids,
+            first: None,
+            deadline: Instant::now(),
+        };
+        flush(svc, wake, seen, &from, b);
+    }
+    save_batches(path, &BTreeMap::new());
+}
+
 /// Every batch whose window has closed becomes a job.
 fn flush_due(
     svc: &Services,
@@ -317,6 +371,8 @@ pub async fn run(
     let mut ping: Option<std::pin::Pin<Box<IqResponseToken>>> = None;
     let mut rebuild_pause = Duration::from_secs(1);
     let mut seen = Seen::load(&svc.queue.sub("xmpp-seen.json"));
+    let batches_file = svc.queue.sub(BATCHES_FILE);
+    recover_batches(&svc, &wake, &mut seen, &batches_file);
     let mut batches: BTreeMap<String, Batch> = BTreeMap::new();
     let mut online = false;
     let mut sending: Option<Sending> = None;
@@ -349,6 +405,7 @@ pub async fn run(
                     Event::Stanza(Stanza::Message(m)) => {
                         if let Some((from, id, body)) = incoming(&me, m) {
                             on_message(&svc, &wake, &mut batches, &mut seen, &x, &from, id, &body).await;
+                            save_batches(&batches_file, &batches);
                         }
                     }
                     Event::Stanza(_) => {}
@@ -356,6 +413,7 @@ pub async fn run(
             }
             _ = tokio::time::sleep_until(due) => {
                 flush_due(&svc, &wake, &mut batches, &mut seen);
+                save_batches(&batches_file, &batches);
             }
             _ = tick.tick(), if online => {
                 send_next(&svc, &mut client, &x, &mut sending, &mut next_send).await;
@@ -418,6 +476,7 @@ pub async fn run(
     for (from, b) in std::mem::take(&mut batches) {
         flush(&svc, &wake, &mut seen, &from, b);
     }
+    save_batches(&batches_file, &batches);
     let _ = tokio::time::timeout(Duration::from_secs(2), client.send_end()).await;
     Ok(())
 }

@@ -1460,3 +1460,51 @@ fn a_check_the_image_cannot_run_fails_the_job_before_its_agent() {
     );
     assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
 }
+
+/// A message belay received inside its batching window, then `kill -9`:
+/// the server delivered it once and will not again, so belay keeps its open
+/// batches on disk, and the next start makes the job and answers it.
+#[test]
+fn a_message_inside_the_batching_window_survives_kill_9() {
+    require_agent_image();
+    let w = ws();
+    let server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner"]);
+    xmpp_config(&w, server.port, "");
+    let cfg = std::fs::read_to_string(w.path("jobs.toml"))
+        .unwrap()
+        .replace("batch_window_ms = 1500", "batch_window_ms = 8000");
+    std::fs::write(w.path("jobs.toml"), cfg).unwrap();
+    let mut worker = spawn_xmpp_work(&w);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    let t = Instant::now();
+    while !std::fs::read_to_string(w.path("work.log"))
+        .unwrap_or_default()
+        .contains("online as builder@localhost")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "belay never came online"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    owner.send_with_id(
+        "builder@localhost",
+        "@@say kept across the kill",
+        "msg-kill",
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    assert_eq!(
+        std::fs::read_dir(w.queue().join("inbox"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "the window had not closed: no job yet"
+    );
+    let worker = spawn_xmpp_work(&w);
+    owner.wait_for("kept across the kill", Duration::from_secs(120));
+    let err = stop(&w, worker);
+    let done = std::fs::read_dir(w.queue().join("done")).unwrap().count();
+    assert_eq!(done, 1, "one job: {err}");
+}
