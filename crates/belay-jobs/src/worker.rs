@@ -320,6 +320,17 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed,
                 });
             } else {
                 svc.tell(&failed);
+                // The run cannot be opened again (its lock, its directory):
+                // its end goes to the registry all the same, so that the
+                // history does not show a failed job as interrupted.
+                let _ = belay_record::Registry::default_location().ended(
+                    job.id.as_str(),
+                    belay_record::RunEnd {
+                        ok: false,
+                        summary: Some(reason.clone()),
+                        ..Default::default()
+                    },
+                );
             }
             Processed::Ran(Some(FailedJob {
                 id: job.id.to_string(),
