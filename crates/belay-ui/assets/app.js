@@ -79,6 +79,14 @@ const short = (s, n) => (s && s.length > n ? s.slice(0, n) + '…' : s || '');
 let regTimer = null;
 function registryStream() {
   const es = new EventSource(withToken('/api/stream'));
+  // The one stream every page has: the connection indicator follows it
+  // (a dead server shows as reconnecting on every page), and the header's
+  // attention count is fetched when it (re)opens, not only on a change.
+  es.onopen = () => {
+    setConn('live');
+    refreshAttention();
+  };
+  es.onerror = () => setConn(es.readyState === EventSource.CLOSED ? 'closed' : 'reconnecting');
   es.addEventListener('changed', () => {
     if (regTimer) return;
     regTimer = setTimeout(() => {

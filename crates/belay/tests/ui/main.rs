@@ -460,6 +460,7 @@ async fn a_restarted_server_loses_and_repeats_nothing() {
     let port = free_port();
     let ui = Ui::start(&home, port, "tok-restart-1", &[]);
     let url = format!("{}#/run/resume-1", ui.url);
+    let list_url = format!("{}#/", ui.url);
     let writer = std::sync::Arc::new(run);
     with_browser("restart", |b: Browser| async move {
         b.c.goto(&url).await.unwrap();
@@ -497,7 +498,16 @@ async fn a_restarted_server_loses_and_repeats_nothing() {
         assert_eq!(dom, log, "the page and the event log differ");
         let stats = b.js("return [window.__belay.dupes, window.__belay.gaps || 0]").await;
         assert_eq!(stats, serde_json::json!([0, 0]), "the server sent an event twice or skipped one");
+        b.until("the page live again", 20, "return document.getElementById('conn').dataset.state === 'live'")
+            .await;
+        // The list page follows the server too (it said "live" after the
+        // server had died).
+        b.c.goto(&list_url).await.unwrap();
+        b.until("the list live", 20, "return document.getElementById('conn').dataset.state === 'live'")
+            .await;
         drop(ui);
+        b.until("the list to see the server gone", 10, "return document.getElementById('conn').dataset.state === 'reconnecting'")
+            .await;
         b
     })
     .await;
