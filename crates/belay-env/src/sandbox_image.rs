@@ -88,7 +88,7 @@ async fn same_lineage(repo: &Path, e: &RunEntry) -> bool {
         // Built from a directory that was no repository: the path is all.
         return true;
     };
-    let hooks = belay_record::state_home().join("no-hooks");
+    let hooks = belay_record::no_hooks_dir();
     let Ok(git) = belay_vcs::Git::open(repo, &hooks).await else {
         return false;
     };

@@ -26,6 +26,12 @@ pub fn state_home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/lib/belay"))
 }
 
+/// The empty hooks directory belay's git runs point `core.hooksPath` at
+/// (no repository's hooks ever run on the host), under [`state_home`].
+pub fn no_hooks_dir() -> PathBuf {
+    state_home().join("no-hooks")
+}
+
 /// How to open a run.
 pub struct OpenRun<'a> {
     /// The run directory (for env builds and pipelines,

@@ -200,8 +200,7 @@ pub async fn scaffold(
         created.push(gi);
     }
     let committed = if commit {
-        let git =
-            belay_vcs::Git::open(work_dir, &belay_record::state_home().join("no-hooks")).await?;
+        let git = belay_vcs::Git::open(work_dir, &belay_record::no_hooks_dir()).await?;
         let paths = created
             .iter()
             .filter_map(|p| {

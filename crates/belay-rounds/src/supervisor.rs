@@ -174,14 +174,11 @@ impl Supervisor {
             )),
             e => e.into(),
         })?;
-        let git = belay_vcs::Git::open(
-            &cfg.runtime.work_dir,
-            &belay_record::state_home().join("no-hooks"),
-        )
-        .await
-        .map_err(|e| {
-            RoundsError::Config(format!("work_dir {}: {e}", cfg.runtime.work_dir.display()))
-        })?;
+        let git = belay_vcs::Git::open(&cfg.runtime.work_dir, &belay_record::no_hooks_dir())
+            .await
+            .map_err(|e| {
+                RoundsError::Config(format!("work_dir {}: {e}", cfg.runtime.work_dir.display()))
+            })?;
         let common = git.run(&["rev-parse", "--git-common-dir"]).await?;
         let common = PathBuf::from(common.trim());
         let git_common = if common.is_absolute() {

@@ -26,23 +26,32 @@ pub fn stop_on_signals() -> Result<belay_record::Stop, Failure> {
 
 /// The image a mode's sandboxes run in (`belay_env::sandbox_image`): `named`
 /// (an image or an env build's run id), else the latest successful env build
-/// of the repository around `dir`, else `default`. Without an engine, what
-/// was named or the default. Says which on the terminal unless named.
+/// of the repository around `dir` (none given: no repository to look for),
+/// else `default`. Without an engine, what was named or the default. Says
+/// which on the terminal unless named.
 pub async fn sandbox_image(
     p: &crate::output::Printer,
     rt: Option<&dyn belay_sandbox::ContainerRuntime>,
-    dir: &std::path::Path,
+    dir: Option<&std::path::Path>,
     named: Option<&str>,
     default: &str,
     needs: &[&str],
 ) -> Result<String, Failure> {
-    let Some(rt) = rt else {
+    let Some(rt) = rt.filter(|_| named.is_some() || dir.is_some()) else {
         return Ok(named.unwrap_or(default).to_string());
+    };
+    // The repository's root as git finds it (a subdirectory, a worktree).
+    let repo = match dir {
+        Some(d) => match belay_vcs::Git::open(d, &belay_record::no_hooks_dir()).await {
+            Ok(g) => g.root().to_path_buf(),
+            Err(_) => d.to_path_buf(),
+        },
+        None => std::path::PathBuf::new(),
     };
     let chosen = belay_env::sandbox_image::resolve(
         rt,
         &belay_record::Registry::default_location(),
-        &repo_root(dir),
+        &repo,
         named,
         default,
         needs,
@@ -52,14 +61,4 @@ pub async fn sandbox_image(
         p.note(&chosen.describe());
     }
     Ok(chosen.image)
-}
-
-/// The repository around `dir`: the nearest directory up that has a `.git`
-/// (the user's own path, before any sandbox runs), else `dir`.
-pub fn repo_root(dir: &std::path::Path) -> std::path::PathBuf {
-    let dir = fs_err::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    dir.ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or(&dir)
-        .to_path_buf()
 }

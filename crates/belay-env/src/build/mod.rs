@@ -260,7 +260,7 @@ pub async fn build(
 /// The commit the repository's work tree is at, when it is a git work
 /// tree (through belay's hardened git: no hooks, a deadline).
 pub async fn repo_head(repo: &Path) -> Option<String> {
-    let hooks = belay_record::state_home().join("no-hooks");
+    let hooks = belay_record::no_hooks_dir();
     let git = belay_vcs::Git::open(repo, &hooks).await.ok()?;
     git.head().await.ok()
 }
@@ -284,7 +284,7 @@ async fn prepare(opts: &BuildOptions) -> Result<(RepoContext, Setup), EnvError> 
         .map(|c| c.python)
         .unwrap_or_default();
     if let Some(py) = ctx.python.as_mut() {
-        let hooks = belay_record::state_home().join("no-hooks");
+        let hooks = belay_record::no_hooks_dir();
         py.resolve_as_of = crate::as_of::resolve(&repo, &hooks, &opts.resolve_as_of, &python).await;
     }
     let run_id = match &opts.run_id {

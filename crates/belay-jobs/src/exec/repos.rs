@@ -64,7 +64,7 @@ pub struct Workspace {
 }
 
 pub fn hooks_dir() -> PathBuf {
-    belay_record::state_home().join("no-hooks")
+    belay_record::no_hooks_dir()
 }
 
 pub fn job_branch(id: &Id) -> String {

@@ -397,7 +397,7 @@ pub async fn run(
                     Event::Disconnected(e) => {
                         if online {
                             svc.tell(&crate::events::JobEvent::XmppReconnecting {
-                                reason: format!("disconnected ({})", plain(&e.to_string())),
+                                reason: format!("disconnected ({e})"),
                             });
                         }
                         online = false;
@@ -479,31 +479,6 @@ pub async fn run(
     save_batches(&batches_file, &batches);
     let _ = tokio::time::timeout(Duration::from_secs(2), client.send_end()).await;
     Ok(())
-}
-
-/// An error's text without terminal escape sequences (tokio-xmpp colours
-/// some), for a plain log file.
-fn plain(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ … final byte in @..~
-            if chars.peek() == Some(&'[') {
-                chars.next();
-                for d in chars.by_ref() {
-                    if ('@'..='~').contains(&d) {
-                        break;
-                    }
-                }
-            }
-            continue;
-        }
-        if !c.is_control() || c == '\n' {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The sender, message id and body of a chat message for belay; a received
@@ -645,15 +620,6 @@ fn flush(svc: &Services, wake: &tokio::sync::Notify, seen: &mut Seen, from: &str
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn error_text_loses_its_colours() {
-        assert_eq!(
-            super::plain("\u{1b}[31mconnection refused\u{1b}[0m (os error 111)"),
-            "connection refused (os error 111)"
-        );
-        assert_eq!(super::plain("plain\u{7}"), "plain");
-    }
-
     #[test]
     fn replies_are_chunked_at_line_ends_within_the_limit() {
         let text = format!(

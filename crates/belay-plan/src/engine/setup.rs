@@ -90,7 +90,7 @@ pub async fn plan_key(plan: &Path) -> Result<(Git, RunLocation), PlanError> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    let git = Git::open(&dir, &belay_record::state_home().join("no-hooks"))
+    let git = Git::open(&dir, &belay_record::no_hooks_dir())
         .await
         .map_err(|e| {
             PlanError::Usage(format!(

@@ -240,7 +240,7 @@ async fn work_tree(
             a.repo.display()
         ))
     })?;
-    let git = belay_vcs::Git::open(&given, &belay_record::state_home().join("no-hooks"))
+    let git = belay_vcs::Git::open(&given, &belay_record::no_hooks_dir())
         .await
         .ok();
     let repo = git

@@ -24,7 +24,7 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
         .clone()
         .unwrap_or_else(|| ctx.repo_path.join(".belay").join("plan"));
     check_plan_out(&ctx.repo_path, &out)?;
-    let hooks = belay_record::state_home().join("no-hooks");
+    let hooks = belay_record::no_hooks_dir();
     let python = belay_env::base_suite::choose(ctx.python.as_ref())
         .map(|c| c.python)
         .unwrap_or_default();

@@ -35,27 +35,19 @@ pub async fn jobs(p: &Printer, a: JobsArgs) -> Result<u8, Failure> {
     // agent image.
     if matches!(a.command, JobsCommand::Work(_)) {
         let named = cfg.agent.image_named.then(|| cfg.agent.image.clone());
-        if let [only] = cfg.repos.as_slice() {
-            cfg.agent.image = crate::context::sandbox_image(
-                p,
-                rt.as_deref(),
-                &only.path,
-                named.as_deref(),
-                belay_sandbox::bootstrap::AGENT_IMAGE,
-                &["git"],
-            )
-            .await?;
-        } else if let (Some(rt), Some(n)) = (rt.as_deref(), named.as_deref()) {
-            cfg.agent.image = crate::context::sandbox_image(
-                p,
-                Some(rt),
-                std::path::Path::new("/"),
-                Some(n),
-                belay_sandbox::bootstrap::AGENT_IMAGE,
-                &["git"],
-            )
-            .await?;
-        }
+        let only = match cfg.repos.as_slice() {
+            [only] => Some(only.path.clone()),
+            _ => None,
+        };
+        cfg.agent.image = crate::context::sandbox_image(
+            p,
+            rt.as_deref(),
+            only.as_deref(),
+            named.as_deref(),
+            belay_sandbox::bootstrap::AGENT_IMAGE,
+            &["git"],
+        )
+        .await?;
     }
     let json = matches!(&a.command, JobsCommand::Work(w) if w.json);
     let svc = Services::open(cfg, rt, Arc::new(EventView::new(p, JobLines, json)))?;

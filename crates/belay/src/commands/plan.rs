@@ -224,7 +224,7 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| ".".into());
-    let git = belay_vcs::Git::open(&dir, &belay_record::state_home().join("no-hooks"))
+    let git = belay_vcs::Git::open(&dir, &belay_record::no_hooks_dir())
         .await
         .map_err(|e| usage(format!("{} is not in a git work tree: {e}", dir.display())))?;
     let m = model(&a.model, a.agent.kind.native_dialect())?;
@@ -239,7 +239,7 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
     let image = crate::context::sandbox_image(
         p,
         rt.as_deref(),
-        git.root(),
+        Some(git.root()),
         a.image.as_deref(),
         belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE,
         &[],
@@ -351,27 +351,22 @@ async fn run(p: &Printer, a: PlanRunArgs) -> Result<u8, Failure> {
         .iter()
         .any(|c| !plan.commands_for(&c.id).list().is_empty());
     let rt = engine_if(!a.on_host || gate).await?;
-    let image = match a.file.state.parent() {
-        Some(d) => {
-            crate::context::sandbox_image(
-                p,
-                rt.as_deref(),
-                if d.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    d
-                },
-                a.image.as_deref(),
-                belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE,
-                &[],
-            )
-            .await?
-        }
-        None => a
-            .image
-            .clone()
-            .unwrap_or_else(|| belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE.into()),
-    };
+    // The plan file's directory (`Path::parent` of a bare name is "").
+    let dir = a
+        .file
+        .state
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let image = crate::context::sandbox_image(
+        p,
+        rt.as_deref(),
+        Some(dir),
+        a.image.as_deref(),
+        belay_sandbox::bootstrap::DEFAULT_BASE_IMAGE,
+        &[],
+    )
+    .await?;
     let json = a.json;
     let o = RunOptions {
         plan: a.file.state.clone(),

@@ -41,7 +41,7 @@ pub async fn run(out: &Printer, a: RunArgs) -> Result<u8, Failure> {
     let image = crate::context::sandbox_image(
         out,
         Some(rt.as_ref()),
-        &p.dir,
+        Some(&p.dir),
         p.isolation.image.as_deref(),
         belay_pipeline::engine::DEFAULT_IMAGE,
         &[],

@@ -209,7 +209,7 @@ async fn resolve_images(
         a.image = crate::context::sandbox_image(
             p,
             rt,
-            &work_dir,
+            Some(&work_dir),
             named.as_deref(),
             belay_sandbox::bootstrap::AGENT_IMAGE,
             &["git"],
