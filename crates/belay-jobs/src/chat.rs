@@ -18,6 +18,7 @@ pub enum Command {
     Decline(Option<String>),
     Approve(Option<String>),
     Discard(Option<String>),
+    Requeue(Option<String>),
     Reset,
     Status,
     Jobs,
@@ -45,6 +46,7 @@ pub fn parse(body: &str) -> Command {
         "/ablehnen" | "/decline" => Command::Decline(arg),
         "/freigeben" | "/approve" => Command::Approve(arg),
         "/verwerfen" | "/discard" => Command::Discard(arg),
+        "/wiederholen" | "/requeue" => Command::Requeue(arg),
         "/neu" | "/reset" => Command::Reset,
         "/status" => Command::Status,
         "/jobs" => Command::Jobs,
@@ -53,7 +55,10 @@ pub fn parse(body: &str) -> Command {
     }
 }
 
-const HELP: &str = "Send a request and I build it. /status: the queue. /jobs: your jobs. /reset (/neu): drop the carried context. The owner also has /accept, /decline (/annehmen, /ablehnen) for requests from others, and /approve, /discard (/freigeben, /verwerfen) for commits waiting for approval.";
+const HELP: &str = "Send a request and I build it. /status: the queue. /jobs: your jobs, waiting and recent. /reset (/neu): drop the carried context. The owner also has /accept, /decline (/annehmen, /ablehnen) for requests from others, /approve, /discard (/freigeben, /verwerfen) for commits waiting for approval, and /requeue (/wiederholen) for a failed job.";
+
+/// How many finished jobs `/jobs` shows.
+const RECENT: usize = 10;
 
 /// The state of the queue, in one message.
 pub fn status(q: &Queue) -> String {
@@ -75,23 +80,62 @@ pub fn status(q: &Queue) -> String {
     s
 }
 
-/// The jobs of `who` (an owner sees all), newest last.
+/// The jobs of `who` (an owner sees all): those in the queue, then the
+/// last finished ones with how each ended, newest last.
 pub fn jobs(svc: &Services, who: &str) -> String {
     let owner = svc.cfg.is_owner(who);
     let mut lines = Vec::new();
+    let mut queued = std::collections::HashSet::new();
     for d in Dir::ALL {
         for p in svc.queue.list(d).unwrap_or_default() {
             let Ok(j) = Queue::read(&p) else { continue };
             if owner || j.sender == who || j.requester() == who {
+                queued.insert(j.id.to_string());
                 lines.push(format!("{} [{}] {}", j.id, d.as_str(), j.preview(60)));
             }
         }
     }
-    if lines.is_empty() {
-        "No jobs in the queue.".into()
+    let done: Vec<_> = crate::record::finished(&svc.queue.sub("done"))
+        .into_iter()
+        .filter(|r| !queued.contains(&r.job_id))
+        .filter(|r| owner || r.requested_by.as_deref() == Some(who))
+        .collect();
+    let recent = &done[done.len().saturating_sub(RECENT)..];
+    let mut out = if lines.is_empty() {
+        "No jobs waiting.".to_string()
     } else {
-        lines.join("\n")
+        format!("Waiting:\n{}", lines.join("\n"))
+    };
+    if !recent.is_empty() {
+        out.push_str(&format!(
+            "\nRecent ({} of {} finished):",
+            recent.len(),
+            done.len()
+        ));
+        for r in recent {
+            let first = r
+                .report
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            out.push_str(&format!(
+                "\n{} [{}] {} {}",
+                r.job_id,
+                r.status.as_str(),
+                r.completed_at
+                    .get(..16)
+                    .unwrap_or(&r.completed_at)
+                    .replace('T', " "),
+                crate::public::without_paths(
+                    &belay_record::printable_line(first)
+                        .chars()
+                        .take(80)
+                        .collect::<String>()
+                )
+            ));
+        }
     }
+    out
 }
 
 /// Why a gate command is refused before the gate sees it; the text is the
@@ -157,6 +201,10 @@ pub async fn handle(svc: &Services, from: &str, cmd: &Command) -> Option<String>
                 .map_err(ChatError::from),
             Err(e) => Err(e.into()),
         },
+        Command::Requeue(id) => match gate("/requeue", id) {
+            Ok(id) => gates::requeue(svc, &id, from).map_err(ChatError::from),
+            Err(e) => Err(e.into()),
+        },
         Command::Discard(id) => match gate("/discard", id) {
             Ok(id) => gates::discard(svc, &id, from)
                 .await
@@ -187,6 +235,11 @@ mod tests {
         assert_eq!(parse("/neu"), Command::Reset);
         assert_eq!(parse("/reset"), Command::Reset);
         assert_eq!(parse("/status"), Command::Status);
+        assert_eq!(parse("/requeue j5"), Command::Requeue(Some("j5".into())));
+        assert_eq!(
+            parse("/Wiederholen j5"),
+            Command::Requeue(Some("j5".into()))
+        );
         assert_eq!(parse("/x"), Command::Unknown("/x".into()));
         assert_eq!(parse("fix the title /approve j1"), Command::Request);
     }

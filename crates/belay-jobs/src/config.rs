@@ -102,6 +102,8 @@ struct RawXmpp {
     batch_window_ms: Option<u64>,
     chunk_chars: Option<usize>,
     chunk_pause_ms: Option<u64>,
+    long_answer_chars: Option<usize>,
+    dashboard_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -204,6 +206,11 @@ pub struct XmppConfig {
     pub batch_window: Duration,
     pub chunk_chars: usize,
     pub chunk_pause: Duration,
+    /// An answer longer than this is sent as its head and a pointer to the
+    /// whole text, kept in the job's run (`answer.md`).
+    pub long_answer_chars: usize,
+    /// The dashboard's address (`belay ui`), for links to a job's run.
+    pub dashboard_url: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -399,6 +406,11 @@ fn xmpp_config(path: &Path, x: RawXmpp, owners: &[String]) -> Result<XmppConfig,
         batch_window: Duration::from_millis(x.batch_window_ms.unwrap_or(3000)),
         chunk_chars: x.chunk_chars.unwrap_or(3000).clamp(200, 60_000),
         chunk_pause: Duration::from_millis(x.chunk_pause_ms.unwrap_or(700)),
+        long_answer_chars: x.long_answer_chars.unwrap_or(6000).clamp(500, 200_000),
+        dashboard_url: x
+            .dashboard_url
+            .map(|u| u.trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty()),
     })
 }
 

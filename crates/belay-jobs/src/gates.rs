@@ -122,10 +122,25 @@ pub fn accept(svc: &Services, id: &Id, by: &str) -> Result<String, JobsError> {
     let (path, mut job) = waiting(&svc.queue, id, Dir::Pending)?;
     job.belay.accepted_by = Some(by.to_string());
     svc.queue.relocate(&path, Dir::Inbox, &job)?;
+    let ahead = svc.queue.ahead_of(id);
+    let _ = svc.outbox.send(
+        &job.sender,
+        &format!("Your request {id} was accepted; {}", queued_note(ahead)),
+    );
     Ok(format!(
-        "Job {id} from {} accepted; it starts next.",
-        job.requester()
+        "Job {id} from {} accepted; {} You hear how it ends.",
+        job.requester(),
+        queued_note(ahead)
     ))
+}
+
+/// Where a queued job stands, for its sender.
+pub fn queued_note(ahead: usize) -> String {
+    match ahead {
+        0 => "it starts next.".into(),
+        1 => "it is queued behind 1 job.".into(),
+        n => format!("it is queued behind {n} jobs."),
+    }
 }
 
 fn declined_record(svc: &Services, job: &Job, report: &str) -> Result<(), JobsError> {
@@ -192,7 +207,7 @@ pub async fn approve(svc: &Services, id: &Id, by: &str) -> Result<String, JobsEr
     for (r, h) in ws.repos.iter().zip(&held.repos) {
         if let Err(e) = r.wt.stash_apply(&h.stash).await {
             problem = Some(format!(
-                "the held change of {} no longer applies to {}/{}: {e}. Nothing was committed; /discard {id} and submit the request again",
+                "the held change of {} no longer applies to {}/{}: {e}. Nothing was committed; discard job {id} and submit the request again",
                 h.name, r.remote, r.target
             ));
             break;

@@ -98,6 +98,9 @@ pub struct CompletionRecord {
     pub telemetry: Telemetry,
     pub report: String,
     pub pipeline_role: String,
+    /// On whose behalf the job ran (for `/jobs`: each sender sees theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_run_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -225,9 +225,53 @@ pub fn reply(svc: &Services, job: &crate::job::Job, text: &str) {
     }
 }
 
+/// The name of a job's whole answer in its run.
+pub const ANSWER_FILE: &str = "answer.md";
+
+/// A chat answer longer than `[xmpp] long_answer_chars` goes out as its
+/// head and a pointer to the whole text, which is kept in the job's run
+/// (`answer.md`, redacted): a long answer is a few messages, and never
+/// holds up the answers to others.
+fn long_answer(svc: &Services, job: &crate::job::Job, text: &str) -> String {
+    let Some(x) = svc.cfg.xmpp.as_ref() else {
+        return text.to_string();
+    };
+    let n = text.chars().count();
+    if n <= x.long_answer_chars || !crate::notify::is_chat_address(&job.sender) {
+        return text.to_string();
+    }
+    let path = svc.queue.run_dir(&job.id).join(ANSWER_FILE);
+    let kept = belay_record::atomic_write(&path, svc.redactor.redact(text).as_bytes());
+    if let Err(e) = &kept {
+        tracing::warn!("cannot keep the whole answer of job {}: {e}", job.id);
+    }
+    let head_chars = (x.long_answer_chars / 2).max(400);
+    let mut head: String = text.chars().take(head_chars).collect();
+    if let Some(cut) = head.rfind('\n').filter(|c| *c > head.len() / 2) {
+        head.truncate(cut);
+    }
+    let whole = match (&x.dashboard_url, kept.is_ok()) {
+        (_, false) => "the rest could not be kept; the job's record has its report".to_string(),
+        (Some(url), true) => format!("the whole answer: {url}/#/run/{}", job.id),
+        (None, true) => format!(
+            "the whole answer is kept with job {}: its page in `belay ui`, or answer.md in its run (`belay runs show {}`)",
+            job.id, job.id
+        ),
+    };
+    format!(
+        "{head}\n\n[… {} more characters; {whole}]",
+        n - head.chars().count()
+    )
+}
+
 /// Run one claimed job and file it.
 async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed, JobsError> {
     let mut job = claim.job.clone();
+    if crate::notify::is_chat_address(&job.sender) {
+        let _ = svc
+            .outbox
+            .send(&job.sender, &format!("Job {} started.", job.id));
+    }
     let ended = exec::run(svc, &job, stop).await;
     let processed = match ended {
         Ok(Ended::Finished(f)) => {
@@ -245,7 +289,27 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed,
                     )
                     .into_owned(),
             });
-            reply(svc, &job, &f.reply);
+            let answer = long_answer(svc, &job, &f.reply);
+            reply(svc, &job, &answer);
+            // The owner who let a stranger's job in hears how it ended.
+            if let Some(by) = job
+                .belay
+                .accepted_by
+                .as_deref()
+                .filter(|b| *b != job.sender)
+            {
+                let first = f.reply.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+                let _ = svc.outbox.send(
+                    by,
+                    &format!(
+                        "Job {} from {}, which you accepted, ended: {}. {}",
+                        job.id,
+                        job.requester(),
+                        status.as_str(),
+                        first.chars().take(300).collect::<String>()
+                    ),
+                );
+            }
             if let Some(h) = &f.held {
                 let mut v = serde_json::to_value(h)
                     .map_err(|e| JobsError::Environment(format!("cannot encode: {e}")))?;

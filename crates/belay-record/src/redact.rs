@@ -292,6 +292,24 @@ impl Redactor {
         self.patterns.longest
     }
 
+    /// How many bytes at the end of `pending` a stream must hold back: the
+    /// longest suffix that is a proper prefix of a secret form (so it may
+    /// still become one). Output that cannot start a secret goes out at once,
+    /// so a live log lags only where a secret may be in the making.
+    fn held_back(&self, pending: &[u8]) -> usize {
+        let window = self.patterns.longest.saturating_sub(1).min(pending.len());
+        let start = pending.len() - window;
+        (start..pending.len())
+            .find(|&i| {
+                let tail = &pending[i..];
+                self.patterns
+                    .list
+                    .iter()
+                    .any(|(_, p)| p.len() > tail.len() && p.starts_with(tail))
+            })
+            .map_or(0, |i| pending.len() - i)
+    }
+
     fn replacement(&self, pattern: usize) -> String {
         format!("[REDACTED:{}]", self.patterns.list[pattern].0)
     }
@@ -491,8 +509,8 @@ pub fn same_secret(presented: &[u8], expected: &[u8]) -> bool {
 
 /// Redacts a byte stream written in pieces: a secret split across pieces (or
 /// across stdout and stderr, merged into one log) is still scrubbed, because
-/// the last `longest - 1` bytes are held back until it is known that no
-/// secret starts in them. Memory: at most one piece plus the longest pattern.
+/// a tail that may start a secret (at most `longest - 1` bytes) is held back
+/// until it is known whether it does. Memory: at most one piece plus the longest pattern.
 pub struct StreamRedactor {
     redactor: Redactor,
     pending: Vec<u8>,
@@ -513,7 +531,7 @@ impl StreamRedactor {
             return;
         };
         self.pending.extend_from_slice(bytes);
-        let keep = self.redactor.longest().saturating_sub(1);
+        let keep = self.redactor.held_back(&self.pending);
         let mut last = 0;
         let mut safe_end = self.pending.len().saturating_sub(keep);
         for m in ac.find_iter(&self.pending) {
@@ -776,5 +794,41 @@ mod tests {
             prop_assert!(!out.contains(&secret), "{}", out);
             prop_assert_eq!(out, format!("{prefix}[REDACTED:S]{suffix}[REDACTED:S]"));
         }
+
+        /// Over a two-letter alphabet secrets overlap, repeat and share
+        /// prefixes: the stream, cut anywhere, says exactly what the whole
+        /// text redacted says.
+        #[test]
+        fn a_stream_says_what_the_whole_text_says(
+            text in "[ab]{0,60}", s1 in "[ab]{4,9}", s2 in "[ab]{4,12}",
+            cuts in proptest::collection::vec(0usize..60, 0..8)
+        ) {
+            let r = Redactor::new([("S".to_string(), s1), ("T".to_string(), s2)]);
+            let bytes = text.as_bytes();
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            points.sort();
+            let mut s = StreamRedactor::new(r.clone());
+            let mut out = Vec::new();
+            let mut last = 0;
+            for p in points {
+                s.push(&bytes[last..p], &mut out);
+                last = p;
+            }
+            s.push(&bytes[last..], &mut out);
+            s.finish(&mut out);
+            prop_assert_eq!(String::from_utf8(out).unwrap(), r.redact(&text));
+        }
+    }
+
+    #[test]
+    fn output_that_cannot_start_a_secret_is_not_held_back() {
+        let r = Redactor::new([("K".to_string(), "supersecret".to_string())]);
+        let mut s = StreamRedactor::new(r);
+        let mut out = Vec::new();
+        s.push(b"step 1 done\n", &mut out);
+        assert_eq!(out, b"step 1 done\n", "a plain line waits for more output");
+        out.clear();
+        s.push(b"then sup", &mut out);
+        assert_eq!(out, b"then ", "what may start the secret is held");
     }
 }

@@ -8,6 +8,8 @@
 //! as many bytes as the longest secret form, so a secret split across writes,
 //! across the two streams, or printed without a newline is still scrubbed.
 //! A log stops growing at its cap; the rest is counted and a marker says so.
+//! Each piece of output is on disk when `push` returns, so a log is tailed
+//! live while its command runs.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -158,7 +160,12 @@ impl<'a> LogSink<'a> {
         }
         let r = self.write_log(&out);
         self.scratch = out;
-        r
+        r?;
+        // The log is on disk as the output comes (the dashboard tails it
+        // live): one write per piece of output, not per 64 KiB.
+        self.out
+            .flush()
+            .map_err(|e| SandboxError::io("cannot write log", &self.path, e))
     }
 
     fn write_log(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
@@ -213,6 +220,19 @@ impl<'a> LogSink<'a> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn each_piece_is_on_disk_when_push_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("live.log");
+        let red = Redactor::new([("K".to_string(), "hunter2-secret".to_string())]);
+        let mut s = LogSink::create(&p, &red, &NoopObserver).unwrap();
+        s.push(StreamKind::Stdout, b"tick 1\n").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"tick 1\n");
+        s.push(StreamKind::Stderr, b"tick 2\n").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"tick 1\ntick 2\n");
+        s.finish().unwrap();
+    }
 
     #[test]
     fn redacts_secrets_split_across_chunks_and_keeps_bounded_tails() {

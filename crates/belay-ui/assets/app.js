@@ -146,9 +146,10 @@ function actionButtons(actions, after) {
 function attentionCard(it, after) {
   return h('div', { class: 'card attention', 'data-kind': it.kind, 'data-id': it.id },
     h('div', {}, badge(it.kind.replace('_', ' '), 'waiting'), ' ',
-      it.kind.startsWith('job') ? h('strong', {}, it.id) : h('a', { href: '#/run/' + enc(it.id) }, it.id),
+      it.kind.startsWith('job') && !it.run ? h('strong', {}, it.id) : h('a', { href: '#/run/' + enc(it.run || it.id) }, it.id),
       ' — ', it.reason),
     it.detail ? h('pre', {}, it.detail) : null,
+    it.diff ? h('details', { class: 'held-diff', open: true }, h('summary', {}, 'the change you approve'), diffView(it.diff)) : null,
     h('div', { class: 'actions' }, actionButtons(it.actions, after)));
 }
 
@@ -333,6 +334,8 @@ function newModel(d) {
     blocks: [], block: dict(), other: [], phases: [],
     // agents
     agents: dict(), agentOrder: [],
+    // every other mode's time view
+    lanes: dict(), laneOrder: [],
   };
 }
 
@@ -348,6 +351,7 @@ function fold(R, v) {
   if (v.kind === 'agent' || v.kind === 'agent_report' || v.kind === 'agent_trace') foldAgent(R, v);
   if (R.mode === 'pipeline') foldPipeline(R, v, t, d);
   if (R.mode === 'env') foldEnv(R, v, t, d);
+  if (R.mode !== 'env' && R.mode !== 'pipeline') foldLanes(R, v, t);
 }
 
 function foldAgent(R, v) {
@@ -394,7 +398,7 @@ function foldPipeline(R, v, t, d) {
     }
     case 'command': {
       const run = last(R.runs[v.step]);
-      if (run) run.commands.push(d);
+      if (run) run.commands.push(Object.assign({ at: t }, d));
       break;
     }
     case 'step_end': {
@@ -513,6 +517,16 @@ async function runView(root, id) {
   draw();
   drawCommits(commits, R);
   logList();
+  // A running step's log is created when its command starts, between
+  // events: while a step runs without one listed, the list is asked again.
+  const logPoll = setInterval(() => {
+    if (R.end || d.status !== 'running') return;
+    if (R.mode !== 'pipeline') { if (Date.now() % 5000 < 1000) logList(); return; }
+    const run = R.current && last(R.runs[R.current] || []);
+    if (!run || run.verdict) return;
+    const prefix = 'logs/' + String(run.n).padStart(4, '0') + '-';
+    if (!(R.logs || []).some((l) => l.path.startsWith(prefix))) logList();
+  }, 1000);
   const es = new EventSource(withToken(`/api/runs/${enc(id)}/events`));
   es.onopen = () => setConn('live');
   es.onerror = () => setConn(es.readyState === EventSource.CLOSED ? 'closed' : 'reconnecting');
@@ -538,7 +552,7 @@ async function runView(root, id) {
   };
   return {
     onRegistry: refetch,
-    close: () => es.close(),
+    close: () => { es.close(); clearInterval(logPoll); },
     model: R,
   };
 }
@@ -563,12 +577,13 @@ function drawHead(el, R) {
     d.title ? h('p', {}, d.title) : null,
     h('dl', { class: 'kv' },
       h('dt', {}, 'started'), h('dd', {}, when(d.started_at)),
-      h('dt', {}, 'duration'), h('dd', {}, dur(elapsed)),
+      h('dt', {}, 'duration'), h('dd', { id: 'run-duration', 'data-since': running && d.duration_s == null && !isNaN(R.t0) ? R.t0 : null }, dur(elapsed)),
       h('dt', {}, 'tokens'), h('dd', { id: 'run-tokens' }, Math.max(d.tokens || 0, sumAgents(R).tokens)),
       h('dt', {}, 'cost'), h('dd', { id: 'run-cost' }, cost(Math.max(d.cost_usd || 0, sumAgents(R).cost))),
       d.summary ? [h('dt', {}, 'outcome'), h('dd', {}, d.summary)] : null,
       h('dt', {}, 'records'), h('dd', {}, h('code', {}, d.dir))),
-    d.attention ? h('div', { class: 'card attention', id: 'run-attention' }, d.attention, ' ', actionButtons(d.actions, () => { location.reload(); })) : null);
+    d.attention ? h('div', { class: 'card attention', id: 'run-attention' }, d.attention, ' ', actionButtons(d.actions, () => { location.reload(); }),
+      d.held_diff ? h('details', { class: 'held-diff', open: true }, h('summary', {}, 'the change you approve'), diffView(d.held_diff)) : null) : null);
 }
 
 function sumAgents(R) {
@@ -580,7 +595,7 @@ function sumAgents(R) {
 // ---- the pipeline's step graph ----
 
 function drawPipeline(el, R) {
-  const W = 130, H = 54, GAP = 56, X0 = 20, Y0 = 70;
+  const W = 150, H = 66, GAP = 56, X0 = 20, Y0 = 70;
   const steps = R.steps;
   const names = steps.map((s) => s.name);
   const ends = ['success', 'failure'];
@@ -623,10 +638,13 @@ function drawPipeline(el, R) {
       const a = x(e.from) + W / 2, b = x(e.to) + W / 2;
       d = `M${a},${Y0 + H} C${a},${Y0 + H + 70} ${b},${Y0 + H + 70} ${b},${Y0 + H}`; lx = (a + b) / 2; ly = Y0 + H + 62;
     }
-    const cls = 'edge' + (e.retry ? ' retry' : '') + (count ? ' taken' : '');
+    const cls = 'edge' + (e.retry ? ' retry' : '') + (count ? ' taken' : ' untaken');
+    // A taken edge says how often; a retry edge never taken says only that
+    // it is a retry, drawn faint: the two never read alike.
+    const label = count ? (e.retry ? `↺ retried ×${count}` : `×${count}`) : e.retry ? '↺ retry (not taken)' : null;
     g.append(svg('g', { class: cls, 'data-from': e.from, 'data-to': e.to, 'data-count': count, 'data-kind': e.kind },
       svg('path', { d, 'marker-end': 'url(#arrow)' }),
-      (count || e.retry) ? svg('text', { x: lx, y: ly, 'text-anchor': 'middle', class: 'edge-count' }, (e.retry ? '↺ ' : '') + '×' + count) : null));
+      label ? svg('text', { x: lx, y: ly, 'text-anchor': 'middle', class: 'edge-count' }, label) : null));
   }
   for (const s of steps) {
     const runs = R.runs[s.name] || [];
@@ -634,13 +652,24 @@ function drawPipeline(el, R) {
     const state = !lr ? 'pending' : lr.verdict ? lr.verdict : 'running';
     const cls = 'node' + (R.current === s.name ? ' current' : '') + (R.selected === s.name ? ' selected' : '');
     const nx = x(s.name);
+    // Each run of the step as a dot in its verdict's colour (a failed first
+    // attempt shows beside the passing second), then the step's time: its
+    // runs' durations added up, ticking while one runs.
+    const shown = runs.slice(-8);
+    const spent = runs.reduce((a, r) => a + (r.duration_s != null ? r.duration_s : 0), 0);
+    const open = runs.find((r) => r.verdict === null);
+    const dx = nx + 12 + shown.length * 9 + (runs.length > shown.length ? 14 : 0);
     g.append(svg('g', { class: cls, 'data-step': s.name, 'data-badge': state, 'data-runs': runs.length,
       onclick: () => { R.selected = s.name; R.userSelected = true; drawPipeline(el, R); } },
       svg('rect', { x: nx, y: Y0, width: W, height: H }),
-      svg('text', { x: nx + 10, y: Y0 + 20 }, s.name),
-      svg('text', { x: nx + 10, y: Y0 + 36, class: 'kind' }, (s.kind || '') + (runs.length > 1 ? ` · ${runs.length} runs` : '')),
-      svg('rect', { x: nx + W - 64, y: Y0 + 38, width: 58, height: 13, rx: 6, class: 'pill' }),
-      svg('text', { x: nx + W - 35, y: Y0 + 48, 'text-anchor': 'middle', class: 'pill-text' }, state)));
+      svg('text', { x: nx + 10, y: Y0 + 18, class: 'name' }, short(s.name, 20)),
+      svg('text', { x: nx + 10, y: Y0 + 34, class: 'kind' }, s.kind || ''),
+      runs.length > shown.length ? svg('text', { x: nx + 8, y: Y0 + H - 9, class: 'kind' }, '…') : null,
+      shown.map((r, i) => svg('circle', { cx: nx + 14 + (runs.length > shown.length ? 10 : 0) + i * 9, cy: Y0 + H - 13, r: 3.5, class: 'run-dot', 'data-verdict': r.verdict || 'running' },
+        svg('title', {}, `#${r.n} attempt ${r.attempt}: ${r.verdict || 'running'}`))),
+      runs.length ? svg('text', { x: dx, y: Y0 + H - 9, class: 'kind step-time', 'data-since': open ? open.start - spent * 1000 : null }, dur(open ? spent + (Date.now() - open.start) / 1000 : spent)) : null,
+      svg('rect', { x: nx + W - 64, y: Y0 + H - 20, width: 58, height: 14, rx: 6, class: 'pill' }),
+      svg('text', { x: nx + W - 35, y: Y0 + H - 9, 'text-anchor': 'middle', class: 'pill-text' }, state)));
   }
   for (const t of ends) {
     const tx = x(t) + W / 2;
@@ -651,8 +680,9 @@ function drawPipeline(el, R) {
   const att = R.maxAttempts ? `attempt ${R.attempt} of ${R.maxAttempts}` : '';
   const graphBox = el.querySelector('.graph') || h('div', { class: 'graph' });
   put(graphBox, g);
-  if (!el.querySelector('.graph')) put(el, h('h2', {}, 'Steps ', h('span', { class: 'muted', id: 'attempts' })), graphBox, h('div', { id: 'console' }));
+  if (!el.querySelector('.graph')) put(el, h('h2', {}, 'Steps ', h('span', { class: 'muted', id: 'attempts' })), graphBox, h('div', { id: 'time-view' }), h('div', { id: 'console' }));
   el.querySelector('#attempts').textContent = att;
+  drawPipelineTime(el.querySelector('#time-view'), R);
   drawConsole(el.querySelector('#console'), R);
 }
 
@@ -672,11 +702,108 @@ function drawConsole(el, R) {
       return h('div', { class: 'card step-run', 'data-n': r.n, 'data-verdict': r.verdict || 'running' },
         h('div', {}, h('strong', {}, `#${r.n}`), ` attempt ${r.attempt} `, badge(r.verdict || 'running'),
           r.exit_code !== null && r.exit_code !== undefined ? ` exit code ${r.exit_code}` : '',
-          ' · ', dur(r.duration_s != null ? r.duration_s : (Date.now() - r.start) / 1000)),
+          ' · ', h('span', { class: 'elapsed', 'data-since': r.verdict ? null : r.start }, dur(r.duration_s != null ? r.duration_s : (Date.now() - r.start) / 1000))),
         r.commands.map((c) => h('div', { class: 'muted' }, `${c.what}: `, h('code', {}, short(c.command, 200)), ` → exit ${c.exit_code}${c.timed_out ? ' (timed out)' : ''} in ${dur(c.duration_s)}`)),
         r.feedback ? [h('div', {}, 'Feedback to the next attempt:'), h('pre', { class: 'feedback' }, r.feedback)] : null,
         files.map((f) => logViewer(R.id, f.path, { follow: !r.verdict })));
     }));
+}
+
+// ---- time views: lanes of spans on one time axis ----
+
+// rows: [{ key, label, sub, status, spans: [{ start, end, cls, title }] }]
+// (times in ms; an open span ends now). As Buildkite's waterfall: one row
+// per job, its attempts and phases as bars, its duration at the end.
+function timeView(el, id, rows, t0, tEnd, legend) {
+  const end = Math.max(tEnd, ...rows.flatMap((r) => r.spans.map((s) => s.end || Date.now())));
+  const total = Math.max(1, end - t0);
+  const pct = (t) => Math.max(0, Math.min(100, ((t - t0) / total) * 100));
+  put(el, legend ? h('div', { class: 'legend' }, legend.map(([cls, l]) => h('span', {}, h('i', { class: 'sw ' + cls }), l))) : null,
+    h('table', { class: 'waterfall', id },
+      h('thead', {}, h('tr', {}, ['', 'Status', 'Timeline', 'Duration'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, rows.length ? rows.map((r) => {
+        const first = Math.min(...r.spans.map((x) => x.start));
+        const open = r.spans.some((x) => !x.end);
+        const last = Math.max(...r.spans.map((x) => x.end || Date.now()));
+        const lane = h('div', { class: 'lane' }, r.spans.map((x) => h('div', { class: 'span ' + (x.cls || ''), title: x.title || '',
+          'data-left': pct(x.start), 'data-width': pct(x.end || Date.now()) - pct(x.start) })));
+        return h('tr', { class: 'time-row', 'data-key': r.key, 'data-status': r.status || '' },
+          h('td', {}, h('strong', {}, r.label), r.sub ? h('div', { class: 'muted' }, r.sub) : null),
+          h('td', {}, badge(r.status || 'running')),
+          h('td', { class: 'bar' }, lane),
+          h('td', { class: 'num duration', 'data-since': open ? first : null }, dur((last - first) / 1000)));
+      }) : h('tr', {}, h('td', { colspan: 4, class: 'muted' }, 'Nothing has run yet.')))));
+  for (const s of el.querySelectorAll('.lane .span')) {
+    s.style.left = s.dataset.left + '%';
+    s.style.width = Math.max(0.3, Number(s.dataset.width)) + '%';
+  }
+}
+
+// A pipeline's step runs in order: each attempt's span in its verdict's
+// colour, its commands inside it where they ran.
+function drawPipelineTime(el, R) {
+  const rows = [];
+  for (const s of R.steps) {
+    for (const r of R.runs[s.name] || []) {
+      const spans = [{ start: r.start, end: r.end, cls: 'step ' + (r.verdict || 'running'), title: `${s.name} #${r.n}: ${r.verdict || 'running'}` }];
+      for (const c of r.commands) {
+        if (c.at && c.duration_s != null) spans.push({ start: c.at - c.duration_s * 1000, end: c.at, cls: 'cmd' + (c.exit_code ? ' failed' : ''), title: `${c.what}: exit ${c.exit_code} in ${dur(c.duration_s)}` });
+      }
+      rows.push({ key: `${s.name}#${r.n}`, label: s.name, sub: `#${r.n} · attempt ${r.attempt}`, status: r.verdict || 'running', spans, n: r.n });
+    }
+  }
+  rows.sort((a, b) => a.n - b.n);
+  const key = rows.map((r) => r.key + r.status + r.spans.length).join(',');
+  if (el.dataset.key === key && !rows.some((r) => r.status === 'running')) return;
+  el.dataset.key = key;
+  timeView(el, 'timeline', rows, R.t0, R.end ? R.tEnd : Date.now(),
+    [['step pass', 'passed'], ['step fail', 'failed'], ['step running', 'running'], ['cmd', 'command']]);
+}
+
+// Every other mode: a lane per step of its log (a checkpoint, a round, a
+// job's phase), its spans from event to event, named by the event that
+// opened each.
+function foldLanes(R, v, t) {
+  if (v.kind === 'run_end' || v.kind === 'run_outcome') {
+    for (const k of R.laneOrder) { const x = last(R.lanes[k].spans); if (x && !x.end) x.end = t; }
+    return;
+  }
+  if (v.kind === 'run_started' || v.kind === 'run_resumed') return;
+  const key = v.step || (v.source === 'agent' ? 'agent' : 'run');
+  let l = R.lanes[key];
+  if (!l) { l = R.lanes[key] = { key, spans: [], failed: false }; R.laneOrder.push(key); }
+  // The modes drawn here run one step at a time: a step's open span ends
+  // where the next event, of any step, comes.
+  if (R.laneLast && R.laneLast !== key) { const x = last(R.lanes[R.laneLast].spans); if (x && !x.end) x.end = t; }
+  R.laneLast = key;
+  const cur = last(l.spans);
+  const kind = v.kind;
+  if (!cur || cur.end || cur.kind !== kind) {
+    if (cur && !cur.end) cur.end = t;
+    l.spans.push({ kind, start: t, end: null });
+  }
+  if (/fail|error|tamper|revert/.test(v.kind)) l.failed = true;
+  if (l.spans.length > 400) l.spans.splice(0, l.spans.length - 400);
+}
+
+function drawLaneTime(el, R) {
+  const done = !!R.end || R.d.status !== 'running';
+  const rows = R.laneOrder.map((k) => {
+    const l = R.lanes[k];
+    const spans = l.spans.map((x) => ({ start: x.start, end: x.end || (done ? R.tEnd : null), cls: 'k-' + kindClass(x.kind), title: x.kind }));
+    return { key: k, label: k, sub: `${l.spans.length} phase(s)`, status: l.failed ? 'failed' : spans.some((x) => !x.end) ? 'running' : 'ok', spans };
+  });
+  timeView(el, 'timeline', rows, R.t0, R.tEnd, null);
+}
+
+// The colour class of an event kind: a handful, by what it is.
+function kindClass(kind) {
+  if (/fail|error|tamper|revert/.test(kind)) return 'failed';
+  if (/review|approval/.test(kind)) return 'review';
+  if (/gate|check|validation/.test(kind)) return 'gate';
+  if (/commit|stash|push|publish|held/.test(kind)) return 'commit';
+  if (/agent/.test(kind)) return 'agent';
+  return 'other';
 }
 
 // ---- an env build's block timeline ----
@@ -759,8 +886,11 @@ function drawGeneric(el, R) {
       h('tbody', {}, st.checkpoints.map((c) => h('tr', { 'data-checkpoint': c.id, 'data-stage': c.stage }, h('td', {}, c.id), h('td', {}, badge(String(c.stage), c.stage === 'approved' ? 'ok' : 'waiting')), h('td', { class: 'num' }, c.attempts), h('td', { class: 'num' }, c.failed_builds))))));
   }
   if (R.d.published) parts.push(h('h2', {}, 'Published'), h('pre', {}, JSON.stringify(R.d.published, null, 2)));
+  if ((R.d.files || []).includes('answer.md')) parts.push(h('h2', {}, 'Answer'), h('a', { href: withToken(`/api/runs/${enc(R.id)}/file/answer.md`), id: 'answer-link', target: '_blank', rel: 'noopener' }, 'the whole answer, as sent in part by chat'));
   if (st) parts.push(h('h2', {}, 'State'), h('details', {}, h('summary', {}, 'state.json'), h('pre', {}, JSON.stringify(st, null, 2))));
-  put(el, parts);
+  const tv = h('div', { id: 'time-view' });
+  put(el, h('h2', {}, 'Time'), tv, parts);
+  drawLaneTime(tv, R);
 }
 
 // ---- agents' turns, tokens and cost ----
@@ -849,5 +979,13 @@ async function route() {
 }
 
 window.addEventListener('hashchange', route);
+
+// Elapsed times of what still runs tick every second, between events.
+setInterval(() => {
+  for (const el of document.querySelectorAll('[data-since]')) {
+    const since = Number(el.dataset.since);
+    if (since) el.textContent = dur((Date.now() - since) / 1000);
+  }
+}, 1000);
 registryStream();
 route();

@@ -223,6 +223,7 @@ pub(crate) async fn run(State(app): State<Arc<App>>, Path(id): Path<String>) -> 
     v["manifest"] = manifest_view(parsed(&e.dir, "manifest.json", 16 << 20));
     v["commits"] = json!(commits(&e.dir));
     v["actions"] = json!(waiting.get(&e.run_id).map(|w| &w.actions));
+    v["held_diff"] = json!(waiting.get(&e.run_id).and_then(approvals::held_patch));
     // The other projects of its batch.
     if let Some(b) = batch_of(&e) {
         let peers: Vec<Value> = all

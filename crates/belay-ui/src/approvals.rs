@@ -116,6 +116,36 @@ fn held_detail(q: &Path, id: &Id) -> String {
     out
 }
 
+/// What the page keeps of a held change's patch.
+const HELD_PATCH_SHOWN: u64 = 512 << 10;
+
+/// The whole patch a commit approval approves (`<queue>/runs/<id>/held.diff`,
+/// written by belay when it held the change), cut for the page with a note.
+pub(crate) fn held_patch(w: &Waiting) -> Option<String> {
+    if w.kind != "job_commit" {
+        return None;
+    }
+    let q = PathBuf::from(&w.actions.first()?.place);
+    let dir = q.join("runs").join(&w.id);
+    let f = crate::files::inside(&dir, belay_jobs::exec::HELD_PATCH)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(f, HELD_PATCH_SHOWN + 1),
+        &mut bytes,
+    )
+    .ok()?;
+    let cut = bytes.len() as u64 > HELD_PATCH_SHOWN;
+    bytes.truncate(HELD_PATCH_SHOWN as usize);
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if cut {
+        text.push_str(&format!(
+            "\n[belay: the page shows the first {} KiB; `git stash show -p --include-untracked` of the held stash has the rest]\n",
+            HELD_PATCH_SHOWN >> 10
+        ));
+    }
+    Some(text)
+}
+
 fn halted_plan(e: &RunEntry) -> Option<Waiting> {
     let text = crate::files::read_record(&e.dir, "state.json", 4 << 20)?;
     // The plan loop's own state type: a field it renames is a compile error here.
@@ -207,7 +237,17 @@ pub(crate) async fn attention(State(app): State<Arc<App>>) -> Response {
     let runs = app.registry.list().unwrap_or_default();
     let mut items: Vec<Value> = waiting_all(&app, &runs)
         .into_iter()
-        .map(|w| serde_json::to_value(w).unwrap_or_default())
+        .map(|w| {
+            let mut v = serde_json::to_value(&w).unwrap_or_default();
+            // A job's card links to its run once it has one.
+            if runs.iter().any(|e| e.run_id == w.id) {
+                v["run"] = json!(w.id);
+            }
+            if let Some(d) = held_patch(&w) {
+                v["diff"] = json!(d);
+            }
+            v
+        })
         .collect();
     for e in runs
         .iter()

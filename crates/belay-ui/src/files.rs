@@ -24,6 +24,7 @@ pub(crate) const RECORDS: &[&str] = &[
     "published.json",
     "llm-usage.json",
     "Dockerfile",
+    "answer.md",
 ];
 
 /// A run's directory: a directory (not a link to one) holding the run's lock

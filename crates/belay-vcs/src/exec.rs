@@ -120,7 +120,11 @@ pub(crate) fn driver_overrides(names: &str) -> Vec<(String, String)> {
 /// `args` with `--no-ext-diff --no-textconv` after a patch-making subcommand.
 pub(crate) fn patch_safe<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let mut v = args.to_vec();
-    if let Some(i) = v.iter().position(|a| !a.starts_with('-')) {
+    if let Some(mut i) = v.iter().position(|a| !a.starts_with('-')) {
+        // `stash show` takes diff options after `show`.
+        if v[i] == "stash" && v.get(i + 1) == Some(&"show") {
+            i += 1;
+        }
         if matches!(
             v[i],
             "diff" | "log" | "show" | "format-patch" | "whatchanged"
@@ -190,9 +194,28 @@ pub(crate) async fn output(
 ) -> Result<String, VcsError> {
     let f = finish(c, dir, args, timeout).await?;
     if f.code != Some(0) {
-        return Err(failed(dir, args, f.stderr));
+        return Err(failed(dir, args, said(&f)));
     }
     Ok(f.stdout)
+}
+
+/// What a failed git said: its stderr, or, when that is empty, the end of
+/// its stdout (a conflicting `stash apply` or `merge` prints its `CONFLICT`
+/// lines there), or its exit code when it said nothing.
+pub(crate) fn said(f: &Finished) -> String {
+    if !f.stderr.is_empty() {
+        return f.stderr.clone();
+    }
+    let lines: Vec<&str> = f.stdout.trim_end().lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    if tail.trim().is_empty() {
+        match f.code {
+            Some(c) => format!("git printed nothing and exited with {c}"),
+            None => "git printed nothing and was killed by a signal".into(),
+        }
+    } else {
+        tail
+    }
 }
 
 pub(crate) fn failed(dir: &Path, args: &[&str], stderr: String) -> VcsError {
@@ -225,11 +248,12 @@ pub(crate) fn output_blocking(
     dog.check(dir, args)?;
     let out = out.map_err(|e| VcsError::io("wait for git in", dir, e))?;
     if !out.status.success() {
-        return Err(failed(
-            dir,
-            args,
-            String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        ));
+        let f = Finished {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        };
+        return Err(failed(dir, args, said(&f)));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

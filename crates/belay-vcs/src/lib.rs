@@ -485,27 +485,57 @@ impl Git {
     /// stat; no external diff or textconv driver runs), cut after `max`
     /// bytes with a note saying so.
     pub async fn commit_patch(&self, sha: &str, max: usize) -> Result<String, VcsError> {
+        let args = [
+            "show",
+            "--stat",
+            "--patch",
+            "--format=fuller",
+            "--no-color",
+            sha,
+            "--",
+        ];
+        self.capped_patch(&args, max, &format!("git show {sha}"))
+            .await
+    }
+
+    /// The patch of stash `sha`, its untracked files included (`git stash
+    /// show -p`, with its stat), cut after `max` bytes with a note saying so:
+    /// what an owner approves is exactly this.
+    pub async fn stash_patch(&self, sha: &str, max: usize) -> Result<String, VcsError> {
+        let args = [
+            "stash",
+            "show",
+            "--include-untracked",
+            "--stat",
+            "--patch",
+            "--no-color",
+            sha,
+        ];
+        self.capped_patch(
+            &args,
+            max,
+            &format!("git stash show -p --include-untracked {sha}"),
+        )
+        .await
+    }
+
+    async fn capped_patch(
+        &self,
+        args: &[&str],
+        max: usize,
+        rest: &str,
+    ) -> Result<String, VcsError> {
         let git = self.clone();
-        let rev = sha.to_string();
+        let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let (bytes, more) = blocking(move || {
-            git.capped_blocking(
-                &[
-                    "show",
-                    "--stat",
-                    "--patch",
-                    "--format=fuller",
-                    "--no-color",
-                    &rev,
-                    "--",
-                ],
-                max,
-            )
+            let a: Vec<&str> = owned.iter().map(String::as_str).collect();
+            git.capped_blocking(&a, max)
         })
         .await?;
         let mut text = String::from_utf8_lossy(&bytes).into_owned();
         if more {
             text.push_str(&format!(
-                "\n[belay: the patch is cut at {max} bytes; `git show {sha}` has the rest]\n"
+                "\n[belay: the patch is cut at {max} bytes; `{rest}` has the rest]\n"
             ));
         }
         Ok(text)

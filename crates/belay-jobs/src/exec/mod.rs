@@ -328,6 +328,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         },
         report: reply.clone(),
         pipeline_role: job.pipeline_role.as_str().into(),
+        requested_by: Some(job.requester().to_string()),
         pipeline_run_id: job.pipeline_run_id.clone(),
         board_slug: job.board_slug.clone(),
         fixer_outcome: fixer,
@@ -390,6 +391,7 @@ pub fn plain_record(
         telemetry: Default::default(),
         report: report.to_string(),
         pipeline_role: job.pipeline_role.as_str().into(),
+        requested_by: Some(job.requester().to_string()),
         pipeline_run_id: job.pipeline_run_id.clone(),
         board_slug: job.board_slug.clone(),
         fixer_outcome: None,
@@ -664,8 +666,38 @@ async fn commit_or_hold(
         };
         results.push((r.cfg.name.clone(), res));
     }
+    if !held.is_empty() {
+        record_held_patch(run, ws, &held).await;
+    }
     Ok((results, held))
 }
+
+/// The held change's whole patch, each repository's under its name, as the
+/// run's `held.diff`: what the owner approves, shown on the dashboard's
+/// approval card and run page before anything is committed. A failure to
+/// record it is logged; the summary still stands.
+async fn record_held_patch(run: &JobRun, ws: &Workspace, held: &[HeldRepo]) {
+    let mut text = String::new();
+    for h in held {
+        let Some(r) = ws.repos.iter().find(|r| r.cfg.name == h.name) else {
+            continue;
+        };
+        let patch = r
+            .main
+            .stash_patch(&h.stash, HELD_PATCH_MAX)
+            .await
+            .unwrap_or_else(|e| format!("[belay: the patch could not be read: {e}]\n"));
+        text.push_str(&format!("# repository {}\n{patch}\n", h.name));
+    }
+    if let Err(e) = run.write_text(HELD_PATCH, &text) {
+        tracing::warn!("cannot record the held patch of run {}: {e}", run.id());
+    }
+}
+
+/// The run's record of its held change.
+pub const HELD_PATCH: &str = "held.diff";
+/// What `held.diff` keeps of each repository's patch.
+const HELD_PATCH_MAX: usize = 1 << 20;
 
 /// The job's status from its repositories' results.
 fn status_of(results: &[(String, RepoResult)], held: &[HeldRepo]) -> Status {

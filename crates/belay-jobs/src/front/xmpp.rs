@@ -119,6 +119,31 @@ struct Sending {
     chunks: VecDeque<String>,
 }
 
+/// The outbox's next message: the oldest of the first recipient after
+/// `last` (in the order of their oldest messages) that has one, so that
+/// each conversation gets its turn and one person's many answers never
+/// hold up another's; each recipient's own messages keep their order.
+fn next_turn(
+    pending: Vec<(PathBuf, crate::notify::Message)>,
+    last: Option<&str>,
+) -> Option<(PathBuf, crate::notify::Message)> {
+    let mut order: Vec<&str> = Vec::new();
+    for (_, m) in &pending {
+        if !order.contains(&m.to.as_str()) {
+            order.push(m.to.as_str());
+        }
+    }
+    let pick = match last.and_then(|l| order.iter().position(|o| *o == l)) {
+        Some(i) if order.len() > 1 => order[(i + 1) % order.len()].to_string(),
+        _ => order
+            .iter()
+            .find(|o| Some(**o) != last)
+            .or(order.first())?
+            .to_string(),
+    };
+    pending.into_iter().find(|(_, m)| m.to == pick)
+}
+
 /// Split `text` into chunks of at most `n` characters, at line ends where
 /// there is one.
 pub fn chunks(text: &str, n: usize) -> Vec<String> {
@@ -314,12 +339,14 @@ async fn send_next(
     x: &XmppConfig,
     sending: &mut Option<Sending>,
     next_send: &mut Instant,
+    last_to: &mut Option<String>,
 ) {
     if Instant::now() < *next_send {
         return;
     }
     if sending.is_none() {
-        if let Some((file, m)) = svc.outbox.pending().into_iter().next() {
+        if let Some((file, m)) = next_turn(svc.outbox.pending(), last_to.as_deref()) {
+            *last_to = Some(m.to.clone());
             match m.to.parse::<Jid>() {
                 Ok(to) => {
                     *sending = Some(Sending {
@@ -377,6 +404,7 @@ pub async fn run(
     let mut online = false;
     let mut sending: Option<Sending> = None;
     let mut next_send = Instant::now();
+    let mut last_to: Option<String> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let far = Instant::now() + Duration::from_secs(86400 * 365);
@@ -416,7 +444,7 @@ pub async fn run(
                 save_batches(&batches_file, &batches);
             }
             _ = tick.tick(), if online => {
-                send_next(&svc, &mut client, &x, &mut sending, &mut next_send).await;
+                send_next(&svc, &mut client, &x, &mut sending, &mut next_send, &mut last_to).await;
             }
             r = async {
                 match ping.as_mut() {
@@ -600,14 +628,21 @@ fn flush(svc: &Services, wake: &tokio::sync::Notify, seen: &mut Seen, from: &str
     let mut job = Job::new(from, &b.texts.join("\n\n"));
     job.source = Some("xmpp".into());
     job.source_ids = b.ids;
+    let sent = job.clone();
     match gates::submit(svc, job) {
         Ok(s) => {
-            if s.waits_for_approval {
-                let _ = svc.outbox.send(
-                    from,
-                    &format!("Your request (ID {}) waits for the owner's approval.", s.id),
-                );
-            }
+            // The sender hears at once that the request is a job, and where
+            // it stands.
+            let text = if s.waits_for_approval {
+                format!("Your request (ID {}) waits for the owner's approval.", s.id)
+            } else {
+                format!(
+                    "Got it: job {}; {}",
+                    s.id,
+                    gates::queued_note(svc.queue.ahead_of(&s.id))
+                )
+            };
+            crate::worker::reply(svc, &sent, &text);
             wake.notify_waiters();
         }
         Err(e) => {
@@ -633,5 +668,41 @@ mod tests {
         assert_eq!(c.concat().replace('\n', ""), text.replace('\n', ""));
         assert_eq!(c[0], "a".repeat(150));
         assert_eq!(super::chunks("short", 200), vec!["short".to_string()]);
+    }
+
+    #[test]
+    fn conversations_take_turns_and_keep_their_order() {
+        let m = |to: &str, n: u32| {
+            (
+                std::path::PathBuf::from(format!("{n}.json")),
+                crate::notify::Message {
+                    to: to.into(),
+                    text: n.to_string(),
+                    created_at: String::new(),
+                },
+            )
+        };
+        let pending = || {
+            vec![
+                m("a@x", 1),
+                m("a@x", 2),
+                m("a@x", 3),
+                m("b@x", 4),
+                m("c@x", 5),
+            ]
+        };
+        let pick = |last: Option<&str>| super::next_turn(pending(), last).unwrap().1.text;
+        assert_eq!(pick(None), "1");
+        assert_eq!(pick(Some("a@x")), "4", "b's turn after a's");
+        assert_eq!(pick(Some("b@x")), "5");
+        assert_eq!(pick(Some("c@x")), "1", "back to a, its oldest first");
+        assert_eq!(pick(Some("gone@x")), "1");
+        assert_eq!(
+            super::next_turn(vec![m("a@x", 7)], Some("a@x"))
+                .unwrap()
+                .1
+                .text,
+            "7"
+        );
     }
 }

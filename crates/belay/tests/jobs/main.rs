@@ -50,6 +50,7 @@ while read -r verb rest; do
     @@append) echo "$BELAY_JOB_ID" >> "$rest" ;;
     @@link) ln -s "${rest#* }" "${rest%% *}" ;;
     @@fail) echo "it broke" >&2; exit 3 ;;
+    @@long) i=0; while [ $i -lt "$rest" ]; do echo "line $i of the long answer ........................................................................"; i=$((i+1)); done; echo "the end of the long answer" ;;
     @@ifprompt) pat=${rest%% *}; word=${rest#* }; if printf '%s' "$p" | grep -q "$pat"; then echo "$word"; fi ;;
     @@sneak) if git add -A 2>/dev/null && git commit -qm sneaky 2>/dev/null; then echo SNEAK-COMMITTED; else echo SNEAK-REFUSED; fi
              if touch .git/sneak 2>/dev/null; then echo SNEAK-WROTE-GIT; fi ;;
@@ -887,6 +888,150 @@ fn chat_gates_start_and_commit_approval() {
     stop(&w, worker);
 }
 
+/// What a person in the chat hears between a request and its result: the
+/// job is queued (and where it stands), started, and ended; a stranger hears
+/// that the owner accepted, and the owner who accepted hears how it ended.
+/// A long answer comes as its head and a pointer to the whole text (kept
+/// in the job's run; that conversations take turns in the outbox is the
+/// front end's unit test). `/jobs` shows the finished jobs, and `/requeue` runs a failed one again.
+#[test]
+fn chat_progress_history_requeue_and_long_answers() {
+    let w = ws();
+    let server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner", "friend"]);
+    w.config(
+        "host",
+        "",
+        &format!(
+            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{}\"\ninsecure_plaintext_loopback = true\nallow = [\"friend@localhost\"]\nbatch_window_ms = 500\nchunk_pause_ms = 300\nchunk_chars = 400\nlong_answer_chars = 1000\ndashboard_url = \"http://127.0.0.1:8377/\"\n",
+            server.port
+        ),
+    );
+    let worker = spawn_xmpp_work(&w);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    let friend = xmpp::Chat::connect("friend", server.port, &w.path("work.log"));
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    owner.send(
+        "builder@localhost",
+        "@@say short\n@@write index.html <h1>one</h1>\n@@commit one",
+    );
+    let got = owner.wait_for("Got it: job ", Duration::from_secs(20));
+    let first_reply = t0.elapsed();
+    let id = got
+        .split("Got it: job ")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(got.contains("it starts next"), "{got}");
+    owner.wait_for(&format!("Job {id} started."), Duration::from_secs(20));
+    let started = t0.elapsed();
+    owner.wait_for("committed and pushed to main", Duration::from_secs(60));
+    println!("CHAT-PROGRESS message to first reply {first_reply:?}, to job start {started:?}");
+    // A stranger's request: accepted, started, ended, each told.
+    friend.send(
+        "builder@localhost",
+        "@@write README.md from a friend\n@@commit friend",
+    );
+    let asked = owner.wait_for_nth(
+        "New request from friend@localhost",
+        1,
+        Duration::from_secs(30),
+    );
+    let fid = asked
+        .split("(ID ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    owner.send("builder@localhost", &format!("/accept {fid}"));
+    friend.wait_for(
+        &format!("Your request {fid} was accepted"),
+        Duration::from_secs(20),
+    );
+    friend.wait_for(&format!("Job {fid} started."), Duration::from_secs(20));
+    owner.wait_for(
+        &format!("Job {fid} from friend@localhost, which you accepted, ended: committed."),
+        Duration::from_secs(60),
+    );
+    // A long answer: its head, and where the whole text is.
+    owner.send("builder@localhost", "@@long 200");
+    let lid_msg = owner.wait_for_nth("Got it: job ", 2, Duration::from_secs(20));
+    let lid = lid_msg
+        .split("Got it: job ")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    owner.wait_for(&format!("Job {lid} started."), Duration::from_secs(20));
+    let long = owner.wait_for(
+        "more characters; the whole answer: http://127.0.0.1:8377/#/run/",
+        Duration::from_secs(60),
+    );
+    assert!(long.contains(&format!("#/run/{lid}")), "{long}");
+    assert!(
+        !long.contains("the end of the long answer"),
+        "the whole answer went to the chat"
+    );
+    let whole =
+        std::fs::read_to_string(w.queue().join("runs").join(&lid).join("answer.md")).unwrap();
+    assert!(
+        whole.contains("line 199 of the long answer")
+            && whole.contains("the end of the long answer"),
+        "{whole}"
+    );
+    // /jobs: nothing waits, the recent finished jobs with how they ended.
+    owner.send("builder@localhost", "/jobs");
+    let jobs = owner.wait_for("Recent (", Duration::from_secs(20));
+    let listing = jobs.rsplit("No jobs waiting.").next().unwrap();
+    for j in [&id, &fid, &lid] {
+        assert!(
+            listing.contains(&format!("{j} [")),
+            "{j} is not in /jobs: {listing}"
+        );
+    }
+    assert!(listing.contains(&format!("{id} [committed]")), "{listing}");
+    // The friend sees only theirs.
+    friend.send("builder@localhost", "/jobs");
+    let theirs = friend.wait_for("Recent (", Duration::from_secs(20));
+    let theirs = theirs.rsplit("No jobs waiting.").next().unwrap();
+    assert!(theirs.contains(&fid) && !theirs.contains(&id), "{theirs}");
+    // A failed job, requeued from the chat, runs again.
+    owner.send("builder@localhost", "@@fail");
+    let fail_msg = owner.wait_for_nth("Got it: job ", 3, Duration::from_secs(20));
+    let xid = fail_msg
+        .split("Got it: job ")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let t = Instant::now();
+    while !w.jobs_in("failed").contains(&xid) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the job did not fail"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    friend.send("builder@localhost", &format!("/requeue {xid}"));
+    friend.wait_for("Only the owner may use /requeue", Duration::from_secs(10));
+    owner.send("builder@localhost", &format!("/requeue {xid}"));
+    owner.wait_for(
+        &format!("Job {xid} is back in the inbox"),
+        Duration::from_secs(20),
+    );
+    owner.wait_for_nth(&format!("Job {xid} started."), 2, Duration::from_secs(30));
+    stop(&w, worker);
+}
+
 /// prosody restarted mid-session: belay reconnects, answers the next
 /// message, and a message delivered again (same id) makes no second job.
 #[test]
@@ -1297,6 +1442,74 @@ fn without_push_the_commit_stays_on_the_job_branch() {
         "kept here"
     );
     assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
+}
+
+/// A held change that no longer applies (the branch moved under it) is
+/// refused with git's own account of the conflict, and nothing is committed
+/// or lost: the job stays held, its patch on record, until it is discarded.
+#[test]
+fn a_held_change_that_no_longer_applies_says_why_in_gits_words() {
+    let w = ws();
+    w.config("host", "commit_approval = true", "");
+    let id = w.submit(
+        &[],
+        "@@write index.html <h1>held</h1>\n@@commit the held title",
+    );
+    w.work_once(&[]);
+    assert_eq!(w.jobs_in("held"), vec![id.clone()]);
+    let patch =
+        std::fs::read_to_string(w.queue().join("runs").join(&id).join("held.diff")).unwrap();
+    assert!(
+        patch.contains("# repository site")
+            && patch.contains("-<h1>hello</h1>")
+            && patch.contains("+<h1>held</h1>"),
+        "the held patch is not recorded whole: {patch}"
+    );
+    // Someone else changes the same line upstream.
+    let other = w.path("other");
+    git(
+        w.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            w.remote.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(other.join("index.html"), "<h1>theirs</h1>\n").unwrap();
+    git(
+        &other,
+        &[
+            "-c",
+            "user.name=o",
+            "-c",
+            "user.email=o@x",
+            "commit",
+            "-qam",
+            "theirs",
+        ],
+    );
+    git(&other, &["push", "-q", "origin", "main"]);
+    let o = w.cmd().args(["approve", &id]).output().unwrap();
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no longer applies") && err.contains("CONFLICT") && err.contains("index.html"),
+        "git's account of the conflict is not shown: {err}"
+    );
+    assert!(err.contains(&format!("discard job {id}")), "{err}");
+    assert!(
+        !err.contains("/discard"),
+        "a chat command on the terminal: {err}"
+    );
+    assert_eq!(
+        w.remote_log()[0],
+        "theirs|o",
+        "nothing of the job is pushed"
+    );
+    assert_eq!(w.jobs_in("held"), vec![id.clone()], "the held job is kept");
+    let o = w.cmd().args(["discard", &id]).output().unwrap();
+    ok(&o);
 }
 
 /// Each real agent CLI (codex, Claude Code, gemini), pinned under

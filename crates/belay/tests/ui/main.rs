@@ -234,7 +234,33 @@ async fn a_live_pipeline_run_in_the_browser() {
             .js("const e = document.querySelector('#graph g.edge.retry[data-from=test][data-to=dev]'); return e && [e.dataset.count, e.textContent]")
             .await;
         assert_eq!(edge[0], "1", "{edge}");
-        assert!(edge[1].as_str().unwrap().contains("×1"), "{edge}");
+        assert!(edge[1].as_str().unwrap().contains("retried ×1"), "{edge}");
+        // An edge never taken never reads like one taken.
+        let untaken = b
+            .js("return [...document.querySelectorAll('#graph g.edge[data-count=\"0\"]')].map(e => e.textContent)")
+            .await;
+        for t in untaken.as_array().unwrap() {
+            let t = t.as_str().unwrap();
+            assert!(t.is_empty() || t.contains("not taken"), "an untaken edge reads {t:?}");
+        }
+        // Every run of a step shows, the failed first attempt too, and no
+        // label of a node runs under its verdict pill.
+        let dots = b
+            .js("return [...document.querySelectorAll('#graph g.node[data-step=test] .run-dot')].map(d => d.dataset.verdict)")
+            .await;
+        assert_eq!(dots, serde_json::json!(["fail", "pass"]), "the test step's runs");
+        let overlaps = b
+            .js("const out = []; for (const n of document.querySelectorAll('#graph g.node')) { const p = n.querySelector('rect.pill').getBBox(); for (const t of n.querySelectorAll('text:not(.pill-text)')) { const b = t.getBBox(); if (b.width && b.x < p.x + p.width && b.x + b.width > p.x && b.y < p.y + p.height && b.y + b.height > p.y) out.push(n.dataset.step + ': ' + t.textContent); } } return out")
+            .await;
+        assert_eq!(overlaps, serde_json::json!([]), "labels under the verdict pill");
+        // The time view: a row per step run, in order, each with its time.
+        let rows = b
+            .js("return [...document.querySelectorAll('#time-view tr.time-row')].map(r => [r.dataset.key, r.dataset.status, r.querySelector('.duration').textContent])")
+            .await;
+        let keys: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r[0].as_str().unwrap()).collect();
+        assert_eq!(keys.len(), 6, "{rows}");
+        assert_eq!(keys[1..3], ["test#2", "dev#3"], "{rows}");
+        assert!(rows.as_array().unwrap().iter().all(|r| r[2] != "–"), "a step run without its time: {rows}");
         // The failing gate's console: two runs, the feedback, the log.
         b.click("#graph g.node[data-step=test]").await;
         let console = b
@@ -334,6 +360,142 @@ async fn a_live_pipeline_run_in_the_browser() {
         assert!(!html.contains(CANARY), "the page shows the secret");
         for (path, body) in crawl(&ui, &id) {
             assert!(!body.contains(CANARY), "{path} holds the secret");
+        }
+        b
+    })
+    .await;
+}
+
+/// A command step that prints a line every half second: its log is on the
+/// page while the step runs (each line within a second of its write in the
+/// container), the step's elapsed time ticks between events, and the time
+/// view has the step's row with its duration once it ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_steps_log_is_live_on_the_page() {
+    pipeline::require_engine();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let repo = tmp.path().join("ws");
+    std::fs::create_dir_all(&repo).unwrap();
+    // Each line carries the container's clock (the host's: one kernel).
+    std::fs::write(
+        repo.join("pipeline.yaml"),
+        "name: ticks\nsteps:\n  - name: ticks\n    command: for i in 1 2 3 4 5 6 7 8; do echo \"tick $i at $(date +%s%3N)\"; sleep 0.5; done\n",
+    )
+    .unwrap();
+    git_cli::init_repo(&repo);
+    let ui = Ui::start(&home, 0, "tok-live-log", &[]);
+    let url = ui.url.clone();
+    let state = tmp.path().join("state");
+    let mut c = cmd_belay(&home);
+    use std::os::unix::process::CommandExt;
+    c.process_group(0)
+        .arg("run")
+        .arg(repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut run = Proc(c.spawn().unwrap());
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let got2 = got.clone();
+    with_browser("live_log", |b: Browser| async move {
+        b.open_list(&url).await;
+        let id = b
+            .until(
+                "the run in the list",
+                60,
+                "const r = document.querySelector('#runs tr.run[data-mode=pipeline]'); return r && r.dataset.runId",
+            )
+            .await;
+        b.c.goto(&format!("{url}#/run/{}", id.as_str().unwrap())).await.unwrap();
+        // Each tick line as the page first shows it, with the page's clock.
+        b.js("window.__ticks = {}; setInterval(() => { for (const p of document.querySelectorAll('#console pre.log')) for (const m of p.textContent.matchAll(/tick (\\d) at (\\d+)/g)) if (!(m[1] in window.__ticks)) window.__ticks[m[1]] = [Number(m[2]), Date.now(), !document.querySelector('#graph g.node[data-step=ticks][data-badge=running]')]; }, 50);").await;
+        let e1 = b
+            .until("a ticking elapsed time", 60, "const e = document.querySelector('#console .elapsed[data-since]'); return e && e.textContent")
+            .await;
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        let e2 = b.js("const e = document.querySelector('#console .elapsed[data-since]'); return e && e.textContent").await;
+        assert!(e2.is_null() || e1 != e2, "the elapsed time does not tick: {e1} then {e2}");
+        b.until("the step's end", 60, "return !!document.querySelector('#graph g.terminal.success.reached')")
+            .await;
+        let ticks = b.js("return window.__ticks").await;
+        let rows = b
+            .until("the time view", 10, "const r = [...document.querySelectorAll('#time-view tr.time-row')]; return r.length && r.map(x => [x.dataset.key, x.dataset.status, x.querySelector('.duration').textContent])")
+            .await;
+        assert_eq!(rows[0][0], "ticks#1", "{rows}");
+        assert_eq!(rows[0][1], "pass", "{rows}");
+        assert!(rows[0][2].as_str().unwrap().ends_with(" s"), "{rows}");
+        *got2.lock().unwrap() = ticks;
+        b
+    })
+    .await;
+    let lat = got.lock().unwrap().clone();
+    assert!(run.0.wait().unwrap().success());
+    let ticks = lat.as_object().unwrap();
+    assert!(ticks.len() >= 6, "the page missed lines of the log: {lat}");
+    // Seen while the step still ran, not only once it ended.
+    let live: Vec<f64> = ticks
+        .values()
+        .filter(|v| !v[2].as_bool().unwrap())
+        .map(|v| v[1].as_f64().unwrap() - v[0].as_f64().unwrap())
+        .collect();
+    assert!(
+        live.len() >= 4,
+        "the log was not shown while the step ran: {lat}"
+    );
+    let mut sorted = live.clone();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "UI-LIVE-LOG write-to-page ms: median {} max {}",
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1]
+    );
+    assert!(
+        sorted[sorted.len() / 2] <= 1000.0,
+        "a line takes more than a second to reach the page: {sorted:?}"
+    );
+}
+
+/// The modes without a graph (plan, rounds, jobs, agent) have a time view
+/// too: a row per step of the run's log, its phases as spans, its duration.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_other_mode_has_a_time_view() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let modes = [Mode::Plan, Mode::Rounds, Mode::Jobs, Mode::Agent];
+    for (i, mode) in modes.iter().enumerate() {
+        let id = format!("time-{i}");
+        let run = synthetic_run(&home, tmp.path().join("runs").join(&id), &id, *mode);
+        for (n, step) in [(0, "c1"), (1, "c1"), (2, "c2"), (3, "c2")] {
+            run.emit("engine", Some(step), &Tick::Tick { n }).unwrap();
+            std::thread::sleep(Duration::from_millis(120));
+        }
+        run.finish(belay_record::RunEnd {
+            ok: true,
+            duration_s: 0.5,
+            tokens: 0,
+            cost_usd: 0.0,
+            summary: None,
+        });
+    }
+    let ui = Ui::start(&home, 0, "tok-time", &[]);
+    let url = ui.url.clone();
+    with_browser("time_views", |b: Browser| async move {
+        for (i, mode) in modes.iter().enumerate() {
+            b.c.goto(&format!("{url}#/run/time-{i}")).await.unwrap();
+            let rows = b
+                .until(
+                    "the time view",
+                    20,
+                    &format!("return location.hash === '#/run/time-{i}' && [...document.querySelectorAll('#time-view tr.time-row')].map(r => [r.dataset.key, r.querySelectorAll('.span').length, r.querySelector('.duration').textContent])"),
+                )
+                .await;
+            let rows = rows.as_array().unwrap();
+            assert_eq!(rows.len(), 2, "{mode:?}: {rows:?}");
+            assert_eq!(rows[0][0], "c1");
+            assert_eq!(rows[1][0], "c2");
+            assert!(rows.iter().all(|r| r[1].as_u64().unwrap() >= 1 && r[2] != "–"), "{rows:?}");
         }
         b
     })
@@ -946,7 +1108,7 @@ async fn the_demo_replays_its_recordings() {
 const PAGE_AGENT: &str = "#!/bin/sh\ncat > /dev/null\nprintf '<h1>approved</h1>\\n' > index.html\nprintf '===COMMIT-MESSAGE===\\nfix: the title\\n===END-COMMIT-MESSAGE===\\n'\n";
 
 /// A job whose change waits for the commit approval (`held/`): the page shows
-/// every path of it, and Approve clicked on the page commits and pushes it,
+/// every path of it and its patch, links to the job's run, and Approve clicked on the page commits and pushes it,
 /// as `belay jobs approve` does.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_commit_approval_clicked_on_the_page() {
@@ -1015,6 +1177,20 @@ async fn a_commit_approval_clicked_on_the_page() {
             )
             .await;
         assert!(card.as_str().unwrap().contains("index.html"), "the held paths are not shown: {card}");
+        // The patch itself, before anything is committed, and the card's
+        // link to the job's run.
+        let diff = b
+            .until(
+                "the held patch",
+                10,
+                &format!("const d = document.querySelector(\".card[data-id='{id}'] .held-diff pre.diff\"); return d && [d.querySelector('.del') && d.querySelector('.del').textContent, d.querySelector('.add') && d.querySelector('.add').textContent, document.querySelector(\".card[data-id='{id}'] a\").getAttribute('href')]"),
+            )
+            .await;
+        assert_eq!(
+            diff,
+            serde_json::json!(["-<h1>hello</h1>", "+<h1>approved</h1>", format!("#/run/{id}")]),
+            "the card does not show the held change's patch and its run"
+        );
         b.click(&format!(".card[data-id='{id}'] button[data-verb=approve]")).await;
         b.until(
             "the approval's answer",
