@@ -165,22 +165,27 @@ async function attentionView(root) {
 
 // ---- all runs ----
 
-const filters = { mode: '', status: '', failed: false, attention: false };
+const filters = { mode: '', status: '', failed: false, attention: false, q: '', page: 0 };
+const PAGE = 200;
 
 async function listView(root) {
   const t0 = performance.now();
   const table = h('table', { id: 'runs' });
   const att = h('div', { id: 'attention' });
-  const sel = (name, opts) => h('select', { id: 'filter-' + name, onchange: (e) => { filters[name] = e.target.value; draw(); } },
+  const sel = (name, opts) => h('select', { id: 'filter-' + name, onchange: (e) => { filters[name] = e.target.value; filters.page = 0; draw(); } },
     opts.map((o) => { const x = h('option', { value: o }, o || 'all'); if (filters[name] === o) x.selected = true; return x; }));
-  const box = (name, label) => h('label', {}, h('input', { type: 'checkbox', id: 'filter-' + name, checked: filters[name], onchange: (e) => { filters[name] = e.target.checked; draw(); } }), ' ', label);
+  const box = (name, label) => h('label', {}, h('input', { type: 'checkbox', id: 'filter-' + name, checked: filters[name], onchange: (e) => { filters[name] = e.target.checked; filters.page = 0; draw(); } }), ' ', label);
+  let searchTimer = null;
+  const search = h('input', { type: 'search', id: 'filter-q', placeholder: 'search runs: id, title, outcome, repository', value: filters.q,
+    oninput: (e) => { clearTimeout(searchTimer); searchTimer = setTimeout(() => { filters.q = e.target.value.trim(); filters.page = 0; draw(); }, 200); } });
+  const pager = h('div', { class: 'pager', id: 'pager' });
   put(root, 
     h('h1', {}, 'Runs'), att,
     h('div', { class: 'filters' },
       h('label', {}, 'Mode ', sel('mode', ['', 'env', 'pipeline', 'agent', 'plan', 'rounds', 'jobs'])),
       h('label', {}, 'Status ', sel('status', ['', 'running', 'ok', 'failed', 'interrupted'])),
-      box('failed', 'failed only'), box('attention', 'needs attention')),
-    table);
+      box('failed', 'failed only'), box('attention', 'needs attention'), search),
+    table, pager);
   let gen = 0;
   const row = (r) => h('tr', {
     class: 'run', 'data-run-id': r.run_id, 'data-status': r.status, 'data-mode': r.mode,
@@ -188,22 +193,40 @@ async function listView(root) {
   },
   h('td', {}, r.mode),
   h('td', {}, h('a', { href: '#/run/' + enc(r.run_id) }, r.run_id), r.title ? h('div', { class: 'muted' }, short(r.title, 90)) : null),
-  h('td', {}, badge(r.status), r.attention ? [' ', badge('attention', 'waiting')] : null),
+  h('td', {}, badge(r.status), r.attention ? [' ', badge('attention', 'waiting')] : null,
+    (r.status === 'failed' || r.status === 'interrupted') && r.summary ? h('div', { class: 'muted why' }, short(r.summary, 120)) : null),
   h('td', {}, when(r.started_at)),
   h('td', { class: 'num' }, dur(r.duration_s)),
   h('td', { class: 'num' }, r.tokens || 0),
   h('td', { class: 'num' }, cost(r.cost_usd)),
   h('td', {}, r.batch ? h('a', { href: '#/batch/' + enc(r.batch), onclick: (e) => e.stopPropagation() }, 'batch') : null,
     r.attention ? h('div', { class: 'muted' }, short(r.attention, 80)) : null));
+  // One fetch at a time: a change while one is out asks for one more when
+  // it is back. (Dropping a slow answer for a newer request starved the
+  // list whenever fetches took longer than the registry's changes.)
+  let inflight = false, again = false;
   async function draw() {
+    if (inflight) { again = true; return; }
+    inflight = true;
+    try { await drawNow(); } finally {
+      inflight = false;
+      if (again) { again = false; draw(); }
+    }
+  }
+  async function drawNow() {
     const my = ++gen;
-    const [list, items] = await Promise.all([api('/api/runs'), refreshAttention()]);
+    // The server filters, searches and pages: a page holds PAGE runs,
+    // newest first, whatever the registry holds.
+    const qs = new URLSearchParams({ mode: filters.mode, status: filters.status, failed: filters.failed ? '1' : '', attention: filters.attention ? '1' : '',
+      q: filters.q, offset: String(filters.page * PAGE), limit: String(PAGE) });
+    const [list, items] = await Promise.all([api('/api/runs?' + qs), refreshAttention()]);
     if (my !== gen) return;
     put(att, items.filter((i) => i.actions.length).map((it) => attentionCard(it, draw)));
-    const rows = list.runs.filter((r) => (!filters.mode || r.mode === filters.mode)
-      && (!filters.status || r.status === filters.status)
-      && (!filters.failed || r.status === 'failed')
-      && (!filters.attention || r.attention));
+    const rows = list.runs;
+    const from = list.offset, to = list.offset + rows.length;
+    put(pager, h('span', { id: 'page-info', 'data-total': list.total }, list.total ? `${from + 1}–${to} of ${list.total}` : '', list.total !== list.all ? ` (of ${list.all} runs)` : ''), ' ',
+      h('button', { id: 'page-newer', disabled: filters.page === 0, onclick: () => { filters.page -= 1; draw(); } }, '← newer'), ' ',
+      h('button', { id: 'page-older', disabled: to >= list.total, onclick: () => { filters.page += 1; draw(); } }, 'older →'));
     // The first rows at once (the page is usable), the rest in slices
     // that leave the browser free in between.
     const tbody = h('tbody', {}, rows.slice(0, 100).map(row),

@@ -97,6 +97,33 @@ pub(crate) struct ListQuery {
     status: Option<String>,
     failed: Option<String>,
     attention: Option<String>,
+    /// Words every listed run holds (in its id, mode, title, outcome or
+    /// repository), case-insensitive.
+    q: Option<String>,
+    /// Paging: the first row (0 is the newest) and how many.
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// Whether a run holds every word of the search.
+fn matches(e: &RunEntry, words: &[String]) -> bool {
+    if words.is_empty() {
+        return true;
+    }
+    let hay = format!(
+        "{} {} {} {} {} {}",
+        e.run_id,
+        e.mode.as_str(),
+        e.status.as_str(),
+        e.title.as_deref().unwrap_or(""),
+        e.summary.as_deref().unwrap_or(""),
+        e.repo
+            .as_deref()
+            .map(|r| r.display().to_string())
+            .unwrap_or_default()
+    )
+    .to_lowercase();
+    words.iter().all(|w| hay.contains(w.as_str()))
 }
 
 pub(crate) async fn runs(State(app): State<Arc<App>>, Query(q): Query<ListQuery>) -> Response {
@@ -116,15 +143,29 @@ pub(crate) async fn runs(State(app): State<Arc<App>>, Query(q): Query<ListQuery>
         .filter(|s| !s.is_empty())
         .and_then(|s| s.parse().ok());
     let on = |f: &Option<String>| f.as_deref().is_some_and(|v| v == "1" || v == "true");
+    let words: Vec<String> =
+        q.q.as_deref()
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_lowercase)
+            .collect();
     let rows: Vec<Value> = list
         .iter()
         .filter(|e| mode.is_none_or(|m| e.mode == m))
         .filter(|e| status.is_none_or(|s| e.status == s))
         .filter(|e| !on(&q.failed) || e.status == RunStatus::Failed)
+        .filter(|e| matches(e, &words))
         .map(|e| entry_json(e, &waiting))
         .filter(|v| !on(&q.attention) || !v["attention"].is_null())
         .collect();
-    redacted_json(&app, json!({"runs": rows}))
+    let total = rows.len();
+    let offset = q.offset.unwrap_or(0).min(total);
+    let limit = q.limit.unwrap_or(usize::MAX).max(1);
+    let page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    redacted_json(
+        &app,
+        json!({"runs": page, "total": total, "offset": offset, "all": list.len()}),
+    )
 }
 
 fn parsed(dir: &std::path::Path, name: &str, max: u64) -> Value {
