@@ -9,6 +9,11 @@ run.json (its id, mode, title and how it ended). The run appears in the
 registry of STATE_HOME as running (owned by this process), its events are
 appended one by one as the original run wrote them, and its end is recorded
 last: a `belay ui` on STATE_HOME shows it live, as it showed the real run.
+
+The recorded timing is kept: each wait is the recorded gap between two events
+(none is cut short), divided by --speed (1: as recorded); the durations the
+events carry (`duration_s`) are divided by the same factor, so that a
+waterfall drawn from them matches the replayed clock.
 """
 import json
 import os
@@ -37,6 +42,16 @@ def registry(home, record):
         f.write("\n" + json.dumps(record))
 
 
+def scaled(value, speed):
+    """`value` with every `duration_s` in it divided by `speed`."""
+    if isinstance(value, dict):
+        return {k: (v / speed if k == "duration_s" and isinstance(v, (int, float)) else scaled(v, speed))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [scaled(v, speed) for v in value]
+    return value
+
+
 def parse_at(at):
     return datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
 
@@ -62,9 +77,11 @@ def replay(home, rec, speed):
         for ev in events:
             t = parse_at(ev["at"])
             if last is not None:
-                time.sleep(min(2.0, max(0.0, t - last)) / speed)
+                time.sleep(max(0.0, t - last) / speed)
             last = t
             ev["at"] = now()
+            if speed != 1.0 and "data" in ev:
+                ev["data"] = scaled(ev["data"], speed)
             if ev.get("kind") in ("commit", "run_end") and os.path.isdir(os.path.join(rec, "commits")):
                 shutil.copytree(os.path.join(rec, "commits"), os.path.join(dest, "commits"), dirs_exist_ok=True)
             out.write(json.dumps(ev, separators=(",", ":")) + "\n")

@@ -357,51 +357,11 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed,
             }
             Processed::Interrupted
         }
-        Err(e) => {
-            // The job could not run (its repositories, its agent spec, a
-            // lock): failed, with the reason, and a record.
-            job.belay.failure = Some(svc.redactor.redact(&e.to_string()).into_owned());
-            svc.queue.relocate(&claim.path, Dir::Failed, &job)?;
-            let text = format!("Job {} failed before its agent ran: {}", job.id, e.reply());
-            reply(svc, &job, &text);
-            let reason = svc.redactor.redact(&e.to_string()).into_owned();
-            let failed = JobEvent::JobFailed {
-                job_id: job.id.to_string(),
-                reason: reason.clone(),
-            };
-            if let Ok(run) = exec::open_run(svc, &job) {
-                let _ = run.emit("jobs", None, &failed);
-                let rec = {
-                    let mut r = exec::plain_record(svc, &job, Status::Failed, vec![], &text);
-                    r.failure_detail = Some(e.to_string());
-                    r
-                };
-                let _ = exec::finish_record(svc, &run, &job, &rec, &text).await;
-                run.finish(belay_record::RunEnd {
-                    ok: false,
-                    summary: Some(format!("failed: {e}")),
-                    ..Default::default()
-                });
-            } else {
-                svc.tell(&failed);
-                // The run cannot be opened again (its lock, its directory):
-                // its end goes to the registry all the same, so that the
-                // history does not show a failed job as interrupted.
-                let _ = belay_record::Registry::default_location().ended(
-                    job.id.as_str(),
-                    belay_record::RunEnd {
-                        ok: false,
-                        summary: Some(reason.clone()),
-                        ..Default::default()
-                    },
-                );
-            }
-            Processed::Ran(Some(FailedJob {
-                id: job.id.to_string(),
-                status: Status::Failed.as_str().into(),
-                reason,
-            }))
+        Ok(Ended::Failed(f)) => {
+            let f = *f;
+            failed_early(svc, &claim.path, &mut job, Some(f.run), f.error).await?
         }
+        Err(e) => failed_early(svc, &claim.path, &mut job, None, e).await?,
     };
     // The lock file goes while the lock is still held (a job back in the
     // inbox keeps it: another worker may be opening it right now).
@@ -410,4 +370,59 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed,
     }
     drop(claim);
     Ok(processed)
+}
+
+/// A job that could not run (its repositories, its agent spec, a lock):
+/// failed, with the reason, a record, and its run ended: the run it opened,
+/// or, when it could not open one, the registry's end record all the same
+/// (the history never shows a failed job as interrupted).
+async fn failed_early(
+    svc: &Services,
+    path: &std::path::Path,
+    job: &mut crate::job::Job,
+    run: Option<crate::events::JobRun>,
+    e: JobsError,
+) -> Result<Processed, JobsError> {
+    job.belay.failure = Some(svc.redactor.redact(&e.to_string()).into_owned());
+    svc.queue.relocate(path, Dir::Failed, job)?;
+    let text = format!("Job {} failed before its agent ran: {}", job.id, e.reply());
+    reply(svc, job, &text);
+    let reason = svc.redactor.redact(&e.to_string()).into_owned();
+    let failed = JobEvent::JobFailed {
+        job_id: job.id.to_string(),
+        reason: reason.clone(),
+    };
+    let run = match run {
+        Some(r) => Some(r),
+        None => exec::open_run(svc, job).ok(),
+    };
+    if let Some(run) = run {
+        let _ = run.emit("jobs", None, &failed);
+        let rec = {
+            let mut r = exec::plain_record(svc, job, Status::Failed, vec![], &text);
+            r.failure_detail = Some(e.to_string());
+            r
+        };
+        let _ = exec::finish_record(svc, &run, job, &rec, &text).await;
+        run.finish(belay_record::RunEnd {
+            ok: false,
+            summary: Some(format!("failed: {e}")),
+            ..Default::default()
+        });
+    } else {
+        svc.tell(&failed);
+        let _ = belay_record::Registry::default_location().ended(
+            job.id.as_str(),
+            belay_record::RunEnd {
+                ok: false,
+                summary: Some(reason.clone()),
+                ..Default::default()
+            },
+        );
+    }
+    Ok(Processed::Ran(Some(FailedJob {
+        id: job.id.to_string(),
+        status: Status::Failed.as_str().into(),
+        reason,
+    })))
 }

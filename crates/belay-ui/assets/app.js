@@ -382,10 +382,25 @@ function foldAgent(R, v) {
   if (!R.agents[key]) { R.agents[key] = { turns: [], tokens: 0, cost: 0, reports: 0, live: { tokens: 0, cost: 0 }, done: { tokens: 0, cost: 0 } }; R.agentOrder.push(key); }
   const a = R.agents[key];
   // A session's report has its totals; until it comes, its usage events.
+  // The plan loop's traces carry each call's cost when its agent's own
+  // events are not streamed (the default audit level).
   const settle = () => {
     a.tokens = a.done.tokens + a.live.tokens;
-    a.cost = a.done.cost + a.live.cost;
+    a.cost = Math.max(a.done.cost + a.live.cost, a.traced || 0);
   };
+  if (v.kind === 'agent_trace') {
+    const d = v.data || {};
+    const who = d.role || d.agent || 'agent';
+    if (d.action === 'prompt' && d.prompt) a.turns.push({ kind: 'message', seq: v.seq, text: `${who} was asked:\n${d.prompt}` });
+    if (d.action === 'finish') {
+      a.traced = (a.traced || 0) + (d.cost_usd || 0);
+      settle();
+      a.turns.push({ kind: d.outcome && d.outcome !== 'ok' ? 'error' : 'final', seq: v.seq,
+        text: `${who} (${d.agent || ''}) ${d.outcome || 'ended'}${d.exit_code != null ? ', exit ' + d.exit_code : ''}${d.duration_s != null ? ' in ' + dur(d.duration_s) : ''}${d.answer ? ':\n' + d.answer : ''}`,
+        message: `${who} ${d.outcome || 'ended'}${d.answer ? ': ' + d.answer : ''}` });
+    }
+    return;
+  }
   if (v.kind === 'agent_report') {
     const u = v.data.usage || {};
     a.done.tokens += (u.input_tokens || 0) + (u.output_tokens || 0);
@@ -849,7 +864,8 @@ function drawEnv(el, R) {
       lane.append(h('div', { class: 'span block-span' + (b.cached ? ' cached' : b.status === 'failed' ? ' failed' : ''), style: null, 'data-left': pct(startT), 'data-width': pct(endT) - pct(startT) }));
       // Each phase where it ran: it ended at its event; it began its duration before.
       for (const p of b.phases) {
-        const pe = p.at, ps = p.at - (p.duration_s || 0) * 1000;
+        // A phase runs inside its block: it never starts before the block did.
+        const pe = p.at, ps = Math.max(startT, p.at - (p.duration_s || 0) * 1000);
         lane.append(h('div', { class: 'span ' + p.kind + (p.exit_code && p.exit_code !== 0 ? ' failed' : ''), 'data-left': pct(ps), 'data-width': pct(pe) - pct(ps), title: `${p.phase} attempt ${p.attempt}: exit ${p.exit_code} in ${dur(p.duration_s)}` }));
       }
     }
@@ -932,14 +948,14 @@ function drawAgents(el, R) {
 }
 
 const TURNS = {
-    message: (t) => h('div', {}, t.text),
+    message: (t) => h('div', { class: 'text' }, t.text),
     tool_call: (t) => [h('code', {}, t.name), ' ', h('pre', {}, short(t.input, 2000))],
     tool_result: (t) => h('pre', {}, short(t.output, 3000)),
     command: (t) => [h('code', {}, short(t.command, 500)), ` → exit ${t.exit_code}`, t.output ? h('pre', {}, short(t.output, 3000)) : null],
     file_change: (t) => [h('code', {}, t.path), ' ', t.change],
-    final: (t) => h('div', {}, t.text),
-    error: (t) => h('div', {}, t.message),
-  report: (t) => h('div', {}, t.text),
+    final: (t) => h('div', { class: 'text' }, t.text),
+    error: (t) => h('div', { class: 'text' }, t.message),
+    report: (t) => h('div', { class: 'text' }, t.text),
 };
 
 // One turn; a turn the page does not know (or cannot draw) is shown as its JSON.

@@ -51,6 +51,15 @@ pub enum Ended {
     Finished(Box<Finished>),
     /// Stopped by SIGTERM: the workspace is back as it was.
     Interrupted,
+    /// It could not run (its agent spec, its repositories, a lock): the
+    /// error, and the run it opened, which the caller ends with the failure
+    /// (one start record and one end record per job).
+    Failed(Box<EarlyFailure>),
+}
+
+pub struct EarlyFailure {
+    pub run: JobRun,
+    pub error: JobsError,
 }
 
 pub struct Finished {
@@ -240,19 +249,31 @@ fn reply_and_commits(
     (reply, commits, fixer)
 }
 
-/// Run a claimed job.
+/// Run a claimed job. An error is the run's that could not be opened.
 pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsError> {
-    let started = Instant::now();
     let run = open_run(svc, job)?;
+    match run_opened(svc, job, stop, &run).await {
+        Err(error) => Ok(Ended::Failed(Box::new(EarlyFailure { run, error }))),
+        ended => ended,
+    }
+}
+
+async fn run_opened(
+    svc: &Services,
+    job: &Job,
+    stop: &Stop,
+    run: &JobRun,
+) -> Result<Ended, JobsError> {
+    let started = Instant::now();
     let spec = agent::spec_for(svc, job)?;
     let repos = repos_of(svc, job)?;
-    announce_start(&run, job, &spec, &repos);
-    let mut ws = Workspace::prepare(&svc.queue, &run, &job.id, &repos, svc.cfg.lock_wait).await?;
-    match agent::run_env(svc, &run, &ws).await {
+    announce_start(run, job, &spec, &repos);
+    let mut ws = Workspace::prepare(&svc.queue, run, &job.id, &repos, svc.cfg.lock_wait).await?;
+    match agent::run_env(svc, run, &ws).await {
         Ok(env) => ws.env = env,
         Err(e) => {
             // The worktrees go as after any job.
-            let _ = ws.finish(&run, &[], &[]).await;
+            let _ = ws.finish(run, &[], &[]).await;
             return Err(e);
         }
     }
@@ -262,7 +283,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         agent_s: 0.0,
         turns: 0,
     };
-    let outcome = judge_and_publish(svc, &run, job, &ws, &spec, stop, &mut tally).await;
+    let outcome = judge_and_publish(svc, run, job, &ws, &spec, stop, &mut tally).await;
     let (pushed, keep) = pushed_and_kept(&outcome, &ws);
     let ws_names: Vec<(String, bool)> = ws
         .repos
@@ -280,7 +301,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
     for r in &ws.repos {
         ws.env.tidy(&r.wt_path);
     }
-    let notes = ws.finish(&run, &keep, &pushed).await;
+    let notes = ws.finish(run, &keep, &pushed).await;
     let outcome = match outcome {
         Ok(Some(o)) => o,
         Ok(None) => {
@@ -335,7 +356,7 @@ pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsEr
         failure_detail: outcome.failure.clone(),
         preserved_branch: (!keep.is_empty()).then(|| repos::job_branch(&job.id)),
     };
-    finish_record(svc, &run, job, &record, &reply).await?;
+    finish_record(svc, run, job, &record, &reply).await?;
     let overhead = (started.elapsed().as_secs_f64() - tally.agent_s).max(0.0);
     let _ = run.emit(
         "jobs",

@@ -1444,6 +1444,41 @@ fn without_push_the_commit_stays_on_the_job_branch() {
     assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
 }
 
+/// A job that fails before its agent runs (its repository is gone) has one
+/// start record and one end record in the registry, and shows as failed
+/// with its reason: never as interrupted, never started twice.
+#[test]
+fn a_job_failing_before_its_agent_has_one_start_and_one_end() {
+    let w = ws();
+    w.config("host", "", "");
+    let id = w.submit(&[], "@@write index.html never");
+    std::fs::rename(&w.repo, w.path("site-moved")).unwrap();
+    let o = w.cmd().args(["work", "--once"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let reg = std::fs::read_to_string(w.path("state").join("runs.jsonl")).unwrap();
+    let mine: Vec<Value> = reg
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["run_id"] == id.as_str())
+        .collect();
+    let ops: Vec<&str> = mine.iter().map(|r| r["op"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["start", "end"], "{mine:?}");
+    let list = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", w.path("state"))
+        .args(["runs", "list", "--json"])
+        .output()
+        .unwrap();
+    // One JSON object a line.
+    let row: Value = text(&list)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["run_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{}", show(&list)));
+    assert_eq!(row["status"], "failed", "{row}");
+    assert!(row["summary"].as_str().unwrap().contains("failed"), "{row}");
+}
+
 /// A held change that no longer applies (the branch moved under it) is
 /// refused with git's own account of the conflict, and nothing is committed
 /// or lost: the job stays held, its patch on record, until it is discarded.

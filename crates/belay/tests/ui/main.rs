@@ -27,7 +27,24 @@ const CANARY: &str = "canary-secret-ui-5d1e77b2";
 #[derive(serde::Serialize)]
 #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
 enum Tick {
-    Tick { n: u32 },
+    Tick {
+        n: u32,
+    },
+    /// The plan loop's trace of an agent call, as it records one.
+    AgentTrace {
+        action: &'static str,
+        checkpoint: &'static str,
+        agent: &'static str,
+        role: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prompt: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        outcome: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        answer: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
 }
 
 /// A run opened the way every engine opens one, in `dir`, in the registry
@@ -471,6 +488,31 @@ async fn every_other_mode_has_a_time_view() {
             run.emit("engine", Some(step), &Tick::Tick { n }).unwrap();
             std::thread::sleep(Duration::from_millis(120));
         }
+        if *mode == Mode::Plan {
+            let trace = |action, answer, cost_usd, outcome| Tick::AgentTrace {
+                action,
+                checkpoint: "c2",
+                agent: "codex@m",
+                role: "developer",
+                prompt: (action == "prompt").then_some("build c2"),
+                outcome,
+                answer,
+                cost_usd,
+            };
+            run.emit("engine", Some("c2"), &trace("prompt", None, None, None))
+                .unwrap();
+            run.emit(
+                "engine",
+                Some("c2"),
+                &trace(
+                    "finish",
+                    Some("first line\nsecond line"),
+                    Some(0.25),
+                    Some("ok"),
+                ),
+            )
+            .unwrap();
+        }
         run.finish(belay_record::RunEnd {
             ok: true,
             duration_s: 0.5,
@@ -496,6 +538,16 @@ async fn every_other_mode_has_a_time_view() {
             assert_eq!(rows[0][0], "c1");
             assert_eq!(rows[1][0], "c2");
             assert!(rows.iter().all(|r| r[1].as_u64().unwrap() >= 1 && r[2] != "–"), "{rows:?}");
+            if *mode == Mode::Plan {
+                // The plan loop's agent calls are turns (not "0 turns"), with
+                // their cost, and an answer keeps its line breaks.
+                let agent = b
+                    .until("the plan's agent", 10, "const a = document.querySelector('#agents .agent[data-step=c2]'); return a && [a.querySelector('summary').textContent, a.querySelector('.turn.final .text').innerText]")
+                    .await;
+                assert!(agent[0].as_str().unwrap().contains("· 2 turns ·"), "{agent}");
+                assert!(agent[0].as_str().unwrap().contains("$0.25"), "{agent}");
+                assert!(agent[1].as_str().unwrap().contains("first line\nsecond line"), "{agent}");
+            }
         }
         b
     })
@@ -1128,7 +1180,8 @@ async fn bench_figures() {
 }
 
 /// The demo: its recorded pipeline run and env build replay into a fresh
-/// registry, show as running while they replay, and end as recorded.
+/// registry with their recorded timing, show as running while they replay,
+/// and end as recorded.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_demo_replays_its_recordings() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1174,6 +1227,45 @@ async fn the_demo_replays_its_recordings() {
                 .len();
         assert_eq!(replayed, recorded, "{id}");
     }
+    // The recorded timing, kept at 20 times the speed: each phase's
+    // duration ends inside its block (a phase is never drawn before its
+    // block), and the build takes its recorded 41.7 s / 20.
+    let evs: Vec<Value> = std::fs::read_to_string(home.join("runs/demo-env-build/events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ms = |e: &Value| {
+        e["at"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_millisecond() as f64
+    };
+    let mut starts = std::collections::HashMap::new();
+    let mut phases = 0;
+    for e in &evs {
+        let step = e["step"].as_str().unwrap_or("").to_string();
+        if e["kind"] == "block_started" {
+            starts.insert(step.clone(), ms(e));
+        }
+        if ["command", "validation", "repair"].contains(&e["kind"].as_str().unwrap()) {
+            if let (Some(s), Some(d)) = (starts.get(&step), e["data"]["duration_s"].as_f64()) {
+                phases += 1;
+                assert!(
+                    ms(e) - d * 1000.0 >= s - 60.0,
+                    "a phase of {step} begins before its block: {e}"
+                );
+            }
+        }
+    }
+    assert!(phases >= 3, "{phases} phases");
+    let span = (ms(evs.last().unwrap()) - ms(&evs[0])) / 1000.0;
+    assert!(
+        (1.7..=4.5).contains(&span),
+        "the replay took {span} s, not 41.7 s / 20"
+    );
     let d = ui.json("/api/runs/demo-pipeline-calc-fix");
     assert_eq!(d["commits"].as_array().unwrap().len(), 1, "{d}");
     let d = ui.json("/api/runs/demo-env-build");
