@@ -41,6 +41,9 @@ const PING_EVERY: Duration = Duration::from_secs(10);
 /// (a resumption the server refuses, after its restart, would otherwise
 /// loop in the client for good).
 const DEAD_AFTER: Duration = Duration::from_secs(25);
+/// After a disconnection, how long the client's own reconnection has to
+/// bind again before the client is made anew.
+const RESUME_GRACE: Duration = Duration::from_secs(6);
 /// The back-off of making the client anew.
 const REBUILD_MAX: Duration = Duration::from_secs(60);
 
@@ -53,6 +56,15 @@ const QUIET: Duration = Duration::from_secs(30);
 struct PaceState {
     last: Option<std::time::Instant>,
     pause: Duration,
+    /// Logins since the stream was last bound. A second one means the
+    /// client is asking a restarted server to resume a session it forgot:
+    /// the client is made anew at once (`stale`).
+    unbound: u32,
+    stale: bool,
+    /// The client whose connections go ahead: a replaced client's own
+    /// reconnection (its task outlives it for a while) is refused here, so
+    /// that one client at a time logs in.
+    generation: u64,
 }
 
 /// Every connection of belay's account goes through here. tokio-xmpp
@@ -60,12 +72,24 @@ struct PaceState {
 /// login that ends before its stream is bound (a restarted server that
 /// refuses the stream's resumption): hundreds of logins a second, which a
 /// real server rate-limits or bans. A connection within [`QUIET`] of the
-/// last one waits 1 s, then 2, 4, … up to [`REBUILD_MAX`]; after a quiet
-/// spell the next is at once.
+/// last one waits 1 s, then 2, 4, … up to [`REBUILD_MAX`] (each with up to
+/// a quarter more at random); after a quiet spell the next is at once.
 #[derive(Clone, Debug)]
 struct Paced<C> {
     inner: C,
     state: Arc<std::sync::Mutex<PaceState>>,
+    generation: u64,
+}
+
+/// A replaced client's reconnection: it never connects and never
+/// completes. (tokio-xmpp's reconnection task retries a failed connection
+/// for good, logging each failure as an error, and stops only once a
+/// connection succeeds; a pending one costs nothing and logs nothing.)
+async fn replaced<T>() -> Result<T, tokio_xmpp::Error> {
+    std::future::pending::<()>().await;
+    Err(tokio_xmpp::Error::Io(std::io::Error::other(
+        "this client was replaced by a new one",
+    )))
 }
 
 impl<C: ServerConnector> ServerConnector for Paced<C> {
@@ -81,25 +105,47 @@ impl<C: ServerConnector> ServerConnector for Paced<C> {
     > + Send {
         let wait = {
             let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let now = std::time::Instant::now();
-            let wait = match s.last {
-                Some(t) if now < t + QUIET => {
-                    let w = s.pause.max(Duration::from_secs(1));
-                    s.pause = (w * 2).min(REBUILD_MAX);
-                    w
+            if s.generation != self.generation {
+                None
+            } else {
+                if s.unbound > 0 {
+                    s.stale = true;
                 }
-                _ => {
-                    s.pause = Duration::from_secs(1);
-                    Duration::ZERO
-                }
-            };
-            s.last = Some(now + wait);
-            wait
+                let now = std::time::Instant::now();
+                let wait = match s.last {
+                    Some(t) if now < t + QUIET => {
+                        let w = s.pause.max(Duration::from_secs(1));
+                        s.pause = (w * 2).min(REBUILD_MAX);
+                        // Up to a quarter more, at random: belays that lost the
+                        // same server do not all come back in the same second.
+                        w + Duration::from_millis(fastrand::u64(0..=w.as_millis() as u64 / 4))
+                    }
+                    _ => {
+                        s.pause = Duration::from_secs(1);
+                        Duration::ZERO
+                    }
+                };
+                s.last = Some(now + wait);
+                Some(wait)
+            }
         };
-        let (inner, jid) = (self.inner.clone(), jid.clone());
+        let (inner, jid, state) = (self.inner.clone(), jid.clone(), self.state.clone());
+        let generation = self.generation;
         async move {
+            let Some(wait) = wait else {
+                return replaced().await;
+            };
             tokio::time::sleep(wait).await;
-            inner.connect(&jid, ns, timeouts).await
+            if state.lock().unwrap_or_else(|p| p.into_inner()).generation != generation {
+                return replaced().await;
+            }
+            tracing::info!("xmpp: connecting as {jid} (after a pause of {wait:?})");
+            let r = inner.connect(&jid, ns, timeouts).await;
+            tracing::debug!("xmpp: connection ready: {}", r.is_ok());
+            if r.is_ok() {
+                state.lock().unwrap_or_else(|p| p.into_inner()).unbound += 1;
+            }
+            r
         }
     }
 }
@@ -180,6 +226,11 @@ fn client_for(
     pace: &Arc<std::sync::Mutex<PaceState>>,
 ) -> Result<Client, JobsError> {
     let timeouts = Timeouts::default();
+    let generation = {
+        let mut s = pace.lock().unwrap_or_else(|p| p.into_inner());
+        s.generation += 1;
+        s.generation
+    };
     if x.insecure_plaintext_loopback {
         let server = x.server.clone().unwrap_or_default();
         return Ok(Client::new_with_connector(
@@ -188,6 +239,7 @@ fn client_for(
             Paced {
                 inner: TcpServerConnector::from(DnsConfig::addr(&server)),
                 state: pace.clone(),
+                generation,
             },
             timeouts,
         ));
@@ -208,6 +260,7 @@ fn client_for(
         Paced {
             inner: StartTlsServerConnector::from(dns),
             state: pace.clone(),
+            generation,
         },
         timeouts,
     ))
@@ -418,6 +471,10 @@ pub async fn run(
                 match ev {
                     Event::Online { bound_jid, resumed, .. } => {
                         online = true;
+                        if let Ok(mut p) = pace.lock() {
+                            p.unbound = 0;
+                            p.stale = false;
+                        }
                         alive_until = Instant::now() + DEAD_AFTER;
                         rebuild_pause = Duration::from_secs(1);
                         on_online(&svc, &mut client, &bound_jid, resumed).await;
@@ -429,6 +486,10 @@ pub async fn run(
                             });
                         }
                         online = false;
+                        // The client's own reconnection gets a short while
+                        // to bind again; a server that came back without
+                        // the session it would resume costs no longer.
+                        alive_until = alive_until.min(Instant::now() + RESUME_GRACE);
                     }
                     Event::Stanza(Stanza::Message(m)) => {
                         if let Some((from, id, body)) = incoming(&me, m) {
@@ -443,8 +504,20 @@ pub async fn run(
                 flush_due(&svc, &wake, &mut batches, &mut seen);
                 save_batches(&batches_file, &batches);
             }
-            _ = tick.tick(), if online => {
-                send_next(&svc, &mut client, &x, &mut sending, &mut next_send, &mut last_to).await;
+            _ = tick.tick() => {
+                if pace.lock().is_ok_and(|p| p.stale) {
+                    // Connected again without binding (the client's own
+                    // reconnection, which tokio-xmpp does without telling,
+                    // asking a restarted server to resume a session it
+                    // forgot): the client is made anew now, not when the
+                    // watchdog gives up on it.
+                    if alive_until > Instant::now() {
+                        tracing::info!("xmpp: connected again without a bound stream: a new client");
+                    }
+                    alive_until = Instant::now();
+                } else if online {
+                    send_next(&svc, &mut client, &x, &mut sending, &mut next_send, &mut last_to).await;
+                }
             }
             r = async {
                 match ping.as_mut() {
@@ -476,6 +549,8 @@ pub async fn run(
                     // A fresh client (no stream to resume) may connect at once.
                     if let Ok(mut p) = pace.lock() {
                         p.last = None;
+                        p.unbound = 0;
+                        p.stale = false;
                     }
                     let old = std::mem::replace(&mut client, client_for(&x, me.clone(), password.clone(), &pace)?);
                     let _ = tokio::time::timeout(Duration::from_secs(1), old.send_end()).await;
@@ -557,7 +632,8 @@ async fn on_message(
     body: &str,
 ) {
     if !svc.cfg.may_request(from) {
-        tracing::info!(
+        // Logged without -v: the owner sees who was turned away.
+        tracing::warn!(
             "xmpp: ignored a message from {from}, who is neither an owner nor on the allow list"
         );
         return;

@@ -674,7 +674,10 @@ fn spawn_xmpp_work(w: &Ws) -> Child {
     let log = std::fs::File::create(w.path("work.log")).unwrap();
     let mut c = w.cmd();
     c.env("BELAY_TEST_XMPP_PW", xmpp::PASSWORD)
-        .env("RUST_LOG", "belay=info,belay_jobs=info")
+        .env(
+            "BELAY_LOG",
+            std::env::var("BELAY_TEST_LOG").unwrap_or("warn,belay_jobs=info".into()),
+        )
         .arg("work")
         .stdout(Stdio::null())
         .stderr(log);
@@ -1084,6 +1087,73 @@ fn chat_survives_a_server_restart_without_duplicate_jobs() {
     let logins = log.matches("Authenticated as builder@localhost").count();
     eprintln!("belay's logins across the restart: {logins}");
     assert!((2..=12).contains(&logins), "{logins} logins:\n{err}");
+}
+
+/// The server is down for ten seconds: belay tries a handful of connections
+/// while it is down (paced: 1 s, 2 s, 4 s, …), logs in a handful of times
+/// once it is back, and answers again; the figures are printed.
+#[test]
+fn a_ten_second_outage_costs_a_handful_of_connections() {
+    let w = ws();
+    let mut server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner"]);
+    w.config(
+        "host",
+        "",
+        &format!(
+            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{}\"\ninsecure_plaintext_loopback = true\nbatch_window_ms = 300\nchunk_pause_ms = 100\n",
+            server.port
+        ),
+    );
+    let worker = spawn_xmpp_work(&w);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    std::thread::sleep(Duration::from_secs(2));
+    owner.send("builder@localhost", "/status");
+    owner.wait_for("Queue:", Duration::from_secs(20));
+    let connecting = || {
+        std::fs::read_to_string(w.path("work.log"))
+            .unwrap_or_default()
+            .matches("xmpp: connecting as builder@localhost")
+            .count()
+    };
+    let logins = |server: &xmpp::Prosody| {
+        std::fs::read_to_string(server.dir.join("prosody.log"))
+            .unwrap_or_default()
+            .matches("Authenticated as builder@localhost")
+            .count()
+    };
+    let (c0, l0) = (connecting(), logins(&server));
+    server.restart_after(Duration::from_secs(10));
+    let during = connecting() - c0;
+    let back = Instant::now();
+    drop(owner);
+    let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
+    loop {
+        owner.send("builder@localhost", "/status");
+        std::thread::sleep(Duration::from_millis(500));
+        if owner.count("Queue:") > 0 {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(90),
+            "belay did not come back"
+        );
+    }
+    let answered = back.elapsed();
+    std::thread::sleep(Duration::from_secs(10));
+    let after = logins(&server) - l0;
+    let after_connecting = connecting() - c0 - during;
+    let log = stop(&w, worker);
+    if std::env::var_os("BELAY_TEST_SHOW_LOG").is_some() {
+        eprintln!("{log}");
+    }
+    println!(
+        "XMPP-OUTAGE 10 s: {during} connection attempts during it; {after_connecting} attempts and {after} logins until 10 s after it answered; answering again {answered:?} after it"
+    );
+    assert!(
+        (1..=8).contains(&during),
+        "{during} connection attempts in a 10 s outage"
+    );
+    assert!((1..=4).contains(&after), "{after} logins after the outage");
 }
 
 /// The repository's checks run in the sandbox before the commit (a failure

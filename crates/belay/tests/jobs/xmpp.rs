@@ -115,8 +115,14 @@ VirtualHost "localhost"
 
     /// Kill the server and start it again on the same port.
     pub fn restart(&mut self) {
+        self.restart_after(Duration::from_millis(300));
+    }
+
+    /// Kill the server, leave it down for `outage`, and start it again on
+    /// the same port.
+    pub fn restart_after(&mut self, outage: Duration) {
         self.stop();
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(outage);
         self.spawn();
     }
 }
