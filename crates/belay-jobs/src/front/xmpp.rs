@@ -477,6 +477,14 @@ pub async fn run(
                         }
                         alive_until = Instant::now() + DEAD_AFTER;
                         rebuild_pause = Duration::from_secs(1);
+                        // What came on the connection before is a job of its
+                        // own: a batch never spans a reconnection.
+                        if !resumed && !batches.is_empty() {
+                            for (from, b) in std::mem::take(&mut batches) {
+                                flush(&svc, &wake, &mut seen, &from, b);
+                            }
+                            save_batches(&batches_file, &batches);
+                        }
                         on_online(&svc, &mut client, &bound_jid, resumed).await;
                     }
                     Event::Disconnected(e) => {

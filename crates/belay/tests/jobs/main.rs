@@ -1091,19 +1091,22 @@ fn chat_survives_a_server_restart_without_duplicate_jobs() {
 
 /// The server is down for ten seconds: belay tries a handful of connections
 /// while it is down (paced: 1 s, 2 s, 4 s, …), logs in a handful of times
-/// once it is back, and answers again; the figures are printed.
+/// once it is back, and answers again; the figures are printed. A request
+/// that came before the outage is a job of its own, never merged with one
+/// that came after it on the new connection.
 #[test]
 fn a_ten_second_outage_costs_a_handful_of_connections() {
     let w = ws();
-    let mut server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner"]);
+    let mut server = xmpp::Prosody::start(&w.path("xmpp"), &["builder", "owner", "friend"]);
     w.config(
         "host",
         "",
         &format!(
-            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{}\"\ninsecure_plaintext_loopback = true\nbatch_window_ms = 300\nchunk_pause_ms = 100\n",
+            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{}\"\ninsecure_plaintext_loopback = true\nallow = [\"friend@localhost\"]\nbatch_window_ms = 30000\nchunk_pause_ms = 100\n",
             server.port
         ),
     );
+    let friend = xmpp::Chat::connect("friend", server.port, &w.path("work.log"));
     let worker = spawn_xmpp_work(&w);
     let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
     std::thread::sleep(Duration::from_secs(2));
@@ -1121,6 +1124,9 @@ fn a_ten_second_outage_costs_a_handful_of_connections() {
             .matches("Authenticated as builder@localhost")
             .count()
     };
+    // Inside its (long) batching window when the server goes.
+    friend.send("builder@localhost", "before the outage");
+    std::thread::sleep(Duration::from_millis(500));
     let (c0, l0) = (connecting(), logins(&server));
     server.restart_after(Duration::from_secs(10));
     let during = connecting() - c0;
@@ -1139,6 +1145,33 @@ fn a_ten_second_outage_costs_a_handful_of_connections() {
         );
     }
     let answered = back.elapsed();
+    drop(friend);
+    let friend = xmpp::Chat::connect("friend", server.port, &w.path("work.log"));
+    friend.send("builder@localhost", "after the outage");
+    let pending = || {
+        job_queue::jobs_in(&w.queue(), "pending")
+            .iter()
+            .map(|id| {
+                std::fs::read_to_string(w.queue().join("pending").join(format!("{id}.json")))
+                    .unwrap()
+            })
+            .collect::<Vec<String>>()
+    };
+    let t = Instant::now();
+    while pending().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the request before the outage is no job"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let jobs = pending();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert!(
+        jobs[0].contains("before the outage") && !jobs[0].contains("after the outage"),
+        "a batch spans the reconnection: {jobs:?}"
+    );
     std::thread::sleep(Duration::from_secs(10));
     let after = logins(&server) - l0;
     let after_connecting = connecting() - c0 - during;
