@@ -20,7 +20,16 @@
 //! A shared cache is a channel between builds: what one build writes there,
 //! the next one installs. Build repositories you do not trust with
 //! `--no-package-cache`.
+//!
+//! The caches are bounded: when a build that used them ends and they hold
+//! more than the cap (`BELAY_PACKAGE_CACHE_MAX`, default 10 GiB; `0` for no
+//! cap), the least recently used files go until they are under 80% of it,
+//! as `uv cache prune` and npm's cache verification do for their own. A
+//! trim runs only while no build uses the caches (every build holds
+//! `use.lock` shared; a trim takes it exclusive, without waiting), so no
+//! build reads a file while it goes; the next build's end trims instead.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use belay_sandbox::Mount;
@@ -66,6 +75,49 @@ pub struct PackageCaches {
     /// `<cache>/packages/shared`: the part containers see.
     shared: PathBuf,
     apt_slot: Option<(PathBuf, std::fs::File)>,
+    /// `use.lock`, held shared while the build runs (a trim waits for none).
+    in_use: Option<std::fs::File>,
+    cache_dir: PathBuf,
+}
+
+/// The default cap of the package caches.
+pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
+/// What a trim brings the caches down to, in percent of the cap.
+const TRIM_TO_PERCENT: u64 = 80;
+
+/// The cap: `BELAY_PACKAGE_CACHE_MAX` (bytes, or with a K, M, G or T
+/// suffix; `0`: none), else [`DEFAULT_MAX_BYTES`]. A value that does not
+/// parse is an error naming it.
+pub fn max_bytes() -> Result<Option<u64>, EnvError> {
+    match std::env::var("BELAY_PACKAGE_CACHE_MAX") {
+        Err(_) => Ok(Some(DEFAULT_MAX_BYTES)),
+        Ok(v) if v.trim().is_empty() => Ok(Some(DEFAULT_MAX_BYTES)),
+        Ok(v) => match parse_size(&v) {
+            Some(0) => Ok(None),
+            Some(n) => Ok(Some(n)),
+            None => Err(EnvError::Usage(format!(
+                "BELAY_PACKAGE_CACHE_MAX={v:?} is no size: give bytes or a number with K, M, G or T (10G), or 0 for no cap"
+            ))),
+        },
+    }
+}
+
+/// `10G`, `512M`, `2048` (bytes), `1.5T`, `10GiB`, `10GB`.
+pub fn parse_size(v: &str) -> Option<u64> {
+    let t = v.trim().to_ascii_uppercase();
+    let t = t
+        .strip_suffix("IB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(&t);
+    let (num, mult) = match t.chars().last()? {
+        'K' => (&t[..t.len() - 1], 1u64 << 10),
+        'M' => (&t[..t.len() - 1], 1 << 20),
+        'G' => (&t[..t.len() - 1], 1 << 30),
+        'T' => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let n: f64 = num.trim().parse().ok()?;
+    (n.is_finite() && n >= 0.0).then_some((n * mult as f64) as u64)
 }
 
 /// `<cache>/packages`.
@@ -79,6 +131,18 @@ impl PackageCaches {
     pub fn open(cache_dir: &Path) -> Result<Self, EnvError> {
         let root = root(cache_dir);
         let shared = root.join("shared");
+        fs_err::create_dir_all(&root).map_err(|e| EnvError::io("cannot create", &root, e))?;
+        let use_path = root.join("use.lock");
+        let in_use = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&use_path)
+            .map_err(|e| EnvError::io("cannot open", &use_path, e))?;
+        // Shared: builds run side by side; a trim waits for no build. A
+        // trim in progress makes this wait until it ends.
+        rustix::fs::flock(&in_use, rustix::fs::FlockOperation::LockShared)
+            .map_err(|e| EnvError::io("cannot lock", &use_path, e.into()))?;
         for t in TOOLS {
             let d = shared.join(t.dir);
             fs_err::create_dir_all(&d).map_err(|e| EnvError::io("cannot create", &d, e))?;
@@ -100,7 +164,12 @@ impl PackageCaches {
                 break;
             }
         }
-        Ok(Self { shared, apt_slot })
+        Ok(Self {
+            shared,
+            apt_slot,
+            in_use: Some(in_use),
+            cache_dir: cache_dir.to_path_buf(),
+        })
     }
 
     /// The bind mounts of a build container.
@@ -209,6 +278,133 @@ fn usage_in(dir: &std::os::fd::OwnedFd, depth: usize, total: &mut (u64, u64)) {
     }
 }
 
+/// The build is done with the caches: its locks go, and the caches are
+/// trimmed to the cap when no other build uses them (whichever way the
+/// build ended).
+impl Drop for PackageCaches {
+    fn drop(&mut self) {
+        self.apt_slot = None;
+        self.in_use = None;
+        match max_bytes() {
+            Ok(Some(max)) => {
+                if let Err(e) = trim(&self.cache_dir, max) {
+                    tracing::warn!("the package caches are not trimmed: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("the package caches are not trimmed: {e}"),
+        }
+    }
+}
+
+/// One file of the caches, for the trim: where it is and when it was last
+/// used (the later of its access and modification times).
+struct Entry {
+    rel: PathBuf,
+    size: u64,
+    used: i64,
+}
+
+/// Bring the caches under `TRIM_TO_PERCENT`% of `max` when they are over
+/// `max`, least recently used first, while no build uses them (else
+/// nothing: the next build's end trims). Never follows a link. What was
+/// removed (bytes, files), when anything was.
+pub fn trim(cache_dir: &Path, max: u64) -> Result<Option<(u64, u64)>, EnvError> {
+    let r = root(cache_dir);
+    let use_path = r.join("use.lock");
+    let Ok(lock) = std::fs::OpenOptions::new().write(true).open(&use_path) else {
+        return Ok(None);
+    };
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Ok(None);
+    }
+    let Ok(dir) = rustix::fs::open(&r, WALK_FLAGS, rustix::fs::Mode::empty()) else {
+        return Ok(None);
+    };
+    let mut entries = Vec::new();
+    collect(&dir, PathBuf::new(), 0, &mut entries);
+    let total: u64 = entries.iter().map(|e| e.size).sum();
+    if total <= max {
+        return Ok(None);
+    }
+    let target = max / 100 * TRIM_TO_PERCENT;
+    entries.sort_by_key(|e| e.used);
+    let (mut left, mut bytes, mut files) = (total, 0u64, 0u64);
+    for e in entries {
+        if left <= target {
+            break;
+        }
+        if unlink_below(&dir, &e.rel) {
+            left -= e.size;
+            bytes += e.size;
+            files += 1;
+        }
+    }
+    tracing::info!(
+        "package caches over {:.1} GiB: removed {files} least recently used file(s), {:.1} GiB",
+        max as f64 / f64::from(1u32 << 30),
+        bytes as f64 / f64::from(1u32 << 30)
+    );
+    Ok(Some((bytes, files)))
+}
+
+/// Every regular file under `dir` (not the locks), with its size and last use.
+fn collect(dir: &std::os::fd::OwnedFd, rel: PathBuf, depth: usize, out: &mut Vec<Entry>) {
+    use rustix::fs::{AtFlags, FileType};
+    if depth > WALK_MAX_DEPTH {
+        return;
+    }
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let path = rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                if let Ok(sub) =
+                    rustix::fs::openat(dir, name, WALK_FLAGS, rustix::fs::Mode::empty())
+                {
+                    collect(&sub, path, depth + 1, out);
+                }
+            }
+            FileType::RegularFile if !(depth <= 1 && name.to_bytes().ends_with(b".lock")) => {
+                out.push(Entry {
+                    rel: path,
+                    size: u64::try_from(st.st_size).unwrap_or(0),
+                    used: st.st_atime.max(st.st_mtime),
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Remove `rel` below `root`, opening each directory on the way without
+/// following a link.
+fn unlink_below(root: &std::os::fd::OwnedFd, rel: &Path) -> bool {
+    let comps: Vec<&std::ffi::OsStr> = rel.iter().collect();
+    let Some((file, dirs)) = comps.split_last() else {
+        return false;
+    };
+    let mut cur: Option<std::os::fd::OwnedFd> = None;
+    for d in dirs {
+        let base = cur.as_ref().unwrap_or(root);
+        match rustix::fs::openat(base, *d, WALK_FLAGS, rustix::fs::Mode::empty()) {
+            Ok(fd) => cur = Some(fd),
+            Err(_) => return false,
+        }
+    }
+    let base = cur.as_ref().unwrap_or(root);
+    rustix::fs::unlinkat(base, *file, rustix::fs::AtFlags::empty()).is_ok()
+}
+
 /// Remove the machine's package caches (`belay env gc --package-caches`).
 /// Fails, saying why, while a build holds an apt slot.
 pub fn clear(cache_dir: &Path) -> Result<(u64, u64), EnvError> {
@@ -263,6 +459,56 @@ mod tests {
         drop((a, b, none));
         clear(d.path()).unwrap();
         assert!(!root(d.path()).exists());
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("10G"), Some(10 << 30));
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("2048"), Some(2048));
+        assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
+        assert_eq!(parse_size("10gb"), Some(10 << 30));
+        assert_eq!(parse_size("1X"), None);
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("ten"), None);
+        assert_eq!(parse_size("-1G"), None);
+    }
+
+    #[test]
+    fn a_trim_takes_the_least_recently_used_and_waits_for_no_build() {
+        let d = tempfile::tempdir().unwrap();
+        let c = PackageCaches::open(d.path()).unwrap();
+        let shared = root(d.path()).join("shared");
+        // Ten files of 100 KiB, used one after another (oldest first).
+        for i in 0..10 {
+            let f = shared.join("npm").join(format!("f{i}"));
+            std::fs::write(&f, vec![0u8; 100 << 10]).unwrap();
+            let t =
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + i);
+            let file = std::fs::File::options().write(true).open(&f).unwrap();
+            file.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
+                .unwrap();
+        }
+        // A link a build left to a host file is never followed nor counted.
+        let outside = d.path().join("host-file");
+        std::fs::write(&outside, vec![1u8; 1 << 20]).unwrap();
+        std::os::unix::fs::symlink(&outside, shared.join("pip").join("link")).unwrap();
+        // While a build uses the caches, nothing goes.
+        assert_eq!(trim(d.path(), 500 << 10).unwrap(), None);
+        assert!((0..10).all(|i| shared.join("npm").join(format!("f{i}")).exists()));
+        // Once it is done (its end trims to the default cap, far above
+        // 1 MiB), a trim brings them to 80% of the cap: the six oldest go.
+        drop(c);
+        assert!((0..10).all(|i| shared.join("npm").join(format!("f{i}")).exists()));
+        assert_eq!(trim(d.path(), 500 << 10).unwrap(), Some((600 << 10, 6)));
+        let left: Vec<String> = (0..10)
+            .filter(|i| shared.join("npm").join(format!("f{i}")).exists())
+            .map(|i| format!("f{i}"))
+            .collect();
+        assert_eq!(left, ["f6", "f7", "f8", "f9"]);
+        assert!(outside.exists(), "a file outside the caches went");
+        // Under the cap: nothing to do.
+        assert_eq!(trim(d.path(), 500 << 10).unwrap(), None);
     }
 
     #[test]

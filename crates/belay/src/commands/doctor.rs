@@ -104,6 +104,26 @@ pub async fn doctor(p: &Printer, a: DoctorArgs) -> Result<u8, Failure> {
             ),
         }
     }
+    // The machine's package download caches: their size against their cap.
+    let cache = belay_env::rundir::machine_cache_dir(&a.state_dir);
+    let (bytes, files) = belay_env::package_cache::usage(&cache);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    match belay_env::package_cache::max_bytes() {
+        Ok(cap) => report(
+            true,
+            "package caches",
+            format!(
+                "{:.2} GiB in {files} file(s) under {}; {}",
+                gib(bytes),
+                belay_env::package_cache::root(&cache).display(),
+                match cap {
+                    Some(c) => format!("cap {:.1} GiB (BELAY_PACKAGE_CACHE_MAX), least recently used trimmed when a build ends", gib(c)),
+                    None => "no cap (BELAY_PACKAGE_CACHE_MAX=0): `belay env gc --package-caches` clears them".into(),
+                }
+            ),
+        ),
+        Err(e) => report(false, "package caches", e.to_string()),
+    }
     Ok(if failed == 0 { 0 } else { EXIT_FAILED })
 }
 
