@@ -286,6 +286,36 @@ pub trait BatchObserver: Send + Sync {
     fn project_started(&self, name: &str);
     fn project_event(&self, name: &str, event: &BuildEvent);
     fn project_finished(&self, result: &ProjectResult);
+    /// The engine failed under `held` projects (`why`): the batch takes no
+    /// new project and waits for it to answer, at most `budget`.
+    fn engine_lost(&self, _why: &str, _held: &[String], _budget: Duration) {}
+    /// The engine answers again after `waited`: the held projects resume
+    /// from their checkpoints.
+    fn engine_back(&self, _waited: Duration) {}
+}
+
+/// How long a batch waits for an engine that stopped answering before it
+/// gives up (exit 3; the same command resumes every project not finished).
+pub const ENGINE_WAIT: Duration = Duration::from_secs(600);
+/// How often one project is resumed after the engine failed under it
+/// before it is failed for good.
+const ENGINE_RETRIES: u32 = 3;
+
+/// A project whose build the engine's failure stopped: resumed from its
+/// checkpoints once the engine answers again.
+struct Held {
+    p: ProjectSpec,
+    b: BuildOptions,
+    result: ProjectResult,
+    t0: Instant,
+    error: EnvError,
+    tries: u32,
+}
+
+/// How a project's turn in the batch ended.
+enum Turn {
+    Done(Box<ProjectResult>),
+    EngineLost(Box<Held>),
 }
 
 struct ProjectObserver<'a> {
@@ -475,25 +505,56 @@ pub async fn build_projects(
     let opts = &scoped;
     let mut collector = Collector::open(opts)?;
     let mut queue = selected.into_iter();
-    let mut running = FuturesUnordered::new();
+    type TurnFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Turn> + Send + 'a>>;
+    let mut running: FuturesUnordered<TurnFuture<'_>> = FuturesUnordered::new();
+    let mut held: Vec<Box<Held>> = Vec::new();
     let mut stop = false;
     loop {
-        while !stop && !opts.build.stop.is_set() && running.len() < opts.jobs.max(1) {
+        // While the engine is lost, no project starts: the ones running end
+        // (or are held too), then the batch waits for the engine.
+        while held.is_empty()
+            && !stop
+            && !opts.build.stop.is_set()
+            && running.len() < opts.jobs.max(1)
+        {
             let Some(p) = queue.next() else { break };
-            let redactor = p.redactor();
-            running.push(async move {
-                let mut r = run_project(rt, opts, p, obs).await;
-                // Git's own messages may quote the URL it was given.
-                r.error = r.error.map(|e| redactor.redact(&e).into_owned());
-                r
-            });
+            running.push(Box::pin(run_project(rt, opts, p, obs)));
         }
-        let Some(result) = running.next().await else {
-            break;
+        let Some(turn) = running.next().await else {
+            if held.is_empty() || opts.build.stop.is_set() {
+                break;
+            }
+            let names: Vec<String> = held.iter().map(|h| h.p.name.clone()).collect();
+            obs.engine_lost(&held[0].error.to_string(), &names, ENGINE_WAIT);
+            let t = Instant::now();
+            if !wait_for_engine(rt, &opts.build.stop).await {
+                let why = held[0].error.to_string();
+                let summary = collector.finish()?;
+                return Err(EnvError::EngineLost(format!(
+                    "{why}; it did not answer for {} s, so the batch stopped with {} project(s) held ({}) and {} not started; {} ended (summary in {}). The same command resumes the held projects from their checkpoints and builds the rest",
+                    ENGINE_WAIT.as_secs(),
+                    names.len(),
+                    names.join(", "),
+                    queue.len(),
+                    summary.ok + summary.failed + summary.skipped,
+                    opts.projects_dir.join(SUMMARY_FILE).display()
+                )));
+            }
+            rt.clear_infra();
+            obs.engine_back(t.elapsed());
+            for h in held.drain(..) {
+                running.push(Box::pin(resume_project(rt, obs, *h)));
+            }
+            continue;
         };
-        obs.project_finished(&result);
-        if collector.record(result)? {
-            stop = true;
+        match turn {
+            Turn::Done(result) => {
+                obs.project_finished(&result);
+                if collector.record(*result)? {
+                    stop = true;
+                }
+            }
+            Turn::EngineLost(h) => held.push(h),
         }
     }
     let summary = collector.finish()?;
@@ -538,20 +599,102 @@ async fn run_project(
     opts: &BatchOptions,
     p: ProjectSpec,
     obs: &dyn BatchObserver,
-) -> ProjectResult {
+) -> Turn {
     let t0 = Instant::now();
-    let (b, mut result) = match prepare_project(opts, &p, obs).await {
+    let (b, result) = match prepare_project(opts, &p, obs).await {
         Ok(ready) => ready,
-        Err(done) => return done,
+        Err(done) => return Turn::Done(Box::new(redacted(&p, done))),
     };
+    build_turn(
+        rt,
+        obs,
+        Box::new(Held {
+            p,
+            b,
+            result,
+            t0,
+            error: EnvError::Usage(String::new()),
+            tries: 0,
+        }),
+    )
+    .await
+}
+
+/// Build a project again, from its checkpoints, after the engine failed
+/// under it and answers again. Its containers of the lost attempt go first.
+async fn resume_project(rt: &dyn ContainerRuntime, obs: &dyn BatchObserver, h: Held) -> Turn {
+    if let Ok(cs) = rt
+        .list_containers(&[format!(
+            "{}={}",
+            belay_sandbox::labels::RUN,
+            h.result.run_id
+        )])
+        .await
+    {
+        for c in cs {
+            let _ = rt.remove(&c.id).await;
+        }
+    }
+    build_turn(rt, obs, Box::new(h)).await
+}
+
+/// Build a prepared project: its result, or, when the engine failed under
+/// it (a failure of the machine, not the project), the project held for the
+/// batch to resume once the engine answers again.
+async fn build_turn(rt: &dyn ContainerRuntime, obs: &dyn BatchObserver, mut h: Box<Held>) -> Turn {
     let pobs = ProjectObserver {
-        name: &p.name,
+        name: &h.p.name,
         inner: obs,
     };
+    let mut result = h.result.clone();
     // A build that could not run is a failed project here; its result says why.
-    let _ = build_prepared(rt, &b, &pobs, &mut result).await;
-    result.duration_s = secs(t0);
-    result
+    match build_prepared(rt, &h.b, &pobs, &mut result).await {
+        Err(e)
+            if belay_record::Classify::exit_class(&e) == belay_record::ExitClass::Infra
+                && !matches!(e, EnvError::Interrupted(_))
+                && h.tries < ENGINE_RETRIES =>
+        {
+            h.tries += 1;
+            h.error = e;
+            Turn::EngineLost(h)
+        }
+        _ => {
+            result.duration_s = secs(h.t0);
+            Turn::Done(Box::new(redacted(&h.p, result)))
+        }
+    }
+}
+
+/// Git's own messages may quote the URL it was given.
+fn redacted(p: &ProjectSpec, mut r: ProjectResult) -> ProjectResult {
+    let redactor = p.redactor();
+    r.error = r.error.map(|e| redactor.redact(&e).into_owned());
+    r
+}
+
+/// Wait for the engine to answer a ping, with back-off (2 s, doubling, at
+/// most 60 s, with jitter), for at most [`ENGINE_WAIT`]; `false` when it did
+/// not, or when the batch was stopped.
+async fn wait_for_engine(rt: &dyn ContainerRuntime, stop: &belay_record::Stop) -> bool {
+    let deadline = Instant::now() + ENGINE_WAIT;
+    let mut pause = Duration::from_secs(2);
+    loop {
+        if stop.is_set() {
+            return false;
+        }
+        if rt.engine_answers(Duration::from_secs(5)).await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        let jitter = Duration::from_millis(fastrand::u64(0..=pause.as_millis() as u64 / 4));
+        tokio::time::sleep(
+            (pause + jitter).min(deadline.saturating_duration_since(Instant::now())),
+        )
+        .await;
+        pause = (pause * 2).min(Duration::from_secs(60));
+    }
 }
 
 /// A project's result before it is built, and where its manifest will be.

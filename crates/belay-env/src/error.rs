@@ -44,6 +44,10 @@ pub enum EnvError {
     /// Stopped by Ctrl-C or SIGTERM (the text says which, and how to resume).
     #[error("interrupted: {0}")]
     Interrupted(String),
+    /// The engine stopped answering under a batch and did not come back in
+    /// time (the text says which projects are held and how to resume).
+    #[error("the container engine was lost: {0}")]
+    EngineLost(String),
     #[error(transparent)]
     Record(#[from] RecordError),
     #[error(transparent)]
@@ -131,6 +135,7 @@ impl belay_record::Classify for EnvError {
             | EnvError::Usage(_) => ExitClass::Usage,
             EnvError::Plan(_) => ExitClass::Failed,
             EnvError::Interrupted(_) => ExitClass::Interrupted,
+            EnvError::EngineLost(_) => ExitClass::Infra,
             EnvError::Io { source, .. } => belay_record::io_class(source),
             EnvError::Record(e) => e.exit_class(),
             EnvError::Sandbox(e) => e.exit_class(),

@@ -73,6 +73,31 @@ echo $n"#;
 
 /// How long belay waits for the daemon to answer the first request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an ordinary Engine API call may take (`BELAY_ENGINE_TIMEOUT_S`,
+/// default 120 s, bollard's own).
+const API_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a long operation may take: a commit of a large layer, an upload,
+/// an image import or build, a push or pull. Under load these take minutes,
+/// and a short client timeout would call a busy engine unreachable.
+const SLOW_API_TIMEOUT: Duration = Duration::from_secs(2 * 3600);
+
+/// The ordinary calls' timeout: `BELAY_ENGINE_TIMEOUT_S` or 120 s.
+fn api_timeout() -> Duration {
+    secs_from_env("BELAY_ENGINE_TIMEOUT_S").unwrap_or(API_TIMEOUT)
+}
+
+/// The long operations' timeout: `BELAY_ENGINE_SLOW_TIMEOUT_S` or 2 h.
+fn slow_api_timeout() -> Duration {
+    secs_from_env("BELAY_ENGINE_SLOW_TIMEOUT_S").unwrap_or(SLOW_API_TIMEOUT)
+}
+
+fn secs_from_env(var: &str) -> Option<Duration> {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}
 /// After killing a timed-out command, how long to wait for its streams to close.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
@@ -80,6 +105,8 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct DockerRuntime {
     docker: Docker,
+    /// The same client with [`SLOW_API_TIMEOUT`], for long operations.
+    slow: Docker,
     sticky: Arc<Sticky>,
     owner: BTreeMap<String, String>,
     negotiated: String,
@@ -125,6 +152,8 @@ impl DockerRuntime {
             }
         };
         let negotiated = docker.client_version().to_string();
+        let slow = docker.clone().with_timeout(slow_api_timeout());
+        let docker = docker.with_timeout(api_timeout());
         let mut owner = BTreeMap::new();
         if let Some(me) = ProcessIdentity::current() {
             owner.insert(labels::OWNER_PID.to_string(), me.pid.to_string());
@@ -134,6 +163,7 @@ impl DockerRuntime {
         owner.insert(labels::OWNER_MACHINE.to_string(), labels::machine_id());
         Ok(Self {
             docker,
+            slow,
             sticky: Arc::new(Sticky::default()),
             owner,
             negotiated,
@@ -181,6 +211,12 @@ impl DockerRuntime {
 
     /// Map an API error: infra failures become sticky, others keep their context.
     fn api_err(&self, op: &'static str, e: bollard::errors::Error) -> SandboxError {
+        if matches!(e, bollard::errors::Error::RequestTimeoutError) {
+            return SandboxError::Infra(self.sticky.raise(InfraFailure::EngineTimeout {
+                op: op.to_string(),
+                secs: api_timeout().as_secs(),
+            }));
+        }
         match classify_api_error(&e) {
             Some(f) => SandboxError::Infra(self.sticky.raise(f)),
             None => SandboxError::Docker {
@@ -388,6 +424,17 @@ static EXEC_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 #[async_trait]
 impl ContainerRuntime for DockerRuntime {
+    async fn engine_answers(&self, within: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(within, self.docker.clone().with_timeout(within).ping()).await,
+            Ok(Ok(_))
+        )
+    }
+
+    fn clear_infra(&self) {
+        self.sticky.clear();
+    }
+
     async fn info(&self) -> Result<EngineInfo, SandboxError> {
         self.check()?;
         let v = self
@@ -791,7 +838,7 @@ impl ContainerRuntime for DockerRuntime {
         self.check()?;
         let (rx, handle) = tar_dir_stream(host_dir, dest, filter);
         let stream = tokio_stream_from(rx);
-        let upload = self.docker.upload_to_container(
+        let upload = self.slow.upload_to_container(
             container,
             Some(qp::UploadToContainerOptions {
                 path: "/".to_string(),
@@ -818,7 +865,7 @@ impl ContainerRuntime for DockerRuntime {
             op: "archive files",
             message: e.to_string(),
         })?;
-        self.docker
+        self.slow
             .upload_to_container(
                 container,
                 Some(qp::UploadToContainerOptions {
@@ -1053,7 +1100,7 @@ impl ContainerRuntime for DockerRuntime {
             changes: None,
         };
         let id = self
-            .docker
+            .slow
             .commit_container(opts, config)
             .await
             .map_err(|e| self.api_err("commit", e))?;
@@ -1104,7 +1151,7 @@ impl ContainerRuntime for DockerRuntime {
             networkmode: Some(req.network.as_docker().to_string()),
             ..Default::default()
         };
-        let stream = self.docker.build_image(
+        let stream = self.slow.build_image(
             opts,
             None,
             Some(bollard::body_try_stream(tokio_stream_from(rx))),
@@ -1210,7 +1257,7 @@ impl DockerRuntime {
             ..Default::default()
         };
         let body = bollard::body_try_stream(ReaderStream::with_capacity(stdout, 256 * 1024));
-        let mut stream = self.docker.create_image(Some(opts), Some(body), None);
+        let mut stream = self.slow.create_image(Some(opts), Some(body), None);
         while let Some(item) = stream.next().await {
             if let Err(e) = item {
                 let _ = child.kill().await;

@@ -16,6 +16,12 @@ pub enum InfraFailure {
     )]
     DaemonGone { detail: String },
     #[error(
+        "the Docker daemon did not answer `{op}` within {secs} s (it is stalled or \
+         overloaded, or not there). Check `docker info` and the daemon log; the \
+         same command resumes (BELAY_ENGINE_TIMEOUT_S sets the limit)"
+    )]
+    EngineTimeout { op: String, secs: u64 },
+    #[error(
         "the Docker engine could not run the command (exit 125: {detail}). Check \
          `docker info` and the daemon log, then rerun the same command to resume"
     )]
@@ -126,6 +132,14 @@ pub struct Sticky {
 }
 
 impl Sticky {
+    /// Forget the failure: the engine answers again (a batch that waited
+    /// for it goes on).
+    pub fn clear(&self) {
+        if let Ok(mut g) = self.failure.lock() {
+            *g = None;
+        }
+    }
+
     pub fn check(&self) -> Result<(), InfraFailure> {
         match self.failure.lock() {
             Ok(g) => match &*g {

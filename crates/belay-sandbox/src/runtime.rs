@@ -164,6 +164,14 @@ pub struct ContainerInfo {
 #[async_trait]
 pub trait ContainerRuntime: Send + Sync {
     async fn info(&self) -> Result<EngineInfo, SandboxError>;
+    /// Whether the engine answers a ping within `within`, whatever failure
+    /// this runtime holds (a batch waiting out a stalled engine asks this).
+    async fn engine_answers(&self, _within: std::time::Duration) -> bool {
+        true
+    }
+    /// Forget the engine failure this runtime holds (its calls fail at once
+    /// with it until then): the engine answers again.
+    fn clear_infra(&self) {}
     async fn image_exists(&self, image: &str) -> Result<bool, SandboxError>;
     async fn image(&self, image: &str) -> Result<Option<ImageInfo>, SandboxError>;
     async fn list_images(&self, label_filters: &[String]) -> Result<Vec<ImageInfo>, SandboxError>;

@@ -95,7 +95,7 @@ impl ImageRegistry for DockerRuntime {
         let work = async {
             let mut report = PushReport::default();
             let mut stream = self
-                .docker
+                .slow
                 .push_image(repo, Some(opts), self.credentials(image_ref));
             while let Some(item) = stream.next().await {
                 let info = item.map_err(|e| self.registry_err("push", image_ref, e))?;
@@ -136,9 +136,9 @@ impl ImageRegistry for DockerRuntime {
             ..Default::default()
         };
         let work = async {
-            let mut stream =
-                self.docker
-                    .create_image(Some(opts), None, self.credentials(image_ref));
+            let mut stream = self
+                .slow
+                .create_image(Some(opts), None, self.credentials(image_ref));
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(_) => {}

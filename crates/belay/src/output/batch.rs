@@ -104,4 +104,19 @@ impl BatchObserver for BatchView<'_> {
             None => self.line(&format!("{}: {text}", r.name)),
         }
     }
+
+    fn engine_lost(&self, why: &str, held: &[String], budget: Duration) {
+        self.line(&printable_line(&format!(
+            "the engine failed under {} ({why}): no new project starts; waiting up to {} s for it to answer, then they resume from their checkpoints",
+            held.join(", "),
+            budget.as_secs()
+        )));
+    }
+
+    fn engine_back(&self, waited: Duration) {
+        self.line(&format!(
+            "the engine answers again after {:.0} s: resuming the held projects",
+            waited.as_secs_f64()
+        ));
+    }
 }
