@@ -820,6 +820,48 @@ fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
     out
 }
 
+/// The variables that turn off the binary downloads of node packages'
+/// install scripts.
+const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 CHROMEDRIVER_SKIP_DOWNLOAD=true GECKODRIVER_SKIP_DOWNLOAD=true ELECTRON_SKIP_BINARY_DOWNLOAD=1 CYPRESS_INSTALL_BINARY=0";
+
+/// The project's package manager, at the version `packageManager` pins
+/// (its major when that exact version cannot be had, then any): pnpm and
+/// yarn classic from their npm packages, yarn 2+ from `@yarnpkg/cli-dist`
+/// (a project's own `.yarn/releases` and `yarnPath` still win, as yarn
+/// runs them itself).
+fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
+    let npm_g = "npm install -g --no-audit --no-fund";
+    let (pkg, default) = match n.package_manager.as_str() {
+        "yarn" if n.yarn_berry => ("@yarnpkg/cli-dist", "4"),
+        "yarn" => ("yarn", "1"),
+        "pnpm" => ("pnpm", ""),
+        _ => return vec![],
+    };
+    let bin = n.package_manager.as_str();
+    let at = |v: &str| {
+        if v.is_empty() {
+            pkg.to_string()
+        } else {
+            format!("{pkg}@{v}")
+        }
+    };
+    match n.package_manager_version.as_deref() {
+        Some(v) => {
+            let major = v.split('.').next().unwrap_or(v);
+            vec![format!(
+                "{{ {bin} --version 2>/dev/null | grep -qx '{v}'; }} || {npm_g} {} || {npm_g} {} || {npm_g} {}",
+                at(v),
+                at(major),
+                at(default)
+            )]
+        }
+        None => vec![format!(
+            "command -v {bin} >/dev/null || {npm_g} {}",
+            at(default)
+        )],
+    }
+}
+
 fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     let Some(n) = &ctx.node else {
         return Part::default();
@@ -833,15 +875,15 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             &["nodejs".to_string(), "npm".to_string()].into(),
         ));
     }
-    match n.package_manager.as_str() {
-        "yarn" => p.runtime.push(
-            "command -v yarn >/dev/null || npm install -g --no-audit --no-fund yarn@1".into(),
-        ),
-        "pnpm" => p
-            .runtime
-            .push("command -v pnpm >/dev/null || npm install -g --no-audit --no-fund pnpm".into()),
-        _ => {}
+    // Debian's node is older than many projects ask for (bookworm has 18):
+    // a newer one comes from the npm registry's `node` package, as the
+    // project's `engines`, `.nvmrc`, `.node-version` or `volta` says.
+    if let Some(major) = n.required_major {
+        p.runtime.push(format!(
+            "[ \"$(node -p 'process.versions.node.split(\".\")[0]' 2>/dev/null || echo 0)\" -ge {major} ] || {{ npm install -g --no-audit --no-fund node@{major} && hash -r; }}"
+        ));
     }
+    p.runtime.extend(package_manager_lines(n));
     p.runtime
         .push("echo \"node $(node --version), npm $(npm --version)\"".into());
     p.runtime_validation.push("node --version".into());
@@ -857,6 +899,8 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     }
     if n.has_dependencies || n.lockfile.is_some() {
         let install = match (n.package_manager.as_str(), n.lockfile.is_some()) {
+            ("yarn", true) if n.yarn_berry => "yarn install --immutable",
+            ("yarn", false) if n.yarn_berry => "yarn install",
             ("yarn", true) => "yarn install --frozen-lockfile --non-interactive",
             ("yarn", false) => "yarn install --non-interactive",
             ("pnpm", true) => "pnpm install --frozen-lockfile",
@@ -864,6 +908,12 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             (_, true) => "npm ci --no-audit --no-fund",
             (_, false) => "npm install --no-audit --no-fund",
         };
+        // Install scripts that download browsers and drivers from hosts of
+        // their own (playwright, puppeteer, chromedriver, geckodriver,
+        // electron, cypress) are told not to: the tests that need them use
+        // the system's browser, and a download that cannot succeed fails
+        // the install.
+        p.deps.push(BINARY_DOWNLOADS_OFF.to_string());
         p.deps.push(install.to_string());
         p.deps_validation.push(if n.package_manager == "npm" {
             "npm ls --depth=0 >/dev/null".into()
@@ -991,4 +1041,35 @@ fn java_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             .push(format!("{tool} --no-daemon --offline compileJava"));
     }
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::package_manager_lines;
+    use crate::analyze::NodeFacts;
+
+    #[test]
+    fn the_pinned_package_manager_is_installed_with_fallbacks() {
+        let n = |pm: &str, v: Option<&str>, berry: bool| NodeFacts {
+            package_manager: pm.into(),
+            package_manager_version: v.map(String::from),
+            yarn_berry: berry,
+            ..Default::default()
+        };
+        let l = package_manager_lines(&n("pnpm", Some("9.2.0"), false));
+        assert_eq!(l.len(), 1);
+        assert!(
+            l[0].contains("pnpm@9.2.0 || npm install -g --no-audit --no-fund pnpm@9 || npm install -g --no-audit --no-fund pnpm"),
+            "{l:?}"
+        );
+        assert!(l[0].starts_with("{ pnpm --version 2>/dev/null | grep -qx '9.2.0'; } ||"));
+        let l = package_manager_lines(&n("yarn", Some("4.1.0"), true));
+        assert!(l[0].contains("@yarnpkg/cli-dist@4.1.0"), "{l:?}");
+        let l = package_manager_lines(&n("yarn", None, false));
+        assert_eq!(
+            l,
+            ["command -v yarn >/dev/null || npm install -g --no-audit --no-fund yarn@1"]
+        );
+        assert!(package_manager_lines(&n("npm", Some("10.2.0"), false)).is_empty());
+    }
 }

@@ -78,6 +78,16 @@ impl Language {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct NodeFacts {
     pub package_manager: String,
+    /// The version `packageManager` pins (`pnpm@9.2.0+sha512…` gives `9.2.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_manager_version: Option<String>,
+    /// Yarn 2 or later (`.yarnrc.yml`, or `packageManager: yarn@2…`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub yarn_berry: bool,
+    /// The node version the project pins (`.nvmrc`, `.node-version`,
+    /// `volta.node`), when it pins one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_pin: Option<String>,
     pub lockfile: Option<String>,
     pub engines_node: Option<String>,
     pub required_major: Option<u32>,
@@ -222,6 +232,8 @@ const MARKERS: &[&str] = &[
     "yarn.lock",
     "pnpm-lock.yaml",
     ".nvmrc",
+    ".node-version",
+    ".yarnrc.yml",
     "Cargo.toml",
     "Cargo.lock",
     "rust-toolchain",
@@ -367,25 +379,57 @@ fn node(
     } else {
         ("npm", None)
     };
-    n.package_manager = pkg
+    let pinned = pkg
         .get("packageManager")
         .and_then(|p| p.as_str())
-        .and_then(|p| p.split('@').next())
-        .filter(|p| matches!(*p, "npm" | "yarn" | "pnpm"))
-        .unwrap_or(pm)
-        .to_string();
+        .and_then(|p| p.split_once('@'))
+        .filter(|(name, _)| matches!(*name, "npm" | "yarn" | "pnpm"));
+    n.package_manager = pinned.map(|(name, _)| name).unwrap_or(pm).to_string();
+    // `9.2.0+sha512.abc…`: the version, without the integrity hash corepack
+    // reads (which no registry knows as a version).
+    n.package_manager_version = pinned
+        .map(|(_, v)| v.split('+').next().unwrap_or(v).trim().to_string())
+        .filter(|v| !v.is_empty() && v.chars().next().is_some_and(|c| c.is_ascii_digit()));
+    n.yarn_berry = n.package_manager == "yarn"
+        && (f.exists(".yarnrc.yml")
+            || n.package_manager_version
+                .as_deref()
+                .and_then(min_major)
+                .is_some_and(|m| m >= 2));
     n.lockfile = lock.map(String::from);
     n.engines_node = pkg
         .pointer("/engines/node")
         .and_then(|v| v.as_str())
         .map(String::from);
+    // A pinned version: what the project's developers run.
+    n.node_pin = [".nvmrc", ".node-version"]
+        .iter()
+        .find_map(|name| f.read(name))
+        .map(|s| {
+            s.lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_start_matches('v')
+                .to_string()
+        })
+        .or_else(|| {
+            pkg.pointer("/volta/node")
+                .and_then(|v| v.as_str())
+                .map(String::from)
+        })
+        .filter(|s| !s.is_empty());
     if n.engines_node.is_none() {
-        n.engines_node = f
-            .read(".nvmrc")
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty());
+        n.engines_node = n.node_pin.clone();
     }
-    n.required_major = n.engines_node.as_deref().and_then(min_major);
+    // The newest of what the range asks for at least and what the pin says.
+    n.required_major = [
+        n.engines_node.as_deref().and_then(min_major),
+        n.node_pin.as_deref().and_then(min_major),
+    ]
+    .into_iter()
+    .flatten()
+    .max();
     n.test_script = pkg
         .pointer("/scripts/test")
         .and_then(|v| v.as_str())
@@ -555,6 +599,55 @@ mod tests {
         assert_eq!(min_major("^20.1 || ^22"), Some(20));
         assert_eq!(min_major("v16"), Some(16));
         assert_eq!(min_major("lts/*"), None);
+    }
+
+    #[test]
+    fn node_pins_and_package_manager_versions() {
+        let node = |files: &[(&str, &str)]| {
+            let dir = tempfile::tempdir().unwrap();
+            for (name, text) in files {
+                std::fs::write(dir.path().join(name), text).unwrap();
+            }
+            analyze(dir.path()).unwrap().node.unwrap()
+        };
+        // engines is a floor; a pin says what the developers run: the newer.
+        let n = node(&[
+            ("package.json", r#"{"engines": {"node": ">=18"}}"#),
+            (".nvmrc", "v20.11.1\n"),
+        ]);
+        assert_eq!(
+            (n.node_pin.as_deref(), n.required_major),
+            (Some("20.11.1"), Some(20))
+        );
+        let n = node(&[("package.json", "{}"), (".node-version", "22\n")]);
+        assert_eq!(n.required_major, Some(22));
+        let n = node(&[("package.json", r#"{"volta": {"node": "21.2.0"}}"#)]);
+        assert_eq!(n.required_major, Some(21));
+        // corepack's integrity hash is no version; yarn 2+ is berry.
+        let n = node(&[(
+            "package.json",
+            r#"{"packageManager": "pnpm@9.2.0+sha512.98a80fd11c2e7096747762304106432b3ddc67dcf54b5a8c01c93f68a2cd5e05e6821eb8ad2b5d7ad08b4d5a1fd35d6d4da5b4fa3e1b55bd7b8e2f8fc3f2a8a1"}"#,
+        )]);
+        assert_eq!(
+            (
+                n.package_manager.as_str(),
+                n.package_manager_version.as_deref()
+            ),
+            ("pnpm", Some("9.2.0"))
+        );
+        let n = node(&[
+            ("package.json", r#"{"packageManager": "yarn@4.1.0"}"#),
+            ("yarn.lock", ""),
+        ]);
+        assert!(n.yarn_berry && n.lockfile.as_deref() == Some("yarn.lock"));
+        let n = node(&[
+            ("package.json", "{}"),
+            ("yarn.lock", ""),
+            (".yarnrc.yml", "nodeLinker: node-modules\n"),
+        ]);
+        assert!(n.yarn_berry);
+        let n = node(&[("package.json", r#"{"packageManager": "yarn@1.22.19"}"#)]);
+        assert!(!n.yarn_berry);
     }
 
     #[test]

@@ -179,6 +179,23 @@ fn node_fixture_builds_and_its_tests_pass() {
     );
 }
 
+/// Node newer than Debian's (`.nvmrc` 20 on bookworm's 18) from the npm
+/// registry's `node` package, pnpm at the version `packageManager` pins
+/// (with corepack's hash, which no registry knows), and an install script
+/// that downloads a browser told not to: the build passes, and the final
+/// image runs the project's tests with that node.
+#[test]
+fn a_pinned_node_and_pnpm_build_and_its_tests_pass() {
+    let run = run_id("nodepin");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-pnpm-pinned", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, "node -p 'process.versions.node.split(\".\")[0]'", "20");
+    project_tests_pass(&m, "pnpm --version", "9.2.0");
+    project_tests_pass(&m, "pnpm test 2>&1", "# pass 2");
+}
+
 #[test]
 fn rust_fixture_builds_and_its_tests_pass() {
     let run = run_id("rust");
