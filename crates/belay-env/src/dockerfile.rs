@@ -115,7 +115,24 @@ pub fn render(
     for b in &blocks[under..] {
         step(&mut s, b);
     }
+    s.push_str("# The project's own tools first on PATH, as in belay's final image.\n");
+    s.push_str(&format!("ENV {}\n", final_env(blocks).join(" ")));
     s
+}
+
+/// The variables of a final image (and of the written Dockerfile's last
+/// line): `node_modules/.bin` and the virtualenv's `bin` first on `PATH`
+/// (`$PATH` is the base image's), and `VIRTUAL_ENV` when a block makes one,
+/// so that `docker run IMAGE pytest`, `python3`, a console script or a
+/// project's `node_modules` tool works as a developer types it.
+pub fn final_env(blocks: &[Block]) -> Vec<String> {
+    let mut env = vec![format!(
+        "PATH={REPO_DIR}/node_modules/.bin:{REPO_DIR}/.venv/bin:$PATH"
+    )];
+    if blocks.iter().any(|b| b.script.contains(".venv")) {
+        env.push(format!("VIRTUAL_ENV={REPO_DIR}/.venv"));
+    }
+    env
 }
 
 #[cfg(test)]

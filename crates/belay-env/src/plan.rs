@@ -249,6 +249,7 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
     if let Some(n) = &ctx.native {
         native_system_packages(n, &mut system);
     }
+    developer_tools(notes, &mut system);
     blocks.push(system_block(&system));
 
     language_blocks(&parts, &mut blocks);
@@ -326,6 +327,25 @@ fn native_system_packages(n: &NativeFacts, system: &mut BTreeSet<String>) {
         }
     }
     system.insert("pkg-config".into());
+}
+
+/// What a developer types in the final image, whether or not the build
+/// needs it (a check that starts the project's server and fetches a page,
+/// a `make test`, `ps`, a clone): the ones the base lacks, and the CA bundle.
+const DEVELOPER_TOOLS: &[(&str, &str)] = &[
+    ("git", "git"),
+    ("make", "make"),
+    ("curl", "curl"),
+    ("ps", "procps"),
+];
+
+fn developer_tools(notes: &RuntimeNotes, system: &mut BTreeSet<String>) {
+    for (tool, package) in DEVELOPER_TOOLS {
+        if !notes.has(tool) {
+            system.insert((*package).to_string());
+        }
+    }
+    system.insert("ca-certificates".into());
 }
 
 /// The `10-system-packages` block installing `system`.

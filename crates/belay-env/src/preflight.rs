@@ -38,6 +38,7 @@ const TOOLS: &[&str] = &[
     "pkg-config",
     "git",
     "curl",
+    "ps",
     "wget",
     "sudo",
 ];

@@ -32,6 +32,45 @@ fn report_failure_class(
 }
 
 impl Run<'_> {
+    /// The final image: the last checkpoint with the final variables
+    /// ([`crate::dockerfile::final_env`]: the project's tools first on
+    /// `PATH`), as the written Dockerfile's last line sets them. One
+    /// config-only layer, no container run.
+    async fn final_image(
+        &mut self,
+        blocks: &[Block],
+        source: &str,
+        final_ref: &str,
+    ) -> Result<(), EnvError> {
+        let dir = self.dir.logs_dir().join("final-image");
+        fs_err::create_dir_all(&dir).map_err(|e| EnvError::io("cannot create", &dir, e))?;
+        let df = dir.join("Dockerfile");
+        let text = format!(
+            "FROM {source}\nENV {}\n",
+            crate::dockerfile::final_env(blocks).join(" ")
+        );
+        fs_err::write(&df, text).map_err(|e| EnvError::io("cannot write", &df, e))?;
+        let mut lbl = BTreeMap::new();
+        lbl.insert(labels::BELAY.to_string(), "true".to_string());
+        lbl.insert(labels::RUN.to_string(), self.dir.run_id.clone());
+        let attempt = self.records.next_attempt("finalize", "final_image");
+        self.rt
+            .build(
+                &BuildRequest {
+                    dockerfile: df,
+                    context_dir: dir,
+                    tag: final_ref.to_string(),
+                    labels: lbl,
+                    timeout: self.opts.docker_build_timeout,
+                    log_path: self.dir.log_path("finalize", "final_image", attempt),
+                    network: Network::None,
+                },
+                &self.redactor,
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Phase 4: the clean replay (when the forward run may differ from a
     /// clean run of the final scripts), then the final image from `current`,
     /// the Dockerfiles and the oracle.
@@ -70,8 +109,11 @@ impl Run<'_> {
             format!("registry tag {final_source} {final_ref}")
         } else {
             self.ensure_local(&final_source).await?;
-            self.rt.tag_image(&final_source, &final_ref).await?;
-            format!("docker tag {final_source} {final_ref}")
+            self.final_image(blocks, &final_source, &final_ref).await?;
+            format!(
+                "docker build (FROM {final_source}; ENV {}) -t {final_ref}",
+                crate::dockerfile::final_env(blocks).join(" ")
+            )
         };
         self.record(Execution {
             block_id: "finalize".into(),

@@ -54,6 +54,25 @@ fn python_fixture_builds_and_its_tests_pass() {
     let m = build("py-pyproject", &run, state.path());
     all_blocks_succeeded(&m);
     project_tests_pass(&m, ".venv/bin/python -m pytest -q", "2 passed");
+    // A place to work: the project's test command as a developer types it,
+    // `python3` is the project's interpreter, and the basic tools are there.
+    let image = m["final_image"].as_str().unwrap();
+    let (ok, out, err) = docker(&["run", "--rm", "--network", "none", image, "pytest", "-q"]);
+    assert!(
+        ok && out.contains("2 passed"),
+        "`docker run IMAGE pytest -q`:\n{out}\n{err}"
+    );
+    project_tests_pass(
+        &m,
+        "python3 -c 'import sys; print(sys.prefix)'",
+        "/workspace/repo/.venv",
+    );
+    project_tests_pass(&m, "echo $VIRTUAL_ENV", "/workspace/repo/.venv");
+    project_tests_pass(
+        &m,
+        "command -v git make curl ps && test -s /etc/ssl/certs/ca-certificates.crt && echo tools-ok",
+        "tools-ok",
+    );
     check_run_records(state.path(), &run, &m);
     check_shell(&run);
     check_dockerfile_rebuilds(state.path(), &run);
