@@ -9,9 +9,12 @@ Prints, as medians over --rounds alternating runs:
   - the ratio belay / `docker build --no-cache` of the same steps;
   - `belay env plan` time for every fixture.
 
-Cache state: cold downloads on both sides: belay with --no-package-cache,
-docker with the legacy builder and Dockerfile.legacy (no cache mounts); the
-base image is present.
+Cache state: cold on both sides, whatever the machine holds: belay with
+--no-cache (no checkpoint of an earlier build is reused, the machine's shared
+toolchain checkpoints included) and --no-package-cache (no download cache);
+docker with --no-cache, the legacy builder and Dockerfile.legacy (no layer
+cache, no cache mounts). Only the base image is present on both sides. Every
+line printed says so.
 
 Usage: bench/env/example_vs_docker_build.py [--rounds 3] [--belay target/release/belay]
 Needs the Docker engine and the base image (./scripts/setup-host.sh).
@@ -28,6 +31,8 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The cache state of every figure this bench prints.
+COLD = "cold: no checkpoint, layer or download cache on either side; base image present"
 
 
 def run(cmd, **kw):
@@ -70,12 +75,12 @@ def main():
             order = ["belay", "docker"] if r % 2 == 0 else ["docker", "belay"]
             if order[0] == "docker":
                 # docker build needs belay's Dockerfile: make it with a throwaway belay run first.
-                _, _, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id + "-df", "--no-package-cache"])
+                _, _, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id + "-df", "--no-cache", "--no-package-cache"])
                 dockerfile = os.path.join(repo, ".belay", "runs", run_id + "-df", "Dockerfile.legacy")
                 w, _, _ = run(["env", "DOCKER_BUILDKIT=0", "docker", "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, repo])
                 docker_walls.append(w)
                 cleanup(run_id + "-df", [])
-            w, peak, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id, "--no-package-cache"])
+            w, peak, _ = run([args.belay, "env", "build", "--repo", repo, "--run-id", run_id, "--no-cache", "--no-package-cache"])
             belay_walls.append(w)
             rss.append(peak / 1024.0)
             m = json.load(open(os.path.join(repo, ".belay", "runs", run_id, "manifest.json")))
@@ -90,21 +95,21 @@ def main():
                 dockerfile = os.path.join(repo, ".belay", "runs", run_id, "Dockerfile.legacy")
                 w, _, _ = run(["env", "DOCKER_BUILDKIT=0", "docker", "build", "--no-cache", "-q", "-t", tag, "-f", dockerfile, repo])
                 docker_walls.append(w)
-            print(f"round {r + 1}: belay {belay_walls[-1]:.1f} s, docker build --no-cache {docker_walls[-1]:.1f} s", flush=True)
+            print(f"round {r + 1} [{COLD}]: belay {belay_walls[-1]:.1f} s, docker build --no-cache {docker_walls[-1]:.1f} s", flush=True)
         finally:
             cleanup(run_id, [tag])
             shutil.rmtree(work, ignore_errors=True)
 
     med = statistics.median
     print()
-    print(f"example build wall time (belay):         {med(belay_walls):.1f} s  (runs: {', '.join(f'{w:.1f}' for w in belay_walls)})")
-    print(f"docker build --no-cache, same Dockerfile: {med(docker_walls):.1f} s  (runs: {', '.join(f'{w:.1f}' for w in docker_walls)})")
+    print(f"example build wall time (belay) [{COLD}]:         {med(belay_walls):.1f} s  (runs: {', '.join(f'{w:.1f}' for w in belay_walls)})")
+    print(f"docker build --no-cache, same Dockerfile [{COLD}]: {med(docker_walls):.1f} s  (runs: {', '.join(f'{w:.1f}' for w in docker_walls)})")
     ratios = [b / d for b, d in zip(belay_walls, docker_walls)]
-    print(f"ratio belay / docker build:              {med(ratios):.3f} median of rounds ({', '.join(f'{r:.3f}' for r in ratios)}); ratio of medians {med(belay_walls) / med(docker_walls):.3f}")
-    print(f"harness overhead per block (median):     {med(overheads):.3f} s  (commit {med(commits):.3f} s; container start + exec + bookkeeping {med(starts):.3f} s)")
-    print(f"  without the checkpoint commit:         {med(starts):.3f} s")
-    print(f"  counting validation as overhead too:   {med(overheads_incl_val):.3f} s")
-    print(f"belay peak RSS during a build:           {max(rss):.1f} MB")
+    print(f"ratio belay / docker build [{COLD}]:              {med(ratios):.3f} median of rounds ({', '.join(f'{r:.3f}' for r in ratios)}); ratio of medians {med(belay_walls) / med(docker_walls):.3f}")
+    print(f"harness overhead per block (median) [{COLD}]:     {med(overheads):.3f} s  (commit {med(commits):.3f} s; container start + exec + bookkeeping {med(starts):.3f} s)")
+    print(f"  without the checkpoint commit [{COLD}]:         {med(starts):.3f} s")
+    print(f"  counting validation as overhead too [{COLD}]:   {med(overheads_incl_val):.3f} s")
+    print(f"belay peak RSS during a build [{COLD}]:           {max(rss):.1f} MB")
 
     print()
     out = tempfile.mkdtemp(prefix="belay-plan-")
@@ -118,7 +123,7 @@ def main():
                            capture_output=True, check=True)
             times.append(time.monotonic() - t0)
         worst = max(worst, med(times))
-        print(f"env plan {name:<24} {med(times) * 1000:6.1f} ms (median of 20, process start included)")
+        print(f"env plan {name:<24} {med(times) * 1000:6.1f} ms (median of 20, process start included; a plan uses no cache)")
     shutil.rmtree(out, ignore_errors=True)
     print(f"env plan, slowest fixture: {worst * 1000:.1f} ms")
 

@@ -525,9 +525,31 @@ pub async fn build_projects(
                 break;
             }
             let names: Vec<String> = held.iter().map(|h| h.p.name.clone()).collect();
+            // An engine that answers with a failure (a full disk, a 5xx, a
+            // container killed from outside) would fail every project the
+            // same way: the batch stops, and the queue is left for the
+            // same command once the machine is fixed.
+            if let Some(h) = held.iter().find(|h| !engine_lost(&h.error)) {
+                let why = h.error.to_string();
+                let summary = collector.finish()?;
+                return Err(EnvError::EngineLost(format!(
+                    "{why}; the batch stopped with {} project(s) held ({}) and {} not started, none of them failed for it; {} ended (summary in {}). Fix the engine, then the same command resumes them",
+                    names.len(),
+                    names.join(", "),
+                    queue.len(),
+                    summary.ok + summary.failed + summary.skipped,
+                    opts.projects_dir.join(SUMMARY_FILE).display()
+                )));
+            }
             obs.engine_lost(&held[0].error.to_string(), &names, ENGINE_WAIT);
             let t = Instant::now();
-            if !wait_for_engine(rt, &opts.build.stop).await {
+            let back = wait_for_engine(rt, &opts.build.stop).await;
+            if opts.build.stop.is_set() {
+                // Stopped while waiting: the held projects are not failed;
+                // the same command resumes them.
+                break;
+            }
+            if !back {
                 let why = held[0].error.to_string();
                 let summary = collector.finish()?;
                 return Err(EnvError::EngineLost(format!(
@@ -665,6 +687,19 @@ async fn build_turn(rt: &dyn ContainerRuntime, obs: &dyn BatchObserver, mut h: B
     }
 }
 
+/// Whether `e` is the engine lost (no answer, or gone), which waiting can
+/// cure, rather than an engine's answer that would be the same again (a
+/// refused request, a registry's error).
+fn engine_lost(e: &EnvError) -> bool {
+    use belay_sandbox::InfraFailure as F;
+    matches!(
+        e,
+        EnvError::Sandbox(belay_sandbox::SandboxError::Infra(
+            F::EngineTimeout { .. } | F::DaemonGone { .. }
+        ))
+    )
+}
+
 /// Git's own messages may quote the URL it was given.
 fn redacted(p: &ProjectSpec, mut r: ProjectResult) -> ProjectResult {
     let redactor = p.redactor();
@@ -682,17 +717,23 @@ async fn wait_for_engine(rt: &dyn ContainerRuntime, stop: &belay_record::Stop) -
         if stop.is_set() {
             return false;
         }
-        if rt.engine_answers(Duration::from_secs(5)).await {
-            return true;
+        tokio::select! {
+            up = rt.engine_answers(Duration::from_secs(5)) => {
+                if up {
+                    return true;
+                }
+            }
+            _ = stop.wait() => return false,
         }
         if Instant::now() >= deadline {
             return false;
         }
         let jitter = Duration::from_millis(fastrand::u64(0..=pause.as_millis() as u64 / 4));
-        tokio::time::sleep(
-            (pause + jitter).min(deadline.saturating_duration_since(Instant::now())),
-        )
-        .await;
+        let nap = (pause + jitter).min(deadline.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            _ = tokio::time::sleep(nap) => {}
+            _ = stop.wait() => return false,
+        }
         pause = (pause * 2).min(Duration::from_secs(60));
     }
 }

@@ -84,6 +84,12 @@ pub struct PackageCaches {
 pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
 /// What a trim brings the caches down to, in percent of the cap.
 const TRIM_TO_PERCENT: u64 = 80;
+/// How often a build's end may walk the caches to trim them.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+/// The tools whose cache entries are directories (uv's unpacked wheels,
+/// yarn's unpacked packages) that must go whole: neither tool checks that
+/// every file of an entry is still there.
+const WHOLE_ENTRY_TOOLS: &[&str] = &["uv", "yarn"];
 
 /// The cap: `BELAY_PACKAGE_CACHE_MAX` (bytes, or with a K, M, G or T
 /// suffix; `0`: none), else [`DEFAULT_MAX_BYTES`]. A value that does not
@@ -285,8 +291,20 @@ impl Drop for PackageCaches {
     fn drop(&mut self) {
         self.apt_slot = None;
         self.in_use = None;
+        // The walk costs a second or two on a big cache: at most one every
+        // ten minutes.
+        let stamp = root(&self.cache_dir).join("trimmed-at");
+        let recent = std::fs::metadata(&stamp)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < TRIM_EVERY);
+        if recent {
+            return;
+        }
         match max_bytes() {
             Ok(Some(max)) => {
+                let _ = std::fs::write(&stamp, b"");
                 if let Err(e) = trim(&self.cache_dir, max) {
                     tracing::warn!("the package caches are not trimmed: {e}");
                 }
@@ -297,12 +315,14 @@ impl Drop for PackageCaches {
     }
 }
 
-/// One file of the caches, for the trim: where it is and when it was last
-/// used (the later of its access and modification times).
+/// One entry of the caches, for the trim: a file, or a directory that goes
+/// whole; where it is and when it was last used (the later of access and
+/// modification times, of any file in it).
 struct Entry {
     rel: PathBuf,
     size: u64,
     used: i64,
+    dir: bool,
 }
 
 /// Bring the caches under `TRIM_TO_PERCENT`% of `max` when they are over
@@ -321,6 +341,8 @@ pub fn trim(cache_dir: &Path, max: u64) -> Result<Option<(u64, u64)>, EnvError> 
     let Ok(dir) = rustix::fs::open(&r, WALK_FLAGS, rustix::fs::Mode::empty()) else {
         return Ok(None);
     };
+    // What an earlier trim left to delete.
+    let _ = fs_err::remove_dir_all(r.join("shared").join(TRASH));
     let mut entries = Vec::new();
     collect(&dir, PathBuf::new(), 0, &mut entries);
     let total: u64 = entries.iter().map(|e| e.size).sum();
@@ -334,7 +356,12 @@ pub fn trim(cache_dir: &Path, max: u64) -> Result<Option<(u64, u64)>, EnvError> 
         if left <= target {
             break;
         }
-        if unlink_below(&dir, &e.rel) {
+        let gone = if e.dir {
+            trash_below(&dir, &r, &e.rel)
+        } else {
+            unlink_below(&dir, &e.rel)
+        };
+        if gone {
             left -= e.size;
             bytes += e.size;
             files += 1;
@@ -371,7 +398,18 @@ fn collect(dir: &std::os::fd::OwnedFd, rel: PathBuf, depth: usize, out: &mut Vec
                 if let Ok(sub) =
                     rustix::fs::openat(dir, name, WALK_FLAGS, rustix::fs::Mode::empty())
                 {
-                    collect(&sub, path, depth + 1, out);
+                    if whole_entry(&path) {
+                        let mut inner = Vec::new();
+                        collect(&sub, path.clone(), depth + 1, &mut inner);
+                        out.push(Entry {
+                            size: inner.iter().map(|e| e.size).sum(),
+                            used: inner.iter().map(|e| e.used).max().unwrap_or(st.st_mtime),
+                            rel: path,
+                            dir: true,
+                        });
+                    } else {
+                        collect(&sub, path, depth + 1, out);
+                    }
                 }
             }
             FileType::RegularFile if !(depth <= 1 && name.to_bytes().ends_with(b".lock")) => {
@@ -379,11 +417,54 @@ fn collect(dir: &std::os::fd::OwnedFd, rel: PathBuf, depth: usize, out: &mut Vec
                     rel: path,
                     size: u64::try_from(st.st_size).unwrap_or(0),
                     used: st.st_atime.max(st.st_mtime),
+                    dir: false,
                 });
             }
             _ => {}
         }
     }
+}
+
+/// Where a trim moves whole entries before deleting them (under `shared/`,
+/// the same file system): an entry is gone from its tool at once, and a
+/// delete cut short leaves only trash, removed by the next trim.
+const TRASH: &str = ".belay-trash";
+
+/// `shared/<tool>/<bucket>/<entry>` of a tool whose entries go whole.
+fn whole_entry(rel: &Path) -> bool {
+    let c: Vec<&std::ffi::OsStr> = rel.iter().collect();
+    c.len() == 4 && c[0] == "shared" && WHOLE_ENTRY_TOOLS.iter().any(|t| c[1] == *t)
+}
+
+/// Move the directory `rel` below `root` into the trash (opening each
+/// directory on the way without following a link), then delete it.
+fn trash_below(root: &std::os::fd::OwnedFd, root_path: &Path, rel: &Path) -> bool {
+    let comps: Vec<&std::ffi::OsStr> = rel.iter().collect();
+    let Some((last, dirs)) = comps.split_last() else {
+        return false;
+    };
+    let mut cur: Option<std::os::fd::OwnedFd> = None;
+    for d in dirs {
+        let base = cur.as_ref().unwrap_or(root);
+        match rustix::fs::openat(base, *d, WALK_FLAGS, rustix::fs::Mode::empty()) {
+            Ok(fd) => cur = Some(fd),
+            Err(_) => return false,
+        }
+    }
+    let trash = root_path.join("shared").join(TRASH);
+    if fs_err::create_dir_all(&trash).is_err() {
+        return false;
+    }
+    let Ok(trash_fd) = rustix::fs::open(&trash, WALK_FLAGS, rustix::fs::Mode::empty()) else {
+        return false;
+    };
+    let name = format!("{:016x}", fastrand::u64(..));
+    let base = cur.as_ref().unwrap_or(root);
+    if rustix::fs::renameat(base, *last, &trash_fd, name.as_str()).is_err() {
+        return false;
+    }
+    let _ = fs_err::remove_dir_all(trash.join(&name));
+    true
 }
 
 /// Remove `rel` below `root`, opening each directory on the way without
@@ -409,6 +490,21 @@ fn unlink_below(root: &std::os::fd::OwnedFd, rel: &Path) -> bool {
 /// Fails, saying why, while a build holds an apt slot.
 pub fn clear(cache_dir: &Path) -> Result<(u64, u64), EnvError> {
     let r = root(cache_dir);
+    // Every build holds use.lock shared (an apt slot is not every build's).
+    let use_path = r.join("use.lock");
+    let _in_use = match std::fs::OpenOptions::new().write(true).open(&use_path) {
+        Ok(f) => {
+            if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
+            {
+                return Err(EnvError::Usage(format!(
+                    "a build is using the package caches ({} is locked); clear them when no build runs",
+                    use_path.display()
+                )));
+            }
+            Some(f)
+        }
+        Err(_) => None,
+    };
     for i in 0..APT_SLOTS {
         let lock_path = r.join("apt").join(format!("{i}.lock"));
         let Ok(f) = std::fs::OpenOptions::new().write(true).open(&lock_path) else {
@@ -509,6 +605,25 @@ mod tests {
         assert!(outside.exists(), "a file outside the caches went");
         // Under the cap: nothing to do.
         assert_eq!(trim(d.path(), 500 << 10).unwrap(), None);
+        // uv's unpacked wheels go whole, by the newest file in them: the old
+        // entry goes, every file of it; the new one stays whole.
+        let uv = shared.join("uv").join("archive-v0");
+        for (entry, secs) in [("old", 1_000u64), ("new", 9_000_000_000)] {
+            let e = uv.join(entry).join("pkg");
+            std::fs::create_dir_all(&e).unwrap();
+            for f in ["__init__.py", "core.py"] {
+                let p = e.join(f);
+                std::fs::write(&p, vec![0u8; 200 << 10]).unwrap();
+                let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+                let file = std::fs::File::options().write(true).open(&p).unwrap();
+                file.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
+                    .unwrap();
+            }
+        }
+        let (_, n) = trim(d.path(), 1100 << 10).unwrap().unwrap();
+        assert_eq!(n, 1, "one entry went");
+        assert!(!uv.join("old").exists(), "the old entry is not whole gone");
+        assert!(uv.join("new/pkg/__init__.py").exists() && uv.join("new/pkg/core.py").exists());
     }
 
     #[test]

@@ -875,6 +875,11 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
                 at(default)
             )]
         }
+        // Yarn 2+ without a pinned version: a yarn 1 already there is not it.
+        None if n.yarn_berry => vec![format!(
+            "{{ {bin} --version 2>/dev/null | grep -q '^[2-9]'; }} || {npm_g} {}",
+            at(default)
+        )],
         None => vec![format!(
             "command -v {bin} >/dev/null || {npm_g} {}",
             at(default)
@@ -912,15 +917,26 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             .push(format!("{} --version", n.package_manager));
     }
     if let Some(major) = n.required_major {
-        let range = n.engines_node.clone().unwrap_or_default();
+        // Quoted into the script: nothing of it is shell syntax.
+        let range: String = n
+            .engines_node
+            .clone()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || " .<>=^~*|-_xX".contains(*c))
+            .collect();
         p.runtime_validation.push(format!(
             "{{ [ \"$(node -p 'process.versions.node.split(\".\")[0]')\" -ge {major} ] || {{ echo \"node $(node --version) is older than the project's engines.node {range}\"; false; }}; }}"
         ));
     }
     if n.has_dependencies || n.lockfile.is_some() {
         let install = match (n.package_manager.as_str(), n.lockfile.is_some()) {
-            ("yarn", true) if n.yarn_berry => "yarn install --immutable",
-            ("yarn", false) if n.yarn_berry => "yarn install",
+            // Plug'n'Play makes no node_modules, which the project's tools
+            // and the final image's PATH look for.
+            ("yarn", true) if n.yarn_berry => {
+                "YARN_NODE_LINKER=node-modules yarn install --immutable"
+            }
+            ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install",
             ("yarn", true) => "yarn install --frozen-lockfile --non-interactive",
             ("yarn", false) => "yarn install --non-interactive",
             ("pnpm", true) => "pnpm install --frozen-lockfile",

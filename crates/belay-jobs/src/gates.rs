@@ -135,11 +135,12 @@ pub fn accept(svc: &Services, id: &Id, by: &str) -> Result<String, JobsError> {
 }
 
 /// Where a queued job stands, for its sender.
-pub fn queued_note(ahead: usize) -> String {
+pub fn queued_note(ahead: Option<usize>) -> String {
     match ahead {
-        0 => "it starts next.".into(),
-        1 => "it is queued behind 1 job.".into(),
-        n => format!("it is queued behind {n} jobs."),
+        None => "it is starting now.".into(),
+        Some(0) => "it starts next.".into(),
+        Some(1) => "it is queued behind 1 job.".into(),
+        Some(n) => format!("it is queued behind {n} jobs."),
     }
 }
 

@@ -178,18 +178,17 @@ impl Queue {
         Ok(out)
     }
 
-    /// How many jobs run or wait to run before `id` (which waits in the
-    /// inbox, or is not queued yet): those processing and those older in
-    /// the inbox.
-    pub fn ahead_of(&self, id: &Id) -> usize {
-        let running = self.list(Dir::Processing).map(|l| l.len()).unwrap_or(0);
+    /// How many jobs run or wait to run before `id`, which waits in the
+    /// inbox: those processing and those older in the inbox. `None` when it
+    /// is not in the inbox (a worker took it already).
+    pub fn ahead_of(&self, id: &Id) -> Option<usize> {
         let inbox = self.list(Dir::Inbox).unwrap_or_default();
         let mine = format!("{id}.json");
-        let waiting = inbox
+        let pos = inbox
             .iter()
-            .take_while(|p| p.file_name().is_none_or(|n| n.to_string_lossy() != mine))
-            .count();
-        running + waiting
+            .position(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == mine))?;
+        let running = self.list(Dir::Processing).map(|l| l.len()).unwrap_or(0);
+        Some(running + pos)
     }
 
     /// Where the job `id` is, if anywhere (a regular file, not a link).

@@ -240,8 +240,12 @@ fn long_answer(svc: &Services, job: &crate::job::Job, text: &str) -> String {
     if n <= x.long_answer_chars || !crate::notify::is_chat_address(&job.sender) {
         return text.to_string();
     }
+    // Redacted whole before it is cut: a secret across the cut would lose
+    // the tail its pattern needs, and its head would go out.
+    let text = svc.redactor.redact(text).into_owned();
+    let n = text.chars().count();
     let path = svc.queue.run_dir(&job.id).join(ANSWER_FILE);
-    let kept = belay_record::atomic_write(&path, svc.redactor.redact(text).as_bytes());
+    let kept = belay_record::atomic_write(&path, text.as_bytes());
     if let Err(e) = &kept {
         tracing::warn!("cannot keep the whole answer of job {}: {e}", job.id);
     }
@@ -298,7 +302,8 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed,
                 .as_deref()
                 .filter(|b| *b != job.sender)
             {
-                let first = f.reply.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+                let reply = svc.redactor.redact(&f.reply);
+                let first = reply.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
                 let _ = svc.outbox.send(
                     by,
                     &format!(
@@ -361,6 +366,7 @@ async fn process(svc: &Services, claim: Claim, stop: &Stop) -> Result<Processed,
             let f = *f;
             failed_early(svc, &claim.path, &mut job, Some(f.run), f.error).await?
         }
+        // Its run could not be opened, or its record not written.
         Err(e) => failed_early(svc, &claim.path, &mut job, None, e).await?,
     };
     // The lock file goes while the lock is still held (a job back in the
@@ -385,7 +391,10 @@ async fn failed_early(
 ) -> Result<Processed, JobsError> {
     job.belay.failure = Some(svc.redactor.redact(&e.to_string()).into_owned());
     svc.queue.relocate(path, Dir::Failed, job)?;
-    let text = format!("Job {} failed before its agent ran: {}", job.id, e.reply());
+    let text = match &run {
+        Some(_) => format!("Job {} failed before its agent ran: {}", job.id, e.reply()),
+        None => format!("Job {} failed: {}", job.id, e.reply()),
+    };
     reply(svc, job, &text);
     let reason = svc.redactor.redact(&e.to_string()).into_owned();
     let failed = JobEvent::JobFailed {

@@ -211,10 +211,24 @@ impl DockerRuntime {
 
     /// Map an API error: infra failures become sticky, others keep their context.
     fn api_err(&self, op: &'static str, e: bollard::errors::Error) -> SandboxError {
+        self.err_within(op, e, api_timeout())
+    }
+
+    /// [`Self::api_err`] for a call of the long operations' client.
+    fn slow_err(&self, op: &'static str, e: bollard::errors::Error) -> SandboxError {
+        self.err_within(op, e, slow_api_timeout())
+    }
+
+    fn err_within(
+        &self,
+        op: &'static str,
+        e: bollard::errors::Error,
+        limit: Duration,
+    ) -> SandboxError {
         if matches!(e, bollard::errors::Error::RequestTimeoutError) {
             return SandboxError::Infra(self.sticky.raise(InfraFailure::EngineTimeout {
                 op: op.to_string(),
-                secs: api_timeout().as_secs(),
+                secs: limit.as_secs(),
             }));
         }
         match classify_api_error(&e) {
@@ -851,7 +865,7 @@ impl ContainerRuntime for DockerRuntime {
             op: "archive",
             message: e.to_string(),
         })??;
-        up.map_err(|e| self.api_err("copy into container", e))?;
+        up.map_err(|e| self.slow_err("copy into container", e))?;
         Ok(count)
     }
 
@@ -875,7 +889,7 @@ impl ContainerRuntime for DockerRuntime {
                 bollard::body_full(tar.into()),
             )
             .await
-            .map_err(|e| self.api_err("copy files into container", e))
+            .map_err(|e| self.slow_err("copy files into container", e))
     }
 
     async fn read_file(
@@ -1103,7 +1117,7 @@ impl ContainerRuntime for DockerRuntime {
             .slow
             .commit_container(opts, config)
             .await
-            .map_err(|e| self.api_err("commit", e))?;
+            .map_err(|e| self.slow_err("commit", e))?;
         Ok(id.id)
     }
 

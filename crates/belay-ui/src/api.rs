@@ -106,23 +106,27 @@ pub(crate) struct ListQuery {
 }
 
 /// Whether a run holds every word of the search.
-fn matches(e: &RunEntry, words: &[String]) -> bool {
+/// The search sees what the page shows: the text redacted first, so that
+/// no search can probe a redacted value character by character.
+fn matches(app: &App, e: &RunEntry, words: &[String]) -> bool {
     if words.is_empty() {
         return true;
     }
-    let hay = format!(
-        "{} {} {} {} {} {}",
-        e.run_id,
-        e.mode.as_str(),
-        e.status.as_str(),
-        e.title.as_deref().unwrap_or(""),
-        e.summary.as_deref().unwrap_or(""),
-        e.repo
-            .as_deref()
-            .map(|r| r.display().to_string())
-            .unwrap_or_default()
-    )
-    .to_lowercase();
+    let hay = app
+        .redactor
+        .redact(&format!(
+            "{} {} {} {} {} {}",
+            e.run_id,
+            e.mode.as_str(),
+            e.status.as_str(),
+            e.title.as_deref().unwrap_or(""),
+            e.summary.as_deref().unwrap_or(""),
+            e.repo
+                .as_deref()
+                .map(|r| r.display().to_string())
+                .unwrap_or_default()
+        ))
+        .to_lowercase();
     words.iter().all(|w| hay.contains(w.as_str()))
 }
 
@@ -154,7 +158,7 @@ pub(crate) async fn runs(State(app): State<Arc<App>>, Query(q): Query<ListQuery>
         .filter(|e| mode.is_none_or(|m| e.mode == m))
         .filter(|e| status.is_none_or(|s| e.status == s))
         .filter(|e| !on(&q.failed) || e.status == RunStatus::Failed)
-        .filter(|e| matches(e, &words))
+        .filter(|e| matches(&app, e, &words))
         .map(|e| entry_json(e, &waiting))
         .filter(|v| !on(&q.attention) || !v["attention"].is_null())
         .collect();

@@ -389,7 +389,13 @@ fn node(
     // reads (which no registry knows as a version).
     n.package_manager_version = pinned
         .map(|(_, v)| v.split('+').next().unwrap_or(v).trim().to_string())
-        .filter(|v| !v.is_empty() && v.chars().next().is_some_and(|c| c.is_ascii_digit()));
+        .filter(|v| {
+            // A version goes into the plan's shell script: digits first, and
+            // only what a version holds.
+            v.chars().next().is_some_and(|c| c.is_ascii_digit())
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        });
     n.yarn_berry = n.package_manager == "yarn"
         && (f.exists(".yarnrc.yml")
             || n.package_manager_version
@@ -648,6 +654,12 @@ mod tests {
         assert!(n.yarn_berry);
         let n = node(&[("package.json", r#"{"packageManager": "yarn@1.22.19"}"#)]);
         assert!(!n.yarn_berry);
+        // Nothing but a version reaches the plan's script.
+        let n = node(&[(
+            "package.json",
+            r#"{"packageManager": "pnpm@9'; touch /pwned; '"}"#,
+        )]);
+        assert_eq!(n.package_manager_version, None);
     }
 
     #[test]

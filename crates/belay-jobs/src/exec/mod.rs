@@ -252,19 +252,23 @@ fn reply_and_commits(
 /// Run a claimed job. An error is the run's that could not be opened.
 pub async fn run(svc: &Services, job: &Job, stop: &Stop) -> Result<Ended, JobsError> {
     let run = open_run(svc, job)?;
-    match run_opened(svc, job, stop, &run).await {
-        Err(error) => Ok(Ended::Failed(Box::new(EarlyFailure { run, error }))),
-        ended => ended,
-    }
+    let started = Instant::now();
+    // Only what fails before the agent runs is an early failure: after it,
+    // commits may be pushed or a change held.
+    let (spec, ws) = match prepare_job(svc, job, &run).await {
+        Ok(ready) => ready,
+        Err(error) => return Ok(Ended::Failed(Box::new(EarlyFailure { run, error }))),
+    };
+    run_prepared(svc, job, stop, &run, started, spec, ws).await
 }
 
-async fn run_opened(
+/// The job's agent spec and its workspace (worktrees and sandbox), or why
+/// it cannot run.
+async fn prepare_job(
     svc: &Services,
     job: &Job,
-    stop: &Stop,
     run: &JobRun,
-) -> Result<Ended, JobsError> {
-    let started = Instant::now();
+) -> Result<(belay_agent::AgentSpec, Workspace), JobsError> {
     let spec = agent::spec_for(svc, job)?;
     let repos = repos_of(svc, job)?;
     announce_start(run, job, &spec, &repos);
@@ -277,6 +281,18 @@ async fn run_opened(
             return Err(e);
         }
     }
+    Ok((spec, ws))
+}
+
+async fn run_prepared(
+    svc: &Services,
+    job: &Job,
+    stop: &Stop,
+    run: &JobRun,
+    started: Instant,
+    spec: belay_agent::AgentSpec,
+    ws: Workspace,
+) -> Result<Ended, JobsError> {
     let mut tally = Tally {
         tokens: Tokens::default(),
         cost_usd: 0.0,
