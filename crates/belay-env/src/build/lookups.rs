@@ -5,11 +5,12 @@ use super::*;
 use crate::debian_contents;
 use crate::repair::{self, Lookups};
 
-/// `ldd` over the shared objects under the project's virtualenv and the
-/// system's site-packages, printing each library it cannot resolve that is
-/// not one of those files itself (a wheel's own libraries, found through
-/// its rpath at run time, are not missing).
-const LDD_PROBE: &str = r#"find /workspace/repo/.venv /usr/local/lib /usr/lib/python3 -xdev \( -name '*.so' -o -name '*.so.*' \) -type f 2>/dev/null | head -n 5000 | while read -r f; do echo "have ${f##*/}"; ldd "$f" 2>/dev/null | grep 'not found'; done | awk '$1 == "have" { h[$2] = 1; next } { m[$1] = 1 } END { for (k in m) if (!(k in h)) print k " => not found" }' | head -n 200"#;
+/// `ldd` over the shared objects under the project's virtualenv, its
+/// `node_modules` (native addons are `*.node`) and the system's
+/// site-packages, printing each library it cannot resolve that is not one
+/// of those files itself (a wheel's own libraries, found through its rpath
+/// at run time, are not missing).
+const LDD_PROBE: &str = r#"find /workspace/repo/.venv /workspace/repo/node_modules /usr/local/lib /usr/lib/python3 -xdev \( -name '*.so' -o -name '*.so.*' -o -name '*.node' \) -type f 2>/dev/null | head -n 5000 | while read -r f; do echo "have ${f##*/}"; ldd "$f" 2>/dev/null | grep 'not found'; done | awk '$1 == "have" { h[$2] = 1; next } { m[$1] = 1 } END { for (k in m) if (!(k in h)) print k " => not found" }' | head -n 200"#;
 
 impl Run<'_> {
     /// The libraries the loader cannot find for the shared objects in the

@@ -274,6 +274,24 @@ pub const RULES: &[Rule] = &[
         hint: "the project's own package imports an optional dependency: install the project with the extras that declare it",
     },
     Rule {
+        id: "protobuf-runtime-older-than-gencode",
+        pattern: r"(?s)incompatible Protobuf Gencode/Runtime versions.*?gencode (\d+\.\d+)\.\d+ runtime \d+\.\d+\.\d+",
+        // The gencode's major, at least its minor (`~=`: no `>` for the
+        // safety filter to read as a redirection).
+        fix: "{resolve} 'protobuf~={1}'",
+        probe: None,
+        blame: None,
+        hint: "the generated _pb2 code is newer than the installed protobuf runtime: install a runtime at least as new as the generated code",
+    },
+    Rule {
+        id: "protobuf-gencode-too-old",
+        pattern: r"Descriptors cannot be created directly|generated code is out of date and must be regenerated with protoc",
+        fix: "{resolve} 'protobuf<4'",
+        probe: None,
+        blame: None,
+        hint: "the generated _pb2 code predates protobuf 4 and the installed runtime refuses it: install the last protobuf 3",
+    },
+    Rule {
         id: "local-module-not-installed",
         pattern: r"No module named '?([A-Za-z_][\w.]*[\w])",
         fix: "{pip} -e /workspace/repo",

@@ -471,19 +471,13 @@ pub async fn run(
                 match ev {
                     Event::Online { bound_jid, resumed, .. } => {
                         online = true;
-                        if let Ok(mut p) = pace.lock() {
-                            p.unbound = 0;
-                            p.stale = false;
-                        }
+                        reset_pace(&pace, false);
                         alive_until = Instant::now() + DEAD_AFTER;
                         rebuild_pause = Duration::from_secs(1);
                         // What came on the connection before is a job of its
                         // own: a batch never spans a reconnection.
                         if !resumed && !batches.is_empty() {
-                            for (from, b) in std::mem::take(&mut batches) {
-                                flush(&svc, &wake, &mut seen, &from, b);
-                            }
-                            save_batches(&batches_file, &batches);
+                            flush_all(&svc, &wake, &mut seen, &mut batches, &batches_file);
                         }
                         on_online(&svc, &mut client, &bound_jid, resumed).await;
                     }
@@ -555,11 +549,7 @@ pub async fn run(
                     }
                     rebuild_pause = (rebuild_pause * 2).min(REBUILD_MAX);
                     // A fresh client (no stream to resume) may connect at once.
-                    if let Ok(mut p) = pace.lock() {
-                        p.last = None;
-                        p.unbound = 0;
-                        p.stale = false;
-                    }
+                    reset_pace(&pace, true);
                     let old = std::mem::replace(&mut client, client_for(&x, me.clone(), password.clone(), &pace)?);
                     let _ = tokio::time::timeout(Duration::from_secs(1), old.send_end()).await;
                     alive_until = Instant::now() + DEAD_AFTER + rebuild_pause;
@@ -584,12 +574,35 @@ pub async fn run(
         }
     }
     // What is batched becomes jobs before belay goes: nothing said is lost.
-    for (from, b) in std::mem::take(&mut batches) {
-        flush(&svc, &wake, &mut seen, &from, b);
-    }
-    save_batches(&batches_file, &batches);
+    flush_all(&svc, &wake, &mut seen, &mut batches, &batches_file);
     let _ = tokio::time::timeout(Duration::from_secs(2), client.send_end()).await;
     Ok(())
+}
+
+/// Every open batch becomes a job, and the kept batches file says so.
+fn flush_all(
+    svc: &Services,
+    wake: &tokio::sync::Notify,
+    seen: &mut Seen,
+    batches: &mut BTreeMap<String, Batch>,
+    file: &std::path::Path,
+) {
+    for (from, b) in std::mem::take(batches) {
+        flush(svc, wake, seen, &from, b);
+    }
+    save_batches(file, batches);
+}
+
+/// A bound stream (or a new client): no login is unbound; a new client
+/// (`fresh`) may also connect at once.
+fn reset_pace(pace: &std::sync::Mutex<PaceState>, fresh: bool) {
+    if let Ok(mut p) = pace.lock() {
+        p.unbound = 0;
+        p.stale = false;
+        if fresh {
+            p.last = None;
+        }
+    }
 }
 
 /// The sender, message id and body of a chat message for belay; a received

@@ -234,7 +234,9 @@ fn a_fresh_image_store_builds_from_the_registry_cache() {
     docker(&["rmi", &base, &remote_base, final3]);
 
     // gc: the second run's names share the first run's manifests (cache
-    // hits), so removing only the first run removes nothing they need.
+    // hits), so removing only the first run removes nothing they need: only
+    // its own final image (the last checkpoint with its ENV layer, a
+    // manifest of its own).
     let gc = |extra: &[&str]| -> String {
         let mut args = vec!["env", "gc", "--registry", reg.as_str()];
         args.extend(extra);
@@ -242,7 +244,7 @@ fn a_fresh_image_store_builds_from_the_registry_cache() {
         String::from_utf8_lossy(&a.get_output().stdout).to_string()
     };
     let out = gc(&["--run", &runs[0], "--include-final"]);
-    assert!(out.contains("removed 0 manifest(s)"), "{out}");
+    assert!(out.contains("removed 1 manifest(s)"), "{out}");
     let both = [
         "--run",
         &runs[0],
@@ -255,8 +257,10 @@ fn a_fresh_image_store_builds_from_the_registry_cache() {
     let mut dry = both.to_vec();
     dry.push("--dry-run");
     let out = gc(&dry);
-    // The workspace and three blocks, in the runs' repository and as cache keys.
-    assert!(out.contains("would remove 8 manifest(s)"), "{out}");
+    // The workspace and three blocks, in the runs' repository and as cache
+    // keys, and the final image of its own (the last run's; an earlier
+    // one that is the same image shares its manifest).
+    assert!(out.contains("would remove 9 manifest(s)"), "{out}");
     assert_eq!(
         tags(&reg, "belay")
             .iter()
@@ -266,7 +270,7 @@ fn a_fresh_image_store_builds_from_the_registry_cache() {
         "four checkpoints and the final image"
     );
     let out = gc(&both);
-    assert!(out.contains("removed 8 manifest(s)"), "{out}");
+    assert!(out.contains("removed 9 manifest(s)"), "{out}");
     let left: Vec<String> = tags(&reg, "belay")
         .into_iter()
         .filter(|t| runs.iter().any(|r| t.starts_with(&format!("{r}-"))))
