@@ -331,6 +331,19 @@ impl<'a> Engine<'a> {
             secrets.entry(format!("llm key ${name}")).or_insert(k);
         }
         redactor.extend_from(&belay_sandbox::trust::host_redactor());
+        // The image, and what it can run, before the run is recorded: a run
+        // refused here leaves nothing to resume.
+        let image = p
+            .isolation
+            .image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_IMAGE.into());
+        if !rt.image_exists(&image).await? {
+            return Err(PipelineError::Config(format!(
+                "isolation.image {image} is not on this Docker engine: build it (`belay env build` prints one) or run `belay image bootstrap` for {DEFAULT_IMAGE}"
+            )));
+        }
+        refuse_steps_the_image_cannot_run(p, rt.as_ref(), &image, &state.run_id, &redactor).await?;
         // Every run of every mode is opened the one way: its directory, its
         // lock, its event log and its place in the user's registry.
         let run = RunHandle::open(OpenRun {
@@ -357,16 +370,6 @@ impl<'a> Engine<'a> {
         }
         // Containers a killed run left behind.
         let _ = belay_sandbox::reaper::reap_orphans(rt.as_ref()).await;
-        let image = p
-            .isolation
-            .image
-            .clone()
-            .unwrap_or_else(|| DEFAULT_IMAGE.into());
-        if !rt.image_exists(&image).await? {
-            return Err(PipelineError::Config(format!(
-                "isolation.image {image} is not on this Docker engine: build it (`belay env build` prints one) or run `belay image bootstrap` for {DEFAULT_IMAGE}"
-            )));
-        }
         let seccomp = seccomp_profile(p, git.root())?;
         // The chains of internal networks that a killed run left.
         belay_sandbox::firewall::sweep_stale();
@@ -812,4 +815,56 @@ fn seccomp_profile(
         }
         None => None,
     })
+}
+
+/// A command step whose program the image lacks (`python3 -m pytest` in the
+/// base image) would fail every attempt: refused before the run starts, with
+/// the way to an image that has the project's environment. A step with a
+/// `setup:` may install what it runs, and a script or a command with a
+/// fallback may cope: they are not judged; nor is a program belay does not
+/// probe for.
+async fn refuse_steps_the_image_cannot_run(
+    p: &Pipeline,
+    rt: &dyn ContainerRuntime,
+    image: &str,
+    run_id: &str,
+    redactor: &Redactor,
+) -> Result<(), PipelineError> {
+    let commands: Vec<(&str, &str)> = p
+        .steps
+        .iter()
+        .filter(|s| s.setup.is_none())
+        .filter_map(|s| match &s.kind {
+            crate::schema::StepKind::Command { command } => {
+                Some((s.name.as_str(), command.as_str()))
+            }
+            _ => None,
+        })
+        // A script (several lines, `;`) or a command with a fallback (`||`)
+        // may well cope without the program: only a plain command, or a
+        // chain of them with `&&`, is judged.
+        .filter(|(_, c)| !c.trim().contains(['\n', ';']) && !c.contains("||"))
+        .collect();
+    let judged = commands.iter().any(|(_, c)| {
+        c.split(['&', '|', ';', '\n'])
+            .filter_map(|part| {
+                part.split_whitespace()
+                    .find(|w| !w.contains('=') && !matches!(*w, "exec" | "env" | "time"))
+            })
+            .any(|w| belay_sandbox::envimage::TOOLS.contains(&w))
+    });
+    if !judged {
+        return Ok(());
+    }
+    let env =
+        belay_sandbox::envimage::RunEnv::open(rt, image, run_id, WORKDIR, redactor, true).await?;
+    for (name, command) in commands {
+        if let Some(prog) = env.lacking(command) {
+            return Err(PipelineError::Config(format!(
+                "step {name}: its command `{command}` runs `{prog}`, which the image {image} does not have: build the project's environment with `belay env build --repo {}` (a pipeline without isolation.image then runs in it), set isolation.image to one that has {prog}, or give the step a `setup:` that installs it",
+                p.path.parent().map(|d| d.display().to_string()).unwrap_or_else(|| ".".into())
+            )));
+        }
+    }
+    Ok(())
 }

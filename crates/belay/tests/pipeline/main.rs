@@ -491,7 +491,8 @@ fn malformed_pipeline_files_name_the_line() {
 /// The bridge between the two modes: the final image of `belay env build`
 /// runs the project's tests as a pipeline step (its venv under the workspace
 /// path comes from the image although the workspace is bind-mounted there),
-/// and is the pipeline's image by default.
+/// and is the pipeline's image by default. Before there is one, a step the
+/// default image cannot run is refused before the run starts.
 #[test]
 fn an_env_build_image_runs_the_pipeline_steps() {
     require_engine();
@@ -504,6 +505,40 @@ fn an_env_build_image_runs_the_pipeline_steps() {
         .status()
         .unwrap();
     assert!(st.success());
+    // Before there is an env build, the default image has no python3: the
+    // step is refused before the run starts, with the way to one.
+    std::fs::write(
+        repo.join("pipeline.yaml"),
+        "name: bridge\ndeps_policy: open\nsteps:\n  - name: test\n    command: python3 -m pytest -q\n",
+    )
+    .unwrap();
+    init_repo(&repo);
+    let early = tmp.path().join("early-state");
+    let out = belay()
+        .arg("run")
+        .arg(repo.join("pipeline.yaml"))
+        .arg("--state-dir")
+        .arg(&early)
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        err.contains(
+            "step test: its command `python3 -m pytest -q` runs `python3`, which the image"
+        ) && err.contains("belay env build --repo"),
+        "{err}"
+    );
+    assert!(
+        !early.join("runs").exists()
+            || std::fs::read_dir(early.join("runs"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "a refused run left a run"
+    );
+    std::fs::remove_dir_all(repo.join(".git")).unwrap();
+    std::fs::remove_file(repo.join("pipeline.yaml")).unwrap();
     let env_state = tmp.path().join("env-state");
     let run = format!("t-bridge-{}", std::process::id());
     belay()
