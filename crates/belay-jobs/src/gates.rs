@@ -194,7 +194,7 @@ pub async fn approve(svc: &Services, id: &Id, by: &str) -> Result<String, JobsEr
     need_owner(svc, by)?;
     let _gate = gate_lock(&svc.queue, id)?;
     let (path, job, held) = held_of(svc, id)?;
-    let run = exec::open_run(svc, &job)?;
+    let run = exec::reopen_run(svc, &job)?;
     let repos: Vec<RepoConfig> = held
         .repos
         .iter()
@@ -318,7 +318,7 @@ pub async fn discard(svc: &Services, id: &Id, by: &str) -> Result<String, JobsEr
     need_owner(svc, by)?;
     let _gate = gate_lock(&svc.queue, id)?;
     let (path, job, held) = held_of(svc, id)?;
-    let run = exec::open_run(svc, &job)?;
+    let run = exec::reopen_run(svc, &job)?;
     for h in &held.repos {
         let g = belay_vcs::Git::open(&h.path, &exec::repos::hooks_dir()).await?;
         let _lock = belay_vcs::RepoLock::acquire(

@@ -70,6 +70,17 @@ impl RunHandle {
     /// [`RecordError::Locked`]. The registry is an index: when it cannot be
     /// written, the run goes on and the reason is logged.
     pub fn open(o: OpenRun<'_>) -> Result<RunHandle, RecordError> {
+        Self::open_with(o, true)
+    }
+
+    /// Reopen a run that ended, to add to it (a held job's approval): as
+    /// [`RunHandle::open`], but the registry gets no second start record;
+    /// the run's next end record is its end.
+    pub fn reopen(o: OpenRun<'_>) -> Result<RunHandle, RecordError> {
+        Self::open_with(o, false)
+    }
+
+    fn open_with(o: OpenRun<'_>, record_start: bool) -> Result<RunHandle, RecordError> {
         crate::run_id::validate(o.id)?;
         fs_err::create_dir_all(&o.dir)
             .map_err(|e| RecordError::io("cannot create the run directory", &o.dir, e))?;
@@ -77,11 +88,13 @@ impl RunHandle {
         let sink = EventSink::open(&o.dir.join(EVENTS_FILE), o.id, o.mode, o.redactor.clone())?;
         // The title may quote a prompt: it is redacted like every record.
         let title = o.title.map(|t| o.redactor.redact(t).into_owned());
-        if let Err(e) = o
-            .registry
-            .started(o.id, o.mode, &o.dir, title.as_deref(), o.repo)
-        {
-            tracing::warn!("run {} is not in the registry: {e}", o.id);
+        if record_start {
+            if let Err(e) = o
+                .registry
+                .started(o.id, o.mode, &o.dir, title.as_deref(), o.repo)
+            {
+                tracing::warn!("run {} is not in the registry: {e}", o.id);
+            }
         }
         Ok(RunHandle {
             id: o.id.to_string(),

@@ -79,8 +79,22 @@ fn pushes(repos: &[(String, bool)], name: &str) -> bool {
 
 /// Open (or reopen) a job's run.
 pub fn open_run(svc: &Services, job: &Job) -> Result<JobRun, JobsError> {
+    open_job_run(svc, job, RunHandle::open)
+}
+
+/// Reopen the run of a job that ended (its held change approved or
+/// discarded): one start record per run, its new end record the last.
+pub fn reopen_run(svc: &Services, job: &Job) -> Result<JobRun, JobsError> {
+    open_job_run(svc, job, RunHandle::reopen)
+}
+
+fn open_job_run(
+    svc: &Services,
+    job: &Job,
+    open: fn(OpenRun<'_>) -> Result<RunHandle, belay_record::RecordError>,
+) -> Result<JobRun, JobsError> {
     let title = format!("job {}: {}", job.id, job.preview(60));
-    let run = RunHandle::open(OpenRun {
+    let run = open(OpenRun {
         dir: svc.queue.run_dir(&job.id),
         id: job.id.as_str(),
         mode: Mode::Jobs,

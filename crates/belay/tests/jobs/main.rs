@@ -1648,6 +1648,18 @@ fn a_held_change_that_no_longer_applies_says_why_in_gits_words() {
     assert_eq!(w.jobs_in("held"), vec![id.clone()], "the held job is kept");
     let o = w.cmd().args(["discard", &id]).output().unwrap();
     ok(&o);
+    // One start record for the job's run, whatever came after its hold (a
+    // refused approval, a discard): its last end record says how it ended.
+    let reg = std::fs::read_to_string(w.path("state").join("runs.jsonl")).unwrap();
+    let ops: Vec<String> = reg
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["run_id"] == id.as_str())
+        .map(|r| r["op"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ops.iter().filter(|o| *o == "start").count(), 1, "{ops:?}");
+    assert_eq!(ops.last().map(String::as_str), Some("end"), "{ops:?}");
 }
 
 /// Each real agent CLI (codex, Claude Code, gemini), pinned under
