@@ -236,7 +236,10 @@ pub fn buildkit_run_prefix() -> String {
 pub fn usage(cache_dir: &Path) -> (u64, u64) {
     let mut total = (0u64, 0u64);
     if let Ok(dir) = rustix::fs::open(root(cache_dir), WALK_FLAGS, rustix::fs::Mode::empty()) {
-        usage_in(&dir, 0, &mut total);
+        walk(&dir, Path::new(""), 0, &mut |_, st| {
+            total.0 += u64::try_from(st.st_size).unwrap_or(0);
+            total.1 += 1;
+        });
     }
     total
 }
@@ -251,7 +254,14 @@ const WALK_FLAGS: rustix::fs::OFlags = rustix::fs::OFlags::RDONLY
 /// without bound; each level holds a handle).
 const WALK_MAX_DEPTH: usize = 64;
 
-fn usage_in(dir: &std::os::fd::OwnedFd, depth: usize, total: &mut (u64, u64)) {
+/// Every regular file under `dir` (reached from directory handles, never
+/// through a link), with its path relative to where the walk began.
+fn walk(
+    dir: &std::os::fd::OwnedFd,
+    rel: &Path,
+    depth: usize,
+    on_file: &mut dyn FnMut(&Path, &rustix::fs::Stat),
+) {
     use rustix::fs::{AtFlags, FileType};
     if depth > WALK_MAX_DEPTH {
         return;
@@ -267,18 +277,16 @@ fn usage_in(dir: &std::os::fd::OwnedFd, depth: usize, total: &mut (u64, u64)) {
         let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
+        let path = rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => {
                 if let Ok(sub) =
                     rustix::fs::openat(dir, name, WALK_FLAGS, rustix::fs::Mode::empty())
                 {
-                    usage_in(&sub, depth + 1, total);
+                    walk(&sub, &path, depth + 1, on_file);
                 }
             }
-            FileType::RegularFile => {
-                total.0 += u64::try_from(st.st_size).unwrap_or(0);
-                total.1 += 1;
-            }
+            FileType::RegularFile => on_file(&path, &st),
             _ => {}
         }
     }
@@ -343,8 +351,7 @@ pub fn trim(cache_dir: &Path, max: u64) -> Result<Option<(u64, u64)>, EnvError> 
     };
     // What an earlier trim left to delete.
     let _ = fs_err::remove_dir_all(r.join("shared").join(TRASH));
-    let mut entries = Vec::new();
-    collect(&dir, PathBuf::new(), 0, &mut entries);
+    let mut entries = collect(&dir);
     let total: u64 = entries.iter().map(|e| e.size).sum();
     if total <= max {
         return Ok(None);
@@ -375,54 +382,32 @@ pub fn trim(cache_dir: &Path, max: u64) -> Result<Option<(u64, u64)>, EnvError> 
     Ok(Some((bytes, files)))
 }
 
-/// Every regular file under `dir` (not the locks), with its size and last use.
-fn collect(dir: &std::os::fd::OwnedFd, rel: PathBuf, depth: usize, out: &mut Vec<Entry>) {
-    use rustix::fs::{AtFlags, FileType};
-    if depth > WALK_MAX_DEPTH {
-        return;
-    }
-    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if matches!(name.to_bytes(), b"." | b"..") {
-            continue;
+/// The entries under `dir` (not the locks): each file, or, for a tool
+/// whose entries are directories, each entry directory whole, with the size
+/// of its files and the last use of any of them.
+fn collect(dir: &std::os::fd::OwnedFd) -> Vec<Entry> {
+    let mut by_unit: std::collections::BTreeMap<PathBuf, Entry> = Default::default();
+    walk(dir, Path::new(""), 0, &mut |path, st| {
+        let comps: Vec<&std::ffi::OsStr> = path.iter().collect();
+        if comps.len() <= 2 && path.extension().is_some_and(|x| x == "lock") {
+            return;
         }
-        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
-            continue;
+        let unit: PathBuf = comps.iter().take(4).collect();
+        let (rel, dir) = if comps.len() > 4 && whole_entry(&unit) {
+            (unit, true)
+        } else {
+            (path.to_path_buf(), false)
         };
-        let path = rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::Directory => {
-                if let Ok(sub) =
-                    rustix::fs::openat(dir, name, WALK_FLAGS, rustix::fs::Mode::empty())
-                {
-                    if whole_entry(&path) {
-                        let mut inner = Vec::new();
-                        collect(&sub, path.clone(), depth + 1, &mut inner);
-                        out.push(Entry {
-                            size: inner.iter().map(|e| e.size).sum(),
-                            used: inner.iter().map(|e| e.used).max().unwrap_or(st.st_mtime),
-                            rel: path,
-                            dir: true,
-                        });
-                    } else {
-                        collect(&sub, path, depth + 1, out);
-                    }
-                }
-            }
-            FileType::RegularFile if !(depth <= 1 && name.to_bytes().ends_with(b".lock")) => {
-                out.push(Entry {
-                    rel: path,
-                    size: u64::try_from(st.st_size).unwrap_or(0),
-                    used: st.st_atime.max(st.st_mtime),
-                    dir: false,
-                });
-            }
-            _ => {}
-        }
-    }
+        let e = by_unit.entry(rel.clone()).or_insert(Entry {
+            rel,
+            size: 0,
+            used: i64::MIN,
+            dir,
+        });
+        e.size += u64::try_from(st.st_size).unwrap_or(0);
+        e.used = e.used.max(st.st_atime.max(st.st_mtime));
+    });
+    by_unit.into_values().collect()
 }
 
 /// Where a trim moves whole entries before deleting them (under `shared/`,

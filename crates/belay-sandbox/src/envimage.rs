@@ -53,6 +53,19 @@ pub const TOOLS: [&str; 12] = [
     "git", "python3", "python", "node", "npm", "make", "cargo", "go", "java", "mvn", "ruby", "sh",
 ];
 
+/// The programs `command` starts (the first word of each of its `&&`,
+/// `||`, `;`, `|` or line parts, past variable assignments, `exec`, `env`
+/// and `time`) that are among [`TOOLS`]: what a probe can judge.
+pub fn probed_programs(command: &str) -> impl Iterator<Item = &str> {
+    command
+        .split(['&', '|', ';', '\n'])
+        .filter_map(|part| {
+            part.split_whitespace()
+                .find(|w| !w.contains('=') && !matches!(*w, "exec" | "env" | "time"))
+        })
+        .filter(|w| TOOLS.contains(w))
+}
+
 /// Which of [`ENV_DIRS`] `image` has under `workdir` (real directories, not
 /// links), which of [`TOOLS`] and its `PATH`, found in one short container
 /// without network. An image's id pins its files, so a probe that finished
@@ -356,15 +369,9 @@ impl RunEnv {
         }
         let venv = self.dirs().iter().any(|d| d == ".venv" || d == "venv");
         let node = self.dirs().iter().any(|d| d == "node_modules");
-        command
-            .split(['&', '|', ';', '\n'])
-            .filter_map(|part| {
-                part.split_whitespace()
-                    .find(|w| !w.contains('=') && *w != "exec" && *w != "env" && *w != "time")
-            })
+        probed_programs(command)
             .find(|prog| {
-                TOOLS.contains(prog)
-                    && !self.tools.iter().any(|t| t == prog)
+                !self.tools.iter().any(|t| t == prog)
                     && !(venv && (*prog == "python3" || *prog == "python"))
                     && !(node && *prog == "npm" && self.tools.iter().any(|t| t == "node"))
             })

@@ -97,9 +97,11 @@ function registryStream() {
   });
 }
 
-async function refreshAttention() {
+// The header's count (and the list's cards) after every registry change;
+// the patches of held changes only for the attention page (`withDiffs`).
+async function refreshAttention(withDiffs) {
   try {
-    const a = await api('/api/attention');
+    const a = await api('/api/attention' + (withDiffs ? '?diff=1' : ''));
     const n = a.items.length;
     const c = document.getElementById('attention-count');
     c.textContent = n;
@@ -155,7 +157,7 @@ function attentionCard(it, after) {
 
 async function attentionView(root) {
   const draw = async () => {
-    const items = await refreshAttention();
+    const items = await refreshAttention(true);
     put(root, h('h1', {}, 'Needs attention'),
       items.length ? items.map((it) => attentionCard(it, draw)) : h('p', { class: 'muted' }, 'Nothing waits for you.'));
   };

@@ -233,7 +233,18 @@ pub(crate) fn waiting_runs(app: &App, runs: &[RunEntry]) -> HashMap<String, Wait
         .collect()
 }
 
-pub(crate) async fn attention(State(app): State<Arc<App>>) -> Response {
+/// `GET /api/attention[?diff=1]`: with `diff`, each held change's patch
+/// (read from disk: only the attention page asks, not every list refresh).
+#[derive(Deserialize)]
+pub(crate) struct AttentionQuery {
+    diff: Option<String>,
+}
+
+pub(crate) async fn attention(
+    State(app): State<Arc<App>>,
+    axum::extract::Query(q): axum::extract::Query<AttentionQuery>,
+) -> Response {
+    let diffs = q.diff.as_deref().is_some_and(|v| v == "1" || v == "true");
     let runs = app.registry.list().unwrap_or_default();
     let mut items: Vec<Value> = waiting_all(&app, &runs)
         .into_iter()
@@ -243,7 +254,7 @@ pub(crate) async fn attention(State(app): State<Arc<App>>) -> Response {
             if runs.iter().any(|e| e.run_id == w.id) {
                 v["run"] = json!(w.id);
             }
-            if let Some(d) = held_patch(&w) {
+            if let Some(d) = diffs.then(|| held_patch(&w)).flatten() {
                 v["diff"] = json!(d);
             }
             v

@@ -845,14 +845,10 @@ async fn refuse_steps_the_image_cannot_run(
         // chain of them with `&&`, is judged.
         .filter(|(_, c)| !c.trim().contains(['\n', ';']) && !c.contains("||"))
         .collect();
-    let judged = commands.iter().any(|(_, c)| {
-        c.split(['&', '|', ';', '\n'])
-            .filter_map(|part| {
-                part.split_whitespace()
-                    .find(|w| !w.contains('=') && !matches!(*w, "exec" | "env" | "time"))
-            })
-            .any(|w| belay_sandbox::envimage::TOOLS.contains(&w))
-    });
+    // No probe (a container) for commands belay could not judge anyway.
+    let judged = commands
+        .iter()
+        .any(|(_, c)| belay_sandbox::envimage::probed_programs(c).next().is_some());
     if !judged {
         return Ok(());
     }

@@ -662,10 +662,16 @@ fn xmpp_config(w: &Ws, port: u16, repo_extra: &str) {
     w.config(
         "container",
         repo_extra,
-        &format!(
-            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{port}\"\ninsecure_plaintext_loopback = true\nallow = [\"friend@localhost\"]\nbatch_window_ms = 1500\nchunk_pause_ms = 100\n"
-        ),
+        &xmpp_table(port, "batch_window_ms = 1500\nchunk_pause_ms = 100\n"),
     );
+}
+
+/// The `[xmpp]` table for the test server on `port` (the friend allowed),
+/// with `extra` keys.
+fn xmpp_table(port: u16, extra: &str) -> String {
+    format!(
+        "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{port}\"\ninsecure_plaintext_loopback = true\nallow = [\"friend@localhost\"]\n{extra}"
+    )
 }
 
 /// `belay jobs work` with the chat front end; its stderr goes to
@@ -904,9 +910,9 @@ fn chat_progress_history_requeue_and_long_answers() {
     w.config(
         "host",
         "",
-        &format!(
-            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{}\"\ninsecure_plaintext_loopback = true\nallow = [\"friend@localhost\"]\nbatch_window_ms = 500\nchunk_pause_ms = 300\nchunk_chars = 400\nlong_answer_chars = 1000\ndashboard_url = \"http://127.0.0.1:8377/\"\n",
-            server.port
+        &xmpp_table(
+            server.port,
+            "batch_window_ms = 500\nchunk_pause_ms = 300\nchunk_chars = 400\nlong_answer_chars = 1000\ndashboard_url = \"http://127.0.0.1:8377/\"\n",
         ),
     );
     let worker = spawn_xmpp_work(&w);
@@ -1101,9 +1107,9 @@ fn a_ten_second_outage_costs_a_handful_of_connections() {
     w.config(
         "host",
         "",
-        &format!(
-            "[xmpp]\njid = \"builder@localhost\"\npassword_env = \"BELAY_TEST_XMPP_PW\"\nserver = \"127.0.0.1:{}\"\ninsecure_plaintext_loopback = true\nallow = [\"friend@localhost\"]\nbatch_window_ms = 30000\nchunk_pause_ms = 100\n",
-            server.port
+        &xmpp_table(
+            server.port,
+            "batch_window_ms = 30000\nchunk_pause_ms = 100\n",
         ),
     );
     let friend = xmpp::Chat::connect("friend", server.port, &w.path("work.log"));

@@ -166,6 +166,7 @@ fn crawl(ui: &Ui, id: &str) -> Vec<(String, String)> {
         "/assets/app.css",
         "/api/runs",
         "/api/attention",
+        "/api/attention?diff=1",
     ] {
         fetch(p.to_string());
     }
