@@ -140,6 +140,7 @@ impl AgentBox {
                     Network::None
                 },
                 network_name: route.as_ref().map(|r| r.network.clone()),
+                refuse_dns: route.is_some(),
                 working_dir: Some(WORKDIR.into()),
                 mounts,
                 env,

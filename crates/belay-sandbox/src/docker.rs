@@ -318,7 +318,7 @@ impl DockerRuntime {
 
 /// The host side of a container: network, mounts (the lifeline too),
 /// confinement and limits.
-fn host_config(spec: &ContainerSpec) -> HostConfig {
+fn host_config(spec: &ContainerSpec, resolv: Option<Mount>) -> HostConfig {
     let lifeline = spec.lifeline.as_ref().map(|l| Mount {
         host: l.clone(),
         container: LIFELINE.into(),
@@ -328,6 +328,7 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
         .mounts
         .iter()
         .chain(lifeline.iter())
+        .chain(resolv.iter())
         .map(|m| {
             format!(
                 "{}:{}:{}",
@@ -373,6 +374,36 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
         extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
         ..Default::default()
     }
+}
+
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// The resolver configuration of a container whose lookups are refused: the
+/// name server is the container's own loopback, where nothing listens, so a
+/// query gets a port-unreachable at once (glibc, c-ares and Go fail on it
+/// at once; musl, which does not see it, gives up after one second).
+const REFUSING_RESOLV: &str = "# belay: this sandbox has no name service; its proxy resolves names\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n";
+
+/// The host file mounted as `/etc/resolv.conf` where lookups are refused
+/// (in belay's state, written once, atomically).
+fn refusing_resolv_conf() -> Result<Mount, SandboxError> {
+    let dir = belay_record::state_home().join("sandbox");
+    let path = dir.join("resolv.conf");
+    let now = belay_record::read_regular(&path, 4096).ok().flatten();
+    if now.as_deref() != Some(REFUSING_RESOLV.as_bytes()) {
+        std::fs::create_dir_all(&dir).map_err(|e| SandboxError::io("create", &dir, e))?;
+        belay_record::atomic_write(&path, REFUSING_RESOLV.as_bytes()).map_err(|e| {
+            SandboxError::Docker {
+                op: "create container",
+                message: e.to_string(),
+            }
+        })?;
+    }
+    Ok(Mount {
+        host: path,
+        container: RESOLV_CONF.into(),
+        read_only: true,
+    })
 }
 
 /// What a container is created with, its host side `host` and labels `lbl`.
@@ -580,7 +611,12 @@ impl ContainerRuntime for DockerRuntime {
         }
         self.check()?;
         let lbl = self.container_labels(spec);
-        let host = host_config(spec);
+        let resolv =
+            match spec.refuse_dns && !spec.mounts.iter().any(|m| m.container == RESOLV_CONF) {
+                true => Some(refusing_resolv_conf()?),
+                false => None,
+            };
+        let host = host_config(spec, resolv);
         // Commands keep the image's user; the idle processes get another.
         let exec_user = self.exec_user_of(spec).await;
         let body = create_body(spec, &lbl, host);

@@ -10,9 +10,15 @@
 //!
 //! So, for each internal network, belay installs a chain `BELAY-<bridge>` in
 //! the `INPUT` chain for packets arriving on that network's bridge: accept
-//! TCP to the gateway on the allowed ports, drop everything else (IPv4 and
-//! IPv6). [`Firewall`] removes its rules when dropped; [`sweep_stale`]
-//! removes the rules of bridges that no longer exist (a killed run's).
+//! TCP to the gateway on the allowed ports, refuse everything else (IPv4 and
+//! IPv6). The same chain is jumped to for packets the host would forward
+//! off the bridge (from `DOCKER-USER`, which the engine keeps first in
+//! `FORWARD`, or from `FORWARD` itself), where the engine's own rules would
+//! drop them. Refused, not dropped: a TCP connection gets a reset and
+//! anything else an ICMP port-unreachable, so a program in the sandbox that
+//! tries the network fails at once instead of waiting for its timeout.
+//! [`Firewall`] removes its rules when dropped; [`sweep_stale`] removes the
+//! rules of bridges that no longer exist (a killed run's).
 
 use std::net::IpAddr;
 use std::process::Command;
@@ -124,10 +130,26 @@ impl Firewall {
                     .map_err(fence_failed)?;
                 }
             }
-            run(tool, &["-A", &chain, "-j", "DROP"]).map_err(fence_failed)?;
+            let tcp_reset = [
+                "-A",
+                &chain,
+                "-p",
+                "tcp",
+                "-j",
+                "REJECT",
+                "--reject-with",
+                "tcp-reset",
+            ];
+            run(tool, &tcp_reset).map_err(fence_failed)?;
+            run(tool, &["-A", &chain, "-j", "REJECT"]).map_err(fence_failed)?;
             if run(tool, &["-C", "INPUT", "-i", iface, "-j", &chain]).is_err() {
                 run(tool, &["-I", "INPUT", "1", "-i", iface, "-j", &chain])
                     .map_err(fence_failed)?;
+            }
+            let out = forward_rule(iface, &chain);
+            let parent = forward_parent(tool);
+            if run(tool, &[&["-C", parent][..], &out].concat()).is_err() {
+                run(tool, &[&["-I", parent, "1"][..], &out].concat()).map_err(fence_failed)?;
             }
         }
         Ok(fw)
@@ -138,9 +160,29 @@ impl Firewall {
     }
 }
 
+/// The rule for packets the host would forward off the bridge (traffic
+/// between two containers of the network stays on it and is not matched).
+fn forward_rule<'a>(iface: &'a str, chain: &'a str) -> [&'a str; 7] {
+    ["-i", iface, "!", "-o", iface, "-j", chain]
+}
+
+/// Where the forward rule goes: `DOCKER-USER`, which the engine keeps first
+/// in `FORWARD` and never flushes, or `FORWARD` where there is none.
+fn forward_parent(tool: &str) -> &'static str {
+    if run(tool, &["-S", "DOCKER-USER"]).is_ok() {
+        "DOCKER-USER"
+    } else {
+        "FORWARD"
+    }
+}
+
 fn remove(tools: &[&str], iface: &str, chain: &str) {
     for tool in tools {
         while run(tool, &["-D", "INPUT", "-i", iface, "-j", chain]).is_ok() {}
+        for parent in ["DOCKER-USER", "FORWARD"] {
+            let out = forward_rule(iface, chain);
+            while run(tool, &[&["-D", parent][..], &out].concat()).is_ok() {}
+        }
         let _ = run(tool, &["-F", chain]);
         let _ = run(tool, &["-X", chain]);
     }

@@ -87,6 +87,11 @@ pub struct ContainerSpec {
     /// `host:ip` entries for `/etc/hosts` (`host-gateway` is the engine's
     /// address of the host).
     pub extra_hosts: Vec<String>,
+    /// The container's network has no name service: its only way out is a
+    /// proxy that resolves names itself. Every lookup is refused at once
+    /// (instead of waiting for the engine's resolver, which an internal
+    /// network never answers), while `/etc/hosts` still resolves.
+    pub refuse_dns: bool,
 }
 
 /// One command to execute in a running container.

@@ -396,6 +396,11 @@ impl Engine<'_> {
             tmpfs,
             seccomp_profile: seccomp,
             network_name,
+            // Behind a proxy, names are the proxy's to resolve.
+            refuse_dns: matches!(
+                net,
+                Net::Model | Net::Open(OpenNet::Registries | OpenNet::Browser)
+            ),
             idle_user: Some(IDLE_USER.into()),
             ..Default::default()
         };

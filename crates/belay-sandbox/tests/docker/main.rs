@@ -326,3 +326,87 @@ async fn a_stopped_runs_networks_are_removed_by_name() {
     );
     rt.remove_network(&other).await.unwrap();
 }
+
+/// A container behind a model route reaches the model and nothing else, and
+/// everything else is refused at once: a name lookup, a connection out to the
+/// internet, a connection to another port of the host. Dropped packets made
+/// each wait 20–30 s for a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_route_everything_but_the_model_is_refused_at_once() {
+    let rt = runtime().await;
+    let model = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = model.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = model.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = s.write_all(b"model-here\n").await;
+        }
+    });
+    let net = format!("belay-t{}-route", std::process::id());
+    let route =
+        belay_sandbox::route::model_route(&rt, &net, &format!("http://127.0.0.1:{port}/v1"))
+            .await
+            .unwrap();
+    let reach = route
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    let (ip, rport) = reach.rsplit_once(':').unwrap();
+    let id = rt
+        .create(&ContainerSpec {
+            image: BASE.into(),
+            run_id: format!("sandbox-test-route-{}", std::process::id()),
+            kind: "test".into(),
+            network: Network::None,
+            network_name: Some(route.network.clone()),
+            refuse_dns: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let c = Container { rt: &rt, id };
+    // Each probe prints its outcome and how long it took, in milliseconds.
+    let timed = |name: &str, cmd: &str| {
+        format!("s=$(date +%s%N); if {cmd}; then r=open; else r=refused; fi; echo {name}=$r:$(( ($(date +%s%N) - s) / 1000000 ))")
+    };
+    let other = if rport == "1" { "2" } else { "1" };
+    let script = [
+        timed(
+            "model",
+            &format!("head -1 </dev/tcp/{ip}/{rport} | grep -q model-here"),
+        ),
+        timed("dns", "getent hosts example.com >/dev/null"),
+        timed(
+            "internet",
+            "timeout 20 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' 2>/dev/null",
+        ),
+        timed(
+            "host_port",
+            &format!("timeout 20 bash -c 'exec 3<>/dev/tcp/{ip}/{other}' 2>/dev/null"),
+        ),
+        timed("localhost", "getent hosts localhost >/dev/null"),
+    ]
+    .join("; ");
+    let out = c.exec(&script, Some(Duration::from_secs(90))).await;
+    let text = out.stdout_tail.clone();
+    let _ = rt.remove(&c.id).await;
+    route.close(&rt).await;
+    let _ = rt.remove_network(&net).await;
+    let got = |name: &str| -> (String, u64) {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"));
+        let (r, ms) = line.split_once(':').unwrap();
+        (r.to_string(), ms.trim().parse().unwrap())
+    };
+    println!("{text}");
+    assert_eq!(got("model").0, "open", "{text}");
+    assert_eq!(got("localhost").0, "open", "{text}");
+    for probe in ["dns", "internet", "host_port"] {
+        let (r, ms) = got(probe);
+        assert_eq!(r, "refused", "{probe}: {text}");
+        assert!(ms < 1000, "{probe} took {ms} ms to fail: {text}");
+    }
+}
