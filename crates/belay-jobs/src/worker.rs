@@ -99,7 +99,8 @@ pub async fn recover(svc: &Services) -> Result<usize, JobsError> {
                 job.id,
                 hashes.join(", ")
             );
-            if let Ok(run) = exec::open_run(svc, job) {
+            // The killed run's own: reopened, not started again.
+            if let Ok(run) = exec::reopen_run(svc, job) {
                 let rec = exec::plain_record(svc, job, Status::Committed, pushed, &text);
                 exec::finish_record(svc, &run, job, &rec, &text).await?;
                 run.finish(belay_record::RunEnd {
@@ -113,7 +114,18 @@ pub async fn recover(svc: &Services) -> Result<usize, JobsError> {
             continue;
         }
         let msg = match what {
-            Recovered::Requeued(m) | Recovered::Failed(m) => m.clone(),
+            Recovered::Requeued(m) => m.clone(),
+            Recovered::Failed(m) => {
+                // Not run again: the killed run ends here, failed.
+                if let Ok(run) = exec::reopen_run(svc, job) {
+                    run.finish(belay_record::RunEnd {
+                        ok: false,
+                        summary: Some(svc.redactor.redact(m).into_owned()),
+                        ..Default::default()
+                    });
+                }
+                m.clone()
+            }
         };
         let mut text = msg;
         for n in notes {
@@ -401,9 +413,20 @@ async fn failed_early(
         job_id: job.id.to_string(),
         reason: reason.clone(),
     };
+    // Its run, when it has none here: reopened, never started a second
+    // time (a run that failed to write its record has its start; a run
+    // another process holds is that process's to end).
+    let mut locked = false;
     let run = match run {
         Some(r) => Some(r),
-        None => exec::open_run(svc, job).ok(),
+        None => match exec::reopen_run(svc, job) {
+            Ok(r) => Some(r),
+            Err(JobsError::Record(belay_record::RecordError::Locked { .. })) => {
+                locked = true;
+                None
+            }
+            Err(_) => None,
+        },
     };
     if let Some(run) = run {
         let _ = run.emit("jobs", None, &failed);
@@ -420,14 +443,16 @@ async fn failed_early(
         });
     } else {
         svc.tell(&failed);
-        let _ = belay_record::Registry::default_location().ended(
-            job.id.as_str(),
-            belay_record::RunEnd {
-                ok: false,
-                summary: Some(reason.clone()),
-                ..Default::default()
-            },
-        );
+        if !locked {
+            let _ = belay_record::Registry::default_location().ended(
+                job.id.as_str(),
+                belay_record::RunEnd {
+                    ok: false,
+                    summary: Some(reason.clone()),
+                    ..Default::default()
+                },
+            );
+        }
     }
     Ok(Processed::Ran(Some(FailedJob {
         id: job.id.to_string(),

@@ -51,6 +51,9 @@ pub use redact::{
     StreamRedactor,
 };
 pub use registry::{Registry, RunEnd, RunEntry, RunStatus};
-pub use run::{no_hooks_dir, state_home, OpenRun, RunHandle, EVENTS_FILE, LOCK_FILE, STATE_FILE};
+pub use run::{
+    end_open_runs_interrupted, no_hooks_dir, state_home, OpenRun, RunHandle, EVENTS_FILE,
+    LOCK_FILE, STATE_FILE,
+};
 pub use stop::{SignalError, Stop, Stopped};
 pub use time::{now_rfc3339, unix_millis};

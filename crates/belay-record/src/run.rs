@@ -49,10 +49,54 @@ pub struct OpenRun<'a> {
     pub registry: Registry,
 }
 
-/// One open run. Dropping it releases the lock; a process killed while it
-/// holds one leaves the run `interrupted` in the registry.
+/// Runs this process opened and has not ended, by handle: what an end must
+/// still be written for when a handle goes without one (an error between
+/// the start and the end) or the process exits at once on a second signal.
+static UNENDED: std::sync::Mutex<Vec<(u64, String, Registry, Instant)>> =
+    std::sync::Mutex::new(Vec::new());
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn unended() -> std::sync::MutexGuard<'static, Vec<(u64, String, Registry, Instant)>> {
+    UNENDED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Write the end of every run this process has open and not ended, as
+/// stopped on request (`interrupted`): for a process about to exit at once
+/// on a second signal.
+pub fn end_open_runs_interrupted() {
+    end_open_runs_where(|_| true);
+}
+
+fn end_open_runs_where(pick: impl Fn(&Registry) -> bool) {
+    let picked: Vec<_> = {
+        let mut open = unended();
+        let (picked, rest) = open.drain(..).partition(|(_, _, r, _)| pick(r));
+        *open = rest;
+        picked
+    };
+    for (_, id, registry, started) in picked {
+        let end = end_without_result(started, "stopped at once by a second signal");
+        let _ = registry.interrupted(&id, end);
+    }
+}
+
+fn end_without_result(started: Instant, why: &str) -> RunEnd {
+    RunEnd {
+        ok: false,
+        duration_s: started.elapsed().as_secs_f64(),
+        tokens: 0,
+        cost_usd: 0.0,
+        summary: Some(why.to_string()),
+    }
+}
+
+/// One open run. Dropping it releases the lock. A handle dropped before its
+/// end was recorded (an error on the way) records one: `interrupted` when a
+/// signal asked this process to stop, `failed` otherwise. A process killed
+/// while it holds one leaves the run `interrupted` in the registry.
 #[derive(Debug)]
 pub struct RunHandle {
+    serial: u64,
     id: String,
     mode: Mode,
     dir: PathBuf,
@@ -96,7 +140,10 @@ impl RunHandle {
                 tracing::warn!("run {} is not in the registry: {e}", o.id);
             }
         }
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unended().push((serial, o.id.to_string(), o.registry.clone(), Instant::now()));
         Ok(RunHandle {
+            serial,
             id: o.id.to_string(),
             mode: o.mode,
             dir: o.dir,
@@ -237,6 +284,7 @@ impl RunHandle {
 
     /// Record the run's end in the registry (the lock goes with the handle).
     pub fn finish(&self, end: RunEnd) {
+        self.mark_ended();
         if let Err(e) = self.registry.ended(&self.id, end) {
             tracing::warn!("the end of run {} is not in the registry: {e}", self.id);
         }
@@ -245,8 +293,42 @@ impl RunHandle {
     /// Record that the run was stopped on request (SIGINT/SIGTERM) and
     /// can be resumed: `interrupted` in `belay runs`, never `failed`.
     pub fn interrupted(&self, end: RunEnd) {
+        self.mark_ended();
         if let Err(e) = self.registry.interrupted(&self.id, end) {
             tracing::warn!("the stop of run {} is not in the registry: {e}", self.id);
+        }
+    }
+
+    /// Whether this handle's end is recorded.
+    fn mark_ended(&self) -> bool {
+        let mut open = unended();
+        let before = open.len();
+        open.retain(|(s, ..)| *s != self.serial);
+        open.len() != before
+    }
+}
+
+impl Drop for RunHandle {
+    fn drop(&mut self) {
+        if !self.mark_ended() {
+            return;
+        }
+        let signalled = crate::stop::signalled();
+        let end = end_without_result(
+            self.started,
+            if signalled {
+                "stopped by a signal before its result was recorded"
+            } else {
+                "ended by an error before its result was recorded (the command's output says which)"
+            },
+        );
+        let written = if signalled {
+            self.registry.interrupted(&self.id, end)
+        } else {
+            self.registry.ended(&self.id, end)
+        };
+        if let Err(e) = written {
+            tracing::warn!("the end of run {} is not in the registry: {e}", self.id);
         }
     }
 }
@@ -272,6 +354,40 @@ mod tests {
     struct State {
         step: u32,
         note: String,
+    }
+
+    /// Whatever ends a run's handle, the registry gets its end: one the mode
+    /// wrote, or, for a handle dropped on an error's way out, `failed` with
+    /// why; never a second one from the drop.
+    #[test]
+    fn a_handle_dropped_without_an_end_records_one() {
+        let d = tempfile::tempdir().unwrap();
+        let reg = d.path().join("reg");
+        drop(open(d.path(), &reg, "run-err").unwrap());
+        let e = Registry::at(&reg).find("run-err").unwrap().unwrap();
+        assert_eq!(e.status, crate::RunStatus::Failed);
+        assert!(e.summary.unwrap().contains("ended by an error"));
+        let h = open(d.path(), &reg, "run-ok").unwrap();
+        h.finish(RunEnd {
+            ok: true,
+            summary: Some("done".into()),
+            ..Default::default()
+        });
+        drop(h);
+        let e = Registry::at(&reg).find("run-ok").unwrap().unwrap();
+        assert_eq!(e.status, crate::RunStatus::Ok);
+        assert_eq!(e.summary.as_deref(), Some("done"));
+        let index = std::fs::read_to_string(reg.join("runs.jsonl")).unwrap();
+        assert_eq!(index.matches("\"run-ok\"").count(), 2, "{index}");
+        // A second signal's exit ends the open ones as interrupted.
+        let h = open(d.path(), &reg, "run-sig").unwrap();
+        // (Only this test's registry: the other tests' runs are open too.)
+        end_open_runs_where(|r| r.index() == Registry::at(&reg).index());
+        let e = Registry::at(&reg).find("run-sig").unwrap().unwrap();
+        assert_eq!(e.status, crate::RunStatus::Interrupted);
+        drop(h);
+        let e = Registry::at(&reg).find("run-sig").unwrap().unwrap();
+        assert_eq!(e.status, crate::RunStatus::Interrupted);
     }
 
     #[test]

@@ -176,14 +176,25 @@ impl Stop {
                         continue;
                     }
                     say(&format!("{name} again: exiting now"));
+                    crate::run::end_open_runs_interrupted();
                     std::process::exit(130);
                 }
                 say(&format!("{name}: stopping cleanly (again to exit at once)"));
+                SIGNALLED.store(true, Ordering::SeqCst);
                 tripped.trip(format!("{name} received"));
             }
         });
         Ok(stop)
     }
+}
+
+/// Set once SIGINT or SIGTERM asked this process to stop.
+static SIGNALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a signal asked this process to stop (a run it leaves without an
+/// end is `interrupted`, not `failed`).
+pub fn signalled() -> bool {
+    SIGNALLED.load(Ordering::SeqCst)
 }
 
 #[cfg(test)]

@@ -343,8 +343,15 @@ async fn run_prepared(
                     reason: "belay is shutting down (SIGTERM)".into(),
                 },
             );
-            // No end record: the registry shows the run interrupted once
-            // this process is gone.
+            run.interrupted(RunEnd {
+                ok: false,
+                duration_s: started.elapsed().as_secs_f64(),
+                tokens: tally.tokens.input + tally.tokens.output,
+                cost_usd: tally.cost_usd,
+                summary: Some(
+                    "stopped: belay is shutting down; the job runs again at the next start".into(),
+                ),
+            });
             return Ok(Ended::Interrupted);
         }
         Err(e) => Judged {

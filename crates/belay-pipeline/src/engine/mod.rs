@@ -514,13 +514,21 @@ impl<'a> Engine<'a> {
             }
         }
         if let Err(e) = &result {
-            // A config or engine error mid-run: the run can be resumed.
+            // A stop, a config or engine error mid-run: the run can be
+            // resumed, and the registry says so.
             let _ = self.event(
                 None,
                 PipelineEvent::RunInterrupted {
                     error: e.to_string(),
                 },
             );
+            self.run.interrupted(belay_record::RunEnd {
+                ok: false,
+                duration_s: self.run.elapsed_s(),
+                tokens: self.tokens,
+                cost_usd: self.cost_usd,
+                summary: Some(self.run.redactor().redact(&e.to_string()).into_owned()),
+            });
         }
         result?;
         let end = belay_record::RunEnd {

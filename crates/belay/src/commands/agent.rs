@@ -59,6 +59,8 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     let out = records_dir(&a, &repo, &run_id)?;
     let model = resolve_model(&a.model, spec.is_builtin(), spec.kind.native_dialect())?;
     let (endpoint, redactor) = endpoint_and_redactor(&spec, &model)?;
+    // Refused before the run opens: a price it cannot have, no model.
+    let (table, client) = pricing(&a, &spec, &model, &out)?;
     let stop = crate::context::stop_on_signals()?;
     let run = RunHandle::open(OpenRun {
         dir: out.clone(),
@@ -75,7 +77,6 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             out.display()
         ))
     })?;
-    let (table, client) = pricing(&a, &spec, &model, &out)?;
     let limits = Limits {
         max_turns: Some(a.max_turns),
         max_cost_usd: a.max_cost,

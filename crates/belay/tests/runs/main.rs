@@ -426,3 +426,41 @@ fn killed_runs_are_interrupted_until_resumed() {
         .iter()
         .any(|e| e.kind == "run_resumed" || e.kind == "run_started"));
 }
+
+/// A run that fails after its start is `failed` with why, as soon as the
+/// command returns: it never reads `interrupted` (a resume it cannot have).
+/// Here `belay agent run` opens its run, then finds no Docker engine.
+#[test]
+fn a_run_that_fails_after_its_start_ends_failed() {
+    let h = Home::new();
+    let repo = h.tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("a.txt"), "a\n").unwrap();
+    init_repo(&repo);
+    let out = h
+        .cmd()
+        .env("DOCKER_HOST", "unix:///nonexistent")
+        .args([
+            "agent",
+            "run",
+            "--agent",
+            "codex@gpt-5-codex",
+            "--prompt",
+            "hi",
+        ])
+        .arg("--repo")
+        .arg(&repo)
+        .args(["--openai-base-url", "http://127.0.0.1:9/v1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let runs = h.list();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "failed", "{runs:?}");
+    assert!(
+        runs[0]["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("ended by an error")),
+        "{runs:?}"
+    );
+}
