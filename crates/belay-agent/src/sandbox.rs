@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use belay_sandbox::envimage::EnvVolumes;
 use belay_sandbox::hostfs::WorkspaceSweep;
-use belay_sandbox::route::Route;
+use belay_sandbox::route::{Route, SocketRoute};
 use belay_sandbox::{ContainerRuntime, ContainerSpec, Mount, Network};
 
 use crate::session::container_mounts;
@@ -81,11 +81,54 @@ pub struct BoxExtras {
     pub env_read_only: bool,
 }
 
+/// How long a socket route's relay may take to listen in a new container.
+const RELAY_START: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether CLIs reach their model through a socket route (`BELAY_SOCKET_ROUTE=0`:
+/// always a network route).
+fn socket_routes() -> bool {
+    std::env::var_os("BELAY_SOCKET_ROUTE").is_none_or(|v| v != "0")
+}
+
+/// A box's way to its model.
+enum BoxRoute {
+    None,
+    /// An internal network with its forwarder or proxy.
+    Net(Route),
+    /// No network: a socket and the relay in the container.
+    Socket(SocketRoute),
+}
+
+impl BoxRoute {
+    fn url(&self) -> Option<&str> {
+        match self {
+            BoxRoute::None => None,
+            BoxRoute::Net(r) => Some(&r.url),
+            BoxRoute::Socket(r) => Some(&r.url),
+        }
+    }
+
+    fn env(&self) -> &[(String, String)] {
+        match self {
+            BoxRoute::None => &[],
+            BoxRoute::Net(r) => &r.env,
+            BoxRoute::Socket(r) => &r.env,
+        }
+    }
+
+    async fn close(self, rt: &dyn ContainerRuntime) {
+        match self {
+            BoxRoute::None | BoxRoute::Socket(_) => {}
+            BoxRoute::Net(r) => r.close(rt).await,
+        }
+    }
+}
+
 /// One open container for an agent.
 pub struct AgentBox {
     rt: Arc<dyn ContainerRuntime>,
     id: String,
-    route: Option<Route>,
+    route: BoxRoute,
     repo: PathBuf,
     keep: bool,
     /// The empty mount points the engine makes in the work tree for the
@@ -94,7 +137,9 @@ pub struct AgentBox {
 }
 
 impl AgentBox {
-    /// Create and start the container.
+    /// Create and start the container. A CLI's way to its model is a
+    /// socket route (no network in the container at all) where belay's
+    /// relay runs in the image, and a network route otherwise.
     pub async fn open(s: BoxSpec<'_>) -> Result<AgentBox, AgentError> {
         if !s.rt.image_exists(&s.image).await? {
             return Err(AgentError::Config(format!(
@@ -102,17 +147,40 @@ impl AgentBox {
                 s.image
             )));
         }
-        let route = match (&s.model_url, s.agent.is_builtin()) {
-            (Some(url), false) => Some(
+        let url = s.model_url.clone().filter(|_| !s.agent.is_builtin());
+        if let (Some(url), true) = (&url, socket_routes()) {
+            if let Ok(route) = belay_sandbox::route::model_socket_route(url).await {
+                match Self::open_with(&s, BoxRoute::Socket(route)).await? {
+                    Ok(b) => return Ok(b),
+                    // The relay did not come up in this image: the network.
+                    Err(()) => {
+                        tracing::debug!(image = %s.image, "the socket route's relay did not start; a network route instead")
+                    }
+                }
+            }
+        }
+        let route = match url {
+            Some(url) => BoxRoute::Net(
                 belay_sandbox::route::model_route(
                     s.rt.as_ref(),
                     &format!("belay-{}-{:06x}", s.run_id, fastrand::u32(..0xff_ffff)),
-                    url,
+                    &url,
                 )
                 .await?,
             ),
-            _ => None,
+            None => BoxRoute::None,
         };
+        Self::open_with(&s, route)
+            .await?
+            .map_err(|()| AgentError::Io("the agent's container did not start".into()))
+    }
+
+    /// The container on `route`; `Err(())` when a socket route's relay did
+    /// not come up (the container and route are gone then).
+    async fn open_with(
+        s: &BoxSpec<'_>,
+        route: BoxRoute,
+    ) -> Result<Result<AgentBox, ()>, AgentError> {
         let mut mounts = vec![Mount {
             host: s.repo.clone(),
             container: WORKDIR.into(),
@@ -122,55 +190,66 @@ impl AgentBox {
         mounts.extend(container_mounts(s.agent)?);
         mounts.extend(s.extras.mounts.iter().cloned());
         mounts.extend(s.extras.env.mounts(WORKDIR, s.extras.env_read_only));
-        let mount_points = s.extras.env.missing_mount_points(&s.repo);
         let mut env = vec![("HOME".to_string(), "/tmp".to_string())];
         env.extend(s.extras.env.env(WORKDIR));
         env.extend(quiet_cli_env());
-        if let Some(r) = &route {
-            env.extend(r.env.iter().cloned());
+        env.extend(route.env().iter().cloned());
+        let mut spec = ContainerSpec {
+            image: s.image.clone(),
+            run_id: s.run_id.clone(),
+            kind: s.kind.clone(),
+            network: if s.network && s.agent.is_builtin() {
+                Network::Bridge
+            } else {
+                Network::None
+            },
+            refuse_dns: !matches!(route, BoxRoute::None),
+            working_dir: Some(WORKDIR.into()),
+            mounts,
+            env,
+            unowned: s.keep,
+            read_only_rootfs: true,
+            drop_capabilities: true,
+            tmpfs: vec!["/tmp".into()],
+            idle_user: Some("65534:65534".into()),
+            lifeline: s.extras.lifeline.clone(),
+            ..Default::default()
+        };
+        match &route {
+            BoxRoute::Net(r) => spec.network_name = Some(r.network.clone()),
+            BoxRoute::Socket(r) => {
+                spec.mounts.extend(r.mounts());
+                let lifeline = spec.lifeline.as_ref().map(|_| belay_sandbox::LIFELINE);
+                spec.cmd = Some(r.relay_cmd(lifeline));
+            }
+            BoxRoute::None => {}
         }
-        let created =
-            s.rt.create(&ContainerSpec {
-                image: s.image.clone(),
-                run_id: s.run_id.clone(),
-                kind: s.kind.clone(),
-                network: if s.network && s.agent.is_builtin() {
-                    Network::Bridge
-                } else {
-                    Network::None
-                },
-                network_name: route.as_ref().map(|r| r.network.clone()),
-                refuse_dns: route.is_some(),
-                working_dir: Some(WORKDIR.into()),
-                mounts,
-                env,
-                unowned: s.keep,
-                read_only_rootfs: true,
-                drop_capabilities: true,
-                tmpfs: vec!["/tmp".into()],
-                idle_user: Some("65534:65534".into()),
-                lifeline: s.extras.lifeline.clone(),
-                ..Default::default()
-            })
-            .await;
-        let id = match created {
+        let mount_points = s.extras.env.missing_mount_points(&s.repo);
+        let id = match s.rt.create(&spec).await {
             Ok(id) => id,
             Err(e) => {
-                if let Some(r) = route {
-                    r.close(s.rt.as_ref()).await;
-                }
+                route.close(s.rt.as_ref()).await;
                 belay_sandbox::envimage::remove_mount_points(&mount_points);
                 return Err(e.into());
             }
         };
-        Ok(AgentBox {
-            rt: s.rt,
+        if matches!(route, BoxRoute::Socket(_)) {
+            let port = belay_sandbox::route::SOCKET_RELAY_PORT;
+            if !s.rt.wait_listening(&id, port, RELAY_START).await {
+                let _ = s.rt.remove(&id).await;
+                route.close(s.rt.as_ref()).await;
+                belay_sandbox::envimage::remove_mount_points(&mount_points);
+                return Ok(Err(()));
+            }
+        }
+        Ok(Ok(AgentBox {
+            rt: s.rt.clone(),
             id,
             route,
-            repo: s.repo,
+            repo: s.repo.clone(),
             keep: s.keep,
             mount_points,
-        })
+        }))
     }
 
     /// The container's id.
@@ -180,7 +259,7 @@ impl AgentBox {
 
     /// The model endpoint as the container reaches it.
     pub fn endpoint_url(&self) -> Option<&str> {
-        self.route.as_ref().map(|r| r.url.as_str())
+        self.route.url()
     }
 
     /// Where an [`crate::AgentSession`] runs in this box.
@@ -195,11 +274,7 @@ impl AgentBox {
             rt: self.rt.clone(),
             id: self.id.clone(),
             workdir: WORKDIR.into(),
-            env: self
-                .route
-                .as_ref()
-                .map(|r| r.env.clone())
-                .unwrap_or_default(),
+            env: self.route.env().to_vec(),
             host_root: Some(self.repo.clone()),
             host_dirs: vec![],
             // A kept container (for the user, or warm for the next call)
@@ -225,9 +300,7 @@ impl AgentBox {
             let _ = self.rt.remove(&self.id).await;
             belay_sandbox::envimage::remove_mount_points(&self.mount_points);
         }
-        if let Some(r) = self.route {
-            r.close(self.rt.as_ref()).await;
-        }
+        self.route.close(self.rt.as_ref()).await;
         sweep(&self.repo).await
     }
 }

@@ -1,7 +1,8 @@
 //! The Docker Engine API backend.
 
 /// Where a container's lifeline is mounted.
-const LIFELINE: &str = "/run/belay-lifeline";
+/// Where a container sees its lifeline file.
+pub const LIFELINE: &str = "/run/belay-lifeline";
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -478,6 +479,31 @@ impl ContainerRuntime for DockerRuntime {
 
     fn clear_infra(&self) {
         self.sticky.clear();
+    }
+
+    async fn wait_listening(&self, id: &str, port: u16, within: Duration) -> bool {
+        let Ok(info) = self.docker.inspect_container(id, None).await else {
+            return false;
+        };
+        let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
+        if pid <= 0 {
+            return false;
+        }
+        // The container's own sockets, as the host sees its namespace.
+        let table = std::path::PathBuf::from(format!("/proc/{pid}/net/tcp"));
+        let want = format!("0100007F:{port:04X}");
+        let deadline = Instant::now() + within;
+        loop {
+            match std::fs::read_to_string(&table) {
+                Ok(t) if crate::procs::tcp_listens(&t, &want) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
     }
 
     async fn info(&self) -> Result<EngineInfo, SandboxError> {

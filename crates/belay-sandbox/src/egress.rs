@@ -462,20 +462,79 @@ impl Drop for TcpForward {
 }
 
 impl TcpForward {
+    /// Forward `listen` to `upstream`: `host:port`, or `unix:PATH` for a
+    /// Unix socket (a socket route's relay, inside the container).
     pub async fn start(listen: SocketAddr, upstream: String) -> std::io::Result<TcpForward> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
+        let upstream = Arc::new(upstream);
         let task = tokio::spawn(async move {
             while let Ok((mut sock, _)) = listener.accept().await {
                 let up = upstream.clone();
                 tokio::spawn(async move {
-                    if let Ok(mut u) = TcpStream::connect(up).await {
-                        let _ = tokio::io::copy_bidirectional(&mut sock, &mut u).await;
+                    match up.strip_prefix("unix:") {
+                        Some(path) => {
+                            if let Ok(mut u) = tokio::net::UnixStream::connect(path).await {
+                                let _ = tokio::io::copy_bidirectional(&mut sock, &mut u).await;
+                            }
+                        }
+                        None => {
+                            if let Ok(mut u) = TcpStream::connect(up.as_str()).await {
+                                let _ = tokio::io::copy_bidirectional(&mut sock, &mut u).await;
+                            }
+                        }
                     }
                 });
             }
         });
         Ok(TcpForward { addr, task })
+    }
+}
+
+/// A forwarder from a Unix socket to a TCP address, byte for byte: the host
+/// side of a socket route, whose socket a container with no network at all
+/// reaches through a read-only mount. Removes its socket when dropped.
+pub struct UnixForward {
+    pub path: std::path::PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for UnixForward {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl UnixForward {
+    /// Listen on the socket `path` (made anew, open to every user of the
+    /// container: its directory is what guards it) and carry each
+    /// connection to `upstream` (`host:port`).
+    pub async fn start(path: std::path::PathBuf, upstream: String) -> std::io::Result<UnixForward> {
+        use std::os::unix::fs::PermissionsExt;
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let listener = tokio::net::UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        let upstream = Arc::new(upstream);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let task = tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    continue;
+                };
+                let up = upstream.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut u) = TcpStream::connect(up.as_str()).await {
+                        let _ = tokio::io::copy_bidirectional(&mut sock, &mut u).await;
+                    }
+                    drop(permit);
+                });
+            }
+        });
+        Ok(UnixForward { path, task })
     }
 }
 

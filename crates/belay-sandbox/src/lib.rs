@@ -42,7 +42,7 @@ pub mod swarm;
 mod tarstream;
 pub mod trust;
 
-pub use docker::{default_memory, DockerRuntime, DEFAULT_PIDS};
+pub use docker::{default_memory, DockerRuntime, DEFAULT_PIDS, LIFELINE};
 pub use error::SandboxError;
 pub use infra::InfraFailure;
 pub use logsink::{ExecObserver, NoopObserver, StreamKind};

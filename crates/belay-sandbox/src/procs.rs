@@ -167,3 +167,24 @@ fn empty_dir(dir: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Whether a `/proc/PID/net/tcp` table has a listening socket (state `0A`)
+/// at `local` (`ADDR:PORT` as the table writes it, e.g. `0100007F:0C38`).
+pub fn tcp_listens(table: &str, local: &str) -> bool {
+    table.lines().skip(1).any(|l| {
+        let mut f = l.split_whitespace();
+        let (_, addr, _, state) = (f.next(), f.next(), f.next(), f.next());
+        addr == Some(local) && state == Some("0A")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_listening_socket_is_found_in_the_tcp_table() {
+        let t = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:0C38 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534        0 1 1 0 100 0 0 10 0\n   1: 0100007F:0C39 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000 0 0 2\n";
+        assert!(super::tcp_listens(t, "0100007F:0C38"));
+        assert!(!super::tcp_listens(t, "0100007F:0C39"));
+        assert!(!super::tcp_listens(t, "0100007F:0C3A"));
+    }
+}

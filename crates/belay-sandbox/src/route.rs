@@ -466,3 +466,161 @@ fn hint(e: SandboxError, what: &str) -> SandboxError {
         e => e,
     }
 }
+
+/// Where a socket route's relay listens: the container's own loopback.
+pub const SOCKET_RELAY_PORT: u16 = 3128;
+/// Where a socket route's directory (holding `route.sock`) is in the container.
+const SOCKET_DIR: &str = "/run/belay-route";
+
+/// The model route without a network: the container has none at all (only
+/// its loopback), and its one way out is a Unix socket from belay, mounted
+/// read-only. belay's own binary is the container's main process (`belay
+/// relay`, under the idle user, which the agent's commands cannot signal),
+/// listening on the container's loopback and carrying each connection to
+/// the socket; on the host the socket leads to the model endpoint (a
+/// forwarder) or to the proxy that lets through only the endpoint's host.
+///
+/// No network is made or removed, no firewall rule is written, and the
+/// container starts without a network interface: each call saves the
+/// network's lifecycle, and anything but the model is refused at once (no
+/// route, no name service). Where the relay cannot run in the image (belay's
+/// binary needs glibc), the caller falls back to [`model_route`].
+pub struct SocketRoute {
+    /// The base URL the agent gets (in the container).
+    pub url: String,
+    /// Variables for the container (the proxy settings, where the proxy is
+    /// the way out).
+    pub env: Vec<(String, String)>,
+    /// What the proxy lets through (none for a forwarder).
+    pub allow: Option<Allow>,
+    dir: tempfile::TempDir,
+    exe: std::path::PathBuf,
+    _bridge: crate::egress::UnixForward,
+    proxy: Option<EgressProxy>,
+}
+
+impl std::fmt::Debug for SocketRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketRoute")
+            .field("url", &self.url)
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+/// belay's own binary, for a relay (`BELAY_RELAY_BIN` names another build).
+fn relay_exe() -> Result<std::path::PathBuf, SandboxError> {
+    match std::env::var_os("BELAY_RELAY_BIN") {
+        Some(p) => Ok(std::path::PathBuf::from(p)),
+        None => std::env::current_exe()
+            .map_err(|e| infra(format!("cannot find belay's own binary for the relay: {e}"))),
+    }
+}
+
+impl SocketRoute {
+    /// The route's socket directory and belay's binary, read-only.
+    pub fn mounts(&self) -> Vec<crate::Mount> {
+        vec![
+            crate::Mount {
+                host: self.dir.path().to_path_buf(),
+                container: SOCKET_DIR.into(),
+                read_only: true,
+            },
+            crate::Mount {
+                host: self.exe.clone(),
+                container: RELAY_BIN.into(),
+                read_only: true,
+            },
+        ]
+    }
+
+    /// The container's main process: the relay, ending when `lifeline`'s
+    /// lock is free (belay gone), as the idle process would.
+    pub fn relay_cmd(&self, lifeline: Option<&str>) -> Vec<String> {
+        let mut cmd = vec![
+            RELAY_BIN.to_string(),
+            "relay".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{SOCKET_RELAY_PORT}"),
+            "--to".into(),
+            format!("unix:{SOCKET_DIR}/route.sock"),
+        ];
+        if let Some(l) = lifeline {
+            cmd.extend(["--lifeline".into(), l.to_string()]);
+        }
+        cmd
+    }
+
+    /// The proxy's decisions since the last call (none for a forwarder).
+    pub fn drain_decisions(&self) -> Vec<crate::egress::Decision> {
+        self.proxy.as_ref().map(|p| p.drain()).unwrap_or_default()
+    }
+}
+
+/// The model route for `base_url` through a socket in a directory of its
+/// own (a fresh one under the temporary directory, for a short socket
+/// path: at most 108 bytes; only belay can write it). Dropping the route
+/// closes it: the listener, the socket and its directory go.
+pub async fn model_socket_route(base_url: &str) -> Result<SocketRoute, SandboxError> {
+    let host = url_host(base_url).ok_or_else(|| {
+        SandboxError::BadUrl(format!(
+            "the model base URL `{base_url}` has no host: give a URL such as http://127.0.0.1:8081/v1"
+        ))
+    })?;
+    let exe = relay_exe()?;
+    let tmp = std::env::temp_dir();
+    let dir = tempfile::Builder::new()
+        .prefix("belay-route-")
+        .tempdir_in(&tmp)
+        .map_err(|e| SandboxError::io("create a directory in", &tmp, e))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // The container's idle user passes through to the socket; no one lists or writes it.
+        fs_err::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| SandboxError::io("set the mode of", dir.path(), e))?;
+    }
+    let sock = dir.path().join("route.sock");
+    let (scheme, rest) = base_url.split_once("://").unwrap_or(("http", base_url));
+    let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
+    let loopback = host == "localhost" || host.starts_with("127.") || host == "::1";
+    let inside = format!("127.0.0.1:{SOCKET_RELAY_PORT}");
+    let bridge = |up: String| {
+        let sock = sock.clone();
+        async move {
+            crate::egress::UnixForward::start(sock.clone(), up)
+                .await
+                .map_err(|e| SandboxError::io("listen on", &sock, e))
+        }
+    };
+    if loopback {
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        let port = url_port(base_url).unwrap_or(default_port);
+        let upstream = if host == "::1" {
+            format!("[::1]:{port}")
+        } else {
+            format!("127.0.0.1:{port}")
+        };
+        return Ok(SocketRoute {
+            url: format!("{scheme}://{inside}{path}"),
+            env: Vec::new(),
+            allow: None,
+            _bridge: bridge(upstream).await?,
+            dir,
+            exe,
+            proxy: None,
+        });
+    }
+    let allow = Allow::hosts([host], url_port(base_url));
+    let proxy = EgressProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), allow.clone())
+        .await
+        .map_err(|e| infra(format!("cannot start the model proxy: {e}")))?;
+    Ok(SocketRoute {
+        url: base_url.to_string(),
+        env: proxy_env(&format!("http://{inside}")),
+        allow: Some(allow),
+        _bridge: bridge(proxy.addr.to_string()).await?,
+        dir,
+        exe,
+        proxy: Some(proxy),
+    })
+}

@@ -174,6 +174,14 @@ pub trait ContainerRuntime: Send + Sync {
     async fn engine_answers(&self, _within: std::time::Duration) -> bool {
         true
     }
+    /// Whether a process of the running container `id` listens on TCP
+    /// `port` of the container's loopback, waiting up to `within`: false
+    /// once the container has stopped, and where this host cannot see the
+    /// container's network (an engine in a VM), so that the caller falls
+    /// back to a network route.
+    async fn wait_listening(&self, _id: &str, _port: u16, _within: std::time::Duration) -> bool {
+        false
+    }
     /// Forget the engine failure this runtime holds (its calls fail at once
     /// with it until then): the engine answers again.
     fn clear_infra(&self) {}

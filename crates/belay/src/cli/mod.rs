@@ -94,9 +94,12 @@ pub struct RelayArgs {
     /// Where to listen, e.g. 0.0.0.0:3128.
     #[arg(long)]
     pub listen: std::net::SocketAddr,
-    /// Where to carry each connection, host:port.
+    /// Where to carry each connection: host:port, or unix:PATH.
     #[arg(long)]
     pub to: String,
+    /// End once this file's lock is free (belay, which holds it, is gone).
+    #[arg(long)]
+    pub lifeline: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,7 +11,27 @@ pub async fn relay(a: RelayArgs) -> Result<u8, Failure> {
         .await
         .map_err(|e| infra(format!("cannot listen on {}: {e}", a.listen)))?;
     eprintln!("belay relay: {} -> {}", fwd.addr, a.to);
-    // Until the container is stopped (SIGTERM) or removed.
-    crate::context::stop_on_signals()?.wait().await;
+    let stop = crate::context::stop_on_signals()?;
+    // Until the container is stopped (SIGTERM) or removed, or the lifeline's
+    // lock comes free (belay is gone, even after a `kill -9`).
+    match a.lifeline {
+        Some(path) => {
+            let freed = tokio::task::spawn_blocking(move || lock_shared(&path));
+            tokio::select! {
+                _ = stop.wait() => {}
+                _ = freed => {}
+            }
+        }
+        None => {
+            stop.wait().await;
+        }
+    }
     Ok(0)
+}
+
+/// Wait for a shared lock on `path` (free once its holder is gone).
+fn lock_shared(path: &std::path::Path) -> std::io::Result<()> {
+    let f = std::fs::File::open(path)?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockShared)?;
+    Ok(())
 }

@@ -268,3 +268,76 @@ fn every_real_cli_answers_in_its_container_in_its_own_dialect() {
         assert!(r["tokens"].as_u64().unwrap() > 0, "{r}");
     }
 }
+
+/// A CLI's container has no network at all: its model comes through belay's
+/// socket and relay, a lookup or a connection out is refused at once, and
+/// only the loopback interface is there. Where belay's relay cannot run in
+/// the image, the box falls back to the fenced network route and the call
+/// still works.
+#[test]
+fn a_cli_reaches_only_its_model_through_the_socket_route_or_the_network_fallback() {
+    let w = ws();
+    let probe = "ls /sys/class/net | tr '\\n' ' '; s=$(date +%s%N); (exec 3<>/dev/tcp/1.1.1.1/80) 2>/dev/null && echo OUT-OPEN || echo out-refused; getent hosts example.com >/dev/null && echo DNS-OPEN || echo dns-refused; echo took=$(( ($(date +%s%N) - s) / 1000000 ))ms";
+    let script = format!(
+        "turns:\n  - name: done\n    match: {{api: responses, contains: \"dns-refused\"}}\n    reply: {{text: \"Probed.\"}}\n    repeat: true\n  - name: probe\n    match: {{api: responses, contains: \"Probe\"}}\n    reply:\n      tool_calls:\n        - name: exec_command\n          arguments: {{cmd: {probe:?}}}\n    repeat: true\n"
+    );
+    let server = replay::Replay::start(w.tmp.path(), &script);
+    let call = |relay_bin: Option<&str>| {
+        let before = server.requests().len();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
+        c.env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
+            .env("OPENAI_API_KEY", "sk-test-socket-route-000000000")
+            .args([
+                "agent",
+                "run",
+                "--agent",
+                "codex@gpt-5-codex",
+                "--prompt",
+                "Probe the network",
+                "--repo",
+            ])
+            .arg(&w.repo)
+            .args(["--openai-base-url", &server.url]);
+        if let Some(b) = relay_bin {
+            c.env("BELAY_RELAY_BIN", b);
+        }
+        let o = c.output().unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "{out}");
+        assert!(out.contains("Probed."), "{out}");
+        server.requests()[before..]
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<String>()
+    };
+    let socket = call(None);
+    // (The outcomes as printed, each ending its line; the command itself
+    // names them too.)
+    let printed = |all: &str, what: &str| all.contains(&format!("{what}\\n"));
+    assert!(
+        printed(&socket, "lo out-refused"),
+        "only loopback, refused: {socket}"
+    );
+    assert!(printed(&socket, "dns-refused"), "{socket}");
+    assert!(
+        !printed(&socket, "OUT-OPEN") && !printed(&socket, "DNS-OPEN"),
+        "{socket}"
+    );
+    let took: u64 = socket
+        .split("took=")
+        .filter_map(|t| t.split("ms").next()?.parse().ok())
+        .next()
+        .unwrap_or(u64::MAX);
+    assert!(took < 1000, "refusals took {took} ms: {socket}");
+    // A relay that cannot run (here: one that exits at once): the network route.
+    let net = call(Some("/bin/false"));
+    assert!(
+        printed(&net, "eth0 lo out-refused"),
+        "a fenced network route: {net}"
+    );
+    assert!(printed(&net, "dns-refused"), "{net}");
+}
