@@ -11,8 +11,8 @@
 //! So, for each internal network, belay installs a chain `BELAY-<bridge>` in
 //! the `INPUT` chain for packets arriving on that network's bridge: accept
 //! TCP to the gateway on the allowed ports, refuse everything else (IPv4 and
-//! IPv6). The same chain is jumped to for packets the host would forward
-//! off the bridge (from `DOCKER-USER`, which the engine keeps first in
+//! IPv6). For an internal network, the same chain is jumped to for packets
+//! the host would forward off the bridge (from `DOCKER-USER`, which the engine keeps first in
 //! `FORWARD`, or from `FORWARD` itself), where the engine's own rules would
 //! drop them. Refused, not dropped: a TCP connection gets a reset and
 //! anything else an ICMP port-unreachable, so a program in the sandbox that
@@ -94,9 +94,26 @@ fn has_tool(tool: &str) -> bool {
     run(tool, &["-S", "INPUT"]).is_ok()
 }
 
+/// What becomes of packets the host would forward off the bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forwarded {
+    /// Refused at once: an internal network, whose only way out is belay's
+    /// listener (the engine would drop them, and a program would wait).
+    Refuse,
+    /// Left to the engine's rules: a network with a route out.
+    Pass,
+}
+
 impl Firewall {
-    /// Allow only TCP to `gateway` on `ports` from the bridge `iface`.
-    pub fn lock(iface: &str, gateway: IpAddr, ports: &[u16]) -> Result<Firewall, SandboxError> {
+    /// Allow only TCP to `gateway` on `ports` from the bridge `iface`, and
+    /// refuse the rest; what the host would forward off the bridge as
+    /// `forwarded` says.
+    pub fn lock(
+        iface: &str,
+        gateway: IpAddr,
+        ports: &[u16],
+        forwarded: Forwarded,
+    ) -> Result<Firewall, SandboxError> {
         if !has_tool("iptables") {
             return Err(fence_failed("iptables is not usable here"));
         }
@@ -146,10 +163,12 @@ impl Firewall {
                 run(tool, &["-I", "INPUT", "1", "-i", iface, "-j", &chain])
                     .map_err(fence_failed)?;
             }
-            let out = forward_rule(iface, &chain);
-            let parent = forward_parent(tool);
-            if run(tool, &[&["-C", parent][..], &out].concat()).is_err() {
-                run(tool, &[&["-I", parent, "1"][..], &out].concat()).map_err(fence_failed)?;
+            if forwarded == Forwarded::Refuse {
+                let out = forward_rule(iface, &chain);
+                let parent = forward_parent(tool);
+                if run(tool, &[&["-C", parent][..], &out].concat()).is_err() {
+                    run(tool, &[&["-I", parent, "1"][..], &out].concat()).map_err(fence_failed)?;
+                }
             }
         }
         Ok(fw)

@@ -23,7 +23,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::egress::{url_host, url_port, Allow, EgressProxy, TcpForward};
-use crate::firewall::Firewall;
+use crate::firewall::{Firewall, Forwarded};
 use crate::{ContainerRuntime, NetworkInfo, SandboxError};
 
 /// An open route. The network stays; the forwarder, proxy and fence live as
@@ -114,13 +114,18 @@ fn relay_forced() -> bool {
 }
 
 /// Fence `net` so that only `allowed` on the host is reachable from it.
-fn fence(net: &str, info: &NetworkInfo, allowed: SocketAddr) -> Result<Firewall, SandboxError> {
+fn fence(
+    net: &str,
+    info: &NetworkInfo,
+    allowed: SocketAddr,
+    forwarded: Forwarded,
+) -> Result<Firewall, SandboxError> {
     let bridge = info.bridge.as_deref().ok_or_else(|| {
         infra(format!(
             "network {net} has no bridge interface belay can fence: remove it (`docker network rm {net}`) and rerun"
         ))
     })?;
-    Firewall::lock(bridge, allowed.ip(), &[allowed.port()])
+    Firewall::lock(bridge, allowed.ip(), &[allowed.port()], forwarded)
 }
 
 /// What listens on the host side of a route.
@@ -180,7 +185,7 @@ async fn attach(
     let gateway: Option<IpAddr> = info.gateway.parse().ok().filter(|_| !relay_forced());
     if let Some(ip) = gateway {
         if let Ok(listener) = listen(&what, SocketAddr::new(ip, 0)).await {
-            let fence = fence(network, &info, listener.addr())?;
+            let fence = fence(network, &info, listener.addr(), Forwarded::Refuse)?;
             return Ok(Attached {
                 reach: listener.addr(),
                 listener,
@@ -215,7 +220,7 @@ fn close_internal(network: &str, info: &NetworkInfo) -> Result<Option<Firewall>,
         return Ok(None);
     }
     let _ = network;
-    Firewall::lock(bridge, IpAddr::from([0, 0, 0, 0]), &[]).map(Some)
+    Firewall::lock(bridge, IpAddr::from([0, 0, 0, 0]), &[], Forwarded::Refuse).map(Some)
 }
 
 async fn relay_attach(
@@ -252,7 +257,7 @@ async fn relay_attach(
         }
         match bound {
             Some(listener) => {
-                let fenced = fence(up, up_info, listener.addr())
+                let fenced = fence(up, up_info, listener.addr(), Forwarded::Pass)
                     .and_then(|f| Ok((f, close_internal(network, info)?)));
                 let (fence, inner) = match fenced {
                     Ok(f) => f,

@@ -210,7 +210,13 @@ impl Engine<'_> {
                 info.gateway
             ))
         })?;
-        let fence = belay_sandbox::firewall::Firewall::lock(bridge, gw, &[])?;
+        // A network with a route out: only the host is refused.
+        let fence = belay_sandbox::firewall::Firewall::lock(
+            bridge,
+            gw,
+            &[],
+            belay_sandbox::firewall::Forwarded::Pass,
+        )?;
         self.event(
             None,
             PipelineEvent::OpenNetwork {
