@@ -189,7 +189,6 @@ pub async fn session(
             final_marker: None,
             tie_to_parent: true,
         },
-        prepared: None,
     };
     let stop = stop.clone();
     let result = tokio::select! {

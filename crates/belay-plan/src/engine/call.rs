@@ -32,87 +32,7 @@ pub(super) struct CallOutcome {
     pub answer: Option<String>,
 }
 
-/// A box opening in the background.
-pub(super) type PreparedBox =
-    tokio::task::JoinHandle<Result<belay_agent::sandbox::AgentBox, belay_agent::AgentError>>;
-
 impl Engine<'_> {
-    /// Start opening the reviewer's next box in the background (a fresh box
-    /// per review, as always, only started early). Its read-only plan view
-    /// is checked before the review uses it.
-    pub(super) fn prepare_reviewer(&mut self) -> Result<(), PlanError> {
-        if self.o.on_host || self.prepared_reviewer.is_some() {
-            return Ok(());
-        }
-        let Some(rt) = self.o.rt.clone() else {
-            return Ok(());
-        };
-        let extras = self.box_extras(Role::Reviewer)?;
-        let spec = self.spec_for(Role::Reviewer);
-        let git = self.git.clone();
-        let (image, run_id) = (self.o.image.clone(), self.state.run_id.clone());
-        let records = self.run.path("box");
-        let model_url = self
-            .o
-            .reviewer_endpoint
-            .as_ref()
-            .map(|e| e.base_url.clone());
-        self.prepared_reviewer = Some(tokio::spawn(async move {
-            belay_agent::sandbox::AgentBox::open(belay_agent::sandbox::BoxSpec {
-                rt,
-                image,
-                run_id,
-                kind: format!("plan-{}", Role::Reviewer.as_str()),
-                repo: git.root().to_path_buf(),
-                git: Some(&git),
-                records,
-                agent: &spec,
-                model_url,
-                network: extras.network,
-                keep: extras.keep,
-                extras,
-            })
-            .await
-        }));
-        Ok(())
-    }
-
-    /// The prepared reviewer's box, when it opened and its plan view is
-    /// still mounted (a rename of the plan file in the work tree, by the
-    /// developer or the gate's code, detaches it: then a new box).
-    async fn take_prepared_reviewer(&mut self) -> Option<belay_agent::sandbox::AgentBox> {
-        let b = self.prepared_reviewer.take()?.await.ok()?.ok()?;
-        let rt = self.o.rt.clone()?;
-        let view = format!("{}/{}", belay_agent::sandbox::WORKDIR, self.plan_rel);
-        if rt.mount_attached(b.id(), &view).await {
-            Some(b)
-        } else {
-            tracing::debug!("the reviewer's prepared box lost its plan view; a new box");
-            let _ = b.close().await;
-            None
-        }
-    }
-
-    /// After the developer: a prepared box whose plan view the developer
-    /// detached (a CLI that rewrites the plan file by a rename) is replaced
-    /// by one opening now, while belay commits and gates.
-    pub(super) async fn renew_prepared_reviewer(&mut self) -> Result<(), PlanError> {
-        let Some(b) = self.take_prepared_reviewer().await else {
-            return self.prepare_reviewer();
-        };
-        self.prepared_reviewer = Some(tokio::spawn(async move { Ok(b) }));
-        Ok(())
-    }
-
-    /// Close a prepared box no review used.
-    pub(super) async fn close_prepared(&mut self) {
-        if let Some(h) = self.prepared_reviewer.take() {
-            if let Ok(Ok(b)) = h.await {
-                let _ = b.close().await;
-            }
-        }
-    }
-
     fn spec_for(&self, role: Role) -> AgentSpec {
         let (spec, flag, plan) = match role {
             Role::Developer => (
@@ -195,10 +115,6 @@ impl Engine<'_> {
             step: Some(id.to_string()),
             source: "agent",
         });
-        let prepared = match role {
-            Role::Reviewer => self.take_prepared_reviewer().await,
-            Role::Developer => None,
-        };
         let (run, obs) = (&self.run, &*self.o.observer);
         let warn = move |m: &str| super::warn_to(run, obs, m.to_string());
         let runner = belay_agent::runner::Runner {
@@ -236,7 +152,6 @@ impl Engine<'_> {
                 logs,
                 pid_file: Some(self.run.path("agent.pid")),
                 process: Default::default(),
-                prepared,
             })
             .await;
         let result = match result {

@@ -389,7 +389,6 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         index: loc.index.clone(),
         env,
         warm: Default::default(),
-        prepared_reviewer: None,
         _lock: lock,
     };
     e.save()?;
