@@ -342,7 +342,8 @@ async fn behind_a_route_everything_but_the_model_is_refused_at_once() {
             let _ = s.write_all(b"model-here\n").await;
         }
     });
-    let net = format!("belay-t{}-route", std::process::id());
+    // (Not the run prefix `t<pid>` another test of this binary removes.)
+    let net = format!("belay-r{}-route", std::process::id());
     let route =
         belay_sandbox::route::model_route(&rt, &net, &format!("http://127.0.0.1:{port}/v1"))
             .await
