@@ -90,6 +90,10 @@ pub struct Call<'a> {
     pub logs: PathBuf,
     pub pid_file: Option<PathBuf>,
     pub process: ProcessOptions,
+    /// A box opened for this call ahead of time (made as this runner would
+    /// make it; while the call before ran), used instead of a new one and
+    /// closed after the call.
+    pub prepared: Option<AgentBox>,
 }
 
 /// What a call gave.
@@ -111,9 +115,10 @@ impl Runner<'_> {
         // or a box of the call's own.
         let warm = self.warm.filter(|_| !self.on_host && !self.extras.keep);
         let key = self.box_key(&c);
-        let reused = match warm {
-            Some(w) => w.take(&key).await,
-            None => None,
+        let reused = match (c.prepared, warm) {
+            (Some(b), _) if !self.on_host => Some(b),
+            (_, Some(w)) => w.take(&key).await,
+            _ => None,
         };
         let agent_box = if self.on_host {
             None

@@ -186,7 +186,10 @@ impl AgentBox {
             container: WORKDIR.into(),
             read_only: false,
         }];
-        mounts.extend(git_mounts(s.git, &s.repo, &s.records, s.extras.git_writable).await?);
+        // Each kind of box its own files: two boxes may open at once (the
+        // plan's reviewer opens while the developer's does).
+        let records = s.records.join(&s.kind);
+        mounts.extend(git_mounts(s.git, &s.repo, &records, s.extras.git_writable).await?);
         mounts.extend(container_mounts(s.agent)?);
         mounts.extend(s.extras.mounts.iter().cloned());
         mounts.extend(s.extras.env.mounts(WORKDIR, s.extras.env_read_only));

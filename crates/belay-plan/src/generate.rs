@@ -63,6 +63,7 @@ pub async fn generate(g: Generate<'_>) -> Result<Value, GenerateError> {
                 logs: g.logs.join(format!("round-{round}")),
                 pid_file: None,
                 process: Default::default(),
+                prepared: None,
             })
             .await
             .map_err(|e| GenerateError::Plan(e.into()))?

@@ -481,6 +481,18 @@ impl ContainerRuntime for DockerRuntime {
         self.sticky.clear();
     }
 
+    async fn mount_attached(&self, id: &str, path: &str) -> bool {
+        let Ok(info) = self.docker.inspect_container(id, None).await else {
+            return false;
+        };
+        let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
+        if pid <= 0 {
+            return false;
+        }
+        let table = std::path::PathBuf::from(format!("/proc/{pid}/mountinfo"));
+        std::fs::read_to_string(&table).is_ok_and(|t| crate::procs::mounted_at(&t, path))
+    }
+
     async fn wait_listening(&self, id: &str, port: u16, within: Duration) -> bool {
         let Ok(info) = self.docker.inspect_container(id, None).await else {
             return false;

@@ -376,6 +376,48 @@ pub fn write(root: &Path, rel: &str, content: &[u8]) -> Result<(), HostFsError> 
     result
 }
 
+/// Write a file in place, keeping its inode (a bind mount over its name, in
+/// a container, stays attached): the existing regular file, opened without
+/// following a link or blocking on a FIFO, with one link only (a hard link
+/// would carry the write elsewhere), truncated and written. Where that cannot
+/// be (no file, a link, several links), [`write`] replaces it atomically.
+/// Not atomic: for a file whose trusted copy belay keeps elsewhere.
+pub fn write_in_place(root: &Path, rel: &str, content: &[u8]) -> Result<(), HostFsError> {
+    let Some((dir, name)) = open_parent(root, rel, false, true)? else {
+        return write(root, rel, content);
+    };
+    let path = root.join(rel);
+    let fd = match rustix::fs::openat(
+        &dir,
+        name,
+        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(_) => return write(root, rel, content),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| io("stat", path.clone(), e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1 {
+        drop(fd);
+        return write(root, rel, content);
+    }
+    // A set-id bit a sandbox set goes, as with `write`.
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(st.st_mode & 0o777))
+        .map_err(|e| io("set the mode of", path.clone(), e))?;
+    rustix::fs::ftruncate(&fd, 0).map_err(|e| io("truncate", path.clone(), e))?;
+    let mut f = File::from(fd);
+    f.write_all(content).map_err(|source| HostFsError::Io {
+        op: "write",
+        path: path.clone(),
+        source,
+    })?;
+    f.sync_all().map_err(|source| HostFsError::Io {
+        op: "sync",
+        path,
+        source,
+    })
+}
+
 /// Delete a file (a link itself, never its target). Whether there was one.
 pub fn remove(root: &Path, rel: &str) -> Result<bool, HostFsError> {
     let Some((dir, name)) = open_parent(root, rel, false, true)? else {
@@ -978,6 +1020,47 @@ pub fn resolve_in_tree_seeing(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// An in-place write keeps the file's inode (what a container's bind
+    /// mount over its name is attached to); a file with a second hard link,
+    /// or none, is replaced atomically instead (the other name keeps its
+    /// content); a link is refused.
+    #[test]
+    fn a_write_in_place_keeps_the_inode_and_never_writes_through_a_link() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::write(root.join("plan.json"), "old old old\n").unwrap();
+        let ino = std::fs::metadata(root.join("plan.json")).unwrap().ino();
+        write_in_place(root, "plan.json", b"new\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("plan.json")).unwrap(),
+            "new\n"
+        );
+        assert_eq!(
+            std::fs::metadata(root.join("plan.json")).unwrap().ino(),
+            ino
+        );
+        std::fs::hard_link(root.join("plan.json"), root.join("other")).unwrap();
+        write_in_place(root, "plan.json", b"newer\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("other")).unwrap(),
+            "new\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("plan.json")).unwrap(),
+            "newer\n"
+        );
+        write_in_place(root, "fresh.json", b"x").unwrap();
+        assert_eq!(std::fs::read(root.join("fresh.json")).unwrap(), b"x");
+        std::fs::write(root.join("target"), "host\n").unwrap();
+        std::os::unix::fs::symlink(root.join("target"), root.join("ln")).unwrap();
+        assert!(write_in_place(root, "ln", b"x").is_err());
+        assert_eq!(
+            std::fs::read_to_string(root.join("target")).unwrap(),
+            "host\n"
+        );
+    }
 
     /// The engines' crates, whose host reads of a work tree must go through
     /// this module.

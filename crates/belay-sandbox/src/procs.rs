@@ -178,8 +178,34 @@ pub fn tcp_listens(table: &str, local: &str) -> bool {
     })
 }
 
+/// Whether a `/proc/PID/mountinfo` table has a mount at `path` (its fifth
+/// field, with the kernel's octal escapes).
+pub fn mounted_at(table: &str, path: &str) -> bool {
+    let mut escaped = String::with_capacity(path.len());
+    for c in path.chars() {
+        match c {
+            ' ' => escaped.push_str("\\040"),
+            '\t' => escaped.push_str("\\011"),
+            '\n' => escaped.push_str("\\012"),
+            '\\' => escaped.push_str("\\134"),
+            c => escaped.push(c),
+        }
+    }
+    table
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(escaped.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_mount_is_found_by_its_escaped_path() {
+        let t = "36 35 98:0 /mnt1 /workspace/repo rw - ext3 /dev/root rw\n37 36 98:0 /x /workspace/repo/my\\040plan.json ro - ext3 /dev/root rw\n";
+        assert!(super::mounted_at(t, "/workspace/repo/my plan.json"));
+        assert!(super::mounted_at(t, "/workspace/repo"));
+        assert!(!super::mounted_at(t, "/workspace/repo/plan.json"));
+    }
+
     #[test]
     fn a_listening_socket_is_found_in_the_tcp_table() {
         let t = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:0C38 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534        0 1 1 0 100 0 0 10 0\n   1: 0100007F:0C39 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000 0 0 2\n";

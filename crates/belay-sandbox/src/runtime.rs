@@ -182,6 +182,12 @@ pub trait ContainerRuntime: Send + Sync {
     async fn wait_listening(&self, _id: &str, _port: u16, _within: std::time::Duration) -> bool {
         false
     }
+    /// Whether the running container `id` still has a mount at `path` (a
+    /// file bind mount is detached when its name is replaced on the host):
+    /// false where this host cannot see the container's mounts.
+    async fn mount_attached(&self, _id: &str, _path: &str) -> bool {
+        false
+    }
     /// Forget the engine failure this runtime holds (its calls fail at once
     /// with it until then): the engine answers again.
     fn clear_infra(&self) {}

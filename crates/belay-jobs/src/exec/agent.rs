@@ -189,6 +189,7 @@ pub async fn session(
             final_marker: None,
             tie_to_parent: true,
         },
+        prepared: None,
     };
     let stop = stop.clone();
     let result = tokio::select! {

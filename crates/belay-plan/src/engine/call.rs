@@ -32,7 +32,84 @@ pub(super) struct CallOutcome {
     pub answer: Option<String>,
 }
 
+/// A box opening in the background.
+pub(super) type PreparedBox =
+    tokio::task::JoinHandle<Result<belay_agent::sandbox::AgentBox, belay_agent::AgentError>>;
+
 impl Engine<'_> {
+    /// Start opening the reviewer's next box in the background, after the
+    /// developer's call, while belay commits and gates: a fresh box per
+    /// review, as always, only started early. Its read-only plan view is
+    /// checked before the review uses it. Not while the gate's environment
+    /// volumes may still be empty: the engine fills a new volume from the
+    /// image when a container first mounts it, and two containers filling
+    /// one at once (the gate's and this one) could show the gate half of it.
+    pub(super) async fn prepare_reviewer(&mut self) -> Result<(), PlanError> {
+        // One from before (the checkpoint went back to the developer, whose
+        // call may have detached its plan view): a new one instead.
+        self.close_prepared().await;
+        let volumes_filled = self.env.gate.volumes.is_empty() || self.gated;
+        if self.o.on_host || !volumes_filled {
+            return Ok(());
+        }
+        let Some(rt) = self.o.rt.clone() else {
+            return Ok(());
+        };
+        let extras = self.box_extras(Role::Reviewer)?;
+        let spec = self.spec_for(Role::Reviewer);
+        let git = self.git.clone();
+        let (image, run_id) = (self.o.image.clone(), self.state.run_id.clone());
+        let records = self.run.path("box");
+        let model_url = self
+            .o
+            .reviewer_endpoint
+            .as_ref()
+            .map(|e| e.base_url.clone());
+        self.prepared_reviewer = Some(tokio::spawn(async move {
+            belay_agent::sandbox::AgentBox::open(belay_agent::sandbox::BoxSpec {
+                rt,
+                image,
+                run_id,
+                kind: format!("plan-{}", Role::Reviewer.as_str()),
+                repo: git.root().to_path_buf(),
+                git: Some(&git),
+                records,
+                agent: &spec,
+                model_url,
+                network: extras.network,
+                keep: extras.keep,
+                extras,
+            })
+            .await
+        }));
+        Ok(())
+    }
+
+    /// The prepared reviewer's box, when it opened and its plan view is
+    /// still mounted (a rename of the plan file in the work tree, by the
+    /// gate's code, detaches it: then a new box).
+    async fn take_prepared_reviewer(&mut self) -> Option<belay_agent::sandbox::AgentBox> {
+        let b = self.prepared_reviewer.take()?.await.ok()?.ok()?;
+        let rt = self.o.rt.clone()?;
+        let view = format!("{}/{}", belay_agent::sandbox::WORKDIR, self.plan_rel);
+        if rt.mount_attached(b.id(), &view).await {
+            Some(b)
+        } else {
+            tracing::debug!("the reviewer's prepared box lost its plan view; a new box");
+            let _ = b.close().await;
+            None
+        }
+    }
+
+    /// Close a prepared box no review used.
+    pub(super) async fn close_prepared(&mut self) {
+        if let Some(h) = self.prepared_reviewer.take() {
+            if let Ok(Ok(b)) = h.await {
+                let _ = b.close().await;
+            }
+        }
+    }
+
     fn spec_for(&self, role: Role) -> AgentSpec {
         let (spec, flag, plan) = match role {
             Role::Developer => (
@@ -115,6 +192,10 @@ impl Engine<'_> {
             step: Some(id.to_string()),
             source: "agent",
         });
+        let prepared = match role {
+            Role::Reviewer => self.take_prepared_reviewer().await,
+            Role::Developer => None,
+        };
         let (run, obs) = (&self.run, &*self.o.observer);
         let warn = move |m: &str| super::warn_to(run, obs, m.to_string());
         let runner = belay_agent::runner::Runner {
@@ -152,6 +233,7 @@ impl Engine<'_> {
                 logs,
                 pid_file: Some(self.run.path("agent.pid")),
                 process: Default::default(),
+                prepared,
             })
             .await;
         let result = match result {

@@ -65,6 +65,7 @@ impl Engine<'_> {
             env: &self.env.gate,
         })
         .await?;
+        self.gated = true;
         let mut passed = ran.iter().all(|r| r.passed());
         let mut summary = gate_summary(&ran, self.o.gate_timeout);
         // Why, for the terminal and the record: the first command that

@@ -126,6 +126,10 @@ pub(crate) struct Engine<'a> {
     env: belay_sandbox::envimage::RunEnv,
     /// Each role's container, kept for its next call.
     warm: std::sync::Arc<belay_agent::runner::WarmBoxes>,
+    /// The reviewer's next box, opening while belay commits and gates.
+    prepared_reviewer: Option<call::PreparedBox>,
+    /// A gate ran in this process: its environment volumes are filled.
+    gated: bool,
     _lock: RunLock,
 }
 
@@ -141,10 +145,12 @@ pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let warm = e.warm.clone();
     let report = match o.stop.race(e.drive()).await {
         Ok(stop) => {
+            e.close_prepared().await;
             warm.close_all().await;
             e.end(stop).await
         }
         Err(why) => {
+            e.close_prepared().await;
             warm.close_all().await;
             e.interrupted(why.0).await
         }
@@ -205,7 +211,9 @@ impl Engine<'_> {
                 }
             }
         }
-        belay_sandbox::hostfs::write(root, &self.plan_rel, text.as_bytes())?;
+        // In place: the reviewer's box has a read-only view mounted over
+        // this name, which a rename would detach.
+        belay_sandbox::hostfs::write_in_place(root, &self.plan_rel, text.as_bytes())?;
         belay_record::atomic_write(&self.run.path(BASELINE), text.as_bytes())?;
         setup::control_store().trust(&setup::control_key(root, &self.plan_rel), text.as_bytes())?;
         Ok(serde_json::from_str(&text).unwrap_or_default())
@@ -377,6 +385,8 @@ impl Engine<'_> {
             .call(Role::Developer, id, run_kind, &prompt)
             .await
             .map_err(Self::failed)?;
+        // The review's fresh box starts while belay commits and gates.
+        self.prepare_reviewer().await.map_err(Self::failed)?;
         let mut feedback = out.feedback;
         // The gate must see what a commit holds: files no commit takes
         // (.env files, agent tooling) that the developer made go first.

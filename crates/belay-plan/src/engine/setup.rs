@@ -389,6 +389,8 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
         index: loc.index.clone(),
         env,
         warm: Default::default(),
+        prepared_reviewer: None,
+        gated: false,
         _lock: lock,
     };
     e.save()?;

@@ -360,6 +360,7 @@ impl Supervisor {
                 final_marker: c.agent.terminal_marker.clone(),
                 tie_to_parent: true,
             },
+            prepared: None,
         }
     }
 

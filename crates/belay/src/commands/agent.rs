@@ -153,6 +153,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         },
         pid_file: None,
         process: Default::default(),
+        prepared: None,
     };
     // Interrupted, the call is dropped: its process group is killed, and
     // what its container left is removed and swept here.
