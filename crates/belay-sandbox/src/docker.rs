@@ -277,6 +277,12 @@ impl DockerRuntime {
     }
 
     /// Record a new container's own init and main process.
+    /// The host's pid of a running container's main process.
+    async fn main_pid(&self, id: &str) -> Option<i64> {
+        let info = self.docker.inspect_container(id, None).await.ok()?;
+        info.state.and_then(|s| s.pid).filter(|p| *p > 0)
+    }
+
     async fn record_procs(&self, id: &str) {
         if let Ok(info) = self.docker.inspect_container(id, None).await {
             let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
@@ -482,25 +488,17 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn mount_attached(&self, id: &str, path: &str) -> bool {
-        let Ok(info) = self.docker.inspect_container(id, None).await else {
+        let Some(pid) = self.main_pid(id).await else {
             return false;
         };
-        let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
-        if pid <= 0 {
-            return false;
-        }
         let table = std::path::PathBuf::from(format!("/proc/{pid}/mountinfo"));
         std::fs::read_to_string(&table).is_ok_and(|t| crate::procs::mounted_at(&t, path))
     }
 
     async fn wait_listening(&self, id: &str, port: u16, within: Duration) -> bool {
-        let Ok(info) = self.docker.inspect_container(id, None).await else {
+        let Some(pid) = self.main_pid(id).await else {
             return false;
         };
-        let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
-        if pid <= 0 {
-            return false;
-        }
         // The container's own sockets, as the host sees its namespace.
         let table = std::path::PathBuf::from(format!("/proc/{pid}/net/tcp"));
         let want = format!("0100007F:{port:04X}");

@@ -356,17 +356,7 @@ pub fn write(root: &Path, rel: &str, content: &[u8]) -> Result<(), HostFsError> 
             rustix::fs::fchmod(&fd, Mode::from_raw_mode(m))
                 .map_err(|e| io("set the mode of", path.clone(), e))?;
         }
-        let mut f = File::from(fd);
-        f.write_all(content).map_err(|source| HostFsError::Io {
-            op: "write",
-            path: path.clone(),
-            source,
-        })?;
-        f.sync_all().map_err(|source| HostFsError::Io {
-            op: "sync",
-            path: path.clone(),
-            source,
-        })?;
+        write_synced(File::from(fd), content, &path)?;
         rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)
             .map_err(|e| io("replace", path.clone(), e))
     })();
@@ -405,15 +395,19 @@ pub fn write_in_place(root: &Path, rel: &str, content: &[u8]) -> Result<(), Host
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(st.st_mode & 0o777))
         .map_err(|e| io("set the mode of", path.clone(), e))?;
     rustix::fs::ftruncate(&fd, 0).map_err(|e| io("truncate", path.clone(), e))?;
-    let mut f = File::from(fd);
+    write_synced(File::from(fd), content, &path)
+}
+
+/// Write `content` to `f` and sync it (errors name `path`).
+fn write_synced(mut f: File, content: &[u8], path: &Path) -> Result<(), HostFsError> {
     f.write_all(content).map_err(|source| HostFsError::Io {
         op: "write",
-        path: path.clone(),
+        path: path.to_path_buf(),
         source,
     })?;
     f.sync_all().map_err(|source| HostFsError::Io {
         op: "sync",
-        path,
+        path: path.to_path_buf(),
         source,
     })
 }

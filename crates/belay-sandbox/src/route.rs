@@ -415,6 +415,27 @@ fn proxy_env(url: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A base URL's scheme and path (`http`, `/v1`).
+fn scheme_and_path(base_url: &str) -> (&str, &str) {
+    let (scheme, rest) = base_url.split_once("://").unwrap_or(("http", base_url));
+    (scheme, rest.find('/').map(|i| &rest[i..]).unwrap_or(""))
+}
+
+/// Where to forward to, for a model endpoint on the host's loopback
+/// (`host` is the URL's); `None` for any other host (a proxy lets it through).
+fn loopback_upstream(base_url: &str, host: &str) -> Option<String> {
+    if !(host == "localhost" || host.starts_with("127.") || host == "::1") {
+        return None;
+    }
+    let (scheme, _) = scheme_and_path(base_url);
+    let port = url_port(base_url).unwrap_or(if scheme == "https" { 443 } else { 80 });
+    Some(if host == "::1" {
+        format!("[::1]:{port}")
+    } else {
+        format!("127.0.0.1:{port}")
+    })
+}
+
 /// The model route for `base_url` on the internal network `network`.
 pub async fn model_route(
     rt: &dyn ContainerRuntime,
@@ -426,17 +447,8 @@ pub async fn model_route(
             "the model base URL `{base_url}` has no host: give a URL such as http://127.0.0.1:8081/v1"
         ))
     })?;
-    let (scheme, rest) = base_url.split_once("://").unwrap_or(("http", base_url));
-    let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
-    let loopback = host == "localhost" || host.starts_with("127.") || host == "::1";
-    if loopback {
-        let default_port = if scheme == "https" { 443 } else { 80 };
-        let port = url_port(base_url).unwrap_or(default_port);
-        let upstream = if host == "::1" {
-            format!("[::1]:{port}")
-        } else {
-            format!("127.0.0.1:{port}")
-        };
+    let (scheme, path) = scheme_and_path(base_url);
+    if let Some(upstream) = loopback_upstream(base_url, &host) {
         let a = attach(rt, network, Listen::Forward(upstream))
             .await
             .map_err(|e| hint(e, "cannot forward to the model endpoint"))?;
@@ -585,9 +597,7 @@ pub async fn model_socket_route(base_url: &str) -> Result<SocketRoute, SandboxEr
             .map_err(|e| SandboxError::io("set the mode of", dir.path(), e))?;
     }
     let sock = dir.path().join("route.sock");
-    let (scheme, rest) = base_url.split_once("://").unwrap_or(("http", base_url));
-    let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
-    let loopback = host == "localhost" || host.starts_with("127.") || host == "::1";
+    let (scheme, path) = scheme_and_path(base_url);
     let inside = format!("127.0.0.1:{SOCKET_RELAY_PORT}");
     let bridge = |up: String| {
         let sock = sock.clone();
@@ -597,14 +607,7 @@ pub async fn model_socket_route(base_url: &str) -> Result<SocketRoute, SandboxEr
                 .map_err(|e| SandboxError::io("listen on", &sock, e))
         }
     };
-    if loopback {
-        let default_port = if scheme == "https" { 443 } else { 80 };
-        let port = url_port(base_url).unwrap_or(default_port);
-        let upstream = if host == "::1" {
-            format!("[::1]:{port}")
-        } else {
-            format!("127.0.0.1:{port}")
-        };
+    if let Some(upstream) = loopback_upstream(base_url, &host) {
         return Ok(SocketRoute {
             url: format!("{scheme}://{inside}{path}"),
             env: Vec::new(),

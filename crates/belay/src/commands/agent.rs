@@ -33,6 +33,13 @@ where
     }
 }
 
+/// A warning in the run's events.
+#[derive(serde::Serialize)]
+struct Warning<'a> {
+    kind: &'static str,
+    data: &'a serde_json::Value,
+}
+
 /// Record how a run that failed (or was stopped) ended, and pass the failure on.
 fn ended(run: &RunHandle, f: Failure) -> Failure {
     let end = failed_end(run, &f.error);
@@ -110,8 +117,22 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
         }
         None => Default::default(),
     };
-    // The agent's warnings are untrusted text: one printable line each.
-    let warn = |m: &str| p.warn(&belay_record::printable_line(m));
+    // The agent's warnings are untrusted text: one printable line each,
+    // recorded in the run's events (the dashboard and `runs events` show
+    // them) and printed.
+    let warn = |m: &str| {
+        let line = belay_record::printable_line(m);
+        let data = serde_json::json!({ "message": line });
+        let _ = run.emit(
+            "engine",
+            None,
+            &Warning {
+                kind: "warning",
+                data: &data,
+            },
+        );
+        p.warn(&line);
+    };
     // The one agent runner (the plan loop's, the rounds', the jobs'): the
     // box, the endpoint as the container reaches it, the sweep of the work
     // tree, and on the host the adoption of what leaves the agent's group.

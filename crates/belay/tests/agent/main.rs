@@ -341,3 +341,37 @@ fn a_cli_reaches_only_its_model_through_the_socket_route_or_the_network_fallback
     );
     assert!(printed(&net, "dns-refused"), "{net}");
 }
+
+/// What belay warns about after an agent is in the run's events (the
+/// dashboard and `runs events` show it), not only on the terminal: here a
+/// repository the agent left in the work tree.
+#[test]
+fn a_warning_after_the_agent_is_an_event_of_the_run() {
+    let w = ws();
+    let nester = w.tmp.path().join("nest.sh");
+    std::fs::write(
+        &nester,
+        "#!/bin/sh\nmkdir -p nested/.git/objects nested/.git/refs && echo 'ref: refs/heads/main' > nested/.git/HEAD\necho done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&nester, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = w.tmp.path().join("out");
+    let o = w.agent(
+        &format!("cmd:{}", nester.display()),
+        &["--out", out.to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("left repositories"), "{err}");
+    let warnings: Vec<_> = events(&out)
+        .into_iter()
+        .filter(|e| e["kind"] == "warning")
+        .collect();
+    assert!(
+        warnings.iter().any(|e| e["data"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nested")),
+        "{warnings:?}"
+    );
+}
