@@ -240,6 +240,7 @@ def main():
             "peak_rss_mib": round(statistics.median(v[1] for v in vals) / 1024, 1),
         }
     out["ratio_wall_belay_host_to_peer"] = round(out["belay_host"]["wall_s"] / out["peer"]["wall_s"], 2)
+    out["ratio_wall_belay_container_to_peer"] = round(out["belay_container"]["wall_s"] / out["peer"]["wall_s"], 2)
     out["ratio_overhead_belay_host_to_peer"] = round(out["belay_host"]["overhead_s"] / out["peer"]["overhead_s"], 2)
     out["ratio_rss_belay_to_peer"] = round(out["belay_host"]["peak_rss_mib"] / out["peer"]["peak_rss_mib"], 2)
     res = [resume(True) for _ in range(3)]

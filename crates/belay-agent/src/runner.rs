@@ -13,15 +13,20 @@ use crate::{
 };
 use belay_model::{ModelClient, PriceTable};
 use belay_record::Redactor;
+use belay_sandbox::hostfs::WorkspaceSweep;
 use belay_sandbox::ContainerRuntime;
 
-/// Containers kept between the calls of one run, one per role: the role's
-/// next call reuses its container (readied by [`AgentBox::recycle`]), so a
-/// run starts one container per role and not one per call. The owner closes
-/// them at the run's end ([`WarmBoxes::close_all`]).
+/// The boxes of one run. Kept between calls, one per role: the role's next
+/// call reuses its container (readied by [`AgentBox::recycle`]), so a run
+/// starts one container per role and not one per call. Retired: a box no
+/// call reuses, whose processes are ended and whose tree is swept before its
+/// call returns, removed in the background ([`AgentBox::retire`]). The
+/// owner closes and awaits them all at the run's end
+/// ([`WarmBoxes::close_all`]).
 #[derive(Default)]
 pub struct WarmBoxes {
     boxes: tokio::sync::Mutex<std::collections::HashMap<String, AgentBox>>,
+    retiring: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl WarmBoxes {
@@ -35,11 +40,30 @@ impl WarmBoxes {
         }
     }
 
-    /// Remove every kept container (and its route), sweeping the tree.
+    /// A box no call reuses: ended and swept now, removed in the background.
+    async fn retire(&self, b: AgentBox) -> Result<WorkspaceSweep, AgentError> {
+        let (sweep, removal) = b.retire().await?;
+        if let (Some(h), Ok(mut r)) = (removal, self.retiring.lock()) {
+            r.retain(|h| !h.is_finished());
+            r.push(h);
+        }
+        Ok(sweep)
+    }
+
+    /// Remove every kept container (and its route), sweeping the tree, and
+    /// wait for the retired ones' removal.
     pub async fn close_all(&self) {
         let all: Vec<AgentBox> = self.boxes.lock().await.drain().map(|(_, b)| b).collect();
         for b in all {
             let _ = b.close().await;
+        }
+        let retiring = self
+            .retiring
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        for h in retiring {
+            let _ = h.await;
         }
     }
 }
@@ -75,8 +99,12 @@ pub struct Runner<'a> {
     /// The environment the agent gets beyond the scrubbed one (and, in a
     /// container, the route's), on either placement.
     pub agent_env: Vec<(String, String)>,
-    /// Keep each role's container for its next call (the plan loop).
-    pub warm: Option<&'a WarmBoxes>,
+    /// The run's boxes (the plan loop): a box no call reuses is removed in
+    /// the background, awaited by [`WarmBoxes::close_all`]. Without, each
+    /// call's box is removed before the call returns.
+    pub boxes: Option<&'a WarmBoxes>,
+    /// Keep this call's container in `boxes` for the role's next call.
+    pub warm: bool,
 }
 
 /// One call.
@@ -113,7 +141,9 @@ impl Runner<'_> {
         let prices = c.spec.model.as_deref().and_then(|m| self.prices.lookup(m));
         // Where: the host (the opt-out), a warm box of the role's last call,
         // or a box of the call's own.
-        let warm = self.warm.filter(|_| !self.on_host && !self.extras.keep);
+        let warm = self
+            .boxes
+            .filter(|_| self.warm && !self.on_host && !self.extras.keep);
         let key = self.box_key(&c);
         let reused = match (c.prepared, warm) {
             (Some(b), _) if !self.on_host => Some(b),
@@ -159,7 +189,7 @@ impl Runner<'_> {
             ),
             Some(b) => (
                 {
-                    let mut p = b.placement_kept(warm.is_some());
+                    let mut p = b.placement();
                     if let Placement::Container { env, .. } = &mut p {
                         env.extend(self.agent_env.iter().cloned());
                     }
@@ -228,7 +258,10 @@ impl Runner<'_> {
                     return Err(e);
                 }
             },
-            None => agent_box.close().await?,
+            None => match self.boxes {
+                Some(store) => store.retire(agent_box).await?,
+                None => agent_box.close().await?,
+            },
         };
         if !sweep.setid_cleared.is_empty() {
             (self.warn)(&format!(

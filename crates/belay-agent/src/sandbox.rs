@@ -265,14 +265,11 @@ impl AgentBox {
         self.route.url()
     }
 
-    /// Where an [`crate::AgentSession`] runs in this box.
+    /// Where an [`crate::AgentSession`] runs in this box. Its processes are
+    /// ended by the box's owner after the call ([`AgentBox::recycle`] for a
+    /// box kept warm for the role's next call, [`AgentBox::close`]); only a
+    /// box left for the user (`keep`) has the session clean up after itself.
     pub fn placement(&self) -> Placement {
-        self.placement_kept(false)
-    }
-
-    /// [`AgentBox::placement`] for a box that outlives the call (`warm`:
-    /// kept for the role's next call): the session cleans up after itself.
-    pub fn placement_kept(&self, warm: bool) -> Placement {
         Placement::Container {
             rt: self.rt.clone(),
             id: self.id.clone(),
@@ -280,9 +277,8 @@ impl AgentBox {
             env: self.route.env().to_vec(),
             host_root: Some(self.repo.clone()),
             host_dirs: vec![],
-            // A kept container (for the user, or warm for the next call)
-            // gets the cleanup.
-            removed_after: !self.keep && !warm,
+            // A container left for the user gets the session's cleanup.
+            ended_by_owner: !self.keep,
         }
     }
 
@@ -294,6 +290,34 @@ impl AgentBox {
     pub async fn recycle(&self) -> Result<WorkspaceSweep, AgentError> {
         self.rt.end_call(&self.id).await?;
         sweep(&self.repo).await
+    }
+
+    /// Close the box with the container's removal in the background: its
+    /// processes ended now (by recorded identity, as [`AgentBox::recycle`]
+    /// does) and the work tree swept, so that nothing of the call can write
+    /// the tree once this returns; the container, its mount points and its
+    /// route go in the returned task. A box left for the user, or one whose
+    /// processes cannot be ended (its container gone), is closed at once.
+    pub async fn retire(
+        self,
+    ) -> Result<(WorkspaceSweep, Option<tokio::task::JoinHandle<()>>), AgentError> {
+        if self.keep || self.rt.end_call(&self.id).await.is_err() {
+            return self.close().await.map(|s| (s, None));
+        }
+        let swept = sweep(&self.repo).await;
+        let AgentBox {
+            rt,
+            id,
+            route,
+            mount_points,
+            ..
+        } = self;
+        let removal = tokio::spawn(async move {
+            let _ = rt.remove(&id).await;
+            belay_sandbox::envimage::remove_mount_points(&mount_points);
+            route.close(rt.as_ref()).await;
+        });
+        swept.map(|s| (s, Some(removal)))
     }
 
     /// Remove the container (unless kept) and its network, then sweep the

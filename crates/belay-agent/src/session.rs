@@ -49,11 +49,13 @@ pub enum Placement {
         /// straight to the host too (a read-only root filesystem refuses the
         /// engine's archive upload on older engines even into a bind mount).
         host_dirs: Vec<(String, PathBuf)>,
-        /// The container is removed right after the agent (an
-        /// [`crate::AgentBox`]): what the CLI left dies with it, and no
-        /// cleanup exec is made (Docker holds a new exec for seconds while
-        /// an escaped process keeps the last one's output open).
-        removed_after: bool,
+        /// The box's owner ends every process of the container right after
+        /// the agent (an [`crate::AgentBox`] removed, or recycled for the
+        /// role's next call by [`crate::AgentBox::recycle`]): what the CLI
+        /// left dies then, and no cleanup exec is made (Docker holds a new
+        /// exec for seconds while an escaped process keeps the last one's
+        /// output open; and an exec costs a call about 40 ms).
+        ended_by_owner: bool,
     },
     /// On this machine, in `cwd`: the explicit opt-out of the sandbox. Only
     /// CLIs run here (the built-in agent's tools always run in a container).
@@ -384,7 +386,7 @@ impl AgentSession<'_> {
                 id,
                 workdir,
                 env,
-                removed_after,
+                ended_by_owner,
                 ..
             } => {
                 let agent = self.cli_agent(kind, true)?;
@@ -401,7 +403,7 @@ impl AgentSession<'_> {
                     &mut |e| stream.push(e),
                 )
                 .await;
-                if *removed_after {
+                if *ended_by_owner {
                     return result;
                 }
                 // Whatever the CLI left running in the container goes with it.

@@ -46,12 +46,50 @@ fn allowed(key: &str) -> bool {
     }
 }
 
+/// The config file as it was when its copy was last made (inode, size,
+/// modification and change times): the same file gives the same copy.
+type Stamp = (u64, u64, i64, i64, i64, i64);
+
+/// The last copy made of each config file, by its stamp: a run's boxes
+/// (each call's, the reviewer's) take it without a git process per key
+/// (about 25 ms a box).
+static MADE: std::sync::Mutex<Vec<(std::path::PathBuf, Stamp, Vec<u8>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_file().then(|| {
+        (
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    })
+}
+
 pub(crate) async fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
     let src = git.git_dir().join("config");
+    // Taken before the file is read: a change after it gives a new stamp.
+    let stamp = stamp(&src);
+    let made = stamp.and_then(|st| {
+        MADE.lock().ok().and_then(|m| {
+            m.iter()
+                .find(|(p, s, _)| *p == src && *s == st)
+                .map(|(_, _, bytes)| bytes.clone())
+        })
+    });
+    let tmp = dest.with_extension("tmp");
+    if let Some(bytes) = made {
+        fs_err::write(&tmp, &bytes).map_err(|e| VcsError::io("write", &tmp, e))?;
+        return fs_err::rename(&tmp, dest).map_err(|e| VcsError::io("write", dest, e));
+    }
     let list = git
         .run(&["config", "-z", "--file", &src.to_string_lossy(), "--list"])
         .await?;
-    let tmp = dest.with_extension("tmp");
     fs_err::write(&tmp, b"").map_err(|e| VcsError::io("write", &tmp, e))?;
     let file = tmp.to_string_lossy().into_owned();
     for entry in list.split('\0').filter(|e| !e.is_empty()) {
@@ -67,6 +105,16 @@ pub(crate) async fn write(git: &Git, dest: &Path) -> Result<(), VcsError> {
         };
         git.run(&["config", "--file", &file, "--add", key, &value])
             .await?;
+    }
+    if let (Some(st), Ok(bytes)) = (stamp, fs_err::read(&tmp)) {
+        if let Ok(mut m) = MADE.lock() {
+            m.retain(|(p, _, _)| *p != src);
+            // A long-lived server's many work trees: the newest few.
+            if m.len() >= 64 {
+                m.remove(0);
+            }
+            m.push((src.clone(), st, bytes));
+        }
     }
     fs_err::rename(&tmp, dest).map_err(|e| VcsError::io("write", dest, e))?;
     Ok(())

@@ -160,7 +160,8 @@ pub async fn session(
             ..Default::default()
         },
         agent_env: env,
-        warm: None,
+        boxes: None,
+        warm: false,
     };
     let _ = run.emit("jobs", Some("agent"), &JobEvent::AgentStarted { attempt });
     let call = Call {

@@ -189,7 +189,7 @@ impl Engine<'_> {
             };
             let c = self.container(net, step.workspace, step).await?;
             let placement = Placement::Container {
-                removed_after: false,
+                ended_by_owner: false,
                 rt: self.rt.clone(),
                 id: c,
                 workdir: WORKDIR.into(),
@@ -220,7 +220,7 @@ impl Engine<'_> {
             };
             let prices = PriceTable::builtin().lookup(spec.model.as_deref().unwrap_or(""));
             let placement = Placement::Container {
-                removed_after: false,
+                ended_by_owner: false,
                 rt: self.rt.clone(),
                 id: c,
                 workdir: WORKDIR.into(),

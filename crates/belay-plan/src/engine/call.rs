@@ -36,6 +36,78 @@ pub(super) struct CallOutcome {
 pub(super) type PreparedBox =
     tokio::task::JoinHandle<Result<belay_agent::sandbox::AgentBox, belay_agent::AgentError>>;
 
+/// A role's agent: the flag (also `agent@model`), then the plan's
+/// `models`, then the CLI's own default.
+pub(super) fn role_spec(
+    o: &super::RunOptions,
+    plan: &crate::schema::Plan,
+    role: Role,
+) -> AgentSpec {
+    let (spec, flag, planned) = match role {
+        Role::Developer => (&o.developer, &o.developer_model, &plan.developer_model),
+        Role::Reviewer => (&o.reviewer, &o.reviewer_model, &plan.reviewer_model),
+    };
+    let mut spec = spec.clone();
+    spec.model = flag.clone().or(spec.model).or_else(|| planned.clone());
+    spec
+}
+
+/// A role's environment set: the developer's is writable; the reviewer
+/// gets the read-only set no agent ever wrote, so that a program the
+/// developer planted on the environment's PATH (a `setsid`, a `node`) does
+/// not run in the reviewer's container and speak for it.
+pub(super) fn env_extras(env: &belay_sandbox::envimage::RunEnv, role: Role) -> BoxExtras {
+    match role {
+        Role::Developer => BoxExtras {
+            env: env.agent.clone(),
+            ..BoxExtras::default()
+        },
+        Role::Reviewer => BoxExtras {
+            env: env.gate.clone(),
+            env_read_only: true,
+            ..BoxExtras::default()
+        },
+    }
+}
+
+/// Open a role's box in the background, as the runner would open it for
+/// the role's call (which takes it instead of opening its own).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn open_in_background(
+    o: &super::RunOptions,
+    role: Role,
+    rt: std::sync::Arc<dyn belay_sandbox::ContainerRuntime>,
+    spec: AgentSpec,
+    extras: BoxExtras,
+    git: belay_vcs::Git,
+    run_id: String,
+    records: std::path::PathBuf,
+) -> PreparedBox {
+    let image = o.image.clone();
+    let endpoint = match role {
+        Role::Developer => o.developer_endpoint.as_ref(),
+        Role::Reviewer => o.reviewer_endpoint.as_ref(),
+    };
+    let model_url = endpoint.map(|e| e.base_url.clone());
+    tokio::spawn(async move {
+        belay_agent::sandbox::AgentBox::open(belay_agent::sandbox::BoxSpec {
+            rt,
+            image,
+            run_id,
+            kind: format!("plan-{}", role.as_str()),
+            repo: git.root().to_path_buf(),
+            git: Some(&git),
+            records,
+            agent: &spec,
+            model_url,
+            network: extras.network,
+            keep: extras.keep,
+            extras,
+        })
+        .await
+    })
+}
+
 impl Engine<'_> {
     /// Start opening the reviewer's next box in the background, after the
     /// developer's call, while belay commits and gates: a fresh box per
@@ -57,31 +129,16 @@ impl Engine<'_> {
         };
         let extras = self.box_extras(Role::Reviewer)?;
         let spec = self.spec_for(Role::Reviewer);
-        let git = self.git.clone();
-        let (image, run_id) = (self.o.image.clone(), self.state.run_id.clone());
-        let records = self.run.path("box");
-        let model_url = self
-            .o
-            .reviewer_endpoint
-            .as_ref()
-            .map(|e| e.base_url.clone());
-        self.prepared_reviewer = Some(tokio::spawn(async move {
-            belay_agent::sandbox::AgentBox::open(belay_agent::sandbox::BoxSpec {
-                rt,
-                image,
-                run_id,
-                kind: format!("plan-{}", Role::Reviewer.as_str()),
-                repo: git.root().to_path_buf(),
-                git: Some(&git),
-                records,
-                agent: &spec,
-                model_url,
-                network: extras.network,
-                keep: extras.keep,
-                extras,
-            })
-            .await
-        }));
+        self.prepared_reviewer = Some(open_in_background(
+            self.o,
+            Role::Reviewer,
+            rt,
+            spec,
+            extras,
+            self.git.clone(),
+            self.state.run_id.clone(),
+            self.run.path("box"),
+        ));
         Ok(())
     }
 
@@ -101,9 +158,20 @@ impl Engine<'_> {
         }
     }
 
-    /// Close a prepared box no review used.
+    /// The developer's box opened during the run's setup, if it opened.
+    async fn take_prepared_developer(&mut self) -> Option<belay_agent::sandbox::AgentBox> {
+        self.prepared_developer.take()?.await.ok()?.ok()
+    }
+
+    /// Close the prepared boxes no call used.
     pub(super) async fn close_prepared(&mut self) {
-        if let Some(h) = self.prepared_reviewer.take() {
+        for h in [
+            self.prepared_reviewer.take(),
+            self.prepared_developer.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
             if let Ok(Ok(b)) = h.await {
                 let _ = b.close().await;
             }
@@ -111,23 +179,7 @@ impl Engine<'_> {
     }
 
     fn spec_for(&self, role: Role) -> AgentSpec {
-        let (spec, flag, plan) = match role {
-            Role::Developer => (
-                &self.o.developer,
-                &self.o.developer_model,
-                &self.plan.developer_model,
-            ),
-            Role::Reviewer => (
-                &self.o.reviewer,
-                &self.o.reviewer_model,
-                &self.plan.reviewer_model,
-            ),
-        };
-        let mut spec = spec.clone();
-        // The flag (also `agent@model`), then the plan's `models`, then the
-        // CLI's own default.
-        spec.model = flag.clone().or(spec.model).or_else(|| plan.clone());
-        spec
+        role_spec(self.o, &self.plan, role)
     }
 
     pub(super) async fn call(
@@ -194,7 +246,7 @@ impl Engine<'_> {
         });
         let prepared = match role {
             Role::Reviewer => self.take_prepared_reviewer().await,
-            Role::Developer => None,
+            Role::Developer => self.take_prepared_developer().await,
         };
         let (run, obs) = (&self.run, &*self.o.observer);
         let warn = move |m: &str| super::warn_to(run, obs, m.to_string());
@@ -220,8 +272,10 @@ impl Engine<'_> {
             // The developer's container is kept for its next call. The
             // reviewer's is not: its read-only plan view is a file mount
             // over the plan file, which the next write of the plan file
-            // (a rename in the work tree) would leave it without.
-            warm: (role == Role::Developer).then_some(&*self.warm),
+            // (a rename in the work tree) would leave it without. It is
+            // removed in the background, its processes ended first.
+            boxes: Some(&*self.warm),
+            warm: role == Role::Developer,
         };
         let result = runner
             .run(belay_agent::runner::Call {
@@ -331,21 +385,7 @@ impl Engine<'_> {
     /// developer proposes through the file, so its box has none; on the host
     /// there are no mounts (the opt-out), and what changed is judged after.
     fn box_extras(&self, role: Role) -> Result<BoxExtras, PlanError> {
-        // The developer's environment set is writable; the reviewer gets
-        // the read-only set no agent ever wrote: a program the developer
-        // planted on the environment's PATH (a `setsid`, a `node`) must not
-        // run in the reviewer's container and speak for it.
-        let env = match role {
-            Role::Developer => BoxExtras {
-                env: self.env.agent.clone(),
-                ..BoxExtras::default()
-            },
-            Role::Reviewer => BoxExtras {
-                env: self.env.gate.clone(),
-                env_read_only: true,
-                ..BoxExtras::default()
-            },
-        };
+        let env = env_extras(&self.env, role);
         if role != Role::Reviewer || self.o.on_host {
             return Ok(env);
         }

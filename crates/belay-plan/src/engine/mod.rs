@@ -128,6 +128,8 @@ pub(crate) struct Engine<'a> {
     warm: std::sync::Arc<belay_agent::runner::WarmBoxes>,
     /// The reviewer's next box, opening while belay commits and gates.
     prepared_reviewer: Option<call::PreparedBox>,
+    /// The developer's first box, opening during the setup.
+    prepared_developer: Option<call::PreparedBox>,
     /// A gate ran in this process: its environment volumes are filled.
     gated: bool,
     _lock: RunLock,
@@ -146,8 +148,13 @@ pub async fn run(o: &RunOptions) -> Result<Report, PlanError> {
     let report = match o.stop.race(e.drive()).await {
         Ok(stop) => {
             e.close_prepared().await;
-            warm.close_all().await;
-            e.end(stop).await
+            // The kept boxes are idle (their processes ended after each
+            // call): they go while belay writes the audit commit.
+            let boxes = warm.clone();
+            let closing = tokio::spawn(async move { boxes.close_all().await });
+            let report = e.end(stop).await;
+            let _ = closing.await;
+            report
         }
         Err(why) => {
             e.close_prepared().await;

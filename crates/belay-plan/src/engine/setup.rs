@@ -350,55 +350,112 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
     if o.rt.is_some() {
         refuse_gates_the_image_cannot_run(&plan, &env, git.root())?;
     }
-    let dirty = check_tree(&git, &loc, previous.as_ref(), interrupted.as_ref()).await?;
-    let branch = enter_branch(&git, previous.as_ref(), &plan, &dirty).await?;
-    let redactor = tree_redactor(o, &git).await?;
-    let run = RunHandle::open(OpenRun {
-        dir,
-        id: &run_id,
-        mode: Mode::Plan,
-        title: Some(&format!("{} on {branch}", loc.plan_rel)),
-        repo: None,
-        redactor,
-        registry: o.registry.clone(),
-    })?;
-    let mut state = match previous {
-        Some(mut s) => {
-            s.follow_plan(&plan);
-            s.outcome = None;
-            s.reason = None;
-            s
+    // The developer's first box opens while belay readies the branch.
+    let prepared = prepare_developer(o, &plan, previous.as_ref(), &env, &git, &run_id, &dir);
+    let rest: Result<Engine<'_>, PlanError> = async {
+        let dirty = check_tree(&git, &loc, previous.as_ref(), interrupted.as_ref()).await?;
+        let branch = enter_branch(&git, previous.as_ref(), &plan, &dirty).await?;
+        let redactor = tree_redactor(o, &git).await?;
+        let run = RunHandle::open(OpenRun {
+            dir,
+            id: &run_id,
+            mode: Mode::Plan,
+            title: Some(&format!("{} on {branch}", loc.plan_rel)),
+            repo: None,
+            redactor,
+            registry: o.registry.clone(),
+        })?;
+        let mut state = match previous {
+            Some(mut s) => {
+                s.follow_plan(&plan);
+                s.outcome = None;
+                s.reason = None;
+                s
+            }
+            None => RunState::new(&run_id, &loc.plan_rel, &plan),
+        };
+        state.branch = branch.clone();
+        if let Some(d) = loc.index.parent() {
+            fs_err::create_dir_all(d).map_err(|e| PlanError::io("create", d, e))?;
         }
-        None => RunState::new(&run_id, &loc.plan_rel, &plan),
-    };
-    state.branch = branch.clone();
-    if let Some(d) = loc.index.parent() {
-        fs_err::create_dir_all(d).map_err(|e| PlanError::io("create", d, e))?;
+        belay_record::atomic_write(&loc.index, run_id.as_bytes())?;
+        let submodules = git.submodule_paths().await?;
+        let mut e = Engine {
+            o,
+            plan,
+            plan_rel: loc.plan_rel.clone(),
+            git,
+            run,
+            state,
+            submodules,
+            commits: Vec::new(),
+            index: loc.index.clone(),
+            env,
+            warm: Default::default(),
+            prepared_reviewer: None,
+            prepared_developer: None,
+            gated: false,
+            _lock: lock,
+        };
+        e.save()?;
+        e.announce(&branch, resumed, &notes, stale)?;
+        if resumed {
+            e.recover().await?;
+        }
+        Ok(e)
     }
-    belay_record::atomic_write(&loc.index, run_id.as_bytes())?;
-    let submodules = git.submodule_paths().await?;
-    let mut e = Engine {
-        o,
-        plan,
-        plan_rel: loc.plan_rel.clone(),
-        git,
-        run,
-        state,
-        submodules,
-        commits: Vec::new(),
-        index: loc.index.clone(),
-        env,
-        warm: Default::default(),
-        prepared_reviewer: None,
-        gated: false,
-        _lock: lock,
-    };
-    e.save()?;
-    e.announce(&branch, resumed, &notes, stale)?;
-    if resumed {
-        e.recover().await?;
+    .await;
+    match rest {
+        Ok(mut e) => {
+            e.prepared_developer = prepared;
+            Ok(e)
+        }
+        Err(err) => {
+            if let Some(Ok(Ok(b))) = match prepared {
+                Some(h) => Some(h.await),
+                None => None,
+            } {
+                let _ = b.close().await;
+            }
+            Err(err)
+        }
     }
-    Ok(e)
+}
+
+/// The developer's first box, opening in the background, when its call is
+/// ahead (a checkpoint not yet approved) and agents run in containers.
+fn prepare_developer(
+    o: &RunOptions,
+    plan: &schema::Plan,
+    previous: Option<&RunState>,
+    env: &belay_sandbox::envimage::RunEnv,
+    git: &Git,
+    run_id: &str,
+    dir: &Path,
+) -> Option<super::call::PreparedBox> {
+    let rt = o.rt.clone().filter(|_| !o.on_host)?;
+    let ahead = match previous {
+        Some(s) => s
+            .checkpoints
+            .iter()
+            .any(|c| c.stage != crate::state::Stage::Approved),
+        None => plan
+            .checkpoints
+            .iter()
+            .any(|c| c.status != schema::Status::Approved),
+    };
+    ahead.then(|| {
+        super::call::open_in_background(
+            o,
+            Role::Developer,
+            rt,
+            super::call::role_spec(o, plan, Role::Developer),
+            super::call::env_extras(env, Role::Developer),
+            git.clone(),
+            run_id.to_string(),
+            dir.join("box"),
+        )
+    })
 }
 
 /// A gate command whose program the image lacks (`python3` in the base

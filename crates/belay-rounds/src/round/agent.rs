@@ -186,7 +186,8 @@ impl Supervisor {
                 ..Default::default()
             },
             agent_env: env,
-            warm: None,
+            boxes: None,
+            warm: false,
         };
         let grace = if cfg.runtime.grace_after_result_s > 0.0 {
             cfg.runtime.grace_after_result_s

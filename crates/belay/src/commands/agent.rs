@@ -159,7 +159,8 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
             ..BoxExtras::default()
         },
         agent_env: vec![],
-        warm: None,
+        boxes: None,
+        warm: false,
     };
     let call = Call {
         spec: &spec,

@@ -264,7 +264,8 @@ async fn init(p: &Printer, a: PlanInitArgs) -> Result<u8, Failure> {
         warn: &warn,
         extras: Default::default(),
         agent_env: vec![],
-        warm: None,
+        boxes: None,
+        warm: false,
     };
     p.note(&format!("asking {} for a plan of {}", a.agent, branch));
     let plan = belay_plan::generate::generate(belay_plan::generate::Generate {

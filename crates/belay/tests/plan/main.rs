@@ -62,6 +62,8 @@ const AGENT: &str = r#"  dev) built ;;
   dev-copy-env) built; cat config/.env > leaked.txt ;;
   dev-envimpl) printf '. ./.env.impl\nok\n' > lib.sh; printf 'ok() { true; }\n' > .env.impl; built ;;
   dev-daemon) built; setsid sh -c 'exec sleep 987656' > /dev/null 2>&1 < /dev/null & sleep 1 ;;
+  dev-late) built; setsid sh -c 'sleep 0.5; echo late > dev-late.txt' > /dev/null 2>&1 < /dev/null & sleep 0.2 ;;
+  rev-late) setsid sh -c 'while :; do echo late > rev-late.txt; sleep 0.01; done' > /dev/null 2>&1 < /dev/null & sleep 0.2; echo "VERDICT: approved"; exit 0 ;;
   rev-dir) rm -f "$plan"; mkdir "$plan"; echo "REVIEWER CODE" > "$id.txt" ;;
   rev-hide) mkdir -p hide; echo '*' > hide/.gitignore; echo x > hide/x; echo "VERDICT: approved"; exit 0 ;;
   rev-leak) echo "approved $2"; echo "reviewed with $2"; echo "VERDICT: approved"; exit 0 ;;
@@ -1211,6 +1213,45 @@ fn a_host_agents_daemon_is_killed() {
     ok(&o);
     assert!(no_process("sleep 987656"), "the daemon survived");
     assert_eq!(w.kinds("leftovers_killed")[0]["data"]["count"], 1);
+}
+
+/// In containers, what an agent leaves running outside its group (setsid)
+/// dies with its call: in the developer's box kept for its next call, and
+/// in the reviewer's, whose removal goes on in the background. Nothing of
+/// either writes the tree after its call, and no container of the run is
+/// left at its end.
+#[test]
+fn what_agents_leave_running_in_their_boxes_dies_with_the_call() {
+    let w = ws();
+    let o = w.run("dev-late", "rev-late", &[]);
+    ok(&o);
+    assert_eq!(
+        w.subjects(),
+        [
+            "c1: built",
+            "c1: approved",
+            "c2: built",
+            "c2: approved",
+            "audit: completed run"
+        ]
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    // The developer's late write during a review would be taken for the
+    // reviewer's (and reverted); the reviewer's after its call, during the
+    // next build, for the developer's (and committed).
+    let reverted = serde_json::to_string(&w.kinds("reviewer_edits_reverted")).unwrap();
+    assert!(!reverted.contains("dev-late"), "{reverted}");
+    let files = git(&w.repo, &["ls-tree", "-r", "--name-only", "feature/demo"]);
+    assert!(!files.contains("late"), "{files}");
+    assert!(!w.repo.join("dev-late.txt").exists());
+    assert!(!w.repo.join("rev-late.txt").exists());
+    let run = w.run_dirs()[0]
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(common::containers_of(&run).is_empty());
 }
 
 /// The gate's commands run code the developer wrote: if they change what a
