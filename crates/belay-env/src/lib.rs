@@ -32,3 +32,10 @@ pub mod script;
 pub mod swarm;
 
 pub use error::{ClusterError, EnvError};
+
+/// Where the repository lives inside build containers (a leaf of the crate:
+/// the analysis and the plan both name it, and neither imports the other
+/// for it).
+pub const REPO_DIR: &str = "/workspace/repo";
+/// Where block scripts are put inside build containers.
+pub const SCRIPTS_DIR: &str = "/belay/scripts";

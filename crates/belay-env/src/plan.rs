@@ -15,10 +15,7 @@ use crate::analyze::{Language, NativeFacts, PythonFacts, PythonInstaller, RepoCo
 use crate::preflight::RuntimeNotes;
 use crate::EnvError;
 
-/// Where the repository lives inside build containers.
-pub const REPO_DIR: &str = "/workspace/repo";
-/// Where block scripts are put inside build containers.
-pub const SCRIPTS_DIR: &str = "/belay/scripts";
+pub use crate::{REPO_DIR, SCRIPTS_DIR};
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -844,6 +841,11 @@ fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
 /// install scripts.
 const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 CHROMEDRIVER_SKIP_DOWNLOAD=true GECKODRIVER_SKIP_DOWNLOAD=true ELECTRON_SKIP_BINARY_DOWNLOAD=1 CYPRESS_INSTALL_BINARY=0";
 
+/// Native addons build against the headers of the node that runs them, where
+/// that node's prefix has them (Debian's node with libnode-dev: `/usr`):
+/// node-gyp would otherwise download them, which a closed network refuses.
+const NODE_HEADERS: &str = r#"nd=$(dirname "$(dirname "$(readlink -f "$(command -v node)")")"); if [ -f "$nd/include/node/common.gypi" ]; then export npm_config_nodedir="$nd"; fi"#;
+
 /// The project's package manager, at the version `packageManager` pins
 /// (its major when that exact version cannot be had, then any): pnpm and
 /// yarn classic from their npm packages, yarn 2+ from `@yarnpkg/cli-dist`
@@ -908,6 +910,16 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             "[ \"$(node -p 'process.versions.node.split(\".\")[0]' 2>/dev/null || echo 0)\" -ge {major} ] || {{ npm install -g --no-audit --no-fund node@{major} && hash -r; }}"
         ));
     }
+    if n.native_addons {
+        // node-gyp compiles them at install: Python, make, a C++ compiler,
+        // and node's headers (Debian's match Debian's node).
+        p.runtime.push(apt_install(
+            &["python3", "make", "g++", "libnode-dev"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        ));
+    }
     p.runtime.extend(package_manager_lines(n));
     p.runtime
         .push("echo \"node $(node --version), npm $(npm --version)\"".into());
@@ -929,7 +941,8 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             "{{ [ \"$(node -p 'process.versions.node.split(\".\")[0]')\" -ge {major} ] || {{ echo \"node $(node --version) is older than the project's engines.node {range}\"; false; }}; }}"
         ));
     }
-    if n.has_dependencies || n.lockfile.is_some() {
+    // A native addon of the project's own compiles in its install script.
+    if n.has_dependencies || n.lockfile.is_some() || n.native_addons {
         let install = match (n.package_manager.as_str(), n.lockfile.is_some()) {
             // Plug'n'Play makes no node_modules, which the project's tools
             // and the final image's PATH look for.
@@ -950,6 +963,9 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         // the system's browser, and a download that cannot succeed fails
         // the install.
         p.deps.push(BINARY_DOWNLOADS_OFF.to_string());
+        if n.native_addons {
+            p.deps.push(NODE_HEADERS.to_string());
+        }
         p.deps.push(install.to_string());
         p.deps_validation.push(if n.package_manager == "npm" {
             "npm ls --depth=0 >/dev/null".into()

@@ -93,6 +93,10 @@ pub struct NodeFacts {
     pub required_major: Option<u32>,
     pub test_script: Option<String>,
     pub has_dependencies: bool,
+    /// A native addon compiles at install (the project's own `binding.gyp`,
+    /// or node-gyp and the helpers addons build with among its packages).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub native_addons: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -448,6 +452,13 @@ fn node(
         }
     }
     n.has_dependencies = !all_deps.is_empty();
+    n.native_addons = f.exists("binding.gyp")
+        || all_deps
+            .iter()
+            .any(|d| NATIVE_BUILD_HELPERS.contains(&d.as_str()))
+        || lock
+            .and_then(|l| f.read(l))
+            .is_some_and(|text| names_a_native_build_helper(&text));
     let script = n.test_script.clone().unwrap_or_default();
     for (dep, fw) in [
         ("jest", "jest"),
@@ -470,6 +481,35 @@ fn node(
         );
     }
     Ok(Some(n))
+}
+
+/// The packages native addons compile with at install: node-gyp itself,
+/// the headers addons include (nan, node-addon-api) and the installers that
+/// fall back to compiling when no prebuilt binary is found.
+const NATIVE_BUILD_HELPERS: &[&str] = &[
+    "node-gyp",
+    "node-gyp-build",
+    "nan",
+    "node-addon-api",
+    "prebuild-install",
+    "node-pre-gyp",
+    "@mapbox/node-pre-gyp",
+    "cmake-js",
+];
+
+/// Whether a lockfile (npm's, yarn's or pnpm's) holds one of
+/// [`NATIVE_BUILD_HELPERS`] as a package: `"node_modules/nan"`, `nan@^2.17.0:`,
+/// `/nan@2.17.0:`, `'@mapbox/node-pre-gyp@1.0.11':`.
+fn names_a_native_build_helper(lock: &str) -> bool {
+    static RE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(
+            r#"(?m)(?:^|[\s"'/])(?:node-gyp|node-gyp-build|nan|node-addon-api|prebuild-install|node-pre-gyp|cmake-js)(?:@[\w^~.<>=*-]|["':])"#,
+        )
+        .ok()
+    })
+    .as_ref()
+    .is_some_and(|re| re.is_match(lock))
 }
 
 /// The smallest major version a simple engines range allows (">=18", "^20.1",
@@ -660,6 +700,61 @@ mod tests {
             r#"{"packageManager": "pnpm@9'; touch /pwned; '"}"#,
         )]);
         assert_eq!(n.package_manager_version, None);
+    }
+
+    #[test]
+    fn native_addons_are_seen_in_the_manifest_the_lockfile_or_a_binding_gyp() {
+        let node = |files: &[(&str, &str)]| {
+            let dir = tempfile::tempdir().unwrap();
+            for (name, text) in files {
+                std::fs::write(dir.path().join(name), text).unwrap();
+            }
+            analyze(dir.path()).unwrap().node.unwrap()
+        };
+        let n = node(&[("package.json", r#"{"dependencies": {"left-pad": "1"}}"#)]);
+        assert!(!n.native_addons);
+        let n = node(&[("package.json", r#"{"dependencies": {"nan": "^2"}}"#)]);
+        assert!(n.native_addons);
+        let n = node(&[("package.json", "{}"), ("binding.gyp", "{}")]);
+        assert!(n.native_addons);
+        for (lock, text, native) in [
+            (
+                "package-lock.json",
+                r#"{"packages": {"node_modules/nan": {"version": "2.17.0"}}}"#,
+                true,
+            ),
+            (
+                "package-lock.json",
+                r#"{"packages": {"node_modules/banana": {"version": "1.0.0"}}}"#,
+                false,
+            ),
+            (
+                "yarn.lock",
+                "node-addon-api@^7.0.0:\n  version \"7.1.0\"\n",
+                true,
+            ),
+            (
+                "yarn.lock",
+                "\"@mapbox/node-pre-gyp@^1.0.0\":\n  version \"1.0.11\"\n",
+                true,
+            ),
+            (
+                "pnpm-lock.yaml",
+                "packages:\n  /prebuild-install@7.1.1:\n    resolution: {}\n",
+                true,
+            ),
+            (
+                "pnpm-lock.yaml",
+                "packages:\n  /nanoid@3.3.7:\n    resolution: {}\n",
+                false,
+            ),
+        ] {
+            let n = node(&[
+                ("package.json", r#"{"dependencies": {"x": "1"}}"#),
+                (lock, text),
+            ]);
+            assert_eq!(n.native_addons, native, "{lock}: {text}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::Files;
-use crate::plan::REPO_DIR;
+use crate::REPO_DIR;
 
 /// A requirements file, relative to the repository root.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

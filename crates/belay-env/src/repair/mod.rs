@@ -678,6 +678,12 @@ mod tests {
         // propcache 0.2.0 cythonizes at build time (seen in the corpus).
         ("[1/1] Cythonizing /workspace/repo/src/propcache/_helpers_c.pyx\n         error: [Errno 2] No such file or directory: 'x86_64-linux-gnu-gcc'", "c-compiler-missing", "build-essential"),
         ("error: linker `cc` not found\n  |\n  = note: No such file or directory (os error 2)", "c-compiler-missing", "build-essential"),
+        // node-gyp 9 building a native addon where no Python is installed.
+        ("npm ERR! gyp ERR! find Python \nnpm ERR! gyp ERR! find Python Python is not set from command line or npm configuration\nnpm ERR! gyp ERR! find Python You need to install the latest version of Python.", "node-gyp-toolchain", "python3 make g++"),
+        ("npm ERR! gyp info spawn make\nnpm ERR! make: Entering directory '/workspace/repo/build'\nnpm ERR!   CXX(target) Release/obj.target/addon/addon.o\nnpm ERR! make: g++: No such file or directory\nnpm ERR! make: *** [addon.target.mk:111: Release/obj.target/addon/addon.o] Error 127", "node-gyp-toolchain", "g++"),
+        ("npm ERR! gyp ERR! stack Error: not found: make\nnpm ERR! gyp ERR! stack     at getNotFoundError (/usr/share/nodejs/which/which.js:10:17)", "node-gyp-toolchain", "make"),
+        // node-gyp 10 without a way to nodejs.org.
+        ("npm ERR! gyp http GET https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz\nnpm ERR! gyp WARN install got an error, rolling back install\nnpm ERR! gyp ERR! configure error \nnpm ERR! gyp ERR! stack FetchError: request to https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz failed, reason: getaddrinfo EAI_AGAIN nodejs.org", "node-headers-unreachable", "libnode-dev"),
         ("node v18.19.0 is older than the project's engines.node >=20", "node-engine", "node@20"),
         ("npm WARN EBADENGINE Unsupported engine {\nnpm WARN EBADENGINE   package: 'x@1.0.0',\nnpm WARN EBADENGINE   required: { node: '>=20' },", "node-engine", "node@20"),
         ("go: go.mod requires go >= 1.21 (running go 1.19; GOTOOLCHAIN=local)", "go-too-old", "golang-1.22-go"),

@@ -35,6 +35,14 @@ pub const RULES: &[Rule] = &[
         hint: "an earlier dpkg run was interrupted",
     },
     Rule {
+        id: "node-headers-unreachable",
+        pattern: r"node-v[\d.]+-headers\.tar\.gz failed|gyp WARN install got an error, rolling back install|gyp ERR! stack Error: (?:\d+ response downloading|This is most likely not a problem with node-gyp).*headers",
+        fix: "{apt} libnode-dev python3 make g++ && npm config set nodedir /usr -g",
+        probe: Some("test -f /usr/include/node/common.gypi && npm config get nodedir | grep -qx /usr"),
+        blame: None,
+        hint: "node-gyp cannot download node's headers from here: build the native addon against Debian's (libnode-dev, which match Debian's node)",
+    },
+    Rule {
         id: "transient-network",
         pattern: r"Temporary failure (in name resolution|resolving)|Could not resolve host|Connection reset by peer|ReadTimeoutError|Read timed out|ETIMEDOUT|ECONNRESET|503 Service Unavailable|EAI_AGAIN",
         fix: "sleep 5",
@@ -121,6 +129,14 @@ pub const RULES: &[Rule] = &[
         probe: Some("command -v gcc && command -v g++ && command -v make"),
         blame: None,
         hint: "no C/C++ compiler",
+    },
+    Rule {
+        id: "node-gyp-toolchain",
+        pattern: r"gyp ERR! find Python|gyp ERR! stack Error: Could not find any Python|gyp ERR! stack Error: not found: make|make: (?:g\+\+|c\+\+|cc|gcc): No such file or directory|gyp ERR! stack Error: `make` failed",
+        fix: "{apt} python3 make g++",
+        probe: Some("command -v python3 && command -v make && command -v g++"),
+        blame: None,
+        hint: "node-gyp compiles a native addon at install: it needs Python, make and a C++ compiler",
     },
     Rule {
         id: "node-engine",

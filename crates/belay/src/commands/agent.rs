@@ -102,21 +102,7 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     } else {
         Some(Arc::new(connect().await?))
     };
-    // An env build's image brings the project's environment over the tree.
-    let env = match &rt {
-        Some(rt) => {
-            belay_sandbox::envimage::RunEnv::open(
-                rt.as_ref(),
-                &a.image,
-                &run_id,
-                belay_agent::sandbox::WORKDIR,
-                &redactor,
-                false,
-            )
-            .await?
-        }
-        None => Default::default(),
-    };
+    let env = run_env(rt.as_deref(), &a.image, &run_id, &redactor).await?;
     // The agent's warnings are untrusted text: one printable line each,
     // recorded in the run's events (the dashboard and `runs events` show
     // them) and printed.
@@ -203,6 +189,30 @@ pub async fn run(p: &Printer, a: AgentRunArgs) -> Result<u8, Failure> {
     let report: AgentReport = output.report;
     report_end(p, &run, &report, &redactor, &out)?;
     Ok(if report.ok() { 0 } else { EXIT_FAILED })
+}
+
+/// An env build's image brings the project's environment over the tree (in
+/// a container; on the host, nothing).
+async fn run_env(
+    rt: Option<&dyn ContainerRuntime>,
+    image: &str,
+    run_id: &str,
+    redactor: &belay_record::Redactor,
+) -> Result<belay_sandbox::envimage::RunEnv, Failure> {
+    Ok(match rt {
+        Some(rt) => {
+            belay_sandbox::envimage::RunEnv::open(
+                rt,
+                image,
+                run_id,
+                belay_agent::sandbox::WORKDIR,
+                redactor,
+                false,
+            )
+            .await?
+        }
+        None => Default::default(),
+    })
 }
 
 /// The end of a call: its report recorded and shown.

@@ -215,6 +215,24 @@ fn a_pinned_node_and_pnpm_build_and_its_tests_pass() {
     project_tests_pass(&m, "pnpm test 2>&1", "# pass 2");
 }
 
+/// A native addon of the project's own: the plan installs node-gyp's
+/// toolchain and Debian's node headers, so that it compiles at install with
+/// no way to nodejs.org, and the final image runs its tests.
+#[test]
+fn a_native_addon_compiles_without_the_network_and_its_tests_pass() {
+    let run = run_id("nodegyp");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-native-addon", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(
+        &m,
+        "test -f build/Release/greet.node && echo built",
+        "built",
+    );
+    project_tests_pass(&m, "npm test 2>&1", "# pass 1");
+}
+
 #[test]
 fn rust_fixture_builds_and_its_tests_pass() {
     let run = run_id("rust");
