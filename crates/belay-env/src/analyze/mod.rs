@@ -649,13 +649,7 @@ mod tests {
 
     #[test]
     fn node_pins_and_package_manager_versions() {
-        let node = |files: &[(&str, &str)]| {
-            let dir = tempfile::tempdir().unwrap();
-            for (name, text) in files {
-                std::fs::write(dir.path().join(name), text).unwrap();
-            }
-            analyze(dir.path()).unwrap().node.unwrap()
-        };
+        let node = node_facts;
         // engines is a floor; a pin says what the developers run: the newer.
         let n = node(&[
             ("package.json", r#"{"engines": {"node": ">=18"}}"#),
@@ -702,15 +696,18 @@ mod tests {
         assert_eq!(n.package_manager_version, None);
     }
 
+    /// The node facts of a directory holding `files`.
+    fn node_facts(files: &[(&str, &str)]) -> NodeFacts {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        analyze(dir.path()).unwrap().node.unwrap()
+    }
+
     #[test]
     fn native_addons_are_seen_in_the_manifest_the_lockfile_or_a_binding_gyp() {
-        let node = |files: &[(&str, &str)]| {
-            let dir = tempfile::tempdir().unwrap();
-            for (name, text) in files {
-                std::fs::write(dir.path().join(name), text).unwrap();
-            }
-            analyze(dir.path()).unwrap().node.unwrap()
-        };
+        let node = node_facts;
         let n = node(&[("package.json", r#"{"dependencies": {"left-pad": "1"}}"#)]);
         assert!(!n.native_addons);
         let n = node(&[("package.json", r#"{"dependencies": {"nan": "^2"}}"#)]);
