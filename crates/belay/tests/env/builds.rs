@@ -233,6 +233,20 @@ fn a_native_addon_compiles_without_the_network_and_its_tests_pass() {
     project_tests_pass(&m, "npm test 2>&1", "# pass 1");
 }
 
+/// An npm workspaces monorepo: one install at the root links the
+/// workspaces (one requires the other) and fetches their dependencies, and
+/// the root's test runs every workspace's tests in the final image.
+#[test]
+fn an_npm_workspaces_monorepo_builds_and_every_workspaces_tests_pass() {
+    let run = run_id("nodews");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-workspaces", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, "npm test 2>&1", "cli uses the core workspace");
+    project_tests_pass(&m, "npm test 2>&1", "core doubles");
+}
+
 #[test]
 fn rust_fixture_builds_and_its_tests_pass() {
     let run = run_id("rust");
