@@ -247,6 +247,19 @@ fn an_npm_workspaces_monorepo_builds_and_every_workspaces_tests_pass() {
     project_tests_pass(&m, "npm test 2>&1", "core doubles");
 }
 
+/// The same monorepo as a pnpm workspace (`pnpm-workspace.yaml`, the
+/// `workspace:` protocol, pnpm pinned by `packageManager`).
+#[test]
+fn a_pnpm_workspace_builds_and_every_packages_tests_pass() {
+    let run = run_id("pnpmws");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-pnpm-workspaces", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, "pnpm test 2>&1", "cli uses the core workspace");
+    project_tests_pass(&m, "pnpm test 2>&1", "core doubles");
+}
+
 #[test]
 fn rust_fixture_builds_and_its_tests_pass() {
     let run = run_id("rust");
