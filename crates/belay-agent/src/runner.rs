@@ -42,12 +42,13 @@ impl WarmBoxes {
 
     /// A box no call reuses: ended and swept now, removed in the background.
     async fn retire(&self, b: AgentBox) -> Result<WorkspaceSweep, AgentError> {
-        let (sweep, removal) = b.retire().await?;
-        if let (Some(h), Ok(mut r)) = (removal, self.retiring.lock()) {
+        let (sweep, removal) = b.retire().await;
+        if let Some(h) = removal {
+            let mut r = self.retiring.lock().unwrap_or_else(|p| p.into_inner());
             r.retain(|h| !h.is_finished());
             r.push(h);
         }
-        Ok(sweep)
+        sweep
     }
 
     /// Remove every kept container (and its route), sweeping the tree, and
@@ -57,11 +58,8 @@ impl WarmBoxes {
         for b in all {
             let _ = b.close().await;
         }
-        let retiring = self
-            .retiring
-            .lock()
-            .map(|mut r| std::mem::take(&mut *r))
-            .unwrap_or_default();
+        let retiring =
+            std::mem::take(&mut *self.retiring.lock().unwrap_or_else(|p| p.into_inner()));
         for h in retiring {
             let _ = h.await;
         }
@@ -247,7 +245,8 @@ impl Runner<'_> {
         };
         let report = session.run(c.prompt).await;
         let kept = self.extras.keep.then(|| agent_box.id().to_string());
-        let sweep = match warm {
+        // Kept only where belay ends its processes from the host.
+        let sweep = match warm.filter(|_| agent_box.sweeps_from_host()) {
             Some(w) => match agent_box.recycle().await {
                 Ok(sweep) => {
                     w.put(key, agent_box).await;

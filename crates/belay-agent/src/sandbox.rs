@@ -260,6 +260,13 @@ impl AgentBox {
         &self.id
     }
 
+    /// Whether belay ends this box's processes from the host (see
+    /// [`ContainerRuntime::sweeps_from_host`]): only then is it kept warm or
+    /// retired rather than removed.
+    pub fn sweeps_from_host(&self) -> bool {
+        self.rt.sweeps_from_host(&self.id)
+    }
+
     /// The model endpoint as the container reaches it.
     pub fn endpoint_url(&self) -> Option<&str> {
         self.route.url()
@@ -277,7 +284,9 @@ impl AgentBox {
             env: self.route.env().to_vec(),
             host_root: Some(self.repo.clone()),
             host_dirs: vec![],
-            // A container left for the user gets the session's cleanup.
+            // A container left for the user gets the session's cleanup. The
+            // others are removed after the call, or kept warm only where
+            // belay ends their processes from the host.
             ended_by_owner: !self.keep,
         }
     }
@@ -296,13 +305,19 @@ impl AgentBox {
     /// processes ended now (by recorded identity, as [`AgentBox::recycle`]
     /// does) and the work tree swept, so that nothing of the call can write
     /// the tree once this returns; the container, its mount points and its
-    /// route go in the returned task. A box left for the user, or one whose
-    /// processes cannot be ended (its container gone), is closed at once.
+    /// route go in the returned task (returned also when the sweep failed).
+    /// A box left for the user, or one whose processes belay cannot sweep
+    /// from the host (a remote engine) or end (its container gone), is
+    /// closed at once.
     pub async fn retire(
         self,
-    ) -> Result<(WorkspaceSweep, Option<tokio::task::JoinHandle<()>>), AgentError> {
-        if self.keep || self.rt.end_call(&self.id).await.is_err() {
-            return self.close().await.map(|s| (s, None));
+    ) -> (
+        Result<WorkspaceSweep, AgentError>,
+        Option<tokio::task::JoinHandle<()>>,
+    ) {
+        // Only a sweep from the host is sure to leave nothing running.
+        if self.keep || !self.sweeps_from_host() || self.rt.end_call(&self.id).await.is_err() {
+            return (self.close().await, None);
         }
         let swept = sweep(&self.repo).await;
         let AgentBox {
@@ -317,7 +332,7 @@ impl AgentBox {
             belay_sandbox::envimage::remove_mount_points(&mount_points);
             route.close(rt.as_ref()).await;
         });
-        swept.map(|s| (s, Some(removal)))
+        (swept, Some(removal))
     }
 
     /// Remove the container (unless kept) and its network, then sweep the

@@ -841,10 +841,32 @@ fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
 /// install scripts.
 const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 CHROMEDRIVER_SKIP_DOWNLOAD=true GECKODRIVER_SKIP_DOWNLOAD=true ELECTRON_SKIP_BINARY_DOWNLOAD=1 CYPRESS_INSTALL_BINARY=0";
 
+/// Whether the node on `PATH` is Debian's (the `nodejs` package, whose
+/// versions carry `+dfsg`; NodeSource's package has the same name and paths).
+pub const DEBIAN_NODE: &str = r#"{ dpkg -S "$(readlink -f "$(command -v node)")" 2>/dev/null | grep -q '^nodejs:' && dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; }"#;
+
 /// Native addons build against the headers of the node that runs them, where
 /// that node's prefix has them (Debian's node with libnode-dev: `/usr`):
 /// node-gyp would otherwise download them, which a closed network refuses.
 const NODE_HEADERS: &str = r#"nd=$(dirname "$(dirname "$(readlink -f "$(command -v node)")")"); if [ -f "$nd/include/node/common.gypi" ]; then export npm_config_nodedir="$nd"; fi"#;
+
+/// The packages whose install scripts a repair turned off, one name a line
+/// (rule `npm-install-script-download`).
+const NPM_SKIP_SCRIPTS: &str = "/etc/belay/npm-skip-scripts";
+
+/// The names of the installed packages (not the project) with an install
+/// script, but those in [`NPM_SKIP_SCRIPTS`], from `npm query`'s JSON.
+const NPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs");const skip=new Set(fs.readFileSync("/etc/belay/npm-skip-scripts","utf8").split(/\s+/).filter(Boolean));const q=JSON.parse(fs.readFileSync(0,"utf8"));console.log([...new Set(q.filter(p=>p.location&&!skip.has(p.name)).map(p=>p.name))].join(" "))"#;
+
+/// npm's install `cmd`, leaving out the install scripts of the packages a
+/// repair named (their script downloads from a host this network refuses):
+/// every script skipped, then the other packages' run (`npm rebuild`) and
+/// the project's own.
+fn npm_install(cmd: &str) -> String {
+    format!(
+        "if [ -s {NPM_SKIP_SCRIPTS} ]; then {cmd} --ignore-scripts && pkgs=$(npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}') && {{ [ -z \"$pkgs\" ] || npm rebuild $pkgs; }} && npm run preinstall --if-present && npm run install --if-present && npm run postinstall --if-present; else {cmd}; fi"
+    )
+}
 
 /// The project's package manager, at the version `packageManager` pins
 /// (its major when that exact version cannot be had, then any): pnpm and
@@ -912,12 +934,17 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     }
     if n.native_addons {
         // node-gyp compiles them at install: Python, make, a C++ compiler,
-        // and node's headers (Debian's match Debian's node).
+        // and node's headers, Debian's only for Debian's node (they match
+        // it; another node's package owns the same paths).
         p.runtime.push(apt_install(
-            &["python3", "make", "g++", "libnode-dev"]
+            &["python3", "make", "g++"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+        ));
+        p.runtime.push(format!(
+            "if {DEBIAN_NODE}; then {}; fi",
+            apt_install(&["libnode-dev".to_string()].into())
         ));
     }
     p.runtime.extend(package_manager_lines(n));
@@ -943,19 +970,19 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     }
     // A native addon of the project's own compiles in its install script.
     if n.has_dependencies || n.lockfile.is_some() || n.native_addons {
-        let install = match (n.package_manager.as_str(), n.lockfile.is_some()) {
+        let install: String = match (n.package_manager.as_str(), n.lockfile.is_some()) {
             // Plug'n'Play makes no node_modules, which the project's tools
             // and the final image's PATH look for.
             ("yarn", true) if n.yarn_berry => {
-                "YARN_NODE_LINKER=node-modules yarn install --immutable"
+                "YARN_NODE_LINKER=node-modules yarn install --immutable".into()
             }
-            ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install",
-            ("yarn", true) => "yarn install --frozen-lockfile --non-interactive",
-            ("yarn", false) => "yarn install --non-interactive",
-            ("pnpm", true) => "pnpm install --frozen-lockfile",
-            ("pnpm", false) => "pnpm install",
-            (_, true) => "npm ci --no-audit --no-fund",
-            (_, false) => "npm install --no-audit --no-fund",
+            ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install".into(),
+            ("yarn", true) => "yarn install --frozen-lockfile --non-interactive".into(),
+            ("yarn", false) => "yarn install --non-interactive".into(),
+            ("pnpm", true) => "pnpm install --frozen-lockfile".into(),
+            ("pnpm", false) => "pnpm install".into(),
+            (_, true) => npm_install("npm ci --no-audit --no-fund"),
+            (_, false) => npm_install("npm install --no-audit --no-fund"),
         };
         // Install scripts that download browsers and drivers from hosts of
         // their own (playwright, puppeteer, chromedriver, geckodriver,
@@ -966,7 +993,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         if n.native_addons {
             p.deps.push(NODE_HEADERS.to_string());
         }
-        p.deps.push(install.to_string());
+        p.deps.push(install);
         p.deps_validation.push(if n.package_manager == "npm" {
             "npm ls --depth=0 >/dev/null".into()
         } else {

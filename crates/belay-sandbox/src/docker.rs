@@ -842,6 +842,13 @@ impl ContainerRuntime for DockerRuntime {
         self.end_processes(container, false).await
     }
 
+    fn sweeps_from_host(&self, container: &str) -> bool {
+        self.procs
+            .lock()
+            .map(|m| m.contains_key(container))
+            .unwrap_or(false)
+    }
+
     fn exec_user(&self, container: &str) -> Option<String> {
         self.exec_users.lock().ok()?.get(container).cloned()
     }

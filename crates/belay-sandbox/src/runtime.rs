@@ -219,6 +219,14 @@ pub trait ContainerRuntime: Send + Sync {
     async fn end_call(&self, container: &str) -> Result<usize, SandboxError> {
         self.end_step(container).await
     }
+    /// Whether [`ContainerRuntime::end_call`] ends the container's processes
+    /// from the host, by sweeping its process namespace until none is left
+    /// (a local engine whose processes belay may signal). Otherwise it is a
+    /// sweep from inside, which a process that keeps forking can outrun: a
+    /// box is then removed, never kept or retired.
+    fn sweeps_from_host(&self, _container: &str) -> bool {
+        false
+    }
     /// The user commands run as in this container (`docker exec -u`): the
     /// image's user, or `None` for the container's own.
     fn exec_user(&self, container: &str) -> Option<String>;

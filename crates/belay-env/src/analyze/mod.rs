@@ -497,14 +497,17 @@ const NATIVE_BUILD_HELPERS: &[&str] = &[
     "cmake-js",
 ];
 
-/// Whether a lockfile (npm's, yarn's or pnpm's) holds one of
-/// [`NATIVE_BUILD_HELPERS`] as a package: `"node_modules/nan"`, `nan@^2.17.0:`,
-/// `/nan@2.17.0:`, `'@mapbox/node-pre-gyp@1.0.11':`.
+/// Whether a lockfile (npm's, yarn's or pnpm's) holds a package only native
+/// addons use: `"node_modules/nan"`, `nan@^2.17.0:`, `/nan@2.17.0:`,
+/// `'@mapbox/node-pre-gyp@1.0.11':`. Not node-gyp itself, which npm's own
+/// tooling (`@npmcli/run-script`, under lerna, pacote and the Angular CLI)
+/// brings to projects with no addon, and never a scoped namesake
+/// (`@npmcli/node-gyp`).
 fn names_a_native_build_helper(lock: &str) -> bool {
     static RE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
     RE.get_or_init(|| {
         regex::Regex::new(
-            r#"(?m)(?:^|[\s"'/])(?:node-gyp|node-gyp-build|nan|node-addon-api|prebuild-install|node-pre-gyp|cmake-js)(?:@[\w^~.<>=*-]|["':])"#,
+            r#"(?m)(?:^\s*/?|["']|node_modules/)(?:nan|node-addon-api|node-gyp-build|prebuild-install|node-pre-gyp|@mapbox/node-pre-gyp|cmake-js)(?:@[\w^~.<>=*-]|["':])"#,
         )
         .ok()
     })
@@ -743,6 +746,21 @@ mod tests {
             (
                 "pnpm-lock.yaml",
                 "packages:\n  /nanoid@3.3.7:\n    resolution: {}\n",
+                false,
+            ),
+            (
+                "pnpm-lock.yaml",
+                "packages:\n  nan@2.17.0:\n    resolution: {}\n",
+                true,
+            ),
+            (
+                "package-lock.json",
+                r#"{"packages": {"node_modules/@npmcli/node-gyp": {}, "node_modules/node-gyp": {}}}"#,
+                false,
+            ),
+            (
+                "yarn.lock",
+                "\"@npmcli/run-script@^7.0.0\":\n  dependencies:\n    node-gyp \"^10.0.0\"\n",
                 false,
             ),
         ] {

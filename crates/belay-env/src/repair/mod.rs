@@ -678,6 +678,9 @@ mod tests {
         // propcache 0.2.0 cythonizes at build time (seen in the corpus).
         ("[1/1] Cythonizing /workspace/repo/src/propcache/_helpers_c.pyx\n         error: [Errno 2] No such file or directory: 'x86_64-linux-gnu-gcc'", "c-compiler-missing", "build-essential"),
         ("error: linker `cc` not found\n  |\n  = note: No such file or directory (os error 2)", "c-compiler-missing", "build-essential"),
+        // npm 9: a dependency's postinstall fetching a binary from its own host.
+        ("npm ERR! code 1\nnpm ERR! path /workspace/repo/node_modules/fetch-binary\nnpm ERR! command failed\nnpm ERR! command sh -c node install.js\nnpm ERR! downloading https://downloads.example.com/tool-linux-x64.tar.gz\nnpm ERR! Error: getaddrinfo ENOTFOUND downloads.example.com", "npm-install-script-download", "echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
+        ("npm error code 1\nnpm error path /workspace/repo/node_modules/@scope/driver\nnpm error command failed\nnpm error command sh -c node ./install\nnpm error Error: connect ECONNREFUSED 140.82.121.4:443", "npm-install-script-download", "'@scope/driver'"),
         // node-gyp 9 building a native addon where no Python is installed.
         ("npm ERR! gyp ERR! find Python \nnpm ERR! gyp ERR! find Python Python is not set from command line or npm configuration\nnpm ERR! gyp ERR! find Python You need to install the latest version of Python.", "node-gyp-toolchain", "python3 make g++"),
         ("npm ERR! gyp info spawn make\nnpm ERR! make: Entering directory '/workspace/repo/build'\nnpm ERR!   CXX(target) Release/obj.target/addon/addon.o\nnpm ERR! make: g++: No such file or directory\nnpm ERR! make: *** [addon.target.mk:111: Release/obj.target/addon/addon.o] Error 127", "node-gyp-toolchain", "g++"),

@@ -35,12 +35,20 @@ pub const RULES: &[Rule] = &[
         hint: "an earlier dpkg run was interrupted",
     },
     Rule {
+        id: "npm-install-script-download",
+        pattern: r"npm (?:ERR!|error) path /workspace/repo/(?:[\w.@/-]+/)?node_modules/((?:@[A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+)[ \t]*\n(?:npm (?:ERR!|error)[^\n]*\n){0,40}?[^\n]*(?:ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ENETUNREACH|ETIMEDOUT|ECONNRESET|self[- ]signed certificate|unable to get local issuer certificate|socket hang up)",
+        fix: "mkdir -p /etc/belay && echo '{1}' >> /etc/belay/npm-skip-scripts",
+        probe: Some("grep -qxF '{1}' /etc/belay/npm-skip-scripts"),
+        blame: None,
+        hint: "a package's install script downloads from a host this network refuses: install without that package's scripts, and run every other package's",
+    },
+    Rule {
         id: "node-headers-unreachable",
         pattern: r"node-v[\d.]+-headers\.tar\.gz failed|gyp WARN install got an error, rolling back install|gyp ERR! stack Error: (?:\d+ response downloading|This is most likely not a problem with node-gyp).*headers",
-        fix: "{apt} libnode-dev python3 make g++ && npm config set nodedir /usr -g",
+        fix: "{ dpkg -S \"$(readlink -f \"$(command -v node)\")\" 2>/dev/null | grep -q '^nodejs:' && dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; } && {apt} libnode-dev python3 make g++ && npm config set nodedir /usr -g",
         probe: Some("test -f /usr/include/node/common.gypi && npm config get nodedir | grep -qx /usr"),
         blame: None,
-        hint: "node-gyp cannot download node's headers from here: build the native addon against Debian's (libnode-dev, which match Debian's node)",
+        hint: "node-gyp cannot download node's headers from here: build the native addon against Debian's (libnode-dev), only when Debian's node runs it",
     },
     Rule {
         id: "transient-network",

@@ -508,3 +508,27 @@ fn dependencies_resolve_as_of_the_commit_date() {
     project_tests_pass(&m, ".venv/bin/python -m pytest --version", "pytest 7.3.1");
     project_tests_pass(&m, ".venv/bin/python -m pytest -q", "passed");
 }
+
+/// A dependency whose postinstall downloads a tool from a host of its own
+/// (here one that does not exist): the repair names that package, the
+/// install runs again without its scripts, every other package's scripts
+/// still run, and the project's tests pass in the final image.
+#[test]
+fn an_install_script_that_downloads_is_left_out_for_that_package_alone() {
+    let run = run_id("npmskip");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build_ok(&fixture("node-script-download"), &run, state.path());
+    let fixes = phases(&m, "repair")
+        .iter()
+        .filter_map(|e| e["repair_command"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        fixes.contains("echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
+        "{fixes}"
+    );
+    assert!(!fixes.contains("marker"), "{fixes}");
+    assert_eq!(m["final_clean_replay_ok"], true);
+    project_tests_pass(&m, "npm test 2>&1", "# pass 2");
+}
