@@ -54,6 +54,15 @@ fn context(state: &Path, run: &str) -> Value {
     read_json(&state.join("runs").join(run).join("context.json"))
 }
 
+/// The repairs' commands, a line each.
+fn repair_commands(m: &Value) -> String {
+    phases(m, "repair")
+        .iter()
+        .filter_map(|e| e["repair_command"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn repair_rules(m: &Value) -> Vec<String> {
     phases(m, "repair")
         .iter()
@@ -111,11 +120,7 @@ fn import_names_are_installed_as_their_distributions() {
     let _guard = RunGuard(run.clone());
     let state = tempfile::tempdir().unwrap();
     let m = build_ok(&fixture("py-import-names"), &run, state.path());
-    let fixes = phases(&m, "repair")
-        .iter()
-        .filter_map(|e| e["repair_command"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let fixes = repair_commands(&m);
     assert!(fixes.contains("PyYAML"), "{fixes}");
     assert!(fixes.contains("python-dateutil"), "{fixes}");
     assert!(
@@ -141,11 +146,7 @@ fn a_missing_shared_library_is_found_in_the_contents_index() {
         log.contains("libgobject-2.0.so.0: cannot open shared object file"),
         "{log}"
     );
-    let fixes = phases(&m, "repair")
-        .iter()
-        .filter_map(|e| e["repair_command"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let fixes = repair_commands(&m);
     assert!(fixes.contains("libglib2.0-0"), "{fixes}");
     // The fix is in the final scripts, so the clean replay and the Dockerfile have it.
     assert_eq!(m["final_clean_replay_ok"], true);
@@ -519,11 +520,7 @@ fn an_install_script_that_downloads_is_left_out_for_that_package_alone() {
     let _guard = RunGuard(run.clone());
     let state = tempfile::tempdir().unwrap();
     let m = build_ok(&fixture("node-script-download"), &run, state.path());
-    let fixes = phases(&m, "repair")
-        .iter()
-        .filter_map(|e| e["repair_command"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let fixes = repair_commands(&m);
     assert!(
         fixes.contains("echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
         "{fixes}"

@@ -1861,7 +1861,19 @@ fn a_message_inside_the_batching_window_survives_kill_9() {
         "@@say kept across the kill",
         "msg-kill",
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // Killed once belay holds the message in its window (on a loaded
+    // machine its delivery can take longer than a fixed wait).
+    let t = Instant::now();
+    while !std::fs::read_to_string(w.queue().join("xmpp-batches.json"))
+        .unwrap_or_default()
+        .contains("kept across the kill")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "belay never batched the message"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     worker.kill().unwrap();
     worker.wait().unwrap();
     assert_eq!(
