@@ -841,10 +841,6 @@ fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
 /// install scripts.
 const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 CHROMEDRIVER_SKIP_DOWNLOAD=true GECKODRIVER_SKIP_DOWNLOAD=true ELECTRON_SKIP_BINARY_DOWNLOAD=1 CYPRESS_INSTALL_BINARY=0";
 
-/// Whether the node on `PATH` is Debian's (the `nodejs` package, whose
-/// versions carry `+dfsg`; NodeSource's package has the same name and paths).
-pub const DEBIAN_NODE: &str = r#"{ dpkg -S "$(readlink -f "$(command -v node)")" 2>/dev/null | grep -q '^nodejs:' && dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; }"#;
-
 /// Native addons build against the headers of the node that runs them, where
 /// that node's prefix has them (Debian's node with libnode-dev: `/usr`):
 /// node-gyp would otherwise download them, which a closed network refuses.
@@ -943,7 +939,8 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
                 .collect(),
         ));
         p.runtime.push(format!(
-            "if {DEBIAN_NODE}; then {}; fi",
+            "if {}; then {}; fi",
+            crate::script::DEBIAN_NODE,
             apt_install(&["libnode-dev".to_string()].into())
         ));
     }

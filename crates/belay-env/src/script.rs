@@ -1,6 +1,10 @@
 //! Block scripts as text: the shared prelude, command-level splitting (for the
 //! single-command ablations), patch-back of repairs, and the whole-script form.
 
+/// Whether the node on `PATH` is Debian's (the `nodejs` package, whose
+/// versions carry `+dfsg`; NodeSource's package has the same name and paths).
+pub const DEBIAN_NODE: &str = r#"{ dpkg -S "$(readlink -f "$(command -v node)")" 2>/dev/null | grep -q '^nodejs:' && dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; }"#;
+
 /// Lines that set up every block (`set -euo pipefail`, exports, `cd`), kept in
 /// front of each command when a block runs command by command.
 fn is_prelude(line: &str) -> bool {

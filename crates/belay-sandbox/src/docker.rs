@@ -276,23 +276,23 @@ impl DockerRuntime {
         }
     }
 
-    /// Record a new container's own init and main process.
     /// The host's pid of a running container's main process.
     async fn main_pid(&self, id: &str) -> Option<i64> {
         let info = self.docker.inspect_container(id, None).await.ok()?;
         info.state.and_then(|s| s.pid).filter(|p| *p > 0)
     }
 
+    /// Record a new container's own init and main process.
     async fn record_procs(&self, id: &str) {
-        if let Ok(info) = self.docker.inspect_container(id, None).await {
-            let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
-            if let Some(p) = u32::try_from(pid)
-                .ok()
-                .and_then(crate::procs::ContainerProcs::record)
-            {
-                if let Ok(mut m) = self.procs.lock() {
-                    m.insert(id.to_string(), p);
-                }
+        let Some(pid) = self.main_pid(id).await else {
+            return;
+        };
+        if let Some(p) = u32::try_from(pid)
+            .ok()
+            .and_then(crate::procs::ContainerProcs::record)
+        {
+            if let Ok(mut m) = self.procs.lock() {
+                m.insert(id.to_string(), p);
             }
         }
     }

@@ -506,9 +506,15 @@ const NATIVE_BUILD_HELPERS: &[&str] = &[
 fn names_a_native_build_helper(lock: &str) -> bool {
     static RE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
     RE.get_or_init(|| {
-        regex::Regex::new(
-            r#"(?m)(?:^\s*/?|["']|node_modules/)(?:nan|node-addon-api|node-gyp-build|prebuild-install|node-pre-gyp|@mapbox/node-pre-gyp|cmake-js)(?:@[\w^~.<>=*-]|["':])"#,
-        )
+        let names: Vec<String> = NATIVE_BUILD_HELPERS
+            .iter()
+            .filter(|n| **n != "node-gyp")
+            .map(|n| regex::escape(n))
+            .collect();
+        regex::Regex::new(&format!(
+            r#"(?m)(?:^\s*/?|["']|node_modules/)(?:{})(?:@[\w^~.<>=*-]|["':])"#,
+            names.join("|")
+        ))
         .ok()
     })
     .as_ref()
@@ -652,9 +658,8 @@ mod tests {
 
     #[test]
     fn node_pins_and_package_manager_versions() {
-        let node = node_facts;
         // engines is a floor; a pin says what the developers run: the newer.
-        let n = node(&[
+        let n = node_facts(&[
             ("package.json", r#"{"engines": {"node": ">=18"}}"#),
             (".nvmrc", "v20.11.1\n"),
         ]);
@@ -662,12 +667,12 @@ mod tests {
             (n.node_pin.as_deref(), n.required_major),
             (Some("20.11.1"), Some(20))
         );
-        let n = node(&[("package.json", "{}"), (".node-version", "22\n")]);
+        let n = node_facts(&[("package.json", "{}"), (".node-version", "22\n")]);
         assert_eq!(n.required_major, Some(22));
-        let n = node(&[("package.json", r#"{"volta": {"node": "21.2.0"}}"#)]);
+        let n = node_facts(&[("package.json", r#"{"volta": {"node": "21.2.0"}}"#)]);
         assert_eq!(n.required_major, Some(21));
         // corepack's integrity hash is no version; yarn 2+ is berry.
-        let n = node(&[(
+        let n = node_facts(&[(
             "package.json",
             r#"{"packageManager": "pnpm@9.2.0+sha512.98a80fd11c2e7096747762304106432b3ddc67dcf54b5a8c01c93f68a2cd5e05e6821eb8ad2b5d7ad08b4d5a1fd35d6d4da5b4fa3e1b55bd7b8e2f8fc3f2a8a1"}"#,
         )]);
@@ -678,21 +683,21 @@ mod tests {
             ),
             ("pnpm", Some("9.2.0"))
         );
-        let n = node(&[
+        let n = node_facts(&[
             ("package.json", r#"{"packageManager": "yarn@4.1.0"}"#),
             ("yarn.lock", ""),
         ]);
         assert!(n.yarn_berry && n.lockfile.as_deref() == Some("yarn.lock"));
-        let n = node(&[
+        let n = node_facts(&[
             ("package.json", "{}"),
             ("yarn.lock", ""),
             (".yarnrc.yml", "nodeLinker: node-modules\n"),
         ]);
         assert!(n.yarn_berry);
-        let n = node(&[("package.json", r#"{"packageManager": "yarn@1.22.19"}"#)]);
+        let n = node_facts(&[("package.json", r#"{"packageManager": "yarn@1.22.19"}"#)]);
         assert!(!n.yarn_berry);
         // Nothing but a version reaches the plan's script.
-        let n = node(&[(
+        let n = node_facts(&[(
             "package.json",
             r#"{"packageManager": "pnpm@9'; touch /pwned; '"}"#,
         )]);
@@ -710,12 +715,11 @@ mod tests {
 
     #[test]
     fn native_addons_are_seen_in_the_manifest_the_lockfile_or_a_binding_gyp() {
-        let node = node_facts;
-        let n = node(&[("package.json", r#"{"dependencies": {"left-pad": "1"}}"#)]);
+        let n = node_facts(&[("package.json", r#"{"dependencies": {"left-pad": "1"}}"#)]);
         assert!(!n.native_addons);
-        let n = node(&[("package.json", r#"{"dependencies": {"nan": "^2"}}"#)]);
+        let n = node_facts(&[("package.json", r#"{"dependencies": {"nan": "^2"}}"#)]);
         assert!(n.native_addons);
-        let n = node(&[("package.json", "{}"), ("binding.gyp", "{}")]);
+        let n = node_facts(&[("package.json", "{}"), ("binding.gyp", "{}")]);
         assert!(n.native_addons);
         for (lock, text, native) in [
             (
@@ -764,7 +768,7 @@ mod tests {
                 false,
             ),
         ] {
-            let n = node(&[
+            let n = node_facts(&[
                 ("package.json", r#"{"dependencies": {"x": "1"}}"#),
                 (lock, text),
             ]);

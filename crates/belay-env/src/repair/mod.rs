@@ -294,7 +294,10 @@ fn render(
         .flatten()
         .map(|m| m.as_str().to_string())
         .find(|s| !s.is_empty() && !s.starts_with("required by") && *s != "was ");
-    let mut out = template.replace("{apt}", APT).replace("{pip}", PIP);
+    let mut out = template
+        .replace("{apt}", APT)
+        .replace("{pip}", PIP)
+        .replace("{debian_node}", crate::script::DEBIAN_NODE);
     if out.contains("{resolve}") {
         out = out.replace("{resolve}", &resolving_install(ctx));
     }

@@ -15,6 +15,8 @@ use super::Rule;
 /// `{extras:2}`: the project's extras that require the distribution of the
 /// module capture 2 names, comma-separated (nothing proposed when none does);
 /// `{node_major}`: the major version the project's `engines.node` asks for;
+/// `{debian_node}`: whether the node on `PATH` is Debian's
+/// ([`crate::script::DEBIAN_NODE`]);
 /// `{soname:1}`: the Debian package that ships the shared library capture 1
 /// names, from the mirror's Contents index.
 pub const RULES: &[Rule] = &[
@@ -45,7 +47,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "node-headers-unreachable",
         pattern: r"node-v[\d.]+-headers\.tar\.gz failed|gyp WARN install got an error, rolling back install|gyp ERR! stack Error: (?:\d+ response downloading|This is most likely not a problem with node-gyp).*headers",
-        fix: "{ dpkg -S \"$(readlink -f \"$(command -v node)\")\" 2>/dev/null | grep -q '^nodejs:' && dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; } && {apt} libnode-dev python3 make g++ && npm config set nodedir /usr -g",
+        fix: "{debian_node} && {apt} libnode-dev python3 make g++ && npm config set nodedir /usr -g",
         probe: Some("test -f /usr/include/node/common.gypi && npm config get nodedir | grep -qx /usr"),
         blame: None,
         hint: "node-gyp cannot download node's headers from here: build the native addon against Debian's (libnode-dev), only when Debian's node runs it",

@@ -36,6 +36,14 @@ pub(super) struct CallOutcome {
 pub(super) type PreparedBox =
     tokio::task::JoinHandle<Result<belay_agent::sandbox::AgentBox, belay_agent::AgentError>>;
 
+/// Close a box that was opening in the background, once it has opened.
+pub(super) async fn close_opening(h: Option<PreparedBox>) {
+    let Some(h) = h else { return };
+    if let Ok(Ok(b)) = h.await {
+        let _ = b.close().await;
+    }
+}
+
 /// A role's agent: the flag (also `agent@model`), then the plan's
 /// `models`, then the CLI's own default.
 pub(super) fn role_spec(
@@ -119,7 +127,7 @@ impl Engine<'_> {
     pub(super) async fn prepare_reviewer(&mut self) -> Result<(), PlanError> {
         // One from before (the checkpoint went back to the developer, whose
         // call may have detached its plan view): a new one instead.
-        self.close_prepared().await;
+        close_opening(self.prepared_reviewer.take()).await;
         let volumes_filled = self.env.gate.volumes.is_empty() || self.gated;
         if self.o.on_host || !volumes_filled {
             return Ok(());
@@ -165,17 +173,8 @@ impl Engine<'_> {
 
     /// Close the prepared boxes no call used.
     pub(super) async fn close_prepared(&mut self) {
-        for h in [
-            self.prepared_reviewer.take(),
-            self.prepared_developer.take(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if let Ok(Ok(b)) = h.await {
-                let _ = b.close().await;
-            }
-        }
+        close_opening(self.prepared_reviewer.take()).await;
+        close_opening(self.prepared_developer.take()).await;
     }
 
     fn spec_for(&self, role: Role) -> AgentSpec {

@@ -411,12 +411,7 @@ pub(super) async fn open(o: &RunOptions) -> Result<Engine<'_>, PlanError> {
             Ok(e)
         }
         Err(err) => {
-            if let Some(Ok(Ok(b))) = match prepared {
-                Some(h) => Some(h.await),
-                None => None,
-            } {
-                let _ = b.close().await;
-            }
+            super::call::close_opening(prepared).await;
             Err(err)
         }
     }
