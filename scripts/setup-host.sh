@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# Set up a Debian machine to run belay and its tests. Idempotent: every step
+# Set up a Debian machine to run belay, and its tests. Idempotent: every step
 # checks before it acts, so running it again is cheap.
 #
-#  - installs the Docker engine (docker.io), debootstrap, git, Node.js/npm,
-#    systemd (for `systemd-analyze verify`), prosody (the jobs tests start
-#    private instances of it on loopback, with their own accounts),
+#   scripts/setup-host.sh            what `belay env build` needs
+#   scripts/setup-host.sh --agents   also what the agent modes need
+#   scripts/setup-host.sh --tests    also what the test suite needs (implies --agents)
+#
+# Always:
+#  - installs the Docker engine (docker.io), debootstrap, git, curl and a C
+#    toolchain if missing;
+#  - builds belay (release), started at once where a C compiler is already
+#    there, while apt and dockerd start;
+#  - starts dockerd if it is not answering (systemd when there is one);
+#  - builds the default base image offline with `belay image bootstrap` if missing.
+# With --agents:
+#  - installs Node.js/npm and the pinned agent CLIs (codex, Claude Code,
+#    gemini) into /opt/belay-agents, while belay builds;
+#  - builds the round agents' image belay-agent:bookworm (the base plus git).
+# With --tests:
+#  - installs systemd (for `systemd-analyze verify`), prosody (the jobs tests
+#    start private instances of it on loopback, with their own accounts),
 #    chromium and chromium-driver (the dashboard's tests drive a headless
 #    browser), podman and catatonit (the pipeline runs on Podman's
-#    Docker-compatible socket too) and a C toolchain if missing;
-#  - installs the pinned agent CLIs (codex, Claude Code, gemini) from npm into
-#    /opt/belay-agents (the adapter tests run the real ones);
-#  - starts dockerd if it is not answering (systemd when there is one);
-#  - builds belay (release);
-#  - builds the default base image offline with `belay image bootstrap` if missing,
-#    and the round agents' image (the base plus git) the same way;
+#    Docker-compatible socket too), python3-venv and Debian's docker-registry;
 #  - starts Podman's Docker-compatible service on /run/podman/podman.sock
 #    (rootful) and gives it the base image;
 #  - starts a loopback OCI registry (Debian's docker-registry) on
@@ -26,8 +35,37 @@ cd "$(dirname "$0")/.."
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
+agents=0; tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --agents) agents=1 ;;
+    --tests) tests=1; agents=1 ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $arg (known: --agents, --tests)" ;;
+  esac
+done
+
 [ "$(id -u)" -eq 0 ] || die "run as root (apt-get, dockerd and debootstrap need it), e.g. sudo $0"
 command -v cargo >/dev/null || die "cargo is missing: install a Rust toolchain >= 1.89 (rustup) and rerun"
+target_dir="${CARGO_TARGET_DIR:-target}"
+
+# belay's release build is the longest step: it starts now when the machine
+# can link, and runs while apt and dockerd do their part.
+build_log=$(mktemp /tmp/belay-setup-build.XXXXXX.log)
+build_pid=
+start_build() {
+  log "building belay (log: $build_log)"
+  # Its own process group, so that a failed setup stops cargo and its rustc.
+  setsid cargo build --release --locked -q -p belay >"$build_log" 2>&1 &
+  build_pid=$!
+}
+stop_build() {
+  if [ -n "$build_pid" ] && kill -0 "$build_pid" 2>/dev/null; then
+    kill -TERM -- "-$build_pid" 2>/dev/null || true
+  fi
+}
+trap stop_build EXIT
+command -v cc >/dev/null && start_build
 
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
@@ -35,22 +73,27 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v git >/dev/null || missing+=(git)
 command -v tar >/dev/null || missing+=(tar)
 command -v curl >/dev/null || missing+=(curl)
-command -v npm >/dev/null || missing+=(nodejs npm)
-command -v g++ >/dev/null || missing+=(build-essential)
-python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
-command -v systemd-analyze >/dev/null || missing+=(systemd)  # `systemd-analyze verify` of the rounds units
-command -v prosody >/dev/null || missing+=(prosody)  # the XMPP server of the jobs tests (each test runs its own instance)
-command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser tests (headless)
-command -v chromedriver >/dev/null || missing+=(chromium-driver)
-command -v podman >/dev/null || missing+=(podman)  # the pipeline's Podman test (its Docker-compatible socket)
-command -v docker-registry >/dev/null || missing+=(docker-registry)  # the loopback OCI registry of the --registry tests
-[ -x /usr/libexec/podman/catatonit ] || [ -x /usr/bin/catatonit ] || missing+=(catatonit)  # Podman's container init
+command -v cc >/dev/null && command -v g++ >/dev/null || missing+=(build-essential)
+if [ "$agents" -eq 1 ]; then
+  command -v npm >/dev/null || missing+=(nodejs npm)
+fi
+if [ "$tests" -eq 1 ]; then
+  python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+  command -v systemd-analyze >/dev/null || missing+=(systemd)  # `systemd-analyze verify` of the rounds units
+  command -v prosody >/dev/null || missing+=(prosody)  # the XMPP server of the jobs tests (each test runs its own instance)
+  command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser tests (headless)
+  command -v chromedriver >/dev/null || missing+=(chromium-driver)
+  command -v podman >/dev/null || missing+=(podman)  # the pipeline's Podman test (its Docker-compatible socket)
+  command -v docker-registry >/dev/null || missing+=(docker-registry)  # the loopback OCI registry of the --registry tests
+  [ -x /usr/libexec/podman/catatonit ] || [ -x /usr/bin/catatonit ] || missing+=(catatonit)  # Podman's container init
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+[ -n "$build_pid" ] || start_build
 
 if ! docker info >/dev/null 2>&1; then
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
@@ -68,33 +111,40 @@ if ! docker info >/dev/null 2>&1; then
 fi
 log "docker $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
 
-# The agent CLIs, pinned (the versions the adapters are tested against).
+# The agent CLIs, pinned (the versions the adapters are tested against):
+# npm downloads them while belay builds.
 AGENTS_DIR=${BELAY_AGENTS_DIR:-/opt/belay-agents}
 AGENT_PKGS=(@openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332 @google/gemini-cli@0.61.0)
-agents_ok=1
-for p in "${AGENT_PKGS[@]}"; do
-  name=${p%@*}; want=${p##*@}
-  have=$(node -e "try{console.log(require('$AGENTS_DIR/node_modules/$name/package.json').version)}catch(e){}" 2>/dev/null || true)
-  [ "$have" = "$want" ] || agents_ok=0
-done
-if [ "$agents_ok" -eq 0 ]; then
-  log "installing agent CLIs into $AGENTS_DIR: ${AGENT_PKGS[*]}"
-  mkdir -p "$AGENTS_DIR"
-  npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error "${AGENT_PKGS[@]}" >/dev/null
+if [ "$agents" -eq 1 ]; then
+  agents_ok=1
+  for p in "${AGENT_PKGS[@]}"; do
+    name=${p%@*}; want=${p##*@}
+    have=$(node -e "try{console.log(require('$AGENTS_DIR/node_modules/$name/package.json').version)}catch(e){}" 2>/dev/null || true)
+    [ "$have" = "$want" ] || agents_ok=0
+  done
+  if [ "$agents_ok" -eq 0 ]; then
+    log "installing agent CLIs into $AGENTS_DIR: ${AGENT_PKGS[*]}"
+    mkdir -p "$AGENTS_DIR"
+    npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error "${AGENT_PKGS[@]}" >/dev/null
+  fi
+  for b in codex claude gemini; do
+    "$AGENTS_DIR/node_modules/.bin/$b" --version >/dev/null 2>&1 || die "$AGENTS_DIR/node_modules/.bin/$b does not run"
+  done
+  log "agent CLIs: $("$AGENTS_DIR/node_modules/.bin/codex" --version), claude $("$AGENTS_DIR/node_modules/.bin/claude" --version | cut -d' ' -f1), gemini $("$AGENTS_DIR/node_modules/.bin/gemini" --version)"
 fi
-for b in codex claude gemini; do
-  "$AGENTS_DIR/node_modules/.bin/$b" --version >/dev/null 2>&1 || die "$AGENTS_DIR/node_modules/.bin/$b does not run"
-done
-log "agent CLIs: $("$AGENTS_DIR/node_modules/.bin/codex" --version), claude $("$AGENTS_DIR/node_modules/.bin/claude" --version | cut -d' ' -f1), gemini $("$AGENTS_DIR/node_modules/.bin/gemini" --version)"
 
-log "building belay"
-cargo build --release --locked -q -p belay
-target_dir="${CARGO_TARGET_DIR:-target}"
+if ! wait "$build_pid"; then
+  tail -n 40 "$build_log" >&2
+  die "belay did not build (the whole log: $build_log)"
+fi
+rm -f "$build_log"
 "$target_dir/release/belay" image bootstrap
-# The image round agents work in: the base plus git, so that they can commit.
-"$target_dir/release/belay" image bootstrap --tag belay-agent:bookworm --include git,ca-certificates
+if [ "$agents" -eq 1 ]; then
+  # The image round agents work in: the base plus git, so that they can commit.
+  "$target_dir/release/belay" image bootstrap --tag belay-agent:bookworm --include git,ca-certificates
+fi
 log "ready: $("$target_dir/release/belay" --version)"
-
+[ "$tests" -eq 1 ] || exit 0
 # Podman's Docker-compatible socket, for the pipeline's Podman test. On a
 # host whose own limits are below Podman's defaults (a container or a small
 # VM), containers would fail to start ("error setting rlimits"): Podman is

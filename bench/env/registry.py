@@ -19,7 +19,7 @@ directory, so that bytes are counted from nothing, and measures in one run:
     `docker pull` of that same image on the same emptied engine.
 
 Cache states are printed with each figure. Needs the Docker engine, the base
-image and docker-registry (./scripts/setup-host.sh).
+image and docker-registry (./scripts/setup-host.sh --tests).
 
 Usage: bench/env/registry.py [--rounds 2] [--belay target/release/belay]
 """
@@ -113,7 +113,7 @@ def main():
     ap.add_argument("--example", default=os.path.join(ROOT, "examples", "hello-python"))
     args = ap.parse_args()
     if not shutil.which("docker-registry"):
-        sys.exit("docker-registry is missing: ./scripts/setup-host.sh installs it")
+        sys.exit("docker-registry is missing: ./scripts/setup-host.sh --tests installs it")
     tmp = tempfile.mkdtemp(prefix="belay-bench-registry-")
     proc = start_registry(tmp)
     stamp = time.strftime("%H%M%S")

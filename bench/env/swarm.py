@@ -14,7 +14,7 @@ projection for 10,000 projects on 64 nodes from these figures.
 
 Usage: bench/env/swarm.py [--rounds 2] [--projects 4] [--registry 127.0.0.1:5000]
 Needs the Docker engine as a swarm, the base image and the loopback registry
-(./scripts/setup-host.sh).
+(./scripts/setup-host.sh --tests).
 """
 import argparse
 import json
@@ -65,7 +65,7 @@ def main():
     args = ap.parse_args()
     state = sh(["docker", "info", "--format", "{{.Swarm.LocalNodeState}}"]).stdout.strip()
     if state != "active":
-        sys.exit("the engine is not a swarm: docker swarm init (./scripts/setup-host.sh)")
+        sys.exit("the engine is not a swarm: docker swarm init (./scripts/setup-host.sh --tests)")
     image = sh([args.belay, "image", "worker", "--registry", args.registry]).stdout.split()[0]
     tmp = tempfile.mkdtemp(prefix="belay-bench-swarm-")
     stamp = time.strftime("%H%M%S")

@@ -3,7 +3,7 @@
 # an event's append to the browser's DOM (median, p95), the server's RSS idle
 # and with 1,000 runs in the registry, the first load of the 1,000-run list
 # to interactive, and the bytes the embedded page adds to the binary.
-# Needs chromium and chromium-driver (scripts/setup-host.sh installs them).
+# Needs chromium and chromium-driver (scripts/setup-host.sh --tests installs them).
 #   ./bench/ui/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -65,7 +65,7 @@ pub enum Placement {
     },
 }
 
-/// Where the pinned agent CLIs are installed (scripts/setup-host.sh).
+/// Where the pinned agent CLIs are installed (`scripts/setup-host.sh --agents`).
 pub fn agents_dir() -> PathBuf {
     std::env::var_os("BELAY_AGENTS_DIR")
         .map(PathBuf::from)
@@ -120,7 +120,7 @@ pub fn program_of(spec: &AgentSpec, in_container: bool) -> Result<String, AgentE
     let pinned = agents_dir().join("node_modules/.bin").join(name);
     if !pinned.exists() {
         return Err(AgentError::Config(format!(
-            "{name} is not installed at {}: run ./scripts/setup-host.sh (or set BELAY_AGENTS_DIR)",
+            "{name} is not installed at {}: run ./scripts/setup-host.sh --agents (or set BELAY_AGENTS_DIR)",
             pinned.display()
         )));
     }

@@ -211,7 +211,7 @@ fn agent_cli(a: &AgentConfig, work_dir: &Path, name: &str) -> Check {
                 _ => return fail(
                     name,
                     format!("`{program}` is not installed for belay's container"),
-                    "run ./scripts/setup-host.sh (it pins the agent CLIs under /opt/belay-agents)",
+                    "run ./scripts/setup-host.sh --agents (it pins the agent CLIs under /opt/belay-agents)",
                     true,
                 ),
             }
@@ -219,7 +219,7 @@ fn agent_cli(a: &AgentConfig, work_dir: &Path, name: &str) -> Check {
         AgentKind::Command { program, .. } => program.clone(),
         _ => match belay_agent::session::program_of(&a.spec, in_container) {
             Ok(p) => p,
-            Err(e) => return fail(name, e.to_string(), "run ./scripts/setup-host.sh", true),
+            Err(e) => return fail(name, e.to_string(), "run ./scripts/setup-host.sh --agents", true),
         },
     };
     let p = Path::new(&program);

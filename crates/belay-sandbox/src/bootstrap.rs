@@ -15,7 +15,7 @@ use crate::SandboxError;
 pub const DEFAULT_BASE_IMAGE: &str = "belay-base:bookworm";
 pub const DEFAULT_SUITE: &str = "bookworm";
 /// The image agents run in by default: the base with git and CA certificates
-/// (`scripts/setup-host.sh` builds it with `belay image bootstrap --include`).
+/// (`scripts/setup-host.sh --agents` builds it with `belay image bootstrap --include`).
 pub const AGENT_IMAGE: &str = "belay-agent:bookworm";
 
 /// One apt source entry.

@@ -1,5 +1,5 @@
 //! The CLI adapters with real processes: the real codex and Claude Code CLIs
-//! (from npm, pinned by scripts/setup-host.sh) pointed at `belay model replay`,
+//! (from npm, pinned by scripts/setup-host.sh --tests) pointed at `belay model replay`,
 //! and small shell programs for the faults real CLIs show only sometimes
 //! (hanging after the result, never giving one).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,7 +18,7 @@ fn agent_bin(name: &str) -> String {
     let p = Path::new(&dir).join(name);
     assert!(
         p.exists(),
-        "{} is missing: run ./scripts/setup-host.sh (it installs the pinned agent CLIs there)",
+        "{} is missing: run ./scripts/setup-host.sh --tests (it installs the pinned agent CLIs there)",
         p.display()
     );
     p.display().to_string()

@@ -52,7 +52,7 @@ pub struct AgentConfig {
 }
 
 /// The default image round agents run in: the base image plus git, so that
-/// they can commit (`./scripts/setup-host.sh` builds it).
+/// they can commit (`./scripts/setup-host.sh --agents` builds it).
 pub const DEFAULT_IMAGE: &str = belay_sandbox::bootstrap::AGENT_IMAGE;
 
 /// Field-merge `over` onto `base` (a phase's `[phases.<name>.agent]`).

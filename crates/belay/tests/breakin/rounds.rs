@@ -9,7 +9,7 @@
 //!
 //! Each test is skipped (it returns at once, saying so) when there is no
 //! Docker engine with the round agents' image, `belay-agent:bookworm`
-//! (`./scripts/setup-host.sh` builds it).
+//! (`./scripts/setup-host.sh --agents` builds it).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -81,7 +81,7 @@ fn engine() -> bool {
         .unwrap_or(false);
     if !ok {
         eprintln!(
-            "skipped: no Docker engine with belay-agent:bookworm (./scripts/setup-host.sh builds it)"
+            "skipped: no Docker engine with belay-agent:bookworm (./scripts/setup-host.sh --tests builds it)"
         );
     }
     ok

@@ -1,5 +1,5 @@
 //! `--registry`: checkpoints pushed to a real OCI registry (Debian's
-//! docker-registry on loopback, started by scripts/setup-host.sh), a build on
+//! docker-registry on loopback, started by scripts/setup-host.sh --tests), a build on
 //! an engine that lacks every image of the first one hitting the cache through
 //! the registry, a resume from pulled checkpoints, and a registry that is down.
 
@@ -17,7 +17,7 @@ pub fn registry() -> String {
         .expect("curl");
     assert!(
         out.status.success(),
-        "no registry answers on {reg}: start it with scripts/setup-host.sh (Debian's docker-registry)"
+        "no registry answers on {reg}: start it with scripts/setup-host.sh --tests (Debian's docker-registry)"
     );
     reg
 }

@@ -1,5 +1,5 @@
 //! `build-projects --executor swarm` on this engine as a single-node swarm
-//! (`docker swarm init` by scripts/setup-host.sh), with the loopback registry:
+//! (`docker swarm init` by scripts/setup-host.sh --tests), with the loopback registry:
 //! the same results as a local batch, the cache shared through the registry
 //! with an emptied image store, and a task killed mid-build resumed by the
 //! task that replaces it.
@@ -21,7 +21,7 @@ fn worker_image() -> &'static str {
         assert_eq!(
             state.trim(),
             "active",
-            "this engine is not a swarm: run scripts/setup-host.sh (docker swarm init)"
+            "this engine is not a swarm: run scripts/setup-host.sh --tests (docker swarm init)"
         );
         let a = belay()
             .args(["image", "worker", "--registry", &registry()])

@@ -38,7 +38,7 @@ impl Prosody {
     pub fn start(dir: &Path, users: &[&str]) -> Prosody {
         assert!(
             Path::new("/usr/bin/prosody").exists(),
-            "these tests need Debian's prosody (./scripts/setup-host.sh installs it)"
+            "these tests need Debian's prosody (./scripts/setup-host.sh --tests installs it)"
         );
         std::fs::create_dir_all(dir.join("data")).unwrap();
         std::fs::create_dir_all(dir.join("certs")).unwrap();

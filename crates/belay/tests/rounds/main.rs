@@ -204,7 +204,7 @@ fn require_agent_image() {
         .unwrap_or(false);
     assert!(
         ok,
-        "these tests need belay-agent:bookworm (./scripts/setup-host.sh builds it)"
+        "these tests need belay-agent:bookworm (./scripts/setup-host.sh --tests builds it)"
     );
 }
 

@@ -79,7 +79,7 @@ async fn init(p: &Printer, a: RoundsInitArgs) -> Result<u8, Failure> {
 }
 
 /// The image of each agent that runs in a container is on the engine (a
-/// start would refuse it otherwise); not permanent: setup-host builds it.
+/// start would refuse it otherwise); not permanent: `setup-host.sh --agents` builds it.
 async fn agent_images(cfg: &Config) -> Vec<belay_rounds::battery::Check> {
     let mut images: Vec<&str> = std::iter::once(&cfg.agent)
         .chain(cfg.phases.iter().filter_map(|ph| ph.agent.as_ref()))
@@ -116,7 +116,7 @@ async fn agent_images(cfg: &Config) -> Vec<belay_rounds::battery::Check> {
             Ok(false) => check(
                 false,
                 format!("the agent image {image} is not on this Docker engine"),
-                "run ./scripts/setup-host.sh (it builds belay-agent:bookworm), or set [agent] image",
+                "run ./scripts/setup-host.sh --agents (it builds belay-agent:bookworm), or set [agent] image",
             ),
             Err(e) => check(false, format!("cannot inspect {image}: {e}"), "check the Docker engine"),
         });
