@@ -49,8 +49,9 @@ done
 command -v cargo >/dev/null || die "cargo is missing: install a Rust toolchain >= 1.89 (rustup) and rerun"
 target_dir="${CARGO_TARGET_DIR:-target}"
 
-# belay's release build is the longest step: it starts now when the machine
-# can link, and runs while apt and dockerd do their part.
+# belay's release build is the longest step: it starts before apt when the
+# machine has its C toolchain (apt would not touch it then), and runs while
+# apt, dockerd and npm do their part.
 build_log=$(mktemp /tmp/belay-setup-build.XXXXXX.log)
 build_pid=
 start_build() {
@@ -62,10 +63,10 @@ start_build() {
 stop_build() {
   if [ -n "$build_pid" ] && kill -0 "$build_pid" 2>/dev/null; then
     kill -TERM -- "-$build_pid" 2>/dev/null || true
+    rm -f "$build_log"
   fi
 }
 trap stop_build EXIT
-command -v cc >/dev/null && start_build
 
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
@@ -73,7 +74,8 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v git >/dev/null || missing+=(git)
 command -v tar >/dev/null || missing+=(tar)
 command -v curl >/dev/null || missing+=(curl)
-command -v cc >/dev/null && command -v g++ >/dev/null || missing+=(build-essential)
+command -v cc >/dev/null && command -v g++ >/dev/null && [ -e /usr/include/stdio.h ] || missing+=(build-essential)
+[[ " ${missing[*]} " == *" build-essential "* ]] || start_build
 if [ "$agents" -eq 1 ]; then
   command -v npm >/dev/null || missing+=(nodejs npm)
 fi
@@ -133,7 +135,10 @@ if [ "$agents" -eq 1 ]; then
   log "agent CLIs: $("$AGENTS_DIR/node_modules/.bin/codex" --version), claude $("$AGENTS_DIR/node_modules/.bin/claude" --version | cut -d' ' -f1), gemini $("$AGENTS_DIR/node_modules/.bin/gemini" --version)"
 fi
 
-if ! wait "$build_pid"; then
+build_ok=1
+wait "$build_pid" || build_ok=0
+build_pid=
+if [ "$build_ok" -eq 0 ]; then
   tail -n 40 "$build_log" >&2
   die "belay did not build (the whole log: $build_log)"
 fi
