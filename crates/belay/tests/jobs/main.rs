@@ -1830,6 +1830,22 @@ fn a_check_the_image_cannot_run_fails_the_job_before_its_agent() {
     assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
 }
 
+/// Waits (at most 30 s) until the file at `path` contains `needle`.
+fn wait_for_text(path: &std::path::Path, needle: &str) {
+    let t = Instant::now();
+    while !std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .contains(needle)
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{} never held {needle:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A message belay received inside its batching window, then `kill -9`:
 /// the server delivered it once and will not again, so belay keeps its open
 /// batches on disk, and the next start makes the job and answers it.
@@ -1845,17 +1861,7 @@ fn a_message_inside_the_batching_window_survives_kill_9() {
     std::fs::write(w.path("jobs.toml"), cfg).unwrap();
     let mut worker = spawn_xmpp_work(&w);
     let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
-    let t = Instant::now();
-    while !std::fs::read_to_string(w.path("work.log"))
-        .unwrap_or_default()
-        .contains("online as builder@localhost")
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "belay never came online"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_text(&w.path("work.log"), "online as builder@localhost");
     owner.send_with_id(
         "builder@localhost",
         "@@say kept across the kill",
@@ -1863,17 +1869,7 @@ fn a_message_inside_the_batching_window_survives_kill_9() {
     );
     // Killed once belay holds the message in its window (on a loaded
     // machine its delivery can take longer than a fixed wait).
-    let t = Instant::now();
-    while !std::fs::read_to_string(w.queue().join("xmpp-batches.json"))
-        .unwrap_or_default()
-        .contains("kept across the kill")
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "belay never batched the message"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_text(&w.queue().join("xmpp-batches.json"), "kept across the kill");
     worker.kill().unwrap();
     worker.wait().unwrap();
     assert_eq!(
