@@ -1830,20 +1830,35 @@ fn a_check_the_image_cannot_run_fails_the_job_before_its_agent() {
     assert_eq!(w.remote_log().len(), 1, "nothing was pushed");
 }
 
-/// Waits (at most 30 s) until the file at `path` contains `needle`.
-fn wait_for_text(path: &std::path::Path, needle: &str) {
+/// Whether the file at `path` contains `needle` within `limit`.
+fn text_within(path: &std::path::Path, needle: &str, limit: Duration) -> bool {
     let t = Instant::now();
-    while !std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .contains(needle)
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{} never held {needle:?}",
-            path.display()
-        );
+    loop {
+        if std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .contains(needle)
+        {
+            return true;
+        }
+        if t.elapsed() > limit {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The `logs` (belay's, the server's), for a failure's message.
+fn show_logs(logs: &[std::path::PathBuf]) -> String {
+    logs.iter()
+        .map(|l| {
+            format!(
+                "--- {}:\n{}",
+                l.display(),
+                std::fs::read_to_string(l).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A message belay received inside its batching window, then `kill -9`:
@@ -1861,15 +1876,43 @@ fn a_message_inside_the_batching_window_survives_kill_9() {
     std::fs::write(w.path("jobs.toml"), cfg).unwrap();
     let mut worker = spawn_xmpp_work(&w);
     let owner = xmpp::Chat::connect("owner", server.port, &w.path("work.log"));
-    wait_for_text(&w.path("work.log"), "online as builder@localhost");
-    owner.send_with_id(
-        "builder@localhost",
-        "@@say kept across the kill",
-        "msg-kill",
+    let logs = [
+        w.path("work.log"),
+        server.dir.join("prosody.log"),
+        server.dir.join("prosody.err"),
+    ];
+    assert!(
+        text_within(
+            &w.path("work.log"),
+            "online as builder@localhost",
+            Duration::from_secs(30)
+        ),
+        "belay never came online\n{}",
+        show_logs(&logs)
     );
     // Killed once belay holds the message in its window (on a loaded
-    // machine its delivery can take longer than a fixed wait).
-    wait_for_text(&w.queue().join("xmpp-batches.json"), "kept across the kill");
+    // machine its delivery can take longer than a fixed wait). A message
+    // that never reached belay (once in a full CI run, cause unknown: the
+    // logs below say what each side saw) is sent again under a new id:
+    // what is tested is what happens to one that did.
+    let batches = w.queue().join("xmpp-batches.json");
+    let mut held = false;
+    for id in ["msg-kill", "msg-kill-again"] {
+        owner.send_with_id("builder@localhost", "@@say kept across the kill", id);
+        held = text_within(&batches, "kept across the kill", Duration::from_secs(20));
+        if held {
+            break;
+        }
+        eprintln!(
+            "message {id} was not batched in 20 s; belay's and the server's logs:\n{}",
+            show_logs(&logs)
+        );
+    }
+    assert!(
+        held,
+        "belay never batched the message\n{}",
+        show_logs(&logs)
+    );
     worker.kill().unwrap();
     worker.wait().unwrap();
     assert_eq!(
