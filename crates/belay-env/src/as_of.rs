@@ -6,7 +6,8 @@
 //! a build backend without `pkg_resources`, a pytest whose removed warning
 //! classes break `filterwarnings`, a library that dropped an API. belay
 //! resolves Python dependencies as of the source's own date instead (uv's
-//! `--exclude-newer`): what was published when the commit was made or the
+//! `--exclude-newer`), and a node project's when it has no lockfile (npm's
+//! `--before`): what was published when the commit was made or the
 //! sdist was cut. The date comes from
 //!
 //! - the committer date of `HEAD`, when the repository is the root of a git
@@ -224,6 +225,24 @@ pub async fn resolve(
             };
             found.map(|a| clamp(a, python, false))
         }
+    }
+}
+
+/// The cut-off for a node project's install without a lockfile (npm's
+/// `--before`). Only a commit dates one: an npm tarball's files all carry
+/// npm's fixed 1985 time, and a node has no table of wheels to catch up.
+pub async fn resolve_node(
+    repo: &Path,
+    hooks_dir: &Path,
+    choice: &AsOfChoice,
+) -> Option<ResolveAsOf> {
+    match choice {
+        AsOfChoice::Latest => None,
+        AsOfChoice::At(at) => Some(ResolveAsOf {
+            at: at.clone(),
+            from: "--resolve-as-of".into(),
+        }),
+        AsOfChoice::Source => git_date(repo, hooks_dir).await,
     }
 }
 

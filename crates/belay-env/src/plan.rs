@@ -864,6 +864,26 @@ fn npm_install(cmd: &str) -> String {
     )
 }
 
+/// npm's install without a lockfile: as of the source's date when it has
+/// one (`--before`, the comment saying why), the newest versions should
+/// nothing resolve as of it (a dependency pinned to a later release).
+/// yarn and pnpm have no such option.
+fn npm_install_as_of(n: &crate::analyze::NodeFacts, deps: &mut Vec<String>) -> String {
+    let plain = npm_install("npm install --no-audit --no-fund");
+    let Some(a) = &n.resolve_as_of else {
+        return plain;
+    };
+    deps.push(format!(
+        "# Dependencies resolve as of {}: {}. `--resolve-as-of latest` takes the newest.",
+        a.at, a.from
+    ));
+    format!(
+        "{} || {{ echo 'belay: nothing resolves as of {}: installing the newest versions' >&2; {plain}; }}",
+        npm_install(&format!("npm install --no-audit --no-fund --before={}", a.at)),
+        a.at
+    )
+}
+
 /// The project's package manager, at the version `packageManager` pins
 /// (its major when that exact version cannot be had, then any): pnpm and
 /// yarn classic from their npm packages, yarn 2+ from `@yarnpkg/cli-dist`
@@ -979,7 +999,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             ("pnpm", true) => "pnpm install --frozen-lockfile".into(),
             ("pnpm", false) => "pnpm install".into(),
             (_, true) => npm_install("npm ci --no-audit --no-fund"),
-            (_, false) => npm_install("npm install --no-audit --no-fund"),
+            (_, false) => npm_install_as_of(n, &mut p.deps),
         };
         // Install scripts that download browsers and drivers from hosts of
         // their own (playwright, puppeteer, chromedriver, geckodriver,
@@ -1121,7 +1141,7 @@ fn java_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
 
 #[cfg(test)]
 mod tests {
-    use super::package_manager_lines;
+    use super::{npm_install_as_of, package_manager_lines};
     use crate::analyze::NodeFacts;
 
     #[test]
@@ -1147,5 +1167,36 @@ mod tests {
             ["command -v yarn >/dev/null || npm install -g --no-audit --no-fund yarn@1"]
         );
         assert!(package_manager_lines(&n("npm", Some("10.2.0"), false)).is_empty());
+    }
+
+    #[test]
+    fn npm_without_a_lockfile_resolves_as_of_the_commit_then_the_newest() {
+        let mut deps = vec![];
+        let plain = npm_install_as_of(&NodeFacts::default(), &mut deps);
+        assert!(deps.is_empty() && !plain.contains("--before"), "{plain}");
+        let n = NodeFacts {
+            resolve_as_of: Some(crate::as_of::ResolveAsOf {
+                at: "2024-03-01T10:00:00Z".into(),
+                from: "the committer date of HEAD (abc1234)".into(),
+            }),
+            ..Default::default()
+        };
+        let line = npm_install_as_of(&n, &mut deps);
+        assert_eq!(
+            deps,
+            ["# Dependencies resolve as of 2024-03-01T10:00:00Z: the committer date of HEAD (abc1234). `--resolve-as-of latest` takes the newest."]
+        );
+        let (first, then) = line.split_once(" || { echo").unwrap();
+        assert!(
+            first.contains(
+                "npm install --no-audit --no-fund --before=2024-03-01T10:00:00Z --ignore-scripts"
+            ),
+            "{first}"
+        );
+        assert!(
+            then.contains("installing the newest versions")
+                && then.ends_with(&format!("{plain}; }}")),
+            "{then}"
+        );
     }
 }

@@ -97,6 +97,10 @@ pub struct NodeFacts {
     /// or node-gyp and the helpers addons build with among its packages).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub native_addons: bool,
+    /// The date an install without a lockfile resolves as of (npm's
+    /// `--before`; see `as_of.rs`); set by the build, not by the analysis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_as_of: Option<crate::as_of::ResolveAsOf>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

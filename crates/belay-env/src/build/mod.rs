@@ -272,8 +272,8 @@ struct Setup {
     redactor: Redactor,
 }
 
-/// Analyse the repository (and the date its Python dependencies resolve as
-/// of), and make the run's directory; the host's trust and its secrets.
+/// Analyse the repository (and the date its Python and node dependencies
+/// resolve as of), and make the run's directory; the host's trust and its secrets.
 async fn prepare(opts: &BuildOptions) -> Result<(RepoContext, Setup), EnvError> {
     let mut ctx = analyze(&opts.repo)?;
     let repo = ctx.repo_path.clone();
@@ -283,9 +283,12 @@ async fn prepare(opts: &BuildOptions) -> Result<(RepoContext, Setup), EnvError> 
     let python = crate::base_suite::choose(ctx.python.as_ref())
         .map(|c| c.python)
         .unwrap_or_default();
+    let hooks = belay_record::no_hooks_dir();
     if let Some(py) = ctx.python.as_mut() {
-        let hooks = belay_record::no_hooks_dir();
         py.resolve_as_of = crate::as_of::resolve(&repo, &hooks, &opts.resolve_as_of, &python).await;
+    }
+    if let Some(node) = ctx.node.as_mut() {
+        node.resolve_as_of = crate::as_of::resolve_node(&repo, &hooks, &opts.resolve_as_of).await;
     }
     let run_id = match &opts.run_id {
         Some(id) => {

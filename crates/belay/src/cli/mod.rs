@@ -611,7 +611,8 @@ pub struct PlanArgs {
     /// Print the plan as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Resolve Python dependencies as of this date (see `env build`).
+    /// Resolve Python dependencies (and node's without a lockfile) as of
+    /// this date (see `env build`).
     #[arg(long, value_name = "DATE", default_value = "source")]
     pub resolve_as_of: String,
 }
@@ -671,7 +672,8 @@ pub struct CommonBuildArgs {
     /// instead of pulling it onto this engine. Nothing is downloaded.
     #[arg(long, requires = "registry")]
     pub no_pull_final: bool,
-    /// Resolve Python dependencies as of this date (YYYY-MM-DD or RFC 3339):
+    /// Resolve Python dependencies (and a node project's without a lockfile)
+    /// as of this date (YYYY-MM-DD or RFC 3339):
     /// `source` (the default) takes the committer date of HEAD, or an
     /// sdist's build time; `latest` takes the newest versions.
     #[arg(long, value_name = "DATE", default_value = "source")]
