@@ -47,14 +47,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
-def read_corpus(limit):
+def read_corpus(limit, path=None):
+    """`kind name version [tags] [| oracle command]`: an oracle command, where
+    given, replaces the kind's own (a server started and a page fetched)."""
     items = []
-    for line in open(os.path.join(HERE, "corpus.txt")):
-        line = line.split("#")[0].strip()
+    for line in open(path or os.path.join(HERE, "corpus.txt")):
+        line = line.split(" #")[0].strip() if not line.lstrip().startswith("#") else ""
         if not line:
             continue
+        line, _, oracle = line.partition(" | ")
         kind, name, version, *tags = line.split()
-        items.append({"kind": kind, "name": name, "version": version, "native": "native" in tags, "tags": tags})
+        items.append({"kind": kind, "name": name, "version": version, "native": "native" in tags, "tags": tags,
+                      "oracle": oracle.strip() or None})
     return items[:limit] if limit else items
 
 
@@ -113,8 +117,56 @@ def fetch_crate(item, dest, cache):
     raise SystemExit(f"crate {item['name']} {item['version']} not found")
 
 
-def oracle_for(item):
-    if item["kind"] == "crate":
+def fetch_npm(item, dest, cache):
+    """The package's published tarball (`npm pack`), made a git checkout whose
+    one commit is dated when the version was published: what a checkout of
+    its release commit would be (belay resolves an install without a
+    lockfile as of the commit's date)."""
+    d = os.path.join(cache, "npm")
+    os.makedirs(d, exist_ok=True)
+    spec = f"{item['name']}@{item['version']}"
+    base = item["name"].lstrip("@").replace("/", "-") + "-" + item["version"] + ".tgz"
+    tgz = os.path.join(d, base)
+    meta = os.path.join(d, base + ".time")
+    if not os.path.exists(tgz):
+        out = subprocess.run(["npm", "pack", spec, "--silent", "--pack-destination", d],
+                             capture_output=True, text=True, check=True).stdout.split()
+        if os.path.join(d, out[-1]) != tgz:
+            os.rename(os.path.join(d, out[-1]), tgz)
+    if not os.path.exists(meta):
+        times = json.loads(subprocess.run(["npm", "view", item["name"], "time", "--json"],
+                                          capture_output=True, text=True, check=True).stdout)
+        with open(meta, "w") as f:
+            f.write(times[item["version"]])
+    with tarfile.open(tgz) as t:
+        top = t.getnames()[0].split("/")[0]
+        tmp = tempfile.mkdtemp(dir=os.path.dirname(dest))
+        t.extractall(tmp, filter="tar")
+    os.rename(os.path.join(tmp, top), dest)
+    os.rmdir(tmp)
+    when = open(meta).read().strip()
+    env = dict(os.environ, GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when, GIT_AUTHOR_NAME="corpus",
+               GIT_AUTHOR_EMAIL="corpus@localhost", GIT_COMMITTER_NAME="corpus", GIT_COMMITTER_EMAIL="corpus@localhost")
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A", "-f"], ["git", "commit", "-q", "-m", spec]):
+        subprocess.run(cmd, cwd=dest, env=env, check=True, capture_output=True)
+
+
+def node_test_command(pkg_json):
+    """What a developer types to run the package's tests: its package
+    manager's `test`."""
+    try:
+        pm = (json.load(open(pkg_json)).get("packageManager") or "npm").split("@")[0]
+    except (OSError, ValueError, AttributeError):
+        pm = "npm"
+    return f"{pm if pm in ('yarn', 'pnpm') else 'npm'} test"
+
+
+def oracle_for(item, dest=None):
+    if item.get("oracle"):
+        cmd = item["oracle"]
+    elif item["kind"] == "npm":
+        cmd = node_test_command(os.path.join(dest, "package.json")) + " 2>&1"
+    elif item["kind"] == "crate":
         # The crate's analogue of collection: every test target compiles and
         # links offline. Running the tests asks more of a crate than
         # `--collect-only` asks of a Python project (url's need DNS).
@@ -256,6 +308,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--limit", type=int)
+    ap.add_argument("--corpus", help="the corpus file (default corpus.txt beside this script; corpus-node.txt is the node one)")
     ap.add_argument("--belay", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "belay"))
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "belay-corpus"))
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/belay-bench"))
@@ -281,7 +334,7 @@ def main():
     if not os.path.exists(args.belay):
         sys.exit(f"{args.belay} not found: cargo build --release -p belay")
 
-    items = read_corpus(args.limit)
+    items = read_corpus(args.limit, args.corpus)
     if args.from_cold:
         cold = json.load(open(os.path.join(args.work, "cold", "build-projects-summary.json")))
         odir = os.path.join(args.work, "oracles")
@@ -302,11 +355,14 @@ def main():
     os.makedirs(odir)
     def fetch(it):
         name = f"{it['name']}-{it['version']}".lower()
-        (fetch_crate if it["kind"] == "crate" else fetch_pypi)(it, os.path.join(src, name), args.cache)
+        name = name.lstrip("@").replace("/", "-")
+        dest = os.path.join(src, name)
+        {"crate": fetch_crate, "npm": fetch_npm}.get(it["kind"], fetch_pypi)(it, dest, args.cache)
         with open(os.path.join(odir, f"{name}.oracle.json"), "w") as f:
-            json.dump(oracle_for(it), f)
+            json.dump(oracle_for(it, dest), f)
         it["project"] = name
-    fetch_python(args.cache)
+    if any(it["kind"] == "pypi" for it in items):
+        fetch_python(args.cache)
     # Fetching is network-bound (and pip prepares each sdist's metadata): 4 at a time.
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as ex:
         list(ex.map(fetch, items))
@@ -318,7 +374,9 @@ def main():
 
     BENCH_ENV["BELAY_CACHE_DIR"] = os.path.join(args.work, "belay-cache")
     shutil.rmtree(BENCH_ENV["BELAY_CACHE_DIR"], ignore_errors=True)
-    print(f"corpus: {len(items)} projects ({sum(i['kind'] == 'pypi' for i in items)} PyPI, {sum(i['kind'] == 'crate' for i in items)} crates, {sum(i['native'] for i in items)} native); jobs {args.jobs}", flush=True)
+    print(f"corpus: {len(items)} projects ({sum(i['kind'] == 'pypi' for i in items)} PyPI, {sum(i['kind'] == 'crate' for i in items)} crates, "
+          f"{sum(i['kind'] == 'npm' for i in items)} npm, {sum(i['native'] for i in items)} native); jobs {args.jobs}; "
+          f"cold: --no-cache, package caches emptied", flush=True)
     cold_wall, cold, _ = run_batch(args.belay, projects, os.path.join(args.work, "cold"), odir, f"corpus-{stamp}", args.jobs, ["--no-cache"],
                                    prune=args.prune)
     ok = [p for p in cold["projects"] if p["status"] == "ok"]

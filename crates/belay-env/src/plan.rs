@@ -847,11 +847,12 @@ const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PU
 const NODE_HEADERS: &str = r#"nd=$(dirname "$(dirname "$(readlink -f "$(command -v node)")")"); if [ -f "$nd/include/node/common.gypi" ]; then export npm_config_nodedir="$nd"; fi"#;
 
 /// The packages whose install scripts a repair turned off, one name a line
-/// (rule `npm-install-script-download`).
+/// (rules `npm-`, `pnpm-` and `yarn-install-script-download`).
 const NPM_SKIP_SCRIPTS: &str = "/etc/belay/npm-skip-scripts";
 
 /// The names of the installed packages (not the project) with an install
-/// script, but those in [`NPM_SKIP_SCRIPTS`], from `npm query`'s JSON.
+/// script, but those in [`NPM_SKIP_SCRIPTS`], from `npm query`'s JSON (npm
+/// reads the tree npm, yarn classic and pnpm lay out alike).
 const NPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs");const skip=new Set(fs.readFileSync("/etc/belay/npm-skip-scripts","utf8").split(/\s+/).filter(Boolean));const q=JSON.parse(fs.readFileSync(0,"utf8"));console.log([...new Set(q.filter(p=>p.location&&!skip.has(p.name)).map(p=>p.name))].join(" "))"#;
 
 /// npm's install `cmd`, leaving out the install scripts of the packages a
@@ -859,8 +860,16 @@ const NPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs");const skip=new 
 /// every script skipped, then the other packages' run (`npm rebuild`) and
 /// the project's own.
 fn npm_install(cmd: &str) -> String {
+    install_skipping_scripts(cmd, "npm rebuild")
+}
+
+/// A package manager's install `cmd` without the named packages' install
+/// scripts, `rebuild` running the others' (`npm rebuild` for npm's and
+/// yarn classic's tree, `pnpm rebuild` for pnpm's). Yarn 2+ is not
+/// covered: its build logs go to files of their own, which no rule reads.
+fn install_skipping_scripts(cmd: &str, rebuild: &str) -> String {
     format!(
-        "if [ -s {NPM_SKIP_SCRIPTS} ]; then {cmd} --ignore-scripts && pkgs=$(npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}') && {{ [ -z \"$pkgs\" ] || npm rebuild $pkgs; }} && npm run preinstall --if-present && npm run install --if-present && npm run postinstall --if-present; else {cmd}; fi"
+        "if [ -s {NPM_SKIP_SCRIPTS} ]; then {cmd} --ignore-scripts && pkgs=$(npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}') && {{ [ -z \"$pkgs\" ] || {rebuild} $pkgs; }} && npm run preinstall --if-present && npm run install --if-present && npm run postinstall --if-present; else {cmd}; fi"
     )
 }
 
@@ -994,10 +1003,17 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
                 "YARN_NODE_LINKER=node-modules yarn install --immutable".into()
             }
             ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install".into(),
-            ("yarn", true) => "yarn install --frozen-lockfile --non-interactive".into(),
-            ("yarn", false) => "yarn install --non-interactive".into(),
-            ("pnpm", true) => "pnpm install --frozen-lockfile".into(),
-            ("pnpm", false) => "pnpm install".into(),
+            ("yarn", true) => install_skipping_scripts(
+                "yarn install --frozen-lockfile --non-interactive",
+                "npm rebuild",
+            ),
+            ("yarn", false) => {
+                install_skipping_scripts("yarn install --non-interactive", "npm rebuild")
+            }
+            ("pnpm", true) => {
+                install_skipping_scripts("pnpm install --frozen-lockfile", "pnpm rebuild")
+            }
+            ("pnpm", false) => install_skipping_scripts("pnpm install", "pnpm rebuild"),
             (_, true) => npm_install("npm ci --no-audit --no-fund"),
             (_, false) => npm_install_as_of(n, &mut p.deps),
         };

@@ -45,6 +45,22 @@ pub const RULES: &[Rule] = &[
         hint: "a package's install script downloads from a host this network refuses: install without that package's scripts, and run every other package's",
     },
     Rule {
+        id: "pnpm-install-script-download",
+        pattern: r"\.\.\./node_modules/((?:@[A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+) (?:preinstall|install|postinstall): [^\n]*(?:ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ENETUNREACH|ETIMEDOUT|ECONNRESET|self[- ]signed certificate|unable to get local issuer certificate|socket hang up)",
+        fix: "mkdir -p /etc/belay && echo '{1}' >> /etc/belay/npm-skip-scripts",
+        probe: Some("grep -qxF '{1}' /etc/belay/npm-skip-scripts"),
+        blame: None,
+        hint: "a package's install script downloads from a host this network refuses: pnpm installs without that package's scripts, and rebuilds every other package",
+    },
+    Rule {
+        id: "yarn-install-script-download",
+        pattern: r"error /workspace/repo/(?:[\w.@/-]+/)?node_modules/((?:@[A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+): Command failed\.[ \t]*\n(?:[^\n]*\n){0,40}?[^\n]*(?:ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ENETUNREACH|ETIMEDOUT|ECONNRESET|self[- ]signed certificate|unable to get local issuer certificate|socket hang up)",
+        fix: "mkdir -p /etc/belay && echo '{1}' >> /etc/belay/npm-skip-scripts",
+        probe: Some("grep -qxF '{1}' /etc/belay/npm-skip-scripts"),
+        blame: None,
+        hint: "a package's install script downloads from a host this network refuses: yarn installs without scripts, then npm runs every other package's",
+    },
+    Rule {
         id: "node-headers-unreachable",
         pattern: r"node-v[\d.]+-headers\.tar\.gz failed|gyp WARN install got an error, rolling back install|gyp ERR! stack Error: (?:\d+ response downloading|This is most likely not a problem with node-gyp).*headers",
         fix: "{debian_node} && {apt} libnode-dev python3 make g++ && npm config set nodedir /usr -g",

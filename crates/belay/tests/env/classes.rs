@@ -529,3 +529,45 @@ fn an_install_script_that_downloads_is_left_out_for_that_package_alone() {
     assert_eq!(m["final_clean_replay_ok"], true);
     project_tests_pass(&m, "npm test 2>&1", "# pass 2");
 }
+
+/// The same download under pnpm and under yarn classic, each in its own
+/// words: the rule for that package manager names the package, the
+/// install runs without scripts, every other package's still run (pnpm's
+/// rebuild; npm's for yarn's tree), and the tests pass.
+#[test]
+fn an_install_script_that_downloads_is_left_out_under_pnpm_and_yarn() {
+    // (npm's rule cannot read either's words: the repair is theirs.)
+    for pm in ["pnpm@9.15.0", "yarn@1.22.22"] {
+        let run = run_id("pmskip");
+        let _guard = RunGuard(run.clone());
+        let state = tempfile::tempdir().unwrap();
+        let src = tempfile::tempdir().unwrap();
+        let repo = src.path().join("repo");
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(fixture("node-script-download"))
+            .arg(&repo)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        std::fs::remove_file(repo.join("package-lock.json")).unwrap();
+        let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
+        std::fs::write(
+            repo.join("package.json"),
+            pkg.replacen('{', &format!("{{\n  \"packageManager\": \"{pm}\","), 1),
+        )
+        .unwrap();
+        let m = build_ok(&repo, &run, state.path());
+        let fixes = repair_commands(&m);
+        assert!(
+            fixes.contains("echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
+            "{pm}: {fixes}"
+        );
+        assert!(!fixes.contains("marker"), "{pm}: {fixes}");
+        assert_eq!(m["final_clean_replay_ok"], true, "{pm}");
+        // The project's test command as its package manager runs it.
+        let bin = pm.split('@').next().unwrap();
+        project_tests_pass(&m, &format!("{bin} test 2>&1"), "# pass 2");
+    }
+}
