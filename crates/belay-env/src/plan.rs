@@ -917,8 +917,17 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
     match n.package_manager_version.as_deref() {
         Some(v) => {
             let major = v.split('.').next().unwrap_or(v);
+            // corepack (the node's own, else npm's `corepack` package:
+            // neither Debian's node nor the npm registry's ships it): the
+            // version the project pins, checked against its hash. Where
+            // corepack fails (a proxy it cannot use, a key it does not
+            // know), its shim goes and npm's package is installed.
+            let spec = match &n.package_manager_hash {
+                Some(h) => format!("{bin}@{v}+{h}"),
+                None => format!("{bin}@{v}"),
+            };
             vec![format!(
-                "{{ {bin} --version 2>/dev/null | grep -qx '{v}'; }} || {npm_g} {} || {npm_g} {} || {npm_g} {}",
+                "{{ {bin} --version 2>/dev/null | grep -qx '{v}'; }} || {{ {{ command -v corepack >/dev/null || {npm_g} corepack; }} && export COREPACK_ENABLE_DOWNLOAD_PROMPT=0 && corepack enable {bin} && {{ corepack install -g {spec} || corepack prepare {spec} --activate; }} && {bin} --version 2>/dev/null | grep -qx '{v}' && echo 'belay: {bin} {v} from corepack'; }} || {{ corepack disable {bin} 2>/dev/null || true; {npm_g} {} || {npm_g} {} || {npm_g} {}; }}",
                 at(v),
                 at(major),
                 at(default)
@@ -1175,6 +1184,24 @@ mod tests {
             "{l:?}"
         );
         assert!(l[0].starts_with("{ pnpm --version 2>/dev/null | grep -qx '9.2.0'; } ||"));
+        // corepack first, with the pinned hash; npm's package after it.
+        let mut hashed = n("pnpm", Some("9.2.0"), false);
+        hashed.package_manager_hash = Some("sha512.98a8".into());
+        let l = package_manager_lines(&hashed);
+        let (corepack, npm) = l[0].split_once("corepack disable pnpm").unwrap();
+        assert!(
+            corepack.contains("{ command -v corepack >/dev/null || npm install -g --no-audit --no-fund corepack; }"),
+            "{corepack}"
+        );
+        assert!(npm.starts_with(" 2>/dev/null || true;"), "{npm}");
+        assert!(
+            corepack.contains("corepack enable pnpm && { corepack install -g pnpm@9.2.0+sha512.98a8 || corepack prepare pnpm@9.2.0+sha512.98a8 --activate; }"),
+            "{corepack}"
+        );
+        assert!(
+            npm.contains("npm install -g --no-audit --no-fund pnpm@9.2.0 ||"),
+            "{npm}"
+        );
         let l = package_manager_lines(&n("yarn", Some("4.1.0"), true));
         assert!(l[0].contains("@yarnpkg/cli-dist@4.1.0"), "{l:?}");
         let l = package_manager_lines(&n("yarn", None, false));

@@ -81,6 +81,10 @@ pub struct NodeFacts {
     /// The version `packageManager` pins (`pnpm@9.2.0+sha512…` gives `9.2.0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub package_manager_version: Option<String>,
+    /// The integrity hash `packageManager` pins with it, as corepack reads
+    /// it (`sha512.<hex>`), when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_manager_hash: Option<String>,
     /// Yarn 2 or later (`.yarnrc.yml`, or `packageManager: yarn@2…`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub yarn_berry: bool,
@@ -404,6 +408,17 @@ fn node(
                 && v.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
         });
+    n.package_manager_hash = pinned
+        .and_then(|(_, v)| v.split_once('+'))
+        .map(|(_, h)| h.trim())
+        .filter(|h| {
+            h.split_once('.').is_some_and(|(alg, hex)| {
+                matches!(alg, "sha1" | "sha224" | "sha256" | "sha384" | "sha512")
+                    && !hex.is_empty()
+                    && hex.chars().all(|c| c.is_ascii_hexdigit())
+            })
+        })
+        .map(String::from);
     n.yarn_berry = n.package_manager == "yarn"
         && (f.exists(".yarnrc.yml")
             || n.package_manager_version
@@ -687,6 +702,10 @@ mod tests {
             ),
             ("pnpm", Some("9.2.0"))
         );
+        assert!(n
+            .package_manager_hash
+            .as_deref()
+            .is_some_and(|h| h.starts_with("sha512.98a80fd1") && h.ends_with("a8a1")));
         let n = node_facts(&[
             ("package.json", r#"{"packageManager": "yarn@4.1.0"}"#),
             ("yarn.lock", ""),
@@ -706,6 +725,12 @@ mod tests {
             r#"{"packageManager": "pnpm@9'; touch /pwned; '"}"#,
         )]);
         assert_eq!(n.package_manager_version, None);
+        let n = node_facts(&[(
+            "package.json",
+            r#"{"packageManager": "pnpm@9.2.0+sha512.ab'; touch /pwned; '"}"#,
+        )]);
+        assert_eq!(n.package_manager_version.as_deref(), Some("9.2.0"));
+        assert_eq!(n.package_manager_hash, None);
     }
 
     /// The node facts of a directory holding `files`.

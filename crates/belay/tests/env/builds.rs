@@ -213,6 +213,16 @@ fn a_pinned_node_and_pnpm_build_and_its_tests_pass() {
     project_tests_pass(&m, "node -p 'process.versions.node.split(\".\")[0]'", "20");
     project_tests_pass(&m, "pnpm --version", "9.2.0");
     project_tests_pass(&m, "pnpm test 2>&1", "# pass 2");
+    // The npm registry's node 20 has corepack: pnpm came from it, checked
+    // against the hash `packageManager` pins.
+    let runtime = m["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["block_id"] == "20-node-runtime" && e["phase"] == "block")
+        .unwrap();
+    let log = std::fs::read_to_string(runtime["log_path"].as_str().unwrap()).unwrap();
+    assert!(log.contains("belay: pnpm 9.2.0 from corepack"), "{log}");
 }
 
 /// A native addon of the project's own: the plan installs node-gyp's
