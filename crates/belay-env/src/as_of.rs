@@ -246,9 +246,93 @@ pub async fn resolve_node(
     }
 }
 
+/// Node's long-term-support lines: the major, the day it entered LTS, the
+/// day its support ended.
+const NODE_LTS: &[(u32, &str, &str)] = &[
+    (18, "2022-10-25", "2025-04-30"),
+    (20, "2023-10-24", "2026-04-30"),
+    (22, "2024-10-29", "2027-04-30"),
+    (24, "2025-10-28", "2028-04-30"),
+];
+
+/// The node a project of `at` (RFC 3339) was developed against when it
+/// pins none: the oldest LTS line still supported then. Its dependencies of
+/// that time support it (the ecosystem drops a line when its support ends),
+/// and older code runs on it. `None` before the table starts, or for a
+/// date it cannot read.
+pub fn node_major_for_date(at: &str) -> Option<u32> {
+    let day = at.get(..10)?;
+    let _: jiff::civil::Date = day.parse().ok()?;
+    // ISO dates of one shape order as their days do.
+    NODE_LTS
+        .iter()
+        .find(|(_, from, until)| *from <= day && day < *until)
+        .map(|(major, _, _)| *major)
+        .or_else(|| {
+            let last = NODE_LTS.last()?;
+            (day >= last.2).then_some(last.0)
+        })
+}
+
+/// A node project's floor from its date, where it pins no node of its own
+/// (`.nvmrc`, `.node-version`, `volta`): the newer of `engines.node`'s floor
+/// and [`node_major_for_date`], with the reason kept for the plan's check.
+pub fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
+    if n.node_pin.is_some() {
+        return;
+    }
+    let Some(a) = &n.resolve_as_of else {
+        return;
+    };
+    let Some(era) = node_major_for_date(&a.at) else {
+        return;
+    };
+    if n.required_major.is_none_or(|m| m < era) {
+        n.required_major = Some(era);
+        n.node_era = Some(format!(
+            "node {era}, the oldest LTS line supported on {} ({})",
+            &a.at[..10.min(a.at.len())],
+            a.from
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_projects_date_gives_the_oldest_supported_lts() {
+        assert_eq!(node_major_for_date("2021-06-01T00:00:00Z"), None);
+        assert_eq!(node_major_for_date("2024-03-01T00:00:00Z"), Some(18));
+        assert_eq!(node_major_for_date("2025-05-01T00:00:00Z"), Some(20));
+        assert_eq!(node_major_for_date("2026-10-04T16:34:54Z"), Some(22));
+        assert_eq!(node_major_for_date("2029-01-01T00:00:00Z"), Some(24));
+        assert_eq!(node_major_for_date("yesterday"), None);
+        let dated = |pin: Option<&str>, floor: Option<u32>| {
+            let mut n = crate::analyze::NodeFacts {
+                node_pin: pin.map(String::from),
+                required_major: floor,
+                resolve_as_of: Some(ResolveAsOf {
+                    at: "2026-10-04T16:34:54Z".into(),
+                    from: "the committer date of HEAD (1e9bf09)".into(),
+                }),
+                ..Default::default()
+            };
+            apply_node_era(&mut n);
+            n
+        };
+        let n = dated(None, None);
+        assert_eq!(n.required_major, Some(22));
+        assert_eq!(
+            n.node_era.as_deref(),
+            Some("node 22, the oldest LTS line supported on 2026-10-04 (the committer date of HEAD (1e9bf09))")
+        );
+        // engines asking for more wins; a pin is what the developers run.
+        assert_eq!(dated(None, Some(24)).required_major, Some(24));
+        assert_eq!(dated(None, Some(24)).node_era, None);
+        assert_eq!(dated(Some("18"), Some(18)).required_major, Some(18));
+    }
 
     #[test]
     fn parses_dates_and_keywords() {

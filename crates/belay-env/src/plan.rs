@@ -999,8 +999,14 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || " .<>=^~*|-_xX".contains(*c))
             .collect();
+        let wanted = match &n.node_era {
+            // The date's node: said without the date's source (no shell
+            // syntax reaches the script).
+            Some(_) => format!("node {major}, the oldest LTS line supported at the source's date"),
+            None => format!("the project's engines.node {range}"),
+        };
         p.runtime_validation.push(format!(
-            "{{ [ \"$(node -p 'process.versions.node.split(\".\")[0]')\" -ge {major} ] || {{ echo \"node $(node --version) is older than the project's engines.node {range}\"; false; }}; }}"
+            "{{ [ \"$(node -p 'process.versions.node.split(\".\")[0]')\" -ge {major} ] || {{ echo \"node $(node --version) is older than {wanted}\"; false; }}; }}"
         ));
     }
     // A native addon of the project's own compiles in its install script.

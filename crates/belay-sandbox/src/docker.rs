@@ -379,8 +379,28 @@ fn host_config(spec: &ContainerSpec, resolv: Option<Mount>) -> HostConfig {
         pids_limit: Some(spec.pids_limit.unwrap_or(DEFAULT_PIDS)).filter(|p| *p > 0),
         init: Some(true),
         extra_hosts: (!spec.extra_hosts.is_empty()).then(|| spec.extra_hosts.clone()),
+        sysctls: loopback_ipv6(),
         ..Default::default()
     }
+}
+
+/// IPv6 on the container's loopback, as on a developer's machine. Docker
+/// turns it off in a container's own network namespace, yet its
+/// `/etc/hosts` names `::1 localhost`: node (which takes the first address
+/// a lookup gives) then cannot listen on or reach `localhost`
+/// (`EADDRNOTAVAIL ::1`). Only where the host's kernel has IPv6 at all
+/// (booted with `ipv6.disable=1` it has no such setting, and the engine
+/// would refuse the container).
+fn loopback_ipv6() -> Option<std::collections::HashMap<String, String>> {
+    static HAS_IPV6: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    HAS_IPV6
+        .get_or_init(|| std::path::Path::new("/proc/sys/net/ipv6/conf/lo/disable_ipv6").exists())
+        .then(|| {
+            std::collections::HashMap::from([(
+                "net.ipv6.conf.lo.disable_ipv6".to_string(),
+                "0".to_string(),
+            )])
+        })
 }
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";

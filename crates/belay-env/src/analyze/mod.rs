@@ -105,6 +105,10 @@ pub struct NodeFacts {
     /// `--before`; see `as_of.rs`); set by the build, not by the analysis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve_as_of: Option<crate::as_of::ResolveAsOf>,
+    /// Why `required_major` is the node of the project's date (see
+    /// `as_of::apply_node_era`), when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_era: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

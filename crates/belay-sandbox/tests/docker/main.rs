@@ -136,7 +136,14 @@ async fn network_none_has_only_loopback_and_bridge_has_an_interface() {
                 None,
             )
             .await;
+        // `::1 localhost` in /etc/hosts is served too (node takes it first).
+        let v6 = c
+            .exec("cat /proc/sys/net/ipv6/conf/lo/disable_ipv6", None)
+            .await;
         rt.remove(&c.id).await.unwrap();
+        if std::path::Path::new("/proc/sys/net/ipv6/conf/lo/disable_ipv6").exists() {
+            assert_eq!(v6.stdout_tail.trim(), "0", "{net:?}: ::1 is off: {v6:?}");
+        }
         assert!(out.stdout_tail.contains("lo"), "{}", out.stdout_tail);
         assert!(
             hosts.exit_code == 0 && hosts.stdout_tail.starts_with("127.0.0.1"),

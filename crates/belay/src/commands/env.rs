@@ -34,6 +34,7 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
     }
     if let Some(node) = ctx.node.as_mut() {
         node.resolve_as_of = belay_env::as_of::resolve_node(&ctx.repo_path, &hooks, &choice).await;
+        belay_env::as_of::apply_node_era(node);
     }
     // The suite `env build` would base the project on (a planning error when none fits).
     let suite = belay_env::base_suite::choose(ctx.python.as_ref())?;
