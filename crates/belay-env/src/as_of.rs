@@ -249,6 +249,8 @@ pub async fn resolve_node(
 /// Node's long-term-support lines: the major, the day it entered LTS, the
 /// day its support ended.
 const NODE_LTS: &[(u32, &str, &str)] = &[
+    (14, "2020-10-27", "2023-04-30"),
+    (16, "2021-10-26", "2023-09-11"),
     (18, "2022-10-25", "2025-04-30"),
     (20, "2023-10-24", "2026-04-30"),
     (22, "2024-10-29", "2027-04-30"),
@@ -259,7 +261,8 @@ const NODE_LTS: &[(u32, &str, &str)] = &[
 /// pins none: the oldest LTS line still supported then. Its dependencies of
 /// that time support it (the ecosystem drops a line when its support ends),
 /// and older code runs on it. `None` before the table starts, or for a
-/// date it cannot read.
+/// date it cannot read; past its last line's support, that line (the
+/// newest the table knows).
 pub fn node_major_for_date(at: &str) -> Option<u32> {
     let day = at.get(..10)?;
     let _: jiff::civil::Date = day.parse().ok()?;
@@ -287,6 +290,13 @@ pub fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
     let Some(era) = node_major_for_date(&a.at) else {
         return;
     };
+    // An `engines.node` that caps the major (`18.x`, `<19`) is the
+    // project's word: its date does not overrule it.
+    if let Some(range) = &n.engines_node {
+        if !allows_major(range, era) {
+            return;
+        }
+    }
     if n.required_major.is_none_or(|m| m < era) {
         n.required_major = Some(era);
         n.node_era = Some(format!(
@@ -297,13 +307,83 @@ pub fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
     }
 }
 
+/// Whether a semver range (`engines.node`) admits some release of node
+/// `major`, read at the major's level: `>=18`, `^20.19.0 || >=22`, `18.x`,
+/// `<19`, `14 - 18`. A range it cannot read admits it.
+pub fn allows_major(range: &str, major: u32) -> bool {
+    let num = |v: &str| -> Option<(u32, bool)> {
+        let v = v.trim_start_matches(['v', '=']);
+        let mut parts = v.split('.');
+        let m = parts.next()?.parse().ok()?;
+        // Anything but zeros after the major (`<20.5` admits 20).
+        let more = parts.any(|p| p != "0" && p != "x" && p != "*" && p != "X");
+        Some((m, more))
+    };
+    let mut readable = false;
+    for alt in range.split("||") {
+        let alt = alt.trim();
+        let (mut lo, mut hi) = (0u32, u32::MAX);
+        let mut ok = true;
+        let toks: Vec<&str> = alt.split_whitespace().collect();
+        if let [a, "-", b] = toks.as_slice() {
+            match (num(a), num(b)) {
+                (Some((a, _)), Some((b, _))) => (lo, hi) = (a, b),
+                _ => ok = false,
+            }
+        } else {
+            // `>= 20` (a space after the operator) reads as `>=20`.
+            let joined = alt
+                .replace(">= ", ">=")
+                .replace("<= ", "<=")
+                .replace("> ", ">")
+                .replace("< ", "<");
+            for t in joined.split_whitespace() {
+                let (op, v) = match t.find(|c: char| c.is_ascii_digit()) {
+                    Some(i) => t.split_at(i),
+                    None if matches!(t, "*" | "x" | "X") => continue,
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                };
+                let Some((m, more)) = num(v) else {
+                    ok = false;
+                    break;
+                };
+                match op {
+                    ">=" => lo = lo.max(m),
+                    ">" => lo = lo.max(if more { m } else { m + 1 }),
+                    "<=" => hi = hi.min(m),
+                    "<" => hi = hi.min(if more { m } else { m.saturating_sub(1) }),
+                    "^" | "~" | "" | "=" | "v" => {
+                        lo = lo.max(m);
+                        hi = hi.min(m);
+                    }
+                    _ => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if ok {
+            readable = true;
+            if lo <= major && major <= hi {
+                return true;
+            }
+        }
+    }
+    !readable
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_node_projects_date_gives_the_oldest_supported_lts() {
-        assert_eq!(node_major_for_date("2021-06-01T00:00:00Z"), None);
+        assert_eq!(node_major_for_date("2019-06-01T00:00:00Z"), None);
+        assert_eq!(node_major_for_date("2021-06-01T00:00:00Z"), Some(14));
         assert_eq!(node_major_for_date("2024-03-01T00:00:00Z"), Some(18));
         assert_eq!(node_major_for_date("2025-05-01T00:00:00Z"), Some(20));
         assert_eq!(node_major_for_date("2026-10-04T16:34:54Z"), Some(22));
@@ -328,6 +408,29 @@ mod tests {
             n.node_era.as_deref(),
             Some("node 22, the oldest LTS line supported on 2026-10-04 (the committer date of HEAD (1e9bf09))")
         );
+        for (range, yes) in [
+            (">=18", true),
+            ("^20.19.0 || ^22.13.0 || >=24", true),
+            ("18.x", false),
+            ("<19", false),
+            ("<22.5", true),
+            ("14 - 18", false),
+            (">= 20.19.0", true),
+            ("^18 || ^20", false),
+            ("*", true),
+            ("anything", true),
+        ] {
+            assert_eq!(allows_major(range, 22), yes, "{range}");
+        }
+        let mut capped = crate::analyze::NodeFacts {
+            engines_node: Some("18.x".into()),
+            required_major: Some(18),
+            resolve_as_of: dated(None, None).resolve_as_of,
+            ..Default::default()
+        };
+        apply_node_era(&mut capped);
+        assert_eq!((capped.required_major, capped.node_era), (Some(18), None));
+        assert_eq!(node_major_for_date("2022-11-01T00:00:00Z"), Some(14));
         // engines asking for more wins; a pin is what the developers run.
         assert_eq!(dated(None, Some(24)).required_major, Some(24));
         assert_eq!(dated(None, Some(24)).node_era, None);

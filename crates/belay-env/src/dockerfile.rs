@@ -132,6 +132,14 @@ pub fn final_env(blocks: &[Block]) -> Vec<String> {
     if blocks.iter().any(|b| b.script.contains(".venv")) {
         env.push(format!("VIRTUAL_ENV={REPO_DIR}/.venv"));
     }
+    // corepack's shims run the release it keeps under COREPACK_HOME: the
+    // image's own, not `$HOME/.cache` (a sandbox's HOME is a fresh tmpfs).
+    if blocks
+        .iter()
+        .any(|b| b.script.contains(crate::plan::COREPACK_HOME))
+    {
+        env.push(format!("COREPACK_HOME={}", crate::plan::COREPACK_HOME));
+    }
     env
 }
 

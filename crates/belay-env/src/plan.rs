@@ -855,6 +855,11 @@ const NPM_SKIP_SCRIPTS: &str = "/etc/belay/npm-skip-scripts";
 /// reads the tree npm, yarn classic and pnpm lay out alike).
 const NPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs");const skip=new Set(fs.readFileSync("/etc/belay/npm-skip-scripts","utf8").split(/\s+/).filter(Boolean));const q=JSON.parse(fs.readFileSync(0,"utf8"));console.log([...new Set(q.filter(p=>p.location&&!skip.has(p.name)).map(p=>p.name))].join(" "))"#;
 
+/// The same for pnpm's tree, where `npm query` sees only the direct
+/// dependencies: every package under `node_modules/.pnpm` with an install
+/// script or a `binding.gyp` (node-gyp's implicit install), but the skipped.
+const PNPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs"),p=require("path");const skip=new Set(fs.readFileSync("/etc/belay/npm-skip-scripts","utf8").split(/\s+/).filter(Boolean));const root="node_modules/.pnpm";const out=new Set();for(const d of fs.existsSync(root)?fs.readdirSync(root):[]){const nm=p.join(root,d,"node_modules");if(!fs.existsSync(nm))continue;for(const e of fs.readdirSync(nm)){const names=e.startsWith("@")?fs.readdirSync(p.join(nm,e)).map(x=>e+"/"+x):[e];for(const n of names){try{const j=JSON.parse(fs.readFileSync(p.join(nm,n,"package.json"),"utf8"));const s=j.scripts||{};if((s.preinstall||s.install||s.postinstall||fs.existsSync(p.join(nm,n,"binding.gyp")))&&!skip.has(j.name))out.add(j.name)}catch(e){}}}}console.log([...out].join(" "))"#;
+
 /// npm's install `cmd`, leaving out the install scripts of the packages a
 /// repair named (their script downloads from a host this network refuses):
 /// every script skipped, then the other packages' run (`npm rebuild`) and
@@ -868,10 +873,19 @@ fn npm_install(cmd: &str) -> String {
 /// yarn classic's tree, `pnpm rebuild` for pnpm's). Yarn 2+ is not
 /// covered: its build logs go to files of their own, which no rule reads.
 fn install_skipping_scripts(cmd: &str, rebuild: &str) -> String {
+    let list = if rebuild.starts_with("pnpm") {
+        format!("node -e '{PNPM_SCRIPTED_BUT_SKIPPED}'")
+    } else {
+        format!("npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}'")
+    };
     format!(
-        "if [ -s {NPM_SKIP_SCRIPTS} ]; then {cmd} --ignore-scripts && pkgs=$(npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}') && {{ [ -z \"$pkgs\" ] || {rebuild} $pkgs; }} && npm run preinstall --if-present && npm run install --if-present && npm run postinstall --if-present; else {cmd}; fi"
+        "if [ -s {NPM_SKIP_SCRIPTS} ]; then {cmd} --ignore-scripts && pkgs=$({list}) && {{ [ -z \"$pkgs\" ] || {rebuild} $pkgs; }} && npm run preinstall --if-present && npm run install --if-present && npm run postinstall --if-present; else {cmd}; fi"
     )
 }
+
+/// Where corepack keeps the releases it installs: in the image (the final
+/// image's `ENV` names it), not under a `HOME` a sandbox replaces.
+pub const COREPACK_HOME: &str = "/usr/local/share/corepack";
 
 /// npm's install without a lockfile: as of the source's date when it has
 /// one (`--before`, the comment saying why), the newest versions should
@@ -886,8 +900,10 @@ fn npm_install_as_of(n: &crate::analyze::NodeFacts, deps: &mut Vec<String>) -> S
         "# Dependencies resolve as of {}: {}. `--resolve-as-of latest` takes the newest.",
         a.at, a.from
     ));
+    // Only "no version as of the date" falls back: a network error or a
+    // failing install script stays the repair's to see.
     format!(
-        "{} || {{ echo 'belay: nothing resolves as of {}: installing the newest versions' >&2; {plain}; }}",
+        "{{ {} ; }} 2>&1 | tee /tmp/belay-npm-before.log || {{ grep -qE 'ETARGET|notarget|No matching version found' /tmp/belay-npm-before.log && echo 'belay: nothing resolves as of {}: installing the newest versions' >&2 && {plain}; }}",
         npm_install(&format!("npm install --no-audit --no-fund --before={}", a.at)),
         a.at
     )
@@ -919,15 +935,20 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
             let major = v.split('.').next().unwrap_or(v);
             // corepack (the node's own, else npm's `corepack` package:
             // neither Debian's node nor the npm registry's ships it): the
-            // version the project pins, checked against its hash. Where
-            // corepack fails (a proxy it cannot use, a key it does not
-            // know), its shim goes and npm's package is installed.
+            // version the project pins, checked against its hash, kept
+            // under COREPACK_HOME and run by a wrapper that names it (a
+            // sandbox's HOME is not the build's). Where corepack fails (a
+            // proxy it cannot use, a key it does not know), its commands go
+            // and npm's package is installed, unchecked.
+            // The other command the package links (corepack's package
+            // links both, and npm would refuse to overwrite them).
+            let companion = if bin == "pnpm" { "pnpx" } else { "yarnpkg" };
             let spec = match &n.package_manager_hash {
                 Some(h) => format!("{bin}@{v}+{h}"),
                 None => format!("{bin}@{v}"),
             };
             vec![format!(
-                "{{ {bin} --version 2>/dev/null | grep -qx '{v}'; }} || {{ {{ command -v corepack >/dev/null || {npm_g} corepack; }} && export COREPACK_ENABLE_DOWNLOAD_PROMPT=0 && corepack enable {bin} && {{ corepack install -g {spec} || corepack prepare {spec} --activate; }} && {bin} --version 2>/dev/null | grep -qx '{v}' && echo 'belay: {bin} {v} from corepack'; }} || {{ corepack disable {bin} 2>/dev/null || true; {npm_g} {} || {npm_g} {} || {npm_g} {}; }}",
+                "{{ {bin} --version 2>/dev/null | grep -qx '{v}'; }} || {{ {{ command -v corepack >/dev/null || {npm_g} corepack; }} && cb=$(dirname \"$(command -v corepack)\") && export COREPACK_ENABLE_DOWNLOAD_PROMPT=0 COREPACK_HOME={COREPACK_HOME} && {{ corepack install -g {spec} || corepack prepare {spec} --activate; }} && rm -f \"$cb/{bin}\" && printf '#!/bin/sh\\nexport COREPACK_HOME={COREPACK_HOME} COREPACK_ENABLE_DOWNLOAD_PROMPT=0\\nexec corepack {bin} \"$@\"\\n' > \"$cb/{bin}\" && chmod 755 \"$cb/{bin}\" && hash -r && {bin} --version 2>/dev/null | grep -qx '{v}' && echo 'belay: {bin} {v} from corepack'; }} || {{ [ -z \"${{cb:-}}\" ] || rm -f \"$cb/{bin}\" \"$cb/{companion}\"; hash -r; {npm_g} {} || {npm_g} {} || {npm_g} {}; }}",
                 at(v),
                 at(major),
                 at(default)
@@ -1194,14 +1215,21 @@ mod tests {
         let mut hashed = n("pnpm", Some("9.2.0"), false);
         hashed.package_manager_hash = Some("sha512.98a8".into());
         let l = package_manager_lines(&hashed);
-        let (corepack, npm) = l[0].split_once("corepack disable pnpm").unwrap();
+        let (corepack, npm) = l[0].split_once("[ -z \"${cb:-}\" ] || rm -f").unwrap();
         assert!(
             corepack.contains("{ command -v corepack >/dev/null || npm install -g --no-audit --no-fund corepack; }"),
             "{corepack}"
         );
-        assert!(npm.starts_with(" 2>/dev/null || true;"), "{npm}");
         assert!(
-            corepack.contains("corepack enable pnpm && { corepack install -g pnpm@9.2.0+sha512.98a8 || corepack prepare pnpm@9.2.0+sha512.98a8 --activate; }"),
+            npm.starts_with(" \"$cb/pnpm\" \"$cb/pnpx\"; hash -r;"),
+            "{npm}"
+        );
+        assert!(
+            corepack.contains("exec corepack pnpm \"$@\"\\n' > \"$cb/pnpm\""),
+            "{corepack}"
+        );
+        assert!(
+            corepack.contains("{ corepack install -g pnpm@9.2.0+sha512.98a8 || corepack prepare pnpm@9.2.0+sha512.98a8 --activate; }"),
             "{corepack}"
         );
         assert!(
@@ -1235,7 +1263,15 @@ mod tests {
             deps,
             ["# Dependencies resolve as of 2024-03-01T10:00:00Z: the committer date of HEAD (abc1234). `--resolve-as-of latest` takes the newest."]
         );
-        let (first, then) = line.split_once(" || { echo").unwrap();
+        let (first, then) = line.split_once(" || { grep -qE").unwrap();
+        assert!(
+            first.ends_with("2>&1 | tee /tmp/belay-npm-before.log"),
+            "{first}"
+        );
+        assert!(
+            then.starts_with(" 'ETARGET|notarget|No matching version found'"),
+            "{then}"
+        );
         assert!(
             first.contains(
                 "npm install --no-audit --no-fund --before=2024-03-01T10:00:00Z --ignore-scripts"

@@ -384,23 +384,28 @@ fn host_config(spec: &ContainerSpec, resolv: Option<Mount>) -> HostConfig {
     }
 }
 
+/// Set once a container would not start with [`loopback_ipv6`]'s setting
+/// (the engine runs on a kernel without IPv6): no later container asks.
+static NO_IPV6: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// IPv6 on the container's loopback, as on a developer's machine. Docker
 /// turns it off in a container's own network namespace, yet its
 /// `/etc/hosts` names `::1 localhost`: node (which takes the first address
 /// a lookup gives) then cannot listen on or reach `localhost`
 /// (`EADDRNOTAVAIL ::1`). Only where the host's kernel has IPv6 at all
 /// (booted with `ipv6.disable=1` it has no such setting, and the engine
-/// would refuse the container).
+/// would refuse the container). An engine on another kernel is found out
+/// by its refusal: the container is made again without it.
 fn loopback_ipv6() -> Option<std::collections::HashMap<String, String>> {
     static HAS_IPV6: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    HAS_IPV6
-        .get_or_init(|| std::path::Path::new("/proc/sys/net/ipv6/conf/lo/disable_ipv6").exists())
-        .then(|| {
-            std::collections::HashMap::from([(
-                "net.ipv6.conf.lo.disable_ipv6".to_string(),
-                "0".to_string(),
-            )])
-        })
+    let here = *HAS_IPV6
+        .get_or_init(|| std::path::Path::new("/proc/sys/net/ipv6/conf/lo/disable_ipv6").exists());
+    (here && !NO_IPV6.load(std::sync::atomic::Ordering::Relaxed)).then(|| {
+        std::collections::HashMap::from([(
+            "net.ipv6.conf.lo.disable_ipv6".to_string(),
+            "0".to_string(),
+        )])
+    })
 }
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
@@ -672,32 +677,44 @@ impl ContainerRuntime for DockerRuntime {
                 true => Some(refusing_resolv_conf()?),
                 false => None,
             };
-        let host = host_config(spec, resolv);
+        let mut host = host_config(spec, resolv);
         // Commands keep the image's user; the idle processes get another.
         let exec_user = self.exec_user_of(spec).await;
-        let body = create_body(spec, &lbl, host);
         let t0 = Instant::now();
-        let created = self
-            .docker
-            .create_container(None::<qp::CreateContainerOptions>, body)
-            .await
-            .map_err(|e| match &e {
-                bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => {
-                    SandboxError::ImageMissing {
-                        image: spec.image.clone(),
-                        hint: "Build it (`belay image bootstrap`) or pass an image that exists (`docker images`).".into(),
+        let created = loop {
+            let body = create_body(spec, &lbl, host.clone());
+            let created = self
+                .docker
+                .create_container(None::<qp::CreateContainerOptions>, body)
+                .await
+                .map_err(|e| match &e {
+                    bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => {
+                        SandboxError::ImageMissing {
+                            image: spec.image.clone(),
+                            hint: "Build it (`belay image bootstrap`) or pass an image that exists (`docker images`).".into(),
+                        }
                     }
+                    _ => self.api_err("create container", e),
+                })?;
+            match self
+                .docker
+                .start_container(&created.id, None::<qp::StartContainerOptions>)
+                .await
+            {
+                Ok(()) => break created,
+                Err(e) => {
+                    let _ = self.remove(&created.id).await;
+                    // The engine's kernel has no IPv6 (another machine's,
+                    // or a VM's): the loopback stays as the engine makes it.
+                    if host.sysctls.is_some() && e.to_string().contains("disable_ipv6") {
+                        NO_IPV6.store(true, std::sync::atomic::Ordering::Relaxed);
+                        host.sysctls = None;
+                        continue;
+                    }
+                    return Err(self.api_err("start container", e));
                 }
-                _ => self.api_err("create container", e),
-            })?;
-        if let Err(e) = self
-            .docker
-            .start_container(&created.id, None::<qp::StartContainerOptions>)
-            .await
-        {
-            let _ = self.remove(&created.id).await;
-            return Err(self.api_err("start container", e));
-        }
+            }
+        };
         if let (Some(u), Ok(mut m)) = (exec_user, self.exec_users.lock()) {
             m.insert(created.id.clone(), u);
         }

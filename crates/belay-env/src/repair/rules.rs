@@ -46,7 +46,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "pnpm-install-script-download",
-        pattern: r"\.\.\./node_modules/((?:@[A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+) (?:preinstall|install|postinstall): [^\n]*(?:ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ENETUNREACH|ETIMEDOUT|ECONNRESET|self[- ]signed certificate|unable to get local issuer certificate|socket hang up)",
+        pattern: r"\.\.\./(?:\S*node_modules/)?((?:@[A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+) (?:preinstall|install|postinstall): [^\n]*(?:ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ENETUNREACH|ETIMEDOUT|ECONNRESET|self[- ]signed certificate|unable to get local issuer certificate|socket hang up)",
         fix: "mkdir -p /etc/belay && echo '{1}' >> /etc/belay/npm-skip-scripts",
         probe: Some("grep -qxF '{1}' /etc/belay/npm-skip-scripts"),
         blame: None,
@@ -166,7 +166,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "node-engine",
-        pattern: r"is older than the project's engines\.node|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
+        pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
         fix: "npm install -g --no-audit --no-fund node@{node_major} && hash -r && node --version",
         probe: None,
         blame: None,

@@ -212,9 +212,12 @@ fn a_pinned_node_and_pnpm_build_and_its_tests_pass() {
     all_blocks_succeeded(&m);
     project_tests_pass(&m, "node -p 'process.versions.node.split(\".\")[0]'", "20");
     project_tests_pass(&m, "pnpm --version", "9.2.0");
+    // A sandbox's HOME is a fresh directory: pnpm still runs, offline.
+    project_tests_pass(&m, "HOME=/tmp/elsewhere pnpm --version", "9.2.0");
     project_tests_pass(&m, "pnpm test 2>&1", "# pass 2");
-    // The npm registry's node 20 has corepack: pnpm came from it, checked
-    // against the hash `packageManager` pins.
+    // pnpm came from corepack (npm's package of it: neither Debian's node
+    // nor the npm registry's ships one), checked against the hash
+    // `packageManager` pins, and the final image keeps it (COREPACK_HOME).
     let runtime = m["executions"]
         .as_array()
         .unwrap()

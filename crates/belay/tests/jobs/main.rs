@@ -1897,7 +1897,9 @@ fn a_message_inside_the_batching_window_survives_kill_9() {
     // what is tested is what happens to one that did.
     let batches = w.queue().join("xmpp-batches.json");
     let mut held = false;
+    let mut sent = 0;
     for id in ["msg-kill", "msg-kill-again"] {
+        sent += 1;
         owner.send_with_id("builder@localhost", "@@say kept across the kill", id);
         held = text_within(&batches, "kept across the kill", Duration::from_secs(20));
         if held {
@@ -1926,5 +1928,10 @@ fn a_message_inside_the_batching_window_survives_kill_9() {
     owner.wait_for("kept across the kill", Duration::from_secs(120));
     let err = stop(&w, worker);
     let done = std::fs::read_dir(w.queue().join("done")).unwrap().count();
-    assert_eq!(done, 1, "one job: {err}");
+    // A first message only slow (not lost) can still reach the restarted
+    // belay after the resent one made its job: then it is a job of its own.
+    assert!(
+        (1..=sent).contains(&done),
+        "{done} jobs for {sent} messages: {err}"
+    );
 }
