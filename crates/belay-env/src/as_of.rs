@@ -213,11 +213,6 @@ pub async fn resolve(
     python: &str,
 ) -> Option<ResolveAsOf> {
     match choice {
-        AsOfChoice::Latest => None,
-        AsOfChoice::At(at) => Some(ResolveAsOf {
-            at: at.clone(),
-            from: "--resolve-as-of".into(),
-        }),
         AsOfChoice::Source => {
             let found = match git_date(repo, hooks_dir).await {
                 Some(d) => Some(d),
@@ -225,6 +220,18 @@ pub async fn resolve(
             };
             found.map(|a| clamp(a, python, false))
         }
+        _ => given(choice),
+    }
+}
+
+/// The cut-off the user named: a date, or none for `latest`.
+fn given(choice: &AsOfChoice) -> Option<ResolveAsOf> {
+    match choice {
+        AsOfChoice::At(at) => Some(ResolveAsOf {
+            at: at.clone(),
+            from: "--resolve-as-of".into(),
+        }),
+        _ => None,
     }
 }
 
@@ -237,12 +244,8 @@ pub async fn resolve_node(
     choice: &AsOfChoice,
 ) -> Option<ResolveAsOf> {
     match choice {
-        AsOfChoice::Latest => None,
-        AsOfChoice::At(at) => Some(ResolveAsOf {
-            at: at.clone(),
-            from: "--resolve-as-of".into(),
-        }),
         AsOfChoice::Source => git_date(repo, hooks_dir).await,
+        _ => given(choice),
     }
 }
 

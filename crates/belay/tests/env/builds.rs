@@ -218,11 +218,9 @@ fn a_pinned_node_and_pnpm_build_and_its_tests_pass() {
     // pnpm came from corepack (npm's package of it: neither Debian's node
     // nor the npm registry's ships one), checked against the hash
     // `packageManager` pins, and the final image keeps it (COREPACK_HOME).
-    let runtime = m["executions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["block_id"] == "20-node-runtime" && e["phase"] == "block")
+    let runtime = phases(&m, "block")
+        .into_iter()
+        .find(|e| e["block_id"] == "20-node-runtime")
         .unwrap();
     let log = std::fs::read_to_string(runtime["log_path"].as_str().unwrap()).unwrap();
     assert!(log.contains("belay: pnpm 9.2.0 from corepack"), "{log}");

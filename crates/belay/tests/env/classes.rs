@@ -284,13 +284,7 @@ fn a_version_from_git_metadata_gets_git() {
     // A real checkout: pbr reads the version from its tag.
     let repo = tempfile::tempdir().unwrap();
     let dir = repo.path().join("pbrdemo");
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(fixture("py-pbr"))
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    copy_fixture("py-pbr", &dir);
     crate::git_cli::init_repo(&dir);
     crate::git_cli::git(&dir, &["tag", "1.2.0"]);
     let m = build_ok(&dir, &run, state.path());
@@ -467,13 +461,7 @@ fn dependencies_resolve_as_of_the_commit_date() {
     let state = tempfile::tempdir().unwrap();
     let repo = tempfile::tempdir().unwrap();
     let dir = repo.path().join("calc");
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(fixture("py-pyproject"))
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    copy_fixture("py-pyproject", &dir);
     crate::git_cli::git(&dir, &["init", "-q", "-b", "main"]);
     crate::git_cli::git(&dir, &["add", "-A"]);
     // A commit of 1 June 2023: pytest 7.3.1 was the newest then (8.0 came
@@ -543,14 +531,7 @@ fn an_install_script_that_downloads_is_left_out_under_pnpm_and_yarn() {
         let state = tempfile::tempdir().unwrap();
         let src = tempfile::tempdir().unwrap();
         let repo = src.path().join("repo");
-        let ok = std::process::Command::new("cp")
-            .arg("-r")
-            .arg(fixture("node-script-download"))
-            .arg(&repo)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
+        copy_fixture("node-script-download", &repo);
         std::fs::remove_file(repo.join("package-lock.json")).unwrap();
         let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
         std::fs::write(

@@ -33,6 +33,18 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// `cp -a` of fixture `name` to `dest` (a path that does not exist yet).
+pub fn copy_fixture(name: &str, dest: &Path) {
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(fixture(name))
+        .arg(dest)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cp -a {name} {}", dest.display());
+}
+
 /// Run the docker CLI; returns (success, stdout, stderr).
 pub fn docker(args: &[&str]) -> (bool, String, String) {
     let out = Command::new("docker")
