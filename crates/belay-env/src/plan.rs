@@ -842,9 +842,13 @@ fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
 const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 CHROMEDRIVER_SKIP_DOWNLOAD=true GECKODRIVER_SKIP_DOWNLOAD=true ELECTRON_SKIP_BINARY_DOWNLOAD=1 CYPRESS_INSTALL_BINARY=0";
 
 /// Native addons build against the headers of the node that runs them, where
-/// that node's prefix has them (Debian's node with libnode-dev: `/usr`):
-/// node-gyp would otherwise download them, which a closed network refuses.
-const NODE_HEADERS: &str = r#"nd=$(dirname "$(dirname "$(readlink -f "$(command -v node)")")"); if [ -f "$nd/include/node/common.gypi" ]; then export npm_config_nodedir="$nd"; fi"#;
+/// that node's prefix has them (Debian's node with libnode-dev: `/usr`; the
+/// npm registry's `node` package: its `node-linux-<arch>` package beside
+/// the binary): node-gyp would otherwise download them, which a closed
+/// network refuses, and Debian's node-gyp would take Debian's node 18
+/// headers for another node (the runtime block gives such a node npm's
+/// own npm, whose node-gyp reads `npm_config_nodedir`).
+const NODE_HEADERS: &str = r#"nd=$(dirname "$(dirname "$(readlink -f "$(command -v node)")")"); for d in "$nd" "$nd"/node_modules/node-linux-*; do if [ -f "$d/include/node/common.gypi" ]; then export npm_config_nodedir="$d"; break; fi; done"#;
 
 /// The packages whose install scripts a repair turned off, one name a line
 /// (rules `npm-`, `pnpm-` and `yarn-install-script-download`).
@@ -997,8 +1001,12 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
                 .map(|s| s.to_string())
                 .collect(),
         ));
+        // Debian's node-gyp links every addon with Debian's libnode (node
+        // 18), and Debian's npm always runs it: in another node the addon
+        // loads a second V8 and crashes. Another node gets npm's own npm,
+        // whose node-gyp builds against that node's headers alone.
         p.runtime.push(format!(
-            "if {}; then {}; fi",
+            "if {}; then {}; else npm install -g --no-audit --no-fund npm@10 && hash -r; fi",
             crate::script::DEBIAN_NODE,
             apt_install(&["libnode-dev".to_string()].into())
         ));

