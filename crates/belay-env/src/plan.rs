@@ -904,10 +904,11 @@ fn npm_install_as_of(n: &crate::analyze::NodeFacts, deps: &mut Vec<String>) -> S
         "# Dependencies resolve as of {}: {}. `--resolve-as-of latest` takes the newest.",
         a.at, a.from
     ));
-    // Only "no version as of the date" falls back: a network error or a
-    // failing install script stays the repair's to see.
+    // Only "no version as of the date" falls back (`ETARGET` for a range,
+    // `ENOVERSIONS` for a package with no release before it): a network
+    // error or a failing install script stays the repair's to see.
     format!(
-        "{{ {} ; }} 2>&1 | tee /tmp/belay-npm-before.log || {{ grep -qE 'ETARGET|notarget|No matching version found' /tmp/belay-npm-before.log && echo 'belay: nothing resolves as of {}: installing the newest versions' >&2 && {plain}; }}",
+        "{{ {} ; }} 2>&1 | tee /tmp/belay-npm-before.log || {{ grep -qE 'ETARGET|ENOVERSIONS|notarget|No matching version found|No versions available' /tmp/belay-npm-before.log && echo 'belay: nothing resolves as of {}: installing the newest versions' >&2 && {plain}; }}",
         npm_install(&format!("npm install --no-audit --no-fund --before={}", a.at)),
         a.at
     )
@@ -1277,7 +1278,9 @@ mod tests {
             "{first}"
         );
         assert!(
-            then.starts_with(" 'ETARGET|notarget|No matching version found'"),
+            then.starts_with(
+                " 'ETARGET|ENOVERSIONS|notarget|No matching version found|No versions available'"
+            ),
             "{then}"
         );
         assert!(
