@@ -147,7 +147,8 @@ def fetch_npm(item, dest, cache):
     when = open(meta).read().strip()
     env = dict(os.environ, GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when, GIT_AUTHOR_NAME="corpus",
                GIT_AUTHOR_EMAIL="corpus@localhost", GIT_COMMITTER_NAME="corpus", GIT_COMMITTER_EMAIL="corpus@localhost")
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A", "-f"], ["git", "commit", "-q", "-m", spec]):
+    git = ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false"]
+    for cmd in (git + ["init", "-q"], git + ["add", "-A", "-f"], git + ["commit", "-q", "-m", spec]):
         subprocess.run(cmd, cwd=dest, env=env, check=True, capture_output=True)
 
 

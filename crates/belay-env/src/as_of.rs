@@ -235,14 +235,23 @@ fn given(choice: &AsOfChoice) -> Option<ResolveAsOf> {
     }
 }
 
-/// The cut-off for a node project's install without a lockfile (npm's
-/// `--before`). Only a commit dates one: an npm tarball's files all carry
-/// npm's fixed 1985 time, and a node has no table of wheels to catch up.
-pub async fn resolve_node(
+/// A node project's date, as `env plan` and `env build` both take it: the
+/// cut-off of its install without a lockfile, and the node of that date
+/// ([`apply_node_era`]).
+pub async fn date_node(
+    n: &mut crate::analyze::NodeFacts,
     repo: &Path,
     hooks_dir: &Path,
     choice: &AsOfChoice,
-) -> Option<ResolveAsOf> {
+) {
+    n.resolve_as_of = resolve_node(repo, hooks_dir, choice).await;
+    apply_node_era(n);
+}
+
+/// The cut-off for a node project's install without a lockfile (npm's
+/// `--before`). Only a commit dates one: an npm tarball's files all carry
+/// npm's fixed 1985 time, and a node has no table of wheels to catch up.
+async fn resolve_node(repo: &Path, hooks_dir: &Path, choice: &AsOfChoice) -> Option<ResolveAsOf> {
     match choice {
         AsOfChoice::Source => git_date(repo, hooks_dir).await,
         _ => given(choice),
@@ -283,7 +292,7 @@ pub fn node_major_for_date(at: &str) -> Option<u32> {
 /// A node project's floor from its date, where it pins no node of its own
 /// (`.nvmrc`, `.node-version`, `volta`): the newer of `engines.node`'s floor
 /// and [`node_major_for_date`], with the reason kept for the plan's check.
-pub fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
+fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
     if n.node_pin.is_some() {
         return;
     }

@@ -869,18 +869,21 @@ const PNPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs"),p=require("pat
 /// every script skipped, then the other packages' run (`npm rebuild`) and
 /// the project's own.
 fn npm_install(cmd: &str) -> String {
-    install_skipping_scripts(cmd, "npm rebuild")
+    install_skipping_scripts(cmd, false)
 }
 
 /// A package manager's install `cmd` without the named packages' install
-/// scripts, `rebuild` running the others' (`npm rebuild` for npm's and
-/// yarn classic's tree, `pnpm rebuild` for pnpm's). Yarn 2+ is not
+/// scripts, the others' run after it: `pnpm rebuild` over pnpm's tree
+/// (`pnpm`), `npm rebuild` over npm's and yarn classic's. Yarn 2+ is not
 /// covered: its build logs go to files of their own, which no rule reads.
-fn install_skipping_scripts(cmd: &str, rebuild: &str) -> String {
-    let list = if rebuild.starts_with("pnpm") {
-        format!("node -e '{PNPM_SCRIPTED_BUT_SKIPPED}'")
+fn install_skipping_scripts(cmd: &str, pnpm: bool) -> String {
+    let (list, rebuild) = if pnpm {
+        (
+            format!("node -e '{PNPM_SCRIPTED_BUT_SKIPPED}'"),
+            "pnpm rebuild",
+        )
     } else {
-        format!("npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}'")
+        (format!("npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}'"), "npm rebuild")
     };
     format!(
         "if [ -s {NPM_SKIP_SCRIPTS} ]; then {cmd} --ignore-scripts && pkgs=$({list}) && {{ [ -z \"$pkgs\" ] || {rebuild} $pkgs; }} && npm run preinstall --if-present && npm run install --if-present && npm run postinstall --if-present; else {cmd}; fi"
@@ -1048,17 +1051,12 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
                 "YARN_NODE_LINKER=node-modules yarn install --immutable".into()
             }
             ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install".into(),
-            ("yarn", true) => install_skipping_scripts(
-                "yarn install --frozen-lockfile --non-interactive",
-                "npm rebuild",
-            ),
-            ("yarn", false) => {
-                install_skipping_scripts("yarn install --non-interactive", "npm rebuild")
+            ("yarn", true) => {
+                install_skipping_scripts("yarn install --frozen-lockfile --non-interactive", false)
             }
-            ("pnpm", true) => {
-                install_skipping_scripts("pnpm install --frozen-lockfile", "pnpm rebuild")
-            }
-            ("pnpm", false) => install_skipping_scripts("pnpm install", "pnpm rebuild"),
+            ("yarn", false) => install_skipping_scripts("yarn install --non-interactive", false),
+            ("pnpm", true) => install_skipping_scripts("pnpm install --frozen-lockfile", true),
+            ("pnpm", false) => install_skipping_scripts("pnpm install", true),
             (_, true) => npm_install("npm ci --no-audit --no-fund"),
             (_, false) => npm_install_as_of(n, &mut p.deps),
         };

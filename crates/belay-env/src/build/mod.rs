@@ -288,8 +288,7 @@ async fn prepare(opts: &BuildOptions) -> Result<(RepoContext, Setup), EnvError> 
         py.resolve_as_of = crate::as_of::resolve(&repo, &hooks, &opts.resolve_as_of, &python).await;
     }
     if let Some(node) = ctx.node.as_mut() {
-        node.resolve_as_of = crate::as_of::resolve_node(&repo, &hooks, &opts.resolve_as_of).await;
-        crate::as_of::apply_node_era(node);
+        crate::as_of::date_node(node, &repo, &hooks, &opts.resolve_as_of).await;
     }
     let run_id = match &opts.run_id {
         Some(id) => {

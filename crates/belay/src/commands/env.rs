@@ -33,8 +33,7 @@ pub async fn plan(p: &Printer, a: PlanArgs) -> Result<u8, Failure> {
             belay_env::as_of::resolve(&ctx.repo_path, &hooks, &choice, &python).await;
     }
     if let Some(node) = ctx.node.as_mut() {
-        node.resolve_as_of = belay_env::as_of::resolve_node(&ctx.repo_path, &hooks, &choice).await;
-        belay_env::as_of::apply_node_era(node);
+        belay_env::as_of::date_node(node, &ctx.repo_path, &hooks, &choice).await;
     }
     // The suite `env build` would base the project on (a planning error when none fits).
     let suite = belay_env::base_suite::choose(ctx.python.as_ref())?;
