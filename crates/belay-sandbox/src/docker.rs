@@ -1424,7 +1424,19 @@ impl DockerRuntime {
             .ok()
             .and_then(|m| m.get(container).cloned());
         if let Some(mut p) = recorded {
-            let swept = p.sweep()?;
+            // A sweep may wait for the processes it killed to die: off the
+            // runtime's threads.
+            let (back, swept) = tokio::task::spawn_blocking(move || {
+                let r = p.sweep();
+                (p, r)
+            })
+            .await
+            .map_err(|e| SandboxError::Docker {
+                op: "end a step's processes",
+                message: e.to_string(),
+            })?;
+            p = back;
+            let swept = swept?;
             if wipe {
                 p.wipe_scratch()?;
             }

@@ -51,6 +51,22 @@ fn oldest_child(pid: u32) -> Option<ProcessIdentity> {
         .min_by_key(|c| c.start_ticks)
 }
 
+/// How long a sweep waits for the processes it killed to be gone.
+const SWEEP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether `pid` has exited (a zombie, or gone): field 3 of its `stat`,
+/// after the command name, which may hold spaces and parentheses.
+fn exited(pid: u32) -> bool {
+    fs_err::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| state_of(&s))
+        .is_none_or(|state| matches!(state, 'Z' | 'X' | 'x'))
+}
+
+fn state_of(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
 fn ns_of(pid: u32) -> Option<PathBuf> {
     fs_err::read_link(format!("/proc/{pid}/ns/pid")).ok()
 }
@@ -82,7 +98,8 @@ impl ContainerProcs {
         same(&self.init) || self.main.as_ref().is_some_and(same)
     }
 
-    /// The pids in the container's namespace that are not its own.
+    /// The live pids in the container's namespace that are not its own. A
+    /// zombie is dead already: its parent (the container's init) reaps it.
     fn strays(&self) -> Vec<u32> {
         let Ok(rd) = fs_err::read_dir("/proc") else {
             return Vec::new();
@@ -91,10 +108,15 @@ impl ContainerProcs {
             .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
             .filter(|&pid| ns_of(pid).as_deref() == Some(self.ns.as_path()))
             .filter(|&pid| !self.keeps(pid))
+            .filter(|&pid| !exited(pid))
             .collect()
     }
 
     /// Kill every process of the namespace but the container's own two.
+    /// Passes repeat until none is left: a fork during a pass is caught by
+    /// the next, and a killed process that has not finished dying (its
+    /// exit tears down a large address space, or waits out a syscall on the
+    /// overlay filesystem) is waited for, briefly, up to [`SWEEP_PATIENCE`].
     pub fn sweep(&mut self) -> Result<Swept, SandboxError> {
         let fail = |message: String| SandboxError::Docker {
             op: "end a step's processes",
@@ -106,26 +128,42 @@ impl ContainerProcs {
         if self.main.is_none() {
             self.main = oldest_child(self.init.pid);
         }
-        let mut swept = Swept::default();
-        for pass in 0..200 {
+        let t0 = std::time::Instant::now();
+        let mut killed = std::collections::HashSet::new();
+        let mut pause = std::time::Duration::from_millis(1);
+        let mut passes = 0;
+        loop {
             let strays = self.strays();
             if strays.is_empty() {
-                swept.passes = pass;
-                return Ok(swept);
+                return Ok(Swept {
+                    killed: killed.len(),
+                    passes,
+                });
             }
+            if t0.elapsed() > SWEEP_PATIENCE {
+                return Err(fail(format!(
+                    "{} process(es) of the step still run {} s after being killed (pids {strays:?}; {} killed in {passes} passes). The container is unusable: rerun the same command with --resume to continue in a new one",
+                    strays.len(),
+                    SWEEP_PATIENCE.as_secs(),
+                    killed.len()
+                )));
+            }
+            let mut new = false;
             for pid in strays {
                 let Some(p) = rustix::process::Pid::from_raw(pid as i32) else {
                     continue;
                 };
                 if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
-                    swept.killed += 1;
+                    new |= killed.insert(pid);
                 }
             }
+            passes += 1;
+            // Only the killed are left, still dying: give them a moment.
+            if !new {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
         }
-        Err(fail(format!(
-            "processes kept appearing after 200 passes ({} killed)",
-            swept.killed
-        )))
     }
 
     /// Empty the container's `/tmp` and `/dev/shm` (run after [`Self::sweep`],
@@ -204,6 +242,15 @@ mod tests {
         assert!(super::mounted_at(t, "/workspace/repo/my plan.json"));
         assert!(super::mounted_at(t, "/workspace/repo"));
         assert!(!super::mounted_at(t, "/workspace/repo/plan.json"));
+    }
+
+    #[test]
+    fn a_process_state_is_read_past_a_command_name_with_parentheses() {
+        assert_eq!(super::state_of("41 (sleep) Z 1 41 41 0"), Some('Z'));
+        assert_eq!(super::state_of("42 (a) R (b)) S 1 42"), Some('S'));
+        assert_eq!(super::state_of("43 (x"), None);
+        assert!(super::exited(u32::MAX));
+        assert!(!super::exited(std::process::id()));
     }
 
     #[test]

@@ -526,8 +526,13 @@ steps:
     let ws = workspace(NO_MODEL, pipeline, &[]);
     let outside = ws.dir().join("outside");
     std::fs::create_dir(&outside).unwrap();
-    ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 300);
-    assert!(ws.step_log("write").contains("racing"));
+    let run = ws.run(&[("BELAY_BI_TOKEN", canary.as_str())], &[], 300);
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&run.get_output().stdout),
+        String::from_utf8_lossy(&run.get_output().stderr)
+    );
+    assert!(ws.step_log("write").contains("racing"), "{said}");
     let written = walk(&outside);
     assert!(
         written.is_empty(),
@@ -539,7 +544,7 @@ steps:
         .trim()
         .parse()
         .unwrap_or(0);
-    assert!(rounds >= 20, "the loop ran {rounds} rounds");
+    assert!(rounds >= 20, "the loop ran {rounds} rounds:\n{said}");
     // Each round, the racer either lost (the file was scrubbed) or won at
     // that moment (the path was a link: refused, never followed).
     let scrubbed = ws.events_of("artifact_scrubbed").len();
