@@ -165,6 +165,18 @@ pub const RULES: &[Rule] = &[
         hint: "node-gyp compiles a native addon at install: it needs Python, make and a C++ compiler",
     },
     Rule {
+        // node-gyp before 7 opens binding.gyp with mode 'rU', which Python
+        // 3.11 removed: a project that pins such a node-gyp (node-hid 2
+        // through `prebuild`) fails on bookworm's Python. Its gyp runs with
+        // `open` taking 'U' as before; nothing else sees the shim.
+        id: "node-gyp-python-rU",
+        pattern: r"ValueError: invalid mode: 'rU'",
+        fix: "mkdir -p /usr/local/lib/belay-gyp-python && printf '%s\\n' 'import builtins' '_open = builtins.open' 'def _open_without_u(file, mode=\"r\", *a, **k):' '    return _open(file, (mode.replace(\"U\", \"\") or \"r\") if isinstance(mode, str) else mode, *a, **k)' 'builtins.open = _open_without_u' > /usr/local/lib/belay-gyp-python/sitecustomize.py && printf '#!/bin/sh\\nPYTHONPATH=/usr/local/lib/belay-gyp-python exec python3 \"$@\"\\n' > /usr/local/bin/python3-gyp && chmod +x /usr/local/bin/python3-gyp && export npm_config_python=/usr/local/bin/python3-gyp PYTHON=/usr/local/bin/python3-gyp",
+        probe: None,
+        blame: None,
+        hint: "an old node-gyp (before 7) opens files with mode 'rU', which Python 3.11 removed: run its gyp with a Python that still takes 'U'",
+    },
+    Rule {
         id: "node-engine",
         pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
         fix: "npm install -g --no-audit --no-fund node@{node_major} && hash -r && node --version",
