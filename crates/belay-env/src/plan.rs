@@ -967,10 +967,17 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
             "{{ {bin} --version 2>/dev/null | grep -q '^[2-9]'; }} || {npm_g} {}",
             at(default)
         )],
-        None => vec![format!(
-            "command -v {bin} >/dev/null || {npm_g} {}",
-            at(default)
-        )],
+        // The pnpm of the lockfile's format, when it says.
+        None => match n.lockfile_pnpm_major {
+            Some(m) => vec![format!(
+                "{{ {bin} --version 2>/dev/null | grep -q '^{m}\\.'; }} || {npm_g} {}",
+                at(&m.to_string())
+            )],
+            None => vec![format!(
+                "command -v {bin} >/dev/null || {npm_g} {}",
+                at(default)
+            )],
+        },
     }
 }
 

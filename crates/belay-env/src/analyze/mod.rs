@@ -109,6 +109,34 @@ pub struct NodeFacts {
     /// `as_of::apply_node_era`), when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_era: Option<String>,
+    /// The pnpm major that writes the lockfile's `lockfileVersion`, for a
+    /// project that pins no pnpm: a newer pnpm refuses an older lockfile
+    /// under `--frozen-lockfile` (pnpm 9 reads no v5 lockfile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lockfile_pnpm_major: Option<u32>,
+}
+
+/// The pnpm major whose lockfile format `text` (a `pnpm-lock.yaml`) is:
+/// 5.0 to 5.2 pnpm 5, 5.3 pnpm 6, 5.4 pnpm 7, 6.x pnpm 8, 7.0 and 9.0
+/// pnpm 9 (which pnpm 10 writes too; 9 reads it and builds dependencies'
+/// scripts as the project's pnpm did before 10).
+fn pnpm_major_of_lockfile(text: &str) -> Option<u32> {
+    let v = text
+        .lines()
+        .take(5)
+        .find_map(|l| l.strip_prefix("lockfileVersion:"))?
+        .trim()
+        .trim_matches(|c| c == '\'' || c == '"');
+    let (major, minor) = v.split_once('.').unwrap_or((v, "0"));
+    let (major, minor): (u32, u32) = (major.parse().ok()?, minor.parse().ok()?);
+    Some(match (major, minor) {
+        (5, 0..=2) => 5,
+        (5, 3) => 6,
+        (5, _) => 7,
+        (6, _) => 8,
+        (7.., _) => 9,
+        _ => return None,
+    })
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -430,6 +458,12 @@ fn node(
                 .and_then(min_major)
                 .is_some_and(|m| m >= 2));
     n.lockfile = lock.map(String::from);
+    if n.package_manager == "pnpm" && n.package_manager_version.is_none() {
+        n.lockfile_pnpm_major = f
+            .read("pnpm-lock.yaml")
+            .as_deref()
+            .and_then(pnpm_major_of_lockfile);
+    }
     n.engines_node = pkg
         .pointer("/engines/node")
         .and_then(|v| v.as_str())
@@ -738,6 +772,36 @@ mod tests {
     }
 
     /// The node facts of a directory holding `files`.
+    #[test]
+    fn a_pnpm_lockfile_names_the_pnpm_that_reads_it() {
+        for (v, major) in [
+            ("5.2", Some(5)),
+            ("'5.3'", Some(6)),
+            ("5.4", Some(7)),
+            ("'6.0'", Some(8)),
+            ("'6.1'", Some(8)),
+            ("'9.0'", Some(9)),
+            ("4", None),
+            ("nine", None),
+        ] {
+            assert_eq!(
+                super::pnpm_major_of_lockfile(&format!("lockfileVersion: {v}\n\nimporters:\n")),
+                major,
+                "{v}"
+            );
+        }
+        let n = node_facts(&[
+            ("package.json", "{}"),
+            ("pnpm-lock.yaml", "lockfileVersion: 5.2\n"),
+        ]);
+        assert_eq!(n.lockfile_pnpm_major, Some(5));
+        let n = node_facts(&[
+            ("package.json", r#"{"packageManager": "pnpm@8.15.0"}"#),
+            ("pnpm-lock.yaml", "lockfileVersion: 5.2\n"),
+        ]);
+        assert_eq!(n.lockfile_pnpm_major, None, "the pin wins");
+    }
+
     fn node_facts(files: &[(&str, &str)]) -> NodeFacts {
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in files {

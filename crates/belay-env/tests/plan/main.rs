@@ -61,6 +61,7 @@ plan_snapshot!(node_pnpm_pinned, "node-pnpm-pinned");
 plan_snapshot!(node_native_addon, "node-native-addon");
 plan_snapshot!(node_workspaces, "node-workspaces");
 plan_snapshot!(node_pnpm_workspaces, "node-pnpm-workspaces");
+plan_snapshot!(node_pnpm_lockfile_v5, "node-pnpm-lockfile-v5");
 plan_snapshot!(node_script_download, "node-script-download");
 plan_snapshot!(rust_crate, "rust-crate");
 plan_snapshot!(go_module, "go-module");

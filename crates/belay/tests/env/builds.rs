@@ -271,6 +271,20 @@ fn a_pnpm_workspace_builds_and_every_packages_tests_pass() {
     project_tests_pass(&m, "pnpm test 2>&1", "core doubles");
 }
 
+/// A pnpm 7 project (lockfile 5.4) that pins no pnpm: the newest pnpm
+/// refuses its lockfile ("lockfileVersion of 5.4 is incompatible"), so the
+/// build installs the pnpm that writes it, and its tests pass.
+#[test]
+fn a_pnpm_lockfile_without_a_pin_gets_the_pnpm_that_wrote_it() {
+    let run = run_id("pnpmv5");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-pnpm-lockfile-v5", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, "pnpm --version 2>&1", "7.");
+    project_tests_pass(&m, "pnpm test 2>&1", "# pass 1");
+}
+
 #[test]
 fn rust_fixture_builds_and_its_tests_pass() {
     let run = run_id("rust");
