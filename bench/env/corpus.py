@@ -154,11 +154,15 @@ def fetch_npm(item, dest, cache):
 
 def node_test_command(pkg_json):
     """What a developer types to run the package's tests: its package
-    manager's `test`."""
+    manager's `test` (`packageManager`, else the lockfile's manager)."""
     try:
-        pm = (json.load(open(pkg_json)).get("packageManager") or "npm").split("@")[0]
+        pm = (json.load(open(pkg_json)).get("packageManager") or "").split("@")[0]
     except (OSError, ValueError, AttributeError):
-        pm = "npm"
+        pm = ""
+    root = os.path.dirname(pkg_json)
+    if not pm:
+        pm = next((m for f, m in (("pnpm-lock.yaml", "pnpm"), ("yarn.lock", "yarn"))
+                   if os.path.exists(os.path.join(root, f))), "npm")
     return f"{pm if pm in ('yarn', 'pnpm') else 'npm'} test"
 
 
