@@ -8,7 +8,9 @@
 //! layer when it copies files in): `docker commit` keeps neither the cache
 //! nor a variable pointing at it, and neither is part of a cache key.
 //!
-//! pip, uv and npm lock their own caches, so concurrent builds share them.
+//! pip, uv and npm lock their own caches, so concurrent builds share them;
+//! yarn 1 does not, and its installs take its file mutex in the cache
+//! (`--mutex file:…`, see the plan), one at a time.
 //! apt does not wait for its archive lock (a second `apt-get` fails with
 //! "Could not get lock"), so apt's archives are a small pool of slots: each
 //! build holds one slot's lock for its whole run, and concurrent builds take

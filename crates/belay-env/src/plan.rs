@@ -890,6 +890,13 @@ fn install_skipping_scripts(cmd: &str, pnpm: bool) -> String {
     )
 }
 
+/// Yarn 1 does not lock its cache: two builds that unpack one package into
+/// the shared cache at once leave it half there ("Extracting tar content
+/// of undefined failed, the file appears to be corrupt: ENOENT … chmod").
+/// Yarn runs one at a time on a cache, through its own file mutex beside it
+/// (`/tmp` when the build has no shared cache).
+const YARN_MUTEX: &str = "--mutex file:${YARN_CACHE_FOLDER:-/tmp}/.belay-yarn-mutex";
+
 /// Where corepack keeps the releases it installs: in the image (the final
 /// image's `ENV` names it), not under a `HOME` a sandbox replaces.
 pub const COREPACK_HOME: &str = "/usr/local/share/corepack";
@@ -1058,10 +1065,14 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
                 "YARN_NODE_LINKER=node-modules yarn install --immutable".into()
             }
             ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install".into(),
-            ("yarn", true) => {
-                install_skipping_scripts("yarn install --frozen-lockfile --non-interactive", false)
-            }
-            ("yarn", false) => install_skipping_scripts("yarn install --non-interactive", false),
+            ("yarn", true) => install_skipping_scripts(
+                &format!("yarn install --frozen-lockfile --non-interactive {YARN_MUTEX}"),
+                false,
+            ),
+            ("yarn", false) => install_skipping_scripts(
+                &format!("yarn install --non-interactive {YARN_MUTEX}"),
+                false,
+            ),
             ("pnpm", true) => install_skipping_scripts("pnpm install --frozen-lockfile", true),
             ("pnpm", false) => install_skipping_scripts("pnpm install", true),
             (_, true) => npm_install("npm ci --no-audit --no-fund"),

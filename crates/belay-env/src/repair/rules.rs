@@ -177,6 +177,17 @@ pub const RULES: &[Rule] = &[
         hint: "an old node-gyp (before 7) opens files with mode 'rU', which Python 3.11 removed: run its gyp with a Python that still takes 'U'",
     },
     Rule {
+        // yarn 1 fails the install on a dependency's engines range that
+        // caps node below the one running (upath 1.0.4: ">=4 <=9"); npm
+        // only warns. Before node-engine: an older node is no fix.
+        id: "yarn-dependency-engine-cap",
+        pattern: r#"error (\S+): The engine "node" is incompatible with this module\. Expected version "[^"]*<[^"]*"\. Got"#,
+        fix: "export YARN_IGNORE_ENGINES=true",
+        probe: None,
+        blame: None,
+        hint: "a dependency's engines range caps node below the one running, which yarn 1 refuses and npm only warns of: install ignoring engines, as npm does",
+    },
+    Rule {
         id: "node-engine",
         pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
         fix: "npm install -g --no-audit --no-fund node@{node_major} && hash -r && node --version",
