@@ -121,9 +121,10 @@ pub struct NodeFacts {
 /// pnpm 9 (which pnpm 10 writes too; 9 reads it and builds dependencies'
 /// scripts as the project's pnpm did before 10).
 fn pnpm_major_of_lockfile(text: &str) -> Option<u32> {
+    // A top-level key: first from pnpm 6 on, after `devDependencies` in
+    // pnpm 5's (whose keys are sorted).
     let v = text
         .lines()
-        .take(5)
         .find_map(|l| l.strip_prefix("lockfileVersion:"))?
         .trim()
         .trim_matches(|c| c == '\'' || c == '"');
@@ -792,7 +793,10 @@ mod tests {
         }
         let n = node_facts(&[
             ("package.json", "{}"),
-            ("pnpm-lock.yaml", "lockfileVersion: 5.2\n"),
+            (
+                "pnpm-lock.yaml",
+                "dependencies:\n  debug: 4.3.1\n  enquirer: 2.3.6\n  minimist: 1.2.5\n  untildify: 4.0.0\ndevDependencies:\n  mocha: 8.2.1\nlockfileVersion: 5.2\npackages:\n  /debug/4.3.1:\n",
+            ),
         ]);
         assert_eq!(n.lockfile_pnpm_major, Some(5));
         let n = node_facts(&[
