@@ -262,7 +262,7 @@ def prune_finished(pdir, done):
 def run_batch(belay, projects, pdir, odir, prefix, jobs, extra, prune=False):
     t0 = time.monotonic()
     cmd = [belay, "env", "build-projects", "--projects-file", projects, "--projects-dir", pdir, "--oracles-dir", odir,
-           "--jobs", str(jobs), "--run-id-prefix", prefix, "--command-timeout", "1200", *extra]
+           "--jobs", str(jobs), "--run-id-prefix", prefix, "--command-timeout", "1200", "--oracle-timeout", "900", *extra]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=BENCH_ENV)
         done = set()
