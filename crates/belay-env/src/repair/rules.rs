@@ -167,22 +167,25 @@ pub const RULES: &[Rule] = &[
     Rule {
         // node-gyp before 7 opens binding.gyp with mode 'rU', which Python
         // 3.11 removed: a project that pins such a node-gyp (node-hid 2
-        // through `prebuild`) fails on bookworm's Python. Its gyp runs with
-        // `open` taking 'U' as before; nothing else sees the shim.
+        // through `prebuild`) fails on bookworm's Python. The image's
+        // python3 takes 'U' as it did (a no-op since Python 3.0) through a
+        // `.pth` line in its site-packages: a fix runs in its own exec, so
+        // only what it leaves on disk reaches the block's replay.
         id: "node-gyp-python-rU",
         pattern: r"ValueError: invalid mode: 'rU'",
-        fix: "mkdir -p /usr/local/lib/belay-gyp-python && printf '%s\\n' 'import builtins' '_open = builtins.open' 'def _open_without_u(file, mode=\"r\", *a, **k):' '    return _open(file, (mode.replace(\"U\", \"\") or \"r\") if isinstance(mode, str) else mode, *a, **k)' 'builtins.open = _open_without_u' > /usr/local/lib/belay-gyp-python/sitecustomize.py && printf '#!/bin/sh\\nPYTHONPATH=/usr/local/lib/belay-gyp-python exec python3 \"$@\"\\n' > /usr/local/bin/python3-gyp && chmod +x /usr/local/bin/python3-gyp && export npm_config_python=/usr/local/bin/python3-gyp PYTHON=/usr/local/bin/python3-gyp",
+        fix: "d=$(python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))') && mkdir -p \"$d\" && printf '%s\\n' 'import builtins, io; builtins.open = (lambda o: lambda file, mode=\"r\", *a, **k: o(file, (mode.replace(\"U\", \"\") or \"r\") if isinstance(mode, str) else mode, *a, **k))(io.open)' > \"$d/belay-open-mode-u.pth\" && python3 -c 'open(\"/dev/null\", \"rU\").close()'",
         probe: None,
         blame: None,
-        hint: "an old node-gyp (before 7) opens files with mode 'rU', which Python 3.11 removed: run its gyp with a Python that still takes 'U'",
+        hint: "an old node-gyp (before 7) opens files with mode 'rU', which Python 3.11 removed: python3 takes 'U' again, as a no-op",
     },
     Rule {
         // yarn 1 fails the install on a dependency's engines range that
         // caps node below the one running (upath 1.0.4: ">=4 <=9"); npm
-        // only warns. Before node-engine: an older node is no fix.
+        // only warns. Before node-engine: an older node is no fix. In
+        // yarn's config, not a variable: a fix runs in its own exec.
         id: "yarn-dependency-engine-cap",
         pattern: r#"error (\S+): The engine "node" is incompatible with this module\. Expected version "[^"]*<[^"]*"\. Got"#,
-        fix: "export YARN_IGNORE_ENGINES=true",
+        fix: "yarn config set ignore-engines true",
         probe: None,
         blame: None,
         hint: "a dependency's engines range caps node below the one running, which yarn 1 refuses and npm only warns of: install ignoring engines, as npm does",
