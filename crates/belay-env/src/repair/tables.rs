@@ -147,6 +147,19 @@ pub(super) const PC_PKG: &[(&str, &str)] = &[
     ("libzstd", "libzstd-dev"),
     ("liblzma", "liblzma-dev"),
     ("libsodium", "libsodium-dev"),
+    // Where the package's name is not the `.pc` file's plus -dev (node-hid's
+    // hidapi builds against libusb-1.0 and libudev).
+    ("libusb-1.0", "libusb-1.0-0-dev"),
+    ("libusb", "libusb-dev"),
+    ("libudev", "libudev-dev"),
+    ("hidapi-hidraw", "libhidapi-dev"),
+    ("hidapi-libusb", "libhidapi-dev"),
+    ("alsa", "libasound2-dev"),
+    ("gtk+-3.0", "libgtk-3-dev"),
+    ("libpng", "libpng-dev"),
+    ("vips", "libvips-dev"),
+    ("pixman-1", "libpixman-1-dev"),
+    ("pangocairo", "libpango1.0-dev"),
 ];
 
 /// Packages whose C extension (`pkg._ext`) needs a system library to be built.
