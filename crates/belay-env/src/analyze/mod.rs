@@ -459,11 +459,13 @@ fn node(
                 .and_then(min_major)
                 .is_some_and(|m| m >= 2));
     n.lockfile = lock.map(String::from);
-    if n.package_manager == "pnpm" && n.package_manager_version.is_none() {
-        n.lockfile_pnpm_major = f
-            .read("pnpm-lock.yaml")
-            .as_deref()
-            .and_then(pnpm_major_of_lockfile);
+    // Read once: the pnpm it names and the native helpers it holds.
+    let lock_text = lock.and_then(|l| f.read(l));
+    if n.package_manager == "pnpm"
+        && n.package_manager_version.is_none()
+        && lock == Some("pnpm-lock.yaml")
+    {
+        n.lockfile_pnpm_major = lock_text.as_deref().and_then(pnpm_major_of_lockfile);
     }
     n.engines_node = pkg
         .pointer("/engines/node")
@@ -514,9 +516,9 @@ fn node(
         || all_deps
             .iter()
             .any(|d| NATIVE_BUILD_HELPERS.contains(&d.as_str()))
-        || lock
-            .and_then(|l| f.read(l))
-            .is_some_and(|text| names_a_native_build_helper(&text));
+        || lock_text
+            .as_deref()
+            .is_some_and(names_a_native_build_helper);
     let script = n.test_script.clone().unwrap_or_default();
     for (dep, fw) in [
         ("jest", "jest"),
@@ -772,7 +774,6 @@ mod tests {
         assert_eq!(n.package_manager_hash, None);
     }
 
-    /// The node facts of a directory holding `files`.
     #[test]
     fn a_pnpm_lockfile_names_the_pnpm_that_reads_it() {
         for (v, major) in [
@@ -806,6 +807,7 @@ mod tests {
         assert_eq!(n.lockfile_pnpm_major, None, "the pin wins");
     }
 
+    /// The node facts of a directory holding `files`.
     fn node_facts(files: &[(&str, &str)]) -> NodeFacts {
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in files {

@@ -184,7 +184,7 @@ pub const RULES: &[Rule] = &[
         // only warns. Before node-engine: an older node is no fix. In
         // yarn's config, not a variable: a fix runs in its own exec.
         id: "yarn-dependency-engine-cap",
-        pattern: r#"error (\S+): The engine "node" is incompatible with this module\. Expected version "[^"]*<[^"]*"\. Got"#,
+        pattern: r#"error \S+: The engine "node" is incompatible with this module\. Expected version "[^"]*<[^"]*"\. Got"#,
         fix: "yarn config set ignore-engines true",
         probe: None,
         blame: None,
