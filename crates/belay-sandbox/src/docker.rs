@@ -325,7 +325,7 @@ impl DockerRuntime {
 
 /// The host side of a container: network, mounts (the lifeline too),
 /// confinement and limits.
-fn host_config(spec: &ContainerSpec, resolv: Option<Mount>) -> HostConfig {
+fn host_config(spec: &ContainerSpec, files: Vec<Mount>) -> HostConfig {
     let lifeline = spec.lifeline.as_ref().map(|l| Mount {
         host: l.clone(),
         container: LIFELINE.into(),
@@ -335,7 +335,7 @@ fn host_config(spec: &ContainerSpec, resolv: Option<Mount>) -> HostConfig {
         .mounts
         .iter()
         .chain(lifeline.iter())
-        .chain(resolv.iter())
+        .chain(files.iter())
         .map(|m| {
             format!(
                 "{}:{}:{}",
@@ -419,21 +419,49 @@ const REFUSING_RESOLV: &str = "# belay: this sandbox has no name service; its pr
 /// The host file mounted as `/etc/resolv.conf` where lookups are refused
 /// (in belay's state, written once, atomically).
 fn refusing_resolv_conf() -> Result<Mount, SandboxError> {
+    state_mount("resolv.conf", REFUSING_RESOLV, RESOLV_CONF)
+}
+
+const HOSTS: &str = "/etc/hosts";
+
+/// The hosts file of a container without network. The engine's own names
+/// `::1 localhost` as well, and with IPv6 on the loopback glibc gives `::1`
+/// first: a server that listens on 0.0.0.0 only (fastify-cli does so in a
+/// container) then refuses a client that dials `localhost` and takes the
+/// first address (node 18). Here `localhost` is 127.0.0.1 alone, as on
+/// Ubuntu, so a server and a client that both say `localhost` meet on it,
+/// and `::1` keeps its own names. Without network the engine writes nothing
+/// else (no address of the container's own).
+const LOOPBACK_HOSTS: &str = "# belay: this sandbox has no network; localhost is 127.0.0.1
+127.0.0.1\tlocalhost
+::1\tip6-localhost ip6-loopback
+fe00::0\tip6-localnet
+ff00::0\tip6-mcastprefix
+ff02::1\tip6-allnodes
+ff02::2\tip6-allrouters
+";
+
+/// The host file mounted as `/etc/hosts` in a container without network.
+fn loopback_hosts() -> Result<Mount, SandboxError> {
+    state_mount("hosts", LOOPBACK_HOSTS, HOSTS)
+}
+
+/// `text` as the file `name` in belay's state (written once, atomically),
+/// mounted read-only at `container`: a sandbox reads it and cannot change it.
+fn state_mount(name: &str, text: &str, container: &str) -> Result<Mount, SandboxError> {
     let dir = belay_record::state_home().join("sandbox");
-    let path = dir.join("resolv.conf");
+    let path = dir.join(name);
     let now = belay_record::read_regular(&path, 4096).ok().flatten();
-    if now.as_deref() != Some(REFUSING_RESOLV.as_bytes()) {
+    if now.as_deref() != Some(text.as_bytes()) {
         std::fs::create_dir_all(&dir).map_err(|e| SandboxError::io("create", &dir, e))?;
-        belay_record::atomic_write(&path, REFUSING_RESOLV.as_bytes()).map_err(|e| {
-            SandboxError::Docker {
-                op: "create container",
-                message: e.to_string(),
-            }
+        belay_record::atomic_write(&path, text.as_bytes()).map_err(|e| SandboxError::Docker {
+            op: "create container",
+            message: e.to_string(),
         })?;
     }
     Ok(Mount {
         host: path,
-        container: RESOLV_CONF.into(),
+        container: container.into(),
         read_only: true,
     })
 }
@@ -672,12 +700,19 @@ impl ContainerRuntime for DockerRuntime {
         }
         self.check()?;
         let lbl = self.container_labels(spec);
-        let resolv =
-            match spec.refuse_dns && !spec.mounts.iter().any(|m| m.container == RESOLV_CONF) {
-                true => Some(refusing_resolv_conf()?),
-                false => None,
-            };
-        let mut host = host_config(spec, resolv);
+        let mounted = |path: &str| spec.mounts.iter().any(|m| m.container == path);
+        let mut files = Vec::new();
+        if spec.refuse_dns && !mounted(RESOLV_CONF) {
+            files.push(refusing_resolv_conf()?);
+        }
+        if spec.network == crate::Network::None
+            && spec.network_name.is_none()
+            && spec.extra_hosts.is_empty()
+            && !mounted(HOSTS)
+        {
+            files.push(loopback_hosts()?);
+        }
+        let mut host = host_config(spec, files);
         // Commands keep the image's user; the idle processes get another.
         let exec_user = self.exec_user_of(spec).await;
         let t0 = Instant::now();

@@ -136,11 +136,36 @@ async fn network_none_has_only_loopback_and_bridge_has_an_interface() {
                 None,
             )
             .await;
-        // `::1 localhost` in /etc/hosts is served too (node takes it first).
+        // IPv6 on the loopback, for a server that binds `::1` or `::`.
         let v6 = c
             .exec("cat /proc/sys/net/ipv6/conf/lo/disable_ipv6", None)
             .await;
+        // Without network, `localhost` is 127.0.0.1 alone: a server on
+        // 0.0.0.0 and a client that takes the first address of `localhost`
+        // (node 18) meet there; `::1` keeps its own names, and a sandbox
+        // cannot change the file.
+        let names = c
+            .exec(
+                "getent ahosts localhost | cut -d' ' -f1 | sort -u | tr '\\n' ' '; echo; getent hosts ip6-localhost; echo x >> /etc/hosts && echo wrote",
+                None,
+            )
+            .await;
         rt.remove(&c.id).await.unwrap();
+        if net == Network::None {
+            let text = &names.stdout_tail;
+            assert!(
+                text.starts_with("127.0.0.1 \n"),
+                "{net:?}: localhost is not 127.0.0.1 alone: {text}"
+            );
+            assert!(
+                text.contains("::1"),
+                "{net:?}: ip6-localhost does not resolve: {text}"
+            );
+            assert!(
+                !text.contains("wrote"),
+                "{net:?}: a sandbox wrote /etc/hosts: {text}"
+            );
+        }
         if std::path::Path::new("/proc/sys/net/ipv6/conf/lo/disable_ipv6").exists() {
             assert_eq!(v6.stdout_tail.trim(), "0", "{net:?}: ::1 is off: {v6:?}");
         }
