@@ -232,6 +232,8 @@ BENCH_ENV = dict(os.environ)
 
 def prune_finished(pdir, done):
     """Remove the images of every run in `pdir` whose manifest says it ended."""
+    tags = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"],
+                          capture_output=True, text=True).stdout.split()
     for m in glob.glob(os.path.join(pdir, ".belay-state", "runs", "*", "manifest.json")):
         run = os.path.basename(os.path.dirname(m))
         if run in done:
@@ -248,7 +250,10 @@ def prune_finished(pdir, done):
             out = subprocess.run(["docker", "images", "--filter", f"label=belay.run={run}",
                                   "--format", "{{.Repository}}:{{.Tag}}"],
                                  capture_output=True, text=True).stdout.split()
-            refs = [r for r in out if not r.endswith(":<none>")]
+            # A toolchain block's image is shared by the batch (its `belay.run`
+            # is empty), and the run keeps a tag of its own on it.
+            out += [r for r in tags if r.rsplit(":", 1)[-1].startswith(f"{run}-")]
+            refs = list(dict.fromkeys(r for r in out if not r.endswith(":<none>")))
             if refs:
                 subprocess.run(["docker", "rmi", "-f", *refs], capture_output=True)
             # What is left of the run (untagged parents) goes by id.
@@ -257,6 +262,20 @@ def prune_finished(pdir, done):
             for i in left:
                 subprocess.run(["docker", "rmi", "-f", i], capture_output=True)
             done.add(run)
+
+
+def prune_toolchains(prefix):
+    """Remove the toolchain images this batch made (`belay.cache.scope` names its run-id prefix)."""
+    ids = subprocess.run(["docker", "images", "-q", "--filter", "label=belay.kind=toolchain"],
+                         capture_output=True, text=True).stdout.split()
+    if not ids:
+        return
+    out = subprocess.run(["docker", "image", "inspect", "--format",
+                          '{{.Id}} {{index .Config.Labels "belay.cache.scope"}}', *dict.fromkeys(ids)],
+                         capture_output=True, text=True).stdout.splitlines()
+    ids = [line.split()[0] for line in out if f" batch-{prefix}-" in line]
+    for i in dict.fromkeys(ids):
+        subprocess.run(["docker", "rmi", "-f", i], capture_output=True)
 
 
 def run_batch(belay, projects, pdir, odir, prefix, jobs, extra, prune=False):
@@ -277,6 +296,11 @@ def run_batch(belay, projects, pdir, odir, prefix, jobs, extra, prune=False):
             except subprocess.TimeoutExpired:
                 pass
         wall = time.monotonic() - t0
+        if prune:
+            # The last projects ended after the loop's last look; the batch's
+            # toolchain images (no run of their own) go with the batch.
+            prune_finished(pdir, done)
+            prune_toolchains(prefix)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
