@@ -252,7 +252,10 @@ def prune_finished(pdir, done):
                                  capture_output=True, text=True).stdout.split()
             # A toolchain block's image is shared by the batch (its `belay.run`
             # is empty), and the run keeps a tag of its own on it.
-            out += [r for r in tags if r.rsplit(":", 1)[-1].startswith(f"{run}-")]
+            # Its tags are `<run>-final` and `<run>-NNN-<block>-…`; a run
+            # whose id only starts with this one's is not this run.
+            own = re.compile(rf"{re.escape(run)}-(final|\d{{3}}-)")
+            out += [r for r in tags if own.match(r.rsplit(":", 1)[-1])]
             refs = list(dict.fromkeys(r for r in out if not r.endswith(":<none>")))
             if refs:
                 subprocess.run(["docker", "rmi", "-f", *refs], capture_output=True)
