@@ -290,10 +290,12 @@ pub fn node_major_for_date(at: &str) -> Option<u32> {
 }
 
 /// A node project's floor from its date, where it pins no node of its own
-/// (`.nvmrc`, `.node-version`, `volta`): the newer of `engines.node`'s floor
+/// (`.nvmrc`, `.node-version`, `volta`) and its `engines.node` names no line
+/// (see `NodeFacts::node_line`): the newer of `engines.node`'s floor
 /// and [`node_major_for_date`], with the reason kept for the plan's check.
 fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
-    if n.node_pin.is_some() {
+    // A pin, or a line the project's engines name: its own word.
+    if n.node_pin.is_some() || n.node_line.is_some() {
         return;
     }
     let Some(a) = &n.resolve_as_of else {

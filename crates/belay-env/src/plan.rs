@@ -988,6 +988,87 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
     }
 }
 
+/// The running node's major, for the install's test (0 without a node).
+const NODE_MAJOR: &str =
+    r#""$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)""#;
+
+/// The running node's major, for the runtime block's check.
+const NODE_MAJOR_CHECK: &str = r#""$(node -p 'process.versions.node.split(".")[0]')""#;
+
+/// The npm that runs on node `line` where Debian's npm 9 does not, or
+/// where it would build addons with Debian's node-gyp (see `node_part`):
+/// the newest whose `engines.node` admits the line. None from 18 on.
+pub(crate) fn npm_for_line(line: u32) -> Option<u32> {
+    match line {
+        ..=11 => Some(6),
+        12 | 17 => Some(8),
+        13 | 15 => Some(7),
+        14 | 16 => Some(9),
+        _ => None,
+    }
+}
+
+/// The line that puts the project's node in place. Debian's node is 18 on
+/// bookworm: a line the project names (older or newer) or a newer floor
+/// comes from the npm registry's `node` package, as the project's
+/// `engines`, `.nvmrc`, `.node-version` or `volta` says. An older line
+/// brings an npm that runs on it, installed in the same command by the npm
+/// that runs now (npm 6 cannot install node 10 from node 18; npm 9 runs on
+/// no node older than 14).
+fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
+    let g = "npm install -g --no-audit --no-fund";
+    if let Some(line) = n.node_line {
+        let npm = npm_for_line(line)
+            .map(|v| format!(" npm@{v}"))
+            .unwrap_or_default();
+        return Some(format!(
+            "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{line}{npm} && hash -r; }}"
+        ));
+    }
+    let major = n.required_major?;
+    Some(format!(
+        "[ {NODE_MAJOR} -ge {major} ] || {{ {g} node@{major} && hash -r; }}"
+    ))
+}
+
+/// The runtime block's check of the node in place: the project's line, or
+/// at least its floor, said in words the repair rules read.
+fn node_version_check(n: &crate::analyze::NodeFacts) -> Option<String> {
+    // Quoted into the script: nothing of it is shell syntax.
+    let quoted = |s: Option<&String>| -> String {
+        s.map(|s| s.as_str())
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || " .<>=^~*|-_xX/".contains(*c))
+            .collect()
+    };
+    if let Some(line) = n.node_line {
+        let source = match &n.node_pin {
+            Some(pin) => format!("the project's node pin ({})", quoted(Some(pin))),
+            None => format!(
+                "the project's engines.node ({})",
+                quoted(n.engines_node.as_ref())
+            ),
+        };
+        return Some(format!(
+            "{{ [ {NODE_MAJOR_CHECK} -eq {line} ] || {{ echo \"node $(node --version) is not node {line}, the line {source} names\"; false; }}; }}"
+        ));
+    }
+    let major = n.required_major?;
+    let wanted = match &n.node_era {
+        // The date's node: said without the date's source (no shell
+        // syntax reaches the script).
+        Some(_) => format!("node {major}, the oldest LTS line supported at the source's date"),
+        None => format!(
+            "the project's engines.node {}",
+            quoted(n.engines_node.as_ref())
+        ),
+    };
+    Some(format!(
+        "{{ [ {NODE_MAJOR_CHECK} -ge {major} ] || {{ echo \"node $(node --version) is older than {wanted}\"; false; }}; }}"
+    ))
+}
+
 fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     let Some(n) = &ctx.node else {
         return Part::default();
@@ -1001,13 +1082,11 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             &["nodejs".to_string(), "npm".to_string()].into(),
         ));
     }
-    // Debian's node is older than many projects ask for (bookworm has 18):
-    // a newer one comes from the npm registry's `node` package, as the
-    // project's `engines`, `.nvmrc`, `.node-version` or `volta` says.
-    if let Some(major) = n.required_major {
-        p.runtime.push(format!(
-            "[ \"$(node -p 'process.versions.node.split(\".\")[0]' 2>/dev/null || echo 0)\" -ge {major} ] || {{ npm install -g --no-audit --no-fund node@{major} && hash -r; }}"
-        ));
+    p.runtime.extend(node_install(n));
+    if n.node_line.and_then(npm_for_line) == Some(6) {
+        // npm 6 as root runs no package's scripts ("cannot run in wd")
+        // unless told it may: the project's own install script among them.
+        p.runtime.push("npm config -g set unsafe-perm true".into());
     }
     if n.native_addons {
         // node-gyp compiles them at install: Python, make, a C++ compiler,
@@ -1024,9 +1103,10 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         // loads a second V8 and crashes. Another node gets npm's own npm,
         // whose node-gyp builds against that node's headers alone.
         p.runtime.push(format!(
-            "if {}; then {}; else npm install -g --no-audit --no-fund npm@10 && hash -r; fi",
+            "if {}; then {}; else npm install -g --no-audit --no-fund npm@{} && hash -r; fi",
             crate::script::DEBIAN_NODE,
-            apt_install(&["libnode-dev".to_string()].into())
+            apt_install(&["libnode-dev".to_string()].into()),
+            n.node_line.and_then(npm_for_line).unwrap_or(10)
         ));
     }
     p.runtime.extend(package_manager_lines(n));
@@ -1037,25 +1117,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         p.runtime_validation
             .push(format!("{} --version", n.package_manager));
     }
-    if let Some(major) = n.required_major {
-        // Quoted into the script: nothing of it is shell syntax.
-        let range: String = n
-            .engines_node
-            .clone()
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || " .<>=^~*|-_xX".contains(*c))
-            .collect();
-        let wanted = match &n.node_era {
-            // The date's node: said without the date's source (no shell
-            // syntax reaches the script).
-            Some(_) => format!("node {major}, the oldest LTS line supported at the source's date"),
-            None => format!("the project's engines.node {range}"),
-        };
-        p.runtime_validation.push(format!(
-            "{{ [ \"$(node -p 'process.versions.node.split(\".\")[0]')\" -ge {major} ] || {{ echo \"node $(node --version) is older than {wanted}\"; false; }}; }}"
-        ));
-    }
+    p.runtime_validation.extend(node_version_check(n));
     // A native addon of the project's own compiles in its install script.
     if n.has_dependencies || n.lockfile.is_some() || n.native_addons {
         let install: String = match (n.package_manager.as_str(), n.lockfile.is_some()) {
@@ -1218,8 +1280,42 @@ fn java_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
 
 #[cfg(test)]
 mod tests {
-    use super::{npm_install_as_of, package_manager_lines};
+    use super::{node_install, node_version_check, npm_install_as_of, package_manager_lines};
     use crate::analyze::NodeFacts;
+
+    #[test]
+    fn a_named_line_is_installed_exactly_with_an_npm_that_runs_on_it() {
+        let major = r#""$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)""#;
+        let n = |line: Option<u32>, floor: Option<u32>| NodeFacts {
+            node_line: line,
+            required_major: floor,
+            node_pin: line.map(|l| l.to_string()),
+            ..Default::default()
+        };
+        // Older than Debian's: node and its npm in one command, by the npm
+        // that runs now.
+        assert_eq!(
+            node_install(&n(Some(10), Some(10))).unwrap(),
+            format!("[ {major} -eq 10 ] || {{ npm install -g --no-audit --no-fund node@10 npm@6 && hash -r; }}")
+        );
+        assert!(node_install(&n(Some(16), None))
+            .unwrap()
+            .ends_with("node@16 npm@9 && hash -r; }"));
+        assert!(node_install(&n(Some(12), None))
+            .unwrap()
+            .ends_with("node@12 npm@8 && hash -r; }"));
+        // From 18 on, the npm there runs on it.
+        assert!(node_install(&n(Some(22), Some(22)))
+            .unwrap()
+            .ends_with("-eq 22 ] || { npm install -g --no-audit --no-fund node@22 && hash -r; }"));
+        // A floor is raised to, never lowered to.
+        assert!(node_install(&n(None, Some(20)))
+            .unwrap()
+            .contains(" -ge 20 ] || {"));
+        assert!(node_install(&n(None, None)).is_none());
+        let check = node_version_check(&n(Some(16), None)).unwrap();
+        assert!(check.contains(" -eq 16 ] || { echo \"node $(node --version) is not node 16, the line the project's node pin (16) names\"; false; }"), "{check}");
+    }
 
     #[test]
     fn the_pinned_package_manager_is_installed_with_fallbacks() {

@@ -92,6 +92,13 @@ pub struct NodeFacts {
     /// `volta.node`), when it pins one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_pin: Option<String>,
+    /// The node line the project runs on, where it names one: its pin's
+    /// major (`.nvmrc` `16`, `lts/gallium`), else the newest major an
+    /// `engines.node` with an upper bound admits (`14.x`, `>=12 <17`).
+    /// Installed as it is, older or newer than the distribution's (see
+    /// [`node_line`]); `required_major` is only a floor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_line: Option<u32>,
     pub lockfile: Option<String>,
     pub engines_node: Option<String>,
     pub required_major: Option<u32>,
@@ -489,6 +496,7 @@ fn node(
                 .map(String::from)
         })
         .filter(|s| !s.is_empty());
+    n.node_line = node_line(n.node_pin.as_deref(), n.engines_node.as_deref());
     if n.engines_node.is_none() {
         n.engines_node = n.node_pin.clone();
     }
@@ -583,6 +591,64 @@ fn names_a_native_build_helper(lock: &str) -> bool {
 
 /// The smallest major version a simple engines range allows (">=18", "^20.1",
 /// "18.x", "v20"). Complex ranges give their first bound.
+/// The oldest node line belay installs for a project that names one: the
+/// npm registry's `node` package and an npm that runs on it go back this
+/// far. A project that names an older one gets the distribution's node,
+/// as one that names none does.
+pub const OLDEST_NODE_LINE: u32 = 10;
+
+/// The node line a project names (see [`NodeFacts::node_line`]): its pin's
+/// major, else the newest major its `engines.node` admits when the range
+/// has an upper bound. None where neither says one, where the pin is
+/// outside `engines.node`, or where the line is older than
+/// [`OLDEST_NODE_LINE`].
+pub fn node_line(pin: Option<&str>, engines: Option<&str>) -> Option<u32> {
+    let capped = |range: &str| {
+        // A range that admits a node far in the future has no upper bound.
+        (!crate::as_of::allows_major(range, 99))
+            .then(|| {
+                (0..99)
+                    .rev()
+                    .find(|m| crate::as_of::allows_major(range, *m))
+            })
+            .flatten()
+    };
+    let line = pin
+        .and_then(pin_major)
+        .or_else(|| engines.and_then(capped))?;
+    (line >= OLDEST_NODE_LINE && engines.is_none_or(|r| crate::as_of::allows_major(r, line)))
+        .then_some(line)
+}
+
+/// The major of a node pin as nvm reads it: `16`, `v16.20.2`, `16.x`, or an
+/// LTS line's name (`lts/gallium`). `lts/*`, `node` and `stable` name no
+/// line of their own.
+fn pin_major(pin: &str) -> Option<u32> {
+    const LTS: &[(&str, u32)] = &[
+        ("argon", 4),
+        ("boron", 6),
+        ("carbon", 8),
+        ("dubnium", 10),
+        ("erbium", 12),
+        ("fermium", 14),
+        ("gallium", 16),
+        ("hydrogen", 18),
+        ("iron", 20),
+        ("jod", 22),
+        ("krypton", 24),
+    ];
+    let pin = pin.trim().to_ascii_lowercase();
+    if let Some(name) = pin.strip_prefix("lts/") {
+        return LTS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m);
+    }
+    let digits: String = pin
+        .trim_start_matches('v')
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
 pub fn min_major(range: &str) -> Option<u32> {
     let r = regex::Regex::new(r"(\d+)").ok()?;
     let first = range.split("||").next()?;
@@ -714,6 +780,38 @@ mod tests {
         assert_eq!(min_major("^20.1 || ^22"), Some(20));
         assert_eq!(min_major("v16"), Some(16));
         assert_eq!(min_major("lts/*"), None);
+    }
+
+    #[test]
+    fn a_pin_or_a_capped_engines_names_the_node_line() {
+        let line = |pin: Option<&str>, engines: Option<&str>| node_line(pin, engines);
+        // A pin is the line its developers run, older or newer than Debian's.
+        assert_eq!(line(Some("16"), None), Some(16));
+        assert_eq!(line(Some("v14.21.3"), None), Some(14));
+        assert_eq!(line(Some("16.x"), None), Some(16));
+        assert_eq!(line(Some("lts/gallium"), None), Some(16));
+        assert_eq!(line(Some("lts/Erbium"), None), Some(12));
+        assert_eq!(line(Some("22"), Some(">=18")), Some(22));
+        // No line of its own: the newest LTS, or whatever is installed.
+        assert_eq!(line(Some("lts/*"), None), None);
+        assert_eq!(line(Some("node"), None), None);
+        // An engines range with an upper bound names its newest major.
+        assert_eq!(line(None, Some("14.x")), Some(14));
+        assert_eq!(line(None, Some(">=12 <17")), Some(16));
+        assert_eq!(line(None, Some("^12 || ^14")), Some(14));
+        // A floor names none: the distribution's node or a newer one runs.
+        assert_eq!(line(None, Some(">=10")), None);
+        assert_eq!(line(None, Some("^18.17.0 || >=20.5.0")), None);
+        // A pin engines.node excludes is no line; nor is a line older than
+        // any node and npm the registry's packages give.
+        assert_eq!(line(Some("16"), Some(">=18")), None);
+        assert_eq!(line(Some("8"), None), None);
+        assert_eq!(line(None, Some("0.10.x")), None);
+        // Read from the files: `.nvmrc` below Debian's node is now a line.
+        let n = node_facts(&[("package.json", "{}"), (".nvmrc", "lts/gallium\n")]);
+        assert_eq!((n.node_line, n.required_major), (Some(16), None));
+        let n = node_facts(&[("package.json", r#"{"engines": {"node": "14.x"}}"#)]);
+        assert_eq!((n.node_line, n.required_major), (Some(14), Some(14)));
     }
 
     #[test]

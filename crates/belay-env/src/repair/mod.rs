@@ -302,8 +302,16 @@ fn render(
         out = out.replace("{resolve}", &resolving_install(ctx));
     }
     if out.contains("{node_major}") {
-        let major = ctx.node.as_ref().and_then(|n| n.required_major)?;
-        out = out.replace("{node_major}", &major.to_string());
+        let n = ctx.node.as_ref()?;
+        let major = n.node_line.or(n.required_major)?;
+        let npm = n
+            .node_line
+            .and_then(crate::plan::npm_for_line)
+            .map(|v| format!(" npm@{v}"))
+            .unwrap_or_default();
+        out = out
+            .replace("{node_major}", &major.to_string())
+            .replace("{node_npm}", &npm);
     }
     if out.contains("{header:1}") {
         let h = cap1.clone()?;
@@ -705,6 +713,7 @@ mod tests {
         // node-gyp 10 without a way to nodejs.org.
         ("npm ERR! gyp http GET https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz\nnpm ERR! gyp WARN install got an error, rolling back install\nnpm ERR! gyp ERR! configure error \nnpm ERR! gyp ERR! stack FetchError: request to https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz failed, reason: getaddrinfo EAI_AGAIN nodejs.org", "node-headers-unreachable", "libnode-dev"),
         ("node v18.19.0 is older than the project's engines.node >=20", "node-engine", "node@20"),
+        ("node v18.19.0 is not node 20, the line the project's node pin (20) names", "node-engine", "node@20 && hash -r"),
         ("npm WARN EBADENGINE Unsupported engine {\nnpm WARN EBADENGINE   package: 'x@1.0.0',\nnpm WARN EBADENGINE   required: { node: '>=20' },", "node-engine", "node@20"),
         ("go: go.mod requires go >= 1.21 (running go 1.19; GOTOOLCHAIN=local)", "go-too-old", "golang-1.22-go"),
         ("bash: line 1: ./gradlew: Permission denied", "gradlew-not-executable", "chmod +x"),
@@ -799,6 +808,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A line older than 18 comes back with the npm that runs on it: npm 9
+    /// runs on no node 10.
+    #[test]
+    fn an_older_node_line_is_repaired_with_its_npm() {
+        let mut c = ctx();
+        c.node = Some(NodeFacts {
+            node_line: Some(10),
+            node_pin: Some("10".into()),
+            required_major: Some(10),
+            ..Default::default()
+        });
+        let text = "node v18.19.0 is not node 10, the line the project's node pin (10) names";
+        let p = propose_with(text, &c, &[], &lookups());
+        assert_eq!(
+            p.first().map(|p| (p.rule_id.as_str(), p.fix.as_str())),
+            Some((
+                "node-engine",
+                "npm install -g --no-audit --no-fund node@10 npm@6 && hash -r && node --version"
+            ))
+        );
     }
 
     #[test]

