@@ -258,6 +258,11 @@ async fn resolve_node(repo: &Path, hooks_dir: &Path, choice: &AsOfChoice) -> Opt
     }
 }
 
+/// The newest node major released when this was written (26, April 2026;
+/// the npm registry's `node` package has it): a range's upper bound past it
+/// names this line. Raise it with [`NODE_LTS`].
+pub const NEWEST_NODE_MAJOR: u32 = 26;
+
 /// Node's long-term-support lines: the major, the day it entered LTS, the
 /// day its support ended.
 const NODE_LTS: &[(u32, &str, &str)] = &[
@@ -330,7 +335,11 @@ pub fn allows_major(range: &str, major: u32) -> bool {
         let mut parts = v.split('.');
         let m = parts.next()?.parse().ok()?;
         // Anything but zeros after the major (`<20.5` admits 20).
-        let more = parts.any(|p| p != "0" && p != "x" && p != "*" && p != "X");
+        // A prerelease of zeros (`<17.0.0-0`) is still below 17.
+        let more = parts.any(|p| {
+            let p = p.split('-').next().unwrap_or(p);
+            p != "0" && p != "x" && p != "*" && p != "X"
+        });
         Some((m, more))
     };
     let mut readable = false;

@@ -859,6 +859,11 @@ const NPM_SKIP_SCRIPTS: &str = "/etc/belay/npm-skip-scripts";
 /// reads the tree npm, yarn classic and pnpm lay out alike).
 const NPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs");const skip=new Set(fs.readFileSync("/etc/belay/npm-skip-scripts","utf8").split(/\s+/).filter(Boolean));const q=JSON.parse(fs.readFileSync(0,"utf8"));console.log([...new Set(q.filter(p=>p.location&&!skip.has(p.name)).map(p=>p.name))].join(" "))"#;
 
+/// What `npm query` of the scripted packages prints, for an npm without
+/// `query` (before 8.16: npm 6 and 7, on node lines older than 14): every
+/// package in the nested `node_modules` tree with an install script.
+const NPM_SCRIPTED_WALK: &str = r#"const fs=require("fs"),p=require("path");const out=[];const walk=d=>{let es=[];try{es=fs.readdirSync(d)}catch(e){return}for(const e of es){if(e.startsWith("."))continue;const x=p.join(d,e);if(e.startsWith("@")){walk(x);continue}try{const j=JSON.parse(fs.readFileSync(p.join(x,"package.json"),"utf8"));const s=j.scripts||{};if(s.preinstall||s.install||s.postinstall)out.push({name:j.name,location:x})}catch(e){}walk(p.join(x,"node_modules"))}};walk("node_modules");console.log(JSON.stringify(out))"#;
+
 /// The same for pnpm's tree, where `npm query` sees only the direct
 /// dependencies: every package under `node_modules/.pnpm` with an install
 /// script or a `binding.gyp` (node-gyp's implicit install), but the skipped.
@@ -883,7 +888,8 @@ fn install_skipping_scripts(cmd: &str, pnpm: bool) -> String {
             "pnpm rebuild",
         )
     } else {
-        (format!("npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' | node -e '{NPM_SCRIPTED_BUT_SKIPPED}'"), "npm rebuild")
+        // npm 6 prints its usage on stdout for `query` and fails.
+        (format!("q=$(npm query ':attr(scripts, [preinstall]), :attr(scripts, [install]), :attr(scripts, [postinstall])' 2>/dev/null) || q=$(node -e '{NPM_SCRIPTED_WALK}'); printf '%s' \"$q\" | node -e '{NPM_SCRIPTED_BUT_SKIPPED}'"), "npm rebuild")
     };
     format!(
         "if [ -s {NPM_SKIP_SCRIPTS} ]; then {cmd} --ignore-scripts && pkgs=$({list}) && {{ [ -z \"$pkgs\" ] || {rebuild} $pkgs; }} && npm run preinstall --if-present && npm run install --if-present && npm run postinstall --if-present; else {cmd}; fi"
@@ -931,10 +937,23 @@ fn npm_install_as_of(n: &crate::analyze::NodeFacts, deps: &mut Vec<String>) -> S
 /// runs them itself).
 fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
     let npm_g = "npm install -g --no-audit --no-fund";
-    let (pkg, default) = match n.package_manager.as_str() {
-        "yarn" if n.yarn_berry => ("@yarnpkg/cli-dist", "4"),
-        "yarn" => ("yarn", "1"),
-        "pnpm" => ("pnpm", ""),
+    // On a line older than 18 the newest yarn berry and pnpm do not run,
+    // nor does npm's corepack: the newest that do.
+    let old_line = n.node_line.filter(|l| *l < 18);
+    let (pkg, default) = match (n.package_manager.as_str(), old_line) {
+        ("yarn", None) if n.yarn_berry => ("@yarnpkg/cli-dist", "4"),
+        ("yarn", Some(_)) if n.yarn_berry => ("@yarnpkg/cli-dist", "3"),
+        ("yarn", _) => ("yarn", "1"),
+        ("pnpm", None) => ("pnpm", ""),
+        ("pnpm", Some(l)) => (
+            "pnpm",
+            match l {
+                16.. => "8",
+                14 | 15 => "7",
+                12 | 13 => "6",
+                _ => "5",
+            },
+        ),
         _ => return vec![],
     };
     let bin = n.package_manager.as_str();
@@ -946,6 +965,15 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
         }
     };
     match n.package_manager_version.as_deref() {
+        Some(v) if old_line.is_some() => {
+            let major = v.split('.').next().unwrap_or(v);
+            vec![format!(
+                "{{ {bin} --version 2>/dev/null | grep -qx '{v}'; }} || {npm_g} {} || {npm_g} {} || {npm_g} {}",
+                at(v),
+                at(major),
+                at(default)
+            )]
+        }
         Some(v) => {
             let major = v.split('.').next().unwrap_or(v);
             // corepack (the node's own, else npm's `corepack` package:
@@ -997,7 +1025,9 @@ const NODE_MAJOR_CHECK: &str = r#""$(node -p 'process.versions.node.split(".")[0
 
 /// The npm that runs on node `line` where Debian's npm 9 does not, or
 /// where it would build addons with Debian's node-gyp (see `node_part`):
-/// the newest whose `engines.node` admits the line. None from 18 on.
+/// the newest whose `engines.node` admits the line's last release, but for
+/// node 10 and 11 npm 6, the npm they shipped with. None from 18 on:
+/// the npm there runs on it (npm 10 only warns on 19).
 pub(crate) fn npm_for_line(line: u32) -> Option<u32> {
     match line {
         ..=11 => Some(6),
@@ -1016,7 +1046,9 @@ pub(crate) fn npm_for_line(line: u32) -> Option<u32> {
 /// that runs now (npm 6 cannot install node 10 from node 18; npm 9 runs on
 /// no node older than 14).
 fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
-    let g = "npm install -g --no-audit --no-fund";
+    // `--force`: a base image's own node (the official images', a real file
+    // in npm's global bin) is replaced, where npm would refuse (EEXIST).
+    let g = "npm install -g --no-audit --no-fund --force";
     if let Some(line) = n.node_line {
         let npm = npm_for_line(line)
             .map(|v| format!(" npm@{v}"))
@@ -1043,9 +1075,10 @@ fn node_version_check(n: &crate::analyze::NodeFacts) -> Option<String> {
             .collect()
     };
     if let Some(line) = n.node_line {
+        let pinned = n.node_pin.as_deref().and_then(crate::analyze::pin_major) == Some(line);
         let source = match &n.node_pin {
-            Some(pin) => format!("the project's node pin ({})", quoted(Some(pin))),
-            None => format!(
+            Some(pin) if pinned => format!("the project's node pin ({})", quoted(Some(pin))),
+            _ => format!(
                 "the project's engines.node ({})",
                 quoted(n.engines_node.as_ref())
             ),
@@ -1150,10 +1183,14 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             p.deps.push(NODE_HEADERS.to_string());
         }
         p.deps.push(install);
-        p.deps_validation.push(if n.package_manager == "npm" {
-            "npm ls --depth=0 >/dev/null".into()
-        } else {
-            "test -d node_modules".into()
+        p.deps_validation.push(match n.package_manager.as_str() {
+            // npm 6 installs no peer dependencies and `ls` fails on each one
+            // missing: only a missing or invalid dependency fails here.
+            "npm" if n.node_line.and_then(npm_for_line) == Some(6) => {
+                "npm ls --depth=0 >/dev/null 2>&1 || ! npm ls --depth=0 2>&1 | grep -E 'ERR! (missing|invalid):'".into()
+            }
+            "npm" => "npm ls --depth=0 >/dev/null".into(),
+            _ => "test -d node_modules".into(),
         });
     }
     for runner in ["jest", "mocha", "vitest", "ava"] {
@@ -1296,7 +1333,7 @@ mod tests {
         // that runs now.
         assert_eq!(
             node_install(&n(Some(10), Some(10))).unwrap(),
-            format!("[ {major} -eq 10 ] || {{ npm install -g --no-audit --no-fund node@10 npm@6 && hash -r; }}")
+            format!("[ {major} -eq 10 ] || {{ npm install -g --no-audit --no-fund --force node@10 npm@6 && hash -r; }}")
         );
         assert!(node_install(&n(Some(16), None))
             .unwrap()
@@ -1305,9 +1342,9 @@ mod tests {
             .unwrap()
             .ends_with("node@12 npm@8 && hash -r; }"));
         // From 18 on, the npm there runs on it.
-        assert!(node_install(&n(Some(22), Some(22)))
-            .unwrap()
-            .ends_with("-eq 22 ] || { npm install -g --no-audit --no-fund node@22 && hash -r; }"));
+        assert!(node_install(&n(Some(22), Some(22))).unwrap().ends_with(
+            "-eq 22 ] || { npm install -g --no-audit --no-fund --force node@22 && hash -r; }"
+        ));
         // A floor is raised to, never lowered to.
         assert!(node_install(&n(None, Some(20)))
             .unwrap()
@@ -1365,6 +1402,23 @@ mod tests {
             ["command -v yarn >/dev/null || npm install -g --no-audit --no-fund yarn@1"]
         );
         assert!(package_manager_lines(&n("npm", Some("10.2.0"), false)).is_empty());
+        // An older node line gets the newest that runs on it, and no
+        // corepack (npm's needs node 22).
+        let mut old = n("pnpm", None, false);
+        old.node_line = Some(16);
+        assert_eq!(
+            package_manager_lines(&old),
+            ["command -v pnpm >/dev/null || npm install -g --no-audit --no-fund pnpm@8"]
+        );
+        let mut old = n("pnpm", Some("7.33.0"), false);
+        old.node_line = Some(14);
+        assert_eq!(
+            package_manager_lines(&old),
+            ["{ pnpm --version 2>/dev/null | grep -qx '7.33.0'; } || npm install -g --no-audit --no-fund pnpm@7.33.0 || npm install -g --no-audit --no-fund pnpm@7 || npm install -g --no-audit --no-fund pnpm@7"]
+        );
+        let mut old = n("yarn", None, true);
+        old.node_line = Some(12);
+        assert!(package_manager_lines(&old)[0].ends_with("@yarnpkg/cli-dist@3"));
     }
 
     #[test]

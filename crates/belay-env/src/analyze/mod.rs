@@ -589,8 +589,6 @@ fn names_a_native_build_helper(lock: &str) -> bool {
     .is_some_and(|re| re.is_match(lock))
 }
 
-/// The smallest major version a simple engines range allows (">=18", "^20.1",
-/// "18.x", "v20"). Complex ranges give their first bound.
 /// The oldest node line belay installs for a project that names one: the
 /// npm registry's `node` package and an npm that runs on it go back this
 /// far. A project that names an older one gets the distribution's node,
@@ -604,14 +602,20 @@ pub const OLDEST_NODE_LINE: u32 = 10;
 /// [`OLDEST_NODE_LINE`].
 pub fn node_line(pin: Option<&str>, engines: Option<&str>) -> Option<u32> {
     let capped = |range: &str| {
+        use crate::as_of::allows_major;
         // A range that admits a node far in the future has no upper bound.
-        (!crate::as_of::allows_major(range, 99))
-            .then(|| {
-                (0..99)
-                    .rev()
-                    .find(|m| crate::as_of::allows_major(range, *m))
-            })
-            .flatten()
+        if allows_major(range, 99) {
+            return None;
+        }
+        // The newest released line it admits, an LTS (even) one first: a
+        // bound past every release (`<30`) names the newest there is.
+        let newest = crate::as_of::NEWEST_NODE_MAJOR;
+        let admitted = |even: bool| {
+            (0..=newest)
+                .rev()
+                .find(|m| (!even || m % 2 == 0) && allows_major(range, *m))
+        };
+        admitted(true).or_else(|| admitted(false))
     };
     let line = pin
         .and_then(pin_major)
@@ -623,7 +627,7 @@ pub fn node_line(pin: Option<&str>, engines: Option<&str>) -> Option<u32> {
 /// The major of a node pin as nvm reads it: `16`, `v16.20.2`, `16.x`, or an
 /// LTS line's name (`lts/gallium`). `lts/*`, `node` and `stable` name no
 /// line of their own.
-fn pin_major(pin: &str) -> Option<u32> {
+pub(crate) fn pin_major(pin: &str) -> Option<u32> {
     const LTS: &[(&str, u32)] = &[
         ("argon", 4),
         ("boron", 6),
@@ -649,6 +653,8 @@ fn pin_major(pin: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// The smallest major version a simple engines range allows (">=18", "^20.1",
+/// "18.x", "v20"). Complex ranges give their first bound.
 pub fn min_major(range: &str) -> Option<u32> {
     let r = regex::Regex::new(r"(\d+)").ok()?;
     let first = range.split("||").next()?;
@@ -799,6 +805,16 @@ mod tests {
         assert_eq!(line(None, Some("14.x")), Some(14));
         assert_eq!(line(None, Some(">=12 <17")), Some(16));
         assert_eq!(line(None, Some("^12 || ^14")), Some(14));
+        // An LTS line before an odd one; a prerelease bound of zeros is
+        // below its major; no line past the newest released.
+        assert_eq!(line(None, Some("<18")), Some(16));
+        assert_eq!(line(None, Some(">=18 <20")), Some(18));
+        assert_eq!(line(None, Some(">=15 <16")), Some(15));
+        assert_eq!(line(None, Some(">=14.0.0 <17.0.0-0")), Some(16));
+        assert_eq!(
+            line(None, Some(">=20 <30")),
+            Some(crate::as_of::NEWEST_NODE_MAJOR)
+        );
         // A floor names none: the distribution's node or a newer one runs.
         assert_eq!(line(None, Some(">=10")), None);
         assert_eq!(line(None, Some("^18.17.0 || >=20.5.0")), None);

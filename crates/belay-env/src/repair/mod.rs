@@ -827,7 +827,7 @@ mod tests {
             p.first().map(|p| (p.rule_id.as_str(), p.fix.as_str())),
             Some((
                 "node-engine",
-                "npm install -g --no-audit --no-fund node@10 npm@6 && hash -r && node --version"
+                "npm install -g --no-audit --no-fund --force node@10 npm@6 && hash -r && node --version"
             ))
         );
     }

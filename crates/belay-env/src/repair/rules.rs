@@ -196,7 +196,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: "node-engine",
         pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|is not node \d+, the line the project's|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
-        fix: "npm install -g --no-audit --no-fund node@{node_major}{node_npm} && hash -r && node --version",
+        fix: "npm install -g --no-audit --no-fund --force node@{node_major}{node_npm} && hash -r && node --version",
         probe: None,
         blame: None,
         hint: "the node running is not the one the project's engines.node or pin asks for: install that node (and, for a line older than 18, an npm that runs on it) from the npm registry",
