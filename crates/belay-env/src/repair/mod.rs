@@ -714,6 +714,8 @@ mod tests {
         ("npm ERR! gyp http GET https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz\nnpm ERR! gyp WARN install got an error, rolling back install\nnpm ERR! gyp ERR! configure error \nnpm ERR! gyp ERR! stack FetchError: request to https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz failed, reason: getaddrinfo EAI_AGAIN nodejs.org", "node-headers-unreachable", "libnode-dev"),
         ("node v18.19.0 is older than the project's engines.node >=20", "node-engine", "node@20"),
         ("node v18.19.0 is not node 20, the line the project's node pin (20) names", "node-engine", "node@20 && hash -r"),
+        // npm 6's log of a postinstall that downloads (node 10, verbatim).
+        ("\n> fetch-binary@1.0.0 postinstall /workspace/repo/node_modules/fetch-binary\n> node install.js\n\ndownloading https://downloads.belay-fixture.invalid/tool-linux-x64\n{ Error: getaddrinfo ENOTFOUND downloads.belay-fixture.invalid downloads.belay-fixture.invalid:443\n    at GetAddrInfoReqWrap.onlookup [as oncomplete] (dns.js:56:26)\n", "npm6-install-script-download", "echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
         ("npm WARN EBADENGINE Unsupported engine {\nnpm WARN EBADENGINE   package: 'x@1.0.0',\nnpm WARN EBADENGINE   required: { node: '>=20' },", "node-engine", "node@20"),
         ("go: go.mod requires go >= 1.21 (running go 1.19; GOTOOLCHAIN=local)", "go-too-old", "golang-1.22-go"),
         ("bash: line 1: ./gradlew: Permission denied", "gradlew-not-executable", "chmod +x"),

