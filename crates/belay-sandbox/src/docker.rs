@@ -424,17 +424,14 @@ fn refusing_resolv_conf() -> Result<Mount, SandboxError> {
 
 const HOSTS: &str = "/etc/hosts";
 
-/// The hosts file of a container without network. The engine's own names
-/// `::1 localhost` as well, and with IPv6 on the loopback glibc gives `::1`
-/// first: a server that listens on 0.0.0.0 only (fastify-cli does so in a
-/// container) then refuses a client that dials `localhost` and takes the
-/// first address (node 18). Here `localhost` is 127.0.0.1 alone, as on
-/// Ubuntu, so a server and a client that both say `localhost` meet on it,
-/// and `::1` keeps its own names. Without network the engine writes nothing
-/// else (no address of the container's own).
-const LOOPBACK_HOSTS: &str = "# belay: this sandbox has no network; localhost is 127.0.0.1
+/// The hosts file of a container without network: the engine's names
+/// (`localhost` is both 127.0.0.1 and `::1`), which is all the engine writes
+/// there without network (no address of the container's own). A lookup of
+/// `localhost` for IPv6 alone (node's `http.get(server.address())` of a
+/// server on `::`) finds `::1`.
+const LOOPBACK_HOSTS: &str = "# belay: this sandbox has no network
 127.0.0.1\tlocalhost
-::1\tip6-localhost ip6-loopback
+::1\tlocalhost ip6-localhost ip6-loopback
 fe00::0\tip6-localnet
 ff00::0\tip6-mcastprefix
 ff02::1\tip6-allnodes
@@ -444,6 +441,28 @@ ff02::2\tip6-allrouters
 /// The host file mounted as `/etc/hosts` in a container without network.
 fn loopback_hosts() -> Result<Mount, SandboxError> {
     state_mount("hosts", LOOPBACK_HOSTS, HOSTS)
+}
+
+const GAI_CONF: &str = "/etc/gai.conf";
+
+/// glibc's address order (RFC 6724's table) with IPv4 first, as Debian's
+/// own `gai.conf` suggests for sites that prefer it. With IPv6 on the
+/// loopback, the default order gives `::1` first for `localhost`: a server
+/// that listens on 0.0.0.0 only (fastify-cli does so in a container) then
+/// refuses a client that takes the first address (node 18). In this order
+/// the first is 127.0.0.1, and a lookup for IPv6 alone still finds `::1`.
+/// musl reads no such file.
+const IPV4_FIRST_GAI: &str = "# belay: this sandbox has no network; IPv4 first
+precedence ::1/128 50
+precedence ::/0 40
+precedence 2002::/16 30
+precedence ::/96 20
+precedence ::ffff:0:0/96 100
+";
+
+/// The host file mounted as `/etc/gai.conf` in a container without network.
+fn ipv4_first_gai() -> Result<Mount, SandboxError> {
+    state_mount("gai.conf", IPV4_FIRST_GAI, GAI_CONF)
 }
 
 /// `text` as the file `name` in belay's state (written once, atomically),
@@ -721,9 +740,13 @@ impl ContainerRuntime for DockerRuntime {
         if spec.network == crate::Network::None
             && spec.network_name.is_none()
             && spec.extra_hosts.is_empty()
-            && !mounted(HOSTS)
         {
-            files.push(loopback_hosts()?);
+            if !mounted(HOSTS) {
+                files.push(loopback_hosts()?);
+            }
+            if !mounted(GAI_CONF) {
+                files.push(ipv4_first_gai()?);
+            }
         }
         let mut host = host_config(spec, files);
         // Commands keep the image's user; the idle processes get another.
