@@ -54,6 +54,24 @@ fn context(state: &Path, run: &str) -> Value {
     read_json(&state.join("runs").join(run).join("context.json"))
 }
 
+/// A copy of fixture `name` (in a temporary directory the caller keeps)
+/// whose `.nvmrc` pins `pin`, without its `package-lock.json` when
+/// `lockfile` is false.
+fn pinned_fixture(
+    name: &str,
+    pin: &str,
+    lockfile: bool,
+) -> (tempfile::TempDir, std::path::PathBuf) {
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture(name, &repo);
+    if !lockfile {
+        std::fs::remove_file(repo.join("package-lock.json")).unwrap();
+    }
+    std::fs::write(repo.join(".nvmrc"), format!("{pin}\n")).unwrap();
+    (src, repo)
+}
+
 /// The repairs' commands, a line each.
 fn repair_commands(m: &Value) -> String {
     phases(m, "repair")
@@ -565,10 +583,7 @@ fn a_project_pinned_to_an_older_node_line_gets_that_line_and_its_npm() {
     let run = run_id("nodeline10");
     let _guard = RunGuard(run.clone());
     let state = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir().unwrap();
-    let repo = src.path().join("repo");
-    copy_fixture("node-native-addon", &repo);
-    std::fs::write(repo.join(".nvmrc"), "lts/dubnium\n").unwrap();
+    let (_src, repo) = pinned_fixture("node-native-addon", "lts/dubnium", true);
     let m = build_ok(&repo, &run, state.path());
     assert_eq!(context(state.path(), &run)["node"]["node_line"], 10);
     project_tests_pass(&m, "node --version", "v10.");
@@ -595,11 +610,7 @@ fn an_install_script_that_downloads_is_skipped_under_npm_6() {
     let run = run_id("nodeline10dl");
     let _guard = RunGuard(run.clone());
     let state = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir().unwrap();
-    let repo = src.path().join("repo");
-    copy_fixture("node-script-download", &repo);
-    std::fs::remove_file(repo.join("package-lock.json")).unwrap();
-    std::fs::write(repo.join(".nvmrc"), "10\n").unwrap();
+    let (_src, repo) = pinned_fixture("node-script-download", "10", false);
     let m = build_ok(&repo, &run, state.path());
     assert!(
         repair_commands(&m).contains("echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
@@ -625,10 +636,7 @@ fn a_native_addon_builds_against_the_headers_of_the_npm_registrys_node() {
     let run = run_id("nodegyp22");
     let _guard = RunGuard(run.clone());
     let state = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir().unwrap();
-    let repo = src.path().join("repo");
-    copy_fixture("node-native-addon", &repo);
-    std::fs::write(repo.join(".nvmrc"), "22\n").unwrap();
+    let (_src, repo) = pinned_fixture("node-native-addon", "22", true);
     let m = build_ok(&repo, &run, state.path());
     let deps = phases(&m, "block")
         .into_iter()
