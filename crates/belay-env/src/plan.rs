@@ -1028,7 +1028,7 @@ const NODE_MAJOR_CHECK: &str = r#""$(node -p 'process.versions.node.split(".")[0
 /// the newest whose `engines.node` admits the line's last release, but for
 /// node 10 and 11 npm 6, the npm they shipped with. None from 18 on:
 /// the npm there runs on it (npm 10 only warns on 19).
-pub(crate) fn npm_for_line(line: u32) -> Option<u32> {
+fn npm_for_line(line: u32) -> Option<u32> {
     match line {
         ..=11 => Some(6),
         12 | 17 => Some(8),
@@ -1036,6 +1036,14 @@ pub(crate) fn npm_for_line(line: u32) -> Option<u32> {
         14 | 16 => Some(9),
         _ => None,
     }
+}
+
+/// ` npm@N` where node `line` needs an npm of its own ([`npm_for_line`]),
+/// else nothing: what goes beside `node@LINE` in one `npm install -g`.
+pub(crate) fn its_npm(line: Option<u32>) -> String {
+    line.and_then(npm_for_line)
+        .map(|v| format!(" npm@{v}"))
+        .unwrap_or_default()
 }
 
 /// The line that puts the project's node in place. Debian's node is 18 on
@@ -1050,9 +1058,7 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
     // in npm's global bin) is replaced, where npm would refuse (EEXIST).
     let g = "npm install -g --no-audit --no-fund --force";
     if let Some(line) = n.node_line {
-        let npm = npm_for_line(line)
-            .map(|v| format!(" npm@{v}"))
-            .unwrap_or_default();
+        let npm = its_npm(Some(line));
         return Some(format!(
             "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{line}{npm} && hash -r; }}"
         ));

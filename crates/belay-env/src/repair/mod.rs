@@ -304,14 +304,9 @@ fn render(
     if out.contains("{node_major}") {
         let n = ctx.node.as_ref()?;
         let major = n.node_line.or(n.required_major)?;
-        let npm = n
-            .node_line
-            .and_then(crate::plan::npm_for_line)
-            .map(|v| format!(" npm@{v}"))
-            .unwrap_or_default();
         out = out
             .replace("{node_major}", &major.to_string())
-            .replace("{node_npm}", &npm);
+            .replace("{node_npm}", &crate::plan::its_npm(n.node_line));
     }
     if out.contains("{header:1}") {
         let h = cap1.clone()?;
