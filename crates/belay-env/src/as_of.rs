@@ -298,15 +298,22 @@ pub fn node_major_for_date(at: &str) -> Option<u32> {
 /// (`.nvmrc`, `.node-version`, `volta`) and its `engines.node` names no line
 /// (see `NodeFacts::node_line`): the newer of `engines.node`'s floor
 /// and [`node_major_for_date`], with the reason kept for the plan's check.
+/// Where the project's CI names lines, they settle it instead
+/// ([`settle_ci_lines`]).
 fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
     // A pin, or a line the project's engines name: its own word.
     if n.node_pin.is_some() || n.node_line.is_some() {
         return;
     }
-    let Some(a) = &n.resolve_as_of else {
+    let era = n
+        .resolve_as_of
+        .as_ref()
+        .and_then(|a| node_major_for_date(&a.at));
+    if !n.ci_node_lines.is_empty() {
+        settle_ci_lines(n, era);
         return;
-    };
-    let Some(era) = node_major_for_date(&a.at) else {
+    }
+    let (Some(a), Some(era)) = (&n.resolve_as_of, era) else {
         return;
     };
     // An `engines.node` that caps the major (`18.x`, `<19`) is the
@@ -324,6 +331,43 @@ fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
             a.from
         ));
     }
+}
+
+/// The lines of the project's CI settle its node. With a source date,
+/// those from its date's line on are kept (a CI of that date ran them with
+/// the packages of that date), and the oldest LTS one of them is installed
+/// where none runs, as [`node_major_for_date`] would; where the CI tests
+/// only older lines, its newest LTS one (what the project ran beats a
+/// guess from its date). Without a date, the newest LTS line it tests is
+/// installed. Where that line is older than 18 it is the project's line,
+/// exactly (its npm and package managers follow it); else any kept line
+/// from 18 on runs as it is.
+pub(crate) fn settle_ci_lines(n: &mut crate::analyze::NodeFacts, era: Option<u32>) {
+    use crate::analyze::lts_first;
+    let lines = std::mem::take(&mut n.ci_node_lines);
+    let from_era: Vec<u32> = match era {
+        Some(era) => lines.iter().copied().filter(|l| *l >= era).collect(),
+        None => vec![],
+    };
+    let (mut kept, install) = if !from_era.is_empty() {
+        let install = lts_first(&from_era, false);
+        (from_era, install)
+    } else if era.is_some() {
+        let newest = lts_first(&lines, true);
+        (newest.into_iter().collect(), newest)
+    } else {
+        let install = lts_first(&lines, true);
+        (lines, install)
+    };
+    match install {
+        Some(line) if line < 18 => {
+            n.node_line = Some(line);
+            kept = vec![line];
+        }
+        _ => kept.retain(|l| *l >= 18),
+    }
+    n.ci_node_lines = kept;
+    n.ci_node_install = install;
 }
 
 /// Whether a semver range (`engines.node`) admits some release of node
@@ -454,6 +498,55 @@ mod tests {
         apply_node_era(&mut capped);
         assert_eq!((capped.required_major, capped.node_era), (Some(18), None));
         assert_eq!(node_major_for_date("2022-11-01T00:00:00Z"), Some(14));
+        // The CI's lines settle it: from the date's line (22) on, else the
+        // CI's newest; older than 18, that line exactly.
+        let ci = |lines: &[u32]| {
+            let mut n = crate::analyze::NodeFacts {
+                ci_node_lines: lines.to_vec(),
+                ..dated(None, None)
+            };
+            n.required_major = None;
+            n.node_era = None;
+            apply_node_era(&mut n);
+            (n.ci_node_lines, n.node_line, n.ci_node_install)
+        };
+        // Installed where none runs: the date's line, or the oldest LTS
+        // one after it.
+        assert_eq!(ci(&[18, 20, 22, 24]), (vec![22, 24], None, Some(22)));
+        assert_eq!(
+            ci(&[20, 21, 23, 24, 25]),
+            (vec![23, 24, 25], None, Some(24))
+        );
+        assert_eq!(ci(&[16, 18, 20]), (vec![20], None, Some(20)));
+        assert_eq!(ci(&[6, 8, 10]), (vec![10], Some(10), Some(10)));
+        assert_eq!(ci(&[12, 14, 15]), (vec![14], Some(14), Some(14)));
+        let mut undated = crate::analyze::NodeFacts {
+            ci_node_lines: vec![14, 16, 18, 20],
+            ..Default::default()
+        };
+        settle_ci_lines(&mut undated, None);
+        assert_eq!(
+            (
+                &undated.ci_node_lines,
+                undated.node_line,
+                undated.ci_node_install
+            ),
+            (&vec![18, 20], None, Some(20))
+        );
+        // Settled again with the date: the same as once.
+        let era_22 = undated.clone();
+        let mut again = undated;
+        settle_ci_lines(&mut again, Some(18));
+        assert_eq!(
+            (again.ci_node_lines, again.ci_node_install),
+            (vec![18, 20], Some(18))
+        );
+        let mut again = era_22;
+        settle_ci_lines(&mut again, Some(22));
+        assert_eq!(
+            (again.ci_node_lines, again.ci_node_install),
+            (vec![20], Some(20))
+        );
         // engines asking for more wins; a pin is what the developers run.
         assert_eq!(dated(None, Some(24)).required_major, Some(24));
         assert_eq!(dated(None, Some(24)).node_era, None);

@@ -1063,10 +1063,41 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
             "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{line}{npm} && hash -r; }}"
         ));
     }
+    if let Some(pick) = n.ci_line() {
+        // Any line the CI tests runs as it is (Debian's 18 among them).
+        let any = ci_lines_pattern(n);
+        return Some(format!(
+            "case {NODE_MAJOR} in {any}) ;; *) {g} node@{pick} && hash -r ;; esac"
+        ));
+    }
     let major = n.required_major?;
     Some(format!(
         "[ {NODE_MAJOR} -ge {major} ] || {{ {g} node@{major} && hash -r; }}"
     ))
+}
+
+/// The CI's lines as a `case` pattern: `20|22|24`.
+fn ci_lines_pattern(n: &crate::analyze::NodeFacts) -> String {
+    n.ci_node_lines
+        .iter()
+        .map(|l| l.to_string())
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// The CI files a node line comes from, said in the runtime check: names
+/// only of what they hold, at most three.
+fn ci_files_said(n: &crate::analyze::NodeFacts) -> String {
+    n.ci_node_files
+        .iter()
+        .take(3)
+        .map(|f| {
+            f.chars()
+                .filter(|c| c.is_ascii_alphanumeric() || "._/-".contains(*c))
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The runtime block's check of the node in place: the project's line, or
@@ -1084,6 +1115,9 @@ fn node_version_check(n: &crate::analyze::NodeFacts) -> Option<String> {
         let pinned = n.node_pin.as_deref().and_then(crate::analyze::pin_major) == Some(line);
         let source = match &n.node_pin {
             Some(pin) if pinned => format!("the project's node pin ({})", quoted(Some(pin))),
+            None if n.ci_node_lines == [line] => {
+                format!("the project's CI ({})", ci_files_said(n))
+            }
             _ => format!(
                 "the project's engines.node ({})",
                 quoted(n.engines_node.as_ref())
@@ -1091,6 +1125,14 @@ fn node_version_check(n: &crate::analyze::NodeFacts) -> Option<String> {
         };
         return Some(format!(
             "{{ [ {NODE_MAJOR_CHECK} -eq {line} ] || {{ echo \"node $(node --version) is not node {line}, the line {source} names\"; false; }}; }}"
+        ));
+    }
+    if !n.ci_node_lines.is_empty() {
+        let any = ci_lines_pattern(n);
+        let said = any.replace('|', ", ");
+        return Some(format!(
+            "case {NODE_MAJOR_CHECK} in {any}) ;; *) echo \"node $(node --version) is not node {said}, the lines the project's CI tests ({})\"; false ;; esac",
+            ci_files_said(n)
         ));
     }
     let major = n.required_major?;
@@ -1358,6 +1400,45 @@ mod tests {
         assert!(node_install(&n(None, None)).is_none());
         let check = node_version_check(&n(Some(16), None)).unwrap();
         assert!(check.contains(" -eq 16 ] || { echo \"node $(node --version) is not node 16, the line the project's node pin (16) names\"; false; }"), "{check}");
+    }
+
+    #[test]
+    fn the_lines_the_ci_tests_settle_the_node() {
+        let ci = |lines: &[u32], line: Option<u32>| NodeFacts {
+            ci_node_lines: lines.to_vec(),
+            ci_node_files: vec![".github/workflows/ci.yml".into(), ".travis.yml".into()],
+            node_line: line,
+            required_major: Some(14),
+            ..Default::default()
+        };
+        // Any line the CI tests runs as it is; else its newest LTS line.
+        let set = ci(&[18, 20, 21], None);
+        let install = node_install(&set).unwrap();
+        assert!(
+            install.starts_with("case \"$(node -p")
+                && install.ends_with(" 2>/dev/null || echo 0)\" in 18|20|21) ;; *) npm install -g --no-audit --no-fund --force node@20 && hash -r ;; esac"),
+            "{install}"
+        );
+        let check = node_version_check(&set).unwrap();
+        assert!(
+            check.ends_with(" in 18|20|21) ;; *) echo \"node $(node --version) is not node 18, 20, 21, the lines the project's CI tests (.github/workflows/ci.yml, .travis.yml)\"; false ;; esac"),
+            "{check}"
+        );
+        // An older line (settled by `as_of`) is the project's line, exactly,
+        // with its npm.
+        let old = ci(&[10], Some(10));
+        assert!(node_install(&old).unwrap().contains(" -eq 10 ] || { npm install -g --no-audit --no-fund --force node@10 npm@6 && hash -r; }"));
+        let check = node_version_check(&old).unwrap();
+        assert!(
+            check.contains("is not node 10, the line the project's CI (.github/workflows/ci.yml, .travis.yml) names"),
+            "{check}"
+        );
+        // A file name says nothing the shell reads.
+        let mut odd = ci(&[20], None);
+        odd.ci_node_files = vec![".github/workflows/$(x)`y`\"z.yml".into()];
+        assert!(node_version_check(&odd)
+            .unwrap()
+            .contains("(.github/workflows/xyz.yml)"));
     }
 
     #[test]

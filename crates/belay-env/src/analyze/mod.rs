@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::EnvError;
 
+mod ci_node;
 pub mod commands;
 mod conftest_imports;
 mod pytest_plugins;
@@ -99,6 +100,20 @@ pub struct NodeFacts {
     /// [`node_line`]); `required_major` is only a floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_line: Option<u32>,
+    /// The node lines the project's CI tests (see `ci_node`), where it
+    /// pins none and `engines.node` names none: those `engines.node`
+    /// admits, from [`OLDEST_NODE_LINE`] to the newest released, none
+    /// where a CI file follows the newest release. The build settles them
+    /// against the project's date (`as_of::apply_node_era`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ci_node_lines: Vec<u32>,
+    /// The CI files those lines come from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ci_node_files: Vec<String>,
+    /// Of those lines, the one installed where none of them runs (see
+    /// `as_of::settle_ci_lines`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_node_install: Option<u32>,
     pub lockfile: Option<String>,
     pub engines_node: Option<String>,
     pub required_major: Option<u32>,
@@ -121,6 +136,27 @@ pub struct NodeFacts {
     /// under `--frozen-lockfile` (pnpm 9 reads no v5 lockfile).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lockfile_pnpm_major: Option<u32>,
+}
+
+impl NodeFacts {
+    /// The line to install where the CI's lines settle the node and none
+    /// of them runs.
+    pub fn ci_line(&self) -> Option<u32> {
+        self.ci_node_install
+            .or_else(|| lts_first(&self.ci_node_lines, true))
+    }
+}
+
+/// The newest (or the oldest) LTS (even) line of `lines`, else the newest
+/// (or oldest) line.
+pub(crate) fn lts_first(lines: &[u32], newest: bool) -> Option<u32> {
+    let even: Vec<u32> = lines.iter().copied().filter(|m| m % 2 == 0).collect();
+    let from = if even.is_empty() { lines } else { &even };
+    if newest {
+        from.iter().max().copied()
+    } else {
+        from.iter().min().copied()
+    }
 }
 
 /// The pnpm major whose lockfile format `text` (a `pnpm-lock.yaml`) is:
@@ -497,6 +533,26 @@ fn node(
         })
         .filter(|s| !s.is_empty());
     n.node_line = node_line(n.node_pin.as_deref(), n.engines_node.as_deref());
+    if n.node_pin.is_none() && n.node_line.is_none() {
+        let ci = ci_node::read(f);
+        if !ci.newest {
+            let engines = n.engines_node.as_deref();
+            n.ci_node_lines = ci
+                .lines
+                .into_iter()
+                .filter(|l| {
+                    (OLDEST_NODE_LINE..=crate::as_of::NEWEST_NODE_MAJOR).contains(l)
+                        && engines.is_none_or(|r| crate::as_of::allows_major(r, *l))
+                })
+                .collect();
+        }
+        if !n.ci_node_lines.is_empty() {
+            n.ci_node_files = ci.files;
+            // Settled again against the project's date when the build
+            // knows it.
+            crate::as_of::settle_ci_lines(&mut n, None);
+        }
+    }
     if n.engines_node.is_none() {
         n.engines_node = n.node_pin.clone();
     }

@@ -303,7 +303,7 @@ fn render(
     }
     if out.contains("{node_major}") {
         let n = ctx.node.as_ref()?;
-        let major = n.node_line.or(n.required_major)?;
+        let major = n.node_line.or(n.ci_line()).or(n.required_major)?;
         out = out
             .replace("{node_major}", &major.to_string())
             .replace("{node_npm}", &crate::plan::its_npm(n.node_line));
@@ -709,6 +709,7 @@ mod tests {
         ("npm ERR! gyp http GET https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz\nnpm ERR! gyp WARN install got an error, rolling back install\nnpm ERR! gyp ERR! configure error \nnpm ERR! gyp ERR! stack FetchError: request to https://nodejs.org/download/release/v20.11.0/node-v20.11.0-headers.tar.gz failed, reason: getaddrinfo EAI_AGAIN nodejs.org", "node-headers-unreachable", "libnode-dev"),
         ("node v18.19.0 is older than the project's engines.node >=20", "node-engine", "node@20"),
         ("node v18.19.0 is not node 20, the line the project's node pin (20) names", "node-engine", "node@20 && hash -r"),
+        ("node v18.19.0 is not node 20, 22, the lines the project's CI tests (.github/workflows/ci.yml)", "node-engine", "node@20 && hash -r"),
         // npm 6's log of a postinstall that downloads (node 10, verbatim).
         ("\n> fetch-binary@1.0.0 postinstall /workspace/repo/node_modules/fetch-binary\n> node install.js\n\ndownloading https://downloads.belay-fixture.invalid/tool-linux-x64\n{ Error: getaddrinfo ENOTFOUND downloads.belay-fixture.invalid downloads.belay-fixture.invalid:443\n    at GetAddrInfoReqWrap.onlookup [as oncomplete] (dns.js:56:26)\n", "npm6-install-script-download", "echo 'fetch-binary' >> /etc/belay/npm-skip-scripts"),
         ("npm WARN EBADENGINE Unsupported engine {\nnpm WARN EBADENGINE   package: 'x@1.0.0',\nnpm WARN EBADENGINE   required: { node: '>=20' },", "node-engine", "node@20"),

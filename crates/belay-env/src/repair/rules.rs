@@ -204,7 +204,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "node-engine",
-        pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|is not node \d+, the line the project's|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
+        pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|is not node \d+, the line the project's|the lines the project's CI tests|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
         fix: "npm install -g --no-audit --no-fund --force node@{node_major}{node_npm} && hash -r && node --version",
         probe: None,
         blame: None,

@@ -600,6 +600,74 @@ fn a_project_pinned_to_an_older_node_line_gets_that_line_and_its_npm() {
     );
 }
 
+/// A copy of fixture `name` with a CI file `rel` holding `yaml`.
+fn fixture_with_ci(name: &str, rel: &str, yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture(name, &repo);
+    let path = repo.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, yaml).unwrap();
+    (src, repo)
+}
+
+/// A project that pins no node but whose CI tests node 8 to 12
+/// (`.travis.yml`, as spdy's does): it gets the newest line its CI tests,
+/// node 12 with the npm that runs there, not Debian's 18. Before, its CI
+/// was not read, and the project ran on 18 or on the node of its date.
+#[test]
+fn the_newest_line_a_projects_ci_tests_is_installed_when_it_is_older() {
+    let run = run_id("cinode12");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (_src, repo) = fixture_with_ci(
+        "node-npm",
+        ".travis.yml",
+        "language: node_js\nnode_js:\n  - \"8\"\n  - \"10\"\n  - \"12\"\n",
+    );
+    // Its `engines.node` (>=18) would exclude those lines, and its test
+    // runner (`node --test`) is newer than node 12: its dependency is what
+    // runs there.
+    let pkg = repo.join("package.json");
+    let text = std::fs::read_to_string(&pkg).unwrap();
+    std::fs::write(&pkg, text.replace("\"node\": \">=18\"", "\"npm\": \"*\"")).unwrap();
+    let m = build_ok(&repo, &run, state.path());
+    let node = &context(state.path(), &run)["node"];
+    assert_eq!(
+        (&node["node_line"], &node["ci_node_files"][0]),
+        (&Value::from(12), &Value::from(".travis.yml"))
+    );
+    project_tests_pass(&m, "node --version", "v12.");
+    project_tests_pass(&m, "npm --version", "8.");
+    project_tests_pass(&m, "node -p \"require('is-number')(5)\"", "true");
+}
+
+/// A workflow whose matrix holds Debian's node (16, 18 and 20, and a job
+/// on `${{ matrix.node }}`): node 18 runs as it is, with nothing installed,
+/// and the runtime check names the lines.
+#[test]
+fn a_line_the_projects_ci_tests_runs_as_it_is() {
+    let run = run_id("cinode18");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (_src, repo) = fixture_with_ci(
+        "node-npm",
+        ".github/workflows/ci.yml",
+        "on: [push]\njobs:\n  test:\n    strategy:\n      matrix:\n        node: [16.x, 18.x, 20.x]\n    steps:\n      - uses: actions/setup-node@v4\n        with:\n          node-version: ${{ matrix.node }}\n",
+    );
+    let m = build_ok(&repo, &run, state.path());
+    assert_eq!(
+        context(state.path(), &run)["node"]["ci_node_lines"],
+        serde_json::json!([18, 20])
+    );
+    let runtime = script(state.path(), &run, "20-node-runtime");
+    assert!(
+        runtime.contains(" in 18|20) ;; *) npm install -g"),
+        "{runtime}"
+    );
+    project_tests_pass(&m, "node --version", "v18.");
+}
+
 /// The download fixture on node 10 (`.nvmrc`, no lockfile: npm 6 reads no
 /// lockfile of npm 7 and later): npm 6 logs a failed postinstall in a form
 /// of its own, which the repair reads to skip that package's script, and
