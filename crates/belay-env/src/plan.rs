@@ -1059,8 +1059,9 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
     let g = "npm install -g --no-audit --no-fund --force";
     if let Some(line) = n.node_line {
         let npm = its_npm(Some(line));
+        let spec = node_spec(n, line);
         return Some(format!(
-            "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{line}{npm} && hash -r; }}"
+            "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{spec}{npm} && hash -r; }}"
         ));
     }
     if let Some(pick) = n.ci_line() {
@@ -1074,6 +1075,65 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
     Some(format!(
         "[ {NODE_MAJOR} -ge {major} ] || {{ {g} node@{major} && hash -r; }}"
     ))
+}
+
+/// What `npm install -g node@…` takes for the project's `line` where it
+/// has to be installed: the pin's version where the pin says more than the
+/// major (`16.13.0`, `v14.17`: what its developers run, as nvm and volta
+/// install it), the part of `engines.node` that admits the line where it
+/// narrows it (`~16.13` gives `'16.x ~16.13'`, whose newest is 16.13.2,
+/// where the line's newest, 16.20.2, is outside it), else the line.
+fn node_spec(n: &crate::analyze::NodeFacts, line: u32) -> String {
+    let pin = n
+        .node_pin
+        .as_deref()
+        .map(|p| p.trim().trim_start_matches('v'))
+        .filter(|p| crate::analyze::pin_major(p) == Some(line));
+    if let Some(pin) = pin {
+        let parts: Vec<&str> = pin.split('.').collect();
+        if (2..=3).contains(&parts.len())
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        {
+            return pin.to_string();
+        }
+        return line.to_string();
+    }
+    let Some(range) = n.engines_node.as_deref() else {
+        return line.to_string();
+    };
+    // A version of this line with a minor or patch of more than zero
+    // (`16.13`, `14.17.0`) narrows it.
+    let narrows = |alt: &str| {
+        alt.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter_map(|v| v.split_once('.'))
+            .any(|(major, rest)| {
+                major == line.to_string()
+                    && rest.split('.').any(|p| p.parse::<u32>().unwrap_or(0) > 0)
+            })
+    };
+    let alts: Vec<String> = range
+        .split("||")
+        .map(str::trim)
+        .filter(|alt| crate::as_of::allows_major(alt, line))
+        .map(|alt| {
+            // Nothing of it is shell syntax: it is quoted, and only what a
+            // range holds is kept.
+            alt.chars()
+                .filter(|c| c.is_ascii_alphanumeric() || " .<>=^~*-".contains(*c))
+                .collect::<String>()
+        })
+        .collect();
+    if alts.is_empty() || !alts.iter().any(|a| narrows(a)) {
+        return line.to_string();
+    }
+    let set = alts
+        .iter()
+        .map(|a| format!("{line}.x {a}"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    format!("'{set}'")
 }
 
 /// The CI's lines as a `case` pattern: `20|22|24`.
@@ -1400,6 +1460,40 @@ mod tests {
         assert!(node_install(&n(None, None)).is_none());
         let check = node_version_check(&n(Some(16), None)).unwrap();
         assert!(check.contains(" -eq 16 ] || { echo \"node $(node --version) is not node 16, the line the project's node pin (16) names\"; false; }"), "{check}");
+    }
+
+    #[test]
+    fn a_pin_or_range_narrower_than_its_line_is_installed_as_it_says() {
+        let n = |pin: Option<&str>, engines: Option<&str>| {
+            let line = crate::analyze::node_line(pin, engines);
+            let facts = NodeFacts {
+                node_pin: pin.map(String::from),
+                engines_node: engines.or(pin).map(String::from),
+                node_line: line,
+                ..Default::default()
+            };
+            let install = node_install(&facts).unwrap_or_else(|| panic!("{pin:?} {engines:?}"));
+            let spec = install.split(" node@").nth(1).unwrap();
+            spec.split(" && ").next().unwrap().to_string()
+        };
+        // A pin: its version, as nvm and volta install it.
+        assert_eq!(n(Some("v16.13.0"), None), "16.13.0 npm@9");
+        assert_eq!(n(Some("14.17"), None), "14.17 npm@9");
+        assert_eq!(n(Some("20.11.1"), None), "20.11.1");
+        assert_eq!(n(Some("16"), None), "16 npm@9");
+        assert_eq!(n(Some("16.x"), None), "16 npm@9");
+        assert_eq!(n(Some("lts/gallium"), None), "16 npm@9");
+        // A range that narrows the line: its part that admits the line.
+        assert_eq!(n(None, Some("~16.13")), "'16.x ~16.13' npm@9");
+        assert_eq!(n(None, Some("16.13.x")), "'16.x 16.13.x' npm@9");
+        assert_eq!(n(None, Some("^12.22 || ~14.17.0")), "'14.x ~14.17.0' npm@9");
+        assert_eq!(n(None, Some(">=14.17.0 <15")), "'14.x >=14.17.0 <15' npm@9");
+        // One that does not: the line.
+        assert_eq!(n(None, Some("14.x")), "14 npm@9");
+        assert_eq!(n(None, Some(">=12 <17")), "16 npm@9");
+        assert_eq!(n(None, Some("^12.22 || ^14")), "14 npm@9");
+        // Nothing of a range reaches the shell but what a range holds.
+        assert_eq!(n(None, Some("~16.13$(id)`x`")), "'16.x ~16.13idx' npm@9");
     }
 
     #[test]
