@@ -600,6 +600,24 @@ fn a_project_pinned_to_an_older_node_line_gets_that_line_and_its_npm() {
     );
 }
 
+/// A pin of a whole version (`.nvmrc` `v16.13.0`, as nvm and volta write
+/// them) installs that version, not the line's newest (16.20.2), and the
+/// native addon builds against its headers.
+#[test]
+fn a_pinned_version_is_the_version_installed() {
+    let run = run_id("nodepin1613");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (_src, repo) = pinned_fixture("node-native-addon", "v16.13.0", true);
+    let m = build_ok(&repo, &run, state.path());
+    project_tests_pass(&m, "node --version", "v16.13.0");
+    project_tests_pass(
+        &m,
+        "node -e 'console.log(require(\"./index.js\").greet())'",
+        "hello from C",
+    );
+}
+
 /// A copy of fixture `name` with a CI file `rel` holding `yaml`.
 fn fixture_with_ci(name: &str, rel: &str, yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let src = tempfile::tempdir().unwrap();
