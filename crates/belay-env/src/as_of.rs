@@ -342,8 +342,12 @@ fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
 /// installed. Where that line is older than 18 it is the project's line,
 /// exactly (its npm and package managers follow it); else any kept line
 /// from 18 on runs as it is.
-pub(crate) fn settle_ci_lines(n: &mut crate::analyze::NodeFacts, era: Option<u32>) {
+fn settle_ci_lines(n: &mut crate::analyze::NodeFacts, era: Option<u32>) {
     use crate::analyze::lts_first;
+    // Once: what it leaves is no longer the CI's own lines.
+    if n.ci_node_install.is_some() {
+        return;
+    }
     let lines = std::mem::take(&mut n.ci_node_lines);
     let from_era: Vec<u32> = match era {
         Some(era) => lines.iter().copied().filter(|l| *l >= era).collect(),
@@ -533,20 +537,20 @@ mod tests {
             ),
             (&vec![18, 20], None, Some(20))
         );
-        // Settled again with the date: the same as once.
-        let era_22 = undated.clone();
+        // Settled once: again, with a date, it stays as it was.
         let mut again = undated;
-        settle_ci_lines(&mut again, Some(18));
+        settle_ci_lines(&mut again, Some(14));
         assert_eq!(
             (again.ci_node_lines, again.ci_node_install),
-            (vec![18, 20], Some(18))
+            (vec![18, 20], Some(20))
         );
-        let mut again = era_22;
-        settle_ci_lines(&mut again, Some(22));
-        assert_eq!(
-            (again.ci_node_lines, again.ci_node_install),
-            (vec![20], Some(20))
-        );
+        // A date of node 14: the CI's 14 exactly (its date's line).
+        let mut n = crate::analyze::NodeFacts {
+            ci_node_lines: vec![14, 16, 18, 20],
+            ..Default::default()
+        };
+        settle_ci_lines(&mut n, Some(14));
+        assert_eq!((n.node_line, n.ci_node_lines), (Some(14), vec![14]));
         // engines asking for more wins; a pin is what the developers run.
         assert_eq!(dated(None, Some(24)).required_major, Some(24));
         assert_eq!(dated(None, Some(24)).node_era, None);

@@ -1058,7 +1058,9 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
     // in npm's global bin) is replaced, where npm would refuse (EEXIST).
     let g = "npm install -g --no-audit --no-fund --force";
     if let Some(line) = n.node_line {
-        let npm = its_npm(Some(line));
+        let npm = npm_for_node(n)
+            .map(|v| format!(" npm@{v}"))
+            .unwrap_or_default();
         let spec = node_spec(n, line);
         return Some(format!(
             "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{spec}{npm} && hash -r; }}"
@@ -1084,21 +1086,8 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
 /// narrows it (`~16.13` gives `'16.x ~16.13'`, whose newest is 16.13.2,
 /// where the line's newest, 16.20.2, is outside it), else the line.
 fn node_spec(n: &crate::analyze::NodeFacts, line: u32) -> String {
-    let pin = n
-        .node_pin
-        .as_deref()
-        .map(|p| p.trim().trim_start_matches('v'))
-        .filter(|p| crate::analyze::pin_major(p) == Some(line));
-    if let Some(pin) = pin {
-        let parts: Vec<&str> = pin.split('.').collect();
-        if (2..=3).contains(&parts.len())
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
-        {
-            return pin.to_string();
-        }
-        return line.to_string();
+    if n.node_pin.is_some() {
+        return pinned_version(n, line).unwrap_or_else(|| line.to_string());
     }
     let Some(range) = n.engines_node.as_deref() else {
         return line.to_string();
@@ -1134,6 +1123,33 @@ fn node_spec(n: &crate::analyze::NodeFacts, line: u32) -> String {
         .collect::<Vec<_>>()
         .join(" || ");
     format!("'{set}'")
+}
+
+/// The version the project's pin names within `line` where it says more
+/// than the major: `16.13.0`, `14.17` (digits and dots only).
+fn pinned_version(n: &crate::analyze::NodeFacts, line: u32) -> Option<String> {
+    let pin = n.node_pin.as_deref()?.trim().trim_start_matches('v');
+    let parts: Vec<&str> = pin.split('.').collect();
+    let whole = (2..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+    (whole && crate::analyze::pin_major(pin) == Some(line)).then(|| pin.to_string())
+}
+
+/// The npm that goes with the node the runtime block installs: the line's
+/// ([`npm_for_line`]), but for a pinned release older than that npm runs
+/// on, the newest npm that does (npm 9 runs from 14.17 and 16.13, npm 8
+/// from 12.13 and 14.15, npm 7 from 10).
+fn npm_for_node(n: &crate::analyze::NodeFacts) -> Option<u32> {
+    let line = n.node_line?;
+    let minor = pinned_version(n, line)
+        .and_then(|v| v.split('.').nth(1).and_then(|m| m.parse::<u32>().ok()));
+    match (line, minor) {
+        (12, Some(0..=12)) | (14, Some(0..=14)) => Some(7),
+        (14, Some(15..=16)) | (16, Some(0..=12)) => Some(8),
+        _ => npm_for_line(line),
+    }
 }
 
 /// The CI's lines as a `case` pattern: `20|22|24`.
@@ -1224,7 +1240,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         ));
     }
     p.runtime.extend(node_install(n));
-    if n.node_line.and_then(npm_for_line) == Some(6) {
+    if npm_for_node(n) == Some(6) {
         // npm 6 as root runs no package's scripts ("cannot run in wd")
         // unless told it may: the project's own install script among them.
         p.runtime.push("npm config -g set unsafe-perm true".into());
@@ -1247,7 +1263,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             "if {}; then {}; else npm install -g --no-audit --no-fund npm@{} && hash -r; fi",
             crate::script::DEBIAN_NODE,
             apt_install(&["libnode-dev".to_string()].into()),
-            n.node_line.and_then(npm_for_line).unwrap_or(10)
+            npm_for_node(n).unwrap_or(10)
         ));
     }
     p.runtime.extend(package_manager_lines(n));
@@ -1294,7 +1310,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         p.deps_validation.push(match n.package_manager.as_str() {
             // npm 6 installs no peer dependencies and `ls` fails on each one
             // missing: only a missing or invalid dependency fails here.
-            "npm" if n.node_line.and_then(npm_for_line) == Some(6) => {
+            "npm" if npm_for_node(n) == Some(6) => {
                 "npm ls --depth=0 >/dev/null 2>&1 || ! npm ls --depth=0 2>&1 | grep -E 'ERR! (missing|invalid):'".into()
             }
             "npm" => "npm ls --depth=0 >/dev/null".into(),
@@ -1480,6 +1496,12 @@ mod tests {
         assert_eq!(n(Some("v16.13.0"), None), "16.13.0 npm@9");
         assert_eq!(n(Some("14.17"), None), "14.17 npm@9");
         assert_eq!(n(Some("20.11.1"), None), "20.11.1");
+        // A release older than the line's npm runs on gets one that does.
+        assert_eq!(n(Some("14.15.4"), None), "14.15.4 npm@8");
+        assert_eq!(n(Some("v14.8.0"), None), "14.8.0 npm@7");
+        assert_eq!(n(Some("16.4.2"), None), "16.4.2 npm@8");
+        assert_eq!(n(Some("12.10.0"), None), "12.10.0 npm@7");
+        assert_eq!(n(Some("12.22.12"), None), "12.22.12 npm@8");
         assert_eq!(n(Some("16"), None), "16 npm@9");
         assert_eq!(n(Some("16.x"), None), "16 npm@9");
         assert_eq!(n(Some("lts/gallium"), None), "16 npm@9");

@@ -13,15 +13,42 @@
 use super::{pin_major, Files};
 use std::collections::BTreeSet;
 
-/// What the CI files say of node.
+/// What one CI file says of node: the lines its matrices name (a key under
+/// a `matrix`, or a list), and those it names one at a time (a job's
+/// `node-version`, an image), each with whether one of them follows the
+/// newest release.
+#[derive(Debug, Default, PartialEq, Clone)]
+pub(crate) struct FileNode {
+    pub matrix: Said,
+    pub single: Said,
+}
+
+/// Lines, and whether the newest release is among them.
+#[derive(Debug, Default, PartialEq, Clone)]
+pub(crate) struct Said {
+    pub lines: BTreeSet<u32>,
+    pub newest: bool,
+}
+
+impl Said {
+    fn is_empty(&self) -> bool {
+        self.lines.is_empty() && !self.newest
+    }
+}
+
+/// What the CI files say of node, chosen from each file's: the files of
+/// GitHub Actions where one names a node (a `.travis.yml` beside them is
+/// most often left from before), else the others; and of those, what their
+/// matrices say where one has a matrix (the tests run there: a release or
+/// lint job's single node is not what the tests run on), else each job's.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct CiNode {
-    /// Each line (major) a CI file names.
+    /// Each line (major) the chosen values name.
     pub lines: BTreeSet<u32>,
-    /// A CI file follows the newest release.
+    /// A chosen value follows the newest release.
     pub newest: bool,
-    /// The CI files that name a node, relative to the repository.
-    pub files: Vec<String>,
+    /// The CI files the chosen values come from, each with its lines.
+    pub files: Vec<(String, BTreeSet<u32>)>,
 }
 
 /// Keys whose value is a node version (or a list of them).
@@ -50,29 +77,51 @@ const NEWEST: &[&str] = &[
 
 /// At most this many workflow files are read (a repository of hundreds of
 /// workflows is not read to the end).
-const MAX_FILES: usize = 64;
+const MAX_WORKFLOWS: usize = 64;
+
+/// The CI files other than GitHub Actions' workflows.
+const OTHER_CI: &[&str] = &[
+    ".travis.yml",
+    ".circleci/config.yml",
+    "appveyor.yml",
+    ".appveyor.yml",
+];
 
 /// The CI files of the repository at `f` and what they say of node.
 pub(crate) fn read(f: &Files) -> CiNode {
+    // `read` follows no link out of the repository and caps the size.
+    let said = |names: Vec<String>| -> Vec<(String, FileNode)> {
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let text = f.read(&name)?;
+                let n = read_yaml(&text);
+                (!n.matrix.is_empty() || !n.single.is_empty()).then_some((name, n))
+            })
+            .collect()
+    };
+    let workflows = said(workflow_files(f));
+    let files = if workflows.is_empty() {
+        said(OTHER_CI.iter().map(|s| s.to_string()).collect())
+    } else {
+        workflows
+    };
+    choose(files)
+}
+
+/// Of the files' values, the matrices' where one has a matrix, else the
+/// single ones.
+pub(crate) fn choose(files: Vec<(String, FileNode)>) -> CiNode {
+    let any_matrix = files.iter().any(|(_, n)| !n.matrix.is_empty());
     let mut out = CiNode::default();
-    let mut names: Vec<String> = [
-        ".travis.yml",
-        ".circleci/config.yml",
-        "appveyor.yml",
-        ".appveyor.yml",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    names.extend(workflow_files(f));
-    for name in names.into_iter().take(MAX_FILES) {
-        // `read` follows no link out of the repository and caps the size.
-        let Some(text) = f.read(&name) else { continue };
-        let before = (out.lines.len(), out.newest);
-        read_yaml(&text, &mut out);
-        if (out.lines.len(), out.newest) != before {
-            out.files.push(name);
+    for (name, n) in files {
+        let s = if any_matrix { n.matrix } else { n.single };
+        if s.is_empty() {
+            continue;
         }
+        out.newest |= s.newest;
+        out.lines.extend(&s.lines);
+        out.files.push((name, s.lines));
     }
     out
 }
@@ -93,46 +142,56 @@ fn workflow_files(f: &Files) -> Vec<String> {
     };
     let mut out: Vec<String> = rd
         .flatten()
+        .take(1024)
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".yml") || n.ends_with(".yaml"))
         .map(|n| format!(".github/workflows/{n}"))
         .collect();
     out.sort();
+    out.truncate(MAX_WORKFLOWS);
     out
 }
 
-/// Adds what one CI file (YAML) says of node to `out`. A file that does
-/// not parse says nothing.
-pub(crate) fn read_yaml(text: &str, out: &mut CiNode) {
+/// What one CI file (YAML) says of node. A file that does not parse says
+/// nothing.
+pub(crate) fn read_yaml(text: &str) -> FileNode {
+    let mut out = FileNode::default();
     if let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(text) {
-        walk(&v, out);
+        walk(&v, false, &mut out);
     }
+    out
 }
 
-fn walk(v: &serde_json::Value, out: &mut CiNode) {
+fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
     use serde_json::Value;
     match v {
         Value::Object(map) => {
             for (k, v) in map {
                 let key = k.to_ascii_lowercase();
+                let in_matrix = in_matrix || key == "matrix";
                 if NODE_KEYS.contains(&key.as_str()) {
-                    versions(v, out);
+                    let to = if in_matrix || v.is_array() {
+                        &mut out.matrix
+                    } else {
+                        &mut out.single
+                    };
+                    versions(v, to);
                 }
                 if matches!(key.as_str(), "image" | "container") {
                     if let Some(s) = v.as_str() {
-                        image(s, out);
+                        image(s, &mut out.single);
                     }
                 }
-                walk(v, out);
+                walk(v, in_matrix, out);
             }
         }
-        Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+        Value::Array(items) => items.iter().for_each(|i| walk(i, in_matrix, out)),
         _ => {}
     }
 }
 
 /// A version, or a list of them: `18`, `"20.x"`, `v16.20.2`, `lts/iron`.
-fn versions(v: &serde_json::Value, out: &mut CiNode) {
+fn versions(v: &serde_json::Value, out: &mut Said) {
     use serde_json::Value;
     let s = match v {
         Value::Array(items) => return items.iter().for_each(|i| versions(i, out)),
@@ -140,7 +199,7 @@ fn versions(v: &serde_json::Value, out: &mut CiNode) {
         Value::Number(n) => n.to_string(),
         _ => return,
     };
-    if s.contains("${{") || s.contains('$') {
+    if s.contains('$') {
         return;
     }
     if NEWEST.contains(&s.as_str()) {
@@ -159,16 +218,22 @@ fn versions(v: &serde_json::Value, out: &mut CiNode) {
 }
 
 /// A job's image: `node:18`, `node:20-alpine`, `cimg/node:20.1`,
-/// `circleci/node:10-browsers`, `node:lts`.
-fn image(s: &str, out: &mut CiNode) {
-    let Some((repo, tag)) = s.rsplit_once(':') else {
-        return;
-    };
+/// `circleci/node:10-browsers`, `node:iron`, `node:18@sha256:…`, `node`.
+fn image(s: &str, out: &mut Said) {
+    let s = s.split('@').next().unwrap_or(s);
+    let (repo, tag) = s.rsplit_once(':').unwrap_or((s, "latest"));
     if repo != "node" && !repo.ends_with("/node") {
         return;
     }
-    let tag = tag.split('-').next().unwrap_or(tag);
-    versions(&serde_json::Value::String(tag.to_string()), out);
+    let tag = tag.split('-').next().unwrap_or(tag).to_ascii_lowercase();
+    // An LTS line's name (`iron`, `hydrogen`) is a tag of its own.
+    let tag =
+        if tag.starts_with(|c: char| c.is_ascii_alphabetic()) && !NEWEST.contains(&tag.as_str()) {
+            format!("lts/{tag}")
+        } else {
+            tag
+        };
+    versions(&serde_json::Value::String(tag), out);
 }
 
 #[cfg(test)]
@@ -176,9 +241,7 @@ mod tests {
     use super::*;
 
     fn said(text: &str) -> CiNode {
-        let mut out = CiNode::default();
-        read_yaml(text, &mut out);
-        out
+        choose(vec![("ci.yml".into(), read_yaml(text))])
     }
 
     fn lines(text: &str) -> Vec<u32> {
@@ -186,7 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn a_workflow_matrix_and_setup_node_name_their_lines() {
+    fn a_workflow_matrix_names_the_lines_the_tests_run_on() {
         let wf = r#"
 name: CI
 on: [push, pull_request]
@@ -206,10 +269,19 @@ jobs:
     steps:
       - uses: actions/setup-node@v4
         with:
-          node-version: 14
+          node-version: lts/*
+  docs:
+    container: node:22
 "#;
-        assert_eq!(lines(wf), vec![14, 16, 18, 20, 21]);
+        // The release and docs jobs' single nodes are not the tests'.
+        assert_eq!(lines(wf), vec![16, 18, 20, 21]);
         assert!(!said(wf).newest);
+        // Without a matrix, each job's node.
+        let single = "jobs:\n  t:\n    steps:\n      - with:\n          node-version: 20\n  l:\n    container: node:18\n";
+        assert_eq!(lines(single), vec![18, 20]);
+        assert!(
+            said("jobs:\n  t:\n    steps:\n      - with:\n          node-version: lts/*\n").newest
+        );
     }
 
     #[test]
@@ -232,6 +304,14 @@ jobs:
             lines("jobs:\n  t:\n    container: node:18-bullseye\n"),
             vec![18]
         );
+        assert_eq!(
+            lines("jobs:\n  t:\n    container: node:hydrogen-alpine\n"),
+            vec![18]
+        );
+        assert_eq!(
+            lines("jobs:\n  t:\n    container: node:20@sha256:abc\n"),
+            vec![20]
+        );
         assert_eq!(lines("node-version: lts/gallium\n"), vec![16]);
     }
 
@@ -242,6 +322,7 @@ jobs:
         assert_eq!(s.lines.into_iter().collect::<Vec<_>>(), vec![10]);
         assert!(said("with:\n  node-version: lts/*\n").newest);
         assert!(said("container: node:latest\n").newest);
+        assert!(said("container: node\n").newest);
         assert_eq!(
             lines("with:\n  node-version: ${{ env.NODE }}\n  node-version-file: .nvmrc\n"),
             Vec::<u32>::new()
@@ -252,11 +333,11 @@ jobs:
             Vec::<u32>::new()
         );
         // Not YAML: nothing.
-        assert_eq!(said("node_js: [10\n  : :"), CiNode::default());
+        assert_eq!(read_yaml("node_js: [10\n  : :"), FileNode::default());
     }
 
     #[test]
-    fn files_are_read_from_the_repository_and_a_linked_workflows_dir_is_not() {
+    fn workflows_win_over_a_travis_file_left_beside_them_and_links_are_not_followed() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path();
         std::fs::create_dir_all(root.join(".github/workflows")).unwrap();
@@ -266,14 +347,20 @@ jobs:
         )
         .unwrap();
         std::fs::write(
-            root.join(".github/workflows/lint.yaml"),
-            "jobs:\n  l:\n    runs-on: ubuntu-latest\n",
+            root.join(".github/workflows/release.yaml"),
+            "jobs:\n  r:\n    steps:\n      - with:\n          node-version: 20\n",
         )
         .unwrap();
-        std::fs::write(root.join(".travis.yml"), "node_js: ['8']\n").unwrap();
+        std::fs::write(root.join(".github/workflows/lint.yml"), "jobs: {}\n").unwrap();
+        std::fs::write(root.join(".travis.yml"), "node_js: [node, '8']\n").unwrap();
         let got = read(&Files::new(root));
-        assert_eq!(got.lines.into_iter().collect::<Vec<_>>(), vec![8, 14, 16]);
-        assert_eq!(got.files, vec![".travis.yml", ".github/workflows/ci.yml"]);
+        assert_eq!(got.lines.iter().copied().collect::<Vec<_>>(), vec![14, 16]);
+        assert!(!got.newest);
+        assert_eq!(got.files.len(), 1);
+        assert_eq!(got.files[0].0, ".github/workflows/ci.yml");
+        // Without workflows, the others.
+        std::fs::remove_dir_all(root.join(".github")).unwrap();
+        assert!(read(&Files::new(root)).newest);
 
         let outside = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(outside.path().join("workflows")).unwrap();

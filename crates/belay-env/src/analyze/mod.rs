@@ -534,23 +534,26 @@ fn node(
         .filter(|s| !s.is_empty());
     n.node_line = node_line(n.node_pin.as_deref(), n.engines_node.as_deref());
     if n.node_pin.is_none() && n.node_line.is_none() {
+        // Settled against the project's date by the build and the plan
+        // (`as_of::apply_node_era`).
         let ci = ci_node::read(f);
         if !ci.newest {
             let engines = n.engines_node.as_deref();
+            let floor = engines.and_then(min_major).unwrap_or(0);
             n.ci_node_lines = ci
                 .lines
                 .into_iter()
                 .filter(|l| {
-                    (OLDEST_NODE_LINE..=crate::as_of::NEWEST_NODE_MAJOR).contains(l)
+                    (OLDEST_NODE_LINE.max(floor)..=crate::as_of::NEWEST_NODE_MAJOR).contains(l)
                         && engines.is_none_or(|r| crate::as_of::allows_major(r, *l))
                 })
                 .collect();
-        }
-        if !n.ci_node_lines.is_empty() {
-            n.ci_node_files = ci.files;
-            // Settled again against the project's date when the build
-            // knows it.
-            crate::as_of::settle_ci_lines(&mut n, None);
+            n.ci_node_files = ci
+                .files
+                .into_iter()
+                .filter(|(_, lines)| n.ci_node_lines.iter().any(|l| lines.contains(l)))
+                .map(|(name, _)| name)
+                .collect();
         }
     }
     if n.engines_node.is_none() {
