@@ -1086,8 +1086,13 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
 /// narrows it (`~16.13` gives `'16.x ~16.13'`, whose newest is 16.13.2,
 /// where the line's newest, 16.20.2, is outside it), else the line.
 fn node_spec(n: &crate::analyze::NodeFacts, line: u32) -> String {
-    if n.node_pin.is_some() {
-        return pinned_version(n, line).unwrap_or_else(|| line.to_string());
+    if let Some(v) = pinned_version(n, line) {
+        return v;
+    }
+    // A pin of the line (`16`, `lts/gallium`): its newest release. A pin
+    // that names no line (`lts/*`) leaves it to `engines.node`.
+    if n.node_pin.as_deref().and_then(crate::analyze::pin_major) == Some(line) {
+        return line.to_string();
     }
     let Some(range) = n.engines_node.as_deref() else {
         return line.to_string();
@@ -1502,11 +1507,24 @@ mod tests {
         assert_eq!(n(Some("16.4.2"), None), "16.4.2 npm@8");
         assert_eq!(n(Some("12.10.0"), None), "12.10.0 npm@7");
         assert_eq!(n(Some("12.22.12"), None), "12.22.12 npm@8");
+        for (pin, npm) in [
+            ("12.12.0", 7),
+            ("12.13.0", 8),
+            ("14.14.0", 7),
+            ("14.16.1", 8),
+            ("14.17.0", 9),
+            ("16.12.0", 8),
+            ("16.13.0", 9),
+            ("10.24.1", 6),
+        ] {
+            assert_eq!(n(Some(pin), None), format!("{pin} npm@{npm}"));
+        }
         assert_eq!(n(Some("16"), None), "16 npm@9");
         assert_eq!(n(Some("16.x"), None), "16 npm@9");
         assert_eq!(n(Some("lts/gallium"), None), "16 npm@9");
         // A range that narrows the line: its part that admits the line.
         assert_eq!(n(None, Some("~16.13")), "'16.x ~16.13' npm@9");
+        assert_eq!(n(Some("lts/*"), Some("~16.13")), "'16.x ~16.13' npm@9");
         assert_eq!(n(None, Some("16.13.x")), "'16.x 16.13.x' npm@9");
         assert_eq!(n(None, Some("^12.22 || ~14.17.0")), "'14.x ~14.17.0' npm@9");
         assert_eq!(n(None, Some(">=14.17.0 <15")), "'14.x >=14.17.0 <15' npm@9");

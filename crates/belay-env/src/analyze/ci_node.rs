@@ -178,8 +178,18 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
                     versions(v, to);
                 }
                 if matches!(key.as_str(), "image" | "container") {
-                    if let Some(s) = v.as_str() {
-                        image(s, &mut out.single);
+                    let to = if in_matrix || v.is_array() {
+                        &mut out.matrix
+                    } else {
+                        &mut out.single
+                    };
+                    match v {
+                        serde_json::Value::String(s) => image(s, to),
+                        serde_json::Value::Array(items) => items
+                            .iter()
+                            .filter_map(|i| i.as_str())
+                            .for_each(|s| image(s, to)),
+                        _ => {}
                     }
                 }
                 walk(v, in_matrix, out);
@@ -226,13 +236,18 @@ fn image(s: &str, out: &mut Said) {
         return;
     }
     let tag = tag.split('-').next().unwrap_or(tag).to_ascii_lowercase();
-    // An LTS line's name (`iron`, `hydrogen`) is a tag of its own.
-    let tag =
-        if tag.starts_with(|c: char| c.is_ascii_alphabetic()) && !NEWEST.contains(&tag.as_str()) {
-            format!("lts/{tag}")
-        } else {
-            tag
-        };
+    if tag.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        // An LTS line's name (`iron`, `hydrogen`) is a tag of its own; any
+        // other word (`alpine`, `slim`, `bookworm`, `current`) is a variant
+        // of the newest release.
+        match pin_major(&format!("lts/{tag}")) {
+            Some(m) => {
+                out.lines.insert(m);
+            }
+            None => out.newest = true,
+        }
+        return;
+    }
     versions(&serde_json::Value::String(tag), out);
 }
 
@@ -323,6 +338,11 @@ jobs:
         assert!(said("with:\n  node-version: lts/*\n").newest);
         assert!(said("container: node:latest\n").newest);
         assert!(said("container: node\n").newest);
+        assert!(said("container: node:alpine\n").newest);
+        assert!(said("image: circleci/node:current-browsers\n").newest);
+        // Images a matrix runs are the matrix's.
+        let m = "jobs:\n  t:\n    strategy:\n      matrix:\n        container: [node:16, node:20-slim]\n  r:\n    container: node:22\n";
+        assert_eq!(lines(m), vec![16, 20]);
         assert_eq!(
             lines("with:\n  node-version: ${{ env.NODE }}\n  node-version-file: .nvmrc\n"),
             Vec::<u32>::new()
