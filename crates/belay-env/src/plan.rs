@@ -1041,9 +1041,20 @@ fn npm_for_line(line: u32) -> Option<u32> {
 /// ` npm@N` where node `line` needs an npm of its own ([`npm_for_line`]),
 /// else nothing: what goes beside `node@LINE` in one `npm install -g`.
 pub(crate) fn its_npm(line: Option<u32>) -> String {
-    line.and_then(npm_for_line)
-        .map(|v| format!(" npm@{v}"))
-        .unwrap_or_default()
+    npm_beside(line.and_then(npm_for_line))
+}
+
+/// ` npm@N`, or nothing.
+fn npm_beside(npm: Option<u32>) -> String {
+    npm.map(|v| format!(" npm@{v}")).unwrap_or_default()
+}
+
+/// `s` with only ASCII letters, digits and the characters of `also`: what
+/// of a project's text may reach the runtime script.
+fn only(s: &str, also: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || also.contains(*c))
+        .collect()
 }
 
 /// The line that puts the project's node in place. Debian's node is 18 on
@@ -1058,9 +1069,7 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
     // in npm's global bin) is replaced, where npm would refuse (EEXIST).
     let g = "npm install -g --no-audit --no-fund --force";
     if let Some(line) = n.node_line {
-        let npm = npm_for_node(n)
-            .map(|v| format!(" npm@{v}"))
-            .unwrap_or_default();
+        let npm = npm_beside(npm_for_node(n));
         let spec = node_spec(n, line);
         return Some(format!(
             "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{spec}{npm} && hash -r; }}"
@@ -1111,13 +1120,9 @@ fn node_spec(n: &crate::analyze::NodeFacts, line: u32) -> String {
         .split("||")
         .map(str::trim)
         .filter(|alt| crate::as_of::allows_major(alt, line))
-        .map(|alt| {
-            // Nothing of it is shell syntax: it is quoted, and only what a
-            // range holds is kept.
-            alt.chars()
-                .filter(|c| c.is_ascii_alphanumeric() || " .<>=^~*-".contains(*c))
-                .collect::<String>()
-        })
+        // Nothing of it is shell syntax: it is quoted, and only what a
+        // range holds is kept.
+        .map(|alt| only(alt, " .<>=^~*-"))
         .collect();
     if alts.is_empty() || !alts.iter().any(|a| narrows(a)) {
         return line.to_string();
@@ -1172,11 +1177,7 @@ fn ci_files_said(n: &crate::analyze::NodeFacts) -> String {
     n.ci_node_files
         .iter()
         .take(3)
-        .map(|f| {
-            f.chars()
-                .filter(|c| c.is_ascii_alphanumeric() || "._/-".contains(*c))
-                .collect::<String>()
-        })
+        .map(|f| only(f, "._/-"))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -1185,13 +1186,8 @@ fn ci_files_said(n: &crate::analyze::NodeFacts) -> String {
 /// at least its floor, said in words the repair rules read.
 fn node_version_check(n: &crate::analyze::NodeFacts) -> Option<String> {
     // Quoted into the script: nothing of it is shell syntax.
-    let quoted = |s: Option<&String>| -> String {
-        s.map(|s| s.as_str())
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || " .<>=^~*|-_xX/".contains(*c))
-            .collect()
-    };
+    let quoted =
+        |s: Option<&String>| only(s.map(|s| s.as_str()).unwrap_or_default(), " .<>=^~*|-_/");
     if let Some(line) = n.node_line {
         let pinned = n.node_pin.as_deref().and_then(crate::analyze::pin_major) == Some(line);
         let source = match &n.node_pin {

@@ -169,28 +169,15 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
             for (k, v) in map {
                 let key = k.to_ascii_lowercase();
                 let in_matrix = in_matrix || key == "matrix";
+                let to = if in_matrix || v.is_array() {
+                    &mut out.matrix
+                } else {
+                    &mut out.single
+                };
                 if NODE_KEYS.contains(&key.as_str()) {
-                    let to = if in_matrix || v.is_array() {
-                        &mut out.matrix
-                    } else {
-                        &mut out.single
-                    };
                     versions(v, to);
-                }
-                if matches!(key.as_str(), "image" | "container") {
-                    let to = if in_matrix || v.is_array() {
-                        &mut out.matrix
-                    } else {
-                        &mut out.single
-                    };
-                    match v {
-                        serde_json::Value::String(s) => image(s, to),
-                        serde_json::Value::Array(items) => items
-                            .iter()
-                            .filter_map(|i| i.as_str())
-                            .for_each(|s| image(s, to)),
-                        _ => {}
-                    }
+                } else if matches!(key.as_str(), "image" | "container") {
+                    images(v, to);
                 }
                 walk(v, in_matrix, out);
             }
@@ -224,6 +211,15 @@ fn versions(v: &serde_json::Value, out: &mut Said) {
         if let Some(m) = pin_major(&s) {
             out.lines.insert(m);
         }
+    }
+}
+
+/// An image, or a list of them.
+fn images(v: &serde_json::Value, out: &mut Said) {
+    match v {
+        serde_json::Value::Array(items) => items.iter().for_each(|i| images(i, out)),
+        serde_json::Value::String(s) => image(s, out),
+        _ => {}
     }
 }
 
