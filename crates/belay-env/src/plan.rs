@@ -1049,6 +1049,15 @@ fn npm_beside(npm: Option<u32>) -> String {
     npm.map(|v| format!(" npm@{v}")).unwrap_or_default()
 }
 
+/// A link `/workspace/NAME` to the checkout, where nothing has that name
+/// ([`crate::analyze::NodeFacts::checkout_name`]: a plain directory name).
+fn checkout_link(name: &str) -> String {
+    let name = only(name, "._-");
+    let dir = REPO_DIR.rsplit_once('/').map_or("/", |(d, _)| d);
+    let repo = REPO_DIR.rsplit('/').next().unwrap_or("repo");
+    format!("[ -e {dir}/{name} ] || [ -L {dir}/{name} ] || ln -s {repo} {dir}/{name}")
+}
+
 /// `s` with only ASCII letters, digits and the characters of `also`: what
 /// of a project's text may reach the runtime script.
 fn only(s: &str, also: &str) -> String {
@@ -1070,10 +1079,19 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
     let g = "npm install -g --no-audit --no-fund --force";
     if let Some(line) = n.node_line {
         let npm = npm_beside(npm_for_node(n));
-        let spec = node_spec(n, line);
-        return Some(format!(
-            "[ {NODE_MAJOR} -eq {line} ] || {{ {g} node@{spec}{npm} && hash -r; }}"
-        ));
+        let install = format!("{g} node@{}{npm} && hash -r", node_spec(n, line));
+        // A pinned release is the one that runs, as nvm and volta see it:
+        // Debian's 18.19 is not a pin of 18.17.1. Digits and dots only.
+        if let Some(v) = pinned_version(n, line) {
+            let release = match v.matches('.').count() {
+                2 => format!("v{v}"),
+                _ => format!("v{v}.*"),
+            };
+            return Some(format!(
+                "case \"$(node --version 2>/dev/null)\" in {release}) ;; *) {install} ;; esac"
+            ));
+        }
+        return Some(format!("[ {NODE_MAJOR} -eq {line} ] || {{ {install}; }}"));
     }
     if let Some(pick) = n.ci_line() {
         // Any line the CI tests runs as it is (Debian's 18 among them).
@@ -1304,6 +1322,11 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         // the system's browser, and a download that cannot succeed fails
         // the install.
         p.deps.push(BINARY_DOWNLOADS_OFF.to_string());
+        // The checkout answers to its clone's name as well: a test that
+        // reaches the project as `../mqemitter` finds it.
+        if let Some(name) = &n.checkout_name {
+            p.deps.push(checkout_link(name));
+        }
         if n.native_addons {
             p.deps.push(NODE_HEADERS.to_string());
         }
@@ -1475,6 +1498,23 @@ mod tests {
             .unwrap()
             .contains(" -ge 20 ] || {"));
         assert!(node_install(&n(None, None)).is_none());
+        // A pinned release is tested as a release, not as its line:
+        // Debian's 18.19 does not stand in for 18.17.1.
+        let pinned = |pin: &str| {
+            node_install(&NodeFacts {
+                node_pin: Some(pin.into()),
+                node_line: crate::analyze::node_line(Some(pin), None),
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            pinned("v18.17.1"),
+            "case \"$(node --version 2>/dev/null)\" in v18.17.1) ;; *) npm install -g --no-audit --no-fund --force node@18.17.1 && hash -r ;; esac"
+        );
+        assert!(pinned("14.17")
+            .starts_with("case \"$(node --version 2>/dev/null)\" in v14.17.*) ;; *) "));
+        assert!(pinned("18").starts_with(&format!("[ {major} -eq 18 ] || {{")));
         let check = node_version_check(&n(Some(16), None)).unwrap();
         assert!(check.contains(" -eq 16 ] || { echo \"node $(node --version) is not node 16, the line the project's node pin (16) names\"; false; }"), "{check}");
     }

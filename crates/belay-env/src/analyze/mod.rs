@@ -89,6 +89,12 @@ pub struct NodeFacts {
     /// Yarn 2 or later (`.yarnrc.yml`, or `packageManager: yarn@2…`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub yarn_berry: bool,
+    /// The directory a clone of the project has: its repository's name
+    /// (`package.json` `repository`), else its package's without the scope.
+    /// A test that reaches the project as `../mqemitter` finds it only
+    /// there. Letters, digits, `.`, `_` and `-`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkout_name: Option<String>,
     /// The node version the project pins (`.nvmrc`, `.node-version`,
     /// `volta.node`), when it pins one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -436,6 +442,35 @@ pub fn requirement_name(req: &str) -> Option<String> {
     (!name.is_empty()).then(|| name.to_ascii_lowercase().replace('_', "-"))
 }
 
+/// The directory name a clone of the project has ([`NodeFacts::checkout_name`]):
+/// the last part of `repository` (`user/repo`, `github:user/repo`,
+/// `git+https://host/user/repo.git`, `{ "url": … }`), else `name` without
+/// its scope. None where that is not a plain directory name.
+fn checkout_name(pkg: &serde_json::Value) -> Option<String> {
+    let repo = pkg.get("repository");
+    let url = repo
+        .and_then(|r| r.as_str())
+        .or_else(|| repo.and_then(|r| r.get("url")).and_then(|u| u.as_str()));
+    let from_url = url.and_then(|u| {
+        let u = u.split('#').next().unwrap_or(u).trim_end_matches('/');
+        let last = u.rsplit(['/', ':']).next()?;
+        Some(last.strip_suffix(".git").unwrap_or(last).to_string())
+    });
+    let from_name = pkg
+        .get("name")
+        .and_then(|n| n.as_str())
+        .map(|n| n.rsplit('/').next().unwrap_or(n).to_string());
+    let plain = |s: &String| {
+        !s.is_empty()
+            && s.len() <= 100
+            && !s.starts_with(['.', '-'])
+            && s != "repo"
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    };
+    from_url.filter(plain).or(from_name.filter(plain))
+}
+
 fn node(
     f: &Files,
     frameworks: &mut BTreeSet<String>,
@@ -495,6 +530,7 @@ fn node(
             })
         })
         .map(String::from);
+    n.checkout_name = checkout_name(&pkg);
     n.yarn_berry = n.package_manager == "yarn"
         && (f.exists(".yarnrc.yml")
             || n.package_manager_version
@@ -945,6 +981,41 @@ mod tests {
         )]);
         assert_eq!(n.package_manager_version.as_deref(), Some("9.2.0"));
         assert_eq!(n.package_manager_hash, None);
+    }
+
+    #[test]
+    fn a_clone_is_named_after_the_repository_else_the_package() {
+        let name = |pkg: &str| node_facts(&[("package.json", pkg)]).checkout_name;
+        for (pkg, want) in [
+            (
+                r#"{"name": "mqemitter", "repository": {"type": "git", "url": "git+https://github.com/mcollina/mqemitter.git"}}"#,
+                Some("mqemitter"),
+            ),
+            (
+                r#"{"name": "@pnpm/tabtab", "repository": "pnpm/tabtab"}"#,
+                Some("tabtab"),
+            ),
+            (
+                r#"{"name": "x", "repository": "github:user/the-repo#main"}"#,
+                Some("the-repo"),
+            ),
+            (
+                r#"{"name": "x", "repository": "git@host.example:user/other.git"}"#,
+                Some("other"),
+            ),
+            (r#"{"name": "@scope/pkg"}"#, Some("pkg")),
+            // Nothing a directory name cannot hold, nor belay's own.
+            (
+                r#"{"name": "x", "repository": "user/a b;touch y"}"#,
+                Some("x"),
+            ),
+            (r#"{"name": "repo"}"#, None),
+            (r#"{"name": ".."}"#, None),
+            (r#"{"name": "$(id)"}"#, None),
+            (r#"{}"#, None),
+        ] {
+            assert_eq!(name(pkg).as_deref(), want, "{pkg}");
+        }
     }
 
     #[test]

@@ -618,6 +618,31 @@ fn a_pinned_version_is_the_version_installed() {
     );
 }
 
+/// A pinned release of the line Debian already runs (`.nvmrc` `18.17.1`
+/// beside Debian's 18.19) is the release installed: before, the line was
+/// tested and Debian's node kept. And the checkout answers to the name a
+/// clone of it has (`package.json`'s `name` here, without a repository):
+/// a test that reaches the project as `../node-npm-fixture`, as
+/// mqemitter's type tests reach `../mqemitter`, finds it in the image.
+#[test]
+fn a_pinned_release_of_the_running_line_replaces_it_and_the_clone_name_reaches_the_checkout() {
+    let run = run_id("nodepin1817");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (_src, repo) = pinned_fixture("node-npm", "18.17.1", true);
+    let m = build_ok(&repo, &run, state.path());
+    assert_eq!(
+        context(state.path(), &run)["node"]["checkout_name"],
+        "node-npm-fixture"
+    );
+    project_tests_pass(&m, "node --version", "v18.17.1");
+    project_tests_pass(
+        &m,
+        "node -p \"require('../node-npm-fixture').double(21)\" && readlink /workspace/node-npm-fixture",
+        "42\nrepo",
+    );
+}
+
 /// A copy of fixture `name` with a CI file `rel` holding `yaml`.
 fn fixture_with_ci(name: &str, rel: &str, yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let src = tempfile::tempdir().unwrap();
