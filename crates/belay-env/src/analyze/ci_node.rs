@@ -101,12 +101,23 @@ pub(crate) fn read(f: &Files) -> CiNode {
             .collect()
     };
     let workflows = said(workflow_files(f));
-    let files = if workflows.is_empty() {
-        said(OTHER_CI.iter().map(|s| s.to_string()).collect())
+    let others = said(OTHER_CI.iter().map(|s| s.to_string()).collect());
+    choose(pick_files(workflows, others))
+}
+
+/// The files whose values count: the workflows where one names a node,
+/// but another CI's where only it has a test matrix (a Travis matrix
+/// beside a workflow that only releases, on one node).
+fn pick_files(
+    workflows: Vec<(String, FileNode)>,
+    others: Vec<(String, FileNode)>,
+) -> Vec<(String, FileNode)> {
+    let has_matrix = |files: &[(String, FileNode)]| files.iter().any(|(_, n)| !n.matrix.is_empty());
+    if workflows.is_empty() || (!has_matrix(&workflows) && has_matrix(&others)) {
+        others
     } else {
         workflows
-    };
-    choose(files)
+    }
 }
 
 /// Of the files' values, the matrices' where one has a matrix, else the
@@ -152,12 +163,16 @@ fn workflow_files(f: &Files) -> Vec<String> {
     out
 }
 
-/// What one CI file (YAML) says of node. A file that does not parse says
-/// nothing.
+/// What one CI file (YAML) says of node: each of its documents, a key
+/// given twice read as its last value (as CI services read it). A file that
+/// does not parse says nothing.
 pub(crate) fn read_yaml(text: &str) -> FileNode {
     let mut out = FileNode::default();
-    if let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(text) {
-        walk(&v, false, &mut out);
+    let options = serde_saphyr::options! {
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+    };
+    if let Ok(docs) = serde_saphyr::from_multiple_with_options::<serde_json::Value>(text, options) {
+        docs.iter().for_each(|v| walk(v, false, &mut out));
     }
     out
 }
@@ -178,6 +193,10 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
                     versions(v, to);
                 } else if matches!(key.as_str(), "image" | "container") {
                     images(v, to);
+                } else if key == "tag" && orb_node_executor(map) {
+                    // CircleCI's node orb: `executor: { name: node/default,
+                    // tag: '16.13' }` runs in `cimg/node:16.13`.
+                    versions(v, to);
                 }
                 walk(v, in_matrix, out);
             }
@@ -185,6 +204,13 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
         Value::Array(items) => items.iter().for_each(|i| walk(i, in_matrix, out)),
         _ => {}
     }
+}
+
+/// A map that names one of CircleCI's node orb executors (`node/default`).
+fn orb_node_executor(map: &serde_json::Map<String, serde_json::Value>) -> bool {
+    map.get("name")
+        .and_then(|n| n.as_str())
+        .is_some_and(|n| n.starts_with("node/"))
 }
 
 /// A version, or a list of them: `18`, `"20.x"`, `v16.20.2`, `lts/iron`.
@@ -348,6 +374,26 @@ jobs:
             lines("python-version: ['3.11']\nversion: 18\nimage: python:3.12\n"),
             Vec::<u32>::new()
         );
+        // A key given twice is read as its last value, as CI services
+        // read it; every document of a file is read.
+        assert_eq!(
+            lines("node_js: ['8']\nnode_js: ['12', '14']\n"),
+            vec![12, 14]
+        );
+        assert_eq!(
+            lines("version: 2\n---\njobs:\n  t:\n    docker:\n      - image: node:16\n"),
+            vec![16]
+        );
+        // CircleCI's node orb executor runs `cimg/node:TAG`; another
+        // executor's tag is not a node.
+        assert_eq!(
+            lines("orbs:\n  node: circleci/node@5\njobs:\n  t:\n    executor:\n      name: node/default\n      tag: '16.13'\n"),
+            vec![16]
+        );
+        assert_eq!(
+            lines("jobs:\n  t:\n    executor:\n      name: python/default\n      tag: '3.11'\n"),
+            Vec::<u32>::new()
+        );
         // Not YAML: nothing.
         assert_eq!(read_yaml("node_js: [10\n  : :"), FileNode::default());
     }
@@ -377,6 +423,23 @@ jobs:
         // Without workflows, the others.
         std::fs::remove_dir_all(root.join(".github")).unwrap();
         assert!(read(&Files::new(root)).newest);
+
+        // A workflow that only releases, on one node, beside a Travis test
+        // matrix: the tests run on Travis.
+        std::fs::create_dir_all(root.join(".github/workflows")).unwrap();
+        std::fs::write(
+            root.join(".github/workflows/release.yml"),
+            "jobs:\n  r:\n    steps:\n      - with:\n          node-version: 20\n",
+        )
+        .unwrap();
+        std::fs::write(root.join(".travis.yml"), "node_js: ['10', '12']\n").unwrap();
+        let got = read(&Files::new(root));
+        assert_eq!(got.lines.iter().copied().collect::<Vec<_>>(), vec![10, 12]);
+        assert_eq!(got.files[0].0, ".travis.yml");
+        // And a workflow's single node where no file has a matrix.
+        std::fs::write(root.join(".travis.yml"), "node_js: '8'\n").unwrap();
+        let got = read(&Files::new(root));
+        assert_eq!(got.lines.iter().copied().collect::<Vec<_>>(), vec![20]);
 
         let outside = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(outside.path().join("workflows")).unwrap();
