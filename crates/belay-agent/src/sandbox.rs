@@ -28,7 +28,7 @@ use crate::session::container_mounts;
 use crate::{AgentError, AgentSpec, Placement};
 
 /// Where the work tree is in the container.
-pub const WORKDIR: &str = "/workspace/repo";
+pub const WORKDIR: &str = belay_sandbox::layout::REPO;
 
 /// What to open a box for.
 pub struct BoxSpec<'a> {

@@ -36,6 +36,6 @@ pub use error::{ClusterError, EnvError};
 /// Where the repository lives inside build containers (a leaf of the crate:
 /// the analysis and the plan both name it, and neither imports the other
 /// for it).
-pub const REPO_DIR: &str = "/workspace/repo";
+pub const REPO_DIR: &str = belay_sandbox::layout::REPO;
 /// Where block scripts are put inside build containers.
 pub const SCRIPTS_DIR: &str = "/belay/scripts";

@@ -1052,10 +1052,12 @@ fn npm_beside(npm: Option<u32>) -> String {
 /// A link `/workspace/NAME` to the checkout, where nothing has that name
 /// ([`crate::analyze::NodeFacts::checkout_name`]: a plain directory name).
 fn checkout_link(name: &str) -> String {
+    use belay_sandbox::layout::WORKSPACE;
     let name = only(name, "._-");
-    let dir = REPO_DIR.rsplit_once('/').map_or("/", |(d, _)| d);
     let repo = REPO_DIR.rsplit('/').next().unwrap_or("repo");
-    format!("[ -e {dir}/{name} ] || [ -L {dir}/{name} ] || ln -s {repo} {dir}/{name}")
+    format!(
+        "[ -e {WORKSPACE}/{name} ] || [ -L {WORKSPACE}/{name} ] || ln -s {repo} {WORKSPACE}/{name}"
+    )
 }
 
 /// `s` with only ASCII letters, digits and the characters of `also`: what

@@ -30,6 +30,7 @@ pub mod firewall;
 pub mod hostfs;
 pub mod infra;
 pub mod labels;
+pub mod layout;
 pub mod logsink;
 pub mod path;
 pub mod procs;

@@ -92,7 +92,8 @@ pub struct NodeFacts {
     /// The directory a clone of the project has: its repository's name
     /// (`package.json` `repository`), else its package's without the scope.
     /// A test that reaches the project as `../mqemitter` finds it only
-    /// there. Letters, digits, `.`, `_` and `-`.
+    /// there. Letters, digits, `.`, `_` and `-`; never a name belay mounts at
+    /// (`belay_sandbox::layout::reserved`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkout_name: Option<String>,
     /// The node version the project pins (`.nvmrc`, `.node-version`,
@@ -464,7 +465,7 @@ fn checkout_name(pkg: &serde_json::Value) -> Option<String> {
         !s.is_empty()
             && s.len() <= 100
             && !s.starts_with(['.', '-'])
-            && s != "repo"
+            && !belay_sandbox::layout::reserved(s)
             && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     };
@@ -1009,7 +1010,11 @@ mod tests {
                 r#"{"name": "x", "repository": "user/a b;touch y"}"#,
                 Some("x"),
             ),
+            // Nor a name belay mounts at: the pipeline's artifacts would
+            // land in the checkout through the link.
             (r#"{"name": "repo"}"#, None),
+            (r#"{"name": "artifacts"}"#, None),
+            (r#"{"name": "x", "repository": "user/more"}"#, Some("x")),
             (r#"{"name": ".."}"#, None),
             (r#"{"name": "$(id)"}"#, None),
             (r#"{}"#, None),

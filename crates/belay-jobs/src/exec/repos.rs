@@ -407,7 +407,7 @@ pub fn container_path(i: usize, name: &str) -> String {
     if i == 0 {
         belay_agent::sandbox::WORKDIR.to_string()
     } else {
-        format!("/workspace/more/{name}")
+        format!("{}/{name}", belay_sandbox::layout::MORE)
     }
 }
 

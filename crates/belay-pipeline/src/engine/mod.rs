@@ -44,7 +44,7 @@ pub const WORKDIR: &str = "/workspace/repo";
 /// Where the run's artifacts (`artifact:`, `produces:`) are inside step
 /// containers: the run's own directory, outside the worktree, writable by
 /// every step (a read-only reviewer too).
-pub const ARTIFACTS: &str = "/workspace/artifacts";
+pub const ARTIFACTS: &str = belay_sandbox::layout::ARTIFACTS;
 /// The run directory's folder of artifacts.
 pub const ARTIFACTS_DIR: &str = "artifacts";
 /// The default image of step containers.
