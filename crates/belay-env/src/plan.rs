@@ -1038,26 +1038,20 @@ fn npm_for_line(line: u32) -> Option<u32> {
     }
 }
 
-/// ` npm@N` where node `line` needs an npm of its own ([`npm_for_line`]),
-/// else nothing: what goes beside `node@LINE` in one `npm install -g`.
-pub(crate) fn its_npm(line: Option<u32>) -> String {
-    npm_beside(line.and_then(npm_for_line))
-}
-
 /// ` npm@N`, or nothing.
 fn npm_beside(npm: Option<u32>) -> String {
     npm.map(|v| format!(" npm@{v}")).unwrap_or_default()
 }
 
 /// A link `/workspace/NAME` to the checkout, where nothing has that name
-/// ([`crate::analyze::NodeFacts::checkout_name`]: a plain directory name).
-fn checkout_link(name: &str) -> String {
-    use belay_sandbox::layout::WORKSPACE;
+/// ([`crate::analyze::NodeFacts::checkout_name`]: a plain directory name,
+/// none a mode mounts at).
+fn checkout_link(name: &str) -> Option<String> {
+    use belay_sandbox::layout::{reserved, REPO_NAME, WORKSPACE};
     let name = only(name, "._-");
-    let repo = REPO_DIR.rsplit('/').next().unwrap_or("repo");
-    format!(
-        "[ -e {WORKSPACE}/{name} ] || [ -L {WORKSPACE}/{name} ] || ln -s {repo} {WORKSPACE}/{name}"
-    )
+    (!name.is_empty() && !name.starts_with('.') && !reserved(&name)).then(|| {
+        format!("[ -e {WORKSPACE}/{name} ] || [ -L {WORKSPACE}/{name} ] || ln -s {REPO_NAME} {WORKSPACE}/{name}")
+    })
 }
 
 /// `s` with only ASCII letters, digits and the characters of `also`: what
@@ -1079,33 +1073,53 @@ fn node_install(n: &crate::analyze::NodeFacts) -> Option<String> {
     // `--force`: a base image's own node (the official images', a real file
     // in npm's global bin) is replaced, where npm would refuse (EEXIST).
     let g = "npm install -g --no-audit --no-fund --force";
+    let install = format!("{g} node@{} && hash -r", node_to_install(n)?);
     if let Some(line) = n.node_line {
-        let npm = npm_beside(npm_for_node(n));
-        let install = format!("{g} node@{}{npm} && hash -r", node_spec(n, line));
         // A pinned release is the one that runs, as nvm and volta see it:
-        // Debian's 18.19 is not a pin of 18.17.1. Digits and dots only.
-        if let Some(v) = pinned_version(n, line) {
-            let release = match v.matches('.').count() {
-                2 => format!("v{v}"),
-                _ => format!("v{v}.*"),
-            };
+        // Debian's 18.19 is not a pin of 18.17.1.
+        if let Some(release) = pinned_release_pattern(n, line) {
             return Some(format!(
                 "case \"$(node --version 2>/dev/null)\" in {release}) ;; *) {install} ;; esac"
             ));
         }
         return Some(format!("[ {NODE_MAJOR} -eq {line} ] || {{ {install}; }}"));
     }
-    if let Some(pick) = n.ci_line() {
+    if n.ci_line().is_some() {
         // Any line the CI tests runs as it is (Debian's 18 among them).
         let any = ci_lines_pattern(n);
         return Some(format!(
-            "case {NODE_MAJOR} in {any}) ;; *) {g} node@{pick} && hash -r ;; esac"
+            "case {NODE_MAJOR} in {any}) ;; *) {install} ;; esac"
         ));
     }
     let major = n.required_major?;
-    Some(format!(
-        "[ {NODE_MAJOR} -ge {major} ] || {{ {g} node@{major} && hash -r; }}"
-    ))
+    Some(format!("[ {NODE_MAJOR} -ge {major} ] || {{ {install}; }}"))
+}
+
+/// What follows `node@` where the project's node is installed, the runtime
+/// block's and the `node-engine` repair's alike: the line's spec
+/// ([`node_spec`]) with the npm that runs on it, else the CI's line, else
+/// the floor. None where the project asks for no node.
+pub(crate) fn node_to_install(n: &crate::analyze::NodeFacts) -> Option<String> {
+    if let Some(line) = n.node_line {
+        return Some(format!(
+            "{}{}",
+            node_spec(n, line),
+            npm_beside(npm_for_node(n))
+        ));
+    }
+    n.ci_line()
+        .or(n.required_major)
+        .map(|major| major.to_string())
+}
+
+/// `node --version` of the release a pin names within `line`, as a `case`
+/// pattern (`v18.17.1`, `v14.17.*`): digits and dots only.
+fn pinned_release_pattern(n: &crate::analyze::NodeFacts, line: u32) -> Option<String> {
+    let v = pinned_version(n, line)?;
+    Some(match v.matches('.').count() {
+        2 => format!("v{v}"),
+        _ => format!("v{v}.*"),
+    })
 }
 
 /// What `npm install -g node@…` takes for the project's `line` where it
@@ -1209,6 +1223,13 @@ fn node_version_check(n: &crate::analyze::NodeFacts) -> Option<String> {
     let quoted =
         |s: Option<&String>| only(s.map(|s| s.as_str()).unwrap_or_default(), " .<>=^~*|-_/");
     if let Some(line) = n.node_line {
+        if let Some(release) = pinned_release_pattern(n, line) {
+            // Said as the pin says it, which the `node-engine` repair reads.
+            let pin = release.trim_start_matches('v').trim_end_matches(".*");
+            return Some(format!(
+                "case \"$(node --version)\" in {release}) ;; *) echo \"node $(node --version) is not node {pin}, the release the project's node pin names\"; false ;; esac"
+            ));
+        }
         let pinned = n.node_pin.as_deref().and_then(crate::analyze::pin_major) == Some(line);
         let source = match &n.node_pin {
             Some(pin) if pinned => format!("the project's node pin ({})", quoted(Some(pin))),
@@ -1326,9 +1347,8 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         p.deps.push(BINARY_DOWNLOADS_OFF.to_string());
         // The checkout answers to its clone's name as well: a test that
         // reaches the project as `../mqemitter` finds it.
-        if let Some(name) = &n.checkout_name {
-            p.deps.push(checkout_link(name));
-        }
+        p.deps
+            .extend(n.checkout_name.as_deref().and_then(checkout_link));
         if n.native_addons {
             p.deps.push(NODE_HEADERS.to_string());
         }
@@ -1517,6 +1537,17 @@ mod tests {
         assert!(pinned("14.17")
             .starts_with("case \"$(node --version 2>/dev/null)\" in v14.17.*) ;; *) "));
         assert!(pinned("18").starts_with(&format!("[ {major} -eq 18 ] || {{")));
+        // And checked as a release: a failed install is not passed over.
+        let check = node_version_check(&NodeFacts {
+            node_pin: Some("v18.17.1".into()),
+            node_line: Some(18),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            check,
+            "case \"$(node --version)\" in v18.17.1) ;; *) echo \"node $(node --version) is not node 18.17.1, the release the project's node pin names\"; false ;; esac"
+        );
         let check = node_version_check(&n(Some(16), None)).unwrap();
         assert!(check.contains(" -eq 16 ] || { echo \"node $(node --version) is not node 16, the line the project's node pin (16) names\"; false; }"), "{check}");
     }

@@ -34,14 +34,26 @@ pub fn check_repair(cmd: &str) -> Option<String> {
 const REPO_ENV_DIRS: [&str; 4] = [".venv/", "node_modules/", "build/", "target/"];
 
 /// Fixes run in /workspace/repo: a relative path is a path of the repository.
+/// So is one under another name in `/workspace` that no mode mounts at: the
+/// checkout's clone name links there (`plan::checkout_link`).
 fn absolute(p: &str) -> String {
+    use belay_sandbox::layout::{reserved, REPO, WORKSPACE};
     let p = p.trim_matches(|c| c == '"' || c == '\'');
     if p.starts_with('/') || p.starts_with('~') || p.starts_with('$') {
-        p.to_string()
+        let under = p
+            .strip_prefix(WORKSPACE)
+            .and_then(|r| r.strip_prefix('/'))
+            .filter(|r| !r.is_empty());
+        match under.map(|r| r.split_once('/').unwrap_or((r, ""))) {
+            Some((name, rest)) if !reserved(name) && !matches!(name, "." | "..") => {
+                format!("{REPO}/{rest}")
+            }
+            _ => p.to_string(),
+        }
     } else if p == "." || p == "./" {
-        "/workspace/repo".to_string()
+        REPO.to_string()
     } else {
-        format!("/workspace/repo/{}", p.trim_start_matches("./"))
+        format!("{REPO}/{}", p.trim_start_matches("./"))
     }
 }
 
@@ -218,10 +230,11 @@ fn repair_rules() -> &'static [(Regex, &'static str)] {
             (r"\bdd\s+[^\n]*\bof=/dev/", "writing to devices is refused"),
             (r"\b(shutdown|reboot|halt|poweroff)\b|\bkill\s+-9\s+-1\b", "stopping the machine is refused"),
             // Edits to the repository's own source: in-place edits, redirections,
-            // copies and moves onto files under /workspace/repo, except the build
+            // copies and moves onto files under /workspace/repo (or the checkout
+            // under its clone's name, /workspace/NAME), except the build
             // environments belay owns there (.venv, node_modules, build, target).
             (
-                r"(sed|perl)\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*i[a-zA-Z.]*\s+[^\n]*(/workspace/repo/|\s)(\w[\w./-]*\.(py|js|ts|rs|go|java|c|h|cc|cpp|toml|cfg|json|txt|yaml|yml|lock|ini|in|md|sh))\b",
+                r"(sed|perl)\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*i[a-zA-Z.]*\s+[^\n]*(/workspace/[^/\s]+/|\s)(\w[\w./-]*\.(py|js|ts|rs|go|java|c|h|cc|cpp|toml|cfg|json|txt|yaml|yml|lock|ini|in|md|sh))\b",
                 "editing the repository's own source is refused (repairs change the environment, not the project)",
             ),
             (r"\bgit\b[^;&|\n]*\s(checkout|reset|clean|stash|apply|am|rebase|merge|commit|restore|switch)\b", "changing the repository through git is refused"),
@@ -278,6 +291,11 @@ mod tests {
             "cat x | tee -a /workspace/repo/setup.cfg",
             "git checkout -- .",
             "git -C /workspace/repo reset --hard",
+            // The checkout under its clone's name is the checkout.
+            "rm -rf /workspace/mqemitter/",
+            "rm -rf /workspace/mqemitter/lib",
+            "sed -i 's/a/b/' /workspace/mqemitter/index.js",
+            "echo x > /workspace/mqemitter/x.js",
         ] {
             assert!(check_repair(cmd).is_some(), "should refuse: {cmd}");
         }
@@ -301,6 +319,7 @@ mod tests {
             "chmod +x gradlew",
             "npm install -g node@20",
             "dockerize-thing --help",
+            "rm -rf /workspace/mqemitter/node_modules",
         ] {
             assert_eq!(check_repair(cmd), None, "should allow: {cmd}");
         }

@@ -151,7 +151,7 @@ pub async fn resolve(
                 rt,
                 &image,
                 &e.run_id,
-                "/workspace/repo",
+                crate::REPO_DIR,
                 Some(&belay_sandbox::envimage::probe_cache()),
                 &belay_record::Redactor::default(),
             )

@@ -6,6 +6,8 @@ pub const WORKSPACE: &str = "/workspace";
 /// The work tree: a mode's worktree is mounted here, and an env build's
 /// image holds the project here.
 pub const REPO: &str = "/workspace/repo";
+/// [`REPO`]'s name in [`WORKSPACE`].
+pub const REPO_NAME: &str = "repo";
 /// The pipeline's artifacts, mounted outside the worktree.
 pub const ARTIFACTS: &str = "/workspace/artifacts";
 /// A job's further repositories, each mounted at `MORE/NAME`.
@@ -28,6 +30,10 @@ mod tests {
             assert!(super::reserved(n), "{n}");
         }
         assert!(!super::reserved("mqemitter"));
+        assert_eq!(
+            super::REPO,
+            format!("{}/{}", super::WORKSPACE, super::REPO_NAME)
+        );
         assert!(!super::reserved(""));
     }
 }

@@ -21,6 +21,9 @@ use std::collections::BTreeSet;
 pub(crate) struct FileNode {
     pub matrix: Said,
     pub single: Said,
+    /// A step runs the tests (a `run`, `script` or `command` with a word
+    /// `test…`, `jest`, `mocha`, `vitest`, `ava` or `tap`).
+    pub runs_tests: bool,
 }
 
 /// Lines, and whether the newest release is among them.
@@ -37,8 +40,9 @@ impl Said {
 }
 
 /// What the CI files say of node, chosen from each file's: the files of
-/// GitHub Actions where one names a node (a `.travis.yml` beside them is
-/// most often left from before), else the others; and of those, what their
+/// GitHub Actions where one names a node and runs the tests or has a
+/// matrix (a `.travis.yml` beside them is most often left from before),
+/// else the others where they name one; and of those, what their
 /// matrices say where one has a matrix (the tests run there: a release or
 /// lint job's single node is not what the tests run on), else each job's.
 #[derive(Debug, Default, PartialEq)]
@@ -105,15 +109,18 @@ pub(crate) fn read(f: &Files) -> CiNode {
     choose(pick_files(workflows, others))
 }
 
-/// The files whose values count: the workflows where one names a node,
-/// but another CI's where only it has a test matrix (a Travis matrix
-/// beside a workflow that only releases, on one node).
+/// The files whose values count: the workflows where one names a node and
+/// runs the tests or has a matrix, else the other CI files where they name
+/// one (a `.travis.yml` test matrix beside a workflow that only publishes,
+/// on one node), else the workflows.
 fn pick_files(
     workflows: Vec<(String, FileNode)>,
     others: Vec<(String, FileNode)>,
 ) -> Vec<(String, FileNode)> {
-    let has_matrix = |files: &[(String, FileNode)]| files.iter().any(|(_, n)| !n.matrix.is_empty());
-    if workflows.is_empty() || (!has_matrix(&workflows) && has_matrix(&others)) {
+    let tests_there = workflows
+        .iter()
+        .any(|(_, n)| n.runs_tests || !n.matrix.is_empty());
+    if !tests_there && !others.is_empty() {
         others
     } else {
         workflows
@@ -193,6 +200,8 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
                     versions(v, to);
                 } else if matches!(key.as_str(), "image" | "container") {
                     images(v, to);
+                } else if matches!(key.as_str(), "run" | "script" | "command") {
+                    out.runs_tests |= runs_tests(v);
                 } else if key == "tag" && orb_node_executor(map) {
                     // CircleCI's node orb: `executor: { name: node/default,
                     // tag: '16.13' }` runs in `cimg/node:16.13`.
@@ -203,6 +212,20 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
         }
         Value::Array(items) => items.iter().for_each(|i| walk(i, in_matrix, out)),
         _ => {}
+    }
+}
+
+/// Whether a step's command (or list of them) runs the tests.
+fn runs_tests(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Array(items) => items.iter().any(runs_tests),
+        serde_json::Value::String(s) => s
+            .to_ascii_lowercase()
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| {
+                w.starts_with("test") || matches!(w, "jest" | "mocha" | "vitest" | "ava" | "tap")
+            }),
+        _ => false,
     }
 }
 
@@ -424,22 +447,28 @@ jobs:
         std::fs::remove_dir_all(root.join(".github")).unwrap();
         assert!(read(&Files::new(root)).newest);
 
-        // A workflow that only releases, on one node, beside a Travis test
+        // A workflow that only publishes, on one node, beside a Travis test
         // matrix: the tests run on Travis.
         std::fs::create_dir_all(root.join(".github/workflows")).unwrap();
+        let release = "jobs:\n  r:\n    steps:\n      - with:\n          node-version: 20\n      - run: npm publish\n";
+        std::fs::write(root.join(".github/workflows/release.yml"), release).unwrap();
+        std::fs::write(root.join(".travis.yml"), "node_js: ['10', '12']\n").unwrap();
+        let lines_of = || {
+            read(&Files::new(root))
+                .lines
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(lines_of(), vec![10, 12]);
+        assert_eq!(read(&Files::new(root)).files[0].0, ".travis.yml");
+        // A workflow that runs the tests on one node wins over a Travis
+        // matrix left from before.
         std::fs::write(
             root.join(".github/workflows/release.yml"),
-            "jobs:\n  r:\n    steps:\n      - with:\n          node-version: 20\n",
+            release.replace("npm publish", "npm ci && npm test"),
         )
         .unwrap();
-        std::fs::write(root.join(".travis.yml"), "node_js: ['10', '12']\n").unwrap();
-        let got = read(&Files::new(root));
-        assert_eq!(got.lines.iter().copied().collect::<Vec<_>>(), vec![10, 12]);
-        assert_eq!(got.files[0].0, ".travis.yml");
-        // And a workflow's single node where no file has a matrix.
-        std::fs::write(root.join(".travis.yml"), "node_js: '8'\n").unwrap();
-        let got = read(&Files::new(root));
-        assert_eq!(got.lines.iter().copied().collect::<Vec<_>>(), vec![20]);
+        assert_eq!(lines_of(), vec![20]);
 
         let outside = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(outside.path().join("workflows")).unwrap();

@@ -301,12 +301,10 @@ fn render(
     if out.contains("{resolve}") {
         out = out.replace("{resolve}", &resolving_install(ctx));
     }
-    if out.contains("{node_major}") {
-        let n = ctx.node.as_ref()?;
-        let major = n.node_line.or(n.ci_line()).or(n.required_major)?;
-        out = out
-            .replace("{node_major}", &major.to_string())
-            .replace("{node_npm}", &crate::plan::its_npm(n.node_line));
+    if out.contains("{node}") {
+        // What the runtime block installs: one spec for both.
+        let spec = crate::plan::node_to_install(ctx.node.as_ref()?)?;
+        out = out.replace("{node}", &spec);
     }
     if out.contains("{header:1}") {
         let h = cap1.clone()?;
@@ -828,6 +826,39 @@ mod tests {
                 "npm install -g --no-audit --no-fund --force node@10 npm@6 && hash -r && node --version"
             ))
         );
+    }
+
+    /// A pinned release is repaired to that release, as the runtime block
+    /// installs it, not to its line's newest.
+    #[test]
+    fn a_pinned_release_is_repaired_to_that_release() {
+        let mut c = ctx();
+        for (pin, line, fix) in [
+            ("18.17.1", 18, "node@18.17.1 && hash -r"),
+            ("v16.13.0", 16, "node@16.13.0 npm@9 && hash -r"),
+        ] {
+            c.node = Some(NodeFacts {
+                node_line: Some(line),
+                node_pin: Some(pin.into()),
+                ..Default::default()
+            });
+            let want = pin.trim_start_matches('v');
+            let text = format!(
+                "node v18.19.0 is not node {want}, the release the project's node pin names"
+            );
+            let p = propose_with(&text, &c, &[], &lookups());
+            assert_eq!(
+                p.first().map(|p| p.rule_id.as_str()),
+                Some("node-engine"),
+                "{text}"
+            );
+            assert!(
+                p[0].fix
+                    .ends_with(&format!("--force {fix} && node --version")),
+                "{}",
+                p[0].fix
+            );
+        }
     }
 
     #[test]

@@ -14,10 +14,10 @@ use super::Rule;
 /// not there;
 /// `{extras:2}`: the project's extras that require the distribution of the
 /// module capture 2 names, comma-separated (nothing proposed when none does);
-/// `{node_major}`: the node line the project names, else the major its
+/// `{node}`: what the runtime block installs after `node@`
+/// (`crate::plan::node_to_install`): the release or line the project names
+/// with the npm that runs on it, else its CI's line, else the major its
 /// `engines.node` (or its date) asks for at least;
-/// `{node_npm}`: ` npm@N` where that line needs an npm of its own (older
-/// than 18), else nothing;
 /// `{debian_node}`: whether the node on `PATH` is Debian's
 /// ([`crate::script::DEBIAN_NODE`]);
 /// `{soname:1}`: the Debian package that ships the shared library capture 1
@@ -204,8 +204,8 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "node-engine",
-        pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|is not node \d+, the line the project's|the lines the project's CI tests|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
-        fix: "npm install -g --no-audit --no-fund --force node@{node_major}{node_npm} && hash -r && node --version",
+        pattern: r"is older than the project's engines\.node|is older than node \d+, the oldest LTS line|is not node [\d.]+, the (line|release) the project's|the lines the project's CI tests|Unsupported engine|The engine \x22node\x22 is incompatible|requires (a )?node(\.?js)? (version )?>=",
+        fix: "npm install -g --no-audit --no-fund --force node@{node} && hash -r && node --version",
         probe: None,
         blame: None,
         hint: "the node running is not the one the project's engines.node or pin asks for: install that node (and, for a line older than 18, an npm that runs on it) from the npm registry",

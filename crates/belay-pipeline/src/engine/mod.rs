@@ -40,7 +40,7 @@ pub use util::missing_deps;
 use util::*;
 
 /// Where the workspace is inside step containers.
-pub const WORKDIR: &str = "/workspace/repo";
+pub const WORKDIR: &str = belay_sandbox::layout::REPO;
 /// Where the run's artifacts (`artifact:`, `produces:`) are inside step
 /// containers: the run's own directory, outside the worktree, writable by
 /// every step (a read-only reviewer too).

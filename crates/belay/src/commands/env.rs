@@ -355,7 +355,7 @@ pub async fn shell(p: &Printer, a: ShellArgs) -> Result<u8, Failure> {
             return Err(usage("an interactive shell needs a terminal; pass a command after `--` to run it instead"));
         }
         let status = std::process::Command::new("docker")
-            .args(["run", "--rm", "-it", "--network", belay_sandbox::Network::from(a.network).as_docker(), "-w", "/workspace/repo", &image, "bash"])
+            .args(["run", "--rm", "-it", "--network", belay_sandbox::Network::from(a.network).as_docker(), "-w", belay_sandbox::layout::REPO, &image, "bash"])
             .status()
             .map_err(|e| usage(format!("cannot run the docker CLI for an interactive shell ({e}); install it, or pass a command after `--`")))?;
         return Ok(status
@@ -369,14 +369,14 @@ pub async fn shell(p: &Printer, a: ShellArgs) -> Result<u8, Failure> {
         kind: "shell".into(),
         network: a.network.into(),
         env: vec![("HOME".into(), "/root".into())],
-        working_dir: Some("/workspace/repo".into()),
+        working_dir: Some(belay_sandbox::layout::REPO.into()),
         ..Default::default()
     };
     let cid = rt.create(&spec).await?;
     let log = std::env::temp_dir().join(format!("belay-shell-{}.log", std::process::id()));
     let exec = ExecSpec {
         argv: a.command.clone(),
-        working_dir: Some("/workspace/repo".into()),
+        working_dir: Some(belay_sandbox::layout::REPO.into()),
         env: vec![],
         timeout: None,
         log_path: log.clone(),
