@@ -177,6 +177,10 @@ pub struct CliAgent {
     pub kind: CliKind,
     /// The executable: a name on PATH or a path.
     pub program: String,
+    /// What runs [`CliAgent::program`] where it is a script whose own `#!`
+    /// would find another program (a pinned node CLI in a container runs on
+    /// belay's node, not on the project's `node` on `PATH`).
+    pub interpreter: Option<String>,
     pub model: Option<String>,
     /// Plain CLIs: the arguments, with `{prompt}` where the prompt goes
     /// (e.g. `["--message", "{prompt}"]`). Without `{prompt}`, it goes on stdin.
@@ -224,6 +228,7 @@ impl CliAgent {
                 CliKind::Plain => "",
             }
             .to_string(),
+            interpreter: None,
             model: None,
             template: Vec::new(),
             prompt_on_stdin: false,
@@ -254,7 +259,12 @@ impl CliAgent {
                 "the agent CLI has no program to run".into(),
             ));
         }
-        let mut argv = vec![self.program.clone()];
+        let mut argv: Vec<String> = self
+            .interpreter
+            .iter()
+            .cloned()
+            .chain([self.program.clone()])
+            .collect();
         let mut env = Vec::new();
         let stdin = self.prompt_on_stdin.then(|| prompt.to_string());
         // The prompt as an argument, unless it goes on stdin.

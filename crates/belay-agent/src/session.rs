@@ -77,6 +77,26 @@ fn host_node() -> Option<PathBuf> {
     belay_sandbox::path::find_program("node")
 }
 
+/// Where the host's node is in an agent's container: a path of belay's own,
+/// on no `PATH`, so that the project's `node` (the one its env image
+/// installed, `.nvmrc`'s release) is the one its tests run on, and a pinned
+/// node CLI still runs on the node it was installed for.
+pub const AGENT_NODE: &str = "/opt/belay-agent-node/node";
+
+/// [`AGENT_NODE`] where `program` (a pinned CLI's path, belay's own
+/// install on the host) is a node script (`#!/usr/bin/env node`); a native
+/// CLI (Claude Code's) runs as it is.
+fn node_script_runner(program: &str) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 128];
+    let n = fs_err::File::open(program)
+        .and_then(|mut f| f.read(&mut head))
+        .ok()?;
+    let first = head[..n].split(|b| *b == b'\n').next().unwrap_or_default();
+    (first.starts_with(b"#!") && first.windows(4).any(|w| w == b"node"))
+        .then(|| AGENT_NODE.to_string())
+}
+
 /// The program a CLI spec runs: the pinned CLI under [`agents_dir`] in a
 /// container, the one on PATH on the host; a `cmd:` program as an absolute
 /// path (so that it can be mounted where it is).
@@ -159,7 +179,7 @@ pub fn container_mounts(spec: &AgentSpec) -> Result<Vec<Mount>, AgentError> {
             if let Some(node) = host_node() {
                 out.push(Mount {
                     host: node,
-                    container: "/usr/local/bin/node".into(),
+                    container: AGENT_NODE.into(),
                     read_only: true,
                 });
             }
@@ -305,6 +325,9 @@ impl AgentSession<'_> {
     fn cli_agent(&self, kind: CliKind, in_container: bool) -> Result<CliAgent, AgentError> {
         let mut agent = CliAgent::new(kind);
         agent.program = program_of(&self.spec, in_container)?;
+        if in_container && PathBuf::from(&agent.program).starts_with(agents_dir()) {
+            agent.interpreter = node_script_runner(&agent.program);
+        }
         agent.model = self.spec.model.clone();
         // The prompt goes on stdin (or, for the CLIs that take it only as an
         // argument, in a file): never in argv, where `ps` shows it and the

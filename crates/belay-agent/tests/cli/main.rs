@@ -428,6 +428,13 @@ fn argv_and_opt_in_auto_approval() {
         &["gemini", "-p", "p", "--output-format", "stream-json"]
     );
     assert!(!cmd.argv.iter().any(|a| a == "--yolo"));
+    // A node CLI in a container runs on the node it is given, before it.
+    g.interpreter = Some("/opt/belay-agent-node/node".into());
+    let cmd = g.command("p").unwrap();
+    assert_eq!(
+        &cmd.argv[..3],
+        &["/opt/belay-agent-node/node", "gemini", "-p"]
+    );
     let mut cl = CliAgent::new(CliKind::Claude);
     cl.max_turns = Some(4);
     let cmd = cl.command("p").unwrap();

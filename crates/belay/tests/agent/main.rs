@@ -342,6 +342,46 @@ fn a_cli_reaches_only_its_model_through_the_socket_route_or_the_network_fallback
     assert!(printed(&net, "dns-refused"), "{net}");
 }
 
+/// A pinned node CLI (codex) runs on belay's node, mounted on no `PATH`:
+/// the commands it runs find the image's own `node` (none in this image),
+/// not the host's. Before, the host's node was mounted at
+/// `/usr/local/bin/node`, where an env build's image keeps the project's
+/// pinned node, and the agent's tests ran on the host's.
+#[test]
+fn an_agents_commands_find_the_images_node_not_belays() {
+    let w = ws();
+    let probe = "echo node=$(command -v node || echo none) mounted=$(test -x /opt/belay-agent-node/node && echo yes)";
+    let script = format!(
+        "turns:\n  - name: done\n    match: {{api: responses, contains: \"mounted=\"}}\n    reply: {{text: \"Looked.\"}}\n    repeat: true\n  - name: look\n    match: {{api: responses, contains: \"Look\"}}\n    reply:\n      tool_calls:\n        - name: exec_command\n          arguments: {{cmd: {probe:?}}}\n    repeat: true\n"
+    );
+    let server = replay::Replay::start(w.tmp.path(), &script);
+    let o = Command::new(env!("CARGO_BIN_EXE_belay"))
+        .env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
+        .env("OPENAI_API_KEY", "sk-test-agent-node-00000000000")
+        .args([
+            "agent",
+            "run",
+            "--agent",
+            "codex@gpt-5-codex",
+            "--prompt",
+            "Look for node",
+            "--repo",
+        ])
+        .arg(&w.repo)
+        .args(["--openai-base-url", &server.url])
+        .output()
+        .unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("Looked."), "{out}");
+    let seen: String = server.requests().iter().map(|r| r.to_string()).collect();
+    assert!(seen.contains("node=none mounted=yes"), "{seen}");
+}
+
 /// What belay warns about after an agent is in the run's events (the
 /// dashboard and `runs events` show it), not only on the terminal: here a
 /// repository the agent left in the work tree.
