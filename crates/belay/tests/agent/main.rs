@@ -225,24 +225,9 @@ fn every_real_cli_answers_in_its_container_in_its_own_dialect() {
         ("gemini@gemini-2.5-flash", ":streamGenerateContent"),
     ] {
         let before = server.requests().len();
-        let o = Command::new(env!("CARGO_BIN_EXE_belay"))
-            .env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
-            .env("OPENAI_API_KEY", "sk-test-agent-matrix-000000000")
-            .env("ANTHROPIC_API_KEY", "sk-ant-test-agent-matrix-0000")
-            .env("GEMINI_API_KEY", "gk-test-agent-matrix-0000000000")
-            .args([
-                "agent", "run", "--agent", spec, "--prompt", "Say done", "--repo",
-            ])
-            .arg(&w.repo)
-            .args(["--openai-base-url", &server.url])
-            .output()
-            .unwrap();
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(o.status.success(), "{spec}: {out}");
+        let (ok, out) =
+            replay::scripted_agent(&server, w.tmp.path(), &w.repo, spec, "Say done", &[], &[]);
+        assert!(ok, "{spec}: {out}");
         assert!(out.contains("Done by the scripted model."), "{spec}: {out}");
         let reqs = server.requests();
         assert!(
@@ -278,41 +263,28 @@ fn every_real_cli_answers_in_its_container_in_its_own_dialect() {
 fn a_cli_reaches_only_its_model_through_the_socket_route_or_the_network_fallback() {
     let w = ws();
     let probe = "ls /sys/class/net | tr '\\n' ' '; s=$(date +%s%N); (exec 3<>/dev/tcp/1.1.1.1/80) 2>/dev/null && echo OUT-OPEN || echo out-refused; getent hosts example.com >/dev/null && echo DNS-OPEN || echo dns-refused; echo took=$(( ($(date +%s%N) - s) / 1000000 ))ms";
-    let script = format!(
-        "turns:\n  - name: done\n    match: {{api: responses, contains: \"dns-refused\"}}\n    reply: {{text: \"Probed.\"}}\n    repeat: true\n  - name: probe\n    match: {{api: responses, contains: \"Probe\"}}\n    reply:\n      tool_calls:\n        - name: exec_command\n          arguments: {{cmd: {probe:?}}}\n    repeat: true\n"
+    let server = replay::Replay::start(
+        w.tmp.path(),
+        &replay::exec_once(probe, "Probe", "dns-refused", "Probed."),
     );
-    let server = replay::Replay::start(w.tmp.path(), &script);
     let call = |relay_bin: Option<&str>| {
         let before = server.requests().len();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_belay"));
-        c.env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
-            .env("OPENAI_API_KEY", "sk-test-socket-route-000000000")
-            .args([
-                "agent",
-                "run",
-                "--agent",
-                "codex@gpt-5-codex",
-                "--prompt",
-                "Probe the network",
-                "--repo",
-            ])
-            .arg(&w.repo)
-            .args(["--openai-base-url", &server.url]);
-        if let Some(b) = relay_bin {
-            c.env("BELAY_RELAY_BIN", b);
-        }
-        let o = c.output().unwrap();
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+        let env: Vec<(&str, &str)> = relay_bin
+            .map(|b| ("BELAY_RELAY_BIN", b))
+            .into_iter()
+            .collect();
+        let (ok, out) = replay::scripted_agent(
+            &server,
+            w.tmp.path(),
+            &w.repo,
+            "codex@gpt-5-codex",
+            "Probe the network",
+            &[],
+            &env,
         );
-        assert!(o.status.success(), "{out}");
+        assert!(ok, "{out}");
         assert!(out.contains("Probed."), "{out}");
-        server.requests()[before..]
-            .iter()
-            .map(|r| r.to_string())
-            .collect::<String>()
+        server.seen_since(before)
     };
     let socket = call(None);
     // (The outcomes as printed, each ending its line; the command itself
@@ -351,34 +323,21 @@ fn a_cli_reaches_only_its_model_through_the_socket_route_or_the_network_fallback
 fn an_agents_commands_find_the_images_node_not_belays() {
     let w = ws();
     let probe = "echo node=$(command -v node || echo none) mounted=$(test -x /opt/belay-agent-node/node && echo yes)";
-    let script = format!(
-        "turns:\n  - name: done\n    match: {{api: responses, contains: \"mounted=\"}}\n    reply: {{text: \"Looked.\"}}\n    repeat: true\n  - name: look\n    match: {{api: responses, contains: \"Look\"}}\n    reply:\n      tool_calls:\n        - name: exec_command\n          arguments: {{cmd: {probe:?}}}\n    repeat: true\n"
+    let server = replay::Replay::start(
+        w.tmp.path(),
+        &replay::exec_once(probe, "Look", "mounted=", "Looked."),
     );
-    let server = replay::Replay::start(w.tmp.path(), &script);
-    let o = Command::new(env!("CARGO_BIN_EXE_belay"))
-        .env("BELAY_STATE_HOME", w.tmp.path().join("registry"))
-        .env("OPENAI_API_KEY", "sk-test-agent-node-00000000000")
-        .args([
-            "agent",
-            "run",
-            "--agent",
-            "codex@gpt-5-codex",
-            "--prompt",
-            "Look for node",
-            "--repo",
-        ])
-        .arg(&w.repo)
-        .args(["--openai-base-url", &server.url])
-        .output()
-        .unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+    let (ok, out) = replay::scripted_agent(
+        &server,
+        w.tmp.path(),
+        &w.repo,
+        "codex@gpt-5-codex",
+        "Look for node",
+        &[],
+        &[],
     );
-    assert!(o.status.success(), "{out}");
-    assert!(out.contains("Looked."), "{out}");
-    let seen: String = server.requests().iter().map(|r| r.to_string()).collect();
+    assert!(ok && out.contains("Looked."), "{out}");
+    let seen = server.seen_since(0);
     assert!(seen.contains("node=none mounted=yes"), "{seen}");
 }
 

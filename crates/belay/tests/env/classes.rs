@@ -645,40 +645,31 @@ fn a_pinned_release_of_the_running_line_replaces_it_and_the_clone_name_reaches_t
     // working in it runs the project's node, the pinned release, not the
     // host's.
     let dir = tempfile::tempdir().unwrap();
-    let probe = "echo agent-sees-node=$(node --version)";
     let server = crate::replay::Replay::start(
         dir.path(),
-        &format!("turns:\n  - name: done\n    match: {{api: responses, contains: \"agent-sees-node=\"}}\n    reply: {{text: \"Looked.\"}}\n    repeat: true\n  - name: look\n    match: {{api: responses, contains: \"Look\"}}\n    reply:\n      tool_calls:\n        - name: exec_command\n          arguments: {{cmd: {probe:?}}}\n    repeat: true\n"),
+        &crate::replay::exec_once(
+            "echo agent-sees-node=$(node --version)",
+            "Look",
+            "agent-sees-node=",
+            "Looked.",
+        ),
     );
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("README"), "work\n").unwrap();
     crate::git_cli::init_repo(&work);
-    let o = belay()
-        .env("BELAY_STATE_HOME", dir.path().join("registry"))
-        .env("OPENAI_API_KEY", "sk-test-env-image-agent-0000000")
-        .args([
-            "agent",
-            "run",
-            "--agent",
-            "codex@gpt-5-codex",
-            "--prompt",
-            "Look at node",
-            "--image",
-        ])
-        .arg(m["final_image"].as_str().unwrap())
-        .arg("--repo")
-        .arg(&work)
-        .args(["--openai-base-url", &server.url])
-        .output()
-        .unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+    let image = m["final_image"].as_str().unwrap();
+    let (ok, out) = crate::replay::scripted_agent(
+        &server,
+        dir.path(),
+        &work,
+        "codex@gpt-5-codex",
+        "Look at node",
+        &["--image", image],
+        &[],
     );
-    assert!(o.status.success(), "{out}");
-    let seen: String = server.requests().iter().map(|r| r.to_string()).collect();
+    assert!(ok, "{out}");
+    let seen = server.seen_since(0);
     assert!(seen.contains("agent-sees-node=v18.17.1"), "{seen}");
 }
 

@@ -54,6 +54,16 @@ impl Replay {
         format!("{}/v1", self.url)
     }
 
+    /// The requests so far, from the `from`th, as one text.
+    #[allow(dead_code)]
+    pub fn seen_since(&self, from: usize) -> String {
+        self.requests()
+            .iter()
+            .skip(from)
+            .map(|r| r.to_string())
+            .collect()
+    }
+
     pub fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
@@ -61,6 +71,51 @@ impl Replay {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
+}
+
+/// A script under which codex, asked with a prompt holding `asked`, runs
+/// `cmd` once, and answers `answer` once the command's output (holding
+/// `until`) comes back.
+#[allow(dead_code)]
+pub fn exec_once(cmd: &str, asked: &str, until: &str, answer: &str) -> String {
+    format!(
+        "turns:\n  - name: done\n    match: {{api: responses, contains: {until:?}}}\n    reply: {{text: {answer:?}}}\n    repeat: true\n  - name: ask\n    match: {{api: responses, contains: {asked:?}}}\n    reply:\n      tool_calls:\n        - name: exec_command\n          arguments: {{cmd: {cmd:?}}}\n    repeat: true\n"
+    )
+}
+
+/// `belay agent run --agent SPEC` (a real CLI) with `prompt` on `repo`
+/// against `server`, its registry under `state`, `extra` arguments after:
+/// whether it passed, and what it printed.
+#[allow(dead_code)]
+pub fn scripted_agent(
+    server: &Replay,
+    state: &Path,
+    repo: &Path,
+    spec: &str,
+    prompt: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String) {
+    let o = Command::new(belay_path())
+        .env("BELAY_STATE_HOME", state.join("registry"))
+        .env("OPENAI_API_KEY", "sk-test-scripted-agent-00000000")
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-scripted-agent-000")
+        .env("GEMINI_API_KEY", "gk-test-scripted-agent-000000000")
+        .envs(env.iter().copied())
+        .args([
+            "agent", "run", "--agent", spec, "--prompt", prompt, "--repo",
+        ])
+        .arg(repo)
+        .args(["--openai-base-url", &server.url])
+        .args(extra)
+        .output()
+        .unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), out)
 }
 
 impl Drop for Replay {
