@@ -11,9 +11,9 @@
 //! (`setsid`), as the container's exec user, with the prompt as an argument
 //! (or on stdin) and every value passed through the docker client's
 //! environment, never its argv; when it ends or overruns, its whole process
-//! group inside the container is killed. The pinned CLIs, the host's node and
-//! a `cmd:` program are mounted read-only at their own paths
-//! ([`container_mounts`]).
+//! group inside the container is killed. The pinned CLIs and a `cmd:`
+//! program are mounted read-only at their own paths, the host's node at
+//! [`AGENT_NODE`], on no `PATH`, which runs a node CLI ([`container_mounts`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,17 +84,32 @@ fn host_node() -> Option<PathBuf> {
 pub const AGENT_NODE: &str = "/opt/belay-agent-node/node";
 
 /// [`AGENT_NODE`] where `program` (a pinned CLI's path, belay's own
-/// install on the host) is a node script (`#!/usr/bin/env node`); a native
-/// CLI (Claude Code's) runs as it is.
+/// install on the host) is a node script (`#!/usr/bin/env node`,
+/// `#!/usr/bin/node`) and the host's node is mounted; a native CLI (Claude
+/// Code's) runs as it is.
 fn node_script_runner(program: &str) -> Option<String> {
     use std::io::Read;
+    if !std::path::Path::new(program).is_file() || host_node().is_none() {
+        return None;
+    }
     let mut head = [0u8; 128];
     let n = fs_err::File::open(program)
         .and_then(|mut f| f.read(&mut head))
         .ok()?;
-    let first = head[..n].split(|b| *b == b'\n').next().unwrap_or_default();
-    (first.starts_with(b"#!") && first.windows(4).any(|w| w == b"node"))
-        .then(|| AGENT_NODE.to_string())
+    let first = String::from_utf8_lossy(head[..n].split(|b| *b == b'\n').next()?).into_owned();
+    let mut words = first.strip_prefix("#!")?.split_whitespace();
+    let base = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    let mut interp = base(words.next()?);
+    if interp == "env" {
+        interp = base(words.find(|w| !w.starts_with('-'))?);
+    }
+    matches!(interp.as_str(), "node" | "nodejs").then(|| AGENT_NODE.to_string())
+}
+
+/// Whether `p` is under [`agents_dir`], as given or with its links resolved.
+fn under_agents_dir(p: &std::path::Path) -> bool {
+    let dir = agents_dir();
+    p.starts_with(&dir) || fs_err::canonicalize(&dir).is_ok_and(|d| p.starts_with(d))
 }
 
 /// The program a CLI spec runs: the pinned CLI under [`agents_dir`] in a
@@ -158,9 +173,7 @@ pub fn container_mounts(spec: &AgentSpec) -> Result<Vec<Mount>, AgentError> {
     let mut out = Vec::new();
     match &spec.kind {
         AgentKind::Builtin => {}
-        AgentKind::Command { .. }
-            if !PathBuf::from(program_of(spec, true)?).starts_with(agents_dir()) =>
-        {
+        AgentKind::Command { .. } if !under_agents_dir(&PathBuf::from(program_of(spec, true)?)) => {
             let p = program_of(spec, true)?;
             out.push(Mount {
                 host: PathBuf::from(&p),
@@ -325,7 +338,7 @@ impl AgentSession<'_> {
     fn cli_agent(&self, kind: CliKind, in_container: bool) -> Result<CliAgent, AgentError> {
         let mut agent = CliAgent::new(kind);
         agent.program = program_of(&self.spec, in_container)?;
-        if in_container && PathBuf::from(&agent.program).starts_with(agents_dir()) {
+        if in_container && under_agents_dir(std::path::Path::new(&agent.program)) {
             agent.interpreter = node_script_runner(&agent.program);
         }
         agent.model = self.spec.model.clone();

@@ -15,13 +15,16 @@ pub fn check_repair(cmd: &str) -> Option<String> {
             return Some(format!("refused `{}`: {why}", one_line(cmd)));
         }
     }
-    if let Some(target) = broad_rm(cmd) {
+    // Shell operators quoted into an argument (`node@'14.x >=14.17 <15'`)
+    // are no redirection and split no command.
+    let cmd_unquoted = &operators_out_of_quotes(cmd);
+    if let Some(target) = broad_rm(cmd_unquoted) {
         return Some(format!(
             "refused `{}`: recursive deletion of {target} is refused (only build environments such as .venv, node_modules, build and target under the repository, or paths outside it, may go)",
             one_line(cmd)
         ));
     }
-    if let Some(path) = repo_write_target(cmd) {
+    if let Some(path) = repo_write_target(cmd_unquoted) {
         return Some(format!(
             "refused `{}`: it writes {path}, part of the repository's own source (repairs change the environment, not the project)",
             one_line(cmd)
@@ -32,6 +35,26 @@ pub fn check_repair(cmd: &str) -> Option<String> {
 
 /// Directories under the repository that are build environments, not source.
 const REPO_ENV_DIRS: [&str; 4] = [".venv/", "node_modules/", "build/", "target/"];
+
+/// `cmd` with the shell's operators (`> < | & ;`, parentheses and braces)
+/// inside single or double quotes made `_`: what is quoted is an argument.
+fn operators_out_of_quotes(cmd: &str) -> String {
+    let mut quote = None;
+    cmd.chars()
+        .map(|c| match (quote, c) {
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                c
+            }
+            (Some(q), _) if c == q => {
+                quote = None;
+                c
+            }
+            (Some(_), '>' | '<' | '|' | '&' | ';' | '(' | ')' | '{' | '}' | '\n') => '_',
+            _ => c,
+        })
+        .collect()
+}
 
 /// Fixes run in /workspace/repo: a relative path is a path of the repository.
 /// So is one under another name in `/workspace` that no mode mounts at: the
@@ -44,7 +67,9 @@ fn absolute(p: &str) -> String {
             .strip_prefix(WORKSPACE)
             .and_then(|r| r.strip_prefix('/'))
             .filter(|r| !r.is_empty());
-        match under.map(|r| r.split_once('/').unwrap_or((r, ""))) {
+        // Only a path through it: the link itself (`rm /workspace/NAME`)
+        // is no part of the source, nor is a file beside it.
+        match under.and_then(|r| r.split_once('/')) {
             Some((name, rest)) if !reserved(name) && !matches!(name, "." | "..") => {
                 format!("{REPO}/{rest}")
             }
@@ -234,7 +259,7 @@ fn repair_rules() -> &'static [(Regex, &'static str)] {
             // under its clone's name, /workspace/NAME), except the build
             // environments belay owns there (.venv, node_modules, build, target).
             (
-                r"(sed|perl)\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*i[a-zA-Z.]*\s+[^\n]*(/workspace/[^/\s]+/|\s)(\w[\w./-]*\.(py|js|ts|rs|go|java|c|h|cc|cpp|toml|cfg|json|txt|yaml|yml|lock|ini|in|md|sh))\b",
+                r#"(sed|perl)\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*i[a-zA-Z.]*\s+[^\n]*(\s['"]?/workspace/[^/\s]+/|\s)(\w[\w./-]*\.(py|js|ts|rs|go|java|c|h|cc|cpp|toml|cfg|json|txt|yaml|yml|lock|ini|in|md|sh))\b"#,
                 "editing the repository's own source is refused (repairs change the environment, not the project)",
             ),
             (r"\bgit\b[^;&|\n]*\s(checkout|reset|clean|stash|apply|am|rebase|merge|commit|restore|switch)\b", "changing the repository through git is refused"),
@@ -296,6 +321,8 @@ mod tests {
             "rm -rf /workspace/mqemitter/lib",
             "sed -i 's/a/b/' /workspace/mqemitter/index.js",
             "echo x > /workspace/mqemitter/x.js",
+            "echo 'a > b' > setup.py",
+            "echo x >'/workspace/repo/setup.py'",
         ] {
             assert!(check_repair(cmd).is_some(), "should refuse: {cmd}");
         }
@@ -320,6 +347,11 @@ mod tests {
             "npm install -g node@20",
             "dockerize-thing --help",
             "rm -rf /workspace/mqemitter/node_modules",
+            "rm -f /workspace/mqemitter",
+            "echo done > /workspace/build.log",
+            // The node-engine repair of a range that narrows the line.
+            "npm install -g --no-audit --no-fund --force node@'14.x >=14.17.0 <15' npm@9 && hash -r && node --version",
+            "npm install -g node@'16.x ~16.13 || 16.x >=16.14 <17' && hash -r",
         ] {
             assert_eq!(check_repair(cmd), None, "should allow: {cmd}");
         }

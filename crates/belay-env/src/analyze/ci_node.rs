@@ -22,7 +22,9 @@ pub(crate) struct FileNode {
     pub matrix: Said,
     pub single: Said,
     /// A step runs the tests (a `run`, `script` or `command` with a word
-    /// `test…`, `jest`, `mocha`, `vitest`, `ava` or `tap`).
+    /// `test…`, `t`, `jest`, `mocha`, `vitest`, `ava`, `tap`, `unit`,
+    /// `coverage`, `check`, `spec` or `e2e`), or calls a workflow of the
+    /// repository's own (`uses: ./…`), which may.
     pub runs_tests: bool,
 }
 
@@ -109,10 +111,10 @@ pub(crate) fn read(f: &Files) -> CiNode {
     choose(pick_files(workflows, others))
 }
 
-/// The files whose values count: the workflows where one names a node and
-/// runs the tests or has a matrix, else the other CI files where they name
-/// one (a `.travis.yml` test matrix beside a workflow that only publishes,
-/// on one node), else the workflows.
+/// The files whose values count: the workflows where one names a node,
+/// but the other CI files where they have a test matrix and no such
+/// workflow runs the tests or has one (a `.travis.yml` test matrix beside a
+/// workflow that only publishes, on one node).
 fn pick_files(
     workflows: Vec<(String, FileNode)>,
     others: Vec<(String, FileNode)>,
@@ -120,7 +122,8 @@ fn pick_files(
     let tests_there = workflows
         .iter()
         .any(|(_, n)| n.runs_tests || !n.matrix.is_empty());
-    if !tests_there && !others.is_empty() {
+    let others_test = others.iter().any(|(_, n)| !n.matrix.is_empty());
+    if workflows.is_empty() || (!tests_there && others_test) {
         others
     } else {
         workflows
@@ -202,6 +205,8 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
                     images(v, to);
                 } else if matches!(key.as_str(), "run" | "script" | "command") {
                     out.runs_tests |= runs_tests(v);
+                } else if key == "uses" {
+                    out.runs_tests |= v.as_str().is_some_and(|u| u.starts_with("./"));
                 } else if key == "tag" && orb_node_executor(map) {
                     // CircleCI's node orb: `executor: { name: node/default,
                     // tag: '16.13' }` runs in `cimg/node:16.13`.
@@ -223,7 +228,20 @@ fn runs_tests(v: &serde_json::Value) -> bool {
             .to_ascii_lowercase()
             .split(|c: char| !c.is_ascii_alphanumeric())
             .any(|w| {
-                w.starts_with("test") || matches!(w, "jest" | "mocha" | "vitest" | "ava" | "tap")
+                w.starts_with("test")
+                    || matches!(
+                        w,
+                        "t" | "jest"
+                            | "mocha"
+                            | "vitest"
+                            | "ava"
+                            | "tap"
+                            | "unit"
+                            | "coverage"
+                            | "check"
+                            | "spec"
+                            | "e2e"
+                    )
             }),
         _ => false,
     }
@@ -468,6 +486,19 @@ jobs:
             release.replace("npm publish", "npm ci && npm test"),
         )
         .unwrap();
+        assert_eq!(lines_of(), vec![20]);
+        // A publishing workflow's node, where the other CI has no matrix
+        // either: the workflow's.
+        std::fs::write(root.join(".github/workflows/release.yml"), release).unwrap();
+        std::fs::write(root.join(".travis.yml"), "node_js: '12'\n").unwrap();
+        assert_eq!(lines_of(), vec![20]);
+        // A reusable workflow of the repository's own may run the tests.
+        std::fs::write(
+            root.join(".github/workflows/release.yml"),
+            format!("{release}  t:\n    uses: ./.github/workflows/test.yml\n"),
+        )
+        .unwrap();
+        std::fs::write(root.join(".travis.yml"), "node_js: ['10', '12']\n").unwrap();
         assert_eq!(lines_of(), vec![20]);
 
         let outside = tempfile::tempdir().unwrap();

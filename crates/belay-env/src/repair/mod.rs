@@ -859,6 +859,19 @@ mod tests {
                 p[0].fix
             );
         }
+        // A range that narrows the line: its spec, quoted, which the safety
+        // filter reads as one argument (its `>` is no redirection).
+        c.node = Some(NodeFacts {
+            node_line: Some(14),
+            engines_node: Some(">=14.17.0 <15".into()),
+            ..Default::default()
+        });
+        let text = "node v18.19.0 is not node 14, the line the project's engines.node (>=14.17.0 <15) names";
+        let p = propose_with(text, &c, &[], &lookups());
+        assert_eq!(
+            p.first().map(|p| p.fix.as_str()),
+            Some("npm install -g --no-audit --no-fund --force node@'14.x >=14.17.0 <15' npm@9 && hash -r && node --version")
+        );
     }
 
     #[test]
