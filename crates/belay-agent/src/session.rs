@@ -93,6 +93,7 @@ fn node_script_runner(program: &str) -> Option<String> {
         return None;
     }
     let mut head = [0u8; 128];
+    // host-owned: a pinned CLI of belay's agents dir, belay's own install.
     let n = fs_err::File::open(program)
         .and_then(|mut f| f.read(&mut head))
         .ok()?;
