@@ -328,12 +328,15 @@ fn native_system_packages(n: &NativeFacts, system: &mut BTreeSet<String>) {
 
 /// What a developer types in the final image, whether or not the build
 /// needs it (a check that starts the project's server and fetches a page,
-/// a `make test`, `ps`, a clone): the ones the base lacks, and the CA bundle.
+/// a `make test`, `ps`, a clone over ssh): the ones the base lacks, and the
+/// CA bundle. A developer's machine and a CI runner have an ssh client, and
+/// tests use it (ssh2's run OpenSSH against their own server, on loopback).
 const DEVELOPER_TOOLS: &[(&str, &str)] = &[
     ("git", "git"),
     ("make", "make"),
     ("curl", "curl"),
     ("ps", "procps"),
+    ("ssh", "openssh-client"),
 ];
 
 fn developer_tools(notes: &RuntimeNotes, system: &mut BTreeSet<String>) {

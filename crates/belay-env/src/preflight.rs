@@ -39,6 +39,7 @@ const TOOLS: &[&str] = &[
     "git",
     "curl",
     "ps",
+    "ssh",
     "wget",
     "sudo",
 ];

@@ -70,7 +70,7 @@ fn python_fixture_builds_and_its_tests_pass() {
     project_tests_pass(&m, "echo $VIRTUAL_ENV", "/workspace/repo/.venv");
     project_tests_pass(
         &m,
-        "command -v git make curl ps && test -s /etc/ssl/certs/ca-certificates.crt && echo tools-ok",
+        "command -v git make curl ps ssh && test -s /etc/ssl/certs/ca-certificates.crt && echo tools-ok",
         "tools-ok",
     );
     check_run_records(state.path(), &run, &m);
