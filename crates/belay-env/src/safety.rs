@@ -40,18 +40,30 @@ const REPO_ENV_DIRS: [&str; 4] = [".venv/", "node_modules/", "build/", "target/"
 /// inside single or double quotes made `_`: what is quoted is an argument.
 fn operators_out_of_quotes(cmd: &str) -> String {
     let mut quote = None;
+    // A backslash outside single quotes escapes the next character: `\'`
+    // opens no quote (`echo don\'t > setup.py` still writes setup.py).
+    let mut escaped = false;
     cmd.chars()
-        .map(|c| match (quote, c) {
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                c
+        .map(|c| {
+            if std::mem::take(&mut escaped) {
+                return c;
             }
-            (Some(q), _) if c == q => {
-                quote = None;
-                c
+            match (quote, c) {
+                (None | Some('"'), '\\') => {
+                    escaped = true;
+                    c
+                }
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    c
+                }
+                (Some(q), _) if c == q => {
+                    quote = None;
+                    c
+                }
+                (Some(_), '>' | '<' | '|' | '&' | ';' | '(' | ')' | '{' | '}' | '\n') => '_',
+                _ => c,
             }
-            (Some(_), '>' | '<' | '|' | '&' | ';' | '(' | ')' | '{' | '}' | '\n') => '_',
-            _ => c,
         })
         .collect()
 }
@@ -322,6 +334,8 @@ mod tests {
             "sed -i 's/a/b/' /workspace/mqemitter/index.js",
             "echo x > /workspace/mqemitter/x.js",
             "echo 'a > b' > setup.py",
+            "echo don\\'t > setup.py",
+            "echo \"a \\\" > b\" > setup.py",
             "echo x >'/workspace/repo/setup.py'",
         ] {
             assert!(check_repair(cmd).is_some(), "should refuse: {cmd}");
