@@ -70,28 +70,52 @@ fn operators_out_of_quotes(cmd: &str) -> String {
 
 /// Fixes run in /workspace/repo: a relative path is a path of the repository.
 /// So is one under another name in `/workspace` that no mode mounts at: the
-/// checkout's clone name links there (`plan::checkout_link`).
+/// checkout's clone name links there (`plan::checkout_link`). The path is
+/// read as the kernel resolves it, `//`, `.` and `..` included
+/// (`/workspace/./repo/x`, `//workspace/repo/x`, `.venv/../setup.py`).
 fn absolute(p: &str) -> String {
     use belay_sandbox::layout::{reserved, REPO, WORKSPACE};
     let p = p.trim_matches(|c| c == '"' || c == '\'');
-    if p.starts_with('/') || p.starts_with('~') || p.starts_with('$') {
-        let under = p
-            .strip_prefix(WORKSPACE)
-            .and_then(|r| r.strip_prefix('/'))
-            .filter(|r| !r.is_empty());
-        // Only a path through it: the link itself (`rm /workspace/NAME`)
-        // is no part of the source, nor is a file beside it.
-        match under.and_then(|r| r.split_once('/')) {
-            Some((name, rest)) if !reserved(name) && !matches!(name, "." | "..") => {
-                format!("{REPO}/{rest}")
-            }
-            _ => p.to_string(),
-        }
-    } else if p == "." || p == "./" {
-        REPO.to_string()
-    } else {
-        format!("{REPO}/{}", p.trim_start_matches("./"))
+    if p.starts_with('~') || p.starts_with('$') {
+        return p.to_string();
     }
+    let p = lexical(&if p.starts_with('/') {
+        p.to_string()
+    } else {
+        format!("{REPO}/{p}")
+    });
+    let under = p
+        .strip_prefix(WORKSPACE)
+        .and_then(|r| r.strip_prefix('/'))
+        .filter(|r| !r.is_empty());
+    // Only a path through it: the link itself (`rm /workspace/NAME`)
+    // is no part of the source, nor is a file beside it.
+    match under.and_then(|r| r.split_once('/')) {
+        Some((name, rest)) if !reserved(name) => format!("{REPO}/{rest}"),
+        _ => p,
+    }
+}
+
+/// An absolute path with `//` and `.` dropped and `..` taken back, as the
+/// kernel walks it (links aside). A trailing `/` (or `/.`) stays: `rm -r
+/// link/` goes through the link.
+fn lexical(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    let through = p.ends_with('/') || p.ends_with("/.") || p.ends_with("/..");
+    let mut out = format!("/{}", parts.join("/"));
+    if through && !parts.is_empty() {
+        out.push('/');
+    }
+    out
 }
 
 /// Whether an absolute path is part of the repository's own source.
@@ -191,22 +215,28 @@ fn repo_write_target(cmd: &str) -> Option<String> {
                 }
             }
         }
-        let words: Vec<&str> = segment.split_whitespace().collect();
+        let words: Vec<String> = shlex::split(segment)
+            .unwrap_or_else(|| segment.split_whitespace().map(str::to_string).collect());
+        if let Some(t) = in_place_edits(&words)
+            .into_iter()
+            .find(|t| in_repo_source(t))
+        {
+            return Some(t);
+        }
         // The command word itself (after sudo), not an argument such as the
         // `install` of `apt-get install`.
-        let pos = usize::from(words.first() == Some(&"sudo"));
+        let pos = usize::from(words.first().is_some_and(|w| w == "sudo"));
         if !words
             .get(pos)
-            .is_some_and(|w| matches!(*w, "tee" | "cp" | "mv" | "install"))
+            .is_some_and(|w| matches!(w.as_str(), "tee" | "cp" | "mv" | "install"))
         {
             continue;
         }
-        let args: Vec<&str> = words[pos + 1..]
+        let args: Vec<&String> = words[pos + 1..]
             .iter()
-            .copied()
             .filter(|w| !w.starts_with('-'))
             .collect();
-        let targets: Vec<&str> = if words[pos] == "tee" {
+        let targets: Vec<&String> = if words[pos] == "tee" {
             args
         } else {
             args.last().copied().into_iter().collect()
@@ -216,6 +246,82 @@ fn repo_write_target(cmd: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The files a `sed` or `perl` in a command's words edits in place (`-i`,
+/// `-i.bak`, `-Ei`, `--in-place`), wherever it stands (after `sudo`, `env`,
+/// `xargs` or `find -exec`). Files it cannot name (`{}` from find, stdin from
+/// xargs) are the working directory, the repository: refused, as a fix that
+/// edits files it found is an edit of the source.
+fn in_place_edits(words: &[String]) -> Vec<String> {
+    let Some((at, perl)) =
+        words
+            .iter()
+            .enumerate()
+            .find_map(|(n, w)| match w.rsplit('/').next().unwrap_or(w) {
+                "sed" => Some((n, false)),
+                "perl" => Some((n, true)),
+                _ => None,
+            })
+    else {
+        return Vec::new();
+    };
+    // The options whose value may be the next word: a script, or sed's
+    // line length.
+    let (takes_script, takes_value): (&[char], &[char]) = if perl {
+        (&['e', 'E'], &['I', 'M', 'm', 'x', 'C', 'd', 'D', 'l', '0'])
+    } else {
+        (&['e', 'f'], &['l'])
+    };
+    let (mut in_place, mut script_given, mut files) = (false, false, Vec::new());
+    let mut rest = words[at + 1..].iter();
+    while let Some(w) = rest.next() {
+        match w.as_str() {
+            "{}" => files.push(".".to_string()),
+            "+" | ";" | "\\;" => {}
+            "--" => files.extend(rest.by_ref().cloned()),
+            _ if w.starts_with("--") => {
+                in_place |= w == "--in-place" || w.starts_with("--in-place=");
+                script_given |= w.starts_with("--expression") || w.starts_with("--file");
+                if matches!(w.as_str(), "--expression" | "--file" | "--line-length") {
+                    rest.next();
+                }
+            }
+            _ if w.starts_with('-') && w.len() > 1 => {
+                for (n, c) in w.char_indices().skip(1) {
+                    let last = n + c.len_utf8() == w.len();
+                    if c == 'i' {
+                        in_place = true; // the rest is its suffix
+                        break;
+                    }
+                    if takes_script.contains(&c) {
+                        script_given = true;
+                    }
+                    if takes_script.contains(&c) || takes_value.contains(&c) {
+                        if last
+                            && !(perl
+                                && matches!(c, 'l' | '0' | 'M' | 'm' | 'I' | 'x' | 'C' | 'd' | 'D'))
+                        {
+                            rest.next();
+                        }
+                        break;
+                    }
+                }
+            }
+            _ => files.push(w.clone()),
+        }
+    }
+    if !in_place {
+        return Vec::new();
+    }
+    // Without -e or -f, the first operand is the script.
+    if !script_given && !files.is_empty() {
+        files.remove(0);
+    }
+    if files.is_empty() {
+        files.push(".".to_string());
+    }
+    files
 }
 
 /// Why a command is refused as a probe, or `None` when it is an acceptable probe.
@@ -266,14 +372,6 @@ fn repair_rules() -> &'static [(Regex, &'static str)] {
             (r"\bmkfs(\.\w+)?\b|\bmke2fs\b|\bwipefs\b|\bfdisk\b|\bparted\b", "making or changing filesystems is refused"),
             (r"\bdd\s+[^\n]*\bof=/dev/", "writing to devices is refused"),
             (r"\b(shutdown|reboot|halt|poweroff)\b|\bkill\s+-9\s+-1\b", "stopping the machine is refused"),
-            // Edits to the repository's own source: in-place edits, redirections,
-            // copies and moves onto files under /workspace/repo (or the checkout
-            // under its clone's name, /workspace/NAME), except the build
-            // environments belay owns there (.venv, node_modules, build, target).
-            (
-                r#"(sed|perl)\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*i[a-zA-Z.]*\s+[^\n]*(\s['"]?/workspace/[^/\s]+/|\s)(\w[\w./-]*\.(py|js|ts|rs|go|java|c|h|cc|cpp|toml|cfg|json|txt|yaml|yml|lock|ini|in|md|sh))\b"#,
-                "editing the repository's own source is refused (repairs change the environment, not the project)",
-            ),
             (r"\bgit\b[^;&|\n]*\s(checkout|reset|clean|stash|apply|am|rebase|merge|commit|restore|switch)\b", "changing the repository through git is refused"),
         ])
     })
@@ -337,6 +435,22 @@ mod tests {
             "echo don\\'t > setup.py",
             "echo \"a \\\" > b\" > setup.py",
             "echo x >'/workspace/repo/setup.py'",
+            // The path as the kernel walks it.
+            "sed -i 's/x/y/' /workspace/./repo/setup.py",
+            "sed -i 's/x/y/' //workspace/repo/setup.py",
+            "echo x > //workspace//repo/setup.py",
+            "cp /tmp/a.py /workspace/repo/.venv/../src/a.py",
+            "rm -rf /workspace/repo/node_modules/../src",
+            "rm -rf ../repo/lib",
+            "rm -rf //",
+            // In-place edits, however spelled and wherever they stand.
+            "sed -E -i 's/a/b/' setup.py",
+            "sed --in-place=.bak 's/a/b/' Makefile",
+            "sudo sed -i -e 's/a b/c/' 'my file.py'",
+            "perl -pi -e 's/a/b/' lib/x.pm",
+            "perl -i.bak -pe 's/a/b/' /workspace/repo/x.pl",
+            "grep -rl foo . | xargs sed -i 's/a/b/'",
+            "find . -name '*.js' -exec sed -i 's/a/b/' {} +",
         ] {
             assert!(check_repair(cmd).is_some(), "should refuse: {cmd}");
         }
@@ -363,6 +477,13 @@ mod tests {
             "rm -rf /workspace/mqemitter/node_modules",
             "rm -f /workspace/mqemitter",
             "echo done > /workspace/build.log",
+            "sed -i 's/a/b/' /workspace/repo/.venv/lib/python3.11/site-packages/x.py",
+            "sed -i 's|a|b|' /workspace/mqemitter/node_modules/x/index.js",
+            "sed -i 's/deb.debian.org/mirror/' /etc/apt/sources.list",
+            "perl -pi -e 's/a/b/' /usr/share/perl5/X.pm",
+            "sed -n 's/x/y/p' setup.py",
+            "apt-get install -y sed perl",
+            "sed -e 's/==.*//' -i /tmp/req.txt",
             // The node-engine repair of a range that narrows the line.
             "npm install -g --no-audit --no-fund --force node@'14.x >=14.17.0 <15' npm@9 && hash -r && node --version",
             "npm install -g node@'16.x ~16.13 || 16.x >=16.14 <17' && hash -r",
