@@ -188,19 +188,30 @@ pub(crate) fn read_yaml(text: &str) -> FileNode {
 }
 
 fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
+    walk_in(v, in_matrix, false, out);
+}
+
+/// `orb_job`: under a job of CircleCI's node orb (`node/test:`), whose
+/// `version` parameter (or matrix of them) is the node it runs on.
+fn walk_in(v: &serde_json::Value, in_matrix: bool, orb_job: bool, out: &mut FileNode) {
     use serde_json::Value;
     match v {
         Value::Object(map) => {
             for (k, v) in map {
                 let key = k.to_ascii_lowercase();
                 let in_matrix = in_matrix || key == "matrix";
+                let orb_job = orb_job || key.starts_with("node/");
                 let to = if in_matrix || v.is_array() {
                     &mut out.matrix
                 } else {
                     &mut out.single
                 };
-                if NODE_KEYS.contains(&key.as_str()) {
+                if NODE_KEYS.contains(&key.as_str()) || (orb_job && key == "version") {
                     versions(v, to);
+                } else if key == "env" {
+                    // Travis: `env: [NODE_VERSION=16 FOO=1, …]`, each entry a
+                    // job's variables.
+                    env_lines(v, to);
                 } else if matches!(key.as_str(), "image" | "container") {
                     images(v, to);
                 } else if matches!(key.as_str(), "run" | "script" | "command") {
@@ -212,10 +223,33 @@ fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
                     // tag: '16.13' }` runs in `cimg/node:16.13`.
                     versions(v, to);
                 }
-                walk(v, in_matrix, out);
+                walk_in(v, in_matrix, orb_job, out);
             }
         }
-        Value::Array(items) => items.iter().for_each(|i| walk(i, in_matrix, out)),
+        Value::Array(items) => items
+            .iter()
+            .for_each(|i| walk_in(i, in_matrix, orb_job, out)),
+        _ => {}
+    }
+}
+
+/// The node lines in `NAME=VALUE` lists of variables (Travis's `env`,
+/// `env.global`, `env.matrix`, `env.jobs`), under a node key's name.
+fn env_lines(v: &serde_json::Value, out: &mut Said) {
+    use serde_json::Value;
+    match v {
+        Value::Array(items) => items.iter().for_each(|i| env_lines(i, out)),
+        Value::Object(map) => map.values().for_each(|i| env_lines(i, out)),
+        Value::String(s) => {
+            for pair in s.split_whitespace() {
+                if let Some((name, value)) = pair.split_once('=') {
+                    if NODE_KEYS.contains(&name.to_ascii_lowercase().as_str()) {
+                        let value = value.trim_matches(|c| c == '"' || c == '\'');
+                        versions(&Value::String(value.to_string()), out);
+                    }
+                }
+            }
+        }
         _ => {}
     }
 }
@@ -429,6 +463,26 @@ jobs:
         // executor's tag is not a node.
         assert_eq!(
             lines("orbs:\n  node: circleci/node@5\njobs:\n  t:\n    executor:\n      name: node/default\n      tag: '16.13'\n"),
+            vec![16]
+        );
+        // The orb's jobs take a `version` parameter, or a matrix of them.
+        assert_eq!(
+            lines(
+                "workflows:\n  test:\n    jobs:\n      - node/test:\n          version: '16.13'\n"
+            ),
+            vec![16]
+        );
+        assert_eq!(
+            lines("workflows:\n  t:\n    jobs:\n      - node/test:\n          matrix:\n            parameters:\n              version: ['14.21', '18.12']\n"),
+            vec![14, 18]
+        );
+        // Travis's job variables.
+        assert_eq!(
+            lines("language: node_js\nenv:\n  - NODE_VERSION=12 DB=x\n  - NODE_VERSION=\"14\"\n"),
+            vec![12, 14]
+        );
+        assert_eq!(
+            lines("env:\n  global:\n    - NODEJS_VERSION=16\n    - OTHER=20\n"),
             vec![16]
         );
         assert_eq!(
