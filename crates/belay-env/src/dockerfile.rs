@@ -132,6 +132,14 @@ pub fn final_env(blocks: &[Block]) -> Vec<String> {
     if blocks.iter().any(|b| b.script.contains(".venv")) {
         env.push(format!("VIRTUAL_ENV={REPO_DIR}/.venv"));
     }
+    // Tests recorded on a colour terminal (`plan::COLOUR_TESTS`).
+    if blocks.iter().any(|b| {
+        b.script
+            .lines()
+            .any(|l| l.trim() == crate::plan::COLOUR_TESTS)
+    }) {
+        env.push("FORCE_COLOR=1".to_string());
+    }
     // corepack's shims run the release it keeps under COREPACK_HOME: the
     // image's own, not `$HOME/.cache` (a sandbox's HOME is a fresh tmpfs).
     if blocks

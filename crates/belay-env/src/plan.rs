@@ -842,6 +842,11 @@ fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
 
 /// The variables that turn off the binary downloads of node packages'
 /// install scripts.
+/// Coloured output without a terminal (chalk, supports-color, kleur and
+/// node's own `util.inspect` read it), for tests recorded on a colour
+/// terminal (`NodeFacts::colour_snapshot`).
+pub const COLOUR_TESTS: &str = "export FORCE_COLOR=1";
+
 const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 CHROMEDRIVER_SKIP_DOWNLOAD=true GECKODRIVER_SKIP_DOWNLOAD=true ELECTRON_SKIP_BINARY_DOWNLOAD=1 CYPRESS_INSTALL_BINARY=0";
 
 /// Native addons build against the headers of the node that runs them, where
@@ -1348,6 +1353,13 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         // the system's browser, and a download that cannot succeed fails
         // the install.
         p.deps.push(BINARY_DOWNLOADS_OFF.to_string());
+        // Snapshots recorded on a colour terminal pass only where the
+        // output is coloured: so in the final image (`final_env`) too.
+        if n.colour_snapshot.is_some() {
+            p.deps.push(format!(
+                "# The project's test snapshots hold a colour terminal's codes.\n{COLOUR_TESTS}"
+            ));
+        }
         // The checkout answers to its clone's name as well: a test that
         // reaches the project as `../mqemitter` finds it.
         p.deps
@@ -1490,8 +1502,11 @@ fn java_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
 
 #[cfg(test)]
 mod tests {
-    use super::{node_install, node_version_check, npm_install_as_of, package_manager_lines};
-    use crate::analyze::NodeFacts;
+    use super::{
+        node_install, node_version_check, npm_install_as_of, package_manager_lines, plan_rules,
+        RuntimeNotes, COLOUR_TESTS,
+    };
+    use crate::analyze::{NodeFacts, RepoContext};
 
     #[test]
     fn a_named_line_is_installed_exactly_with_an_npm_that_runs_on_it() {
@@ -1753,5 +1768,34 @@ mod tests {
                 && then.ends_with(&format!("{plain}; }}")),
             "{then}"
         );
+    }
+
+    #[test]
+    fn tests_recorded_on_a_colour_terminal_run_coloured_in_the_image() {
+        let ctx = |colour: Option<&str>| RepoContext {
+            languages: vec![crate::analyze::Language::Node],
+            node: Some(NodeFacts {
+                package_manager: "yarn".into(),
+                lockfile: Some("yarn.lock".into()),
+                has_dependencies: true,
+                colour_snapshot: colour.map(String::from),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let notes = RuntimeNotes {
+            package_manager: Some("apt".into()),
+            ..Default::default()
+        };
+        let plain = plan_rules(&ctx(None), &notes).unwrap();
+        assert!(!plain.iter().any(|b| b.script.contains(COLOUR_TESTS)));
+        assert!(!crate::dockerfile::final_env(&plain).contains(&"FORCE_COLOR=1".to_string()));
+        let coloured = plan_rules(&ctx(Some("src/__snapshots__/a.snap")), &notes).unwrap();
+        let deps = coloured
+            .iter()
+            .find(|b| b.script.contains(COLOUR_TESTS))
+            .expect("a block exports FORCE_COLOR");
+        assert!(deps.script.contains("yarn install"), "{}", deps.script);
+        assert!(crate::dockerfile::final_env(&coloured).contains(&"FORCE_COLOR=1".to_string()));
     }
 }

@@ -143,6 +143,29 @@ pub struct NodeFacts {
     /// under `--frozen-lockfile` (pnpm 9 reads no v5 lockfile).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lockfile_pnpm_major: Option<u32>,
+    /// A test snapshot that holds a colour terminal's escape codes (jest's
+    /// `__snapshots__/*.snap`): the tests were recorded, and pass, where
+    /// their output is coloured, as in the developer's terminal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colour_snapshot: Option<String>,
+}
+
+/// At most this many snapshot files are read for colour codes.
+const MAX_SNAPSHOTS: usize = 200;
+
+/// The first jest snapshot under the repository (four directories deep)
+/// whose text holds an ANSI escape sequence (`ESC [`).
+fn colour_snapshot(f: &Files) -> Option<String> {
+    let snapshots = f.find(4, &|p: &Path| {
+        p.extension().is_some_and(|e| e == "snap")
+            && p.parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|d| d == "__snapshots__")
+    });
+    snapshots
+        .into_iter()
+        .take(MAX_SNAPSHOTS)
+        .find(|rel| f.read(rel).is_some_and(|t| t.contains("\u{1b}[")))
 }
 
 impl NodeFacts {
@@ -532,6 +555,7 @@ fn node(
         })
         .map(String::from);
     n.checkout_name = checkout_name(&pkg);
+    n.colour_snapshot = colour_snapshot(f);
     n.yarn_berry = n.package_manager == "yarn"
         && (f.exists(".yarnrc.yml")
             || n.package_manager_version
@@ -1060,9 +1084,37 @@ mod tests {
     fn node_facts(files: &[(&str, &str)]) -> NodeFacts {
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in files {
-            std::fs::write(dir.path().join(name), text).unwrap();
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
         }
         analyze(dir.path()).unwrap().node.unwrap()
+    }
+
+    #[test]
+    fn snapshots_recorded_on_a_colour_terminal_are_seen() {
+        let pkg = ("package.json", r#"{"devDependencies": {"jest": "23"}}"#);
+        let plain = "exports[`x 1`] = `\"expect(received).toBeTruthy()\"`;\n";
+        let coloured =
+            "exports[`x 1`] = `\"\u{1b}[2mexpect(\u{1b}[22m\u{1b}[31mreceived\u{1b}[39m\"`;\n";
+        let n = node_facts(&[pkg, ("src/__snapshots__/a.test.js.snap", plain)]);
+        assert_eq!(n.colour_snapshot, None);
+        let n = node_facts(&[
+            pkg,
+            ("src/__snapshots__/a.test.js.snap", plain),
+            ("src/__snapshots__/b.test.js.snap", coloured),
+        ]);
+        assert_eq!(
+            n.colour_snapshot.as_deref(),
+            Some("src/__snapshots__/b.test.js.snap")
+        );
+        // Only a snapshot counts, and none under node_modules.
+        let n = node_facts(&[
+            pkg,
+            ("src/fixtures/coloured.txt", coloured),
+            ("node_modules/x/__snapshots__/a.snap", coloured),
+        ]);
+        assert_eq!(n.colour_snapshot, None);
     }
 
     #[test]
