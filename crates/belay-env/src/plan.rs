@@ -858,6 +858,18 @@ const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PU
 /// own npm, whose node-gyp reads `npm_config_nodedir`).
 const NODE_HEADERS: &str = r#"nd=$(dirname "$(dirname "$(readlink -f "$(command -v node)")")"); for d in "$nd" "$nd"/node_modules/node-linux-*; do if [ -f "$d/include/node/common.gypi" ]; then export npm_config_nodedir="$d"; break; fi; done"#;
 
+/// Made by the `lockfile-stale` repair: the lockfile no longer matches
+/// `package.json`, so the install resolves what it lacks (without writing
+/// the lockfile where the package manager can) instead of failing as a
+/// frozen install does.
+pub const LOCKFILE_STALE: &str = "/etc/belay/lockfile-stale";
+
+/// The install's words for a lockfile that holds (`frozen`), or those for
+/// one a repair found stale ([`LOCKFILE_STALE`]).
+fn unless_stale(frozen: &str, stale: &str) -> String {
+    format!("$([ -e {LOCKFILE_STALE} ] && echo '{stale}' || echo '{frozen}')")
+}
+
 /// The packages whose install scripts a repair turned off, one name a line
 /// (rules `npm-`, `pnpm-` and `yarn-install-script-download`).
 const NPM_SKIP_SCRIPTS: &str = "/etc/belay/npm-skip-scripts";
@@ -1335,16 +1347,28 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
             }
             ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install".into(),
             ("yarn", true) => install_skipping_scripts(
-                &format!("yarn install --frozen-lockfile --non-interactive {YARN_MUTEX}"),
+                &format!(
+                    "yarn install {} --non-interactive {YARN_MUTEX}",
+                    unless_stale("--frozen-lockfile", "--pure-lockfile")
+                ),
                 false,
             ),
             ("yarn", false) => install_skipping_scripts(
                 &format!("yarn install --non-interactive {YARN_MUTEX}"),
                 false,
             ),
-            ("pnpm", true) => install_skipping_scripts("pnpm install --frozen-lockfile", true),
+            ("pnpm", true) => install_skipping_scripts(
+                &format!(
+                    "pnpm install {}",
+                    unless_stale("--frozen-lockfile", "--no-frozen-lockfile")
+                ),
+                true,
+            ),
             ("pnpm", false) => install_skipping_scripts("pnpm install", true),
-            (_, true) => npm_install("npm ci --no-audit --no-fund"),
+            (_, true) => npm_install(&format!(
+                "npm {} --no-audit --no-fund",
+                unless_stale("ci", "install --no-save")
+            )),
             (_, false) => npm_install_as_of(n, &mut p.deps),
         };
         // Install scripts that download browsers and drivers from hosts of

@@ -746,6 +746,10 @@ mod tests {
         // cattrs 23.2.3's collection, its package renamed to this context's `calc`:
         // the project's own module imports an optional dependency.
         ("tests/test_preconf.py:51: in <module>\n    from calc.preconf.pyyaml import make_converter as pyyaml_make_converter\nsrc/calc/preconf/pyyaml.py:5: in <module>\n    from yaml import safe_dump, safe_load\nE   ModuleNotFoundError: No module named 'yaml'", "project-extra-missing", "-e '/workspace/repo[pyyaml,yaml2]'"),
+        // chance 1.0.18's yarn.lock, behind its package.json (yarn 1.22).
+        ("yarn install v1.22.22\n[1/4] Resolving packages...\nerror Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`.\ninfo Visit https://yarnpkg.com/en/docs/cli/install for documentation about this command.", "lockfile-stale", "touch /etc/belay/lockfile-stale"),
+        ("npm error code EUSAGE\nnpm error\nnpm error `npm ci` can only install packages when your package.json and package-lock.json or npm-shrinkwrap.json are in sync. Please update your lock file with `npm install` before continuing.\nnpm error\nnpm error Missing: left-pad@1.3.0 from lock file", "lockfile-stale", "lockfile-stale"),
+        (" ERR_PNPM_OUTDATED_LOCKFILE  Cannot install with \"frozen-lockfile\" because pnpm-lock.yaml is not up to date with <ROOT>/package.json", "lockfile-stale", "lockfile-stale"),
         // memchr 2.7.4's `cargo test --no-run` on rustc 1.96, verbatim (the tail).
         ("error: missing documentation for a macro\nnote: the lint level is defined here\n   --> src/lib.rs:172:9\n    |\n172 | #![deny(missing_docs)]\n    |         ^^^^^^^^^^^^\n\nerror: could not compile `memchr` (lib test) due to 1 previous error", "rust-lint-denied", "--cap-lints"),
     ];

@@ -191,6 +191,20 @@ pub const RULES: &[Rule] = &[
         hint: "an old node-gyp (before 7) opens files with mode 'rU', which Python 3.11 removed: python3 takes 'U' again, as a no-op",
     },
     Rule {
+        // A lockfile left behind its package.json (a dependency added or
+        // bumped without installing): the frozen install refuses it, where
+        // a developer's plain install resolves what it lacks. The install
+        // line reads the mark (`plan::LOCKFILE_STALE`); yarn 1 then installs
+        // with `--pure-lockfile`, npm with `install --no-save`, pnpm with
+        // `--no-frozen-lockfile`.
+        id: "lockfile-stale",
+        pattern: r#"Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`|`npm ci` can only install packages when your package\.json and (?:package-lock\.json|npm-shrinkwrap\.json)[^\n]*(?:are|is) in sync|ERR_PNPM_OUTDATED_LOCKFILE|Cannot install with "frozen-lockfile" because pnpm-lock\.yaml is not up to date"#,
+        fix: "mkdir -p /etc/belay && touch /etc/belay/lockfile-stale",
+        probe: None,
+        blame: None,
+        hint: "the lockfile does not match package.json: the install resolves what it lacks, as a developer's plain install does, instead of a frozen install",
+    },
+    Rule {
         // yarn 1 fails the install on a dependency's engines range that
         // caps node below the one running (upath 1.0.4: ">=4 <=9"); npm
         // only warns. Before node-engine: an older node is no fix. In

@@ -798,3 +798,40 @@ fn a_native_addon_builds_against_the_headers_of_the_npm_registrys_node() {
     );
     project_tests_pass(&m, "npm test 2>&1", "# pass 1");
 }
+
+/// A lockfile left behind its package.json (a dependency added without
+/// installing): `npm ci` refuses it. The `lockfile-stale` repair marks it,
+/// the install resolves what the lockfile lacks without writing the
+/// lockfile, and both dependencies load in the final image.
+#[test]
+fn a_lockfile_behind_its_package_json_installs_as_a_developer_would() {
+    let run = run_id("stalelock");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture("node-npm", &repo);
+    let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
+    let added = pkg.replace(
+        "\"is-number\": \"7.0.0\"",
+        "\"is-number\": \"7.0.0\",\n    \"left-pad\": \"1.3.0\"",
+    );
+    assert_ne!(pkg, added);
+    std::fs::write(repo.join("package.json"), added).unwrap();
+    let m = build_ok(&repo, &run, state.path());
+    let fixes = repair_commands(&m);
+    assert!(fixes.contains("touch /etc/belay/lockfile-stale"), "{fixes}");
+    assert_eq!(m["repairs"], 1, "{fixes}");
+    assert_eq!(m["final_clean_replay_ok"], true);
+    project_tests_pass(
+        &m,
+        "node -e 'console.log(require(\"left-pad\")(\"7\", 3, \"0\"), require(\"is-number\")(7))'",
+        "007 true",
+    );
+    // The lockfile is the project's, as it was.
+    project_tests_pass(
+        &m,
+        "echo lock $(grep -c left-pad package-lock.json)",
+        "lock 0",
+    );
+}
