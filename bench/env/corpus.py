@@ -154,7 +154,9 @@ def fetch_npm(item, dest, cache):
 
 def node_test_command(pkg_json):
     """What a developer types to run the package's tests: its package
-    manager's `test` (`packageManager`, else the lockfile's manager)."""
+    manager's `test` (`packageManager`, else the lockfile's manager), as
+    CI runs it: with `CI=true`, the signal every runner reads for a run
+    without a terminal (vitest before 2 watches for changes without it)."""
     try:
         pm = (json.load(open(pkg_json)).get("packageManager") or "").split("@")[0]
     except (OSError, ValueError, AttributeError):
@@ -163,7 +165,7 @@ def node_test_command(pkg_json):
     if not pm:
         pm = next((m for f, m in (("pnpm-lock.yaml", "pnpm"), ("yarn.lock", "yarn"))
                    if os.path.exists(os.path.join(root, f))), "npm")
-    return f"{pm if pm in ('yarn', 'pnpm') else 'npm'} test"
+    return f"CI=true {pm if pm in ('yarn', 'pnpm') else 'npm'} test"
 
 
 def oracle_for(item, dest=None):
