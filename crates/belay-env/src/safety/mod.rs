@@ -16,10 +16,37 @@ const MAX_NESTING: usize = 4;
 
 /// Why a command is refused, or `None` when it may run as a repair.
 pub fn check_repair(cmd: &str) -> Option<String> {
-    check_nested(cmd, 0).map(|why| format!("refused `{}`: {why}", one_line(cmd)))
+    check_nested(cmd, 0, belay_sandbox::layout::REPO)
+        .map(|why| format!("refused `{}`: {why}", one_line(cmd)))
 }
 
-fn check_nested(cmd: &str, depth: usize) -> Option<String> {
+/// Programs a repair never runs, wherever they stand.
+const REFUSED_PROGRAMS: &[(&str, &str)] = &[
+    (
+        "docker",
+        "container engines are off limits inside the sandbox",
+    ),
+    (
+        "podman",
+        "container engines are off limits inside the sandbox",
+    ),
+    (
+        "nerdctl",
+        "container engines are off limits inside the sandbox",
+    ),
+    ("ctr", "container engines are off limits inside the sandbox"),
+    (
+        "crictl",
+        "container engines are off limits inside the sandbox",
+    ),
+    ("shutdown", "stopping the machine is refused"),
+    ("reboot", "stopping the machine is refused"),
+    ("halt", "stopping the machine is refused"),
+    ("poweroff", "stopping the machine is refused"),
+];
+
+/// `cmd` read from the working directory `cwd`, `depth` shells deep.
+fn check_nested(cmd: &str, depth: usize, cwd: &str) -> Option<String> {
     for (re, why) in repair_rules() {
         if re.is_match(cmd) {
             return Some((*why).to_string());
@@ -27,32 +54,131 @@ fn check_nested(cmd: &str, depth: usize) -> Option<String> {
     }
     let text = Text::read(cmd);
     let commands = text.commands();
-    let mut cwd = Cwd::new();
+    let mut cwd = Cwd::new(cwd);
+    let mut fed: Option<&Command> = None;
     for c in &commands {
         cwd.enter(c.opened_by);
-        if let Some(inner) = nested_script(c) {
+        let program = c.program();
+        if let Some((_, why)) = program
+            .as_ref()
+            .and_then(|(_, name)| REFUSED_PROGRAMS.iter().find(|(p, _)| p == name))
+        {
+            return Some((*why).to_string());
+        }
+        // What runs in a shell of its own: `sh -c '…'`, `eval`, `$(…)`.
+        for inner in nested_script(c).into_iter().chain(substitutions(&c.clean)) {
             if depth >= MAX_NESTING {
                 return Some(
                     "a shell run inside a shell inside a shell is not read this deep".into(),
                 );
             }
-            if let Some(why) = check_nested(&inner, depth + 1) {
+            if let Some(why) = check_nested(&inner, depth + 1, cwd.dir()) {
                 return Some(why);
             }
         }
-        if let Some(target) = deleted(c, cwd.dir()) {
+        let input = Input {
+            cwd: cwd.dir(),
+            fed: fed.filter(|_| c.opened_by == Some('|')),
+        };
+        if let Some(target) = deleted(c, &input) {
             return Some(format!(
                 "deleting {target} is refused (only build environments such as .venv, node_modules, build and target under the repository, or paths outside it, may go)"
             ));
         }
-        if let Some(path) = written(c, cwd.dir()) {
+        if let Some(path) = written(c, &input) {
             return Some(format!(
                 "it writes {path}, part of the repository's own source (repairs change the environment, not the project)"
             ));
         }
         cwd.follow(c);
+        fed = Some(c);
     }
     None
+}
+
+/// Where a command runs: its working directory, and the command whose
+/// output its stdin is (for `… | xargs rm`).
+struct Input<'a> {
+    cwd: &'a str,
+    fed: Option<&'a Command>,
+}
+
+impl Input<'_> {
+    /// The paths `xargs` hands on: what the command before it in the
+    /// pipeline lists (grep's and ls's operands, find's starting points),
+    /// else the working directory's.
+    fn fed_paths(&self) -> Vec<String> {
+        let Some((at, name)) = self.fed.and_then(Command::program) else {
+            return vec![".".to_string()];
+        };
+        let words = self.fed.map_or(&[][..], |f| &f.words[at..]);
+        let operands: Vec<String> = words[1..]
+            .iter()
+            .filter(|w| !w.starts_with('-'))
+            .cloned()
+            .collect();
+        let listed = match name.as_str() {
+            "find" => find_roots(words),
+            // The first operand is the pattern, unless -e or -f gave it.
+            "grep" | "egrep" | "rg" => {
+                let pattern_given = words.iter().any(|w| w == "-e" || w == "-f");
+                operands
+                    .into_iter()
+                    .skip(usize::from(!pattern_given))
+                    .collect()
+            }
+            "ls" => operands,
+            _ => Vec::new(),
+        };
+        if listed.is_empty() {
+            vec![".".to_string()]
+        } else {
+            listed
+        }
+    }
+
+    /// Whether the command before is a `find` of build products only.
+    fn fed_build_products(&self) -> bool {
+        self.fed
+            .and_then(|f| f.program().map(|(at, name)| (name, &f.words[at..])))
+            .is_some_and(|(name, words)| name == "find" && only_build_products(words))
+    }
+}
+
+/// The scripts of `$(…)` and `` `…` `` in a command's text (quoted ones
+/// too: a double-quoted substitution runs).
+fn substitutions(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' && b.get(i + 1) == Some(&b'(') && b.get(i + 2) != Some(&b'(') {
+            let (mut depth, start) = (0usize, i + 2);
+            let mut j = i + 1;
+            while j < b.len() {
+                match b[j] {
+                    b'(' => depth += 1,
+                    b')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            out.push(text[start..j.min(b.len())].to_string());
+            i = j + 1;
+        } else if b[i] == b'`' {
+            let end = text[i + 1..].find('`').map_or(b.len(), |n| i + 1 + n);
+            out.push(text[i + 1..end].to_string());
+            i = end + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
 }
 
 /// The working directory as the commands run: the repository, until a `cd`
@@ -63,10 +189,10 @@ struct Cwd {
 }
 
 impl Cwd {
-    fn new() -> Self {
+    fn new(start: &str) -> Self {
         Self {
             stack: Vec::new(),
-            dir: belay_sandbox::layout::REPO.to_string(),
+            dir: start.to_string(),
         }
     }
     fn dir(&self) -> &str {
@@ -94,6 +220,8 @@ impl Cwd {
             return;
         }
         self.dir = match c.words.get(at + 1) {
+            // A fresh temporary directory (`cd "$(mktemp -d)"`).
+            Some(d) if d.starts_with("$(mktemp") => "/tmp/mktemp".to_string(),
             Some(d) if !d.starts_with(['$', '~', '-', '`']) => absolute(d, &self.dir),
             _ => belay_sandbox::layout::REPO.to_string(),
         };
@@ -140,6 +268,11 @@ const ENV_DIRS_AT_TOP: [&str; 4] = ["build", "target", "dist", "venv"];
 fn absolute(p: &str, cwd: &str) -> String {
     use belay_sandbox::layout::{reserved, REPO, WORKSPACE};
     let p = p.trim_matches(|c| c == '"' || c == '\'');
+    let pwd = ["${PWD}", "$PWD"]
+        .iter()
+        .find_map(|v| p.strip_prefix(v))
+        .map(|rest| format!("{cwd}{rest}"));
+    let p = pwd.as_deref().unwrap_or(p);
     if p.starts_with('~') || p.starts_with('$') {
         return p.to_string();
     }
@@ -228,17 +361,24 @@ const BROAD: &[&str] = &[
 /// What an `rm` deletes that is refused: a broad system path, the
 /// repository's own source, or (recursively) whatever an unset variable
 /// makes of `$X/`.
-fn deleted(c: &Command, cwd: &str) -> Option<String> {
+fn deleted(c: &Command, input: &Input) -> Option<String> {
+    let cwd = input.cwd;
     let (at, name) = c.program()?;
     if name == "find" {
         return found_and_deleted(&c.words[at..], cwd);
     }
-    if name != "rm" {
+    if name != "rm" && name != "unlink" {
         return None;
     }
     if c.words[..at].iter().any(|w| program_name(w) == "xargs") {
-        // Files it cannot name: the working directory's.
-        return in_repo_source(&absolute(".", cwd)).then(|| "what xargs is fed".to_string());
+        if input.fed_build_products() {
+            return None;
+        }
+        return input
+            .fed_paths()
+            .into_iter()
+            .find(|p| in_repo_source(&absolute(p, cwd)))
+            .map(|p| format!("{p} (what xargs is fed)"));
     }
     let mut recursive = false;
     let mut targets = Vec::new();
@@ -263,34 +403,31 @@ fn deleted(c: &Command, cwd: &str) -> Option<String> {
             && !t.contains(":?")
             && t.split_once('/')
                 .is_some_and(|(_, rest)| matches!(rest, "" | "*"));
+        // Everything in a broad directory (`/usr/*`).
+        let all_of_broad = trimmed
+            .strip_suffix("/*")
+            .is_some_and(|d| BROAD.contains(&d) || d.is_empty());
         (BROAD.contains(&t)
             || BROAD.contains(&trimmed)
             || trimmed.is_empty()
             || unset_var
+            || all_of_broad
             || in_repo_source(&abs))
         .then(|| t.to_string())
     })
 }
 
-/// What `find … -delete` or `find … -exec rm` deletes in the repository's
-/// source: everything it finds under its starting points, unless its
-/// `-name`s are all build products (`__pycache__`, `*.pyc`, `*.egg-info`).
-fn found_and_deleted(words: &[String], cwd: &str) -> Option<String> {
-    let deletes = words.iter().enumerate().any(|(n, w)| {
-        w == "-delete"
-            || (matches!(w.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir")
-                && words.get(n + 1).is_some_and(|p| program_name(p) == "rm"))
-    });
-    if !deletes {
-        return None;
-    }
+/// Whether a `find`'s `-name`s are all build products (`__pycache__`,
+/// `*.pyc`, `*.egg-info`), and it has no `-o` that finds anything else.
+fn only_build_products(words: &[String]) -> bool {
     let names: Vec<&str> = words
         .iter()
         .enumerate()
         .filter(|(_, w)| matches!(w.as_str(), "-name" | "-iname"))
         .filter_map(|(n, _)| words.get(n + 1).map(String::as_str))
         .collect();
-    let products = !names.is_empty()
+    !names.is_empty()
+        && !words.iter().any(|w| w == "-o" || w == "-or")
         && names.iter().all(|n| {
             ENV_DIRS_ANYWHERE.contains(n)
                 || n.ends_with(".egg-info")
@@ -298,8 +435,21 @@ fn found_and_deleted(words: &[String], cwd: &str) -> Option<String> {
                     *n,
                     "*.pyc" | "*.pyo" | "*.o" | "*.so" | "*.gcda" | "*.tsbuildinfo"
                 )
-        });
-    if products {
+        })
+}
+
+/// What `find … -delete` or `find … -exec rm` deletes in the repository's
+/// source: everything it finds under its starting points, unless it finds
+/// build products only.
+fn found_and_deleted(words: &[String], cwd: &str) -> Option<String> {
+    let deletes = words.iter().enumerate().any(|(n, w)| {
+        w == "-delete"
+            || (matches!(w.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir")
+                && words
+                    .get(n + 1)
+                    .is_some_and(|p| matches!(program_name(p).as_str(), "rm" | "unlink")))
+    });
+    if !deletes || only_build_products(words) {
         return None;
     }
     find_roots(words)
@@ -308,77 +458,240 @@ fn found_and_deleted(words: &[String], cwd: &str) -> Option<String> {
 }
 
 /// A file of the repository's source that a command writes: by a
-/// redirection, or as the target of `tee`, `cp`, `mv` (either end),
-/// `install`, `ln`, `touch`, `truncate`, `dos2unix`, `patch`, `curl -o`,
-/// `wget -O`, or an in-place `sed` or `perl`.
-fn written(c: &Command, cwd: &str) -> Option<String> {
+/// redirection, as the target of `tee`, `cp`, `mv` (either end), `install`,
+/// `ln`, `touch`, `truncate`, `dos2unix`, `patch`, `rsync`, `tar x`, `curl
+/// -o`/`-O`, `wget`, or by an in-place `sed` or `perl`.
+fn written(c: &Command, input: &Input) -> Option<String> {
     static REDIRECT: OnceLock<Option<Regex>> = OnceLock::new();
     let redirect = REDIRECT.get_or_init(|| Regex::new(r">[>|&]?\s*([^&\s]\S*)").ok());
-    let source = |p: &str| in_repo_source(&absolute(p, cwd));
+    let source = |p: &str| in_repo_source(&absolute(p, input.cwd));
     if let Some(re) = redirect {
-        for m in re.captures_iter(&c.masked) {
+        for m in re.captures_iter(&c.masked).filter_map(|m| m.get(1)) {
+            let target = c.clean.get(m.range()).unwrap_or(m.as_str());
             // `2>&1`, `>&-`: a descriptor, no file.
-            let descriptor = m[1].chars().all(|d| d.is_ascii_digit() || d == '-');
-            if !descriptor && source(&m[1]) {
-                return Some(m[1].to_string());
+            let descriptor = target.chars().all(|d| d.is_ascii_digit() || d == '-');
+            if !descriptor && source(target) {
+                return Some(target.to_string());
             }
         }
     }
-    if let Some(t) = in_place_edits(&c.words).into_iter().find(|t| source(t)) {
+    if let Some(t) = in_place_edits(&c.words, input)
+        .into_iter()
+        .find(|t| source(t))
+    {
         return Some(t);
     }
     let (at, name) = c.program()?;
-    let args = &c.words[at + 1..];
-    let operands: Vec<&String> = args.iter().filter(|w| !w.starts_with('-')).collect();
-    let option_value = |short: &str, long: &str| -> Vec<&str> {
-        args.iter()
-            .enumerate()
-            .filter_map(|(n, a)| {
-                if a == short || a == long {
-                    args.get(n + 1).map(String::as_str)
-                } else if let Some(v) = a.strip_prefix(&format!("{long}=")) {
-                    Some(v)
-                } else {
-                    a.strip_prefix(short)
-                        .filter(|v| !v.is_empty() && short.len() == 2)
+    write_targets(&name, &c.words[at + 1..])
+        .into_iter()
+        .find(|t| source(t))
+}
+
+/// A command's arguments: its options (with their values) and operands.
+struct Args {
+    options: Vec<(String, String)>,
+    operands: Vec<String>,
+}
+
+impl Args {
+    /// `valued`: the options whose value is the rest of the cluster or the
+    /// next word (`-o FILE`, `-fsSLo FILE`, `--output FILE`, `--output=F`).
+    fn parse(args: &[String], valued: &[&str]) -> Self {
+        let (mut options, mut operands) = (Vec::new(), Vec::new());
+        let mut rest = args.iter();
+        while let Some(a) = rest.next() {
+            if a == "--" {
+                operands.extend(rest.by_ref().cloned());
+            } else if let Some(long) = a.strip_prefix("--") {
+                match long.split_once('=') {
+                    Some((k, v)) => options.push((format!("--{k}"), v.to_string())),
+                    None if valued.contains(&a.as_str()) => {
+                        options.push((a.clone(), rest.next().cloned().unwrap_or_default()))
+                    }
+                    None => options.push((a.clone(), String::new())),
                 }
-            })
-            .filter(|v| *v != "-")
-            .collect()
-    };
-    let targets: Vec<&str> = match name.as_str() {
-        "tee" | "touch" | "truncate" | "dos2unix" | "unix2dos" | "mv" => {
-            operands.iter().map(|s| s.as_str()).collect()
+            } else if a.starts_with('-') && a.len() > 1 {
+                for (n, ch) in a.char_indices().skip(1) {
+                    let opt = format!("-{ch}");
+                    if valued.contains(&opt.as_str()) {
+                        let attached = &a[n + ch.len_utf8()..];
+                        let v = if attached.is_empty() {
+                            rest.next().cloned().unwrap_or_default()
+                        } else {
+                            attached.to_string()
+                        };
+                        options.push((opt, v));
+                        break;
+                    }
+                    options.push((opt, String::new()));
+                }
+            } else {
+                operands.push(a.clone());
+            }
         }
-        "cp" | "install" | "ln" => {
-            let mut t: Vec<&str> = option_value("-t", "--target-directory");
-            t.extend(operands.last().map(|s| s.as_str()));
+        Self { options, operands }
+    }
+
+    fn values(&self, names: &[&str]) -> Vec<String> {
+        self.options
+            .iter()
+            .filter(|(k, v)| names.contains(&k.as_str()) && !v.is_empty() && v != "-")
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    fn has(&self, names: &[&str]) -> bool {
+        self.options
+            .iter()
+            .any(|(k, _)| names.contains(&k.as_str()))
+    }
+}
+
+/// The paths a program writes, from its arguments (`.`: files of the
+/// working directory it names no further).
+fn write_targets(name: &str, args: &[String]) -> Vec<String> {
+    let parse = |valued: &[&str]| Args::parse(args, valued);
+    match name {
+        "tee" | "dos2unix" | "unix2dos" => parse(&[]).operands,
+        "touch" => parse(&["-d", "-t", "-r", "--date", "--reference"]).operands,
+        "truncate" => parse(&["-s", "-r", "--size", "--reference"]).operands,
+        "mv" => {
+            let a = parse(&["-t", "--target-directory", "-S", "--suffix"]);
+            let mut t = a.values(&["-t", "--target-directory"]);
+            t.extend(a.operands);
             t
         }
-        // The file it names, else those of `-d DIR` or of the working
-        // directory.
+        "cp" | "install" | "ln" | "rsync" => {
+            let a = parse(&[
+                "-t",
+                "--target-directory",
+                "-S",
+                "--suffix",
+                "-m",
+                "--mode",
+                "-o",
+                "-g",
+                "-e",
+            ]);
+            let mut t = a.values(&["-t", "--target-directory"]);
+            t.extend(a.operands.last().cloned());
+            t
+        }
         "patch" => {
-            let d = option_value("-d", "--directory");
-            match (operands.first(), d.is_empty()) {
-                (Some(file), _) => vec![file.as_str()],
-                (None, true) => vec!["."],
-                (None, false) => d,
+            let a = parse(&[
+                "-i",
+                "--input",
+                "-d",
+                "--directory",
+                "-o",
+                "--output",
+                "-p",
+                "-r",
+                "-B",
+                "-V",
+                "-z",
+                "-F",
+                "-D",
+            ]);
+            if a.has(&["-v", "--version", "--help"]) {
+                return Vec::new();
+            }
+            let out = a.values(&["-o", "--output"]);
+            let dir = a.values(&["-d", "--directory"]);
+            match (out.is_empty(), a.operands.first()) {
+                (false, _) => out,
+                (true, Some(file)) => vec![file.clone()],
+                (true, None) if !dir.is_empty() => dir,
+                (true, None) => vec![".".to_string()],
+            }
+        }
+        "tar" => {
+            let a = parse(&["-f", "--file", "-C", "--directory", "-T", "-X", "-b", "-I"]);
+            // Old style: `tar xzf F` — the first word's letters are options.
+            let old_x = args
+                .first()
+                .is_some_and(|w| !w.starts_with('-') && w.contains('x'));
+            if !(old_x || a.has(&["-x", "--extract", "--get"])) {
+                return Vec::new();
+            }
+            let dir = a.values(&["-C", "--directory"]);
+            if dir.is_empty() {
+                vec![".".to_string()]
+            } else {
+                dir
             }
         }
         "curl" => {
-            let mut t = option_value("-o", "--output");
-            // `-fsSLo FILE`: the value follows a cluster that ends in `o`.
-            t.extend(args.iter().enumerate().filter_map(|(n, a)| {
-                (a.starts_with('-') && !a.starts_with("--") && a.len() > 2 && a.ends_with('o'))
-                    .then(|| args.get(n + 1).map(String::as_str))
-                    .flatten()
-            }));
+            let a = parse(&[
+                "-o",
+                "--output",
+                "-H",
+                "--header",
+                "-d",
+                "--data",
+                "-u",
+                "--user",
+                "-A",
+                "-X",
+                "-e",
+                "-b",
+                "-c",
+                "-K",
+                "-T",
+                "-w",
+                "-m",
+                "-C",
+                "-x",
+                "-r",
+                "-E",
+                "--output-dir",
+                "--retry",
+                "--max-time",
+                "--connect-timeout",
+                "--cacert",
+            ]);
+            let mut t = a.values(&["-o", "--output"]);
+            if a.has(&["-O", "--remote-name", "--remote-name-all"]) {
+                let dir = a.values(&["--output-dir"]);
+                t.push(dir.into_iter().next().unwrap_or_else(|| ".".to_string()));
+            }
             t
         }
-        "wget" => option_value("-O", "--output-document"),
+        "wget" => {
+            let a = parse(&[
+                "-O",
+                "--output-document",
+                "-P",
+                "--directory-prefix",
+                "-o",
+                "--output-file",
+                "-a",
+                "-t",
+                "--tries",
+                "-T",
+                "-U",
+                "-e",
+                "--header",
+            ]);
+            let out = a.values(&["-O", "--output-document"]);
+            // `-O -` writes to stdout; without -O, a file in -P's directory.
+            let to_stdout = a
+                .options
+                .iter()
+                .any(|(k, v)| (k == "-O" || k == "--output-document") && v == "-");
+            match (out.is_empty(), to_stdout) {
+                (false, _) => out,
+                (true, true) => Vec::new(),
+                (true, false) => {
+                    let dir = a.values(&["-P", "--directory-prefix"]);
+                    dir.into_iter()
+                        .next()
+                        .map_or_else(|| vec![".".to_string()], |d| vec![d])
+                }
+            }
+        }
         _ => Vec::new(),
-    };
-    targets.into_iter().find(|t| source(t)).map(String::from)
+    }
 }
 
 /// The files a `sed` or `perl` in a command's words edits in place (`-i`,
@@ -386,7 +699,7 @@ fn written(c: &Command, cwd: &str) -> Option<String> {
 /// cannot name are the working directory's (`.`), refused where that is the
 /// repository: what `xargs` feeds it, a `$(…)` list, and, under `find
 /// -exec`, find's own starting points.
-fn in_place_edits(words: &[String]) -> Vec<String> {
+fn in_place_edits(words: &[String], input: &Input) -> Vec<String> {
     let Some((at, perl)) =
         words
             .iter()
@@ -407,6 +720,12 @@ fn in_place_edits(words: &[String]) -> Vec<String> {
             "+" | ";" | "\\;" => {}
             "--" => files.extend(rest.by_ref().cloned()),
             _ if w.starts_with("$(") || w.starts_with('`') => files.push(".".to_string()),
+            // A file a variable names (`"$f"` of a loop over grep's
+            // matches) is the working directory's, unless the variable is
+            // one of the environment's own.
+            _ if w.starts_with('$') && !ENV_VARS.iter().any(|v| w.starts_with(v)) => {
+                files.push(".".to_string())
+            }
             _ if w.starts_with("--") => {
                 in_place |= w == "--in-place" || w.starts_with("--in-place=");
                 script_given |= w.starts_with("--expression") || w.starts_with("--file");
@@ -434,7 +753,7 @@ fn in_place_edits(words: &[String]) -> Vec<String> {
     }
     let before = &words[..at];
     if before.iter().any(|w| program_name(w) == "xargs") {
-        files.push(".".to_string());
+        files.extend(input.fed_paths());
     }
     if before
         .iter()
@@ -448,6 +767,18 @@ fn in_place_edits(words: &[String]) -> Vec<String> {
     }
     files
 }
+
+/// Variables that name the environment, not the repository.
+const ENV_VARS: &[&str] = &[
+    "$HOME",
+    "${HOME}",
+    "$VIRTUAL_ENV",
+    "${VIRTUAL_ENV}",
+    "$TMPDIR",
+    "${TMPDIR}",
+    "$PWD",
+    "${PWD}",
+];
 
 /// A cluster of short options of sed or perl: whether it edits in place,
 /// whether it gives the script, and whether its value is the next word.
@@ -554,7 +885,7 @@ fn repair_rules() -> &'static [(Regex, &'static str)] {
             (r"\bmkfs(\.\w+)?\b|\bmke2fs\b|\bwipefs\b|\bfdisk\b|\bparted\b", "making or changing filesystems is refused"),
             (r"\bdd\s+[^\n]*\bof=/dev/", "writing to devices is refused"),
             (r"(^|[;&|(`\n]|\$\()\s*((sudo|exec|command|nohup|systemctl)\s+)*(\S*/)?(shutdown|reboot|halt|poweroff)(\s|$)|\bkill\s+-9\s+-1\b", "stopping the machine is refused"),
-            (r"\bgit\b[^;&|\n]*\s(checkout|reset|clean|stash|apply|am|rebase|merge|commit|restore|switch)\b", "changing the repository through git is refused"),
+            (r"\bgit\b[^;&|\n]*\s(checkout|reset|clean|stash|apply|am|rebase|merge|commit|restore|switch|rm|mv|pull)\b", "changing the repository through git is refused"),
         ])
     })
 }
@@ -666,6 +997,35 @@ mod tests {
             "find . -type f -delete",
             "find src -name '*.js' -exec rm -f {} +",
             "git ls-files | xargs rm -f",
+            // Behind a shell keyword, in a loop, a substitution or a variable.
+            "if [ -f package-lock.json ]; then rm -f package-lock.json; fi",
+            "if [ ! -f setup.cfg ]; then cp /tmp/setup.cfg setup.cfg; fi",
+            "while true; do rm -rf src; break; done",
+            "for f in $(grep -rl collections.Mapping src); do sed -i 's/a/b/' \"$f\"; done",
+            "grep -rl X src | while read -r f; do sed -i 's/a/b/' \"$f\"; done",
+            "sed -i 's/a/b/' \"$PWD/setup.py\"",
+            "echo x > \"${PWD}/setup.py\"",
+            "echo \"$(rm -rf src)\"",
+            "echo `cp /tmp/a src/a`",
+            "X=1 docker ps",
+            "time docker ps",
+            "then reboot",
+            // Continued lines, here-strings, `${#x}`.
+            "cd /tmp && cp /tmp/p.py \\\n  /workspace/repo/src/app.py",
+            "read -r v <<< \"$x\"\nrm -rf src",
+            "echo ${#PATH}; rm -rf src",
+            // Writers read from their options.
+            "patch -p1 -i /tmp/fix.diff",
+            "wget -qO gradle/wrapper/gradle-wrapper.jar https://example.invalid/x.jar",
+            "cd gradle/wrapper && curl -fsSLO https://example.invalid/x.jar",
+            "wget https://example.invalid/x.tgz",
+            "tar xzf /tmp/x.tgz",
+            "tar -xzf /tmp/x.tgz -C /workspace/repo/src",
+            "rsync -a /tmp/fixed/ /workspace/repo/",
+            "unlink setup.py",
+            "git rm -f setup.py",
+            "rm -rf /usr/*",
+            "find . -name '*.pyc' -o -type f -delete",
         ] {
             assert!(check_repair(cmd).is_some(), "should refuse: {cmd}");
         }
@@ -723,6 +1083,20 @@ mod tests {
             "find /etc/apt -name '*.list' -exec sed -i 's/deb.debian.org/archive.debian.org/' {} +",
             "patch -d /tmp/dep -p1 < /tmp/fix.diff",
             "cp -t /usr/local/bin /tmp/tool",
+            "command -v patch >/dev/null || apt-get install -y patch",
+            "patch --version || apt-get install -y patch",
+            "grep -rl deb.debian.org /etc/apt | xargs sed -i 's/deb.debian.org/archive.debian.org/'",
+            "find . -name '*.pyc' | xargs rm -f",
+            "cd \"$(mktemp -d)\" && tar xzf /tmp/p.tgz && cd p-1.0 && sed -i 's/-Werror//' Makefile",
+            "cd /tmp/src && bash -c \"sed -i 's/a/b/' Makefile && make\"",
+            "truncate -s 0 /var/log/x.log",
+            "touch -d '2020-01-01' /tmp/stamp",
+            "wget -qO- https://example.invalid/install.sh | sh",
+            "cd /tmp && wget https://example.invalid/x.tgz && tar xzf x.tgz",
+            "curl -fsSLo /tmp/x.jar https://example.invalid/x.jar",
+            "sed -i 's/a/b/' \"$VIRTUAL_ENV/lib/python3.11/site-packages/x.py\"",
+            "rm -rf /var/lib/apt/lists/*",
+            "echo x | tee -a $HOME/.bashrc",
             // The node-engine repair of a range that narrows the line.
             "npm install -g --no-audit --no-fund --force node@'14.x >=14.17.0 <15' npm@9 && hash -r && node --version",
             "npm install -g node@'16.x ~16.13 || 16.x >=16.14 <17' && hash -r",

@@ -64,6 +64,10 @@ const SEPARATORS: [char; 8] = ['\n', ';', '&', '|', '(', ')', '{', '}'];
 
 pub(super) struct Command {
     pub words: Vec<String>,
+    /// The text without comments (operators in quotes kept).
+    pub clean: String,
+    /// The same with operators in quotes masked: redirections are found
+    /// here, and read from `clean` at the same offsets.
     pub masked: String,
     pub opened_by: Option<char>,
 }
@@ -74,6 +78,7 @@ impl Command {
             .unwrap_or_else(|| clean.split_whitespace().map(str::to_string).collect());
         Self {
             words: without_redirections(split),
+            clean: clean.to_string(),
             masked: masked.to_string(),
             opened_by,
         }
@@ -95,13 +100,18 @@ impl Command {
                 i += 1;
                 continue;
             }
+            // `command -v X` looks X up; it runs nothing.
+            if name == "command" && w.get(i + 1).is_some_and(|o| o == "-v" || o == "-V") {
+                return Some((i, name));
+            }
             let takes: &[&str] = match name.as_str() {
                 "sudo" => &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"],
                 "env" => &["-u", "-C", "-S"],
                 "nice" => &["-n"],
                 "timeout" => &["-s", "-k"],
                 "xargs" => &["-I", "-a", "-d", "-E", "-L", "-n", "-P", "-s"],
-                "command" | "exec" | "nohup" | "stdbuf" | "time" => &[],
+                "command" | "exec" | "nohup" | "stdbuf" | "time" | "if" | "then" | "else"
+                | "elif" | "do" | "while" | "until" | "!" => &[],
                 _ => return Some((i, name)),
             };
             i += 1;
@@ -171,12 +181,25 @@ fn blank_and_mask(cmd: &str) -> (String, String) {
             i += 1;
             continue;
         }
+        // A backslash before a newline joins the lines (outside single
+        // quotes): one command goes on.
+        if c == '\\' && quote != Some('\'') && chars.get(i + 1) == Some(&'\n') {
+            clean.push_str("  ");
+            masked.push_str("  ");
+            i += 2;
+            continue;
+        }
         match (quote, c) {
             (None | Some('"'), '\\') => escaped = true,
             (None, '\'' | '"') => quote = Some(c),
             (Some(q), _) if c == q => quote = None,
+            // A comment starts a word: not `${#x}`, not `a#b`.
             (None, '#')
-                if i == 0 || chars[i - 1].is_whitespace() || SEPARATORS.contains(&chars[i - 1]) =>
+                if i == 0
+                    || matches!(
+                        chars[i - 1],
+                        ' ' | '\t' | '\n' | ';' | '&' | '|' | '(' | ')'
+                    ) =>
             {
                 // A comment, to the end of its line.
                 while i < chars.len() && chars[i] != '\n' {
@@ -186,7 +209,12 @@ fn blank_and_mask(cmd: &str) -> (String, String) {
                 }
                 continue;
             }
-            (None, '<') if chars.get(i + 1) == Some(&'<') && chars.get(i + 2) != Some(&'<') => {
+            // `<<` opens a here-document; `<<<` (a here-string) does not.
+            (None, '<')
+                if chars.get(i + 1) == Some(&'<')
+                    && chars.get(i + 2) != Some(&'<')
+                    && (i == 0 || chars[i - 1] != '<') =>
+            {
                 if let Some((delim, strip, len)) = heredoc_delimiter(&chars[i + 2..]) {
                     pending.push((delim, strip));
                     for &d in &chars[i..i + 2 + len] {
@@ -268,7 +296,9 @@ fn heredoc_delimiter(rest: &[char]) -> Option<(String, bool, usize)> {
         }
         n += 1;
     }
-    (!delim.is_empty()).then_some((delim, strip, n))
+    // `$(( x << 1 ))` shifts: a number is no delimiter.
+    let number = delim.chars().all(|c| c.is_ascii_digit() || c == '$');
+    (!delim.is_empty() && !number).then_some((delim, strip, n))
 }
 
 #[cfg(test)]
@@ -296,6 +326,19 @@ mod tests {
         assert_eq!(t.masked.len(), doc.len());
         let tabs = "cat <<-END >/tmp/x\n\tline > y\n\tEND\nls";
         assert_eq!(words(tabs).last().unwrap(), &["ls"]);
+        // A here-string, a shift and `${#x}` open nothing.
+        let last = |cmd: &str| words(cmd).last().cloned().unwrap();
+        assert_eq!(
+            last("read -r v <<< \"$x\"\nrm -rf src"),
+            ["rm", "-rf", "src"]
+        );
+        assert_eq!(last("v=$(( 2 << 1 ))\nrm -rf src"), ["rm", "-rf", "src"]);
+        assert_eq!(last("echo ${#PATH}; rm -rf src"), ["rm", "-rf", "src"]);
+        // A continued line is one command.
+        assert_eq!(
+            words("cp /tmp/p.py \\\n  src/app.py"),
+            [["cp", "/tmp/p.py", "src/app.py"]]
+        );
         // An operator inside quotes is part of an argument.
         let t = Text::read("echo 'a > b; c' > f");
         assert_eq!(t.masked, "echo 'a _ b_ c' > f");
