@@ -840,13 +840,13 @@ fn py_install(py: &PythonFacts, args: &str) -> Vec<String> {
     out
 }
 
-/// The variables that turn off the binary downloads of node packages'
-/// install scripts.
 /// Coloured output without a terminal (chalk, supports-color, kleur and
 /// node's own `util.inspect` read it), for tests recorded on a colour
 /// terminal (`NodeFacts::colour_snapshot`).
 pub const COLOUR_TESTS: &str = "export FORCE_COLOR=1";
 
+/// The variables that turn off the binary downloads of node packages'
+/// install scripts.
 const BINARY_DOWNLOADS_OFF: &str = "export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 CHROMEDRIVER_SKIP_DOWNLOAD=true GECKODRIVER_SKIP_DOWNLOAD=true ELECTRON_SKIP_BINARY_DOWNLOAD=1 CYPRESS_INSTALL_BINARY=0";
 
 /// Native addons build against the headers of the node that runs them, where

@@ -188,30 +188,28 @@ pub(crate) fn read_yaml(text: &str) -> FileNode {
 }
 
 fn walk(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
-    walk_in(v, in_matrix, false, out);
+    // Travis runs `node_js`'s node; a file that names one uses its job
+    // variables for something else (a build target).
+    let env_too = v.get("node_js").is_none();
+    walk_in(v, in_matrix, env_too, out);
 }
 
-/// `orb_job`: under a job of CircleCI's node orb (`node/test:`), whose
-/// `version` parameter (or matrix of them) is the node it runs on.
-fn walk_in(v: &serde_json::Value, in_matrix: bool, orb_job: bool, out: &mut FileNode) {
+fn walk_in(v: &serde_json::Value, in_matrix: bool, env_too: bool, out: &mut FileNode) {
     use serde_json::Value;
     match v {
         Value::Object(map) => {
             for (k, v) in map {
                 let key = k.to_ascii_lowercase();
                 let in_matrix = in_matrix || key == "matrix";
-                let orb_job = orb_job || key.starts_with("node/");
                 let to = if in_matrix || v.is_array() {
                     &mut out.matrix
                 } else {
                     &mut out.single
                 };
-                if NODE_KEYS.contains(&key.as_str()) || (orb_job && key == "version") {
+                if NODE_KEYS.contains(&key.as_str()) {
                     versions(v, to);
-                } else if key == "env" {
-                    // Travis: `env: [NODE_VERSION=16 FOO=1, …]`, each entry a
-                    // job's variables.
-                    env_lines(v, to);
+                } else if key == "env" && env_too {
+                    env_lines(v, in_matrix, out);
                 } else if matches!(key.as_str(), "image" | "container") {
                     images(v, to);
                 } else if matches!(key.as_str(), "run" | "script" | "command") {
@@ -222,24 +220,70 @@ fn walk_in(v: &serde_json::Value, in_matrix: bool, orb_job: bool, out: &mut File
                     // CircleCI's node orb: `executor: { name: node/default,
                     // tag: '16.13' }` runs in `cimg/node:16.13`.
                     versions(v, to);
+                } else if matches!(key.as_str(), "node/test" | "node/run") {
+                    orb_job(v, in_matrix, out);
                 }
-                walk_in(v, in_matrix, orb_job, out);
+                walk_in(v, in_matrix, env_too, out);
             }
         }
         Value::Array(items) => items
             .iter()
-            .for_each(|i| walk_in(i, in_matrix, orb_job, out)),
+            .for_each(|i| walk_in(i, in_matrix, env_too, out)),
         _ => {}
     }
 }
 
-/// The node lines in `NAME=VALUE` lists of variables (Travis's `env`,
-/// `env.global`, `env.matrix`, `env.jobs`), under a node key's name.
-fn env_lines(v: &serde_json::Value, out: &mut Said) {
+/// A job of CircleCI's node orb (`node/test:`, `node/run:`): its `version`
+/// parameter, or its matrix's, is the node it runs on (not a `version` of
+/// another orb's step inside it).
+fn orb_job(job: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
+    if let Some(v) = job.get("version") {
+        versions(
+            v,
+            if in_matrix {
+                &mut out.matrix
+            } else {
+                &mut out.single
+            },
+        );
+    }
+    if let Some(v) = job.pointer("/matrix/parameters/version") {
+        versions(v, &mut out.matrix);
+    }
+}
+
+/// The node lines in Travis's job variables (`NAME=VALUE`, under a node
+/// key's name): a list of them (or `env.matrix`, `env.jobs`) is a matrix,
+/// `env.global` every job's.
+fn env_lines(v: &serde_json::Value, in_matrix: bool, out: &mut FileNode) {
     use serde_json::Value;
     match v {
-        Value::Array(items) => items.iter().for_each(|i| env_lines(i, out)),
-        Value::Object(map) => map.values().for_each(|i| env_lines(i, out)),
+        Value::Array(items) => items.iter().for_each(|i| env_pairs(i, &mut out.matrix)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                let to = match k.as_str() {
+                    "matrix" | "jobs" => &mut out.matrix,
+                    _ if in_matrix => &mut out.matrix,
+                    _ => &mut out.single,
+                };
+                env_pairs(v, to);
+            }
+        }
+        _ => env_pairs(
+            v,
+            if in_matrix {
+                &mut out.matrix
+            } else {
+                &mut out.single
+            },
+        ),
+    }
+}
+
+fn env_pairs(v: &serde_json::Value, out: &mut Said) {
+    use serde_json::Value;
+    match v {
+        Value::Array(items) => items.iter().for_each(|i| env_pairs(i, out)),
         Value::String(s) => {
             for pair in s.split_whitespace() {
                 if let Some((name, value)) = pair.split_once('=') {
@@ -484,6 +528,20 @@ jobs:
         assert_eq!(
             lines("env:\n  global:\n    - NODEJS_VERSION=16\n    - OTHER=20\n"),
             vec![16]
+        );
+        // `env.matrix` is a matrix; a file with `node_js` runs that node.
+        let s = said(
+            "env:\n  global:\n    - A=1\n  matrix:\n    - NODE_VERSION=12\n    - NODE_VERSION=14\n",
+        );
+        assert_eq!(s.lines.into_iter().collect::<Vec<_>>(), vec![12, 14]);
+        assert_eq!(
+            lines("language: node_js\nnode_js: '10'\nenv:\n  - NODE_VERSION=12 TARGET=x\n"),
+            vec![10]
+        );
+        // Another orb's `version` inside a node job is not the node.
+        assert_eq!(
+            lines("workflows:\n  t:\n    jobs:\n      - node/test:\n          version: '18.12'\n          post-steps:\n            - codecov/upload:\n                version: latest\n"),
+            vec![18]
         );
         assert_eq!(
             lines("jobs:\n  t:\n    executor:\n      name: python/default\n      tag: '3.11'\n"),

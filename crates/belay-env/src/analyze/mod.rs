@@ -165,7 +165,37 @@ fn colour_snapshot(f: &Files) -> Option<String> {
     snapshots
         .into_iter()
         .take(MAX_SNAPSHOTS)
+        .filter(|rel| !colours_itself(f, rel))
         .find(|rel| f.read(rel).is_some_and(|t| t.contains("\u{1b}[")))
+}
+
+/// Whether the test file a snapshot belongs to (`dir/__snapshots__/x.test.js.snap`
+/// is `dir/x.test.js`'s) makes its colour codes itself: a test of ANSI
+/// handling stores them on purpose, whatever the terminal was.
+fn colours_itself(f: &Files, snapshot: &str) -> bool {
+    let path = Path::new(snapshot);
+    let test = path
+        .parent()
+        .and_then(Path::parent)
+        .zip(path.file_stem())
+        .map(|(dir, stem)| dir.join(stem));
+    let Some(text) = test.and_then(|t| f.read(&t.to_string_lossy())) else {
+        return false;
+    };
+    const COLOUR_MARKERS: &[&str] = &[
+        "\\u001b",
+        "\\u001B",
+        "\\x1b",
+        "\\x1B",
+        "\\033",
+        "\u{1b}",
+        "chalk",
+        "FORCE_COLOR",
+        "supports-color",
+        "supportsColor",
+        "ansi",
+    ];
+    COLOUR_MARKERS.iter().any(|m| text.contains(m))
 }
 
 impl NodeFacts {
@@ -1103,6 +1133,29 @@ mod tests {
             pkg,
             ("src/__snapshots__/a.test.js.snap", plain),
             ("src/__snapshots__/b.test.js.snap", coloured),
+        ]);
+        assert_eq!(
+            n.colour_snapshot.as_deref(),
+            Some("src/__snapshots__/b.test.js.snap")
+        );
+        // A test that makes the codes itself (a test of ANSI handling)
+        // stores them whatever the terminal was.
+        let n = node_facts(&[
+            pkg,
+            ("src/__snapshots__/b.test.js.snap", coloured),
+            (
+                "src/b.test.js",
+                "const chalk = require('chalk');\nchalk.level = 1;\n",
+            ),
+        ]);
+        assert_eq!(n.colour_snapshot, None);
+        let n = node_facts(&[
+            pkg,
+            ("src/__snapshots__/b.test.js.snap", coloured),
+            (
+                "src/b.test.js",
+                "expect(() => expect(false).toBeTruthy()).toThrowErrorMatchingSnapshot();\n",
+            ),
         ]);
         assert_eq!(
             n.colour_snapshot.as_deref(),

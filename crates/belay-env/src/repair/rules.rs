@@ -198,7 +198,7 @@ pub const RULES: &[Rule] = &[
         // with `--pure-lockfile`, npm with `install --no-save`, pnpm with
         // `--no-frozen-lockfile`.
         id: "lockfile-stale",
-        pattern: r#"Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`|`npm ci` can only install packages when your package\.json and (?:package-lock\.json|npm-shrinkwrap\.json)[^\n]*(?:are|is) in sync|ERR_PNPM_OUTDATED_LOCKFILE|Cannot install with "frozen-lockfile" because pnpm-lock\.yaml is not up to date"#,
+        pattern: r#"Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`|(?:`npm ci`|cipm) can only install packages when your package\.json and (?:package-lock\.json|npm-shrinkwrap\.json)[^\n]*(?:are|is) in sync|ERR_PNPM_OUTDATED_LOCKFILE|Cannot install with "frozen-lockfile" because pnpm-lock\.yaml is not up to date"#,
         fix: "mkdir -p /etc/belay && touch /etc/belay/lockfile-stale",
         probe: None,
         blame: None,
