@@ -165,8 +165,7 @@ fn colour_snapshot(f: &Files) -> Option<String> {
     snapshots
         .into_iter()
         .take(MAX_SNAPSHOTS)
-        .filter(|rel| !colours_itself(f, rel))
-        .find(|rel| f.read(rel).is_some_and(|t| t.contains("\u{1b}[")))
+        .find(|rel| f.read(rel).is_some_and(|t| t.contains("\u{1b}[")) && !colours_itself(f, rel))
 }
 
 /// Whether the test file a snapshot belongs to (`dir/__snapshots__/x.test.js.snap`

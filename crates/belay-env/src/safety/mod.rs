@@ -20,30 +20,17 @@ pub fn check_repair(cmd: &str) -> Option<String> {
         .map(|why| format!("refused `{}`: {why}", one_line(cmd)))
 }
 
-/// Programs a repair never runs, wherever they stand.
-const REFUSED_PROGRAMS: &[(&str, &str)] = &[
-    (
-        "docker",
-        "container engines are off limits inside the sandbox",
-    ),
-    (
-        "podman",
-        "container engines are off limits inside the sandbox",
-    ),
-    (
-        "nerdctl",
-        "container engines are off limits inside the sandbox",
-    ),
-    ("ctr", "container engines are off limits inside the sandbox"),
-    (
-        "crictl",
-        "container engines are off limits inside the sandbox",
-    ),
-    ("shutdown", "stopping the machine is refused"),
-    ("reboot", "stopping the machine is refused"),
-    ("halt", "stopping the machine is refused"),
-    ("poweroff", "stopping the machine is refused"),
-];
+/// Why a program is never run by a repair, wherever it stands (after
+/// `sudo`, `A=1`, `then`, in `$(…)`), or `None`.
+fn refused_program(name: &str) -> Option<&'static str> {
+    match name {
+        "docker" | "podman" | "nerdctl" | "ctr" | "crictl" => {
+            Some("container engines are off limits inside the sandbox")
+        }
+        "shutdown" | "reboot" | "halt" | "poweroff" => Some("stopping the machine is refused"),
+        _ => None,
+    }
+}
 
 /// `cmd` read from the working directory `cwd`, `depth` shells deep.
 fn check_nested(cmd: &str, depth: usize, cwd: &str) -> Option<String> {
@@ -58,18 +45,14 @@ fn check_nested(cmd: &str, depth: usize, cwd: &str) -> Option<String> {
     let mut fed: Option<&Command> = None;
     for c in &commands {
         cwd.enter(c.opened_by);
-        let program = c.program();
-        if let Some((_, why)) = program
-            .as_ref()
-            .and_then(|(_, name)| REFUSED_PROGRAMS.iter().find(|(p, _)| p == name))
-        {
-            return Some((*why).to_string());
+        if let Some(why) = c.program().and_then(|(_, name)| refused_program(&name)) {
+            return Some(why.to_string());
         }
         // What runs in a shell of its own: `sh -c '…'`, `eval`, `$(…)`.
         for inner in nested_script(c).into_iter().chain(substitutions(&c.clean)) {
             if depth >= MAX_NESTING {
                 return Some(
-                    "a shell run inside a shell inside a shell is not read this deep".into(),
+                    "shells nested more than four deep are not read: write the commands out in the fix itself".into(),
                 );
             }
             if let Some(why) = check_nested(&inner, depth + 1, cwd.dir()) {
@@ -879,12 +862,11 @@ fn repair_rules() -> &'static [(Regex, &'static str)] {
     static R: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
     R.get_or_init(|| {
         compile(&[
-            (r"(^|[;&|(`\n]|\$\()\s*((sudo|env|exec|command|nohup|xargs|timeout\s+\S+)\s+(-\S+\s+)*)*(\S*/)?(docker|podman|nerdctl|ctr|crictl)(\s|$)", "container engines are off limits inside the sandbox"),
             (r"/var/run/docker\.sock|/run/docker\.sock", "the Docker socket is off limits"),
             (r"\bgit\b[^;&|\n]*\spush\b", "pushing is the commit point's job, never a repair's"),
             (r"\bmkfs(\.\w+)?\b|\bmke2fs\b|\bwipefs\b|\bfdisk\b|\bparted\b", "making or changing filesystems is refused"),
             (r"\bdd\s+[^\n]*\bof=/dev/", "writing to devices is refused"),
-            (r"(^|[;&|(`\n]|\$\()\s*((sudo|exec|command|nohup|systemctl)\s+)*(\S*/)?(shutdown|reboot|halt|poweroff)(\s|$)|\bkill\s+-9\s+-1\b", "stopping the machine is refused"),
+            (r"\bkill\s+-9\s+-1\b", "stopping the machine is refused"),
             (r"\bgit\b[^;&|\n]*\s(checkout|reset|clean|stash|apply|am|rebase|merge|commit|restore|switch|rm|mv|pull)\b", "changing the repository through git is refused"),
         ])
     })
@@ -1010,6 +992,9 @@ mod tests {
             "X=1 docker ps",
             "time docker ps",
             "then reboot",
+            "echo $(docker ps)",
+            "echo \"`/usr/bin/podman ps`\"",
+            "xargs -0 docker rm",
             // Continued lines, here-strings, `${#x}`.
             "cd /tmp && cp /tmp/p.py \\\n  /workspace/repo/src/app.py",
             "read -r v <<< \"$x\"\nrm -rf src",
