@@ -29,6 +29,7 @@ pub mod rundir;
 pub mod safety;
 pub mod sandbox_image;
 pub mod script;
+mod shell;
 pub mod swarm;
 
 pub use error::{ClusterError, EnvError};

@@ -247,6 +247,9 @@ pub fn plan_rules(ctx: &RepoContext, notes: &RuntimeNotes) -> Result<Vec<Block>,
         native_system_packages(n, &mut system);
     }
     developer_tools(notes, &mut system);
+    if let Some(n) = &ctx.node {
+        script_tools(n, notes, &mut system);
+    }
     blocks.push(system_block(&system));
 
     language_blocks(&parts, &mut blocks);
@@ -346,6 +349,22 @@ fn developer_tools(notes: &RuntimeNotes, system: &mut BTreeSet<String>) {
         }
     }
     system.insert("ca-certificates".into());
+}
+
+/// The Debian packages of the system programs the node project's test
+/// scripts run (`NodeFacts::script_tools`) that the base lacks.
+fn script_tools(
+    n: &crate::analyze::NodeFacts,
+    notes: &RuntimeNotes,
+    system: &mut BTreeSet<String>,
+) {
+    for tool in &n.script_tools {
+        if !notes.has(tool) {
+            if let Some(pkgs) = crate::repair::program_packages(tool) {
+                system.extend(pkgs.split_whitespace().map(String::from));
+            }
+        }
+    }
 }
 
 /// The `10-system-packages` block installing `system`.
@@ -1821,5 +1840,38 @@ mod tests {
             .expect("a block exports FORCE_COLOR");
         assert!(deps.script.contains("yarn install"), "{}", deps.script);
         assert!(crate::dockerfile::final_env(&coloured).contains(&"FORCE_COLOR=1".to_string()));
+    }
+
+    #[test]
+    fn the_system_programs_of_the_test_scripts_are_installed_where_the_base_lacks_them() {
+        let ctx = RepoContext {
+            languages: vec![crate::analyze::Language::Node],
+            node: Some(NodeFacts {
+                package_manager: "npm".into(),
+                script_tools: vec!["rsync".into(), "xvfb-run".into(), "jq".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut notes = RuntimeNotes {
+            package_manager: Some("apt".into()),
+            ..Default::default()
+        };
+        notes.tools.insert("jq".into(), "/usr/bin/jq".into());
+        let blocks = plan_rules(&ctx, &notes).unwrap();
+        let system = blocks
+            .iter()
+            .find(|b| b.id == "10-system-packages")
+            .expect("a system block");
+        let install = system
+            .script
+            .lines()
+            .find(|l| l.starts_with("apt-get install"))
+            .unwrap();
+        let pkgs: Vec<&str> = install.split_whitespace().collect();
+        for p in ["rsync", "xvfb", "xauth"] {
+            assert!(pkgs.contains(&p), "{install}");
+        }
+        assert!(!pkgs.contains(&"jq"), "the base has jq: {install}");
     }
 }

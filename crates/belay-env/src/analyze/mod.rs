@@ -14,6 +14,7 @@ mod conftest_imports;
 mod pytest_plugins;
 mod python;
 mod requirements;
+mod script_tools;
 mod test_groups;
 
 pub use conftest_imports::{
@@ -148,6 +149,11 @@ pub struct NodeFacts {
     /// their output is coloured, as in the developer's terminal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub colour_snapshot: Option<String>,
+    /// The system programs the test command's scripts run (`rsync` in a
+    /// `pretest`, `make` for `make test`, `jq`) that Debian packages give:
+    /// a developer's machine has them, and so does the image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub script_tools: Vec<String>,
 }
 
 /// At most this many snapshot files are read for colour codes.
@@ -662,6 +668,10 @@ fn node(
         .and_then(|v| v.as_str())
         .filter(|s| !s.contains("no test specified"))
         .map(String::from);
+    n.script_tools = script_tools::test_programs(&pkg, &|p| f.read(p))
+        .into_iter()
+        .filter(|p| crate::repair::program_packages(p).is_some())
+        .collect();
     let mut all_deps = BTreeSet::new();
     for section in ["dependencies", "devDependencies", "optionalDependencies"] {
         if let Some(obj) = pkg.get(section).and_then(|d| d.as_object()) {
@@ -1118,6 +1128,21 @@ mod tests {
             std::fs::write(path, text).unwrap();
         }
         analyze(dir.path()).unwrap().node.unwrap()
+    }
+
+    #[test]
+    fn the_system_programs_the_test_scripts_run_are_found() {
+        let n = node_facts(&[
+            (
+                "package.json",
+                r#"{"scripts": {"pretest": "rsync -r ./ node_modules/x || echo fine", "test": "make check", "lint": "shellcheck x.sh"}}"#,
+            ),
+            ("Makefile", "check:\n\tjq . package.json && tap test/*.js\n"),
+        ]);
+        // `echo` and `tap` are no Debian package's; `lint` is not the test's.
+        assert_eq!(n.script_tools, ["jq", "make", "rsync"]);
+        let none = node_facts(&[("package.json", r#"{"scripts": {"test": "node --test"}}"#)]);
+        assert!(none.script_tools.is_empty(), "{:?}", none.script_tools);
     }
 
     #[test]

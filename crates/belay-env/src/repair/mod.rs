@@ -263,6 +263,16 @@ fn resolving_install(ctx: &RepoContext) -> String {
     )
 }
 
+/// The Debian packages (space-separated) that give a project's script the
+/// system program `program`, where the command table knows it; `None` for
+/// node's own (belay installs node and its package managers).
+pub(crate) fn program_packages(program: &str) -> Option<&'static str> {
+    if matches!(program, "node" | "nodejs" | "npm" | "npx") {
+        return None;
+    }
+    CMD_PKG.iter().find(|(k, _)| *k == program).map(|(_, v)| *v)
+}
+
 fn lookup(table: &[(&str, &str)], key: &str) -> Option<String> {
     table
         .iter()

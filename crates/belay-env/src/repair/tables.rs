@@ -113,6 +113,16 @@ pub(super) const CMD_PKG: &[(&str, &str)] = &[
     ("perl", "perl"),
     ("ruby", "ruby"),
     ("tree", "tree"),
+    // What test scripts call (fastify-cli's pretest copies with rsync).
+    ("rsync", "rsync"),
+    ("lsof", "lsof"),
+    ("nc", "netcat-openbsd"),
+    ("openssl", "openssl"),
+    ("bc", "bc"),
+    ("xvfb-run", "xvfb xauth"),
+    ("zstd", "zstd"),
+    ("shellcheck", "shellcheck"),
+    ("bats", "bats"),
     // Commands test suites call at import time (img2pdf's, for one).
     ("convert", "imagemagick"),
     ("identify", "imagemagick"),

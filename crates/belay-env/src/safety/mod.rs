@@ -5,10 +5,8 @@
 //! edit the repository's own source. Probes are stricter: one line, read-only,
 //! no installs, no network.
 
-mod shell;
-
+use crate::shell::{program_name, Command, Text};
 use regex::Regex;
-use shell::{program_name, Command, Text};
 use std::sync::OnceLock;
 
 /// How deep `sh -c '…'` and `eval` are read into.

@@ -1,12 +1,13 @@
-//! Reading a repair's shell text as the shell would, far enough for the
-//! safety filter: quotes, escapes, comments, here-documents, the separators
-//! between simple commands, and the word that is a command's program.
+//! Reading shell text as the shell would, far enough for the repair safety
+//! filter and for finding the programs a project's scripts run: quotes,
+//! escapes, comments, here-documents, the separators between simple
+//! commands, and the word that is a command's program.
 
 /// A command's text three ways, each byte at the same offset in all three:
 /// as written; `clean`, with comments and here-document bodies blanked
 /// (they run nothing); and `masked`, `clean` with the shell's operators
 /// inside quotes made `_` (what is quoted is an argument).
-pub(super) struct Text {
+pub(crate) struct Text {
     pub clean: String,
     pub masked: String,
 }
@@ -62,7 +63,7 @@ impl Text {
 
 const SEPARATORS: [char; 8] = ['\n', ';', '&', '|', '(', ')', '{', '}'];
 
-pub(super) struct Command {
+pub(crate) struct Command {
     pub words: Vec<String>,
     /// The text without comments (operators in quotes kept).
     pub clean: String,
@@ -152,7 +153,7 @@ fn without_redirections(words: Vec<String>) -> Vec<String> {
 }
 
 /// A program word's name: its last path part, without a leading `\`.
-pub(super) fn program_name(word: &str) -> String {
+pub(crate) fn program_name(word: &str) -> String {
     word.rsplit('/')
         .next()
         .unwrap_or(word)
