@@ -19,6 +19,9 @@ const MAX_READS: usize = 64;
 /// How deep wrappers and shell files are read into.
 const MAX_DEPTH: usize = 4;
 
+/// At most this much work waits (a pattern may name every script).
+const MAX_QUEUED: usize = 4 * MAX_READS;
+
 /// The programs `pkg`'s test command runs, by name; `read` gives the text
 /// of a file of the repository (shell scripts, the Makefile).
 pub(super) fn test_programs(
@@ -36,6 +39,7 @@ pub(super) fn test_programs(
         queue: VecDeque::from([Work::Script("test".to_string())]),
         seen: BTreeSet::new(),
         programs: BTreeSet::new(),
+        makefile: None,
     };
     while let Some(work) = r.queue.pop_front() {
         if r.seen.len() >= MAX_READS || !r.seen.insert(work.clone()) {
@@ -56,13 +60,17 @@ pub(super) fn test_programs(
                 }
             }
             Work::Make(target) => {
-                if let Some(text) = ["GNUmakefile", "makefile", "Makefile"]
-                    .iter()
-                    .find_map(|m| (r.read)(m))
-                {
-                    for recipe in make_recipes(&text, target.as_deref(), &mut r.queue) {
-                        r.commands(&recipe, 1);
-                    }
+                let read = r.read;
+                let text = r.makefile.get_or_insert_with(|| {
+                    ["GNUmakefile", "makefile", "Makefile"]
+                        .iter()
+                        .find_map(|m| read(m))
+                        .unwrap_or_default()
+                });
+                let (recipes, prereqs) = make_recipes(text, target.as_deref());
+                r.push(prereqs.into_iter().map(|p| Work::Make(Some(p))));
+                for recipe in recipes {
+                    r.commands(&recipe, 1);
                 }
             }
         }
@@ -86,6 +94,8 @@ struct Reader<'a> {
     queue: VecDeque<Work>,
     seen: BTreeSet<Work>,
     programs: BTreeSet<String>,
+    /// The Makefile's text, read once (empty where there is none).
+    makefile: Option<String>,
 }
 
 /// Wrappers that run the command after their options and assignments.
@@ -104,6 +114,12 @@ const WRAPPERS: &[&str] = &[
 ];
 
 impl Reader<'_> {
+    /// Queue `work`, as much of it as [`MAX_QUEUED`] leaves room for.
+    fn push(&mut self, work: impl IntoIterator<Item = Work>) {
+        let room = MAX_QUEUED.saturating_sub(self.queue.len());
+        self.queue.extend(work.into_iter().take(room));
+    }
+
     fn commands(&mut self, text: &str, depth: usize) {
         if depth > MAX_DEPTH {
             return;
@@ -170,9 +186,9 @@ impl Reader<'_> {
                         .any(|a| a.starts_with("-C") || a.starts_with("-f"))
                     {
                         if targets.is_empty() {
-                            self.queue.push_back(Work::Make(None));
+                            self.push([Work::Make(None)]);
                         }
-                        self.queue.extend(targets);
+                        self.push(targets);
                     }
                 }
                 w if WRAPPERS.contains(&w) => {
@@ -244,7 +260,7 @@ impl Reader<'_> {
             _ => None,
         };
         if let Some(s) = script {
-            self.queue.push_back(Work::Script(s.to_string()));
+            self.push([Work::Script(s.to_string())]);
         }
     }
 
@@ -256,14 +272,14 @@ impl Reader<'_> {
             .filter(|name| glob_matches(pattern, name))
             .cloned()
             .collect();
-        self.queue.extend(names.into_iter().map(Work::Script));
+        self.push(names.into_iter().map(Work::Script));
     }
 
     /// A shell file of the repository (`./scripts/test.sh`).
     fn file(&mut self, path: &str) {
         let rel = path.trim_start_matches("./");
         if !rel.is_empty() && !rel.starts_with('/') && !rel.contains('$') {
-            self.queue.push_back(Work::File(rel.to_string()));
+            self.push([Work::File(rel.to_string())]);
         }
     }
 }
@@ -293,25 +309,61 @@ fn is_assignment(word: &str) -> bool {
 }
 
 /// npm-run-all's patterns: `*` within one `:`-separated part, `**` across.
+/// In time linear in the pattern times the name (the pattern is the
+/// project's text).
 fn glob_matches(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match p {
-            [] => n.is_empty(),
-            [b'*', b'*', rest @ ..] => (0..=n.len()).any(|i| go(rest, &n[i..])),
-            [b'*', rest @ ..] => (0..=n.len())
-                .take_while(|i| !n[..*i].contains(&b':'))
-                .any(|i| go(rest, &n[i..])),
-            [c, rest @ ..] => n.first() == Some(c) && go(rest, &n[1..]),
+    enum Tok {
+        Byte(u8),
+        Part,
+        Any,
+    }
+    let p = pattern.as_bytes();
+    let mut toks = Vec::with_capacity(p.len());
+    let mut i = 0;
+    while let Some(&c) = p.get(i) {
+        if c == b'*' {
+            let any = p.get(i + 1) == Some(&b'*');
+            toks.push(if any { Tok::Any } else { Tok::Part });
+            i += if any { 2 } else { 1 };
+        } else {
+            toks.push(Tok::Byte(c));
+            i += 1;
         }
     }
-    go(pattern.as_bytes(), name.as_bytes())
+    let n = name.as_bytes();
+    // `at[j]`: the tokens so far match the name's first `j` bytes.
+    let mut at = vec![false; n.len() + 1];
+    at[0] = true;
+    for tok in &toks {
+        let mut next = vec![false; n.len() + 1];
+        match tok {
+            Tok::Byte(c) => {
+                for j in 0..n.len() {
+                    next[j + 1] = at[j] && n[j] == *c;
+                }
+            }
+            Tok::Part | Tok::Any => {
+                let mut reach = false;
+                for j in 0..=n.len() {
+                    reach |= at[j];
+                    next[j] = reach;
+                    if matches!(tok, Tok::Part) && n.get(j) == Some(&b':') {
+                        reach = false;
+                    }
+                }
+            }
+        }
+        at = next;
+    }
+    at[n.len()]
 }
 
 /// The recipe lines of `target` (the first target where `None`), their
-/// `$(MAKE)` as `make`, and its prerequisites queued as targets of their
-/// own. Variables and pattern rules are not expanded.
-fn make_recipes(text: &str, target: Option<&str>, queue: &mut VecDeque<Work>) -> Vec<String> {
+/// `$(MAKE)` as `make`, and its prerequisites (targets of their own).
+/// Variables and pattern rules are not expanded.
+fn make_recipes(text: &str, target: Option<&str>) -> (Vec<String>, Vec<String>) {
     let mut out = Vec::new();
+    let mut prereqs_out = Vec::new();
     let mut inside = false;
     for line in text.lines() {
         if let Some(recipe) = line.strip_prefix('\t') {
@@ -342,18 +394,18 @@ fn make_recipes(text: &str, target: Option<&str>, queue: &mut VecDeque<Work>) ->
         if hit && out.is_empty() {
             inside = true;
             let prereqs = prereqs.split(';').next().unwrap_or_default();
-            queue.extend(
+            prereqs_out.extend(
                 prereqs
                     .split_whitespace()
                     .filter(|p| !p.contains(['$', '%', '/', '.']))
-                    .map(|p| Work::Make(Some(p.to_string()))),
+                    .map(String::from),
             );
             if let Some((_, inline)) = line.split_once(';') {
                 out.push(inline.to_string());
             }
         }
     }
-    out
+    (out, prereqs_out)
 }
 
 #[cfg(test)]
@@ -433,5 +485,28 @@ mod tests {
         assert!(glob_matches("test:**", "test:unit:fast"));
         assert!(glob_matches("lint", "lint"));
         assert!(!glob_matches("lint", "lint:js"));
+        assert!(glob_matches("*:*", "a:b") && !glob_matches("*", "a:b"));
+        assert!(glob_matches("t*t", "test") && !glob_matches("t*t", "tes"));
+        // A pattern the project wrote takes no time to read.
+        let long = format!("{}b", "*".repeat(5000));
+        assert!(!glob_matches(&long, &"a".repeat(5000)));
+        assert!(glob_matches(&"**".repeat(3000), &"a:".repeat(3000)));
+    }
+
+    #[test]
+    fn a_pattern_naming_every_script_reads_a_bounded_number() {
+        let mut scripts = serde_json::Map::new();
+        scripts.insert("test".into(), Value::from("run-s ** && run-p **"));
+        for i in 0..20_000 {
+            scripts.insert(
+                format!("s{i}"),
+                Value::from(format!("npm run s{} && zip", i + 1)),
+            );
+        }
+        let pkg = serde_json::json!({ "scripts": scripts });
+        let started = std::time::Instant::now();
+        let got = test_programs(&pkg, &|_: &str| None);
+        assert!(got.contains("zip"), "{got:?}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 }
