@@ -263,11 +263,43 @@ fn resolving_install(ctx: &RepoContext) -> String {
     )
 }
 
-/// The Debian packages (space-separated) that give a project's script the
-/// system program `program`, where the command table knows it; `None` for
-/// node's own (belay installs node and its package managers).
+/// The system programs a project's test scripts may run that the image
+/// gets (`analyze::script_tools`): a developer's everyday tools, not a
+/// toolchain (cargo, go, java come with their language's block) or a
+/// service.
+const SCRIPT_TOOLS: &[&str] = &[
+    "rsync",
+    "jq",
+    "zip",
+    "unzip",
+    "curl",
+    "wget",
+    "git",
+    "make",
+    "lsof",
+    "nc",
+    "openssl",
+    "bc",
+    "xvfb-run",
+    "zstd",
+    "shellcheck",
+    "bats",
+    "file",
+    "tree",
+    "patch",
+    "xz",
+    "bzip2",
+    "sqlite3",
+    "perl",
+    "ps",
+    "which",
+    "protoc",
+];
+
+/// The Debian packages (space-separated) that give a project's test script
+/// the system program `program`, where it is one of [`SCRIPT_TOOLS`].
 pub(crate) fn program_packages(program: &str) -> Option<&'static str> {
-    if matches!(program, "node" | "nodejs" | "npm" | "npx") {
+    if !SCRIPT_TOOLS.contains(&program) {
         return None;
     }
     CMD_PKG.iter().find(|(k, _)| *k == program).map(|(_, v)| *v)
