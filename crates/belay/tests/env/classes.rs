@@ -835,3 +835,39 @@ fn a_lockfile_behind_its_package_json_installs_as_a_developer_would() {
         "lock 0",
     );
 }
+
+/// A test command whose scripts run system tools the base image lacks
+/// (`rsync` in a `pretest`, as fastify-cli's copies itself, and `jq` in a
+/// make target the test runs): the image gets their Debian packages, and
+/// `npm test` passes in it as typed.
+#[test]
+fn the_tools_a_projects_test_scripts_run_are_in_the_image() {
+    let run = run_id("scripttools");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture("node-npm", &repo);
+    let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
+    let scripted = pkg.replace(
+        "\"test\": \"node --test test/\"",
+        "\"pretest\": \"rsync -a --exclude=node_modules ./ /tmp/copy/ && make -s name\",\n    \"test\": \"node --test test/\"",
+    );
+    assert_ne!(pkg, scripted);
+    std::fs::write(repo.join("package.json"), scripted).unwrap();
+    std::fs::write(
+        repo.join("Makefile"),
+        "name:\n\tjq -r .name /tmp/copy/package.json\n",
+    )
+    .unwrap();
+    let m = build_ok(&repo, &run, state.path());
+    let system = phases(&m, "block")
+        .into_iter()
+        .find(|e| e["block_id"] == "10-system-packages")
+        .unwrap();
+    let log = std::fs::read_to_string(system["log_path"].as_str().unwrap()).unwrap();
+    assert!(log.contains("rsync") && log.contains("jq"), "{log}");
+    // The pretest's copy and its make target's jq ran, then the tests.
+    project_tests_pass(&m, "npm test 2>&1", "node-npm-fixture");
+    project_tests_pass(&m, "npm test 2>&1", "# pass 2");
+}
