@@ -130,6 +130,29 @@ struct Reader<'a> {
     matches: usize,
 }
 
+/// The options of nyc and c8 that take a value (the two share most).
+const COVERAGE_OPTIONS: &[&str] = &[
+    "-r",
+    "--reporter",
+    "-n",
+    "--include",
+    "-x",
+    "--exclude",
+    "--extension",
+    "-e",
+    "--temp-dir",
+    "--temp-directory",
+    "-t",
+    "--report-dir",
+    "--reports-dir",
+    "-o",
+    "--require",
+    "-i",
+    "--cwd",
+    "--src",
+    "--exclude-after-remap",
+];
+
 /// Wrappers that run the command after their options and assignments, and
 /// their options that take a value (`dotenv -e .env jest`, `c8 -r lcov x`).
 const WRAPPERS: &[(&str, &[&str])] = &[
@@ -140,43 +163,8 @@ const WRAPPERS: &[(&str, &[&str])] = &[
         "env-cmd",
         &["-f", "--file", "-e", "--environments", "-r", "--rc-file"],
     ),
-    (
-        "nyc",
-        &[
-            "-r",
-            "--reporter",
-            "-n",
-            "--include",
-            "-x",
-            "--exclude",
-            "--extension",
-            "-e",
-            "--temp-dir",
-            "-t",
-            "--report-dir",
-            "--require",
-            "-i",
-            "--cwd",
-        ],
-    ),
-    (
-        "c8",
-        &[
-            "-r",
-            "--reporter",
-            "-n",
-            "--include",
-            "-x",
-            "--exclude",
-            "--extension",
-            "-e",
-            "--temp-directory",
-            "-o",
-            "--reports-dir",
-            "--src",
-            "--exclude-after-remap",
-        ],
-    ),
+    ("nyc", COVERAGE_OPTIONS),
+    ("c8", COVERAGE_OPTIONS),
     ("npx", &["-p", "--package", "-c", "--call"]),
     ("pnpx", &[]),
     ("bunx", &[]),

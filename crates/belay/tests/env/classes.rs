@@ -799,6 +799,19 @@ fn a_native_addon_builds_against_the_headers_of_the_npm_registrys_node() {
     project_tests_pass(&m, "npm test 2>&1", "# pass 1");
 }
 
+/// A copy of the node-npm fixture whose package.json has `from` replaced
+/// with `to`.
+fn node_npm_with(from: &str, to: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let src = tempfile::tempdir().unwrap();
+    let repo = src.path().join("repo");
+    copy_fixture("node-npm", &repo);
+    let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
+    let changed = pkg.replace(from, to);
+    assert_ne!(pkg, changed);
+    std::fs::write(repo.join("package.json"), changed).unwrap();
+    (src, repo)
+}
+
 /// A lockfile left behind its package.json (a dependency added without
 /// installing): `npm ci` refuses it. The `lockfile-stale` repair marks it,
 /// the install resolves what the lockfile lacks without writing the
@@ -808,16 +821,10 @@ fn a_lockfile_behind_its_package_json_installs_as_a_developer_would() {
     let run = run_id("stalelock");
     let _guard = RunGuard(run.clone());
     let state = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir().unwrap();
-    let repo = src.path().join("repo");
-    copy_fixture("node-npm", &repo);
-    let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
-    let added = pkg.replace(
+    let (_src, repo) = node_npm_with(
         "\"is-number\": \"7.0.0\"",
         "\"is-number\": \"7.0.0\",\n    \"left-pad\": \"1.3.0\"",
     );
-    assert_ne!(pkg, added);
-    std::fs::write(repo.join("package.json"), added).unwrap();
     let m = build_ok(&repo, &run, state.path());
     let fixes = repair_commands(&m);
     assert!(fixes.contains("touch /etc/belay/lockfile-stale"), "{fixes}");
@@ -845,16 +852,10 @@ fn the_tools_a_projects_test_scripts_run_are_in_the_image() {
     let run = run_id("scripttools");
     let _guard = RunGuard(run.clone());
     let state = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir().unwrap();
-    let repo = src.path().join("repo");
-    copy_fixture("node-npm", &repo);
-    let pkg = std::fs::read_to_string(repo.join("package.json")).unwrap();
-    let scripted = pkg.replace(
+    let (_src, repo) = node_npm_with(
         "\"test\": \"node --test test/\"",
         "\"pretest\": \"rsync -a --exclude=node_modules ./ /tmp/copy/ && make -s name\",\n    \"test\": \"node --test test/\"",
     );
-    assert_ne!(pkg, scripted);
-    std::fs::write(repo.join("package.json"), scripted).unwrap();
     std::fs::write(
         repo.join("Makefile"),
         "name:\n\tjq -r .name /tmp/copy/package.json\n",
