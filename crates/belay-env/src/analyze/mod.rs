@@ -668,10 +668,19 @@ fn node(
         .and_then(|v| v.as_str())
         .filter(|s| !s.contains("no test specified"))
         .map(String::from);
-    n.script_tools = script_tools::test_programs(&pkg, &|p| f.read(p))
-        .into_iter()
-        .filter(|p| crate::repair::program_packages(p).is_some())
-        .collect();
+    let known = |p: &str| crate::repair::program_packages(p).is_some();
+    let sources = f.find(4, &|p: &Path| {
+        p.extension()
+            .is_some_and(|e| e == "js" || e == "cjs" || e == "mjs" || e == "ts")
+    });
+    let mut tools = script_tools::test_programs(&pkg, &|p| f.read(p));
+    tools.retain(|p| known(p));
+    tools.extend(script_tools::source_programs(
+        &sources,
+        &|p| f.read(p),
+        &known,
+    ));
+    n.script_tools = tools.into_iter().collect();
     let mut all_deps = BTreeSet::new();
     for section in ["dependencies", "devDependencies", "optionalDependencies"] {
         if let Some(obj) = pkg.get(section).and_then(|d| d.as_object()) {

@@ -107,6 +107,48 @@ fn is_shell(path: &str, text: &str) -> bool {
     }
 }
 
+/// At most this many of the project's own source files are read for the
+/// commands they run.
+const MAX_SOURCES: usize = 300;
+
+/// The programs the project's own code runs by name: a string that starts
+/// a command line with an option (`'lsof -i -P'`, `` `rsync -a ${x}` ``), or
+/// the program of `spawn('jq', …)`, `execFile("rsync", …)`, in its
+/// `.js`/`.cjs`/`.mjs`/`.ts` files four directories deep (not
+/// `node_modules`). kill-port runs `lsof`, and its tests with it.
+pub(super) fn source_programs(
+    files: &[String],
+    read: &dyn Fn(&str) -> Option<String>,
+    known: &dyn Fn(&str) -> bool,
+) -> BTreeSet<String> {
+    static COMMAND: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let Some(re) = COMMAND
+        .get_or_init(|| {
+            regex::Regex::new(
+                r#"(?:(?:spawn|spawnSync|execFile|execFileSync|execa|execaSync)\s*\(\s*['"`]([a-z][a-z0-9_-]*)['"`])|(?:['"`]([a-z][a-z0-9_-]*) +--?[A-Za-z])"#,
+            )
+            .ok()
+        })
+        .as_ref()
+    else {
+        return BTreeSet::new();
+    };
+    let mut out = BTreeSet::new();
+    for path in files.iter().take(MAX_SOURCES) {
+        let Some(text) = read(path).filter(|t| t.len() <= MAX_TEXT) else {
+            continue;
+        };
+        for cap in re.captures_iter(&text) {
+            if let Some(m) = cap.get(1).or_else(|| cap.get(2)) {
+                if known(m.as_str()) {
+                    out.insert(m.as_str().to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Work {
     /// A package.json script, with its hooks.
@@ -661,6 +703,25 @@ mod tests {
         // `test`, `a` and `missing` once each.
         assert_eq!(r.seen.len(), 3);
         assert!(programs(r#"{"name": "x"}"#, &[]).is_empty());
+    }
+
+    #[test]
+    fn the_commands_the_projects_own_code_runs_are_found() {
+        let files = [
+            ("index.js", "const sh = require('shell-exec')\nsh('lsof -i -P')\nsh(`rsync -a ${a} ${b}`)\nthrow new Error('file not found')\nconst s = 'make sure -- it works'"),
+            ("lib/x.ts", "spawn('jq', ['.'])\nexecFile(\"zip\", args)\nexec('tree')"),
+        ];
+        let names: Vec<String> = files.iter().map(|(n, _)| n.to_string()).collect();
+        let read = |p: &str| {
+            files
+                .iter()
+                .find(|(n, _)| *n == p)
+                .map(|(_, t)| t.to_string())
+        };
+        let known = |p: &str| crate::repair::program_packages(p).is_some();
+        let got: Vec<String> = source_programs(&names, &read, &known).into_iter().collect();
+        // Not `file` or `make` of prose, nor `tree` with no option.
+        assert_eq!(got, ["jq", "lsof", "rsync", "zip"]);
     }
 
     #[test]
