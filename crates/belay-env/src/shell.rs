@@ -94,10 +94,7 @@ impl Command {
         let mut i = 0;
         while let Some(word) = w.get(i) {
             let name = program_name(word);
-            let is_assignment = word.split_once('=').is_some_and(|(k, _)| {
-                !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            });
-            if is_assignment {
+            if is_assignment(word) {
                 i += 1;
                 continue;
             }
@@ -150,6 +147,14 @@ fn without_redirections(words: Vec<String>) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether `word` is a variable assignment (`A=1`, `NODE_ENV=test`), not
+/// a program or an argument.
+pub(crate) fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(k, _)| {
+        !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// A program word's name: its last path part, without a leading `\`.

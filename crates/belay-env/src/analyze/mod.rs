@@ -424,6 +424,15 @@ impl Files {
         let bytes = belay_sandbox::hostfs::read_in_tree(&self.root, rel, 16 << 20).ok()??;
         String::from_utf8(bytes).ok()
     }
+    /// The file's text where it is at most `max` bytes (a longer one costs
+    /// `max + 1` bytes read, not its length).
+    pub(crate) fn read_at_most(&self, rel: &str, max: usize) -> Option<String> {
+        let bytes = belay_sandbox::hostfs::read_in_tree(&self.root, rel, max as u64 + 1).ok()??;
+        if bytes.len() > max {
+            return None;
+        }
+        String::from_utf8(bytes).ok()
+    }
     fn markers(&self) -> Vec<String> {
         MARKERS
             .iter()
@@ -673,13 +682,10 @@ fn node(
         p.extension()
             .is_some_and(|e| e == "js" || e == "cjs" || e == "mjs" || e == "ts")
     });
-    let mut tools = script_tools::test_programs(&pkg, &|p| f.read(p));
+    let read = |p: &str| f.read_at_most(p, script_tools::MAX_TEXT);
+    let mut tools = script_tools::test_programs(&pkg, &read);
     tools.retain(|p| known(p));
-    tools.extend(script_tools::source_programs(
-        &sources,
-        &|p| f.read(p),
-        &known,
-    ));
+    tools.extend(script_tools::source_programs(&sources, &read, &known));
     n.script_tools = tools.into_iter().collect();
     let mut all_deps = BTreeSet::new();
     for section in ["dependencies", "devDependencies", "optionalDependencies"] {
@@ -1152,6 +1158,17 @@ mod tests {
         assert_eq!(n.script_tools, ["jq", "make", "rsync"]);
         let none = node_facts(&[("package.json", r#"{"scripts": {"test": "node --test"}}"#)]);
         assert!(none.script_tools.is_empty(), "{:?}", none.script_tools);
+        // The project's own code, read only where a file is script-sized.
+        let call = "sh('lsof -i -P')\n";
+        let big = format!("{call}{}", "x".repeat(script_tools::MAX_TEXT));
+        let pkg = ("package.json", r#"{"name": "x"}"#);
+        assert_eq!(
+            node_facts(&[pkg, ("index.js", call)]).script_tools,
+            ["lsof"]
+        );
+        assert!(node_facts(&[pkg, ("index.js", &big)])
+            .script_tools
+            .is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde_json::{Map, Value};
 
-use crate::shell::Text;
+use crate::shell::{is_assignment, Text};
 
 /// At most this many scripts, shell files and make targets are read.
 const MAX_READS: usize = 64;
@@ -24,7 +24,7 @@ const MAX_QUEUED: usize = 4 * MAX_READS;
 
 /// A text longer than this is no script (and is not read); at most
 /// [`MAX_BYTES`] are read in all.
-const MAX_TEXT: usize = 256 << 10;
+pub(super) const MAX_TEXT: usize = 256 << 10;
 const MAX_BYTES: usize = 4 << 20;
 
 /// Patterns and script names longer than this are not matched, and at most
@@ -484,12 +484,6 @@ fn wrapped<'a>(args: &'a [String], takes: &[&str]) -> Vec<&'a String> {
         }
     }
     args.iter().skip(i).collect()
-}
-
-fn is_assignment(word: &str) -> bool {
-    word.split_once('=').is_some_and(|(k, _)| {
-        !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
 }
 
 /// npm-run-all's patterns: `*` within one `:`-separated part, `**` across.
