@@ -792,6 +792,10 @@ mod tests {
         ("yarn install v1.22.22\n[1/4] Resolving packages...\nerror Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`.\ninfo Visit https://yarnpkg.com/en/docs/cli/install for documentation about this command.", "lockfile-stale", "touch /etc/belay/lockfile-stale"),
         ("npm error code EUSAGE\nnpm error\nnpm error `npm ci` can only install packages when your package.json and package-lock.json or npm-shrinkwrap.json are in sync. Please update your lock file with `npm install` before continuing.\nnpm error\nnpm error Missing: left-pad@1.3.0 from lock file", "lockfile-stale", "lockfile-stale"),
         (" ERR_PNPM_OUTDATED_LOCKFILE  Cannot install with \"frozen-lockfile\" because pnpm-lock.yaml is not up to date with <ROOT>/package.json", "lockfile-stale", "lockfile-stale"),
+        // dns2 2.1.0's install once nothing resolves as of its date (npm 9), verbatim.
+        ("npm ERR! code ERESOLVE\nnpm ERR! ERESOLVE unable to resolve dependency tree\nnpm ERR! \nnpm ERR! While resolving: dns2@2.1.0\nnpm ERR! Found: eslint@7.32.0\nnpm ERR! node_modules/eslint\nnpm ERR!   dev eslint@\"^7.28.0\" from the root project\nnpm ERR! \nnpm ERR! Could not resolve dependency:\nnpm ERR! peer eslint@\"^8.0.1\" from eslint-config-standard@17.1.0\nnpm ERR! Fix the upstream dependency conflict, or retry\nnpm ERR! this command with --force or --legacy-peer-deps", "npm-peer-conflict", "npm config set -g legacy-peer-deps true"),
+        // npm 10's words, with an engine warning before it.
+        ("npm warn EBADENGINE Unsupported engine {\nnpm warn EBADENGINE   package: 'x@1.0.0',\nnpm warn EBADENGINE   required: { node: '>=20' },\nnpm error code ERESOLVE\nnpm error ERESOLVE could not resolve", "npm-peer-conflict", "legacy-peer-deps"),
         // memchr 2.7.4's `cargo test --no-run` on rustc 1.96, verbatim (the tail).
         ("error: missing documentation for a macro\nnote: the lint level is defined here\n   --> src/lib.rs:172:9\n    |\n172 | #![deny(missing_docs)]\n    |         ^^^^^^^^^^^^\n\nerror: could not compile `memchr` (lib test) due to 1 previous error", "rust-lint-denied", "--cap-lints"),
     ];

@@ -200,9 +200,25 @@ pub const RULES: &[Rule] = &[
         id: "lockfile-stale",
         pattern: r#"Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`|(?:`npm ci`|cipm) can only install packages when your package\.json and (?:package-lock\.json|npm-shrinkwrap\.json)[^\n]*(?:are|is) in sync|ERR_PNPM_OUTDATED_LOCKFILE|Cannot install with "frozen-lockfile" because pnpm-lock\.yaml is not up to date"#,
         fix: "mkdir -p /etc/belay && touch /etc/belay/lockfile-stale",
-        probe: None,
+        probe: Some("test -e /etc/belay/lockfile-stale"),
         blame: None,
         hint: "the lockfile does not match package.json: the install resolves what it lacks, as a developer's plain install does, instead of a frozen install",
+    },
+    Rule {
+        // npm 7 and later refuse a tree whose peer dependencies conflict
+        // (ERESOLVE), where npm 6, and the developers of a project from its
+        // era, installed it with a warning: dns2 2.1.0's eslint 7 beside
+        // eslint-config-standard 17's peer eslint 8. npm's own advice is
+        // `--legacy-peer-deps`; in npm's global config, not a flag, so
+        // that the block's replay and a developer's `npm install` in the
+        // final image resolve alike. Before node-engine: the same log
+        // often warns of an engine (EBADENGINE), which is not the failure.
+        id: "npm-peer-conflict",
+        pattern: r"\bcode ERESOLVE\b|ERESOLVE unable to resolve dependency tree|ERESOLVE could not resolve",
+        fix: "npm config set -g legacy-peer-deps true && npm config get legacy-peer-deps",
+        probe: Some("test \"$(npm config get legacy-peer-deps)\" = true"),
+        blame: None,
+        hint: "the project's peer dependencies conflict, which npm 7 and later refuse and npm 6 only warned of: install as npm 6 did (legacy-peer-deps), as npm's own message advises",
     },
     Rule {
         // yarn 1 fails the install on a dependency's engines range that

@@ -843,6 +843,34 @@ fn a_lockfile_behind_its_package_json_installs_as_a_developer_would() {
     );
 }
 
+/// A project without a lockfile whose peer dependencies conflict (react 17
+/// beside react-dom 16, whose peer is react 16), as many from before npm 7
+/// do: npm refuses the tree (ERESOLVE). The `npm-peer-conflict` repair
+/// installs as npm 6 did, once; the replay from a clean checkpoint agrees,
+/// and npm in the final image keeps the setting.
+#[test]
+fn a_peer_dependency_conflict_installs_as_npm_6_did() {
+    let run = run_id("peerconflict");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (_src, repo) = node_npm_with(
+        "\"is-number\": \"7.0.0\"",
+        "\"is-number\": \"7.0.0\",\n    \"react\": \"17.0.2\",\n    \"react-dom\": \"16.14.0\"",
+    );
+    std::fs::remove_file(repo.join("package-lock.json")).unwrap();
+    let m = build_ok(&repo, &run, state.path());
+    let fixes = repair_commands(&m);
+    assert!(fixes.contains("legacy-peer-deps true"), "{fixes}");
+    assert_eq!(m["repairs"], 1, "{fixes}");
+    assert_eq!(m["final_clean_replay_ok"], true);
+    project_tests_pass(
+        &m,
+        "node -p 'require(\"react-dom/package.json\").version + \" \" + require(\"react\").version' && npm config get legacy-peer-deps",
+        "16.14.0 17.0.2\ntrue",
+    );
+    project_tests_pass(&m, "npm test 2>&1", "# pass 2");
+}
+
 /// A test command whose scripts run system tools the base image lacks
 /// (`rsync` in a `pretest`, as fastify-cli's copies itself, and `jq` in a
 /// make target the test runs): the image gets their Debian packages, and
