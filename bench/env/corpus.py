@@ -31,6 +31,7 @@ Dockerfiles, in one run, on N of an earlier cold run's successes.
 """
 import argparse
 import concurrent.futures
+import datetime
 import glob
 import json
 import os
@@ -140,11 +141,20 @@ def fetch_npm(item, dest, cache):
             f.write(times[item["version"]])
     with tarfile.open(tgz) as t:
         top = t.getnames()[0].split("/")[0]
+        newest = max((m.mtime for m in t.getmembers() if m.isfile()), default=0)
         tmp = tempfile.mkdtemp(dir=os.path.dirname(dest))
         t.extractall(tmp, filter="tar")
     os.rename(os.path.join(tmp, top), dest)
     os.rmdir(tmp)
     when = open(meta).read().strip()
+    # The registry here reports times that are not the releases' (a
+    # package's 0.1.0 in 2026, its 1.2.1 in 2024). A tarball packed before
+    # npm 5 keeps its files' times, the truer date where there is one (npm
+    # 5 and later write 1985-10-26 into every file); it is never later
+    # than the publish.
+    registry = datetime.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+    if datetime.datetime(2009, 1, 1, tzinfo=datetime.timezone.utc).timestamp() <= newest < registry:
+        when = datetime.datetime.fromtimestamp(newest, datetime.timezone.utc).isoformat()
     env = dict(os.environ, GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when, GIT_AUTHOR_NAME="corpus",
                GIT_AUTHOR_EMAIL="corpus@localhost", GIT_COMMITTER_NAME="corpus", GIT_COMMITTER_EMAIL="corpus@localhost")
     git = ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false"]

@@ -152,7 +152,29 @@ const FIXED_EPOCHS: &[i64] = &[315_532_800, 1_580_601_600, 1_153_704_088];
 
 /// The date of an sdist's `PKG-INFO`, when it is a real one.
 pub fn sdist_date(repo: &Path) -> Option<ResolveAsOf> {
-    let meta = fs_err::metadata(repo.join("PKG-INFO")).ok()?;
+    modified_date(
+        &repo.join("PKG-INFO"),
+        "the modification time of PKG-INFO (an sdist keeps its build time)",
+    )
+}
+
+/// The date of an npm package's `package.json` outside a git checkout,
+/// when it is a real one: a tarball packed before npm 5 (2017) keeps its
+/// files' times; a later one gives every file npm's fixed 1985-10-26,
+/// which [`plausible`] refuses.
+pub fn package_json_date(repo: &Path) -> Option<ResolveAsOf> {
+    modified_date(
+        &repo.join("package.json"),
+        "the modification time of package.json (an npm tarball packed before npm 5 keeps its files' times)",
+    )
+}
+
+/// A file's modification time as a cut-off, when [`plausible`].
+fn modified_date(file: &Path, from: &str) -> Option<ResolveAsOf> {
+    let meta = fs_err::symlink_metadata(file).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
     let secs = meta
         .modified()
         .ok()?
@@ -165,7 +187,7 @@ pub fn sdist_date(repo: &Path) -> Option<ResolveAsOf> {
     let ts = jiff::Timestamp::from_second(secs).ok()?;
     Some(ResolveAsOf {
         at: format_ts(ts),
-        from: "the modification time of PKG-INFO (an sdist keeps its build time)".into(),
+        from: from.into(),
     })
 }
 
@@ -249,11 +271,15 @@ pub async fn date_node(
 }
 
 /// The cut-off for a node project's install without a lockfile (npm's
-/// `--before`). Only a commit dates one: an npm tarball's files all carry
-/// npm's fixed 1985 time, and a node has no table of wheels to catch up.
+/// `--before`): its commit's date, else (an unpacked npm tarball) its
+/// `package.json`'s time where npm kept a real one. A node has no table of
+/// wheels to catch up.
 async fn resolve_node(repo: &Path, hooks_dir: &Path, choice: &AsOfChoice) -> Option<ResolveAsOf> {
     match choice {
-        AsOfChoice::Source => git_date(repo, hooks_dir).await,
+        AsOfChoice::Source => match git_date(repo, hooks_dir).await {
+            Some(d) => Some(d),
+            None => package_json_date(repo),
+        },
         _ => given(choice),
     }
 }
@@ -619,5 +645,27 @@ mod tests {
         }
         fs_err::remove_file(&pkg).unwrap();
         assert_eq!(sdist_date(dir.path()), None);
+    }
+
+    #[test]
+    fn an_npm_tarball_dates_itself_unless_npm_fixed_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let pkg = dir.path().join("package.json");
+        fs_err::write(&pkg, "{}").unwrap();
+        let set = |secs: u64| {
+            let f = std::fs::File::options().write(true).open(&pkg).unwrap();
+            f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+                .unwrap();
+        };
+        set(1_434_758_400); // body 5.1.0's files: 2015-06-20
+        let d = package_json_date(dir.path()).unwrap();
+        assert_eq!(d.at, "2015-06-20T00:00:00Z");
+        assert!(d.from.contains("package.json"), "{}", d.from);
+        set(499_162_500); // npm 5 and later: 1985-10-26T08:15:00Z
+        assert_eq!(package_json_date(dir.path()), None);
+        // A link is not the package's file.
+        fs_err::remove_file(&pkg).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &pkg).unwrap();
+        assert_eq!(package_json_date(dir.path()), None);
     }
 }
