@@ -122,7 +122,8 @@ def fetch_npm(item, dest, cache):
     """The package's published tarball (`npm pack`), made a git checkout whose
     one commit is dated when the version was published: what a checkout of
     its release commit would be (belay resolves an install without a
-    lockfile as of the commit's date)."""
+    lockfile as of the commit's date). The date is the tarball's newest
+    file where it keeps real times, else the registry's."""
     d = os.path.join(cache, "npm")
     os.makedirs(d, exist_ok=True)
     spec = f"{item['name']}@{item['version']}"

@@ -159,15 +159,22 @@ pub fn sdist_date(repo: &Path) -> Option<ResolveAsOf> {
 }
 
 /// The date of an npm package's `package.json` outside a git checkout,
-/// when it is a real one: a tarball packed before npm 5 (2017) keeps its
-/// files' times; a later one gives every file npm's fixed 1985-10-26,
-/// which [`plausible`] refuses.
+/// when it is a tarball's real one: a tarball packed before npm 5 (May
+/// 2017) keeps its files' times; a later one gives every file npm's fixed
+/// 1985-10-26, which [`plausible`] refuses. A later time is a copy's or an
+/// edit's (a directory that is not a checkout, a fixture), which dates no
+/// release: only times before [`NPM_KEEPS_TIMES_UNTIL`] count.
 pub fn package_json_date(repo: &Path) -> Option<ResolveAsOf> {
     modified_date(
         &repo.join("package.json"),
         "the modification time of package.json (an npm tarball packed before npm 5 keeps its files' times)",
     )
+    .filter(|d| d.at.as_str() < NPM_KEEPS_TIMES_UNTIL)
 }
+
+/// 2018-01-01: npm 5 (May 2017) fixed every packed file's time, and
+/// tarballs packed by older npms thin out through that year.
+const NPM_KEEPS_TIMES_UNTIL: &str = "2018-01-01";
 
 /// A file's modification time as a cut-off, when [`plausible`].
 fn modified_date(file: &Path, from: &str) -> Option<ResolveAsOf> {
@@ -292,6 +299,10 @@ pub const NEWEST_NODE_MAJOR: u32 = 26;
 /// Node's long-term-support lines: the major, the day it entered LTS, the
 /// day its support ended.
 const NODE_LTS: &[(u32, &str, &str)] = &[
+    (6, "2016-10-18", "2019-04-30"),
+    (8, "2017-10-31", "2019-12-31"),
+    (10, "2018-10-30", "2021-04-30"),
+    (12, "2019-10-21", "2022-04-30"),
     (14, "2020-10-27", "2023-04-30"),
     (16, "2021-10-26", "2023-09-11"),
     (18, "2022-10-25", "2025-04-30"),
@@ -320,12 +331,35 @@ pub fn node_major_for_date(at: &str) -> Option<u32> {
         })
 }
 
+/// The oldest line belay installs for a project's date: npm 6, the npm
+/// of the old lines, runs on nothing older.
+const OLDEST_ERA_LINE: u32 = 6;
+
+/// The node a project of `at` was developed on, where that is older than
+/// 18: the newest LTS line then (what a new project of the time took; a
+/// date before the first one here gets [`OLDEST_ERA_LINE`]). Its code and
+/// its packages of that date ran there, where node 18 removed what they
+/// used (hapi 17's plugins time out on it, lab counts its new globals as
+/// leaks). From 18's LTS on, `None`: newer lines run older code, and the
+/// date gives a floor ([`node_major_for_date`]).
+pub fn old_node_line_for_date(at: &str) -> Option<u32> {
+    let day = at.get(..10)?;
+    let _: jiff::civil::Date = day.parse().ok()?;
+    let line = NODE_LTS
+        .iter()
+        .rev()
+        .find(|(_, from, _)| *from <= day)
+        .map_or(OLDEST_ERA_LINE, |(major, _, _)| *major);
+    (line < 18).then_some(line)
+}
+
 /// A node project's floor from its date, where it pins no node of its own
 /// (`.nvmrc`, `.node-version`, `volta`) and its `engines.node` names no line
 /// (see `NodeFacts::node_line`): the newer of `engines.node`'s floor
 /// and [`node_major_for_date`], with the reason kept for the plan's check.
-/// Where the project's CI names lines, they settle it instead
-/// ([`settle_ci_lines`]).
+/// A date before 18's LTS gives its line exactly instead
+/// ([`old_node_line_for_date`]), where `engines.node` admits it. Where the
+/// project's CI names lines, they settle it instead ([`settle_ci_lines`]).
 fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
     // A pin, or a line the project's engines name: its own word.
     if n.node_pin.is_some() || n.node_line.is_some() {
@@ -339,7 +373,23 @@ fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
         settle_ci_lines(n, era);
         return;
     }
-    let (Some(a), Some(era)) = (&n.resolve_as_of, era) else {
+    let Some(a) = &n.resolve_as_of else {
+        return;
+    };
+    let day = &a.at[..10.min(a.at.len())];
+    // An old date: its line, exactly, where the project's engines admit it.
+    if let Some(line) = old_node_line_for_date(&a.at) {
+        let admitted = n.engines_node.as_deref().is_none_or(|r| allows_major(r, line));
+        if admitted && n.required_major.is_none_or(|m| m <= line) {
+            n.node_line = Some(line);
+            n.node_era = Some(format!(
+                "node {line}, the newest LTS line on {day} ({})",
+                a.from
+            ));
+            return;
+        }
+    }
+    let Some(era) = era else {
         return;
     };
     // An `engines.node` that caps the major (`18.x`, `<19`) is the
@@ -352,8 +402,7 @@ fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
     if n.required_major.is_none_or(|m| m < era) {
         n.required_major = Some(era);
         n.node_era = Some(format!(
-            "node {era}, the oldest LTS line supported on {} ({})",
-            &a.at[..10.min(a.at.len())],
+            "node {era}, the oldest LTS line supported on {day} ({})",
             a.from
         ));
     }
@@ -479,8 +528,9 @@ mod tests {
 
     #[test]
     fn a_node_projects_date_gives_the_oldest_supported_lts() {
-        assert_eq!(node_major_for_date("2019-06-01T00:00:00Z"), None);
-        assert_eq!(node_major_for_date("2021-06-01T00:00:00Z"), Some(14));
+        assert_eq!(node_major_for_date("2015-06-01T00:00:00Z"), None);
+        assert_eq!(node_major_for_date("2019-06-01T00:00:00Z"), Some(8));
+        assert_eq!(node_major_for_date("2021-06-01T00:00:00Z"), Some(12));
         assert_eq!(node_major_for_date("2024-03-01T00:00:00Z"), Some(18));
         assert_eq!(node_major_for_date("2025-05-01T00:00:00Z"), Some(20));
         assert_eq!(node_major_for_date("2026-10-04T16:34:54Z"), Some(22));
@@ -528,6 +578,44 @@ mod tests {
         apply_node_era(&mut capped);
         assert_eq!((capped.required_major, capped.node_era), (Some(18), None));
         assert_eq!(node_major_for_date("2022-11-01T00:00:00Z"), Some(14));
+        // Before 18's LTS, the date's newest LTS line, exactly.
+        for (at, line) in [
+            ("2014-07-24T22:26:00Z", Some(6)),
+            ("2017-07-13T00:00:00Z", Some(6)),
+            ("2018-05-17T00:00:00Z", Some(8)),
+            ("2019-04-09T22:28:21Z", Some(10)),
+            ("2021-12-19T00:00:00Z", Some(16)),
+            ("2022-10-25T00:00:00Z", None),
+            ("2024-03-01T00:00:00Z", None),
+        ] {
+            assert_eq!(old_node_line_for_date(at), line, "{at}");
+        }
+        let old = |engines: Option<&str>, floor: Option<u32>| {
+            let mut n = crate::analyze::NodeFacts {
+                engines_node: engines.map(String::from),
+                required_major: floor,
+                resolve_as_of: Some(ResolveAsOf {
+                    at: "2019-04-09T22:28:21Z".into(),
+                    from: "the committer date of HEAD (0a1b2c3)".into(),
+                }),
+                ..Default::default()
+            };
+            apply_node_era(&mut n);
+            n
+        };
+        // h2o2 8.2.0: hapi 17's plugins, `engines.node` ">=8.x.x".
+        let n = old(Some(">=8.x.x"), Some(8));
+        assert_eq!((n.node_line, n.required_major), (Some(10), Some(8)));
+        assert_eq!(
+            n.node_era.as_deref(),
+            Some("node 10, the newest LTS line on 2019-04-09 (the committer date of HEAD (0a1b2c3))")
+        );
+        assert_eq!(old(None, None).node_line, Some(10));
+        // The project's engines outrank its date: a floor above the line,
+        // or a range without it, keeps the floor.
+        let n = old(Some(">=12"), Some(12));
+        assert_eq!((n.node_line, n.required_major), (None, Some(12)));
+        assert_eq!(old(Some("^8.9"), Some(8)).node_line, None);
         // The CI's lines settle it: from the date's line (22) on, else the
         // CI's newest; older than 18, that line exactly.
         let ci = |lines: &[u32]| {
@@ -663,6 +751,11 @@ mod tests {
         assert!(d.from.contains("package.json"), "{}", d.from);
         set(499_162_500); // npm 5 and later: 1985-10-26T08:15:00Z
         assert_eq!(package_json_date(dir.path()), None);
+        // A copy's or an edit's time dates no release.
+        set(1_764_979_200); // 2025-12-06
+        assert_eq!(package_json_date(dir.path()), None);
+        set(1_514_764_799); // the last second of 2017
+        assert!(package_json_date(dir.path()).is_some());
         // A link is not the package's file.
         fs_err::remove_file(&pkg).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", &pkg).unwrap();

@@ -1275,6 +1275,9 @@ fn node_version_check(n: &crate::analyze::NodeFacts) -> Option<String> {
             None if n.ci_node_lines == [line] => {
                 format!("the project's CI ({})", ci_files_said(n))
             }
+            // The date's line: said without the date's source (no shell
+            // syntax reaches the script).
+            None if n.node_era.is_some() => "the project's date".to_string(),
             _ => format!(
                 "the project's engines.node ({})",
                 quoted(n.engines_node.as_ref())

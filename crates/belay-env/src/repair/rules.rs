@@ -209,16 +209,18 @@ pub const RULES: &[Rule] = &[
         // (ERESOLVE), where npm 6, and the developers of a project from its
         // era, installed it with a warning: dns2 2.1.0's eslint 7 beside
         // eslint-config-standard 17's peer eslint 8. npm's own advice is
-        // `--legacy-peer-deps`; in npm's global config, not a flag, so
-        // that the block's replay and a developer's `npm install` in the
-        // final image resolve alike. Before node-engine: the same log
-        // often warns of an engine (EBADENGINE), which is not the failure.
+        // `--legacy-peer-deps`; in root's npm config (`~/.npmrc`), not a
+        // flag, so that the block's replay and a developer's `npm install`
+        // in the final image resolve alike. Not the global config: its
+        // place follows npm's prefix, and a later node-engine repair's
+        // npm has another. Before node-engine: the same log often warns
+        // of an engine (EBADENGINE), which is not the failure.
         id: "npm-peer-conflict",
         pattern: r"\bcode ERESOLVE\b|ERESOLVE unable to resolve dependency tree|ERESOLVE could not resolve",
-        fix: "npm config set -g legacy-peer-deps true && npm config get legacy-peer-deps",
+        fix: "npm config set legacy-peer-deps true && test \"$(npm config get legacy-peer-deps)\" = true",
         probe: Some("test \"$(npm config get legacy-peer-deps)\" = true"),
         blame: None,
-        hint: "the project's peer dependencies conflict, which npm 7 and later refuse and npm 6 only warned of: install as npm 6 did (legacy-peer-deps), as npm's own message advises",
+        hint: "the project's peer dependencies conflict, which npm 7 and later refuse and npm 6 only warned of: install as npm 6 did (legacy-peer-deps, in root's npm config), as npm's own message advises",
     },
     Rule {
         // yarn 1 fails the install on a dependency's engines range that
