@@ -379,7 +379,10 @@ fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
     let day = &a.at[..10.min(a.at.len())];
     // An old date: its line, exactly, where the project's engines admit it.
     if let Some(line) = old_node_line_for_date(&a.at) {
-        let admitted = n.engines_node.as_deref().is_none_or(|r| allows_major(r, line));
+        let admitted = n
+            .engines_node
+            .as_deref()
+            .is_none_or(|r| allows_major(r, line));
         if admitted && n.required_major.is_none_or(|m| m <= line) {
             n.node_line = Some(line);
             n.node_era = Some(format!(
@@ -608,7 +611,9 @@ mod tests {
         assert_eq!((n.node_line, n.required_major), (Some(10), Some(8)));
         assert_eq!(
             n.node_era.as_deref(),
-            Some("node 10, the newest LTS line on 2019-04-09 (the committer date of HEAD (0a1b2c3))")
+            Some(
+                "node 10, the newest LTS line on 2019-04-09 (the committer date of HEAD (0a1b2c3))"
+            )
         );
         assert_eq!(old(None, None).node_line, Some(10));
         // The project's engines outrank its date: a floor above the line,
