@@ -331,25 +331,24 @@ pub fn node_major_for_date(at: &str) -> Option<u32> {
         })
 }
 
-/// The oldest line belay installs for a project's date: npm 6, the npm
-/// of the old lines, runs on nothing older.
-const OLDEST_ERA_LINE: u32 = 6;
-
 /// The node a project of `at` was developed on, where that is older than
-/// 18: the newest LTS line then (what a new project of the time took; a
-/// date before the first one here gets [`OLDEST_ERA_LINE`]). Its code and
+/// 18: the newest LTS line then (what a new project of the time took). Its code and
 /// its packages of that date ran there, where node 18 removed what they
 /// used (hapi 17's plugins time out on it, lab counts its new globals as
-/// leaks). From 18's LTS on, `None`: newer lines run older code, and the
-/// date gives a floor ([`node_major_for_date`]).
+/// leaks). Not older than [`crate::analyze::OLDEST_NODE_LINE`], the oldest belay installs:
+/// an older date gets that line, nearer its time than the distribution's.
+/// From 18's LTS on, `None`: newer lines run older code, and the date
+/// gives a floor ([`node_major_for_date`]).
 pub fn old_node_line_for_date(at: &str) -> Option<u32> {
+    use crate::analyze::OLDEST_NODE_LINE;
     let day = at.get(..10)?;
     let _: jiff::civil::Date = day.parse().ok()?;
     let line = NODE_LTS
         .iter()
         .rev()
         .find(|(_, from, _)| *from <= day)
-        .map_or(OLDEST_ERA_LINE, |(major, _, _)| *major);
+        .map_or(OLDEST_NODE_LINE, |(major, _, _)| *major)
+        .max(OLDEST_NODE_LINE);
     (line < 18).then_some(line)
 }
 
@@ -583,9 +582,9 @@ mod tests {
         assert_eq!(node_major_for_date("2022-11-01T00:00:00Z"), Some(14));
         // Before 18's LTS, the date's newest LTS line, exactly.
         for (at, line) in [
-            ("2014-07-24T22:26:00Z", Some(6)),
-            ("2017-07-13T00:00:00Z", Some(6)),
-            ("2018-05-17T00:00:00Z", Some(8)),
+            ("2014-07-24T22:26:00Z", Some(10)),
+            ("2017-07-13T00:00:00Z", Some(10)),
+            ("2018-05-17T00:00:00Z", Some(10)),
             ("2019-04-09T22:28:21Z", Some(10)),
             ("2021-12-19T00:00:00Z", Some(16)),
             ("2022-10-25T00:00:00Z", None),
