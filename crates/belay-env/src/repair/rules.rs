@@ -196,9 +196,11 @@ pub const RULES: &[Rule] = &[
         // a developer's plain install resolves what it lacks. The install
         // line reads the mark (`plan::LOCKFILE_STALE`); yarn 1 then installs
         // with `--pure-lockfile`, npm with `install --no-save`, pnpm with
-        // `--no-frozen-lockfile`.
+        // `--no-frozen-lockfile`. npm 6's `ci` (node 10 and older) does
+        // not say so: it fails on the first dependency its lockfile lacks
+        // with "Cannot read property 'mocha' of undefined".
         id: "lockfile-stale",
-        pattern: r#"Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`|(?:`npm ci`|cipm) can only install packages when your package\.json and (?:package-lock\.json|npm-shrinkwrap\.json)[^\n]*(?:are|is) in sync|ERR_PNPM_OUTDATED_LOCKFILE|Cannot install with "frozen-lockfile" because pnpm-lock\.yaml is not up to date"#,
+        pattern: r#"Your lockfile needs to be updated, but yarn was run with `--frozen-lockfile`|(?:`npm ci`|cipm) can only install packages when your package\.json and (?:package-lock\.json|npm-shrinkwrap\.json)[^\n]*(?:are|is) in sync|ERR_PNPM_OUTDATED_LOCKFILE|Cannot install with "frozen-lockfile" because pnpm-lock\.yaml is not up to date|(?m:^npm ERR! Cannot read property '[^'\n]+' of undefined$)"#,
         fix: "mkdir -p /etc/belay && touch /etc/belay/lockfile-stale",
         probe: Some("test -e /etc/belay/lockfile-stale"),
         blame: None,
