@@ -1700,6 +1700,32 @@ mod tests {
             check.contains("is not node 10, the line the project's CI (.github/workflows/ci.yml, .travis.yml) names"),
             "{check}"
         );
+        // The line of an old date (settled by `as_of`), said as the
+        // project's, which the `node-engine` repair reads.
+        let dated = NodeFacts {
+            node_line: Some(10),
+            node_era: Some("node 10, the newest LTS line on 2019-04-09 (x)".into()),
+            ..Default::default()
+        };
+        let check = node_version_check(&dated).unwrap();
+        assert!(
+            check.contains("is not node 10, the line the project's date names"),
+            "{check}"
+        );
+        let ctx = RepoContext {
+            node: Some(dated.clone()),
+            ..Default::default()
+        };
+        let fix = crate::repair::propose(
+            "node v18.19.0 is not node 10, the line the project's date names",
+            &ctx,
+            &[],
+        );
+        assert!(
+            fix.first()
+                .is_some_and(|p| p.rule_id == "node-engine" && p.fix.contains("node@10 npm@6")),
+            "{fix:?}"
+        );
         // A file name says nothing the shell reads.
         let mut odd = ci(&[20], None);
         odd.ci_node_files = vec![".github/workflows/$(x)`y`\"z.yml".into()];

@@ -480,25 +480,9 @@ fn dependencies_resolve_as_of_the_commit_date() {
     let repo = tempfile::tempdir().unwrap();
     let dir = repo.path().join("calc");
     copy_fixture("py-pyproject", &dir);
-    crate::git_cli::git(&dir, &["init", "-q", "-b", "main"]);
-    crate::git_cli::git(&dir, &["add", "-A"]);
     // A commit of 1 June 2023: pytest 7.3.1 was the newest then (8.0 came
     // in January 2024), setuptools 67.
-    let commit = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args([
-            "commit",
-            "-q",
-            "-m",
-            "old",
-            "--date",
-            "2023-06-01T00:00:00Z",
-        ])
-        .env("GIT_COMMITTER_DATE", "2023-06-01T00:00:00Z")
-        .current_dir(&dir)
-        .status()
-        .unwrap();
-    assert!(commit.success());
+    commit_dated(&dir, "2023-06-01T00:00:00Z");
     let m = build_ok(&dir, &run, state.path());
     let ctx = context(state.path(), &run);
     assert_eq!(ctx["python"]["resolve_as_of"]["at"], "2023-06-01T00:00:00Z");
@@ -514,6 +498,48 @@ fn dependencies_resolve_as_of_the_commit_date() {
         .contains("--exclude-newer 2023-06-01T00:00:00Z"));
     project_tests_pass(&m, ".venv/bin/python -m pytest --version", "pytest 7.3.1");
     project_tests_pass(&m, ".venv/bin/python -m pytest -q", "passed");
+}
+
+/// `dir` made a git checkout whose one commit is of `date`.
+fn commit_dated(dir: &Path, date: &str) {
+    crate::git_cli::git(dir, &["init", "-q", "-b", "main"]);
+    crate::git_cli::git(dir, &["add", "-A"]);
+    let commit = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(["commit", "-q", "-m", "old", "--date", date])
+        .env("GIT_COMMITTER_DATE", date)
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(commit.success());
+}
+
+/// A project of April 2019 that names no node line (h2o2 8.2.0's hapi 17
+/// plugins time out on node 18): it runs on node 10, that date's newest
+/// LTS line, exactly, with the npm that runs there.
+#[test]
+fn a_project_dated_before_node_18_runs_on_its_dates_line() {
+    let run = run_id("nodeera10");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (_src, repo) = node_npm_with("\"node\": \">=18\"", "\"npm\": \"*\"");
+    std::fs::remove_file(repo.join("package-lock.json")).unwrap();
+    commit_dated(&repo, "2019-04-09T22:28:21Z");
+    let m = build_ok(&repo, &run, state.path());
+    let node = &context(state.path(), &run)["node"];
+    assert_eq!(node["node_line"], 10, "{node}");
+    assert!(
+        node["node_era"]
+            .as_str()
+            .unwrap()
+            .starts_with("node 10, the newest LTS line on 2019-04-09 (the committer date of HEAD"),
+        "{node}"
+    );
+    let runtime = script(state.path(), &run, "20-node-runtime");
+    assert!(runtime.contains("node@10 npm@6"), "{runtime}");
+    project_tests_pass(&m, "node --version", "v10.");
+    project_tests_pass(&m, "npm --version", "6.");
+    project_tests_pass(&m, "node -p \"require('is-number')(5)\"", "true");
 }
 
 /// A dependency whose postinstall downloads a tool from a host of its own
