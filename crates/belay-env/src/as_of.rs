@@ -331,6 +331,10 @@ pub fn node_major_for_date(at: &str) -> Option<u32> {
         })
 }
 
+/// The day node 14 entered LTS, where the CI's lines are settled against
+/// the date from (see `apply_node_era`).
+const CI_ERA_FROM: &str = "2020-10-27";
+
 /// The node a project of `at` was developed on, where that is older than
 /// 18: the newest LTS line then (what a new project of the time took). Its code and
 /// its packages of that date ran there, where node 18 removed what they
@@ -369,15 +373,27 @@ fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
         .as_ref()
         .and_then(|a| node_major_for_date(&a.at));
     if !n.ci_node_lines.is_empty() {
-        settle_ci_lines(n, era);
+        // From 14's LTS on, as the CI's lines were settled before the table
+        // had older lines: before it, the CI's newest LTS line is
+        // installed, as without a date (what the project ran beats a guess
+        // from its date, and node 10's npm 6 reads no newer lockfile).
+        let ci_era = n
+            .resolve_as_of
+            .as_ref()
+            .filter(|a| a.at.as_str() >= CI_ERA_FROM)
+            .and(era)
+            .map(|e| e.max(14));
+        settle_ci_lines(n, ci_era);
         return;
     }
     let Some(a) = &n.resolve_as_of else {
         return;
     };
     let day = &a.at[..10.min(a.at.len())];
-    // An old date: its line, exactly, where the project's engines admit it.
-    if let Some(line) = old_node_line_for_date(&a.at) {
+    // An old date: its line, exactly, where the project's engines admit it
+    // and no lockfile of npm 7 or later says the project ran a newer node.
+    let new_lockfile = n.npm_lockfile_version.is_some_and(|v| v >= 2);
+    if let Some(line) = old_node_line_for_date(&a.at).filter(|_| !new_lockfile) {
         let admitted = n
             .engines_node
             .as_deref()
@@ -620,6 +636,37 @@ mod tests {
         let n = old(Some(">=12"), Some(12));
         assert_eq!((n.node_line, n.required_major), (None, Some(12)));
         assert_eq!(old(Some("^8.9"), Some(8)).node_line, None);
+        // A lockfile of npm 7 or later: the project ran a newer node.
+        let mut locked = crate::analyze::NodeFacts {
+            npm_lockfile_version: Some(3),
+            ..old(None, None)
+        };
+        (locked.node_line, locked.node_era) = (None, None);
+        apply_node_era(&mut locked);
+        assert_eq!(locked.node_line, None);
+        // The CI's lines before 14's LTS: its newest LTS line, as without
+        // a date; from it on, from the date's oldest supported line.
+        let ci_at = |at: &str, lines: &[u32]| {
+            let mut n = crate::analyze::NodeFacts {
+                ci_node_lines: lines.to_vec(),
+                resolve_as_of: Some(ResolveAsOf {
+                    at: at.into(),
+                    from: "x".into(),
+                }),
+                ..Default::default()
+            };
+            apply_node_era(&mut n);
+            (n.node_line, n.ci_node_install)
+        };
+        assert_eq!(
+            ci_at("2019-06-01T00:00:00Z", &[10, 12]),
+            (Some(12), Some(12))
+        );
+        assert_eq!(
+            ci_at("2021-03-01T00:00:00Z", &[10, 12, 14]),
+            (Some(14), Some(14))
+        );
+        assert_eq!(ci_at("2021-03-01T00:00:00Z", &[16, 18]).1, Some(16));
         // The CI's lines settle it: from the date's line (22) on, else the
         // CI's newest; older than 18, that line exactly.
         let ci = |lines: &[u32]| {

@@ -105,7 +105,9 @@ pub struct NodeFacts {
     /// major (`.nvmrc` `16`, `lts/gallium`), else the newest major an
     /// `engines.node` with an upper bound admits (`14.x`, `>=12 <17`).
     /// Installed as it is, older or newer than the distribution's (see
-    /// [`node_line`]); `required_major` is only a floor.
+    /// [`node_line`]); `required_major` is only a floor. The build also
+    /// sets it to a line of the project's CI older than 18, or to the
+    /// line of a date before 18's LTS (`as_of::apply_node_era`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_line: Option<u32>,
     /// The node lines the project's CI tests (see `ci_node`), where it
@@ -135,8 +137,9 @@ pub struct NodeFacts {
     /// `--before`; see `as_of.rs`); set by the build, not by the analysis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve_as_of: Option<crate::as_of::ResolveAsOf>,
-    /// Why `required_major` is the node of the project's date (see
-    /// `as_of::apply_node_era`), when it is.
+    /// Why `required_major`, or `node_line` for a date before 18's LTS,
+    /// is the node of the project's date (see `as_of::apply_node_era`),
+    /// when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_era: Option<String>,
     /// The pnpm major that writes the lockfile's `lockfileVersion`, for a
@@ -144,6 +147,11 @@ pub struct NodeFacts {
     /// under `--frozen-lockfile` (pnpm 9 reads no v5 lockfile).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lockfile_pnpm_major: Option<u32>,
+    /// The `lockfileVersion` of an npm lockfile (`package-lock.json`,
+    /// `npm-shrinkwrap.json`): 2 and 3 are npm 7's and later, which the
+    /// project's developers ran on node 15 or newer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub npm_lockfile_version: Option<u32>,
     /// A test snapshot that holds a colour terminal's escape codes (jest's
     /// `__snapshots__/*.snap`): the tests were recorded, and pass, where
     /// their output is coloured, as in the developer's terminal.
@@ -614,6 +622,13 @@ fn node(
         && lock == Some("pnpm-lock.yaml")
     {
         n.lockfile_pnpm_major = lock_text.as_deref().and_then(pnpm_major_of_lockfile);
+    }
+    if matches!(lock, Some("package-lock.json" | "npm-shrinkwrap.json")) {
+        n.npm_lockfile_version = lock_text
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+            .and_then(|v| v.get("lockfileVersion")?.as_u64())
+            .and_then(|v| u32::try_from(v).ok());
     }
     n.engines_node = pkg
         .pointer("/engines/node")

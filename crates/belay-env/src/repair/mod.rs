@@ -380,6 +380,19 @@ fn render(
     }
     let module = cap1.clone();
     match rule.id {
+        "lockfile-stale" => {
+            // npm 6's crash names no lockfile: a lockfile of npm's only.
+            let whole = caps.get(0).map_or("", |m| m.as_str());
+            let npm_lock = ctx.node.as_ref().is_some_and(|n| {
+                matches!(
+                    n.lockfile.as_deref(),
+                    Some("package-lock.json" | "npm-shrinkwrap.json")
+                )
+            });
+            if whole.starts_with("npm ERR! Cannot read property") && !npm_lock {
+                return None;
+            }
+        }
         "project-extra-missing" => {
             let file = cap1.clone()?;
             if !project_extra_applies(&file, caps, ctx) {
@@ -696,10 +709,25 @@ mod tests {
             }),
             node: Some(NodeFacts {
                 required_major: Some(20),
+                lockfile: Some("package-lock.json".into()),
                 ..Default::default()
             }),
             ..Default::default()
         }
+    }
+
+    /// npm 6's crash on a lockfile that lacks a dependency reads as a stale
+    /// lockfile only where the project has a lockfile of npm's.
+    #[test]
+    fn npm_6s_crash_is_a_stale_lockfile_only_beside_one() {
+        let text = "npm ERR! Cannot read property 'mocha' of undefined\n";
+        let first = |c: &RepoContext| propose(text, c, &[]).first().map(|p| p.rule_id.clone());
+        assert_eq!(first(&ctx()).as_deref(), Some("lockfile-stale"));
+        let mut yarn = ctx();
+        if let Some(n) = yarn.node.as_mut() {
+            n.lockfile = Some("yarn.lock".into());
+        }
+        assert_eq!(first(&yarn), None);
     }
 
     /// Real error text, the rule it must pick first, and a fragment of the fix.
