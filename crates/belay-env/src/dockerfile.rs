@@ -124,11 +124,16 @@ pub fn render(
 /// line): `node_modules/.bin` and the virtualenv's `bin` first on `PATH`
 /// (`$PATH` is the base image's), and `VIRTUAL_ENV` when a block makes one,
 /// so that `docker run IMAGE pytest`, `python3`, a console script or a
-/// project's `node_modules` tool works as a developer types it.
+/// project's `node_modules` tool works as a developer types it. `SHELL`
+/// as a terminal sets it (and CI runners do): a test of a tool that
+/// installs shell completions reads it (pnpm-tabtab's, unset, wrote
+/// `~/.bashrc` and then cleaned a literal `~/.bashrc`); bash itself sets
+/// but does not export it.
 pub fn final_env(blocks: &[Block]) -> Vec<String> {
-    let mut env = vec![format!(
-        "PATH={REPO_DIR}/node_modules/.bin:{REPO_DIR}/.venv/bin:$PATH"
-    )];
+    let mut env = vec![
+        format!("PATH={REPO_DIR}/node_modules/.bin:{REPO_DIR}/.venv/bin:$PATH"),
+        "SHELL=/bin/bash".to_string(),
+    ];
     if blocks.iter().any(|b| b.script.contains(".venv")) {
         env.push(format!("VIRTUAL_ENV={REPO_DIR}/.venv"));
     }
