@@ -70,16 +70,7 @@ fn python_fixture_builds_and_its_tests_pass() {
     project_tests_pass(&m, "echo $VIRTUAL_ENV", "/workspace/repo/.venv");
     // `SHELL` as a terminal has it, in the image's environment (dash sets
     // none of its own; bash would set one unexported).
-    let (ok, out, err) = docker(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        image,
-        "sh",
-        "-c",
-        "echo shell=$SHELL",
-    ]);
+    let (ok, out, err) = sh_offline(image, "echo shell=$SHELL");
     assert!(ok && out.contains("shell=/bin/bash"), "{out}\n{err}");
     project_tests_pass(
         &m,

@@ -141,6 +141,11 @@ pub fn block<'a>(m: &'a Value, id: &str) -> &'a Value {
         .unwrap()
 }
 
+/// `sh -c cmd` in `image`, without network: success, stdout, stderr.
+pub fn sh_offline(image: &str, cmd: &str) -> (bool, String, String) {
+    docker(&["run", "--rm", "--network", "none", image, "sh", "-c", cmd])
+}
+
 /// Run the project's tests in the final image, without network.
 pub fn project_tests_pass(m: &Value, cmd: &str, expect: &str) {
     let image = m["final_image"].as_str().unwrap();

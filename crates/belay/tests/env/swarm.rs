@@ -96,16 +96,10 @@ fn outcome(s: &Value) -> Vec<(String, String, Option<String>, u64)> {
 }
 
 fn files_in(image: &str) -> String {
-    let (ok, out, err) = docker(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
+    let (ok, out, err) = sh_offline(
         image,
-        "sh",
-        "-c",
         "cd /workspace/repo && find . -type f | sort && cat *.txt",
-    ]);
+    );
     assert!(ok, "{err}");
     out
 }
