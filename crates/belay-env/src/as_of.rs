@@ -318,11 +318,18 @@ const NODE_LTS: &[(u32, &str, &str)] = &[
 /// date it cannot read; past its last line's support, that line (the
 /// newest the table knows).
 pub fn node_major_for_date(at: &str) -> Option<u32> {
+    oldest_supported_from(at, 0)
+}
+
+/// [`node_major_for_date`] among the lines from `from_line` on: `None`
+/// before the first of them entered LTS.
+fn oldest_supported_from(at: &str, from_line: u32) -> Option<u32> {
     let day = at.get(..10)?;
     let _: jiff::civil::Date = day.parse().ok()?;
     // ISO dates of one shape order as their days do.
     NODE_LTS
         .iter()
+        .filter(|(major, _, _)| *major >= from_line)
         .find(|(_, from, until)| *from <= day && day < *until)
         .map(|(major, _, _)| *major)
         .or_else(|| {
@@ -331,9 +338,9 @@ pub fn node_major_for_date(at: &str) -> Option<u32> {
         })
 }
 
-/// The day node 14 entered LTS, where the CI's lines are settled against
-/// the date from (see `apply_node_era`).
-const CI_ERA_FROM: &str = "2020-10-27";
+/// The oldest line the CI's lines are settled against the date from (see
+/// `apply_node_era`): 14, as before the table had older lines.
+const CI_LINES_FROM: u32 = 14;
 
 /// The node a project of `at` was developed on, where that is older than
 /// 18: the newest LTS line then (what a new project of the time took). Its code and
@@ -351,8 +358,9 @@ pub fn old_node_line_for_date(at: &str) -> Option<u32> {
         .iter()
         .rev()
         .find(|(_, from, _)| *from <= day)
-        .map_or(OLDEST_NODE_LINE, |(major, _, _)| *major)
-        .max(OLDEST_NODE_LINE);
+        .map_or(OLDEST_NODE_LINE, |(major, _, _)| {
+            (*major).max(OLDEST_NODE_LINE)
+        });
     (line < 18).then_some(line)
 }
 
@@ -380,9 +388,7 @@ fn apply_node_era(n: &mut crate::analyze::NodeFacts) {
         let ci_era = n
             .resolve_as_of
             .as_ref()
-            .filter(|a| a.at.as_str() >= CI_ERA_FROM)
-            .and(era)
-            .map(|e| e.max(14));
+            .and_then(|a| oldest_supported_from(&a.at, CI_LINES_FROM));
         settle_ci_lines(n, ci_era);
         return;
     }
@@ -770,11 +776,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pkg = dir.path().join("PKG-INFO");
         fs_err::write(&pkg, "Metadata-Version: 2.1\nName: x\n").unwrap();
-        let set = |secs: i64| {
-            let f = std::fs::File::options().write(true).open(&pkg).unwrap();
-            f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64))
-                .unwrap();
-        };
+        let set = |secs: i64| set_mtime(&pkg, secs as u64);
         set(1_701_382_485); // 2023-11-30T22:14:45Z
         let d = sdist_date(dir.path()).unwrap();
         assert_eq!(d.at, "2023-11-30T22:14:45Z");
@@ -786,16 +788,18 @@ mod tests {
         assert_eq!(sdist_date(dir.path()), None);
     }
 
+    fn set_mtime(path: &Path, secs: u64) {
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+            .unwrap();
+    }
+
     #[test]
     fn an_npm_tarball_dates_itself_unless_npm_fixed_its_time() {
         let dir = tempfile::tempdir().unwrap();
         let pkg = dir.path().join("package.json");
         fs_err::write(&pkg, "{}").unwrap();
-        let set = |secs: u64| {
-            let f = std::fs::File::options().write(true).open(&pkg).unwrap();
-            f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
-                .unwrap();
-        };
+        let set = |secs: u64| set_mtime(&pkg, secs);
         set(1_434_758_400); // body 5.1.0's files: 2015-06-20
         let d = package_json_date(dir.path()).unwrap();
         assert_eq!(d.at, "2015-06-20T00:00:00Z");

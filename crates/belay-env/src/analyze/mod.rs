@@ -212,6 +212,15 @@ fn colours_itself(f: &Files, snapshot: &str) -> bool {
 }
 
 impl NodeFacts {
+    /// Whether the project's lockfile is npm's (`package-lock.json`,
+    /// `npm-shrinkwrap.json`).
+    pub fn has_npm_lockfile(&self) -> bool {
+        matches!(
+            self.lockfile.as_deref(),
+            Some("package-lock.json" | "npm-shrinkwrap.json")
+        )
+    }
+
     /// The line to install where the CI's lines settle the node and none
     /// of them runs.
     pub fn ci_line(&self) -> Option<u32> {
@@ -623,12 +632,17 @@ fn node(
     {
         n.lockfile_pnpm_major = lock_text.as_deref().and_then(pnpm_major_of_lockfile);
     }
-    if matches!(lock, Some("package-lock.json" | "npm-shrinkwrap.json")) {
+    if n.has_npm_lockfile() {
+        // Only the one key: a lockfile can be megabytes.
+        #[derive(serde::Deserialize)]
+        struct Lock {
+            #[serde(rename = "lockfileVersion")]
+            version: Option<u32>,
+        }
         n.npm_lockfile_version = lock_text
             .as_deref()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
-            .and_then(|v| v.get("lockfileVersion")?.as_u64())
-            .and_then(|v| u32::try_from(v).ok());
+            .and_then(|t| serde_json::from_str::<Lock>(t).ok())
+            .and_then(|l| l.version);
     }
     n.engines_node = pkg
         .pointer("/engines/node")

@@ -383,12 +383,7 @@ fn render(
         "lockfile-stale" => {
             // npm 6's crash names no lockfile: a lockfile of npm's only.
             let whole = caps.get(0).map_or("", |m| m.as_str());
-            let npm_lock = ctx.node.as_ref().is_some_and(|n| {
-                matches!(
-                    n.lockfile.as_deref(),
-                    Some("package-lock.json" | "npm-shrinkwrap.json")
-                )
-            });
+            let npm_lock = ctx.node.as_ref().is_some_and(|n| n.has_npm_lockfile());
             if whole.starts_with("npm ERR! Cannot read property") && !npm_lock {
                 return None;
             }
