@@ -86,22 +86,31 @@ fn is_git_url(s: &str) -> bool {
     s.contains("://") || (s.starts_with("git@") && s.contains(':'))
 }
 
-/// Project names double as run-id and image-name parts.
+/// Project names double as run-id and image-name parts: at most 40
+/// characters, starting and ending with a letter or digit, and between
+/// those only what Docker's reference grammar allows there (a run of `-`
+/// and `_`, which the image name writes as `-`, or one `.`): a source named
+/// `pkg_1.2+dfsg-1.orig` must not make `belay-pkg-1.2-dfsg-1.-…`, which the
+/// engine refuses ("invalid reference format").
 fn project_name(raw: &str) -> String {
-    let n: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
+    let mut n = String::new();
+    let mut gap = String::new();
+    for c in raw.chars() {
+        if c.is_ascii_alphanumeric() {
+            if !n.is_empty() && !gap.is_empty() {
+                let dotted = gap.contains('.');
+                n.push_str(if gap == "." || !dotted { &gap } else { "-" });
             }
-        })
-        .collect();
-    let n = n
-        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
-        .to_string();
+            gap.clear();
+            n.push(c.to_ascii_lowercase());
+        } else {
+            gap.push(if c == '-' || c == '.' { c } else { '_' });
+        }
+    }
     let mut n: String = n.chars().take(40).collect();
+    while n.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        n.pop();
+    }
     if n.is_empty() {
         n.push_str("project");
     }
@@ -1101,10 +1110,55 @@ mod tests {
         assert_eq!(run_id_for("batch", "six-1.16.0"), "batch-six-1.16.0");
     }
 
+    /// Docker's grammar for a repository path component, which the image
+    /// prefix `belay-<name>` is (its `_` written `-`).
+    fn docker_component(name: &str) -> bool {
+        regex::Regex::new(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+            .unwrap()
+            .is_match(name)
+    }
+
+    #[test]
+    fn a_project_name_makes_an_image_name_the_engine_takes() {
+        for (raw, name) in [
+            // A Debian source's version: `+` and `~` in it, and a cut at 40
+            // that ended in `.` ("invalid reference format" from the engine).
+            (
+                "node-webassemblyjs-1.11.4+dfsg+~cs10.11.17-2",
+                "node-webassemblyjs-1.11.4_dfsg__cs10.11",
+            ),
+            (
+                "node-webassemblyjs-1.11.4-dfsg--cs10.11.17-2",
+                "node-webassemblyjs-1.11.4-dfsg--cs10.11",
+            ),
+            ("node-chance-2.2.6+dfsg-6", "node-chance-2.2.6_dfsg-6"),
+            ("pkg_1.2.-x", "pkg_1.2-x"),
+            ("a..b", "a-b"),
+            ("owner__repo", "owner__repo"),
+            ("six-1.16.0", "six-1.16.0"),
+            ("..", "project"),
+        ] {
+            let n = project_name(raw);
+            assert_eq!(n, name, "{raw}");
+            assert!(
+                docker_component(&format!("belay-{}", n.replace('_', "-"))),
+                "{n}"
+            );
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn never_panics(text in "(.{0,40}\n){0,6}") {
             let _ = parse_projects(&text, Path::new("/tmp/p.txt"));
+        }
+
+        #[test]
+        fn every_project_name_is_a_docker_name(raw in ".{0,80}") {
+            let n = project_name(&raw);
+            proptest::prop_assert!(n.len() <= 40);
+            proptest::prop_assert!(docker_component(&format!("belay-{}", n.replace('_', "-"))), "{:?} -> {:?}", raw, n);
+            proptest::prop_assert!(belay_record::run_id::validate(&run_id_for("batch", &n)).is_ok());
         }
     }
 }
