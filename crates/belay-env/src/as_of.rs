@@ -299,6 +299,7 @@ pub const NEWEST_NODE_MAJOR: u32 = 26;
 /// Node's long-term-support lines: the major, the day it entered LTS, the
 /// day its support ended.
 const NODE_LTS: &[(u32, &str, &str)] = &[
+    (4, "2015-10-12", "2018-04-30"),
     (6, "2016-10-18", "2019-04-30"),
     (8, "2017-10-31", "2019-12-31"),
     (10, "2018-10-30", "2021-04-30"),
@@ -604,9 +605,10 @@ mod tests {
         assert_eq!(node_major_for_date("2022-11-01T00:00:00Z"), Some(14));
         // Before 18's LTS, the date's newest LTS line, exactly.
         for (at, line) in [
-            ("2014-07-24T22:26:00Z", Some(10)),
-            ("2017-07-13T00:00:00Z", Some(10)),
-            ("2018-05-17T00:00:00Z", Some(10)),
+            ("2014-07-24T22:26:00Z", Some(4)),
+            ("2015-10-12T00:00:00Z", Some(4)),
+            ("2017-07-13T00:00:00Z", Some(6)),
+            ("2018-05-17T00:00:00Z", Some(8)),
             ("2019-04-09T22:28:21Z", Some(10)),
             ("2021-12-19T00:00:00Z", Some(16)),
             ("2022-10-25T00:00:00Z", None),

@@ -145,6 +145,14 @@ pub fn final_env(blocks: &[Block]) -> Vec<String> {
     }) {
         env.push("FORCE_COLOR=1".to_string());
     }
+    // yarn 2+'s linker, as the install used it (`plan::YARN_NODE_MODULES`).
+    if blocks.iter().any(|b| {
+        b.script
+            .lines()
+            .any(|l| l.trim() == crate::plan::YARN_NODE_MODULES)
+    }) {
+        env.push("YARN_NODE_LINKER=node-modules".to_string());
+    }
     // corepack's shims run the release it keeps under COREPACK_HOME: the
     // image's own, not `$HOME/.cache` (a sandbox's HOME is a fresh tmpfs).
     if blocks

@@ -896,12 +896,13 @@ const NPM_SKIP_SCRIPTS: &str = "/etc/belay/npm-skip-scripts";
 /// The names of the installed packages (not the project) with an install
 /// script, but those in [`NPM_SKIP_SCRIPTS`], from `npm query`'s JSON (npm
 /// reads the tree npm, yarn classic and pnpm lay out alike).
-const NPM_SCRIPTED_BUT_SKIPPED: &str = r#"const fs=require("fs");const skip=new Set(fs.readFileSync("/etc/belay/npm-skip-scripts","utf8").split(/\s+/).filter(Boolean));const q=JSON.parse(fs.readFileSync(0,"utf8"));console.log([...new Set(q.filter(p=>p.location&&!skip.has(p.name)).map(p=>p.name))].join(" "))"#;
+const NPM_SCRIPTED_BUT_SKIPPED: &str = r#""use strict";const fs=require("fs");const skip=new Set(fs.readFileSync("/etc/belay/npm-skip-scripts","utf8").split(/\s+/).filter(Boolean));const q=JSON.parse(fs.readFileSync("/dev/stdin","utf8"));console.log(Array.from(new Set(q.filter(p=>p.location&&!skip.has(p.name)).map(p=>p.name))).join(" "))"#;
 
 /// What `npm query` of the scripted packages prints, for an npm without
-/// `query` (before 8.16: npm 6 and 7, on node lines older than 14): every
-/// package in the nested `node_modules` tree with an install script.
-const NPM_SCRIPTED_WALK: &str = r#"const fs=require("fs"),p=require("path");const out=[];const walk=d=>{let es=[];try{es=fs.readdirSync(d)}catch(e){return}for(const e of es){if(e.startsWith("."))continue;const x=p.join(d,e);if(e.startsWith("@")){walk(x);continue}try{const j=JSON.parse(fs.readFileSync(p.join(x,"package.json"),"utf8"));const s=j.scripts||{};if(s.preinstall||s.install||s.postinstall)out.push({name:j.name,location:x})}catch(e){}walk(p.join(x,"node_modules"))}};walk("node_modules");console.log(JSON.stringify(out))"#;
+/// `query` (before 8.16: npm 5 to 7, on node lines older than 14): every
+/// package in the nested `node_modules` tree with an install script. Both
+/// scripts are ES2015 as node 4 runs it: strict, no spread, no fd 0.
+const NPM_SCRIPTED_WALK: &str = r#""use strict";const fs=require("fs"),p=require("path");const out=[];const walk=d=>{let es=[];try{es=fs.readdirSync(d)}catch(e){return}for(let e of es){if(e.startsWith("."))continue;const x=p.join(d,e);if(e.startsWith("@")){walk(x);continue}try{const j=JSON.parse(fs.readFileSync(p.join(x,"package.json"),"utf8"));const s=j.scripts||{};if(s.preinstall||s.install||s.postinstall)out.push({name:j.name,location:x})}catch(e){}walk(p.join(x,"node_modules"))}};walk("node_modules");console.log(JSON.stringify(out))"#;
 
 /// The same for pnpm's tree, where `npm query` sees only the direct
 /// dependencies: every package under `node_modules/.pnpm` with an install
@@ -941,6 +942,13 @@ fn install_skipping_scripts(cmd: &str, pnpm: bool) -> String {
 /// Yarn runs one at a time on a cache, through its own file mutex beside it
 /// (`/tmp` when the build has no shared cache).
 const YARN_MUTEX: &str = "--mutex file:${YARN_CACHE_FOLDER:-/tmp}/.belay-yarn-mutex";
+
+/// yarn 2 and later link a `node_modules` tree instead of Plug'n'Play,
+/// which the project's tools and the final image's PATH look for: at the
+/// install and in the final image's `ENV`, where every later `yarn run`
+/// (`yarn test`) reads it and would otherwise find the project "not
+/// installed" for want of a `.pnp.cjs`.
+pub const YARN_NODE_MODULES: &str = "export YARN_NODE_LINKER=node-modules";
 
 /// Where corepack keeps the releases it installs: in the image (the final
 /// image's `ENV` names it), not under a `HOME` a sandbox replaces.
@@ -990,7 +998,9 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
                 16.. => "8",
                 14 | 15 => "7",
                 12 | 13 => "6",
-                _ => "5",
+                10 | 11 => "5",
+                8 | 9 => "3",
+                _ => "2",
             },
         ),
         _ => return vec![],
@@ -1065,11 +1075,14 @@ const NODE_MAJOR_CHECK: &str = r#""$(node -p 'process.versions.node.split(".")[0
 /// The npm that runs on node `line` where Debian's npm 9 does not, or
 /// where it would build addons with Debian's node-gyp (see `node_part`):
 /// the newest whose `engines.node` admits the line's last release, but for
-/// node 10 and 11 npm 6, the npm they shipped with. None from 18 on:
+/// node 6 to 11 npm 6, the npm 10 and 11 shipped with, and for 4 and 5 npm
+/// 5, on which npm 6 does not start. None from 18 on:
 /// the npm there runs on it (npm 10 only warns on 19).
 fn npm_for_line(line: u32) -> Option<u32> {
     match line {
-        ..=11 => Some(6),
+        // npm 6 does not start on node 4 (`let` outside strict mode).
+        ..=5 => Some(5),
+        6..=11 => Some(6),
         12 | 17 => Some(8),
         13 | 15 => Some(7),
         14 | 16 => Some(9),
@@ -1235,6 +1248,13 @@ fn npm_for_node(n: &crate::analyze::NodeFacts) -> Option<u32> {
     }
 }
 
+/// Whether the project's npm is npm 5 or 6 (node lines older than 12),
+/// which as root runs no install script unless told to (`unsafe-perm`)
+/// and installs no peer dependencies.
+fn old_npm(n: &crate::analyze::NodeFacts) -> bool {
+    npm_for_node(n).is_some_and(|v| v <= 6)
+}
+
 /// The CI's lines as a `case` pattern: `20|22|24`.
 fn ci_lines_pattern(n: &crate::analyze::NodeFacts) -> String {
     n.ci_node_lines
@@ -1324,9 +1344,9 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         ));
     }
     p.runtime.extend(node_install(n));
-    if npm_for_node(n) == Some(6) {
-        // npm 6 as root runs no package's scripts ("cannot run in wd")
-        // unless told it may: the project's own install script among them.
+    if old_npm(n) {
+        // npm 5 and 6 as root run no package's scripts ("cannot run in wd")
+        // unless told they may: the project's own install script among them.
         p.runtime.push("npm config -g set unsafe-perm true".into());
     }
     if n.native_addons {
@@ -1363,11 +1383,11 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     if n.has_dependencies || n.lockfile.is_some() || n.native_addons {
         let install: String = match (n.package_manager.as_str(), n.lockfile.is_some()) {
             // Plug'n'Play makes no node_modules, which the project's tools
-            // and the final image's PATH look for.
+            // and the final image's PATH look for ([`YARN_NODE_MODULES`]).
             ("yarn", true) if n.yarn_berry => {
-                "YARN_NODE_LINKER=node-modules yarn install --immutable".into()
+                format!("{YARN_NODE_MODULES}\nyarn install --immutable")
             }
-            ("yarn", false) if n.yarn_berry => "YARN_NODE_LINKER=node-modules yarn install".into(),
+            ("yarn", false) if n.yarn_berry => format!("{YARN_NODE_MODULES}\nyarn install"),
             ("yarn", true) => install_skipping_scripts(
                 &format!(
                     "yarn install {} --non-interactive {YARN_MUTEX}",
@@ -1417,7 +1437,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         p.deps_validation.push(match n.package_manager.as_str() {
             // npm 6 installs no peer dependencies and `ls` fails on each one
             // missing: only a missing or invalid dependency fails here.
-            "npm" if npm_for_node(n) == Some(6) => {
+            "npm" if old_npm(n) => {
                 "npm ls --depth=0 >/dev/null 2>&1 || ! npm ls --depth=0 2>&1 | grep -E 'ERR! (missing|invalid):'".into()
             }
             "npm" => "npm ls --depth=0 >/dev/null".into(),
@@ -1575,6 +1595,13 @@ mod tests {
         assert!(node_install(&n(Some(12), None))
             .unwrap()
             .ends_with("node@12 npm@8 && hash -r; }"));
+        // npm 6 does not start on node 4: npm 5 does, and installs today.
+        assert!(node_install(&n(Some(4), None))
+            .unwrap()
+            .ends_with("node@4 npm@5 && hash -r; }"));
+        assert!(node_install(&n(Some(8), None))
+            .unwrap()
+            .ends_with("node@8 npm@6 && hash -r; }"));
         // From 18 on, the npm there runs on it.
         assert!(node_install(&n(Some(22), Some(22))).unwrap().ends_with(
             "-eq 22 ] || { npm install -g --no-audit --no-fund --force node@22 && hash -r; }"
@@ -1840,6 +1867,80 @@ mod tests {
                 && then.ends_with(&format!("{plain}; }}")),
             "{then}"
         );
+    }
+
+    #[test]
+    fn yarn_berry_links_node_modules_at_the_install_and_in_the_image() {
+        for lockfile in [Some("yarn.lock".to_string()), None] {
+            let ctx = RepoContext {
+                languages: vec![crate::analyze::Language::Node],
+                node: Some(NodeFacts {
+                    package_manager: "yarn".into(),
+                    yarn_berry: true,
+                    lockfile: lockfile.clone(),
+                    has_dependencies: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let notes = RuntimeNotes {
+                package_manager: Some("apt".into()),
+                ..Default::default()
+            };
+            let blocks = plan_rules(&ctx, &notes).unwrap();
+            let deps = blocks
+                .iter()
+                .find(|b| b.script.contains("yarn install"))
+                .expect("a block installs with yarn");
+            let at = |needle: &str| deps.script.find(needle).unwrap();
+            assert!(
+                at(super::YARN_NODE_MODULES) < at("yarn install"),
+                "{lockfile:?}: {}",
+                deps.script
+            );
+            assert!(crate::dockerfile::final_env(&blocks)
+                .contains(&"YARN_NODE_LINKER=node-modules".to_string()));
+        }
+    }
+
+    #[test]
+    fn npm_5_and_6_may_run_scripts_as_root_and_miss_peer_dependencies() {
+        let plan = |line: u32| {
+            let ctx = RepoContext {
+                languages: vec![crate::analyze::Language::Node],
+                node: Some(NodeFacts {
+                    package_manager: "npm".into(),
+                    node_line: Some(line),
+                    has_dependencies: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let notes = RuntimeNotes {
+                package_manager: Some("apt".into()),
+                ..Default::default()
+            };
+            let blocks = plan_rules(&ctx, &notes).unwrap();
+            blocks
+                .iter()
+                .flat_map(|b| [b.script.as_str(), b.validation_command.as_str()])
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for line in [4, 8, 10] {
+            let all = plan(line);
+            assert!(
+                all.contains("npm config -g set unsafe-perm true"),
+                "{line}: {all}"
+            );
+            assert!(
+                all.contains("grep -E 'ERR! (missing|invalid):'"),
+                "{line}: {all}"
+            );
+        }
+        let all = plan(12);
+        assert!(!all.contains("unsafe-perm"), "{all}");
+        assert!(!all.contains("ERR! (missing"), "{all}");
     }
 
     #[test]

@@ -793,10 +793,11 @@ fn names_a_native_build_helper(lock: &str) -> bool {
 }
 
 /// The oldest node line belay installs for a project that names one: the
-/// npm registry's `node` package and an npm that runs on it go back this
-/// far. A project that names an older one gets the distribution's node,
-/// as one that names none does.
-pub const OLDEST_NODE_LINE: u32 = 10;
+/// npm registry's `node` package goes back further, but npm 5 (node 4's)
+/// is the oldest npm that installs from a registry of today, and node 4
+/// the oldest LTS line. A project that names an older one gets the
+/// distribution's node, as one that names none does.
+pub const OLDEST_NODE_LINE: u32 = 4;
 
 /// The node line a project names (see [`NodeFacts::node_line`]): its pin's
 /// major, else the newest major its `engines.node` admits when the range
@@ -1022,10 +1023,12 @@ mod tests {
         assert_eq!(line(None, Some(">=10")), None);
         assert_eq!(line(None, Some("^18.17.0 || >=20.5.0")), None);
         // A pin engines.node excludes is no line; nor is a line older than
-        // any node and npm the registry's packages give.
+        // node 4, whose npm 5 is the oldest that installs today.
         assert_eq!(line(Some("16"), Some(">=18")), None);
-        assert_eq!(line(Some("8"), None), None);
+        assert_eq!(line(Some("8"), None), Some(8));
+        assert_eq!(line(Some("lts/argon"), None), Some(4));
         assert_eq!(line(None, Some("0.10.x")), None);
+        assert_eq!(line(Some("0.12"), None), None);
         // Read from the files: `.nvmrc` below Debian's node is now a line.
         let n = node_facts(&[("package.json", "{}"), (".nvmrc", "lts/gallium\n")]);
         assert_eq!((n.node_line, n.required_major), (Some(16), None));

@@ -48,7 +48,7 @@ pub const RULES: &[Rule] = &[
         hint: "a package's install script downloads from a host this network refuses: install without that package's scripts, and run every other package's",
     },
     Rule {
-        // npm 6 (node 10 and 11) names the script's package in its banner.
+        // npm 5 and 6 (node 4 to 11) name the script's package in a banner.
         id: "npm6-install-script-download",
         pattern: r"\n> \S+ (?:preinstall|install|postinstall) /workspace/repo/(?:[\w.@/-]+/)?node_modules/((?:@[A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+)[ \t]*\n(?:[^\n]*\n){0,40}?[^\n]*(?:ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ENETUNREACH|ETIMEDOUT|ECONNRESET|self[- ]signed certificate|unable to get local issuer certificate|socket hang up)",
         fix: "mkdir -p /etc/belay && echo '{1}' >> /etc/belay/npm-skip-scripts",

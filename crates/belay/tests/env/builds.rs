@@ -230,6 +230,28 @@ fn a_pinned_node_and_pnpm_build_and_its_tests_pass() {
     assert!(log.contains("belay: pnpm 9.2.0 from corepack"), "{log}");
 }
 
+/// A yarn berry project (a `__metadata` lockfile, `packageManager`
+/// yarn 4, no `.yarnrc.yml`, so Plug'n'Play by default): yarn at the pinned
+/// version from its npm package, a `node_modules` tree, and the final image
+/// keeps the linker, so that `yarn test` there finds the project installed
+/// (without it yarn says the project "doesn't seem to have been installed").
+#[test]
+fn a_yarn_berry_project_builds_and_yarn_test_passes_in_the_image() {
+    let run = run_id("berry");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-yarn-berry", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(&m, "yarn --version", "4.18.1");
+    project_tests_pass(&m, "echo $YARN_NODE_LINKER", "node-modules");
+    project_tests_pass(
+        &m,
+        "test -f node_modules/is-number/package.json && test ! -e .pnp.cjs && echo linked",
+        "linked",
+    );
+    project_tests_pass(&m, "yarn test 2>&1", "berry tests pass");
+}
+
 /// A native addon of the project's own: the plan installs node-gyp's
 /// toolchain and Debian's node headers, so that it compiles at install with
 /// no way to nodejs.org, and the final image runs its tests.

@@ -542,6 +542,50 @@ fn a_project_dated_before_node_18_runs_on_its_dates_line() {
     project_tests_pass(&m, "node -p \"require('is-number')(5)\"", "true");
 }
 
+/// A project dated before node 6's LTS (2015) runs on node 4, the oldest
+/// line belay installs, with npm 5: npm 6 does not start there. npm 5 as
+/// root runs install scripts only with `unsafe-perm`, and the scripts that
+/// list the scripted packages for a skipped download run on node 4 too.
+#[test]
+fn a_project_dated_2015_runs_on_node_4_with_npm_5() {
+    let run = run_id("nodeera4");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let (_src, repo) = node_npm_with("\"node\": \">=18\"", "\"npm\": \"*\"");
+    std::fs::remove_file(repo.join("package-lock.json")).unwrap();
+    commit_dated(&repo, "2015-06-20T04:31:32Z");
+    let m = build_ok(&repo, &run, state.path());
+    let node = &context(state.path(), &run)["node"];
+    assert_eq!(node["node_line"], 4, "{node}");
+    let runtime = script(state.path(), &run, "20-node-runtime");
+    assert!(runtime.contains("node@4 npm@5"), "{runtime}");
+    assert!(
+        runtime.contains("npm config -g set unsafe-perm true"),
+        "{runtime}"
+    );
+    project_tests_pass(&m, "node --version", "v4.");
+    project_tests_pass(&m, "npm --version", "5.");
+    project_tests_pass(&m, "npm config get unsafe-perm", "true");
+    project_tests_pass(&m, "node -p \"require('is-number')(5)\"", "true");
+    // The two `node -e` scripts of the skipped-scripts install, as written
+    // into the deps block, run on this node: the walk, then the filter.
+    let deps = script(state.path(), &run, "30-node-deps");
+    let scripts: Vec<&str> = deps
+        .split("node -e '")
+        .skip(1)
+        .filter_map(|s| s.split('\'').next())
+        .collect();
+    assert!(scripts.len() >= 2, "{deps}");
+    project_tests_pass(
+        &m,
+        &format!(
+            "mkdir -p /etc/belay && echo none > /etc/belay/npm-skip-scripts && node -e '{}' | node -e '{}' && echo walked",
+            scripts[0], scripts[1]
+        ),
+        "walked",
+    );
+}
+
 /// A dependency whose postinstall downloads a tool from a host of its own
 /// (here one that does not exist): the repair names that package, the
 /// install runs again without its scripts, every other package's scripts
