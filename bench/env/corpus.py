@@ -2,7 +2,9 @@
 """belay env build-projects over a corpus of real open-source projects.
 
 Fetches each project of corpus.txt (PyPI source archives with `pip download`,
-crates with `cargo fetch`, so no registry address is written here), writes a
+crates with `cargo fetch`, npm tarballs with `npm pack`, Debian source packages'
+orig tarballs from the mirror apt's sources name, so no registry address is
+written here), writes a
 projects file and an oracle per project, then:
 
   1. a cold batch build (no cache reuse), --jobs N, rules planner, full mode;
@@ -33,7 +35,9 @@ import argparse
 import concurrent.futures
 import datetime
 import glob
+import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -42,6 +46,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -156,11 +161,122 @@ def fetch_npm(item, dest, cache):
     registry = datetime.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
     if datetime.datetime(2009, 1, 1, tzinfo=datetime.timezone.utc).timestamp() <= newest < registry:
         when = datetime.datetime.fromtimestamp(newest, datetime.timezone.utc).isoformat()
+    commit_dated(dest, when, spec)
+
+
+def debian_mirror():
+    """The Debian mirror apt here uses (its sources' `URIs:` or `deb` lines),
+    so that no host is written here."""
+    for f in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")) + ["/etc/apt/sources.list"]:
+        try:
+            text = open(f).read()
+        except OSError:
+            continue
+        for m in re.finditer(r"^(?:URIs:\s*|deb\s+(?:\[[^]]*\]\s+)?)(\S+)", text, re.M):
+            if m.group(1).rstrip("/").endswith("/debian"):
+                return m.group(1).rstrip("/")
+    raise SystemExit("no Debian mirror in apt's sources: a `deb` corpus line needs one")
+
+
+_debian_sources = {}
+_debian_lock = threading.Lock()
+
+
+def debian_sources(cache, suite):
+    """The suite's source index (`Sources`), fetched once into the cache,
+    as its stanzas (the fetches run four at a time)."""
+    with _debian_lock:
+        if suite not in _debian_sources:
+            path = os.path.join(cache, "deb", f"Sources-{suite}")
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                url = f"{debian_mirror()}/dists/{suite}/main/source/Sources.xz"
+                data = subprocess.run(["curl", "-fsSL", "--retry", "3", url], capture_output=True, check=True).stdout
+                with open(path + ".tmp", "wb") as f:
+                    f.write(lzma.decompress(data))
+                os.rename(path + ".tmp", path)
+            _debian_sources[suite] = open(path, encoding="utf-8", errors="replace").read().split("\n\n")
+        return _debian_sources[suite]
+
+
+def fetch_deb(item, dest, cache):
+    """A Debian source package's main orig tarball: for the JavaScript team's
+    packages, the upstream tag's tree as its code host packs it (lockfile,
+    CI files and tests kept, as a checkout has them; the extra `orig-NAME`
+    tarballs of bundled modules are left out). Made a git checkout whose one
+    commit is dated by the tarball's newest file: a code host's archive
+    stamps every file with the tagged commit's time."""
+    stanza = None
+    for suite in ("trixie", "bookworm", "sid"):
+        for s in debian_sources(cache, suite):
+            if re.search(rf"^Package: {re.escape(item['name'])}$", s, re.M) and \
+                    re.search(rf"^Version: {re.escape(item['version'])}$", s, re.M):
+                stanza = s
+                break
+        if stanza:
+            break
+    if stanza is None:
+        raise SystemExit(f"Debian source {item['name']} {item['version']} is in none of trixie, bookworm, sid")
+    directory = re.search(r"^Directory: (\S+)$", stanza, re.M).group(1)
+    sums = re.search(r"^Checksums-Sha256:\n((?: .*\n?)+)", stanza, re.M).group(1)
+    upstream = item["version"].split(":")[-1].rsplit("-", 1)[0]
+    orig = [(h, f) for h, _, f in (l.split() for l in sums.strip().splitlines())
+            if re.fullmatch(rf"{re.escape(item['name'])}_{re.escape(upstream)}\.orig\.tar\.\w+", f)]
+    if len(orig) != 1:
+        raise SystemExit(f"Debian source {item['name']} {item['version']}: no one main orig tarball in {sums!r}")
+    digest, fname = orig[0]
+    d = os.path.join(cache, "deb")
+    os.makedirs(d, exist_ok=True)
+    tarball = os.path.join(d, fname)
+    if not os.path.exists(tarball):
+        data = subprocess.run(["curl", "-fsSL", "--retry", "3", f"{debian_mirror()}/{directory}/{fname}"],
+                              capture_output=True, check=True).stdout
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise SystemExit(f"{fname}: its SHA-256 is not the one the Sources index gives")
+        with open(tarball + ".tmp", "wb") as f:
+            f.write(data)
+        os.rename(tarball + ".tmp", tarball)
+    with tarfile.open(tarball) as t:
+        tops = {n.split("/")[0] for n in t.getnames()}
+        newest = max((m.mtime for m in t.getmembers() if m.isfile()), default=0)
+        tmp = tempfile.mkdtemp(dir=os.path.dirname(dest))
+        t.extractall(tmp, filter="tar")
+    if len(tops) != 1:
+        raise SystemExit(f"{fname} has no one top directory: {sorted(tops)[:5]}")
+    os.rename(os.path.join(tmp, tops.pop()), dest)
+    os.rmdir(tmp)
+    if newest < datetime.datetime(2009, 1, 1, tzinfo=datetime.timezone.utc).timestamp():
+        raise SystemExit(f"{fname}: its files carry no real time ({newest}) to date the checkout by")
+    commit_dated(dest, datetime.datetime.fromtimestamp(newest, datetime.timezone.utc).isoformat(),
+                 f"{item['name']} {item['version']}")
+
+
+def commit_dated(dest, when, message):
+    """`dest` made a git repository of one commit, dated `when`."""
     env = dict(os.environ, GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when, GIT_AUTHOR_NAME="corpus",
                GIT_AUTHOR_EMAIL="corpus@localhost", GIT_COMMITTER_NAME="corpus", GIT_COMMITTER_EMAIL="corpus@localhost")
     git = ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false"]
-    for cmd in (git + ["init", "-q"], git + ["add", "-A", "-f"], git + ["commit", "-q", "-m", spec]):
+    for cmd in (git + ["init", "-q"], git + ["add", "-A", "-f"], git + ["commit", "-q", "-m", message]):
         subprocess.run(cmd, cwd=dest, env=env, check=True, capture_output=True)
+
+
+def batch_name(raw):
+    """The name `belay env build-projects` gives a project directory (its
+    `project_name`): at most 40 characters, a run of separators holding a
+    `.` written `-` unless it is one `.`, ending in a letter or digit."""
+    out, gap = "", ""
+    for c in raw:
+        if c.isascii() and c.isalnum():
+            if out and gap:
+                out += gap if gap == "." or "." not in gap else "-"
+            gap = ""
+            out += c.lower()
+        else:
+            gap += c if c in "-." else "_"
+    out = out[:40]
+    while out and not out[-1].isalnum():
+        out = out[:-1]
+    return out or "project"
 
 
 def node_test_command(pkg_json):
@@ -182,7 +298,7 @@ def node_test_command(pkg_json):
 def oracle_for(item, dest=None):
     if item.get("oracle"):
         cmd = item["oracle"]
-    elif item["kind"] == "npm":
+    elif item["kind"] in ("npm", "deb"):
         cmd = node_test_command(os.path.join(dest, "package.json")) + " 2>&1"
     elif item["kind"] == "crate":
         # The crate's analogue of collection: every test target compiles and
@@ -400,9 +516,9 @@ def main():
     os.makedirs(odir)
     def fetch(it):
         name = f"{it['name']}-{it['version']}".lower()
-        name = name.lstrip("@").replace("/", "-")
+        name = re.sub(r"[^a-z0-9._-]", "-", name.lstrip("@").replace("/", "-"))
         dest = os.path.join(src, name)
-        {"crate": fetch_crate, "npm": fetch_npm}.get(it["kind"], fetch_pypi)(it, dest, args.cache)
+        {"crate": fetch_crate, "npm": fetch_npm, "deb": fetch_deb}.get(it["kind"], fetch_pypi)(it, dest, args.cache)
         with open(os.path.join(odir, f"{name}.oracle.json"), "w") as f:
             json.dump(oracle_for(it, dest), f)
         it["project"] = name
@@ -420,7 +536,7 @@ def main():
     BENCH_ENV["BELAY_CACHE_DIR"] = os.path.join(args.work, "belay-cache")
     shutil.rmtree(BENCH_ENV["BELAY_CACHE_DIR"], ignore_errors=True)
     print(f"corpus: {len(items)} projects ({sum(i['kind'] == 'pypi' for i in items)} PyPI, {sum(i['kind'] == 'crate' for i in items)} crates, "
-          f"{sum(i['kind'] == 'npm' for i in items)} npm, {sum(i['native'] for i in items)} native); jobs {args.jobs}; "
+          f"{sum(i['kind'] == 'npm' for i in items)} npm, {sum(i['kind'] == 'deb' for i in items)} Debian sources, {sum(i['native'] for i in items)} native); jobs {args.jobs}; "
           f"cold: --no-cache, package caches emptied", flush=True)
     cold_wall, cold, _ = run_batch(args.belay, projects, os.path.join(args.work, "cold"), odir, f"corpus-{stamp}", args.jobs, ["--no-cache"],
                                    prune=args.prune)
@@ -443,7 +559,7 @@ def main():
     by_name = {p["name"]: p for p in cold["projects"]}
     classes = {}
     for it in items:
-        r = by_name.get(f"./src/{it['project']}") or by_name.get(it["project"])
+        r = by_name.get(f"./src/{it['project']}") or by_name.get(batch_name(it["project"]))
         if r is None:
             continue
         for tag in [it["kind"]] + (it["tags"] or ["plain"]):
