@@ -1869,25 +1869,30 @@ mod tests {
         );
     }
 
+    /// The rules' plan of a node project with these facts, on an apt base.
+    fn node_plan(n: NodeFacts) -> Vec<super::Block> {
+        let ctx = RepoContext {
+            languages: vec![crate::analyze::Language::Node],
+            node: Some(n),
+            ..Default::default()
+        };
+        let notes = RuntimeNotes {
+            package_manager: Some("apt".into()),
+            ..Default::default()
+        };
+        plan_rules(&ctx, &notes).unwrap()
+    }
+
     #[test]
     fn yarn_berry_links_node_modules_at_the_install_and_in_the_image() {
         for lockfile in [Some("yarn.lock".to_string()), None] {
-            let ctx = RepoContext {
-                languages: vec![crate::analyze::Language::Node],
-                node: Some(NodeFacts {
-                    package_manager: "yarn".into(),
-                    yarn_berry: true,
-                    lockfile: lockfile.clone(),
-                    has_dependencies: true,
-                    ..Default::default()
-                }),
+            let blocks = node_plan(NodeFacts {
+                package_manager: "yarn".into(),
+                yarn_berry: true,
+                lockfile: lockfile.clone(),
+                has_dependencies: true,
                 ..Default::default()
-            };
-            let notes = RuntimeNotes {
-                package_manager: Some("apt".into()),
-                ..Default::default()
-            };
-            let blocks = plan_rules(&ctx, &notes).unwrap();
+            });
             let deps = blocks
                 .iter()
                 .find(|b| b.script.contains("yarn install"))
@@ -1906,26 +1911,16 @@ mod tests {
     #[test]
     fn npm_5_and_6_may_run_scripts_as_root_and_miss_peer_dependencies() {
         let plan = |line: u32| {
-            let ctx = RepoContext {
-                languages: vec![crate::analyze::Language::Node],
-                node: Some(NodeFacts {
-                    package_manager: "npm".into(),
-                    node_line: Some(line),
-                    has_dependencies: true,
-                    ..Default::default()
-                }),
+            node_plan(NodeFacts {
+                package_manager: "npm".into(),
+                node_line: Some(line),
+                has_dependencies: true,
                 ..Default::default()
-            };
-            let notes = RuntimeNotes {
-                package_manager: Some("apt".into()),
-                ..Default::default()
-            };
-            let blocks = plan_rules(&ctx, &notes).unwrap();
-            blocks
-                .iter()
-                .flat_map(|b| [b.script.as_str(), b.validation_command.as_str()])
-                .collect::<Vec<_>>()
-                .join("\n")
+            })
+            .iter()
+            .flat_map(|b| [b.script.as_str(), b.validation_command.as_str()])
+            .collect::<Vec<_>>()
+            .join("\n")
         };
         for line in [4, 8, 10] {
             let all = plan(line);
