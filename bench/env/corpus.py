@@ -260,25 +260,6 @@ def commit_dated(dest, when, message):
         subprocess.run(cmd, cwd=dest, env=env, check=True, capture_output=True)
 
 
-def batch_name(raw):
-    """The name `belay env build-projects` gives a project directory (its
-    `project_name`): at most 40 characters, a run of separators holding a
-    `.` written `-` unless it is one `.`, ending in a letter or digit."""
-    out, gap = "", ""
-    for c in raw:
-        if c.isascii() and c.isalnum():
-            if out and gap:
-                out += gap if gap == "." or "." not in gap else "-"
-            gap = ""
-            out += c.lower()
-        else:
-            gap += c if c in "-." else "_"
-    out = out[:40]
-    while out and not out[-1].isalnum():
-        out = out[:-1]
-    return out or "project"
-
-
 def node_test_command(pkg_json):
     """What a developer types to run the package's tests: its package
     manager's `test` (`packageManager`, else the lockfile's manager), as
@@ -556,10 +537,12 @@ def main():
             print(f"  {cls}: " + ", ".join(p["name"] for p in ps))
 
     # Success per class of project (the corpus tags); a project counts in each of its tags.
-    by_name = {p["name"]: p for p in cold["projects"]}
+    # Each result names the directory it was built from (`source`), as the
+    # projects file gave it: `./src/<project>`.
+    by_source = {os.path.basename(p["source"]): p for p in cold["projects"]}
     classes = {}
     for it in items:
-        r = by_name.get(f"./src/{it['project']}") or by_name.get(batch_name(it["project"]))
+        r = by_source.get(it["project"])
         if r is None:
             continue
         for tag in [it["kind"]] + (it["tags"] or ["plain"]):

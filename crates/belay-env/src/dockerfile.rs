@@ -137,20 +137,18 @@ pub fn final_env(blocks: &[Block]) -> Vec<String> {
     if blocks.iter().any(|b| b.script.contains(".venv")) {
         env.push(format!("VIRTUAL_ENV={REPO_DIR}/.venv"));
     }
+    // A line a block's script exports, which the image keeps.
+    let exported = |line: &str| {
+        blocks
+            .iter()
+            .any(|b| b.script.lines().any(|l| l.trim() == line))
+    };
     // Tests recorded on a colour terminal (`plan::COLOUR_TESTS`).
-    if blocks.iter().any(|b| {
-        b.script
-            .lines()
-            .any(|l| l.trim() == crate::plan::COLOUR_TESTS)
-    }) {
+    if exported(crate::plan::COLOUR_TESTS) {
         env.push("FORCE_COLOR=1".to_string());
     }
     // yarn 2+'s linker, as the install used it (`plan::YARN_NODE_MODULES`).
-    if blocks.iter().any(|b| {
-        b.script
-            .lines()
-            .any(|l| l.trim() == crate::plan::YARN_NODE_MODULES)
-    }) {
+    if exported(crate::plan::YARN_NODE_MODULES) {
         env.push("YARN_NODE_LINKER=node-modules".to_string());
     }
     // corepack's shims run the release it keeps under COREPACK_HOME: the

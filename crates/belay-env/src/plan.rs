@@ -1000,7 +1000,8 @@ fn package_manager_lines(n: &crate::analyze::NodeFacts) -> Vec<String> {
                 12 | 13 => "6",
                 10 | 11 => "5",
                 8 | 9 => "3",
-                _ => "2",
+                6 | 7 => "2",
+                _ => "1",
             },
         ),
         _ => return vec![],
@@ -1823,6 +1824,15 @@ mod tests {
             package_manager_lines(&old),
             ["{ pnpm --version 2>/dev/null | grep -qx '7.33.0'; } || npm install -g --no-audit --no-fund pnpm@7.33.0 || npm install -g --no-audit --no-fund pnpm@7 || npm install -g --no-audit --no-fund pnpm@7"]
         );
+        // pnpm 3 needs node 8.15, 2 node 6, 1 node 4 (their engines).
+        for (line, pnpm) in [(8, "3"), (6, "2"), (4, "1")] {
+            let mut old = n("pnpm", None, false);
+            old.node_line = Some(line);
+            assert!(
+                package_manager_lines(&old)[0].ends_with(&format!("pnpm@{pnpm}")),
+                "{line}"
+            );
+        }
         let mut old = n("yarn", None, true);
         old.node_line = Some(12);
         assert!(package_manager_lines(&old)[0].ends_with("@yarnpkg/cli-dist@3"));
