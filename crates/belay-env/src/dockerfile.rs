@@ -151,10 +151,6 @@ pub fn final_env(blocks: &[Block]) -> Vec<String> {
     if exported(crate::plan::YARN_NODE_MODULES) {
         env.push("YARN_NODE_LINKER=node-modules".to_string());
     }
-    // yarn 2+'s Plug'n'Play archives, in the project (`plan::YARN_PNP`).
-    if exported(crate::plan::YARN_PNP) {
-        env.push("YARN_ENABLE_GLOBAL_CACHE=false".to_string());
-    }
     // corepack's shims run the release it keeps under COREPACK_HOME: the
     // image's own, not `$HOME/.cache` (a sandbox's HOME is a fresh tmpfs).
     if blocks

@@ -943,21 +943,12 @@ fn install_skipping_scripts(cmd: &str, pnpm: bool) -> String {
 /// (`/tmp` when the build has no shared cache).
 const YARN_MUTEX: &str = "--mutex file:${YARN_CACHE_FOLDER:-/tmp}/.belay-yarn-mutex";
 
-/// yarn 2 and later, where the project names a linker other than
-/// Plug'n'Play (`node-modules`, or `pnpm`, whose symlinked store the final
-/// image's layers need not keep), link a `node_modules` tree: at the install
-/// and in the final image's `ENV`, where every later `yarn run` (`yarn
-/// test`) reads it and would otherwise find the project "not installed" for
-/// want of a `.pnp.cjs`.
+/// yarn 2 and later link a `node_modules` tree instead of Plug'n'Play,
+/// which the project's tools and the final image's PATH look for: at the
+/// install and in the final image's `ENV`, where every later `yarn run`
+/// (`yarn test`) reads it and would otherwise find the project "not
+/// installed" for want of a `.pnp.cjs`.
 pub const YARN_NODE_MODULES: &str = "export YARN_NODE_LINKER=node-modules";
-
-/// yarn 2 and later with Plug'n'Play (the project's own, or yarn's default)
-/// run from the zip archives `.pnp.cjs` names, so those must be in the
-/// image: in the project's `.yarn/cache`, not in yarn's global cache under
-/// `HOME` (a sandbox's is a fresh tmpfs) nor in belay's shared package cache
-/// (`YARN_CACHE_FOLDER`, mounted at build time only). The final image's
-/// `ENV` keeps the setting, so that a `yarn install` there finds them.
-pub const YARN_PNP: &str = "unset YARN_CACHE_FOLDER; export YARN_ENABLE_GLOBAL_CACHE=false";
 
 /// Where corepack keeps the releases it installs: in the image (the final
 /// image's `ENV` names it), not under a `HOME` a sandbox replaces.
@@ -1392,10 +1383,8 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     // A native addon of the project's own compiles in its install script.
     if n.has_dependencies || n.lockfile.is_some() || n.native_addons {
         let install: String = match (n.package_manager.as_str(), n.lockfile.is_some()) {
-            // Plug'n'Play, the project's own linker ([`YARN_PNP`]).
-            ("yarn", true) if n.yarn_pnp => format!("{YARN_PNP}\nyarn install --immutable"),
-            ("yarn", false) if n.yarn_pnp => format!("{YARN_PNP}\nyarn install"),
-            // Any other linker links a node_modules tree ([`YARN_NODE_MODULES`]).
+            // Plug'n'Play makes no node_modules, which the project's tools
+            // and the final image's PATH look for ([`YARN_NODE_MODULES`]).
             ("yarn", true) if n.yarn_berry => {
                 format!("{YARN_NODE_MODULES}\nyarn install --immutable")
             }
@@ -1453,23 +1442,14 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
                 "npm ls --depth=0 >/dev/null 2>&1 || ! npm ls --depth=0 2>&1 | grep -E 'ERR! (missing|invalid):'".into()
             }
             "npm" => "npm ls --depth=0 >/dev/null".into(),
-            // yarn 2's map is `.pnp.js`, 3 and later's `.pnp.cjs`.
-            _ if n.yarn_pnp => "test -f .pnp.cjs || test -f .pnp.js".into(),
             _ => "test -d node_modules".into(),
         });
     }
     for runner in ["jest", "mocha", "vitest", "ava"] {
         if ctx.test_frameworks.iter().any(|f| f == runner) {
-            if n.yarn_pnp {
-                // No `node_modules/.bin`: yarn runs a dependency's binary.
-                p.test.push(format!("yarn {runner} --version"));
-                p.test_validation
-                    .push(format!("yarn bin {runner} >/dev/null"));
-            } else {
-                p.test.push(format!("node_modules/.bin/{runner} --version"));
-                p.test_validation
-                    .push(format!("test -x node_modules/.bin/{runner}"));
-            }
+            p.test.push(format!("node_modules/.bin/{runner} --version"));
+            p.test_validation
+                .push(format!("test -x node_modules/.bin/{runner}"));
         }
     }
     p
@@ -1936,29 +1916,6 @@ mod tests {
             assert!(crate::dockerfile::final_env(&blocks)
                 .contains(&"YARN_NODE_LINKER=node-modules".to_string()));
         }
-    }
-
-    #[test]
-    fn yarn_plug_n_play_keeps_its_archives_in_the_project_and_image() {
-        let blocks = node_plan(NodeFacts {
-            package_manager: "yarn".into(),
-            yarn_berry: true,
-            yarn_pnp: true,
-            lockfile: Some("yarn.lock".into()),
-            has_dependencies: true,
-            ..Default::default()
-        });
-        let deps = blocks
-            .iter()
-            .find(|b| b.script.contains("yarn install"))
-            .expect("a block installs with yarn");
-        let at = |needle: &str| deps.script.find(needle).unwrap();
-        assert!(at(super::YARN_PNP) < at("yarn install --immutable"));
-        assert!(!deps.script.contains(super::YARN_NODE_MODULES));
-        assert!(deps.validation_command.contains(".pnp.cjs"));
-        let env = crate::dockerfile::final_env(&blocks);
-        assert!(env.contains(&"YARN_ENABLE_GLOBAL_CACHE=false".to_string()));
-        assert!(!env.iter().any(|e| e.starts_with("YARN_NODE_LINKER")));
     }
 
     #[test]
