@@ -950,6 +950,18 @@ const YARN_MUTEX: &str = "--mutex file:${YARN_CACHE_FOLDER:-/tmp}/.belay-yarn-mu
 /// installed" for want of a `.pnp.cjs`.
 pub const YARN_NODE_MODULES: &str = "export YARN_NODE_LINKER=node-modules";
 
+/// Node before 20 connects to the first address a name has (20 tries the
+/// others too: `autoSelectFamily`), and with IPv6 on the loopback glibc gives
+/// `::1` first for `localhost`: a server that listens on 0.0.0.0 only
+/// (fastify-cli does so in a container) then refuses a client on node 18
+/// (`ECONNREFUSED ::1`). So an image whose node is older than 20 gets
+/// glibc's address order with IPv4 first (RFC 6724's table, as Debian's own
+/// `gai.conf` suggests for sites that prefer it), in the image itself; a
+/// lookup for IPv6 alone still finds `::1`. Node 20 and later keep glibc's
+/// own order, as a developer's machine has it (a test that covers the
+/// IPv6 branch of `server.address()` reaches it only so).
+pub const IPV4_FIRST_BEFORE_NODE_20: &str = r#"[ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || printf '%s\n' '# belay: node before 20 takes the first address: IPv4 first' 'precedence ::1/128 50' 'precedence ::/0 40' 'precedence 2002::/16 30' 'precedence ::/96 20' 'precedence ::ffff:0:0/96 100' > /etc/gai.conf"#;
+
 /// Where corepack keeps the releases it installs: in the image (the final
 /// image's `ENV` names it), not under a `HOME` a sandbox replaces.
 pub const COREPACK_HOME: &str = "/usr/local/share/corepack";
@@ -1372,6 +1384,7 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
         ));
     }
     p.runtime.extend(package_manager_lines(n));
+    p.runtime.push(IPV4_FIRST_BEFORE_NODE_20.into());
     p.runtime
         .push("echo \"node $(node --version), npm $(npm --version)\"".into());
     p.runtime_validation.push("node --version".into());

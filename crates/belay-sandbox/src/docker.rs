@@ -443,28 +443,6 @@ fn loopback_hosts() -> Result<Mount, SandboxError> {
     state_mount("hosts", LOOPBACK_HOSTS, HOSTS)
 }
 
-const GAI_CONF: &str = "/etc/gai.conf";
-
-/// glibc's address order (RFC 6724's table) with IPv4 first, as Debian's
-/// own `gai.conf` suggests for sites that prefer it. With IPv6 on the
-/// loopback, the default order gives `::1` first for `localhost`: a server
-/// that listens on 0.0.0.0 only (fastify-cli does so in a container) then
-/// refuses a client that takes the first address (node 18). In this order
-/// the first is 127.0.0.1, and a lookup for IPv6 alone still finds `::1`.
-/// musl reads no such file.
-const IPV4_FIRST_GAI: &str = "# belay: this sandbox has no network; IPv4 first
-precedence ::1/128 50
-precedence ::/0 40
-precedence 2002::/16 30
-precedence ::/96 20
-precedence ::ffff:0:0/96 100
-";
-
-/// The host file mounted as `/etc/gai.conf` in a container without network.
-fn ipv4_first_gai() -> Result<Mount, SandboxError> {
-    state_mount("gai.conf", IPV4_FIRST_GAI, GAI_CONF)
-}
-
 /// `text` as the file `name` in belay's state (written once, atomically),
 /// mounted read-only at `container`: a sandbox reads it and cannot change it.
 fn state_mount(name: &str, text: &str, container: &str) -> Result<Mount, SandboxError> {
@@ -743,9 +721,6 @@ impl ContainerRuntime for DockerRuntime {
         {
             if !mounted(HOSTS) {
                 files.push(loopback_hosts()?);
-            }
-            if !mounted(GAI_CONF) {
-                files.push(ipv4_first_gai()?);
             }
         }
         let mut host = host_config(spec, files);

@@ -809,6 +809,28 @@ fn a_line_the_projects_ci_tests_runs_as_it_is() {
         "{runtime}"
     );
     project_tests_pass(&m, "node --version", "v18.");
+    // Node 18 takes the first address: the image orders IPv4 first.
+    assert_eq!(first_address_of_localhost(&m), "127.0.0.1");
+}
+
+/// What the final image's node gets first for `localhost`, in a container
+/// without network whose loopback has IPv6 (as belay's sandbox has it).
+fn first_address_of_localhost(m: &Value) -> String {
+    let image = m["final_image"].as_str().unwrap();
+    let (ok, out, err) = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--sysctl",
+        "net.ipv6.conf.lo.disable_ipv6=0",
+        image,
+        "node",
+        "-e",
+        "require('dns').lookup('localhost', (e, a) => console.log(e ? e.code : a))",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    out.trim().to_string()
 }
 
 /// The download fixture on node 10 (`.nvmrc`, no lockfile: npm 6 reads no
@@ -860,6 +882,8 @@ fn a_native_addon_builds_against_the_headers_of_the_npm_registrys_node() {
         .unwrap_or_else(|| panic!("{log}"));
     assert!(root.contains("/node_modules/node-linux-"), "{root}");
     project_tests_pass(&m, "node --version", "v22.");
+    // Node 22 tries every address: glibc's own order, `::1` first.
+    assert_eq!(first_address_of_localhost(&m), "::1");
     // Not linked with Debian's libnode (node 18), as Debian's node-gyp links.
     project_tests_pass(
         &m,
