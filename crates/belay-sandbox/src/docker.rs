@@ -718,10 +718,9 @@ impl ContainerRuntime for DockerRuntime {
         if spec.network == crate::Network::None
             && spec.network_name.is_none()
             && spec.extra_hosts.is_empty()
+            && !mounted(HOSTS)
         {
-            if !mounted(HOSTS) {
-                files.push(loopback_hosts()?);
-            }
+            files.push(loopback_hosts()?);
         }
         let mut host = host_config(spec, files);
         // Commands keep the image's user; the idle processes get another.
