@@ -151,6 +151,12 @@ pub fn final_env(blocks: &[Block]) -> Vec<String> {
     if exported(crate::plan::YARN_NODE_MODULES) {
         env.push("YARN_NODE_LINKER=node-modules".to_string());
     }
+    // yarn 2+'s Plug'n'Play archives, unplugged packages and install
+    // state, where the install put them (`plan::YARN_PNP`).
+    if exported(crate::plan::YARN_PNP) {
+        let vars = crate::plan::YARN_PNP.trim_start_matches("export ");
+        env.extend(vars.split_whitespace().map(str::to_string));
+    }
     // corepack's shims run the release it keeps under COREPACK_HOME: the
     // image's own, not `$HOME/.cache` (a sandbox's HOME is a fresh tmpfs).
     if blocks

@@ -943,11 +943,12 @@ fn install_skipping_scripts(cmd: &str, pnpm: bool) -> String {
 /// (`/tmp` when the build has no shared cache).
 const YARN_MUTEX: &str = "--mutex file:${YARN_CACHE_FOLDER:-/tmp}/.belay-yarn-mutex";
 
-/// yarn 2 and later link a `node_modules` tree instead of Plug'n'Play,
-/// which the project's tools and the final image's PATH look for: at the
-/// install and in the final image's `ENV`, where every later `yarn run`
-/// (`yarn test`) reads it and would otherwise find the project "not
-/// installed" for want of a `.pnp.cjs`.
+/// yarn 2 and later, where the project names a linker other than
+/// Plug'n'Play (`node-modules`, or `pnpm`, whose symlinked store the final
+/// image's layers need not keep), link a `node_modules` tree: at the install
+/// and in the final image's `ENV`, where every later `yarn run` (`yarn
+/// test`) reads it and would otherwise find the project "not installed" for
+/// want of a `.pnp.cjs`.
 pub const YARN_NODE_MODULES: &str = "export YARN_NODE_LINKER=node-modules";
 
 /// Node before 20 connects to the first address a name has (20 tries the
@@ -961,6 +962,18 @@ pub const YARN_NODE_MODULES: &str = "export YARN_NODE_LINKER=node-modules";
 /// own order, as a developer's machine has it (a test that covers the
 /// IPv6 branch of `server.address()` reaches it only so).
 pub const IPV4_FIRST_BEFORE_NODE_20: &str = r#"[ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || printf '%s\n' '# belay: node before 20 takes the first address: IPv4 first' 'precedence ::1/128 50' 'precedence ::/0 40' 'precedence 2002::/16 30' 'precedence ::/96 20' 'precedence ::ffff:0:0/96 100' > /etc/gai.conf"#;
+
+/// yarn 2 and later with Plug'n'Play (the project's own, or yarn's default)
+/// run from the zip archives `.pnp.cjs` names and the packages it unplugs,
+/// and `yarn run` reads the install state. All three go under
+/// `/opt/belay/yarn`, in the image: not in yarn's global cache under `HOME`
+/// (a sandbox's is a fresh tmpfs), not in belay's shared package cache
+/// (`YARN_CACHE_FOLDER`, mounted at build time only), and not in the
+/// project's `.yarn`, which every mode's sandbox hides under its work tree
+/// (envimage carries `.pnp.cjs` itself there).
+/// The final image's `ENV` keeps the settings, so that a `yarn run` or a
+/// `yarn install` there finds them.
+pub const YARN_PNP: &str = "export YARN_ENABLE_GLOBAL_CACHE=false YARN_CACHE_FOLDER=/opt/belay/yarn/cache YARN_PNP_UNPLUGGED_FOLDER=/opt/belay/yarn/unplugged YARN_INSTALL_STATE_PATH=/opt/belay/yarn/install-state.gz";
 
 /// Where corepack keeps the releases it installs: in the image (the final
 /// image's `ENV` names it), not under a `HOME` a sandbox replaces.
@@ -1396,8 +1409,10 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
     // A native addon of the project's own compiles in its install script.
     if n.has_dependencies || n.lockfile.is_some() || n.native_addons {
         let install: String = match (n.package_manager.as_str(), n.lockfile.is_some()) {
-            // Plug'n'Play makes no node_modules, which the project's tools
-            // and the final image's PATH look for ([`YARN_NODE_MODULES`]).
+            // Plug'n'Play, the project's own linker ([`YARN_PNP`]).
+            ("yarn", true) if n.yarn_pnp => format!("{YARN_PNP}\nyarn install --immutable"),
+            ("yarn", false) if n.yarn_pnp => format!("{YARN_PNP}\nyarn install"),
+            // Any other linker links a node_modules tree ([`YARN_NODE_MODULES`]).
             ("yarn", true) if n.yarn_berry => {
                 format!("{YARN_NODE_MODULES}\nyarn install --immutable")
             }
@@ -1455,14 +1470,23 @@ fn node_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
                 "npm ls --depth=0 >/dev/null 2>&1 || ! npm ls --depth=0 2>&1 | grep -E 'ERR! (missing|invalid):'".into()
             }
             "npm" => "npm ls --depth=0 >/dev/null".into(),
+            // yarn 2's map is `.pnp.js`, 3 and later's `.pnp.cjs`.
+            _ if n.yarn_pnp => "test -f .pnp.cjs || test -f .pnp.js".into(),
             _ => "test -d node_modules".into(),
         });
     }
     for runner in ["jest", "mocha", "vitest", "ava"] {
         if ctx.test_frameworks.iter().any(|f| f == runner) {
-            p.test.push(format!("node_modules/.bin/{runner} --version"));
-            p.test_validation
-                .push(format!("test -x node_modules/.bin/{runner}"));
+            if n.yarn_pnp {
+                // No `node_modules/.bin`: yarn runs a dependency's binary.
+                p.test.push(format!("yarn {runner} --version"));
+                p.test_validation
+                    .push(format!("yarn bin {runner} >/dev/null"));
+            } else {
+                p.test.push(format!("node_modules/.bin/{runner} --version"));
+                p.test_validation
+                    .push(format!("test -x node_modules/.bin/{runner}"));
+            }
         }
     }
     p
@@ -1929,6 +1953,36 @@ mod tests {
             assert!(crate::dockerfile::final_env(&blocks)
                 .contains(&"YARN_NODE_LINKER=node-modules".to_string()));
         }
+    }
+
+    #[test]
+    fn yarn_plug_n_play_keeps_its_archives_in_the_image_outside_the_project() {
+        let blocks = node_plan(NodeFacts {
+            package_manager: "yarn".into(),
+            yarn_berry: true,
+            yarn_pnp: true,
+            lockfile: Some("yarn.lock".into()),
+            has_dependencies: true,
+            ..Default::default()
+        });
+        let deps = blocks
+            .iter()
+            .find(|b| b.script.contains("yarn install"))
+            .expect("a block installs with yarn");
+        let at = |needle: &str| deps.script.find(needle).unwrap();
+        assert!(at(super::YARN_PNP) < at("yarn install --immutable"));
+        assert!(!deps.script.contains(super::YARN_NODE_MODULES));
+        assert!(deps.validation_command.contains(".pnp.cjs"));
+        let env = crate::dockerfile::final_env(&blocks);
+        for var in [
+            "YARN_ENABLE_GLOBAL_CACHE=false",
+            "YARN_CACHE_FOLDER=/opt/belay/yarn/cache",
+            "YARN_PNP_UNPLUGGED_FOLDER=/opt/belay/yarn/unplugged",
+            "YARN_INSTALL_STATE_PATH=/opt/belay/yarn/install-state.gz",
+        ] {
+            assert!(env.contains(&var.to_string()), "{env:?}");
+        }
+        assert!(!env.iter().any(|e| e.starts_with("YARN_NODE_LINKER")));
     }
 
     #[test]

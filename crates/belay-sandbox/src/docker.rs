@@ -451,23 +451,8 @@ fn state_mount(name: &str, text: &str, container: &str) -> Result<Mount, Sandbox
     let now = belay_record::read_regular(&path, 4096).ok().flatten();
     if now.as_deref() != Some(text.as_bytes()) {
         std::fs::create_dir_all(&dir).map_err(|e| SandboxError::io("create", &dir, e))?;
-        // A full disk or a read-only state says so, with the path, as an
-        // IO error, not as the engine's.
-        belay_record::atomic_write(&path, text.as_bytes()).map_err(|e| match e {
-            belay_record::RecordError::Io {
-                action,
-                path,
-                source,
-            } => SandboxError::Io {
-                action,
-                path,
-                source,
-            },
-            other => SandboxError::Docker {
-                op: "create container",
-                message: other.to_string(),
-            },
-        })?;
+        belay_record::atomic_write(&path, text.as_bytes())
+            .map_err(|e| SandboxError::from_record("create container", e))?;
     }
     Ok(Mount {
         host: path,

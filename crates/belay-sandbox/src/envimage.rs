@@ -9,6 +9,12 @@
 //! dependencies and the tools stay at the paths the image has them, and
 //! [`EnvVolumes::env`] puts their `bin` directories on `PATH`.
 //!
+//! Yarn's Plug'n'Play is a file, not a directory: `.pnp.cjs` (and
+//! `.pnp.loader.mjs`) at the project's root, naming archives the env build
+//! keeps outside the project. A probe copies those files ([`ENV_FILES`]) out
+//! of the image once, into belay's cache by image id, and every set mounts
+//! them read-only at the same paths.
+//!
 //! A volume set belongs to one run and one purpose (its name says both):
 //! agents get a writable set, belay's own gates a set no agent ever mounts
 //! writable, so what a gate runs is the image's environment and not one an
@@ -26,6 +32,13 @@ use crate::{
 /// The environment directories looked for under the workspace path.
 pub const ENV_DIRS: [&str; 5] = [".venv", "venv", "node_modules", ".tox", "target"];
 
+/// The environment files looked for under the workspace path: yarn's
+/// Plug'n'Play map (`.pnp.js` is yarn 2's name) and its ESM loader.
+pub const ENV_FILES: [&str; 3] = [".pnp.cjs", ".pnp.js", ".pnp.loader.mjs"];
+
+/// The largest environment file a probe copies out of an image.
+const ENV_FILE_MAX: u64 = 64 * 1024 * 1024;
+
 /// What a run's volume sets are for: a pipeline's steps, agents, belay's
 /// own gates and checks.
 pub const PURPOSES: [&str; 3] = ["step", "agent", "gate"];
@@ -41,6 +54,11 @@ pub struct EnvDirs {
     /// a volume is filled from the image only once, when it is new).
     pub id: String,
     pub dirs: Vec<String>,
+    /// Which of [`ENV_FILES`] the image has (regular files, not links).
+    pub files: Vec<String>,
+    /// Where the probe put its copies of `files` on the host (belay's cache,
+    /// by image id); none when nothing was copied.
+    pub files_dir: Option<PathBuf>,
     /// Which of [`TOOLS`] the image has on its `PATH`.
     pub tools: Vec<String>,
     /// The image's own `PATH` (its config's, else the engine's default).
@@ -49,8 +67,9 @@ pub struct EnvDirs {
 
 /// The programs a probe looks for: what modes need in their image (round
 /// agents commit with git) and what a gate command usually starts with.
-pub const TOOLS: [&str; 12] = [
-    "git", "python3", "python", "node", "npm", "make", "cargo", "go", "java", "mvn", "ruby", "sh",
+pub const TOOLS: [&str; 14] = [
+    "git", "python3", "python", "node", "npm", "yarn", "pnpm", "make", "cargo", "go", "java",
+    "mvn", "ruby", "sh",
 ];
 
 /// The programs `command` starts (the first word of each of its `&&`,
@@ -67,9 +86,10 @@ pub fn probed_programs(command: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Which of [`ENV_DIRS`] `image` has under `workdir` (real directories, not
-/// links), which of [`TOOLS`] and its `PATH`, found in one short container
-/// without network. An image's id pins its files, so a probe that finished
-/// is cached in `cache` by id (and by what was asked).
+/// links), which of [`ENV_FILES`] (regular files, copied out into `cache`),
+/// which of [`TOOLS`] and its `PATH`, found in one short container without
+/// network. An image's id pins its files, so a probe that finished is cached
+/// in `cache` by id (and by what was asked).
 pub async fn probe(
     rt: &dyn ContainerRuntime,
     image: &str,
@@ -89,22 +109,37 @@ pub async fn probe(
     let digest = info.id.trim_start_matches("sha256:");
     let id: String = digest.chars().take(12).collect();
     let script = format!(
-        "echo \"path:$PATH\"; for t in {}; do command -v \"$t\" >/dev/null 2>&1 && echo \"tool:$t\"; done; cd {workdir} 2>/dev/null || exit 0; for d in {}; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true",
+        "echo \"path:$PATH\"; for t in {}; do command -v \"$t\" >/dev/null 2>&1 && echo \"tool:$t\"; done; cd {workdir} 2>/dev/null || exit 0; for d in {}; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; for f in {}; do [ -f \"$f\" ] && [ ! -L \"$f\" ] && echo \"file:$f\"; done; true",
         TOOLS.join(" "),
-        ENV_DIRS.join(" ")
+        ENV_DIRS.join(" "),
+        ENV_FILES.join(" ")
     );
     // (A file name only from a real content digest; the question is part of
     // the key, so a belay that asks more does not read an older answer.)
-    let cached = cache
-        .filter(|_| digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()))
-        .map(|dir| {
-            use sha2::Digest;
-            let q = hex::encode(&sha2::Sha256::digest(script.as_bytes())[..6]);
-            dir.join(format!("{digest}-{q}"))
-        });
+    let real_digest = digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+    let cache = cache.filter(|_| real_digest);
+    let cached = cache.map(|dir| {
+        use sha2::Digest;
+        let q = hex::encode(&sha2::Sha256::digest(script.as_bytes())[..6]);
+        dir.join(format!("{digest}-{q}"))
+    });
+    // The copies of the image's environment files, by its id. (Absolute:
+    // a relative bind source would be read as a volume's name.)
+    let files_dir = cache
+        .and_then(|dir| std::path::absolute(dir).ok())
+        .map(|dir| dir.join(format!("{digest}-files")));
     // host-owned: belay's own cache directory, outside every work tree.
     if let Some(text) = cached.as_ref().and_then(|p| fs_err::read_to_string(p).ok()) {
-        return Ok(parse(image, &id, &text));
+        let mut found = parse(image, &id, &text);
+        // (Files removed from the cache since are copied again.)
+        if let Some(dir) = files_dir.as_ref().filter(|_| !found.files.is_empty()) {
+            if found.files.iter().all(|f| dir.join(f).is_file()) {
+                found.files_dir = Some(dir.clone());
+                return Ok(found);
+            }
+        } else {
+            return Ok(found);
+        }
     }
     let container = rt
         .create(&ContainerSpec {
@@ -134,10 +169,19 @@ pub async fn probe(
             &NoopObserver,
         )
         .await;
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = rt.remove(&container).await;
+            let _ = fs_err::remove_file(&log);
+            return Err(e);
+        }
+    };
+    let mut found = parse(image, &id, &out.stdout_tail);
+    let copied = copy_env_files(rt, &container, workdir, &mut found, files_dir).await;
     let _ = rt.remove(&container).await;
     let _ = fs_err::remove_file(&log);
-    let out = out?;
-    let found = parse(image, &id, &out.stdout_tail);
+    copied?;
     // Only a probe that finished is remembered (a timed-out one is asked
     // again next time).
     if let Some(p) = cached.filter(|_| out.success()) {
@@ -147,6 +191,38 @@ pub async fn probe(
         let _ = belay_record::atomic_write(&p, out.stdout_tail.as_bytes());
     }
     Ok(found)
+}
+
+/// Copy the environment files the probe found out of its container into
+/// `dir` (each written atomically; belay only mounts them, never reads them).
+/// Without a cache to hold them, they are not carried.
+async fn copy_env_files(
+    rt: &dyn ContainerRuntime,
+    container: &str,
+    workdir: &str,
+    found: &mut EnvDirs,
+    dir: Option<PathBuf>,
+) -> Result<(), SandboxError> {
+    let Some(dir) = dir.filter(|_| !found.files.is_empty()) else {
+        found.files.clear();
+        return Ok(());
+    };
+    let mut kept = Vec::new();
+    for f in &found.files {
+        let Some(bytes) = rt
+            .read_file(container, &format!("{workdir}/{f}"), ENV_FILE_MAX)
+            .await?
+        else {
+            continue;
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| SandboxError::io("create", &dir, e))?;
+        belay_record::atomic_write(&dir.join(f), &bytes)
+            .map_err(|e| SandboxError::from_record("copy an environment file", e))?;
+        kept.push(f.clone());
+    }
+    found.files = kept;
+    found.files_dir = Some(dir);
+    Ok(())
 }
 
 /// Whether `image` is one of belay's checkpoint images (an env build's),
@@ -178,6 +254,11 @@ fn parse(image: &str, id: &str, text: &str) -> EnvDirs {
         .filter(|t| seen.contains(&format!("tool:{t}").as_str()))
         .map(|t| t.to_string())
         .collect();
+    let files = ENV_FILES
+        .iter()
+        .filter(|f| seen.contains(&format!("file:{f}").as_str()))
+        .map(|f| f.to_string())
+        .collect();
     let path = seen
         .iter()
         .find_map(|l| l.strip_prefix("path:"))
@@ -191,6 +272,8 @@ fn parse(image: &str, id: &str, text: &str) -> EnvDirs {
         image: image.into(),
         id: id.into(),
         dirs,
+        files,
+        files_dir: None,
         tools,
         path,
     }
@@ -201,6 +284,9 @@ fn parse(image: &str, id: &str, text: &str) -> EnvDirs {
 pub struct EnvVolumes {
     /// `(volume name, directory under the workspace path)`.
     pub volumes: Vec<(String, String)>,
+    /// `(host copy, file under the workspace path)`: the image's environment
+    /// files, mounted read-only in every set.
+    pub files: Vec<(PathBuf, String)>,
     /// The image's own `PATH`, which the environment's directories go before.
     pub base_path: Option<String>,
 }
@@ -212,6 +298,11 @@ impl EnvVolumes {
     pub fn for_run(dirs: &EnvDirs, run_id: &str, purpose: &str) -> EnvVolumes {
         EnvVolumes {
             base_path: dirs.path.clone(),
+            files: dirs
+                .files_dir
+                .iter()
+                .flat_map(|host| dirs.files.iter().map(|f| (host.join(f), f.clone())))
+                .collect(),
             volumes: dirs
                 .dirs
                 .iter()
@@ -231,16 +322,23 @@ impl EnvVolumes {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.volumes.is_empty()
+        self.volumes.is_empty() && self.files.is_empty()
     }
 
-    /// The directories covered, e.g. `.venv`.
+    /// The directories and files covered, e.g. `.venv`, `.pnp.cjs`.
     pub fn dirs(&self) -> Vec<String> {
-        self.volumes.iter().map(|(_, d)| d.clone()).collect()
+        self.volumes
+            .iter()
+            .map(|(_, d)| d)
+            .chain(self.files.iter().map(|(_, f)| f))
+            .cloned()
+            .collect()
     }
 
     /// The mounts over the work tree at `workdir` (a volume's source is its
-    /// name, which the engine fills from the image the first time).
+    /// name, which the engine fills from the image the first time; a file's
+    /// is belay's copy, read-only in every set: an agent's change to it
+    /// would change it for every run of the image).
     pub fn mounts(&self, workdir: &str, read_only: bool) -> Vec<Mount> {
         self.volumes
             .iter()
@@ -249,6 +347,11 @@ impl EnvVolumes {
                 container: format!("{workdir}/{dir}"),
                 read_only,
             })
+            .chain(self.files.iter().map(|(host, file)| Mount {
+                host: host.clone(),
+                container: format!("{workdir}/{file}"),
+                read_only: true,
+            }))
             .collect()
     }
 
@@ -283,21 +386,23 @@ impl EnvVolumes {
         out
     }
 
-    /// The directories the engine will create in the host's work tree as
-    /// mount points (those not there yet), for [`remove_mount_points`].
+    /// The directories and files the engine will create in the host's work
+    /// tree as mount points (those not there yet), for
+    /// [`remove_mount_points`].
     pub fn missing_mount_points(&self, root: &Path) -> Vec<PathBuf> {
-        self.volumes
+        self.dirs()
             .iter()
-            .map(|(_, d)| root.join(d))
+            .map(|d| root.join(d))
             .filter(|p| fs_err::symlink_metadata(p).is_err())
             .collect()
     }
 
-    /// Remove the mount points the engine made for these directories in
-    /// the work tree at `root`, once no container of the run is left: each
-    /// that is an empty directory (never a link, never one with content; an
-    /// empty `.venv` is nobody's work, and git does not keep it). Also what
-    /// a killed run left, which its resume found already there.
+    /// Remove the mount points the engine made for these directories and
+    /// files in the work tree at `root`, once no container of the run is
+    /// left: each that is an empty directory or an empty file (never a link,
+    /// never one with content; an empty `.venv` or `.pnp.cjs` is nobody's
+    /// work). Also what a killed run left, which its resume found already
+    /// there.
     pub fn tidy(&self, root: &Path) {
         let points: Vec<PathBuf> = self.dirs().iter().map(|d| root.join(d)).collect();
         remove_mount_points(&points);
@@ -391,12 +496,19 @@ impl RunEnv {
 }
 
 /// Remove the empty mount points the engine left in a work tree. A path an
-/// agent replaced (a link, a file, a directory with content) stays: only an
-/// empty directory is removed, and removing does not follow a link.
+/// agent replaced (a link, a file or directory with content) stays: only an
+/// empty directory or empty regular file is removed, and removing does not
+/// follow a link.
 pub fn remove_mount_points(points: &[PathBuf]) {
     for p in points {
-        if fs_err::symlink_metadata(p).is_ok_and(|m| m.is_dir()) {
-            let _ = std::fs::remove_dir(p);
+        match fs_err::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => {
+                let _ = std::fs::remove_dir(p);
+            }
+            Ok(m) if m.is_file() && m.len() == 0 => {
+                let _ = std::fs::remove_file(p);
+            }
+            _ => {}
         }
     }
 }
@@ -445,9 +557,10 @@ mod tests {
         let d = parse(
             "i",
             "x",
-            "path:/opt/tool/bin:/usr/bin\ntool:git\ntool:evil\nnode_modules\n.venv\nevil\ntool:sh\n",
+            "path:/opt/tool/bin:/usr/bin\ntool:git\ntool:evil\nnode_modules\n.venv\nevil\ntool:sh\nfile:.pnp.loader.mjs\nfile:../x\nfile:.pnp.cjs\n",
         );
         assert_eq!(d.dirs, vec![".venv", "node_modules"]);
+        assert_eq!(d.files, vec![".pnp.cjs", ".pnp.loader.mjs"]);
         assert_eq!(d.tools, vec!["git", "sh"]);
         assert_eq!(d.path.as_deref(), Some("/opt/tool/bin:/usr/bin"));
         assert_eq!(parse("i", "x", "path:rel/bin:/x").path, None);
@@ -460,6 +573,8 @@ mod tests {
             image: "i".into(),
             id: "0123456789ab".into(),
             dirs: vec![".venv".into(), "node_modules".into()],
+            files: vec![".pnp.cjs".into()],
+            files_dir: Some("/state/cache/env-probe/abc-files".into()),
             tools: vec![],
             path: None,
         };
@@ -476,6 +591,22 @@ mod tests {
         let m = v.mounts("/workspace/repo", true);
         assert_eq!(m[0].container, "/workspace/repo/.venv");
         assert!(m[0].read_only);
+        // A file is belay's copy, read-only even in a writable set.
+        let m = v.mounts("/workspace/repo", false);
+        assert!(!m[0].read_only);
+        assert_eq!(
+            m[2].host,
+            PathBuf::from("/state/cache/env-probe/abc-files/.pnp.cjs")
+        );
+        assert_eq!(m[2].container, "/workspace/repo/.pnp.cjs");
+        assert!(m[2].read_only);
+        assert_eq!(v.dirs(), vec![".venv", "node_modules", ".pnp.cjs"]);
+        // Files the probe could not copy are not mounted.
+        let uncopied = EnvDirs {
+            files_dir: None,
+            ..d.clone()
+        };
+        assert!(EnvVolumes::for_run(&uncopied, "r", "gate").files.is_empty());
         let env = v.env("/workspace/repo");
         assert_eq!(
             env[0],
@@ -517,7 +648,7 @@ mod tests {
             probed: true,
             agent: EnvVolumes {
                 volumes: vec![("v".into(), ".venv".into())],
-                base_path: None,
+                ..Default::default()
             },
             ..Default::default()
         };
@@ -531,13 +662,25 @@ mod tests {
             image: "i".into(),
             id: "x".into(),
             dirs: vec![".venv".into(), "node_modules".into()],
+            files: vec![".pnp.cjs".into()],
+            files_dir: Some(t.path().join("copies")),
             tools: vec![],
             path: None,
         };
         let v = EnvVolumes::for_run(&d, "r", "agent");
         std::fs::create_dir(t.path().join("node_modules")).unwrap();
         let points = v.missing_mount_points(t.path());
-        assert_eq!(points, vec![t.path().join(".venv")]);
+        assert_eq!(
+            points,
+            vec![t.path().join(".venv"), t.path().join(".pnp.cjs")]
+        );
+        // The engine's empty file goes; one with content stays.
+        std::fs::write(t.path().join(".pnp.cjs"), "").unwrap();
+        remove_mount_points(&points[1..]);
+        assert!(!t.path().join(".pnp.cjs").exists());
+        std::fs::write(t.path().join(".pnp.cjs"), "x").unwrap();
+        remove_mount_points(&points[1..]);
+        assert!(t.path().join(".pnp.cjs").exists());
         std::fs::create_dir(t.path().join(".venv")).unwrap();
         remove_mount_points(&points);
         assert!(!t.path().join(".venv").exists());

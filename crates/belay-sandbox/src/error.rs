@@ -56,6 +56,27 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
+    /// A write of belay's own record (`belay_record::atomic_write`) that
+    /// failed while doing `op`: a full disk or a read-only state says so,
+    /// with the path, as an IO error, not as the engine's.
+    pub(crate) fn from_record(op: &'static str, e: belay_record::RecordError) -> Self {
+        match e {
+            belay_record::RecordError::Io {
+                action,
+                path,
+                source,
+            } => SandboxError::Io {
+                action,
+                path,
+                source,
+            },
+            other => SandboxError::Docker {
+                op,
+                message: other.to_string(),
+            },
+        }
+    }
+
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,

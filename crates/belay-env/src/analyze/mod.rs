@@ -90,6 +90,12 @@ pub struct NodeFacts {
     /// Yarn 2 or later (`.yarnrc.yml`, or `packageManager: yarn@2…`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub yarn_berry: bool,
+    /// Yarn 2 or later linking with Plug'n'Play, yarn's own default: its
+    /// `.yarnrc.yml` names no other `nodeLinker`. The install keeps it, as
+    /// the project's CI does (a `node_modules` tree can change what its
+    /// tools see: flow checks one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub yarn_pnp: bool,
     /// The directory a clone of the project has: its repository's name
     /// (`package.json` `repository`), else its package's without the scope.
     /// A test that reaches the project as `../mqemitter` finds it only
@@ -531,6 +537,13 @@ pub fn requirement_name(req: &str) -> Option<String> {
 /// the last part of `repository` (`user/repo`, `github:user/repo`,
 /// `git+https://host/user/repo.git`, `{ "url": … }`), else `name` without
 /// its scope. None where that is not a plain directory name.
+/// The `nodeLinker` a `.yarnrc.yml` names (`pnp`, `node-modules`, `pnpm`),
+/// when it parses and names one.
+fn yarnrc_node_linker(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_saphyr::from_str(text).ok()?;
+    v.get("nodeLinker")?.as_str().map(str::to_string)
+}
+
 fn checkout_name(pkg: &serde_json::Value) -> Option<String> {
     let repo = pkg.get("repository");
     let url = repo
@@ -623,6 +636,11 @@ fn node(
                 .as_deref()
                 .and_then(min_major)
                 .is_some_and(|m| m >= 2));
+    n.yarn_pnp = n.yarn_berry
+        && f.read(".yarnrc.yml")
+            .as_deref()
+            .and_then(yarnrc_node_linker)
+            .is_none_or(|l| l == "pnp");
     n.lockfile = lock.map(String::from);
     // Read once: the pnpm it names and the native helpers it holds.
     let lock_text = lock.and_then(|l| f.read(l));
@@ -1072,6 +1090,24 @@ mod tests {
             ("yarn.lock", ""),
         ]);
         assert!(n.yarn_berry && n.lockfile.as_deref() == Some("yarn.lock"));
+        // Plug'n'Play is yarn's default.
+        assert!(n.yarn_pnp);
+        for (rc, pnp) in [
+            ("enableGlobalCache: false\n", true),
+            ("nodeLinker: pnp\n", true),
+            ("nodeLinker: \"node-modules\"\n", false),
+            ("nodeLinker: pnpm\n", false),
+            ("{not yaml", true),
+        ] {
+            let n = node_facts(&[
+                ("package.json", "{}"),
+                ("yarn.lock", ""),
+                (".yarnrc.yml", rc),
+            ]);
+            assert!(n.yarn_berry && n.yarn_pnp == pnp, "{rc}");
+        }
+        let n = node_facts(&[("package.json", r#"{"packageManager": "yarn@1.22.19"}"#)]);
+        assert!(!n.yarn_pnp);
         let n = node_facts(&[
             ("package.json", "{}"),
             ("yarn.lock", ""),

@@ -58,6 +58,7 @@ plan_snapshot!(python_requirements_native, "py-requirements-native");
 plan_snapshot!(node_npm, "node-npm");
 plan_snapshot!(node_yarn_jest, "node-yarn-jest");
 plan_snapshot!(node_yarn_berry, "node-yarn-berry");
+plan_snapshot!(node_yarn_pnp, "node-yarn-pnp");
 plan_snapshot!(node_pnpm_pinned, "node-pnpm-pinned");
 plan_snapshot!(node_native_addon, "node-native-addon");
 plan_snapshot!(node_workspaces, "node-workspaces");

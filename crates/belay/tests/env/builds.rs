@@ -231,10 +231,11 @@ fn a_pinned_node_and_pnpm_build_and_its_tests_pass() {
 }
 
 /// A yarn berry project (a `__metadata` lockfile, `packageManager`
-/// yarn 4, no `.yarnrc.yml`, so Plug'n'Play by default): yarn at the pinned
-/// version from its npm package, a `node_modules` tree, and the final image
-/// keeps the linker, so that `yarn test` there finds the project installed
-/// (without it yarn says the project "doesn't seem to have been installed").
+/// yarn 4, `nodeLinker: node-modules` in its `.yarnrc.yml`): yarn at the
+/// pinned version from its npm package, a `node_modules` tree, and the final
+/// image keeps the linker, so that `yarn test` there finds the project
+/// installed (without it yarn says the project "doesn't seem to have been
+/// installed").
 #[test]
 fn a_yarn_berry_project_builds_and_yarn_test_passes_in_the_image() {
     let run = run_id("berry");
@@ -250,6 +251,27 @@ fn a_yarn_berry_project_builds_and_yarn_test_passes_in_the_image() {
         "linked",
     );
     project_tests_pass(&m, "yarn test 2>&1", "berry tests pass");
+}
+
+/// The same project with no `.yarnrc.yml`: Plug'n'Play, yarn's default, as
+/// its CI has it. No `node_modules` is made; the archives `.pnp.cjs` names,
+/// the unplugged packages and the install state are under `/opt/belay/yarn`
+/// (in the image, outside the project, which a mode's sandbox mounts its
+/// work tree over), and `yarn test` passes offline in the final image under
+/// a fresh `HOME`. (A plan run gates in this image: `plan` tests.)
+#[test]
+fn a_yarn_plug_n_play_project_keeps_its_linker_and_yarn_test_passes() {
+    let run = run_id("pnp");
+    let _guard = RunGuard(run.clone());
+    let state = tempfile::tempdir().unwrap();
+    let m = build("node-yarn-pnp", &run, state.path());
+    all_blocks_succeeded(&m);
+    project_tests_pass(
+        &m,
+        "test -f .pnp.cjs && test ! -e node_modules && test ! -e .yarn/cache && test -f /opt/belay/yarn/install-state.gz && ls /opt/belay/yarn/cache | grep -c '^is-number-'",
+        "1",
+    );
+    project_tests_pass(&m, "HOME=$(mktemp -d) yarn test 2>&1", "berry tests pass");
 }
 
 /// A native addon of the project's own: the plan installs node-gyp's

@@ -1404,6 +1404,22 @@ fn the_env_builds_image_runs_a_node_projects_tests_at_the_gate() {
     env_image_gate("hello-node", "npm test", "npm", "node_modules", "# pass 2");
 }
 
+/// A yarn Plug'n'Play project's env image as the gate's sandbox: its
+/// `.pnp.cjs` (a file at the project's root, which the mounted work tree
+/// would hide) is carried over the work tree read-only, the archives it
+/// names are in the image, and `yarn test` passes at the gate; the empty
+/// file the engine made as its mount point is gone afterwards.
+#[test]
+fn the_env_builds_image_runs_a_yarn_plug_n_play_projects_tests_at_the_gate() {
+    env_image_gate(
+        "fixtures/node-yarn-pnp",
+        "yarn test",
+        "yarn",
+        ".pnp.cjs",
+        "berry tests pass",
+    );
+}
+
 /// What the developer plants on the env image's PATH (a `setsid`, an `sh`
 /// in the venv's `bin`, writable for it) never runs in the reviewer's
 /// container: the reviewer gets the read-only set, and belay's own wrapper
@@ -1451,10 +1467,14 @@ fn env_build(w: &Ws, run: &str) {
         .unwrap());
 }
 
+/// Copy a bundled example (`hello-node`) or a test fixture
+/// (`fixtures/node-yarn-pnp`) into the work tree, as its first commit.
 fn copy_example(w: &Ws, example: &str) {
-    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(example);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let example = match example.strip_prefix("fixtures/") {
+        Some(fixture) => root.join("tests/fixtures").join(fixture),
+        None => root.join("examples").join(example),
+    };
     for e in std::fs::read_dir(&example).unwrap().flatten() {
         if e.file_name() == "README.md" {
             continue;
@@ -1498,7 +1518,7 @@ fn env_image_gate(example: &str, test_cmd: &str, program: &str, env_dir: &str, p
 
     let env_run = format!(
         "plan-env-{}-{}",
-        env_dir.trim_start_matches('.'),
+        env_dir.trim_start_matches('.').replace('.', "-"),
         std::process::id()
     );
     env_build(&w, &env_run);
