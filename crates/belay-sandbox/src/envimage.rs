@@ -33,8 +33,9 @@ use crate::{
 pub const ENV_DIRS: [&str; 5] = [".venv", "venv", "node_modules", ".tox", "target"];
 
 /// The environment files looked for under the workspace path: yarn's
-/// Plug'n'Play map (`.pnp.js` is yarn 2's name) and its ESM loader.
-pub const ENV_FILES: [&str; 3] = [".pnp.cjs", ".pnp.js", ".pnp.loader.mjs"];
+/// Plug'n'Play map (`.pnp.js` is yarn 2's name), its ESM loader, and its
+/// data where the map does not inline it (`pnpEnableInlining: false`).
+pub const ENV_FILES: [&str; 4] = [".pnp.cjs", ".pnp.js", ".pnp.loader.mjs", ".pnp.data.json"];
 
 /// The largest environment file a probe copies out of an image.
 const ENV_FILE_MAX: u64 = 64 * 1024 * 1024;
@@ -133,7 +134,7 @@ pub async fn probe(
         let mut found = parse(image, &id, &text);
         // (Files removed from the cache since are copied again.)
         if let Some(dir) = files_dir.as_ref().filter(|_| !found.files.is_empty()) {
-            if found.files.iter().all(|f| dir.join(f).is_file()) {
+            if copies_present(dir, &found.files) {
                 found.files_dir = Some(dir.clone());
                 return Ok(found);
             }
@@ -207,6 +208,16 @@ async fn copy_env_files(
         found.files.clear();
         return Ok(());
     };
+    std::fs::create_dir_all(&dir).map_err(|e| SandboxError::io("create", &dir, e))?;
+    // A bind mount follows links on the host: the copies must be belay's
+    // own files in a real directory, never a link someone put there.
+    if !fs_err::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        return Err(SandboxError::io(
+            "use",
+            &dir,
+            std::io::Error::other("not a directory (a link?): remove it, and belay makes it again"),
+        ));
+    }
     let mut kept = Vec::new();
     for f in &found.files {
         let Some(bytes) = rt
@@ -215,7 +226,6 @@ async fn copy_env_files(
         else {
             continue;
         };
-        std::fs::create_dir_all(&dir).map_err(|e| SandboxError::io("create", &dir, e))?;
         belay_record::atomic_write(&dir.join(f), &bytes)
             .map_err(|e| SandboxError::from_record("copy an environment file", e))?;
         kept.push(f.clone());
@@ -223,6 +233,15 @@ async fn copy_env_files(
     found.files = kept;
     found.files_dir = Some(dir);
     Ok(())
+}
+
+/// Whether `dir` is a real directory (not a link) that holds each of `files`
+/// as a regular file (not a link): copies a bind mount may use.
+fn copies_present(dir: &Path, files: &[String]) -> bool {
+    fs_err::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+        && files
+            .iter()
+            .all(|f| fs_err::symlink_metadata(dir.join(f)).is_ok_and(|m| m.is_file()))
 }
 
 /// Whether `image` is one of belay's checkpoint images (an env build's),
@@ -653,6 +672,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(env.lacking("python3 -m pytest"), None);
+    }
+
+    #[test]
+    fn only_real_copies_are_mounted() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("d-files");
+        let files = vec![".pnp.cjs".to_string()];
+        assert!(!copies_present(&dir, &files));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(".pnp.cjs"), "x").unwrap();
+        assert!(copies_present(&dir, &files));
+        // A link in place of the copy, or of its directory, is not one.
+        std::fs::remove_file(dir.join(".pnp.cjs")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.join(".pnp.cjs")).unwrap();
+        assert!(!copies_present(&dir, &files));
+        let linked = t.path().join("l-files");
+        std::fs::remove_file(dir.join(".pnp.cjs")).unwrap();
+        std::fs::write(dir.join(".pnp.cjs"), "x").unwrap();
+        std::os::unix::fs::symlink(&dir, &linked).unwrap();
+        assert!(!copies_present(&linked, &files));
     }
 
     #[test]

@@ -537,6 +537,47 @@ pub fn requirement_name(req: &str) -> Option<String> {
 /// the last part of `repository` (`user/repo`, `github:user/repo`,
 /// `git+https://host/user/repo.git`, `{ "url": … }`), else `name` without
 /// its scope. None where that is not a plain directory name.
+/// The files yarn's Plug'n'Play writes at the project's root that a run's
+/// sandbox carries (`belay_sandbox::envimage::ENV_FILES` and the map's data
+/// file); a project that keeps Plug'n'Play must ignore them all.
+const PNP_MAPS: [&str; 4] = [".pnp.cjs", ".pnp.js", ".pnp.loader.mjs", ".pnp.data.json"];
+
+/// Whether a root `.gitignore` ignores the file `name` at the root: its last
+/// pattern that matches decides (`!` re-includes). Only what can be judged
+/// is judged: a pattern with `[`, `\`, or a `/` inside (other than a
+/// leading one) is passed over, `*` and `?` match within the name.
+fn gitignore_ignores_at_root(text: &str, name: &str) -> bool {
+    let mut ignored = false;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (negate, pat) = match line.strip_prefix('!') {
+            Some(p) => (true, p),
+            None => (false, line),
+        };
+        let pat = pat.strip_prefix('/').unwrap_or(pat);
+        if pat.is_empty() || pat.contains(['/', '[', '\\']) {
+            continue;
+        }
+        if glob_name(pat.as_bytes(), name.as_bytes()) {
+            ignored = !negate;
+        }
+    }
+    ignored
+}
+
+/// `*` and `?` matching of one path component.
+fn glob_name(pat: &[u8], name: &[u8]) -> bool {
+    match pat.split_first() {
+        None => name.is_empty(),
+        Some((b'*', rest)) => (0..=name.len()).any(|i| glob_name(rest, &name[i..])),
+        Some((b'?', rest)) => !name.is_empty() && glob_name(rest, &name[1..]),
+        Some((c, rest)) => name.first() == Some(c) && glob_name(rest, &name[1..]),
+    }
+}
+
 /// The `nodeLinker` a `.yarnrc.yml` names (`pnp`, `node-modules`, `pnpm`),
 /// when it parses and names one.
 fn yarnrc_node_linker(text: &str) -> Option<String> {
@@ -636,11 +677,18 @@ fn node(
                 .as_deref()
                 .and_then(min_major)
                 .is_some_and(|m| m >= 2));
+    // Plug'n'Play only where the project's git ignores its map and does not
+    // track one: every mode's sandbox mounts the image's `.pnp.cjs` over the
+    // work tree, and the mount point the engine leaves there must be nothing
+    // git (belay's, or an agent's in its container) would commit.
     n.yarn_pnp = n.yarn_berry
         && f.read(".yarnrc.yml")
             .as_deref()
             .and_then(yarnrc_node_linker)
-            .is_none_or(|l| l == "pnp");
+            .is_none_or(|l| l == "pnp")
+        && !PNP_MAPS.iter().any(|m| f.exists(m))
+        && f.read(".gitignore")
+            .is_some_and(|g| PNP_MAPS.iter().all(|m| gitignore_ignores_at_root(&g, m)));
     n.lockfile = lock.map(String::from);
     // Read once: the pnpm it names and the native helpers it holds.
     let lock_text = lock.and_then(|l| f.read(l));
@@ -989,6 +1037,38 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn a_root_gitignore_ignores_the_plug_n_play_map() {
+        for (text, ignored) in [
+            (".pnp.*\n", true),
+            ("/.pnp.*\n", true),
+            (".pnp.cjs\n", true),
+            (".pnp*\n", true),
+            ("*.cjs\n", true),
+            ("# .pnp.*\n", false),
+            (".pnp.*\n!.pnp.cjs\n", false),
+            ("!.pnp.cjs\n.pnp.*\n", true),
+            ("sub/.pnp.*\n", false),
+            ("[.]pnp.*\n", false),
+            (".pnp.js\n", false),
+            ("", false),
+        ] {
+            assert_eq!(
+                gitignore_ignores_at_root(text, ".pnp.cjs"),
+                ignored,
+                "{text:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_name_ignores_itself_and_no_pattern_panics(name in "[a-z.]{1,12}", text in "\\PC{0,80}") {
+            proptest::prop_assert!(gitignore_ignores_at_root(&name, &name));
+            let _ = gitignore_ignores_at_root(&text, &name);
+        }
+    }
+
+    #[test]
     fn requirement_names() {
         assert_eq!(
             requirement_name("Django>=4 ; python_version>'3'").as_deref(),
@@ -1090,8 +1170,22 @@ mod tests {
             ("yarn.lock", ""),
         ]);
         assert!(n.yarn_berry && n.lockfile.as_deref() == Some("yarn.lock"));
-        // Plug'n'Play is yarn's default.
+        // Plug'n'Play is yarn's default, kept where git ignores its map.
+        assert!(!n.yarn_pnp);
+        let n = node_facts(&[
+            ("package.json", r#"{"packageManager": "yarn@4.1.0"}"#),
+            ("yarn.lock", ""),
+            (".gitignore", "node_modules\n.yarn/*\n.pnp.*\n"),
+        ]);
         assert!(n.yarn_pnp);
+        // A map the project tracks (zero-install) is not mounted over.
+        let n = node_facts(&[
+            ("package.json", r#"{"packageManager": "yarn@4.1.0"}"#),
+            ("yarn.lock", ""),
+            (".gitignore", ".pnp.*\n"),
+            (".pnp.cjs", ""),
+        ]);
+        assert!(!n.yarn_pnp);
         for (rc, pnp) in [
             ("enableGlobalCache: false\n", true),
             ("nodeLinker: pnp\n", true),
@@ -1103,6 +1197,7 @@ mod tests {
                 ("package.json", "{}"),
                 ("yarn.lock", ""),
                 (".yarnrc.yml", rc),
+                (".gitignore", "/.pnp.*\n"),
             ]);
             assert!(n.yarn_berry && n.yarn_pnp == pnp, "{rc}");
         }

@@ -1546,9 +1546,20 @@ fn env_image_gate(example: &str, test_cmd: &str, program: &str, env_dir: &str, p
         assert!(tail.contains(passed), "{tail}");
     }
     assert_eq!(w.subjects(), COMPLETED);
-    // The engine's mount point is gone from the work tree, and the run's
-    // volumes from the engine.
+    // The engine's mount point is gone from the work tree, no commit holds
+    // it, and the run's volumes are gone from the engine.
     assert!(!w.repo.join(env_dir).exists());
+    let committed = Command::new("git")
+        .arg("-C")
+        .arg(&w.repo)
+        .args(["log", "--name-only", "--format="])
+        .output()
+        .unwrap();
+    assert!(
+        !text(&committed).lines().any(|l| l.starts_with(env_dir)),
+        "{}",
+        text(&committed)
+    );
     let run_id = w.kinds("run_started")[0]["data"]["run_id"]
         .as_str()
         .unwrap()
