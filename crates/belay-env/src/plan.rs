@@ -1608,7 +1608,7 @@ fn java_part(ctx: &RepoContext, notes: &RuntimeNotes) -> Part {
 mod tests {
     use super::{
         node_install, node_version_check, npm_install_as_of, package_manager_lines, plan_rules,
-        RuntimeNotes, COLOUR_TESTS,
+        Block, RuntimeNotes, COLOUR_TESTS,
     };
     use crate::analyze::{NodeFacts, RepoContext};
 
@@ -1930,6 +1930,13 @@ mod tests {
         plan_rules(&ctx, &notes).unwrap()
     }
 
+    fn yarn_install_block(blocks: &[Block]) -> &Block {
+        blocks
+            .iter()
+            .find(|b| b.script.contains("yarn install"))
+            .expect("a block installs with yarn")
+    }
+
     #[test]
     fn yarn_berry_links_node_modules_at_the_install_and_in_the_image() {
         for lockfile in [Some("yarn.lock".to_string()), None] {
@@ -1940,10 +1947,7 @@ mod tests {
                 has_dependencies: true,
                 ..Default::default()
             });
-            let deps = blocks
-                .iter()
-                .find(|b| b.script.contains("yarn install"))
-                .expect("a block installs with yarn");
+            let deps = yarn_install_block(&blocks);
             let at = |needle: &str| deps.script.find(needle).unwrap();
             assert!(
                 at(super::YARN_NODE_MODULES) < at("yarn install"),
@@ -1965,10 +1969,7 @@ mod tests {
             has_dependencies: true,
             ..Default::default()
         });
-        let deps = blocks
-            .iter()
-            .find(|b| b.script.contains("yarn install"))
-            .expect("a block installs with yarn");
+        let deps = yarn_install_block(&blocks);
         let at = |needle: &str| deps.script.find(needle).unwrap();
         assert!(at(super::YARN_PNP) < at("yarn install --immutable"));
         assert!(!deps.script.contains(super::YARN_NODE_MODULES));

@@ -253,8 +253,8 @@ fn a_yarn_berry_project_builds_and_yarn_test_passes_in_the_image() {
     project_tests_pass(&m, "yarn test 2>&1", "berry tests pass");
 }
 
-/// The same project with no `.yarnrc.yml`: Plug'n'Play, yarn's default, as
-/// its CI has it. No `node_modules` is made; the archives `.pnp.cjs` names,
+/// The same project with no `.yarnrc.yml` and yarn's advised `.gitignore`
+/// (`.pnp.*`): Plug'n'Play, yarn's default, as its CI has it. No `node_modules` is made; the archives `.pnp.cjs` names,
 /// the unplugged packages and the install state are under `/opt/belay/yarn`
 /// (in the image, outside the project, which a mode's sandbox mounts its
 /// work tree over), and `yarn test` passes offline in the final image under
