@@ -9,10 +9,10 @@
 //! dependencies and the tools stay at the paths the image has them, and
 //! [`EnvVolumes::env`] puts their `bin` directories on `PATH`.
 //!
-//! Yarn's Plug'n'Play is a file, not a directory: `.pnp.cjs` (and
-//! `.pnp.loader.mjs`) at the project's root, naming archives the env build
+//! Yarn's Plug'n'Play is a file, not a directory: `.pnp.cjs` (and the
+//! files beside it) at the project's root, naming archives the env build
 //! keeps outside the project. A probe copies those files ([`ENV_FILES`]) out
-//! of the image once, into belay's cache by image id, and every set mounts
+//! of the image into belay's cache by image id, and every set mounts
 //! them read-only at the same paths.
 //!
 //! A volume set belongs to one run and one purpose (its name says both):
@@ -394,12 +394,22 @@ impl EnvVolumes {
                 _ => {}
             }
         }
-        if !path.is_empty() {
-            path.push(
-                self.base_path
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_PATH.into()),
-            );
+        // The image's own PATH, less its entries in the work tree (an env
+        // image names `node_modules/.bin` and `.venv/bin` there): one no
+        // volume covers holds whatever an agent put in the work tree, and a
+        // gate must not run a program planted there (a `node_modules/.bin/yarn`
+        // in a Plug'n'Play project, which has no `node_modules`).
+        let base = self
+            .base_path
+            .clone()
+            .unwrap_or_else(|| DEFAULT_PATH.into());
+        let inside = format!("{workdir}/");
+        let outside: Vec<&str> = base
+            .split(':')
+            .filter(|d| *d != workdir && !d.starts_with(&inside))
+            .collect();
+        if !path.is_empty() || outside.len() != base.split(':').count() {
+            path.extend(outside.into_iter().map(String::from));
             out.push(("PATH".into(), path.join(":")));
         }
         out
@@ -641,6 +651,17 @@ mod tests {
         assert!(own.env("/w")[1]
             .1
             .ends_with(":/w/node_modules/.bin:/opt/tool/bin:/usr/bin"));
+        // The image's work-tree entries go unless a volume covers them.
+        let planted = EnvVolumes {
+            base_path: Some("/w/node_modules/.bin:/w/.venv/bin:/w:/usr/bin".into()),
+            ..Default::default()
+        };
+        assert_eq!(planted.env("/w"), vec![("PATH".into(), "/usr/bin".into())]);
+        let venv = EnvVolumes {
+            volumes: vec![("v".into(), ".venv".into())],
+            ..planted
+        };
+        assert_eq!(venv.env("/w")[1].1, "/w/.venv/bin:/usr/bin");
     }
 
     #[test]

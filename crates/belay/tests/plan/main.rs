@@ -1522,6 +1522,20 @@ fn env_image_gate(example: &str, test_cmd: &str, program: &str, env_dir: &str, p
         std::process::id()
     );
     env_build(&w, &env_run);
+    // Where the image carries no node_modules (Plug'n'Play), one planted in
+    // the work tree, out of git's sight, is on the image's PATH: a gate
+    // never runs its failing `{program}`.
+    if env_dir != "node_modules" {
+        let bin = w.repo.join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join(program), "#!/bin/sh\necho planted; exit 1\n").unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(bin.join(program), mode).unwrap();
+        let exclude = w.repo.join(".git/info/exclude");
+        let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+        text.push_str("/node_modules/\n");
+        std::fs::write(&exclude, text).unwrap();
+    }
 
     let o = w.run("dev", "rev-approve", &[]);
     ok(&o);
